@@ -1,0 +1,65 @@
+-- reserve.lua: take stock for one order, atomically, on one SKU's keys.
+-- Every check comes before the first write, because Redis does not roll back
+-- a script that fails half-way.  Taking the stock and enqueueing the order in
+-- one script leaves no "reserved but never queued" window.
+--
+-- KEYS: 1 meta (hash epoch, starts_ms, ends_ms, limit), 2 stock, 3 seq,
+--       4 bought (hash user -> units held), 5 journal (hash order -> state),
+--       6 stream, 7 idempotency key (used only when ARGV[3] ~= '')
+-- ARGV: 1 user_id, 2 qty, 3 idempotency key ('' for none), 4 request
+--       fingerprint, 5 idempotency ttl in seconds
+-- Returns {'ok', order_id, remaining} | {'dup', order_id, state} |
+--   {'idem_mismatch'} | {'not_loaded'} | {'sale_not_active'} |
+--   {'limit_exceeded', held} | {'sold_out', remaining} | {'exhausted'}
+local meta = redis.call('HMGET', KEYS[1], 'epoch', 'starts_ms', 'ends_ms', 'limit')
+if not meta[1] then
+  return {'not_loaded'}
+end
+-- A loaded SKU without a stock key has lost data: unknown is not infinite (I6).
+local stock = tonumber(redis.call('GET', KEYS[2]))
+if not stock then
+  return redis.error_reply('SECKILL stock key missing for a loaded SKU')
+end
+local qty = tonumber(ARGV[2])
+
+if ARGV[3] ~= '' then
+  local prev = redis.call('GET', KEYS[7])
+  if prev then
+    local fp, id = string.match(prev, '^(.*)|(%d+)$')
+    if fp ~= ARGV[4] then
+      return {'idem_mismatch'}
+    end
+    return {'dup', id, redis.call('HGET', KEYS[5], id) or 'confirmed'}
+  end
+end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if (meta[2] and meta[2] ~= '' and now < tonumber(meta[2])) or
+   (meta[3] and meta[3] ~= '' and now >= tonumber(meta[3])) then
+  return {'sale_not_active'}
+end
+
+local held = tonumber(redis.call('HGET', KEYS[4], ARGV[1]) or '0')
+if held + qty > tonumber(meta[4]) then
+  return {'limit_exceeded', held}
+end
+if stock < qty then
+  return {'sold_out', stock}
+end
+local seq = tonumber(redis.call('GET', KEYS[3]) or '0') + 1
+if seq >= 1073741824 then
+  return {'exhausted'}
+end
+
+-- writes start here
+redis.call('SET', KEYS[3], seq)
+local id = string.format('%.0f', tonumber(meta[1]) * 1073741824 + seq)
+redis.call('DECRBY', KEYS[2], qty)
+redis.call('HINCRBY', KEYS[4], ARGV[1], qty)
+redis.call('HSET', KEYS[5], id, 'pending')
+if ARGV[3] ~= '' then
+  redis.call('SET', KEYS[7], ARGV[4] .. '|' .. id, 'EX', ARGV[5])
+end
+redis.call('XADD', KEYS[6], '*', 'o', id, 'u', ARGV[1], 'q', ARGV[2], 'k', ARGV[3])
+return {'ok', id, stock - qty}

@@ -1,0 +1,27 @@
+/*
+ * embedded: the Lua scripts and SQL files compiled into the binary (generated
+ * by service/tools/embed.c from lua/ and sql/), looked up by file name.
+ */
+#ifndef SECKILL_EMBEDDED_H
+#define SECKILL_EMBEDDED_H
+
+#include <stddef.h>
+
+#include "rlock_script.h"
+
+/* The service's scripts, initialised once by embedded_init(). */
+extern struct rlock_script script_reserve, script_sku_load, script_sku_unload,
+    script_stock_adjust, script_order_return, script_orders_ack;
+
+/* Computes the scripts' SHA1s.  Call once at start-up, before any thread. */
+void embedded_init(void);
+
+/* The text of sql/<name>.sql; aborts on an unknown name (a programming error). */
+const char *sql_text(const char *name);
+
+/* Migrations in file-name order. */
+size_t embedded_migration_count(void);
+const char *embedded_migration_name(size_t i);
+const char *embedded_migration_text(size_t i);
+
+#endif

@@ -1,0 +1,582 @@
+#include "http_api.h"
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "embedded.h"
+#include "keys.h"
+#include "log.h"
+#include "redis_async.h"
+#include "sku.h"
+#include "validate.h"
+
+struct http_thread {
+    struct http_server *srv;
+    struct event_base *base;
+    struct evhttp *http;
+    struct redis_async *redis;
+    pthread_t tid;
+    int started;
+};
+
+struct http_server {
+    const struct cfg *cfg;
+    struct workers *workers;
+    size_t n;
+    struct http_thread *threads;
+};
+
+/* ---- replies ----------------------------------------------------------- */
+
+static const char *reason_phrase(int code)
+{
+    switch (code) {
+    case 200: return "OK";
+    case 201: return "Created";
+    case 202: return "Accepted";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 409: return "Conflict";
+    case 422: return "Unprocessable Entity";
+    case 503: return "Service Unavailable";
+    default: return "Internal Server Error";
+    }
+}
+
+/* Sends 'body' (reference stolen) as the one reply of req. */
+static void reply_json(struct evhttp_request *req, int code, json_t *body)
+{
+    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+    evhttp_add_header(h, "Content-Type", "application/json");
+    evhttp_add_header(h, "Cache-Control", "no-store");
+    struct evbuffer *buf = evbuffer_new();
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    if (!buf || (body && !text))
+        abort();
+    if (text) {
+        evbuffer_add(buf, text, strlen(text));
+        evbuffer_add(buf, "\n", 1);
+    }
+    evhttp_send_reply(req, code, reason_phrase(code), buf);
+    evbuffer_free(buf);
+    free(text);
+    json_decref(body);
+}
+
+static void reply_error(struct evhttp_request *req, int code, const char *error,
+                        const char *detail)
+{
+    json_t *o = json_pack("{s:s}", "error", error);
+    if (detail)
+        json_object_set_new(o, "detail", json_string(detail));
+    reply_json(req, code, o);
+}
+
+static void reply_unavailable(struct evhttp_request *req)
+{
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
+    reply_error(req, 503, "unavailable", "a backing store did not answer; try again");
+}
+
+/* ---- request helpers --------------------------------------------------- */
+
+/* Copies the body (NUL-terminated) into a fresh buffer.  Returns NULL and
+ * replies 400 when it is larger than max_body_bytes. */
+static char *take_body(struct evhttp_request *req, const struct cfg *c, size_t *len)
+{
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    *len = evbuffer_get_length(in);
+    if (*len > (size_t)c->max_body_bytes) {
+        char d[96];
+        snprintf(d, sizeof d, "body larger than %" PRId64 " bytes", c->max_body_bytes);
+        reply_error(req, 400, "invalid_request", d);
+        return NULL;
+    }
+    char *b = malloc(*len + 1);
+    if (!b)
+        abort();
+    evbuffer_copyout(in, b, *len);
+    b[*len] = '\0';
+    return b;
+}
+
+static int require_json(struct evhttp_request *req)
+{
+    const char *ct = evhttp_find_header(evhttp_request_get_input_headers(req), "Content-Type");
+    if (validate_json_content_type(ct) == 0)
+        return 0;
+    reply_error(req, 400, "invalid_request", "Content-Type must be application/json");
+    return -1;
+}
+
+/* ---- blocking jobs ----------------------------------------------------- */
+
+enum job_kind { JOB_SKU_VIEW, JOB_ADMIN_SKU_VIEW, JOB_ORDER_VIEW, JOB_SKU_CREATE, JOB_SKU_ADJUST,
+                JOB_SKU_EXISTS, JOB_HEALTH };
+
+struct http_job {
+    struct job job; /* first: the pool hands us back this pointer */
+    enum job_kind kind;
+    struct evhttp_request *req;
+    int64_t id, delta;
+    struct validate_sku spec;
+    char reason[501];
+    enum sku_result res;
+    json_t *out;
+};
+
+static void job_run(struct job *j, struct worker_ctx *w)
+{
+    struct http_job *hj = (struct http_job *)j;
+    switch (hj->kind) {
+    case JOB_SKU_VIEW: hj->res = sku_view(w, hj->id, 0, &hj->out); break;
+    case JOB_ADMIN_SKU_VIEW: hj->res = sku_view(w, hj->id, 1, &hj->out); break;
+    case JOB_ORDER_VIEW: hj->res = order_view(w, hj->id, &hj->out); break;
+    case JOB_SKU_CREATE: hj->res = sku_create(w, &hj->spec, &hj->out); break;
+    case JOB_SKU_ADJUST: hj->res = sku_adjust(w, hj->id, hj->delta, hj->reason, &hj->out); break;
+    case JOB_SKU_EXISTS: hj->res = sku_exists(w, hj->id); break;
+    case JOB_HEALTH: hj->res = sku_health(w, &hj->out); break;
+    }
+}
+
+/* The one place where business outcomes of blocking jobs become HTTP answers. */
+static void job_done(struct job *j)
+{
+    struct http_job *hj = (struct http_job *)j;
+    struct evhttp_request *req = hj->req;
+    json_t *out = hj->out;
+    const char *unknown = hj->kind == JOB_ORDER_VIEW ? "unknown_order" : "unknown_sku";
+    switch (hj->res) {
+    case SKU_OK:
+        if (hj->kind == JOB_SKU_EXISTS) /* a known SKU that Redis has not loaded */
+            reply_unavailable(req);
+        else
+            reply_json(req, hj->kind == JOB_SKU_CREATE ? 201 : 200, out), out = NULL;
+        break;
+    case SKU_UNKNOWN:
+        reply_error(req, 404, unknown, NULL);
+        break;
+    case SKU_EXISTS:
+        reply_error(req, 409, "sku_exists", "a SKU with this id already exists");
+        break;
+    case SKU_INSUFFICIENT: {
+        json_t *o = json_pack("{s:s, s:s}", "error", "insufficient_stock", "detail",
+                              "the negative delta is larger than the stock available");
+        if (out)
+            json_object_update(o, out);
+        reply_json(req, 409, o);
+        break;
+    }
+    case SKU_UNAVAILABLE:
+        if (hj->kind == JOB_HEALTH && out)
+            reply_json(req, 503, out), out = NULL;
+        else
+            reply_unavailable(req);
+        break;
+    }
+    json_decref(out);
+    free(hj);
+}
+
+static void submit(struct http_thread *th, struct evhttp_request *req, struct http_job *hj)
+{
+    hj->job.run = job_run;
+    hj->job.done = job_done;
+    hj->job.base = th->base;
+    hj->req = req;
+    if (workers_submit(th->srv->workers, &hj->job) != 0) {
+        free(hj);
+        reply_unavailable(req);
+    }
+}
+
+static struct http_job *new_job(enum job_kind kind, int64_t id)
+{
+    struct http_job *hj = calloc(1, sizeof *hj);
+    if (!hj)
+        abort();
+    hj->kind = kind;
+    hj->id = id;
+    return hj;
+}
+
+/* ---- the order path (async Redis, no worker) ----------------------------- */
+
+struct order_call {
+    struct http_thread *th;
+    struct evhttp_request *req;
+    int64_t sku, user, qty;
+};
+
+static json_t *order_body(const struct order_call *oc, long long order_id, const char *status)
+{
+    return json_pack("{s:I, s:s, s:I, s:I, s:I}", "order_id", (json_int_t)order_id, "status",
+                     status, "sku_id", (json_int_t)oc->sku, "user_id", (json_int_t)oc->user, "qty",
+                     (json_int_t)oc->qty);
+}
+
+static const char *str_at(const redisReply *r, size_t i)
+{
+    if (i >= r->elements || r->element[i]->type != REDIS_REPLY_STRING)
+        return NULL;
+    return r->element[i]->str;
+}
+
+/* Maps reserve.lua's answer to the buyer's answer.  Runs on the loop. */
+static void on_reserved(redisReply *r, void *arg)
+{
+    struct order_call *oc = arg;
+    struct evhttp_request *req = oc->req;
+    const char *verdict = r && r->type == REDIS_REPLY_ARRAY ? str_at(r, 0) : NULL;
+    if (!verdict) {
+        if (r && r->type == REDIS_REPLY_ERROR)
+            log_error("reserve.lua: %s", r->str);
+        reply_unavailable(req); /* the reservation, if any, is known by its idempotency key */
+    } else if (strcmp(verdict, "ok") == 0 && str_at(r, 1)) {
+        json_t *o = order_body(oc, atoll(str_at(r, 1)), "pending");
+        reply_json(req, 202, o);
+    } else if (strcmp(verdict, "dup") == 0 && str_at(r, 1)) {
+        const char *state = str_at(r, 2) ? str_at(r, 2) : "pending";
+        const char *status = strncmp(state, "returned:", 9) == 0 ? "rejected" : state;
+        json_t *o = order_body(oc, atoll(str_at(r, 1)), status);
+        json_object_set_new(o, "replayed", json_true());
+        reply_json(req, 202, o);
+    } else if (strcmp(verdict, "sold_out") == 0) {
+        reply_error(req, 409, "sold_out", NULL);
+    } else if (strcmp(verdict, "limit_exceeded") == 0) {
+        reply_error(req, 409, "limit_exceeded", "this order would exceed the per-user limit");
+    } else if (strcmp(verdict, "sale_not_active") == 0) {
+        reply_error(req, 409, "sale_not_active", NULL);
+    } else if (strcmp(verdict, "idem_mismatch") == 0) {
+        reply_error(req, 422, "idempotency_key_reused",
+                    "this Idempotency-Key was used with a different request");
+    } else if (strcmp(verdict, "not_loaded") == 0) {
+        /* Unknown to Redis: 404 if PostgreSQL does not know it either, else 503. */
+        submit(oc->th, req, new_job(JOB_SKU_EXISTS, oc->sku));
+    } else {
+        log_error("reserve.lua: unexpected answer %s", verdict);
+        reply_unavailable(req);
+    }
+    free(oc);
+}
+
+static void handle_order(struct http_thread *th, struct evhttp_request *req, int64_t sku)
+{
+    const struct cfg *c = th->srv->cfg;
+    if (require_json(req) != 0)
+        return;
+    size_t len;
+    char *body = take_body(req, c, &len);
+    if (!body)
+        return;
+    char detail[160];
+    int64_t user, qty;
+    int bad = validate_order_body(body, len, c->max_qty_per_order, &user, &qty, detail,
+                                  sizeof detail);
+    free(body);
+    if (bad) {
+        reply_error(req, 400, "invalid_request", detail);
+        return;
+    }
+    const char *idem = evhttp_find_header(evhttp_request_get_input_headers(req),
+                                          "Idempotency-Key");
+    if (idem && validate_idempotency_key(idem, (size_t)c->max_idempotency_key_bytes, detail,
+                                         sizeof detail) != 0) {
+        reply_error(req, 400, "invalid_request", detail);
+        return;
+    }
+    char keys[7][KEYS_MAX];
+    keys_sku(keys[0], sku, KEY_META);
+    keys_sku(keys[1], sku, KEY_STOCK);
+    keys_sku(keys[2], sku, KEY_SEQ);
+    keys_sku(keys[3], sku, KEY_BOUGHT);
+    keys_sku(keys[4], sku, KEY_JOURNAL);
+    keys_sku(keys[5], sku, KEY_STREAM);
+    keys_idem(keys[6], sku, idem ? idem : "");
+    char suser[24], sqty[24], fp[48], ttl[24];
+    snprintf(suser, sizeof suser, "%" PRId64, user);
+    snprintf(sqty, sizeof sqty, "%" PRId64, qty);
+    snprintf(fp, sizeof fp, "%" PRId64 ":%" PRId64, user, qty); /* what "same body" means */
+    snprintf(ttl, sizeof ttl, "%" PRId64, c->idempotency_ttl_s);
+    const char *argv[12] = {keys[0], keys[1], keys[2], keys[3], keys[4], keys[5],
+                            keys[6], suser,   sqty,    idem ? idem : "", fp, ttl};
+    struct order_call *oc = calloc(1, sizeof *oc);
+    if (!oc)
+        abort();
+    *oc = (struct order_call){th, req, sku, user, qty};
+    redis_async_script(th->redis, &script_reserve, 7, 5, argv, NULL, on_reserved, oc);
+}
+
+/* ---- admin ------------------------------------------------------------- */
+
+static int require_admin(struct http_thread *th, struct evhttp_request *req)
+{
+    const char *auth = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+    if (validate_bearer(auth, th->srv->cfg->admin_token))
+        return 0;
+    evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate",
+                      "Bearer realm=\"seckill-admin\"");
+    reply_error(req, 401, "unauthorized", "a valid admin bearer token is required");
+    return -1;
+}
+
+static void handle_sku_create(struct http_thread *th, struct evhttp_request *req)
+{
+    if (require_json(req) != 0)
+        return;
+    size_t len;
+    char *body = take_body(req, th->srv->cfg, &len);
+    if (!body)
+        return;
+    struct http_job *hj = new_job(JOB_SKU_CREATE, 0);
+    char detail[160];
+    int bad = validate_sku_body(body, len, &hj->spec, detail, sizeof detail);
+    free(body);
+    if (bad) {
+        free(hj);
+        reply_error(req, 400, "invalid_request", detail);
+        return;
+    }
+    submit(th, req, hj);
+}
+
+static void handle_sku_adjust(struct http_thread *th, struct evhttp_request *req, int64_t sku)
+{
+    if (require_json(req) != 0)
+        return;
+    size_t len;
+    char *body = take_body(req, th->srv->cfg, &len);
+    if (!body)
+        return;
+    struct http_job *hj = new_job(JOB_SKU_ADJUST, sku);
+    char detail[160];
+    int bad = validate_adjust_body(body, len, &hj->delta, hj->reason, sizeof hj->reason, detail,
+                                   sizeof detail);
+    free(body);
+    if (bad) {
+        free(hj);
+        reply_error(req, 400, "invalid_request", detail);
+        return;
+    }
+    submit(th, req, hj);
+}
+
+/* ---- routing ----------------------------------------------------------- */
+
+/* Splits path into at most 'max' segments; returns the count, or -1 if too many. */
+static int split_path(const char *path, char seg[][64], int max)
+{
+    int n = 0;
+    const char *p = path;
+    while (*p == '/')
+        p++;
+    while (*p) {
+        size_t len = strcspn(p, "/");
+        if (n == max || len >= 64)
+            return -1;
+        memcpy(seg[n], p, len);
+        seg[n][len] = '\0';
+        n++;
+        p += len;
+        while (*p == '/')
+            p++;
+    }
+    return n;
+}
+
+static int method_is(struct evhttp_request *req, enum evhttp_cmd_type want)
+{
+    if (evhttp_request_get_command(req) == want)
+        return 1;
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Allow",
+                      want == EVHTTP_REQ_GET ? "GET" : "POST");
+    reply_error(req, 405, "method_not_allowed", NULL);
+    return 0;
+}
+
+/* Parses an id path segment or answers 400/404. */
+static int path_id(struct evhttp_request *req, const char *s, int64_t *id, const char *what)
+{
+    if (validate_id_segment(s, strlen(s), id) == 0)
+        return 0;
+    char d[96];
+    snprintf(d, sizeof d, "%s must be an integer between 1 and 2^63-1", what);
+    reply_error(req, 400, "invalid_request", d);
+    return -1;
+}
+
+static void on_request(struct evhttp_request *req, void *arg)
+{
+    struct http_thread *th = arg;
+    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+    const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
+    char seg[6][64];
+    int n = path ? split_path(path, seg, 6) : -1;
+    int64_t id;
+#define IS(i, s) (strcmp(seg[i], s) == 0)
+    if (n == 1 && IS(0, "healthz")) {
+        if (method_is(req, EVHTTP_REQ_GET))
+            submit(th, req, new_job(JOB_HEALTH, 0));
+    } else if (n >= 3 && IS(0, "api") && IS(1, "v1")) {
+        if (n == 5 && IS(2, "skus") && IS(4, "orders")) {
+            if (method_is(req, EVHTTP_REQ_POST) && path_id(req, seg[3], &id, "sku_id") == 0)
+                handle_order(th, req, id);
+        } else if (n == 4 && IS(2, "skus")) {
+            if (method_is(req, EVHTTP_REQ_GET) && path_id(req, seg[3], &id, "sku_id") == 0)
+                submit(th, req, new_job(JOB_SKU_VIEW, id));
+        } else if (n == 4 && IS(2, "orders")) {
+            if (method_is(req, EVHTTP_REQ_GET) && path_id(req, seg[3], &id, "order_id") == 0)
+                submit(th, req, new_job(JOB_ORDER_VIEW, id));
+        } else {
+            reply_error(req, 404, "not_found", NULL);
+        }
+    } else if (n >= 3 && IS(0, "admin") && IS(1, "v1") && IS(2, "skus")) {
+        if (require_admin(th, req) != 0)
+            return;
+        if (n == 3) {
+            if (method_is(req, EVHTTP_REQ_POST))
+                handle_sku_create(th, req);
+        } else if (n == 4) {
+            if (method_is(req, EVHTTP_REQ_GET) && path_id(req, seg[3], &id, "sku_id") == 0)
+                submit(th, req, new_job(JOB_ADMIN_SKU_VIEW, id));
+        } else if (n == 5 && IS(4, "stock-adjustments")) {
+            if (method_is(req, EVHTTP_REQ_POST) && path_id(req, seg[3], &id, "sku_id") == 0)
+                handle_sku_adjust(th, req, id);
+        } else {
+            reply_error(req, 404, "not_found", NULL);
+        }
+    } else {
+        reply_error(req, 404, "not_found", NULL);
+    }
+#undef IS
+}
+
+/* ---- threads ----------------------------------------------------------- */
+
+static void *loop_main(void *arg)
+{
+    struct http_thread *th = arg;
+    event_base_loop(th->base, EVLOOP_NO_EXIT_ON_EMPTY);
+    return NULL;
+}
+
+static int split_addr(const char *addr, char *host, size_t cap, int *port)
+{
+    const char *colon = strrchr(addr, ':');
+    if (!colon || (size_t)(colon - addr) >= cap)
+        return -1;
+    memcpy(host, addr, (size_t)(colon - addr));
+    host[colon - addr] = '\0';
+    char *end;
+    long p = strtol(colon + 1, &end, 10);
+    if (*end || p < 0 || p > 65535)
+        return -1;
+    *port = (int)p;
+    return 0;
+}
+
+static int thread_init(struct http_thread *th, struct http_server *s, char *err, size_t errlen)
+{
+    const struct cfg *c = s->cfg;
+    th->srv = s;
+    th->base = event_base_new();
+    th->http = th->base ? evhttp_new(th->base) : NULL;
+    if (!th->http) {
+        snprintf(err, errlen, "cannot create the HTTP event loop");
+        return -1;
+    }
+    /* libevent's own limits sit above ours so that our 400 answers with a JSON
+     * body; beyond them libevent closes or answers 413 without reading more. */
+    evhttp_set_max_body_size(th->http, (ev_ssize_t)c->max_body_bytes * 4);
+    evhttp_set_max_headers_size(th->http, (ev_ssize_t)c->max_header_bytes);
+    evhttp_set_timeout(th->http, (int)c->http_timeout_s);
+    evhttp_set_allowed_methods(th->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
+                                             EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
+                                             EVHTTP_REQ_PATCH);
+    evhttp_set_gencb(th->http, on_request, th);
+    th->redis = redis_async_new(th->base, c, err, errlen);
+    return th->redis ? 0 : -1;
+}
+
+struct http_server *http_server_start(const struct cfg *c, struct workers *ws, char *err,
+                                      size_t errlen)
+{
+    char host[256];
+    int port;
+    if (split_addr(c->http_addr, host, sizeof host, &port) != 0) {
+        snprintf(err, errlen, "http_addr must be host:port, not \"%s\"", c->http_addr);
+        return NULL;
+    }
+    struct http_server *s = calloc(1, sizeof *s);
+    if (!s)
+        abort();
+    s->cfg = c;
+    s->workers = ws;
+    s->n = (size_t)c->http_threads;
+    s->threads = calloc(s->n, sizeof *s->threads);
+    if (!s->threads)
+        abort();
+    evutil_socket_t fd = -1;
+    for (size_t i = 0; i < s->n; i++) {
+        struct http_thread *th = &s->threads[i];
+        if (thread_init(th, s, err, errlen) != 0)
+            goto fail;
+        if (i == 0) {
+            struct evhttp_bound_socket *bs = evhttp_bind_socket_with_handle(th->http, host,
+                                                                            (ev_uint16_t)port);
+            if (!bs) {
+                snprintf(err, errlen, "cannot listen on %s", c->http_addr);
+                goto fail;
+            }
+            fd = evhttp_bound_socket_get_fd(bs);
+        } else if (evhttp_accept_socket(th->http, dup(fd)) != 0) {
+            /* each evhttp closes its own copy of the listening socket */
+            snprintf(err, errlen, "cannot share the listening socket");
+            goto fail;
+        }
+    }
+    for (size_t i = 0; i < s->n; i++) {
+        if (pthread_create(&s->threads[i].tid, NULL, loop_main, &s->threads[i]) != 0) {
+            snprintf(err, errlen, "cannot start HTTP thread");
+            goto fail;
+        }
+        s->threads[i].started = 1;
+    }
+    return s;
+fail:
+    http_server_stop(s);
+    return NULL;
+}
+
+void http_server_stop(struct http_server *s)
+{
+    if (!s)
+        return;
+    for (size_t i = 0; i < s->n; i++)
+        if (s->threads[i].started)
+            event_base_loopexit(s->threads[i].base, NULL);
+    for (size_t i = 0; i < s->n; i++) {
+        struct http_thread *th = &s->threads[i];
+        if (th->started)
+            pthread_join(th->tid, NULL);
+        /* evhttp_free before the Redis client: pending replies may still reference it. */
+        if (th->http)
+            evhttp_free(th->http);
+        redis_async_free(th->redis);
+        if (th->base)
+            event_base_free(th->base);
+    }
+    free(s->threads);
+    free(s);
+}

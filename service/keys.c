@@ -1,0 +1,24 @@
+#include "keys.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+
+void keys_sku(char *out, int64_t sku, enum keys_kind kind)
+{
+    static const char *suffix[] = {
+        [KEY_META] = "meta",       [KEY_STOCK] = "stock",   [KEY_SEQ] = "seq",
+        [KEY_BOUGHT] = "bought",   [KEY_JOURNAL] = "journal", [KEY_STREAM] = "orders",
+        [KEY_SKU_LOCK] = "lock:sku",
+    };
+    snprintf(out, KEYS_MAX, "seckill:{sku:%" PRId64 "}:%s", sku, suffix[kind]);
+}
+
+void keys_idem(char *out, int64_t sku, const char *idem)
+{
+    snprintf(out, KEYS_MAX, "seckill:{sku:%" PRId64 "}:idem:%s", sku, idem);
+}
+
+void keys_order_lock(char *out, int64_t sku, int64_t order_id)
+{
+    snprintf(out, KEYS_MAX, "seckill:{sku:%" PRId64 "}:lock:order:%" PRId64, sku, order_id);
+}

@@ -1,0 +1,33 @@
+/*
+ * keys: the Redis key names of a SKU and the order id layout.
+ *
+ * Every key of SKU 42 starts with "seckill:{sku:42}:" so that they share one
+ * hash tag, and a script touching several of them stays valid on Redis Cluster.
+ * Order id = epoch * 2^30 + per-epoch sequence (see migrations/0001_init.sql).
+ */
+#ifndef SECKILL_KEYS_H
+#define SECKILL_KEYS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KEYS_MAX 320               /* longest key we build, idempotency key included */
+#define KEYS_ORDER_SEQ_BITS 30
+#define KEYS_WRITER_GROUP "writers" /* consumer group of every order stream */
+
+enum keys_kind { KEY_META, KEY_STOCK, KEY_SEQ, KEY_BOUGHT, KEY_JOURNAL, KEY_STREAM, KEY_SKU_LOCK };
+
+/* Writes the name of key 'kind' of SKU 'sku' into out (KEYS_MAX bytes). */
+void keys_sku(char *out, int64_t sku, enum keys_kind kind);
+/* The idempotency key's Redis name; 'idem' was validated (printable ASCII, bounded). */
+void keys_idem(char *out, int64_t sku, const char *idem);
+/* The lock name guarding one order's database write. */
+void keys_order_lock(char *out, int64_t sku, int64_t order_id);
+
+/* The epoch part of an order id (which SKU load produced it). */
+static inline int64_t keys_order_epoch(int64_t order_id)
+{
+    return order_id >> KEYS_ORDER_SEQ_BITS;
+}
+
+#endif

@@ -1,0 +1,124 @@
+/*
+ * seckilld: the flash-sale reservation daemon.
+ *
+ *   seckilld [--setting=value ...] serve     run the HTTP API and the order writer
+ *   seckilld [--setting=value ...] migrate   apply database migrations and exit
+ *   seckilld --help
+ */
+#include <event2/event.h>
+#include <event2/thread.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cfg.h"
+#include "embedded.h"
+#include "http_api.h"
+#include "log.h"
+#include "migrate.h"
+#include "order_writer.h"
+#include "workers.h"
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: seckilld [--config FILE] [--setting value ...] serve|migrate\n\n");
+    cfg_print_help(out);
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+    (void)what;
+    log_info("signal %d: shutting down", (int)sig);
+    event_base_loopbreak(arg);
+}
+
+static int serve(const struct cfg *c)
+{
+    char err[256];
+    if (!c->admin_token[0])
+        log_warn("admin_token is empty: the admin API refuses every request");
+
+    /* Initialise subsystems; order matters: workers before the HTTP loops that
+     * submit to them, the writer last.  Teardown runs in reverse. */
+    struct event_base *base = event_base_new();
+    if (!base) {
+        fprintf(stderr, "seckilld: cannot create the main event loop\n");
+        return 1;
+    }
+    struct event *sigint = evsignal_new(base, SIGINT, on_signal, base);
+    struct event *sigterm = evsignal_new(base, SIGTERM, on_signal, base);
+    evsignal_add(sigint, NULL);
+    evsignal_add(sigterm, NULL);
+
+    int rc = 1;
+    struct http_server *http = NULL;
+    struct order_writer *writer = NULL;
+    struct workers *ws = workers_start(c, err, sizeof err);
+    if (!ws)
+        goto out;
+    http = http_server_start(c, ws, err, sizeof err);
+    if (!http)
+        goto out;
+    writer = order_writer_start(c, err, sizeof err);
+    if (!writer)
+        goto out;
+    log_info("seckilld listening on %s (%" PRId64 " HTTP threads, %" PRId64 " writers)",
+             c->http_addr, c->http_threads, c->writer_threads);
+    event_base_dispatch(base);
+    rc = 0;
+out:
+    if (rc)
+        fprintf(stderr, "seckilld: %s\n", err);
+    order_writer_stop(writer);
+    workers_stop(ws); /* hands finished jobs back to the loops, still running */
+    http_server_stop(http);
+    event_free(sigint);
+    event_free(sigterm);
+    event_base_free(base);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(stdout);
+            return 0;
+        }
+    /* libevent must know about threads before any base exists. */
+    if (evthread_use_pthreads() != 0) {
+        fprintf(stderr, "seckilld: libevent has no pthreads support\n");
+        return 1;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    struct cfg c;
+    cfg_defaults(&c);
+    char err[256];
+    int first = argc;
+    if (cfg_load(&c, argc, argv, &first, err, sizeof err) != 0) {
+        fprintf(stderr, "seckilld: %s\n", err);
+        cfg_free(&c);
+        return 2;
+    }
+    if (log_set_level(c.log_level) != 0) {
+        fprintf(stderr, "seckilld: log_level must be debug, info, warn or error\n");
+        cfg_free(&c);
+        return 2;
+    }
+    const char *cmd = first < argc ? argv[first] : "serve";
+    embedded_init();
+    int rc;
+    if (strcmp(cmd, "migrate") == 0) {
+        rc = migrate_run(&c) < 0 ? 1 : 0;
+    } else if (strcmp(cmd, "serve") == 0) {
+        rc = serve(&c);
+    } else {
+        fprintf(stderr, "seckilld: unknown command \"%s\"\n", cmd);
+        usage(stderr);
+        rc = 2;
+    }
+    cfg_free(&c);
+    return rc;
+}

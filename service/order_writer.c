@@ -1,0 +1,609 @@
+#include "order_writer.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dbtx.h"
+#include "embedded.h"
+#include "keys.h"
+#include "log.h"
+#include "txlock.h"
+
+#define REASON_NO_STOCK "insufficient_stock"
+
+/* ---- small buffers ------------------------------------------------------- */
+
+struct sbuf {
+    char *p;
+    size_t len, cap;
+};
+
+static void sb_add(struct sbuf *b, const char *s, size_t n)
+{
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p)
+            abort();
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void sb_str(struct sbuf *b, const char *s)
+{
+    sb_add(b, s, strlen(s));
+}
+
+static void sb_i64(struct sbuf *b, int64_t v)
+{
+    char num[24];
+    sb_add(b, num, (size_t)snprintf(num, sizeof num, "%" PRId64, v));
+}
+
+/* Appends s as a quoted element of a PostgreSQL array literal, or NULL. */
+static void sb_array_text(struct sbuf *b, const char *s)
+{
+    if (!s) {
+        sb_str(b, "NULL");
+        return;
+    }
+    sb_str(b, "\"");
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            sb_str(b, "\\");
+        sb_add(b, s, 1);
+    }
+    sb_str(b, "\"");
+}
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- one batch ----------------------------------------------------------- */
+
+enum decision { DEC_NONE, DEC_CONFIRMED, DEC_REJECTED };
+
+struct batch {
+    struct writer *w;
+    int64_t sku;
+    const struct writer_entry *e;
+    size_t n;
+    enum decision *dec; /* what the database holds for each entry after commit */
+    int finished;       /* stock returned and entries acknowledged */
+};
+
+/* Gives back the units of rejected orders (order_return.lua is idempotent by
+ * the journal) and acknowledges the batch.  Returns 0, or -1 on Redis failure
+ * (the entries stay pending; a replay repeats this harmlessly). */
+static int finish_batch(struct batch *b)
+{
+    char journal[KEYS_MAX], stock[KEYS_MAX], bought[KEYS_MAX], stream[KEYS_MAX];
+    keys_sku(journal, b->sku, KEY_JOURNAL);
+    keys_sku(stock, b->sku, KEY_STOCK);
+    keys_sku(bought, b->sku, KEY_BOUGHT);
+    keys_sku(stream, b->sku, KEY_STREAM);
+    for (size_t i = 0; i < b->n; i++) {
+        if (b->dec[i] != DEC_REJECTED)
+            continue;
+        char oid[24], uid[24], qty[24];
+        snprintf(oid, sizeof oid, "%" PRId64, b->e[i].order_id);
+        snprintf(uid, sizeof uid, "%" PRId64, b->e[i].user_id);
+        snprintf(qty, sizeof qty, "%" PRId64, b->e[i].qty);
+        const char *argv[] = {journal, stock, bought, oid, uid, qty, REASON_NO_STOCK};
+        redisReply *r = redis_conn_script(&b->w->ctx.redis, &script_order_return, 3, 4, argv,
+                                          NULL);
+        int ok = r && r->type == REDIS_REPLY_INTEGER;
+        if (r && !ok)
+            log_warn("order_return: %s", r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
+        if (r)
+            freeReplyObject(r);
+        if (!ok)
+            return -1;
+    }
+    size_t argc = 0, max = 4 + 2 * b->n;
+    const char **argv = calloc(max, sizeof *argv);
+    char(*ids)[24] = calloc(b->n, sizeof *ids);
+    char count[24];
+    if (!argv || !ids)
+        abort();
+    snprintf(count, sizeof count, "%zu", b->n);
+    argv[argc++] = stream;
+    argv[argc++] = journal;
+    argv[argc++] = KEYS_WRITER_GROUP;
+    argv[argc++] = count;
+    for (size_t i = 0; i < b->n; i++)
+        argv[argc++] = b->e[i].stream_id;
+    for (size_t i = 0; i < b->n; i++)
+        if (b->dec[i] == DEC_CONFIRMED) {
+            snprintf(ids[i], sizeof ids[i], "%" PRId64, b->e[i].order_id);
+            argv[argc++] = ids[i];
+        }
+    redisReply *r = redis_conn_script(&b->w->ctx.redis, &script_orders_ack, 2, (int)argc - 2,
+                                      argv, NULL);
+    int ok = r && r->type == REDIS_REPLY_INTEGER;
+    if (r && !ok)
+        log_warn("orders_ack: %s", r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
+    if (r)
+        freeReplyObject(r);
+    free(argv);
+    free(ids);
+    return ok ? 0 : -1;
+}
+
+/* Completion hook, registered after the lock's: runs while the lock is held. */
+static void on_batch_complete(enum dbtx_outcome outcome, void *arg)
+{
+    struct batch *b = arg;
+    if (outcome == DBTX_COMMITTED)
+        b->finished = finish_batch(b) == 0;
+    else if (outcome == DBTX_UNKNOWN)
+        log_error("sku %" PRId64 ": batch outcome unknown; it will be replayed", b->sku);
+}
+
+/* Reads which of the batch's orders the database already holds (a replay). */
+static int load_existing(struct dbtx *tx, struct batch *b, const char *ids)
+{
+    PGresult *r = dbtx_exec(tx, sql_text("orders_existing"), 1, (const char *[]){ids});
+    if (!r)
+        return -1;
+    for (int row = 0; row < PQntuples(r); row++) {
+        int64_t id = atoll(PQgetvalue(r, row, 0));
+        int rejected = strcmp(PQgetvalue(r, row, 1), "rejected") == 0;
+        for (size_t i = 0; i < b->n; i++)
+            if (b->e[i].order_id == id)
+                b->dec[i] = rejected ? DEC_REJECTED : DEC_CONFIRMED;
+    }
+    PQclear(r);
+    return 0;
+}
+
+/* Decides, writes and checks the new orders of the batch inside tx. */
+static int write_new_orders(struct dbtx *tx, struct batch *b, const char *sid)
+{
+    enum decision *was = calloc(b->n, sizeof *was);
+    if (!was)
+        abort();
+    memcpy(was, b->dec, b->n * sizeof *was);
+    int rc = -1;
+    struct sbuf ids = {0}, users = {0}, qtys = {0}, status = {0}, reasons = {0}, idems = {0},
+                ms = {0}, kinds = {0}, deltas = {0}, afters = {0}, lids = {0};
+    PGresult *r = dbtx_exec(tx, sql_text("sku_lock_row"), 1, (const char *[]){sid});
+    if (!r || PQntuples(r) != 1) {
+        PQclear(r);
+        goto out;
+    }
+    int64_t stock = atoll(PQgetvalue(r, 0, 0));
+    PQclear(r);
+
+    /* First come, first served in stream order, while the database has stock. */
+    int64_t take = 0;
+    size_t fresh = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        if (b->dec[i] != DEC_NONE)
+            continue;
+        fresh++;
+        b->dec[i] = b->e[i].qty <= stock - take ? DEC_CONFIRMED : DEC_REJECTED;
+        if (b->dec[i] == DEC_CONFIRMED)
+            take += b->e[i].qty;
+    }
+    if (fresh == 0) {
+        rc = 0;
+        goto out;
+    }
+    int64_t after = stock;
+    if (take > 0) {
+        char n[24];
+        snprintf(n, sizeof n, "%" PRId64, take);
+        r = dbtx_exec(tx, sql_text("sku_take_stock"), 2, (const char *[]){sid, n});
+        /* The guard is the last word: no row means the stock is not there. */
+        if (!r || PQntuples(r) != 1) {
+            log_error("sku %s: guarded stock update refused %s units", sid, n);
+            PQclear(r);
+            goto out;
+        }
+        after = atoll(PQgetvalue(r, 0, 0));
+        PQclear(r);
+    }
+    const char *sep = "{";
+    int64_t ledger_after = after + take; /* walk forward from the stock before the batch */
+    for (size_t i = 0; i < b->n; i++) {
+        if (was[i] != DEC_NONE)
+            continue;
+        const struct writer_entry *e = &b->e[i];
+        int ok = b->dec[i] == DEC_CONFIRMED;
+        sb_str(&ids, sep), sb_i64(&ids, e->order_id);
+        sb_str(&users, sep), sb_i64(&users, e->user_id);
+        sb_str(&qtys, sep), sb_i64(&qtys, e->qty);
+        sb_str(&status, sep), sb_str(&status, ok ? "confirmed" : "rejected");
+        sb_str(&reasons, sep), sb_array_text(&reasons, ok ? NULL : REASON_NO_STOCK);
+        sb_str(&idems, sep), sb_array_text(&idems, e->idem[0] ? e->idem : NULL);
+        sb_str(&ms, sep), sb_i64(&ms, e->reserved_ms);
+        if (ok)
+            ledger_after -= e->qty;
+        sb_str(&kinds, sep), sb_str(&kinds, ok ? "order" : "rejection");
+        sb_str(&deltas, sep), sb_i64(&deltas, ok ? -e->qty : 0);
+        sb_str(&afters, sep), sb_i64(&afters, ledger_after);
+        sb_str(&lids, sep), sb_i64(&lids, e->order_id);
+        sep = ",";
+    }
+    struct sbuf *all[] = {&ids, &users, &qtys, &status, &reasons, &idems, &ms, &kinds, &deltas,
+                          &afters, &lids};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        sb_str(all[i], "}");
+    const char *ins[] = {sid, ids.p, users.p, qtys.p, status.p, reasons.p, idems.p, ms.p};
+    r = dbtx_exec(tx, sql_text("orders_insert_batch"), 8, ins);
+    /* Under the lock nobody else writes these ids: every new row must land. */
+    if (!r || (size_t)PQntuples(r) != fresh) {
+        log_error("sku %s: inserted %d of %zu orders", sid, r ? PQntuples(r) : -1, fresh);
+        PQclear(r);
+        goto out;
+    }
+    PQclear(r);
+    const char *led[] = {sid, kinds.p, deltas.p, afters.p, lids.p};
+    r = dbtx_exec(tx, sql_text("ledger_insert_batch"), 5, led);
+    if (!r)
+        goto out;
+    PQclear(r);
+    rc = 0;
+out:
+    free(ids.p), free(users.p), free(qtys.p), free(status.p), free(reasons.p), free(idems.p);
+    free(ms.p), free(kinds.p), free(deltas.p), free(afters.p), free(lids.p);
+    free(was);
+    return rc;
+}
+
+int writer_process_batch(struct writer *w, int64_t sku, const struct writer_entry *e, size_t n)
+{
+    if (n == 0)
+        return 0;
+    const struct cfg *c = w->ctx.cfg;
+    struct batch b = {.w = w, .sku = sku, .e = e, .n = n};
+    b.dec = calloc(n, sizeof *b.dec);
+    char(*lock_keys)[KEYS_MAX] = calloc(n, sizeof *lock_keys);
+    const char **lock_ptrs = calloc(n, sizeof *lock_ptrs);
+    if (!b.dec || !lock_keys || !lock_ptrs)
+        abort();
+    for (size_t i = 0; i < n; i++) {
+        keys_order_lock(lock_keys[i], sku, e[i].order_id);
+        lock_ptrs[i] = lock_keys[i];
+    }
+    int rc = -1;
+    struct sbuf ids = {0};
+    struct txlock t = {.redis = &w->ctx.redis};
+    struct rlock_opts o = {(int)c->lock_ttl_ms, (int)c->lock_wait_ms, (int)c->lock_retry_ms};
+    redisContext *rc_ctx = redis_conn_get(&w->ctx.redis);
+    enum rlock_status st = rc_ctx ? rlock_acquire_multi(rc_ctx, &t.lock, lock_ptrs, n, &o)
+                                  : RLOCK_ERR;
+    if (st != RLOCK_OK) {
+        /* Busy: another writer holds these orders right now; it decides them. */
+        log_debug("sku %" PRId64 ": batch lock: %s", sku, rlock_status_str(st));
+        rlock_clear(&t.lock);
+        goto out;
+    }
+    PGconn *conn = db_conn_get(&w->ctx.db);
+    struct dbtx *tx = conn ? dbtx_begin(conn, c->pg_dsn, DBTX_ISO_READ_COMMITTED, NULL, 0) : NULL;
+    /* Hooks run in reverse: finish the batch first, release the lock last. */
+    if (!tx || txlock_bind(&t, tx) != 0) {
+        if (tx)
+            (void)dbtx_rollback(tx);
+        if (redis_conn_get(&w->ctx.redis))
+            (void)rlock_release(w->ctx.redis.ctx, &t.lock);
+        rlock_clear(&t.lock);
+        goto out;
+    }
+    if (dbtx_on_complete(tx, on_batch_complete, &b) != 0) {
+        (void)dbtx_rollback(tx);
+        goto out;
+    }
+    char sid[24];
+    snprintf(sid, sizeof sid, "%" PRId64, sku);
+    const char *sep = "{";
+    for (size_t i = 0; i < n; i++) {
+        sb_str(&ids, sep), sb_i64(&ids, e[i].order_id);
+        sep = ",";
+    }
+    sb_str(&ids, "}");
+    if (load_existing(tx, &b, ids.p) != 0 || write_new_orders(tx, &b, sid) != 0) {
+        log_warn("sku %" PRId64 ": batch of %zu rolled back: %s", sku, n, dbtx_error(tx));
+        (void)dbtx_rollback(tx);
+        goto out;
+    }
+    if (!txlock_still_valid(&t, c->lock_commit_margin_ms)) {
+        /* Our lease may be over: another writer may hold these orders now. */
+        log_warn("sku %" PRId64 ": lock lease too short to commit; rolling back", sku);
+        (void)dbtx_rollback(tx);
+        goto out;
+    }
+    if (dbtx_commit(tx, NULL, 0, NULL) == DBTX_COMMITTED && b.finished)
+        rc = 0;
+out:
+    free(ids.p);
+    free(b.dec);
+    free(lock_keys);
+    free(lock_ptrs);
+    return rc;
+}
+
+/* ---- reading the streams ------------------------------------------------ */
+
+static int parse_entry(const redisReply *r, struct writer_entry *e)
+{
+    memset(e, 0, sizeof *e);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_ARRAY)
+        return -1;
+    snprintf(e->stream_id, sizeof e->stream_id, "%s", r->element[0]->str);
+    e->reserved_ms = atoll(e->stream_id);
+    const redisReply *f = r->element[1];
+    int have = 0;
+    for (size_t i = 0; i + 1 < f->elements; i += 2) {
+        const char *k = f->element[i]->str, *v = f->element[i + 1]->str;
+        if (!k || !v)
+            return -1;
+        if (strcmp(k, "o") == 0)
+            e->order_id = atoll(v), have |= 1;
+        else if (strcmp(k, "u") == 0)
+            e->user_id = atoll(v), have |= 2;
+        else if (strcmp(k, "q") == 0)
+            e->qty = atoll(v), have |= 4;
+        else if (strcmp(k, "k") == 0)
+            snprintf(e->idem, sizeof e->idem, "%s", v);
+    }
+    return have == 7 && e->order_id > 0 && e->user_id > 0 && e->qty > 0 ? 0 : -1;
+}
+
+/* Writes the entries of one stream reply (array of [id, fields]).  Returns the
+ * number decided or -1. */
+static int process_entries(struct writer *w, int64_t sku, const redisReply *list)
+{
+    if (list->type != REDIS_REPLY_ARRAY || list->elements == 0)
+        return 0;
+    struct writer_entry *e = calloc(list->elements, sizeof *e);
+    if (!e)
+        abort();
+    size_t n = 0;
+    for (size_t i = 0; i < list->elements; i++) {
+        if (parse_entry(list->element[i], &e[n]) == 0)
+            n++;
+        else
+            /* Not from reserve.lua: left pending for an operator, never guessed. */
+            log_error("sku %" PRId64 ": malformed order stream entry skipped", sku);
+    }
+    int rc = writer_process_batch(w, sku, e, n) == 0 ? (int)n : -1;
+    free(e);
+    return rc;
+}
+
+static int64_t stream_sku(const char *name)
+{
+    const char *p = strstr(name, "{sku:");
+    return p ? atoll(p + 5) : 0;
+}
+
+static int refresh_skus(struct writer *w)
+{
+    PGresult *r = db_query(&w->ctx.db, "sku_ids_active", 0, NULL);
+    if (!r)
+        return -1;
+    free(w->skus);
+    w->nskus = (size_t)PQntuples(r);
+    w->skus = calloc(w->nskus ? w->nskus : 1, sizeof *w->skus);
+    if (!w->skus)
+        abort();
+    for (size_t i = 0; i < w->nskus; i++)
+        w->skus[i] = atoll(PQgetvalue(r, (int)i, 0));
+    PQclear(r);
+    return 0;
+}
+
+/* A stream of a SKU that was never loaded (or lost) has no group: create it. */
+static void ensure_groups(struct writer *w)
+{
+    for (size_t i = 0; i < w->nskus; i++) {
+        char stream[KEYS_MAX];
+        keys_sku(stream, w->skus[i], KEY_STREAM);
+        const char *argv[] = {"XGROUP", "CREATE", stream, KEYS_WRITER_GROUP, "0", "MKSTREAM"};
+        redisReply *r = redis_conn_cmd(&w->ctx.redis, 6, argv, NULL);
+        if (r)
+            freeReplyObject(r);
+    }
+}
+
+static int reclaim(struct writer *w)
+{
+    int total = 0;
+    char idle[24];
+    snprintf(idle, sizeof idle, "%" PRId64, w->ctx.cfg->writer_claim_idle_ms);
+    char count[24];
+    snprintf(count, sizeof count, "%" PRId64, w->ctx.cfg->writer_batch);
+    for (size_t i = 0; i < w->nskus; i++) {
+        char stream[KEYS_MAX];
+        keys_sku(stream, w->skus[i], KEY_STREAM);
+        const char *argv[] = {"XAUTOCLAIM", stream, KEYS_WRITER_GROUP, w->consumer, idle, "0-0",
+                              "COUNT",      count};
+        redisReply *r = redis_conn_cmd(&w->ctx.redis, 8, argv, NULL);
+        if (!r)
+            return -1;
+        if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2) {
+            int n = process_entries(w, w->skus[i], r->element[1]);
+            if (n > 0)
+                log_info("sku %" PRId64 ": replayed %d reclaimed orders", w->skus[i], n);
+            total += n > 0 ? n : 0;
+        }
+        freeReplyObject(r);
+    }
+    return total;
+}
+
+int writer_poll(struct writer *w)
+{
+    const struct cfg *c = w->ctx.cfg;
+    int64_t now = mono_ms();
+    if (now >= w->next_refresh_ms) {
+        if (refresh_skus(w) != 0)
+            return -1;
+        w->next_refresh_ms = now + c->writer_refresh_ms;
+    }
+    if (w->nskus == 0) {
+        usleep((useconds_t)c->writer_block_ms * 1000);
+        return 0;
+    }
+    int total = 0;
+    if (now >= w->next_claim_ms) {
+        int n = reclaim(w);
+        if (n < 0)
+            return -1;
+        total += n;
+        w->next_claim_ms = now + c->writer_claim_idle_ms / 2;
+    }
+    size_t argc = 0, max = 9 + 2 * w->nskus; /* head below + 2 per stream */
+    const char **argv = calloc(max, sizeof *argv);
+    char(*names)[KEYS_MAX] = calloc(w->nskus, sizeof *names);
+    if (!argv || !names)
+        abort();
+    char count[24], block[24];
+    snprintf(count, sizeof count, "%" PRId64, c->writer_batch);
+    snprintf(block, sizeof block, "%" PRId64, c->writer_block_ms);
+    const char *head[] = {"XREADGROUP", "GROUP", KEYS_WRITER_GROUP, w->consumer, "COUNT", count,
+                          "BLOCK", block, "STREAMS"};
+    for (size_t i = 0; i < sizeof head / sizeof head[0]; i++)
+        argv[argc++] = head[i];
+    for (size_t i = 0; i < w->nskus; i++) {
+        keys_sku(names[i], w->skus[i], KEY_STREAM);
+        argv[argc++] = names[i];
+    }
+    for (size_t i = 0; i < w->nskus; i++)
+        argv[argc++] = ">";
+    redisReply *r = redis_conn_cmd(&w->ctx.redis, (int)argc, argv, NULL);
+    free(argv);
+    free(names);
+    if (!r)
+        return -1;
+    if (r->type == REDIS_REPLY_ERROR) {
+        if (strncmp(r->str, "NOGROUP", 7) == 0)
+            ensure_groups(w);
+        else
+            log_warn("XREADGROUP: %s", r->str);
+        freeReplyObject(r);
+        return -1;
+    }
+    int failed = 0;
+    if (r->type == REDIS_REPLY_ARRAY)
+        for (size_t i = 0; i < r->elements; i++) {
+            const redisReply *s = r->element[i];
+            if (s->type != REDIS_REPLY_ARRAY || s->elements != 2 ||
+                s->element[0]->type != REDIS_REPLY_STRING)
+                continue;
+            int n = process_entries(w, stream_sku(s->element[0]->str), s->element[1]);
+            if (n < 0)
+                failed = 1;
+            else
+                total += n;
+        }
+    freeReplyObject(r);
+    return failed ? -1 : total;
+}
+
+int writer_init(struct writer *w, const struct cfg *c, const char *consumer, char *err,
+                size_t errlen)
+{
+    memset(w, 0, sizeof *w);
+    if (worker_ctx_init(&w->ctx, c, err, errlen) != 0)
+        return -1;
+    /* A blocking XREADGROUP legitimately takes up to writer_block_ms. */
+    w->ctx.redis.timeout_ms = (int)(c->redis_timeout_ms + c->writer_block_ms);
+    snprintf(w->consumer, sizeof w->consumer, "%s", consumer);
+    return 0;
+}
+
+void writer_close(struct writer *w)
+{
+    worker_ctx_close(&w->ctx);
+    free(w->skus);
+    w->skus = NULL;
+}
+
+/* ---- threads ------------------------------------------------------------- */
+
+struct order_writer {
+    atomic_int stopping;
+    size_t n;
+    pthread_t *tids;
+    struct writer *writers;
+};
+
+struct writer_arg {
+    struct order_writer *ow;
+    struct writer *w;
+};
+
+static void *writer_main(void *arg)
+{
+    struct writer_arg *a = arg;
+    struct order_writer *ow = a->ow;
+    struct writer *w = a->w;
+    free(a);
+    while (!atomic_load(&ow->stopping))
+        if (writer_poll(w) < 0)
+            usleep((useconds_t)w->ctx.cfg->writer_retry_ms * 1000);
+    return NULL;
+}
+
+struct order_writer *order_writer_start(const struct cfg *c, char *err, size_t errlen)
+{
+    struct order_writer *ow = calloc(1, sizeof *ow);
+    if (!ow)
+        abort();
+    ow->n = (size_t)c->writer_threads;
+    ow->tids = calloc(ow->n ? ow->n : 1, sizeof *ow->tids);
+    ow->writers = calloc(ow->n ? ow->n : 1, sizeof *ow->writers);
+    if (!ow->tids || !ow->writers)
+        abort();
+    char host[64] = "host";
+    gethostname(host, sizeof host - 1);
+    for (size_t i = 0; i < ow->n; i++) {
+        char consumer[96];
+        snprintf(consumer, sizeof consumer, "%s-%d-%zu", host, (int)getpid(), i);
+        if (writer_init(&ow->writers[i], c, consumer, err, errlen) != 0)
+            return NULL;
+        struct writer_arg *a = malloc(sizeof *a);
+        if (!a)
+            abort();
+        *a = (struct writer_arg){ow, &ow->writers[i]};
+        if (pthread_create(&ow->tids[i], NULL, writer_main, a) != 0) {
+            snprintf(err, errlen, "cannot start writer thread");
+            return NULL;
+        }
+    }
+    return ow;
+}
+
+void order_writer_stop(struct order_writer *ow)
+{
+    if (!ow)
+        return;
+    atomic_store(&ow->stopping, 1);
+    for (size_t i = 0; i < ow->n; i++) {
+        pthread_join(ow->tids[i], NULL);
+        writer_close(&ow->writers[i]);
+    }
+    free(ow->tids);
+    free(ow->writers);
+    free(ow);
+}

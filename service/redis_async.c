@@ -1,0 +1,213 @@
+#include "redis_async.h"
+
+#include <adapters/libevent.h>
+#include <async.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "redis_conn.h"
+
+struct redis_async {
+    struct event_base *base;
+    struct redis_target target;
+    int timeout_ms, reconnect_ms;
+    redisAsyncContext *ac; /* NULL while disconnected */
+    struct event *reconnect_ev;
+    int closing;
+};
+
+struct ra_op {
+    struct redis_async *ra;
+    redis_async_fn *fn;
+    void *arg;
+    struct event *timer;
+    int finished; /* fn already called (timeout); only free on reply */
+};
+
+static void ra_connect(struct redis_async *ra);
+
+static void schedule_reconnect(struct redis_async *ra)
+{
+    if (ra->closing || evtimer_pending(ra->reconnect_ev, NULL))
+        return;
+    struct timeval tv = {ra->reconnect_ms / 1000, (ra->reconnect_ms % 1000) * 1000};
+    evtimer_add(ra->reconnect_ev, &tv);
+}
+
+static void on_reconnect_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    ra_connect(arg);
+}
+
+/* Drops the connection now; hiredis calls every pending callback with NULL. */
+static void ra_drop(struct redis_async *ra)
+{
+    redisAsyncContext *ac = ra->ac;
+    if (!ac)
+        return;
+    ra->ac = NULL;
+    redisAsyncFree(ac);
+    schedule_reconnect(ra);
+}
+
+static void on_connect(const redisAsyncContext *ac, int status)
+{
+    struct redis_async *ra = ac->data;
+    if (status == REDIS_OK) {
+        log_info("redis connected to %s:%d", ra->target.host, ra->target.port);
+        return;
+    }
+    log_warn("redis connect to %s:%d failed: %s", ra->target.host, ra->target.port, ac->errstr);
+    if (ra->ac == ac) /* hiredis frees ac after this callback */
+        ra->ac = NULL;
+    schedule_reconnect(ra);
+}
+
+static void on_disconnect(const redisAsyncContext *ac, int status)
+{
+    struct redis_async *ra = ac->data;
+    if (status != REDIS_OK)
+        log_warn("redis connection lost: %s", ac->errstr);
+    if (ra->ac == ac)
+        ra->ac = NULL;
+    schedule_reconnect(ra);
+}
+
+static void on_handshake(redisAsyncContext *ac, void *r, void *priv)
+{
+    redisReply *reply = r;
+    (void)priv;
+    if (reply && reply->type == REDIS_REPLY_ERROR) {
+        log_warn("redis handshake refused: %s", reply->str);
+        struct redis_async *ra = ac->data;
+        if (ra->ac == ac)
+            redisAsyncDisconnect(ac);
+    }
+}
+
+static void ra_connect(struct redis_async *ra)
+{
+    if (ra->ac || ra->closing)
+        return;
+    redisAsyncContext *ac = redisAsyncConnect(ra->target.host, ra->target.port);
+    if (!ac || ac->err) {
+        log_warn("redis connect to %s:%d failed: %s", ra->target.host, ra->target.port,
+                 ac ? ac->errstr : "out of memory");
+        if (ac)
+            redisAsyncFree(ac);
+        schedule_reconnect(ra);
+        return;
+    }
+    ac->data = ra;
+    if (redisLibeventAttach(ac, ra->base) != REDIS_OK) {
+        redisAsyncFree(ac);
+        schedule_reconnect(ra);
+        return;
+    }
+    redisAsyncSetConnectCallback(ac, on_connect);
+    redisAsyncSetDisconnectCallback(ac, on_disconnect);
+    ra->ac = ac;
+    /* Queued before any command, so they run first on the new connection. */
+    if (ra->target.password[0]) {
+        const char *argv[] = {"AUTH", ra->target.password};
+        redisAsyncCommandArgv(ac, on_handshake, NULL, 2, argv, NULL);
+    }
+    if (ra->target.db) {
+        char db[16];
+        snprintf(db, sizeof db, "%d", ra->target.db);
+        const char *argv[] = {"SELECT", db};
+        redisAsyncCommandArgv(ac, on_handshake, NULL, 2, argv, NULL);
+    }
+}
+
+struct redis_async *redis_async_new(struct event_base *base, const struct cfg *c, char *err,
+                                    size_t errlen)
+{
+    struct redis_async *ra = calloc(1, sizeof *ra);
+    if (!ra)
+        abort();
+    if (redis_parse_url(c->redis_url, &ra->target, err, errlen) != 0) {
+        free(ra);
+        return NULL;
+    }
+    ra->base = base;
+    ra->timeout_ms = (int)c->redis_timeout_ms;
+    ra->reconnect_ms = (int)c->redis_reconnect_ms;
+    ra->reconnect_ev = evtimer_new(base, on_reconnect_timer, ra);
+    if (!ra->reconnect_ev)
+        abort();
+    ra_connect(ra);
+    return ra;
+}
+
+static void op_free(struct ra_op *op)
+{
+    event_free(op->timer);
+    free(op);
+}
+
+static void on_reply(redisAsyncContext *ac, void *r, void *priv)
+{
+    struct ra_op *op = priv;
+    (void)ac;
+    if (!op->finished)
+        op->fn(r, op->arg);
+    op_free(op);
+}
+
+static void on_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    struct ra_op *op = arg;
+    struct redis_async *ra = op->ra;
+    (void)fd;
+    (void)what;
+    op->finished = 1;
+    op->fn(NULL, op->arg);
+    log_warn("redis command timed out after %d ms; reconnecting", ra->timeout_ms);
+    ra_drop(ra); /* frees op through on_reply(NULL) */
+}
+
+void redis_async_script(struct redis_async *ra, const struct rlock_script *s, int nkeys,
+                        int nargs, const char **argv, const size_t *lens, redis_async_fn *fn,
+                        void *arg)
+{
+    if (!ra->ac) {
+        fn(NULL, arg);
+        return;
+    }
+    struct ra_op *op = calloc(1, sizeof *op);
+    if (!op)
+        abort();
+    op->ra = ra;
+    op->fn = fn;
+    op->arg = arg;
+    op->timer = evtimer_new(ra->base, on_timeout, op);
+    if (!op->timer)
+        abort();
+    if (rlock_script_run_async(ra->ac, s, on_reply, op, nkeys, nargs, argv, lens) != 0) {
+        op_free(op);
+        fn(NULL, arg);
+        return;
+    }
+    struct timeval tv = {ra->timeout_ms / 1000, (ra->timeout_ms % 1000) * 1000};
+    evtimer_add(op->timer, &tv);
+}
+
+void redis_async_free(struct redis_async *ra)
+{
+    if (!ra)
+        return;
+    ra->closing = 1;
+    event_del(ra->reconnect_ev);
+    if (ra->ac) {
+        redisAsyncContext *ac = ra->ac;
+        ra->ac = NULL;
+        redisAsyncFree(ac);
+    }
+    event_free(ra->reconnect_ev);
+    free(ra);
+}

@@ -1,0 +1,24 @@
+#include "txlock.h"
+
+#include "log.h"
+
+static void release_on_complete(enum dbtx_outcome outcome, void *arg)
+{
+    struct txlock *t = arg;
+    redisContext *c = redis_conn_get(t->redis);
+    enum rlock_status st = c ? rlock_release(c, &t->lock) : RLOCK_ERR;
+    if (st != RLOCK_OK)
+        /* The lease still bounds how long the key lives. */
+        log_warn("lock release after %s: %s", dbtx_outcome_str(outcome), rlock_status_str(st));
+    rlock_clear(&t->lock);
+}
+
+int txlock_bind(struct txlock *t, struct dbtx *tx)
+{
+    return dbtx_on_complete(tx, release_on_complete, t);
+}
+
+int txlock_still_valid(const struct txlock *t, int64_t margin_ms)
+{
+    return rlock_remaining_ms(&t->lock) > margin_ms;
+}

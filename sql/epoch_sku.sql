@@ -1,0 +1,1 @@
+SELECT sku_id FROM sku_epochs WHERE epoch = $1

@@ -1,0 +1,4 @@
+SELECT id, name, stock, initial_stock, per_user_limit,
+       (extract(epoch FROM sale_starts_at) * 1000)::bigint,
+       (extract(epoch FROM sale_ends_at) * 1000)::bigint
+FROM skus WHERE id = $1

@@ -1,0 +1,1 @@
+SELECT stock FROM skus WHERE id = $1 FOR UPDATE

@@ -1,0 +1,1 @@
+SELECT nextval(pg_get_serial_sequence('skus', 'id'))
