@@ -296,14 +296,8 @@ static void handle_order(struct http_thread *th, struct evhttp_request *req, int
         reply_error(req, 400, "invalid_request", detail);
         return;
     }
-    char keys[7][KEYS_MAX];
-    keys_sku(keys[0], sku, KEY_META);
-    keys_sku(keys[1], sku, KEY_STOCK);
-    keys_sku(keys[2], sku, KEY_SEQ);
-    keys_sku(keys[3], sku, KEY_BOUGHT);
-    keys_sku(keys[4], sku, KEY_JOURNAL);
-    keys_sku(keys[5], sku, KEY_STREAM);
-    keys_idem(keys[6], sku, idem ? idem : "");
+    char keys[KEYS_RESERVE_N][KEYS_MAX];
+    keys_reserve(keys, sku, idem ? idem : "");
     char suser[24], sqty[24], fp[48], ttl[24];
     snprintf(suser, sizeof suser, "%" PRId64, user);
     snprintf(sqty, sizeof sqty, "%" PRId64, qty);

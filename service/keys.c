@@ -22,3 +22,12 @@ void keys_order_lock(char *out, int64_t sku, int64_t order_id)
 {
     snprintf(out, KEYS_MAX, "seckill:{sku:%" PRId64 "}:lock:order:%" PRId64, sku, order_id);
 }
+
+void keys_reserve(char keys[KEYS_RESERVE_N][KEYS_MAX], int64_t sku, const char *idem)
+{
+    static const enum keys_kind order[] = {KEY_META,    KEY_STOCK,   KEY_SEQ,
+                                           KEY_BOUGHT,  KEY_JOURNAL, KEY_STREAM};
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
+        keys_sku(keys[i], sku, order[i]);
+    keys_idem(keys[6], sku, idem);
+}

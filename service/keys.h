@@ -21,6 +21,9 @@ enum keys_kind { KEY_META, KEY_STOCK, KEY_SEQ, KEY_BOUGHT, KEY_JOURNAL, KEY_STRE
 void keys_sku(char *out, int64_t sku, enum keys_kind kind);
 /* The idempotency key's Redis name; 'idem' was validated (printable ASCII, bounded). */
 void keys_idem(char *out, int64_t sku, const char *idem);
+/* The 7 KEYS of reserve.lua, in its order ('idem' may be ""). */
+#define KEYS_RESERVE_N 7
+void keys_reserve(char keys[KEYS_RESERVE_N][KEYS_MAX], int64_t sku, const char *idem);
 /* The lock name guarding one order's database write. */
 void keys_order_lock(char *out, int64_t sku, int64_t order_id);
 

@@ -1,0 +1,11 @@
+-- rlock multi-release: delete the lock keys that still hold our token and
+-- leave alone any key that expired and was taken by someone else.
+-- KEYS = lock keys, ARGV[1] = owner token.
+-- Returns the number of keys deleted.
+local n = 0
+for i = 1, #KEYS do
+    if redis.call('GET', KEYS[i]) == ARGV[1] then
+        n = n + redis.call('DEL', KEYS[i])
+    end
+end
+return n

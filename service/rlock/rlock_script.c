@@ -1,0 +1,271 @@
+/*
+ * rlock_script: EVALSHA with a one-shot EVAL fallback, sync and async, plus
+ * the small SHA-1 needed to name scripts the way Redis does.
+ */
+#include "rlock_script.h"
+
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- SHA-1 (FIPS 180-4), only used to name scripts, never for security ---- */
+
+static uint32_t sha1_rol(uint32_t x, int n)
+{
+    return (x << n) | (x >> (32 - n));
+}
+
+/* Mixes one 64-byte block into the running state h. */
+static void sha1_block(uint32_t h[5], const unsigned char *p)
+{
+    uint32_t w[80];
+    for (int i = 0; i < 16; i++)
+        w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 |
+               (uint32_t)p[4 * i + 2] << 8 | (uint32_t)p[4 * i + 3];
+    for (int i = 16; i < 80; i++)
+        w[i] = sha1_rol(w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16], 1);
+
+    uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4];
+    for (int i = 0; i < 80; i++) {
+        uint32_t f, k;
+        if (i < 20) {
+            f = (b & c) | (~b & d);
+            k = 0x5a827999;
+        } else if (i < 40) {
+            f = b ^ c ^ d;
+            k = 0x6ed9eba1;
+        } else if (i < 60) {
+            f = (b & c) | (b & d) | (c & d);
+            k = 0x8f1bbcdc;
+        } else {
+            f = b ^ c ^ d;
+            k = 0xca62c1d6;
+        }
+        uint32_t t = sha1_rol(a, 5) + f + e + k + w[i];
+        e = d;
+        d = c;
+        c = sha1_rol(b, 30);
+        b = a;
+        a = t;
+    }
+    h[0] += a;
+    h[1] += b;
+    h[2] += c;
+    h[3] += d;
+    h[4] += e;
+}
+
+void rlock_sha1_hex(const void *data, size_t len, char out[RLOCK_SHA1_HEX_LEN + 1])
+{
+    static const char hex[] = "0123456789abcdef";
+    uint32_t h[5] = {0x67452301, 0xefcdab89, 0x98badcfe, 0x10325476, 0xc3d2e1f0};
+    const unsigned char *p = data;
+    size_t left = len;
+
+    for (; left >= 64; p += 64, left -= 64)
+        sha1_block(h, p);
+
+    /* Padding: 0x80, zeros, then the bit length big-endian, filling one block,
+     * or two when fewer than 9 bytes remain after the tail. */
+    unsigned char tail[128] = {0};
+    memcpy(tail, p, left);
+    tail[left] = 0x80;
+    size_t tail_len = left + 9 <= 64 ? 64 : 128;
+    uint64_t bits = (uint64_t)len * 8;
+    for (int i = 0; i < 8; i++)
+        tail[tail_len - 1 - i] = (unsigned char)(bits >> (8 * i));
+    sha1_block(h, tail);
+    if (tail_len == 128)
+        sha1_block(h, tail + 64);
+
+    for (int i = 0; i < 5; i++)
+        for (int j = 0; j < 8; j++)
+            out[i * 8 + j] = hex[(h[i] >> (28 - 4 * j)) & 0xf];
+    out[RLOCK_SHA1_HEX_LEN] = '\0';
+}
+
+void rlock_script_init(struct rlock_script *s, const char *name, const char *text, size_t len)
+{
+    s->name = name;
+    s->text = text;
+    s->len = len;
+    rlock_sha1_hex(text, len, s->sha);
+}
+
+/* ---- running scripts ---- */
+
+/* Argument vectors up to this size live on the stack in the sync path. */
+#define SCRIPT_STACK_ARGS 32
+
+static int is_noscript(const redisReply *r)
+{
+    return r && r->type == REDIS_REPLY_ERROR && r->len >= 8 && memcmp(r->str, "NOSCRIPT", 8) == 0;
+}
+
+/* Returns 3 + nkeys + nargs (EVALSHA, sha, numkeys, ...), or -1 if the counts
+ * are negative or would overflow an int (hiredis takes argc as int). */
+static int script_argc(int nkeys, int nargs)
+{
+    if (nkeys < 0 || nargs < 0 || nkeys > INT_MAX - 3 - nargs)
+        return -1;
+    return 3 + nkeys + nargs;
+}
+
+/* Reports an error through the context the way hiredis does, so callers have
+ * one place to look whatever failed. */
+static void set_context_error(redisContext *c, int err, const char *msg)
+{
+    c->err = err;
+    snprintf(c->errstr, sizeof c->errstr, "%s", msg);
+}
+
+redisReply *rlock_script_run(redisContext *c, const struct rlock_script *s, int nkeys, int nargs,
+                             const char **argv, const size_t *argvlen)
+{
+    int argc = script_argc(nkeys, nargs);
+    if (argc < 0) {
+        set_context_error(c, REDIS_ERR_OTHER, "rlock_script_run: invalid key/argument count");
+        return NULL;
+    }
+
+    const char *stack_v[SCRIPT_STACK_ARGS];
+    size_t stack_l[SCRIPT_STACK_ARGS];
+    const char **v = stack_v;
+    size_t *l = stack_l;
+    if (argc > SCRIPT_STACK_ARGS) {
+        v = malloc((size_t)argc * sizeof *v);
+        l = malloc((size_t)argc * sizeof *l);
+        if (!v || !l) {
+            free(v);
+            free(l);
+            set_context_error(c, REDIS_ERR_OOM, "Out of memory");
+            return NULL;
+        }
+    }
+
+    char numkeys[16];
+    int n = snprintf(numkeys, sizeof numkeys, "%d", nkeys);
+    v[0] = "EVALSHA";
+    l[0] = 7;
+    v[1] = s->sha;
+    l[1] = RLOCK_SHA1_HEX_LEN;
+    v[2] = numkeys;
+    l[2] = (size_t)n;
+    for (int i = 0; i < nkeys + nargs; i++) {
+        v[3 + i] = argv[i];
+        l[3 + i] = argvlen ? argvlen[i] : strlen(argv[i]);
+    }
+
+    redisReply *r = redisCommandArgv(c, argc, v, l);
+    if (is_noscript(r)) {
+        freeReplyObject(r);
+        v[0] = "EVAL";
+        l[0] = 4;
+        v[1] = s->text;
+        l[1] = s->len;
+        r = redisCommandArgv(c, argc, v, l);
+    }
+
+    if (v != stack_v) {
+        free(v);
+        free(l);
+    }
+    return r;
+}
+
+/*
+ * One in-flight async script call.  Everything the EVAL fallback needs is in
+ * this single allocation (argument vectors and copied argument bytes follow
+ * the struct), so the caller's argv may be gone by the time NOSCRIPT arrives.
+ */
+struct script_call {
+    redisCallbackFn *fn;
+    void *privdata;
+    const char *text;
+    size_t text_len;
+    int argc;
+    int retried;
+    const char **argv;
+    size_t *argvlen;
+    char sha[RLOCK_SHA1_HEX_LEN + 1];
+    char numkeys[16];
+};
+
+static void script_call_done(redisAsyncContext *ac, void *r, void *privdata)
+{
+    struct script_call *call = privdata;
+    redisReply *reply = r;
+
+    if (!call->retried && is_noscript(reply)) {
+        call->retried = 1;
+        call->argv[0] = "EVAL";
+        call->argvlen[0] = 4;
+        call->argv[1] = call->text;
+        call->argvlen[1] = call->text_len;
+        if (redisAsyncCommandArgv(ac, script_call_done, call, call->argc, call->argv,
+                                  call->argvlen) == REDIS_OK)
+            return;
+        /* Could not queue (disconnecting): end the call as hiredis ends
+         * commands cut off by a disconnect, with a NULL reply. */
+        reply = NULL;
+    }
+    call->fn(ac, reply, call->privdata);
+    free(call);
+}
+
+int rlock_script_run_async(redisAsyncContext *ac, const struct rlock_script *s, redisCallbackFn *fn,
+                           void *privdata, int nkeys, int nargs, const char **argv,
+                           const size_t *argvlen)
+{
+    int argc = script_argc(nkeys, nargs);
+    if (argc < 0 || !fn)
+        return -1;
+
+    size_t nuser = (size_t)nkeys + (size_t)nargs;
+    size_t bytes = 0;
+    for (size_t i = 0; i < nuser; i++) {
+        size_t len = argvlen ? argvlen[i] : strlen(argv[i]);
+        if (len > SIZE_MAX / 2 - bytes)
+            return -1;
+        bytes += len;
+    }
+    size_t vec = (size_t)argc * (sizeof(const char *) + sizeof(size_t));
+    struct script_call *call = malloc(sizeof *call + vec + bytes);
+    if (!call)
+        return -1;
+
+    call->fn = fn;
+    call->privdata = privdata;
+    call->text = s->text;
+    call->text_len = s->len;
+    call->argc = argc;
+    call->retried = 0;
+    call->argv = (const char **)(call + 1);
+    call->argvlen = (size_t *)(call->argv + argc);
+    memcpy(call->sha, s->sha, sizeof call->sha);
+    int n = snprintf(call->numkeys, sizeof call->numkeys, "%d", nkeys);
+
+    call->argv[0] = "EVALSHA";
+    call->argvlen[0] = 7;
+    call->argv[1] = call->sha;
+    call->argvlen[1] = RLOCK_SHA1_HEX_LEN;
+    call->argv[2] = call->numkeys;
+    call->argvlen[2] = (size_t)n;
+    char *data = (char *)(call->argvlen + argc);
+    for (size_t i = 0; i < nuser; i++) {
+        size_t len = argvlen ? argvlen[i] : strlen(argv[i]);
+        memcpy(data, argv[i], len);
+        call->argv[3 + i] = data;
+        call->argvlen[3 + i] = len;
+        data += len;
+    }
+
+    if (redisAsyncCommandArgv(ac, script_call_done, call, argc, call->argv, call->argvlen) !=
+        REDIS_OK) {
+        free(call);
+        return -1;
+    }
+    return 0;
+}

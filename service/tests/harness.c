@@ -1,0 +1,304 @@
+#include "harness.h"
+
+#include <arpa/inet.h>
+#include <check.h>
+#include <errno.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "embedded.h"
+#include "keys.h"
+#include "redis_conn.h"
+
+const char *th_env(const char *name)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        ck_abort_msg("%s is not set: run the tests through `make test` (scripts/run-tests.sh)",
+                     name);
+    return v;
+}
+
+void th_cfg(struct cfg *c)
+{
+    char err[160];
+    cfg_defaults(c);
+    ck_assert(cfg_set(c, "redis_url", th_env("SECKILL_TEST_REDIS_URL"), err, sizeof err) == 0);
+    ck_assert(cfg_set(c, "pg_dsn", th_env("SECKILL_TEST_PG_DSN"), err, sizeof err) == 0);
+    ck_assert(cfg_set(c, "writer_claim_idle_ms", "300", err, sizeof err) == 0);
+    ck_assert(cfg_set(c, "writer_refresh_ms", "100", err, sizeof err) == 0);
+    ck_assert(cfg_set(c, "writer_block_ms", "50", err, sizeof err) == 0);
+    ck_assert(cfg_set(c, "writer_retry_ms", "50", err, sizeof err) == 0);
+    embedded_init();
+}
+
+redisContext *th_redis(void)
+{
+    struct redis_target t;
+    char err[160];
+    ck_assert_msg(redis_parse_url(th_env("SECKILL_TEST_REDIS_URL"), &t, err, sizeof err) == 0,
+                  "%s", err);
+    struct timeval tv = {5, 0};
+    redisContext *r = redisConnectWithTimeout(t.host, t.port, tv);
+    ck_assert_msg(r && !r->err, "cannot connect to the test Redis");
+    redisSetTimeout(r, tv);
+    return r;
+}
+
+PGconn *th_pg(void)
+{
+    PGconn *c = PQconnectdb(th_env("SECKILL_TEST_PG_DSN"));
+    ck_assert_msg(PQstatus(c) == CONNECTION_OK, "cannot connect to the test PostgreSQL: %s",
+                  PQerrorMessage(c));
+    return c;
+}
+
+long long th_pg_int(PGconn *c, const char *sql)
+{
+    PGresult *r = PQexec(c, sql);
+    ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1,
+                  "query failed: %s: %s", sql, PQerrorMessage(c));
+    long long v = PQgetisnull(r, 0, 0) ? 0 : atoll(PQgetvalue(r, 0, 0));
+    PQclear(r);
+    return v;
+}
+
+long long th_redis_int(redisContext *r, const char *key)
+{
+    redisReply *rep = redisCommand(r, "GET %s", key);
+    ck_assert(rep != NULL);
+    long long v = rep->type == REDIS_REPLY_STRING ? atoll(rep->str) : -1;
+    freeReplyObject(rep);
+    return v;
+}
+
+void th_reset(void)
+{
+    redisContext *r = th_redis();
+    redisReply *rep = redisCommand(r, "FLUSHALL");
+    ck_assert(rep && rep->type != REDIS_REPLY_ERROR);
+    freeReplyObject(rep);
+    redisFree(r);
+    PGconn *c = th_pg();
+    PGresult *res = PQexec(c, "TRUNCATE stock_ledger, orders, sku_epochs, skus RESTART IDENTITY");
+    ck_assert_msg(PQresultStatus(res) == PGRES_COMMAND_OK, "%s", PQerrorMessage(c));
+    PQclear(res);
+    PQfinish(c);
+}
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    ck_assert(fd >= 0);
+    ck_assert(bind(fd, (struct sockaddr *)&a, sizeof a) == 0);
+    ck_assert(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+void th_daemon_start(struct th_daemon *d, const char *const *extra_env)
+{
+    const char *bin = th_env("SECKILL_TEST_DAEMON");
+    d->port = free_port();
+    d->pid = fork();
+    ck_assert(d->pid >= 0);
+    if (d->pid == 0) {
+        char addr[64];
+        snprintf(addr, sizeof addr, "127.0.0.1:%d", d->port);
+        setenv("SECKILL_HTTP_ADDR", addr, 1);
+        setenv("SECKILL_REDIS_URL", th_env("SECKILL_TEST_REDIS_URL"), 1);
+        setenv("SECKILL_PG_DSN", th_env("SECKILL_TEST_PG_DSN"), 1);
+        setenv("SECKILL_ADMIN_TOKEN", TH_ADMIN_TOKEN, 1);
+        setenv("SECKILL_WRITER_CLAIM_IDLE_MS", "500", 1);
+        setenv("SECKILL_WRITER_REFRESH_MS", "100", 1);
+        setenv("SECKILL_WRITER_BLOCK_MS", "50", 1);
+        setenv("SECKILL_LOG_LEVEL", "warn", 1);
+        for (size_t i = 0; extra_env && extra_env[i]; i++)
+            putenv((char *)extra_env[i]);
+        execl(bin, bin, "serve", (char *)NULL);
+        _exit(127);
+    }
+    /* Bounded wait for the listener: 100 x 50 ms. */
+    struct th_response resp;
+    for (int i = 0; i < 100; i++) {
+        if (th_http(d->port, "GET", "/nothing-here", NULL, NULL, &resp) == 0)
+            return;
+        int st;
+        ck_assert_msg(waitpid(d->pid, &st, WNOHANG) == 0, "seckilld exited during start-up");
+        sleep_ms(50);
+    }
+    ck_abort_msg("seckilld did not start listening on port %d", d->port);
+}
+
+int th_daemon_stop(struct th_daemon *d)
+{
+    int st = 0;
+    if (d->pid <= 0)
+        return 0;
+    kill(d->pid, SIGTERM);
+    for (int i = 0; i < 200; i++) {
+        if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
+            d->pid = 0;
+            return st;
+        }
+        sleep_ms(25);
+    }
+    kill(d->pid, SIGKILL);
+    waitpid(d->pid, &st, 0);
+    d->pid = 0;
+    ck_abort_msg("seckilld did not stop within 5 s of SIGTERM");
+    return st;
+}
+
+int th_http(int port, const char *method, const char *path, const char *headers,
+            const char *body, struct th_response *out)
+{
+    memset(out, 0, sizeof *out);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return -1;
+    struct timeval tv = {10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return -1;
+    }
+    size_t blen = body ? strlen(body) : 0;
+    size_t cap = 1024 + blen + (headers ? strlen(headers) : 0);
+    char *req = malloc(cap);
+    ck_assert(req != NULL);
+    int n = snprintf(req, cap,
+                     "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%s"
+                     "Content-Length: %zu\r\n\r\n%s",
+                     method, path, headers ? headers : "", blen, body ? body : "");
+    ssize_t sent = 0;
+    while (sent < n) {
+        ssize_t w = write(fd, req + sent, (size_t)(n - sent));
+        if (w <= 0)
+            break;
+        sent += w;
+    }
+    free(req);
+    char buf[16384];
+    size_t got = 0;
+    for (;;) {
+        ssize_t r = read(fd, buf + got, sizeof buf - 1 - got);
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+        if (got == sizeof buf - 1)
+            break;
+    }
+    close(fd);
+    buf[got] = '\0';
+    if (sscanf(buf, "HTTP/1.%*d %d", &out->status) != 1)
+        return -1;
+    char *b = strstr(buf, "\r\n\r\n");
+    if (b)
+        snprintf(out->body, sizeof out->body, "%s", b + 4);
+    return 0;
+}
+
+int th_admin(int port, const char *method, const char *path, const char *body,
+             struct th_response *out)
+{
+    return th_http(port, method, path,
+                   "Authorization: Bearer " TH_ADMIN_TOKEN "\r\nContent-Type: application/json\r\n",
+                   body, out);
+}
+
+void th_create_sku(int port, int64_t id, int64_t stock, int limit)
+{
+    char body[256];
+    snprintf(body, sizeof body,
+             "{\"id\":%lld,\"name\":\"sku %lld\",\"stock\":%lld,\"per_user_limit\":%d}",
+             (long long)id, (long long)id, (long long)stock, limit);
+    struct th_response r;
+    ck_assert_int_eq(th_admin(port, "POST", "/admin/v1/skus", body, &r), 0);
+    ck_assert_msg(r.status == 201, "create sku: %d %s", r.status, r.body);
+}
+
+void th_wait_drained(int64_t sku, int timeout_ms)
+{
+    char stream[KEYS_MAX];
+    keys_sku(stream, sku, KEY_STREAM);
+    redisContext *r = th_redis();
+    for (int waited = 0;; waited += 20) {
+        redisReply *rep = redisCommand(r, "XLEN %s", stream);
+        ck_assert(rep && rep->type == REDIS_REPLY_INTEGER);
+        long long n = rep->integer;
+        freeReplyObject(rep);
+        if (n == 0)
+            break;
+        ck_assert_msg(waited < timeout_ms, "order stream of sku %lld not drained: %lld left",
+                      (long long)sku, n);
+        sleep_ms(20);
+    }
+    redisFree(r);
+}
+
+void th_assert_invariants(int64_t sku)
+{
+    PGconn *c = th_pg();
+    char id[24];
+    snprintf(id, sizeof id, "%lld", (long long)sku);
+    const char *p[] = {id};
+    PGresult *r = PQexecParams(c, sql_text("invariant_check"), 1, NULL, p, NULL, NULL, 0);
+    ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK, "%s", PQerrorMessage(c));
+    ck_assert_msg(PQntuples(r) == 0, "I1 violated for sku %s: stock %s expected %s ledger %s", id,
+                  PQgetvalue(r, 0, 1), PQgetvalue(r, 0, 2), PQgetvalue(r, 0, 3));
+    PQclear(r);
+    char q[256];
+    snprintf(q, sizeof q, "SELECT stock FROM skus WHERE id = %s", id);
+    long long db = th_pg_int(c, q);
+    snprintf(q, sizeof q,
+             "SELECT count(*) FROM (SELECT user_id FROM orders o JOIN skus s ON s.id = o.sku_id "
+             "WHERE o.sku_id = %s AND o.status = 'confirmed' GROUP BY user_id, s.per_user_limit "
+             "HAVING sum(o.qty) > s.per_user_limit) x",
+             id);
+    ck_assert_msg(th_pg_int(c, q) == 0, "I3 violated: a user holds more than the limit");
+    PQfinish(c);
+    char key[KEYS_MAX];
+    keys_sku(key, sku, KEY_STOCK);
+    redisContext *rc = th_redis();
+    long long avail = th_redis_int(rc, key);
+    redisFree(rc);
+    ck_assert_msg(avail == db, "I2 violated: redis available %lld, database stock %lld", avail,
+                  db);
+}
+
+long long th_json_int(const char *body, const char *key, long long dflt)
+{
+    json_t *o = json_loads(body, 0, NULL);
+    json_t *v = o ? json_object_get(o, key) : NULL;
+    long long r = json_is_integer(v) ? json_integer_value(v) : dflt;
+    json_decref(o);
+    return r;
+}
+
+void th_json_str(const char *body, const char *key, char *out, size_t cap)
+{
+    json_t *o = json_loads(body, 0, NULL);
+    json_t *v = o ? json_object_get(o, key) : NULL;
+    snprintf(out, cap, "%s", json_is_string(v) ? json_string_value(v) : "");
+    json_decref(o);
+}

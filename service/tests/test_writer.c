@@ -1,0 +1,366 @@
+/*
+ * The order writer and the lock it hands to the database transaction, on the
+ * real Redis and PostgreSQL of the test stack (no daemon: the modules are
+ * called directly so the races can be arranged).
+ */
+#include <check.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dbtx.h"
+#include "embedded.h"
+#include "harness.h"
+#include "keys.h"
+#include "order_writer.h"
+#include "rlock.h"
+#include "sku.h"
+
+static struct cfg cfg;
+
+static void setup(void)
+{
+    th_cfg(&cfg);
+    th_reset();
+}
+
+static void teardown(void)
+{
+    cfg_free(&cfg);
+}
+
+static void create_sku(int64_t id, int64_t stock, int limit)
+{
+    struct worker_ctx w;
+    char err[160];
+    ck_assert(worker_ctx_init(&w, &cfg, err, sizeof err) == 0);
+    struct validate_sku spec = {.has_id = 1, .id = id, .stock = stock, .per_user_limit = limit};
+    snprintf(spec.name, sizeof spec.name, "sku %lld", (long long)id);
+    json_t *out;
+    ck_assert_int_eq(sku_create(&w, &spec, &out), SKU_OK);
+    json_decref(out);
+    worker_ctx_close(&w);
+}
+
+/* Reserves through reserve.lua, as the HTTP path does; returns the order id. */
+static int64_t reserve(int64_t sku, int64_t user, int64_t qty)
+{
+    struct redis_conn rc;
+    char err[160];
+    ck_assert(redis_conn_init(&rc, &cfg, err, sizeof err) == 0);
+    char keys[KEYS_RESERVE_N][KEYS_MAX], u[24], q[24], fp[48];
+    keys_reserve(keys, sku, "");
+    snprintf(u, sizeof u, "%lld", (long long)user);
+    snprintf(q, sizeof q, "%lld", (long long)qty);
+    snprintf(fp, sizeof fp, "%s:%s", u, q);
+    const char *argv[] = {keys[0], keys[1], keys[2], keys[3], keys[4], keys[5],
+                          keys[6], u,       q,       "",      fp,      "60"};
+    redisReply *r = redis_conn_script(&rc, &script_reserve, 7, 5, argv, NULL);
+    ck_assert(r && r->type == REDIS_REPLY_ARRAY && r->elements >= 2);
+    ck_assert_str_eq(r->element[0]->str, "ok");
+    int64_t id = atoll(r->element[1]->str);
+    freeReplyObject(r);
+    redis_conn_close(&rc);
+    return id;
+}
+
+/* Reads the SKU's stream entries as a consumer named 'consumer' (they become
+ * pending for it, as if that writer had taken them). */
+static size_t read_entries(int64_t sku, const char *consumer, struct writer_entry *e, size_t max)
+{
+    char stream[KEYS_MAX];
+    keys_sku(stream, sku, KEY_STREAM);
+    redisContext *r = th_redis();
+    redisReply *rep = redisCommand(r, "XREADGROUP GROUP %s %s COUNT %d STREAMS %s >",
+                                   KEYS_WRITER_GROUP, consumer, (int)max, stream);
+    ck_assert(rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 1);
+    redisReply *list = rep->element[0]->element[1];
+    size_t n = 0;
+    for (size_t i = 0; i < list->elements && n < max; i++, n++) {
+        redisReply *ent = list->element[i];
+        memset(&e[n], 0, sizeof e[n]);
+        snprintf(e[n].stream_id, sizeof e[n].stream_id, "%s", ent->element[0]->str);
+        e[n].reserved_ms = atoll(e[n].stream_id);
+        redisReply *f = ent->element[1];
+        for (size_t k = 0; k + 1 < f->elements; k += 2) {
+            const char *key = f->element[k]->str, *v = f->element[k + 1]->str;
+            if (!strcmp(key, "o"))
+                e[n].order_id = atoll(v);
+            else if (!strcmp(key, "u"))
+                e[n].user_id = atoll(v);
+            else if (!strcmp(key, "q"))
+                e[n].qty = atoll(v);
+        }
+    }
+    freeReplyObject(rep);
+    redisFree(r);
+    return n;
+}
+
+static long long q_int(const char *fmt, long long arg)
+{
+    char sql[256];
+    snprintf(sql, sizeof sql, fmt, arg);
+    PGconn *c = th_pg();
+    long long v = th_pg_int(c, sql);
+    PQfinish(c);
+    return v;
+}
+
+struct race {
+    int64_t sku;
+    const struct writer_entry *e;
+    pthread_barrier_t *start;
+    int rc;
+};
+
+static void *race_writer(void *arg)
+{
+    struct race *r = arg;
+    struct writer w;
+    char err[160], name[32];
+    snprintf(name, sizeof name, "racer-%p", (void *)r);
+    if (writer_init(&w, &cfg, name, err, sizeof err) != 0)
+        return NULL;
+    pthread_barrier_wait(r->start);
+    r->rc = writer_process_batch(&w, r->sku, r->e, 1);
+    writer_close(&w);
+    return NULL;
+}
+
+START_TEST(test_two_writers_same_order_insert_once)
+{
+    create_sku(1, 10, 5);
+    reserve(1, 42, 2);
+    struct writer_entry e;
+    ck_assert_uint_eq(read_entries(1, "first", &e, 1), 1);
+
+    /* Both writers get the same entry at the same moment, as after a reclaim race. */
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, 2);
+    struct race a = {1, &e, &start, -2}, b = {1, &e, &start, -2};
+    pthread_t ta, tb;
+    pthread_create(&ta, NULL, race_writer, &a);
+    pthread_create(&tb, NULL, race_writer, &b);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    pthread_barrier_destroy(&start);
+
+    ck_assert_msg(a.rc == 0 || b.rc == 0, "neither writer decided the order");
+    ck_assert_int_eq(q_int("SELECT count(*) FROM orders WHERE sku_id = %lld", 1), 1);
+    ck_assert_int_eq(q_int("SELECT stock FROM skus WHERE id = %lld", 1), 8);
+    ck_assert_int_eq(q_int("SELECT count(*) FROM stock_ledger WHERE kind = 'order' AND sku_id = %lld", 1), 1);
+    th_assert_invariants(1);
+}
+END_TEST
+
+START_TEST(test_replayed_batch_changes_nothing)
+{
+    create_sku(2, 10, 5);
+    reserve(2, 1, 1);
+    reserve(2, 2, 3);
+    struct writer_entry e[4];
+    size_t n = read_entries(2, "first", e, 4);
+    ck_assert_uint_eq(n, 2);
+    struct writer w;
+    char err[160];
+    ck_assert(writer_init(&w, &cfg, "replayer", err, sizeof err) == 0);
+    ck_assert_int_eq(writer_process_batch(&w, 2, e, n), 0);
+    ck_assert_int_eq(writer_process_batch(&w, 2, e, n), 0); /* a crashed writer's replay */
+    writer_close(&w);
+    ck_assert_int_eq(q_int("SELECT count(*) FROM orders WHERE sku_id = %lld", 2), 2);
+    ck_assert_int_eq(q_int("SELECT stock FROM skus WHERE id = %lld", 2), 6);
+    th_assert_invariants(2);
+}
+END_TEST
+
+START_TEST(test_database_refusal_rejects_and_returns_stock_once)
+{
+    create_sku(3, 5, 5);
+    reserve(3, 1, 1);
+    reserve(3, 2, 2);
+    reserve(3, 3, 2);
+    /* Drift: the database has less than Redis sold (e.g. a lost admin delta). */
+    PGconn *c = th_pg();
+    PGresult *r = PQexec(c, "UPDATE skus SET stock = 1, initial_stock = 1 WHERE id = 3;"
+                            "UPDATE stock_ledger SET delta = 1, stock_after = 1 WHERE sku_id = 3");
+    ck_assert_int_eq(PQresultStatus(r), PGRES_COMMAND_OK);
+    PQclear(r);
+    PQfinish(c);
+
+    struct writer_entry e[3];
+    ck_assert_uint_eq(read_entries(3, "first", e, 3), 3);
+    struct writer w;
+    char err[160];
+    ck_assert(writer_init(&w, &cfg, "w", err, sizeof err) == 0);
+    ck_assert_int_eq(writer_process_batch(&w, 3, e, 3), 0);
+
+    ck_assert_int_eq(q_int("SELECT count(*) FROM orders WHERE sku_id = %lld AND status = 'confirmed'", 3), 1);
+    ck_assert_int_eq(q_int("SELECT count(*) FROM orders WHERE sku_id = %lld AND status = 'rejected' "
+                           "AND reason = 'insufficient_stock'", 3), 2);
+    char stock[KEYS_MAX];
+    keys_sku(stock, 3, KEY_STOCK);
+    redisContext *rc = th_redis();
+    ck_assert_int_eq(th_redis_int(rc, stock), 0 + 4); /* 5 - 5 reserved, 4 returned */
+
+    /* A replay (say the ack was lost) must not return the units a second time. */
+    ck_assert_int_eq(writer_process_batch(&w, 3, e, 3), 0);
+    ck_assert_int_eq(th_redis_int(rc, stock), 4);
+    char bought[KEYS_MAX];
+    keys_sku(bought, 3, KEY_BOUGHT);
+    redisReply *rep = redisCommand(rc, "HGET %s 2", bought);
+    ck_assert(rep->type == REDIS_REPLY_NIL); /* user 2's limit is free again */
+    freeReplyObject(rep);
+    redisFree(rc);
+    writer_close(&w);
+}
+END_TEST
+
+START_TEST(test_entries_of_dead_writer_are_reclaimed)
+{
+    create_sku(4, 10, 5);
+    int64_t id = reserve(4, 7, 1);
+    struct writer_entry e;
+    ck_assert_uint_eq(read_entries(4, "dead-writer", &e, 1), 1); /* taken, never acked */
+    ck_assert_int_eq(e.order_id, id);
+
+    struct writer w;
+    char err[160];
+    ck_assert(writer_init(&w, &cfg, "survivor", err, sizeof err) == 0);
+    /* claim idle is 300 ms in the test config; poll for at most ~5 s */
+    for (int i = 0; i < 100 && q_int("SELECT count(*) FROM orders WHERE id = %lld", id) == 0; i++) {
+        usleep(50 * 1000);
+        ck_assert_int_ge(writer_poll(&w), -1);
+    }
+    writer_close(&w);
+    ck_assert_int_eq(q_int("SELECT count(*) FROM orders WHERE id = %lld", id), 1);
+    th_wait_drained(4, 5000);
+    th_assert_invariants(4);
+}
+END_TEST
+
+/* ---- why the lock must outlive the transaction ----------------------------
+ * The seed's pattern: under a lock, "SELECT: is it there?  No: INSERT".  Two
+ * sessions interleave deterministically on one thread; the table has no unique
+ * constraint, so only the lock stands between them and a duplicate. */
+
+static void exec_ok(PGconn *c, const char *sql)
+{
+    PGresult *r = PQexec(c, sql);
+    ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK, "%s: %s", sql, PQerrorMessage(c));
+    PQclear(r);
+}
+
+static int present(struct dbtx *tx)
+{
+    PGresult *r = dbtx_exec(tx, "SELECT 1 FROM lock_demo WHERE k = 'order-1'", 0, NULL);
+    ck_assert(r != NULL);
+    int n = PQntuples(r);
+    PQclear(r);
+    return n;
+}
+
+static void insert(struct dbtx *tx)
+{
+    PGresult *r = dbtx_exec(tx, "INSERT INTO lock_demo (k) VALUES ('order-1')", 0, NULL);
+    ck_assert(r != NULL);
+    PQclear(r);
+}
+
+static void release_hook(enum dbtx_outcome o, void *arg)
+{
+    (void)o;
+    redisContext *r = th_redis();
+    ck_assert_int_eq(rlock_release(r, arg), RLOCK_OK);
+    redisFree(r);
+}
+
+/* Runs the two-session interleaving; returns the rows that end up in lock_demo. */
+static long long interleave(int release_before_commit)
+{
+    PGconn *a = th_pg(), *b = th_pg();
+    exec_ok(a, "DROP TABLE IF EXISTS lock_demo; CREATE TABLE lock_demo (k text)");
+    redisContext *r = th_redis();
+    struct rlock_opts o = {5000, 0, 10};
+    struct rlock la = {0}, lb = {0};
+    const char *key = "seckill:{test}:lock:order-1";
+
+    ck_assert_int_eq(rlock_acquire(r, &la, key, &o), RLOCK_OK);
+    struct dbtx *ta = dbtx_begin(a, NULL, DBTX_ISO_READ_COMMITTED, NULL, 0);
+    ck_assert(ta != NULL);
+    if (!release_before_commit)
+        ck_assert_int_eq(dbtx_on_complete(ta, release_hook, &la), 0);
+    ck_assert_int_eq(present(ta), 0);
+    insert(ta);
+    if (release_before_commit)
+        ck_assert_int_eq(rlock_release(r, &la), RLOCK_OK); /* the mistake */
+
+    /* Session B arrives while A's insert is still uncommitted. */
+    enum rlock_status st = rlock_acquire(r, &lb, key, &o);
+    if (st == RLOCK_OK) {
+        struct dbtx *tb = dbtx_begin(b, NULL, DBTX_ISO_READ_COMMITTED, NULL, 0);
+        ck_assert(tb != NULL);
+        if (!present(tb)) /* READ COMMITTED: A's row is invisible */
+            insert(tb);
+        ck_assert_int_eq(dbtx_commit(ta, NULL, 0, NULL), DBTX_COMMITTED);
+        ck_assert_int_eq(dbtx_commit(tb, NULL, 0, NULL), DBTX_COMMITTED);
+        ck_assert_int_eq(rlock_release(r, &lb), RLOCK_OK);
+    } else {
+        ck_assert_int_eq(st, RLOCK_BUSY); /* B must wait for A's completion hook */
+        ck_assert_int_eq(dbtx_commit(ta, NULL, 0, NULL), DBTX_COMMITTED);
+        ck_assert_int_eq(rlock_acquire(r, &lb, key, &o), RLOCK_OK);
+        struct dbtx *tb = dbtx_begin(b, NULL, DBTX_ISO_READ_COMMITTED, NULL, 0);
+        ck_assert(tb != NULL);
+        if (!present(tb))
+            insert(tb);
+        ck_assert_int_eq(dbtx_commit(tb, NULL, 0, NULL), DBTX_COMMITTED);
+        ck_assert_int_eq(rlock_release(r, &lb), RLOCK_OK);
+    }
+    rlock_clear(&la);
+    rlock_clear(&lb);
+    long long rows = th_pg_int(a, "SELECT count(*) FROM lock_demo");
+    exec_ok(a, "DROP TABLE lock_demo");
+    redisFree(r);
+    PQfinish(a);
+    PQfinish(b);
+    return rows;
+}
+
+START_TEST(test_lock_released_before_commit_admits_duplicate)
+{
+    ck_assert_int_eq(interleave(1), 2);
+}
+END_TEST
+
+START_TEST(test_lock_released_in_completion_hook_prevents_duplicate)
+{
+    ck_assert_int_eq(interleave(0), 1);
+}
+END_TEST
+
+static Suite *writer_suite(void)
+{
+    Suite *s = suite_create("writer");
+    TCase *tc = tcase_create("writer");
+    tcase_set_timeout(tc, 60);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_two_writers_same_order_insert_once);
+    tcase_add_test(tc, test_replayed_batch_changes_nothing);
+    tcase_add_test(tc, test_database_refusal_rejects_and_returns_stock_once);
+    tcase_add_test(tc, test_entries_of_dead_writer_are_reclaimed);
+    tcase_add_test(tc, test_lock_released_before_commit_admits_duplicate);
+    tcase_add_test(tc, test_lock_released_in_completion_hook_prevents_duplicate);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(writer_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
