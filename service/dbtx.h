@@ -1,0 +1,134 @@
+/*
+ * dbtx: a PostgreSQL transaction on a blocking libpq connection, with hooks
+ * that run once the transaction has COMPLETED, whichever way it ended.
+ *
+ * Why: the service holds a Redis lock across "read, decide, insert".  The lock
+ * may only be released when the transaction is over: releasing it before
+ * COMMIT lets another process read "not there yet" under READ COMMITTED and
+ * insert a duplicate; releasing it only after a successful COMMIT leaks it on
+ * every rollback.  Hooks registered with dbtx_on_complete() are the single
+ * place where such resources are let go, and they learn how it ended.
+ *
+ * When the connection dies during COMMIT nobody knows from the client side
+ * whether the server committed.  dbtx does not guess: it remembers the
+ * transaction id from BEGIN and asks the server with txid_status() over a
+ * fresh connection.  Only when that fails too is the outcome DBTX_UNKNOWN.
+ *
+ * A struct dbtx is used by one thread at a time, like the PGconn under it.
+ * Every dbtx_begin() that succeeds must be ended by exactly one
+ * dbtx_commit() or dbtx_rollback(); both free the struct dbtx.
+ */
+#ifndef SECKILL_DBTX_H
+#define SECKILL_DBTX_H
+
+#include <libpq-fe.h>
+#include <stddef.h>
+
+#define DBTX_MUST_CHECK __attribute__((warn_unused_result))
+
+enum dbtx_outcome {
+    DBTX_COMMITTED,   /* the server committed the transaction */
+    DBTX_ROLLED_BACK, /* it is rolled back, or can never commit (session gone before COMMIT) */
+    DBTX_UNKNOWN,     /* COMMIT was sent, the reply was lost, and the server could not be asked */
+};
+
+enum dbtx_isolation {
+    DBTX_ISO_DEFAULT, /* whatever the session's default_transaction_isolation says */
+    DBTX_ISO_READ_COMMITTED,
+    DBTX_ISO_REPEATABLE_READ,
+    DBTX_ISO_SERIALIZABLE,
+};
+
+/*
+ * A completion hook.  'outcome' is how the transaction ended; 'arg' is what
+ * was passed to dbtx_on_complete().  The struct dbtx is already freed when a
+ * hook runs, so a hook must not use it; the PGconn may be used (it is out of
+ * the transaction block, or broken if the connection was lost).
+ */
+typedef void dbtx_hook_fn(enum dbtx_outcome outcome, void *arg);
+
+struct dbtx; /* opaque */
+
+/*
+ * Sends BEGIN (with 'iso') and SELECT txid_current() in one round trip on
+ * 'conn', which must be CONNECTION_OK and outside any transaction block.
+ * 'conninfo' (may be NULL) is copied; it is used only to open a fresh
+ * connection when the outcome of a COMMIT has to be looked up after 'conn'
+ * was lost.  With NULL such a lost COMMIT ends as DBTX_UNKNOWN.
+ *
+ * Returns a new transaction, or NULL with a message in err (err may be NULL;
+ * it is always NUL-terminated when errcap > 0).  'conn' stays owned by the
+ * caller and must outlive the transaction.  On failure no transaction is left
+ * open on 'conn' (a failed BEGIN round trip is rolled back).
+ */
+struct dbtx *dbtx_begin(PGconn *conn, const char *conninfo, enum dbtx_isolation iso, char *err,
+                        size_t errcap) DBTX_MUST_CHECK;
+
+/*
+ * Registers fn(outcome, arg) to run when the transaction ends.  Each hook runs
+ * exactly once, in reverse order of registration (like nested cleanups), after
+ * the outcome is known, on every path that ends the transaction: commit,
+ * rollback, failed commit, lost connection.
+ *
+ * Returns 0, or -1 when memory is short; then the hook is NOT registered and
+ * the caller still owns whatever 'arg' refers to.
+ */
+int dbtx_on_complete(struct dbtx *tx, dbtx_hook_fn *fn, void *arg) DBTX_MUST_CHECK;
+
+/*
+ * Runs one parameterised statement in the transaction (PQexecParams, text
+ * parameters, text results; params may be NULL when nparams is 0).
+ *
+ * Returns the result when its status is PGRES_COMMAND_OK or PGRES_TUPLES_OK;
+ * the caller owns it and must PQclear() it.  On any other status returns
+ * NULL, keeps the message (dbtx_error) and SQLSTATE (dbtx_sqlstate) on tx and
+ * marks the transaction failed: later dbtx_exec() calls return NULL without
+ * a round trip, and dbtx_commit() becomes a rollback.
+ *
+ * A statement that ends the transaction block itself (COMMIT, ROLLBACK, ...)
+ * is refused after the fact: NULL, transaction failed, and the final outcome
+ * is looked up with txid_status() when the transaction is ended.
+ */
+PGresult *dbtx_exec(struct dbtx *tx, const char *sql, int nparams,
+                    const char *const *params) DBTX_MUST_CHECK;
+
+/*
+ * Commits, runs the hooks with the outcome, frees tx and returns the outcome.
+ *   - a failed transaction (see dbtx_exec) is rolled back: DBTX_ROLLED_BACK;
+ *   - a COMMIT the server refuses (deferred constraint, serialization
+ *     failure) ends the transaction too: DBTX_ROLLED_BACK;
+ *   - a connection lost during COMMIT is reconciled: a fresh connection with
+ *     the conninfo asks txid_status(): 'committed' -> DBTX_COMMITTED,
+ *     'aborted' -> DBTX_ROLLED_BACK, 'in progress' is asked again a bounded
+ *     number of times (about 3 s in all: the dying backend still has to
+ *     abort), anything else -> DBTX_UNKNOWN.
+ * err (may be NULL) receives why it did not commit, "" when it did; the
+ * SQLSTATE of a refused COMMIT goes to sqlstate (may be NULL, 6 bytes) so
+ * callers can retry a 40001.  The PGconn is out of the transaction block
+ * afterwards, or broken (then the caller resets or closes it).
+ */
+enum dbtx_outcome dbtx_commit(struct dbtx *tx, char *err, size_t errcap,
+                              char *sqlstate) DBTX_MUST_CHECK;
+
+/*
+ * Rolls back, runs the hooks, frees tx and returns the outcome: always
+ * DBTX_ROLLED_BACK when COMMIT was never sent -- also with a broken connection,
+ * because a session that is gone can no longer commit.  The one exception is a
+ * transaction ended by a statement passed to dbtx_exec(); its outcome is
+ * looked up as for a lost COMMIT.
+ */
+enum dbtx_outcome dbtx_rollback(struct dbtx *tx);
+
+/* The last error message on tx, "" if none.  Valid until commit/rollback. */
+const char *dbtx_error(const struct dbtx *tx);
+
+/* The SQLSTATE of the last failed statement, "" if none or not from the server. */
+const char *dbtx_sqlstate(const struct dbtx *tx);
+
+/* The server's transaction id (txid_current() at BEGIN), e.g. for logs. */
+long long dbtx_txid(const struct dbtx *tx);
+
+/* "committed", "rolled_back", "unknown" (static strings). */
+const char *dbtx_outcome_str(enum dbtx_outcome outcome);
+
+#endif
