@@ -123,7 +123,7 @@ static int require_json(struct evhttp_request *req)
 /* ---- blocking jobs ----------------------------------------------------- */
 
 enum job_kind { JOB_SKU_VIEW, JOB_ADMIN_SKU_VIEW, JOB_ORDER_VIEW, JOB_SKU_CREATE, JOB_SKU_ADJUST,
-                JOB_SKU_EXISTS, JOB_HEALTH };
+                JOB_SKU_EXISTS, JOB_SKU_RELOAD, JOB_HEALTH };
 
 struct http_job {
     struct job job; /* first: the pool hands us back this pointer */
@@ -146,6 +146,7 @@ static void job_run(struct job *j, struct worker_ctx *w)
     case JOB_SKU_CREATE: hj->res = sku_create(w, &hj->spec, &hj->out); break;
     case JOB_SKU_ADJUST: hj->res = sku_adjust(w, hj->id, hj->delta, hj->reason, &hj->out); break;
     case JOB_SKU_EXISTS: hj->res = sku_exists(w, hj->id); break;
+    case JOB_SKU_RELOAD: hj->res = sku_reload(w, hj->id, &hj->out); break;
     case JOB_HEALTH: hj->res = sku_health(w, &hj->out); break;
     }
 }
@@ -168,7 +169,10 @@ static void job_done(struct job *j)
         reply_error(req, 404, unknown, NULL);
         break;
     case SKU_EXISTS:
-        reply_error(req, 409, "sku_exists", "a SKU with this id already exists");
+        if (hj->kind == JOB_SKU_RELOAD)
+            reply_error(req, 409, "already_loaded", "Redis still holds this SKU");
+        else
+            reply_error(req, 409, "sku_exists", "a SKU with this id already exists");
         break;
     case SKU_INSUFFICIENT: {
         json_t *o = json_pack("{s:s, s:s}", "error", "insufficient_stock", "detail",
@@ -444,6 +448,9 @@ static void on_request(struct evhttp_request *req, void *arg)
         } else if (n == 4) {
             if (method_is(req, EVHTTP_REQ_GET) && path_id(req, seg[3], &id, "sku_id") == 0)
                 submit(th, req, new_job(JOB_ADMIN_SKU_VIEW, id));
+        } else if (n == 5 && IS(4, "reload")) {
+            if (method_is(req, EVHTTP_REQ_POST) && path_id(req, seg[3], &id, "sku_id") == 0)
+                submit(th, req, new_job(JOB_SKU_RELOAD, id));
         } else if (n == 5 && IS(4, "stock-adjustments")) {
             if (method_is(req, EVHTTP_REQ_POST) && path_id(req, seg[3], &id, "sku_id") == 0)
                 handle_sku_adjust(th, req, id);

@@ -123,6 +123,70 @@ static void undo_load(enum dbtx_outcome outcome, void *arg)
         freeReplyObject(r);
 }
 
+struct load_spec {
+    int64_t id, stock, limit;
+    const char *starts_ms, *ends_ms; /* "" when open-ended */
+};
+
+/*
+ * Draws a fresh epoch in tx and loads the SKU into Redis (sku_load.lua), with
+ * the units each user already holds from 'bought' (rows user_id, units; may be
+ * NULL).  Returns SKU_OK with undo->loaded set, SKU_EXISTS when Redis already
+ * holds the SKU, or SKU_UNAVAILABLE.  The caller rolls back on failure.
+ */
+static enum sku_result load_redis(struct worker_ctx *w, struct dbtx *tx, const struct txlock *t,
+                                  struct load_undo *undo, const struct load_spec *ls,
+                                  const PGresult *bought)
+{
+    char sid[24], stock[24], limit[24];
+    i64s(sid, sizeof sid, ls->id);
+    i64s(stock, sizeof stock, ls->stock);
+    i64s(limit, sizeof limit, ls->limit);
+    PGresult *r = tx_query(tx, "epoch_new", 1, (const char *[]){sid});
+    if (!r || PQntuples(r) != 1) {
+        PQclear(r);
+        return SKU_UNAVAILABLE;
+    }
+    snprintf(undo->epoch, sizeof undo->epoch, "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+
+    int pairs = bought ? PQntuples(bought) : 0;
+    const char **argv = calloc(10 + 2 * (size_t)pairs, sizeof *argv);
+    if (!argv)
+        abort();
+    char keys[4][KEYS_MAX];
+    sku_load_argv(ls->id, keys, argv);
+    argv[4] = undo->epoch;
+    argv[5] = stock;
+    argv[6] = limit;
+    argv[7] = ls->starts_ms;
+    argv[8] = ls->ends_ms;
+    argv[9] = KEYS_WRITER_GROUP;
+    for (int i = 0; i < pairs; i++) {
+        argv[10 + 2 * i] = PQgetvalue(bought, i, 0);
+        argv[11 + 2 * i] = PQgetvalue(bought, i, 1);
+    }
+    redisReply *rr = redis_conn_script(&w->redis, &script_sku_load, 4, 6 + 2 * pairs, argv, NULL);
+    free(argv);
+    enum sku_result res = SKU_OK;
+    if (!rr || rr->type != REDIS_REPLY_INTEGER) {
+        if (rr && rr->type == REDIS_REPLY_ERROR)
+            log_warn("sku_load: %s", rr->str);
+        res = SKU_UNAVAILABLE;
+    } else if (rr->integer == 0) {
+        res = SKU_EXISTS; /* Redis already holds this SKU: a second load would double it */
+    } else {
+        undo->loaded = 1;
+    }
+    if (rr)
+        freeReplyObject(rr);
+    if (res == SKU_OK && !txlock_still_valid(t, w->cfg->lock_commit_margin_ms)) {
+        log_warn("sku %" PRId64 ": lock lease too short to commit", ls->id);
+        res = SKU_UNAVAILABLE;
+    }
+    return res;
+}
+
 enum sku_result sku_create(struct worker_ctx *w, const struct validate_sku *spec, json_t **out)
 {
     *out = NULL;
@@ -167,41 +231,9 @@ enum sku_result sku_create(struct worker_ctx *w, const struct validate_sku *spec
     const char *led[] = {sid, "initial", stock, stock, NULL, NULL};
     r = tx_query(tx, "ledger_insert", 6, led);
     PQclear(r);
-    r = r ? tx_query(tx, "epoch_new", 1, (const char *[]){sid}) : NULL;
-    if (!r || PQntuples(r) != 1) {
-        PQclear(r);
-        (void)dbtx_rollback(tx);
-        return SKU_UNAVAILABLE;
-    }
-    snprintf(undo.epoch, sizeof undo.epoch, "%s", PQgetvalue(r, 0, 0));
-    PQclear(r);
-
-    char keys[4][KEYS_MAX];
-    const char *argv[10];
-    sku_load_argv(id, keys, argv);
-    argv[4] = undo.epoch;
-    argv[5] = stock;
-    argv[6] = limit;
-    argv[7] = spec->has_starts ? starts : "";
-    argv[8] = spec->has_ends ? ends : "";
-    argv[9] = KEYS_WRITER_GROUP;
-    redisReply *rr = redis_conn_script(&w->redis, &script_sku_load, 4, 6, argv, NULL);
-    enum sku_result res = SKU_OK;
-    if (!rr || rr->type != REDIS_REPLY_INTEGER) {
-        if (rr && rr->type == REDIS_REPLY_ERROR)
-            log_warn("sku_load: %s", rr->str);
-        res = SKU_UNAVAILABLE;
-    } else if (rr->integer == 0) {
-        res = SKU_EXISTS; /* Redis holds keys of this id that PostgreSQL does not know */
-    } else {
-        undo.loaded = 1;
-    }
-    if (rr)
-        freeReplyObject(rr);
-    if (res == SKU_OK && !txlock_still_valid(&t, w->cfg->lock_commit_margin_ms)) {
-        log_warn("sku %" PRId64 ": lock lease too short to commit", id);
-        res = SKU_UNAVAILABLE;
-    }
+    struct load_spec ls = {id, spec->stock, spec->per_user_limit, spec->has_starts ? starts : "",
+                           spec->has_ends ? ends : ""};
+    enum sku_result res = r ? load_redis(w, tx, &t, &undo, &ls, NULL) : SKU_UNAVAILABLE;
     if (res != SKU_OK) {
         (void)dbtx_rollback(tx);
         return res;
@@ -223,6 +255,50 @@ enum sku_result sku_create(struct worker_ctx *w, const struct validate_sku *spec
         sku_format_time(spec->ends_ms, buf, sizeof buf);
     json_object_set_new(o, "sale_ends_at", spec->has_ends ? json_string(buf) : json_null());
     *out = o;
+    return SKU_OK;
+}
+
+enum sku_result sku_reload(struct worker_ctx *w, int64_t sku, json_t **out)
+{
+    *out = NULL;
+    struct txlock t;
+    if (lock_sku(w, &t, sku) != 0)
+        return SKU_UNAVAILABLE;
+    struct dbtx *tx = begin_locked(w, &t);
+    if (!tx)
+        return SKU_UNAVAILABLE;
+    struct load_undo undo = {.w = w, .sku = sku};
+    if (dbtx_on_complete(tx, undo_load, &undo) != 0) {
+        (void)dbtx_rollback(tx);
+        return SKU_UNAVAILABLE;
+    }
+    char sid[24];
+    i64s(sid, sizeof sid, sku);
+    /* The row lock keeps writers and deltas out while Redis is rebuilt from it. */
+    PGresult *row = tx_query(tx, "sku_lock_row", 1, (const char *[]){sid});
+    PGresult *info = row && PQntuples(row) ? tx_query(tx, "sku_get", 1, (const char *[]){sid}) : NULL;
+    PGresult *bought = info ? tx_query(tx, "sku_bought", 1, (const char *[]){sid}) : NULL;
+    enum sku_result res = !row ? SKU_UNAVAILABLE : !PQntuples(row) ? SKU_UNKNOWN : SKU_OK;
+    if (res == SKU_OK && !bought)
+        res = SKU_UNAVAILABLE;
+    int64_t stock = 0, limit = 0;
+    if (res == SKU_OK) {
+        stock = atoll(PQgetvalue(info, 0, 2));
+        limit = atoll(PQgetvalue(info, 0, 4));
+        struct load_spec ls = {sku, stock, limit, PQgetvalue(info, 0, 5), PQgetvalue(info, 0, 6)};
+        res = load_redis(w, tx, &t, &undo, &ls, bought);
+    }
+    PQclear(row);
+    PQclear(info);
+    PQclear(bought);
+    if (res != SKU_OK) {
+        (void)dbtx_rollback(tx);
+        return res;
+    }
+    if (dbtx_commit(tx, NULL, 0, NULL) != DBTX_COMMITTED)
+        return SKU_UNAVAILABLE;
+    *out = json_pack("{s:I, s:I, s:I, s:s}", "id", (json_int_t)sku, "available",
+                     (json_int_t)stock, "per_user_limit", (json_int_t)limit, "epoch", undo.epoch);
     return SKU_OK;
 }
 

@@ -26,6 +26,11 @@ enum sku_result {
 /* Each fills *out (caller json_decref) on SKU_OK and SKU_INSUFFICIENT; on
  * other results *out is NULL. */
 enum sku_result sku_create(struct worker_ctx *w, const struct validate_sku *spec, json_t **out);
+/* Rebuilds a SKU in Redis from PostgreSQL after Redis lost it (restart without
+ * persistence, failover): stock = skus.stock, units held per user from the
+ * confirmed orders, and a fresh epoch so new order ids never repeat old ones.
+ * SKU_EXISTS when Redis still holds the SKU. */
+enum sku_result sku_reload(struct worker_ctx *w, int64_t sku, json_t **out);
 enum sku_result sku_adjust(struct worker_ctx *w, int64_t sku, int64_t delta, const char *reason,
                            json_t **out);
 enum sku_result sku_view(struct worker_ctx *w, int64_t sku, int admin, json_t **out);

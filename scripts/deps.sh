@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Install the Debian packages this project needs, if any are missing.
+# Prints one line when everything is already present.
+#
+# Env: VALGRIND=1 also requires valgrind (used by `VALGRIND=1 make test`).
+set -euo pipefail
+
+PROG=deps.sh
+PACKAGES=(
+    build-essential pkg-config
+    libhiredis-dev libevent-dev libpq-dev libjansson-dev
+    check libsubunit-dev
+    redis-server postgresql
+    curl ca-certificates
+    iproute2 # ss, used by scripts/run-tests.sh to find free ports
+)
+if [[ ${VALGRIND:-0} == 1 ]]; then
+    PACKAGES+=(valgrind)
+fi
+
+if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
+    printf '%s: error: dpkg-query/apt-get not found; this script supports Debian/Ubuntu only.\n' "$PROG" >&2
+    printf '%s: install these packages (or equivalents) by hand: %s\n' "$PROG" "${PACKAGES[*]}" >&2
+    exit 1
+fi
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+    status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+    if [[ $status != "install ok installed" ]]; then
+        missing+=("$p")
+    fi
+done
+
+if ((${#missing[@]} == 0)); then
+    printf '%s: all %d required packages are installed\n' "$PROG" "${#PACKAGES[@]}"
+    exit 0
+fi
+
+SUDO=()
+if [[ $(id -u) -ne 0 ]]; then
+    if command -v sudo >/dev/null 2>&1; then
+        SUDO=(sudo)
+    else
+        printf '%s: error: missing packages and not root (and no sudo). As root, run:\n' "$PROG" >&2
+        printf '  apt-get update && apt-get install -y --no-install-recommends %s\n' "${missing[*]}" >&2
+        exit 1
+    fi
+fi
+
+printf '%s: installing missing packages: %s\n' "$PROG" "${missing[*]}"
+
+# Keep apt from starting the distribution's redis/postgresql services during
+# the install (we run our own instances on other ports).  Only remove the
+# policy file if we created it.
+POLICY=/usr/sbin/policy-rc.d
+created_policy=0
+cleanup() {
+    if ((created_policy)); then
+        "${SUDO[@]}" rm -f "$POLICY" || true
+    fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+if [[ ! -e $POLICY ]]; then
+    printf '#!/bin/sh\n# temporary, from seckill scripts/deps.sh\nexit 101\n' |
+        "${SUDO[@]}" tee "$POLICY" >/dev/null
+    created_policy=1
+    "${SUDO[@]}" chmod 755 "$POLICY"
+fi
+
+APT=("${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get)
+"${APT[@]}" update
+"${APT[@]}" install -y --no-install-recommends "${missing[@]}"
+
+printf '%s: done\n' "$PROG"

@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# Run test binaries against a fresh, private Redis + PostgreSQL.
+#
+#   scripts/run-tests.sh build/tests/test_a build/tests/test_b ...
+#
+# Starts a stack in var/test-<pid>-<random> on two free random ports, runs
+# `$BUILD/seckilld migrate`, then every binary in turn (a failure does not stop
+# the others), prints a summary and tears the stack down.
+#
+# Env in:  BUILD (default build), VALGRIND=1, KEEP_TEST_STACK=1,
+#          CK_DEFAULT_TIMEOUT (default 120), CK_VERBOSITY (default normal),
+#          SECKILL_TEST_TIMEOUT (per binary, seconds, default 900).
+# Env out (for the tests): SECKILL_TEST_REDIS_URL, SECKILL_TEST_PG_DSN,
+#          SECKILL_TEST_REDIS_PORT, SECKILL_TEST_PG_PORT, SECKILL_TEST_DAEMON,
+#          SECKILL_TEST_ROOT, SECKILL_REDIS_URL, SECKILL_PG_DSN, PGPASSFILE.
+set -euo pipefail
+
+PROG=run-tests.sh
+PORT_TRIES=50
+STACK_TRIES=3
+
+die() {
+    printf '%s: error: %s\n' "$PROG" "$*" >&2
+    exit 1
+}
+say() { printf '%s: %s\n' "$PROG" "$*"; }
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
+STACK=$ROOT/scripts/stack.sh
+
+(($# > 0)) || die "no test binaries given (usage: $0 BIN...)"
+
+# Resolve binaries against the caller's directory before we cd.
+BINS=()
+for b in "$@"; do
+    [[ $b == /* ]] || b=$PWD/$b
+    [[ -f $b && -x $b ]] || die "test binary not found or not executable: $b"
+    BINS+=("$b")
+done
+
+cd "$ROOT"
+BUILD_DIR=${BUILD:-build}
+[[ $BUILD_DIR == /* ]] || BUILD_DIR=$ROOT/$BUILD_DIR
+DAEMON=$BUILD_DIR/seckilld
+[[ -f $DAEMON && -x $DAEMON ]] || die "daemon binary $DAEMON is missing; build it first (make all)"
+
+RUNNER=()
+if [[ ${VALGRIND:-0} == 1 ]]; then
+    command -v valgrind >/dev/null 2>&1 || die "VALGRIND=1 but valgrind is not installed (VALGRIND=1 scripts/deps.sh)"
+    RUNNER=(valgrind --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite)
+fi
+TEST_TIMEOUT=${SECKILL_TEST_TIMEOUT:-900}
+[[ $TEST_TIMEOUT =~ ^[0-9]+$ ]] || die "bad SECKILL_TEST_TIMEOUT: $TEST_TIMEOUT"
+
+port_busy() {
+    if command -v ss >/dev/null 2>&1; then
+        [[ -n $(ss -ltnH "sport = :$1" 2>/dev/null) ]]
+    else
+        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+    fi
+}
+
+# pick_port [EXCLUDE]: a random port in 20000-45000 nobody listens on.
+pick_port() {
+    local i p
+    for ((i = 0; i < PORT_TRIES; i++)); do
+        p=$((20000 + (RANDOM * 32768 + RANDOM) % 25001))
+        [[ $p == "${1:-}" ]] && continue
+        port_busy "$p" || {
+            printf '%s\n' "$p"
+            return 0
+        }
+    done
+    return 1
+}
+
+rand_hex() { od -An -N"$1" -tx1 /dev/urandom | tr -d ' \n'; }
+
+TEST_DIR=
+CURRENT_PID=
+CLEANED=0
+cleanup() {
+    local rc=$?
+    ((CLEANED)) && return 0
+    CLEANED=1
+    trap - INT TERM
+    if [[ -n $CURRENT_PID ]] && kill -0 "$CURRENT_PID" 2>/dev/null; then
+        kill -TERM "$CURRENT_PID" 2>/dev/null || true
+        wait "$CURRENT_PID" 2>/dev/null || true
+    fi
+    if [[ -n $TEST_DIR && -d $TEST_DIR ]]; then
+        "$STACK" stop "$TEST_DIR" >/dev/null 2>&1 ||
+            printf '%s: warning: stopping the stack in %s failed\n' "$PROG" "$TEST_DIR" >&2
+        if [[ ${KEEP_TEST_STACK:-0} == 1 ]]; then
+            printf '%s: KEEP_TEST_STACK=1: kept %s (stack stopped; restart with: SECKILL_REDIS_PORT=%s SECKILL_PG_PORT=%s %s start %s)\n' \
+                "$PROG" "$TEST_DIR" "${rport:-?}" "${pport:-?}" "$STACK" "$TEST_DIR" >&2
+        else
+            rm -rf "$TEST_DIR"
+        fi
+    fi
+    return "$rc"
+}
+trap cleanup EXIT
+trap 'printf "\n%s: interrupted\n" "$PROG" >&2; exit 130' INT
+trap 'printf "%s: terminated\n" "$PROG" >&2; exit 143' TERM
+
+mkdir -p "$ROOT/var"
+
+# Start the stack; retry with other ports if one got taken meanwhile (exit 3).
+for ((attempt = 1; ; attempt++)); do
+    rport=$(pick_port) || die "no free port found in 20000-45000 after $PORT_TRIES tries"
+    pport=$(pick_port "$rport") || die "no free port found in 20000-45000 after $PORT_TRIES tries"
+    TEST_DIR=$ROOT/var/test-$$-$(rand_hex 4)
+    mkdir "$TEST_DIR"
+    say "stack in $TEST_DIR (redis :$rport, postgres :$pport)"
+    set +e
+    SECKILL_REDIS_PORT=$rport SECKILL_PG_PORT=$pport "$STACK" start "$TEST_DIR"
+    st=$?
+    set -e
+    ((st == 0)) && break
+    "$STACK" stop "$TEST_DIR" >/dev/null 2>&1 || true
+    if ((st == 3 && attempt < STACK_TRIES)); then
+        rm -rf "$TEST_DIR"
+        say "port clash, retrying with other ports"
+        continue
+    fi
+    die "could not start the test stack (see above)"
+done
+
+# shellcheck source=/dev/null
+source "$TEST_DIR/env"
+
+say "migrating: $DAEMON migrate"
+"$DAEMON" migrate || die "'$DAEMON migrate' failed (exit $?)"
+
+export SECKILL_TEST_REDIS_URL=$SECKILL_REDIS_URL
+export SECKILL_TEST_PG_DSN=$SECKILL_PG_DSN
+export SECKILL_TEST_REDIS_PORT=$SECKILL_REDIS_PORT
+export SECKILL_TEST_PG_PORT=$SECKILL_PG_PORT
+export SECKILL_TEST_DAEMON=$DAEMON
+export SECKILL_TEST_ROOT=$ROOT
+export SECKILL_REDIS_URL SECKILL_PG_DSN PGPASSFILE
+export CK_DEFAULT_TIMEOUT=${CK_DEFAULT_TIMEOUT:-120}
+export CK_VERBOSITY=${CK_VERBOSITY:-normal}
+
+RESULTS=()
+failed=0
+for b in "${BINS[@]}"; do
+    name=${b#"$ROOT"/}
+    say "=== $name"
+    start=$SECONDS
+    # In the background so that INT/TERM reach our trap at once; timeout
+    # kills the whole process group of the test (check forks) when it expires.
+    timeout -k 10 "$TEST_TIMEOUT" "${RUNNER[@]}" "$b" &
+    CURRENT_PID=$!
+    set +e
+    wait "$CURRENT_PID"
+    st=$?
+    set -e
+    CURRENT_PID=
+    secs=$((SECONDS - start))
+    if ((st == 0)); then
+        RESULTS+=("PASS  $name (${secs}s)")
+    else
+        failed=$((failed + 1))
+        why="exit $st"
+        ((st == 124)) && why="timed out after ${TEST_TIMEOUT}s"
+        ((st == 99)) && [[ ${#RUNNER[@]} -gt 0 ]] && why="valgrind errors (exit 99)"
+        ((st > 128 && st != 124)) && why="killed by signal $((st - 128))"
+        RESULTS+=("FAIL  $name ($why, ${secs}s)")
+        say "--- $name FAILED ($why)"
+    fi
+done
+
+printf '\n%s: summary\n' "$PROG"
+printf '  %s\n' "${RESULTS[@]}"
+total=${#BINS[@]}
+printf '%s: %d passed, %d failed, %d total\n' "$PROG" "$((total - failed))" "$failed" "$total"
+((failed == 0))

@@ -1,0 +1,607 @@
+#!/usr/bin/env bash
+# Project-local Redis + PostgreSQL, loopback only, no systemd.
+#
+#   scripts/stack.sh start  DIR   start both (idempotent); writes DIR/env
+#   scripts/stack.sh stop   DIR   stop both (missing/stopped parts are fine)
+#   scripts/stack.sh status DIR   print state; exit 0 only if both are up
+#
+# start reads SECKILL_REDIS_PORT (default 6380) and SECKILL_PG_PORT (default
+# 5433).  stop/status use the ports recorded in DIR's generated configs.
+#
+# Layout of DIR:
+#   redis/        redis.conf, redis.pid, redis.log, AOF files
+#   pg/data/      PGDATA (seckill.conf there holds our settings)
+#   pg/run/       unix socket directory
+#   pg.log        server log (pg_ctl -l)
+#   pg-password   superuser password of role seckill (mode 600)
+#   pgpass        libpq password file (mode 600)
+#   env           `export` lines to source
+#
+# Exit codes: 0 ok, 1 failure, 2 usage, 3 a port is already taken by
+# something else (callers may retry with other ports).
+set -euo pipefail
+
+PROG=stack.sh
+REDIS_WAIT_TENTHS=100 # 10 s
+PG_CTL_TIMEOUT=30
+LOCK_WAIT=60
+
+die() {
+    printf '%s: error: %s\n' "$PROG" "$*" >&2
+    exit 1
+}
+warn() { printf '%s: %s\n' "$PROG" "$*" >&2; }
+info() { printf '%s: %s\n' "$PROG" "$*"; }
+
+usage() {
+    printf 'usage: %s {start|stop|status} DIR\n' "$0" >&2
+    exit 2
+}
+
+# Print the last lines of a log file to stderr, if it exists.
+log_tail() {
+    local f=$1
+    if [[ -r $f ]]; then
+        printf -- '--- last lines of %s ---\n' "$f" >&2
+        tail -n 40 "$f" >&2 || true
+        printf -- '--- end of %s ---\n' "$f" >&2
+    else
+        printf '(no log at %s)\n' "$f" >&2
+    fi
+}
+
+valid_port() { [[ $1 =~ ^[0-9]+$ ]] && ((10#$1 >= 1 && 10#$1 <= 65535)); }
+
+# True if something listens on 127.0.0.1:PORT (or any address with that port).
+port_busy() {
+    local port=$1
+    if command -v ss >/dev/null 2>&1; then
+        [[ -n $(ss -ltnH "sport = :$port" 2>/dev/null) ]]
+    else
+        (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null
+    fi
+}
+
+# True if PID is alive (not a zombie) and its command name starts with NAME.
+pid_is() {
+    local pid=$1 name=$2 comm stat
+    [[ $pid =~ ^[0-9]+$ ]] || return 1
+    kill -0 "$pid" 2>/dev/null || return 1
+    [[ -r /proc/$pid/stat ]] || return 0 # no /proc: trust kill -0
+    comm=$(cat "/proc/$pid/comm" 2>/dev/null) || return 1
+    stat=$(cat "/proc/$pid/stat" 2>/dev/null) || return 1
+    stat=${stat##*) }
+    [[ ${stat%% *} != Z && $comm == "$name"* ]]
+}
+
+random_hex() { # random_hex NBYTES
+    od -An -N"$1" -tx1 /dev/urandom | tr -d ' \n'
+}
+
+# Write stdin to FILE atomically with MODE.
+write_file() {
+    local file=$1 mode=$2 tmp
+    tmp=$(mktemp "$file.XXXXXX")
+    cat >"$tmp"
+    chmod "$mode" "$tmp"
+    mv -f "$tmp" "$file"
+}
+
+# ---------------------------------------------------------------- setup
+
+[[ $# -eq 2 ]] || usage
+CMD=$1
+DIR_ARG=$2
+case $CMD in start | stop | status) ;; *) usage ;; esac
+
+if [[ $CMD == start ]]; then
+    mkdir -p "$DIR_ARG"
+elif [[ ! -d $DIR_ARG ]]; then
+    if [[ $CMD == stop ]]; then
+        info "nothing to stop: $DIR_ARG does not exist"
+        exit 0
+    fi
+    info "redis: stopped (no $DIR_ARG)"
+    info "postgres: stopped (no $DIR_ARG)"
+    exit 1
+fi
+DIR=$(cd "$DIR_ARG" && pwd -P)
+case $DIR in
+*[\"\'\\]* | *$'\n'*) die "directory path must not contain quotes, backslashes or newlines: $DIR" ;;
+esac
+
+R_DIR=$DIR/redis
+R_CONF=$R_DIR/redis.conf
+R_PIDFILE=$R_DIR/redis.pid
+R_LOG=$R_DIR/redis.log
+PG_DIR=$DIR/pg
+PG_DATA=$PG_DIR/data
+PG_RUN=$PG_DIR/run
+PG_CONF=$PG_DATA/seckill.conf
+PG_LOG=$DIR/pg.log
+PG_PWFILE=$DIR/pg-password
+PGPASS=$DIR/pgpass
+ENV_FILE=$DIR/env
+PG_DB=seckill
+PG_ROLE=seckill
+
+IS_ROOT=0
+[[ $(id -u) -eq 0 ]] && IS_ROOT=1
+
+# Serialise concurrent invocations on the same DIR.  Daemons are started
+# with fd 9 closed so they never inherit the lock.
+if command -v flock >/dev/null 2>&1; then
+    exec 9>>"$DIR/.stack.lock"
+    flock -w "$LOCK_WAIT" 9 || die "could not lock $DIR/.stack.lock within ${LOCK_WAIT}s (another stack.sh running?)"
+fi
+
+# ---------------------------------------------------------------- redis
+
+# Port recorded in the generated redis.conf (empty if none).
+redis_conf_port() {
+    [[ -r $R_CONF ]] || return 0
+    awk '$1 == "port" { print $2; exit }' "$R_CONF"
+}
+
+redis_pid() {
+    [[ -r $R_PIDFILE ]] || return 0
+    head -n1 "$R_PIDFILE" 2>/dev/null | tr -dc '0-9'
+}
+
+redis_ping() { # redis_ping PORT
+    local out
+    out=$(timeout 3 redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null) || return 1
+    [[ $out == PONG ]]
+}
+
+# True if our redis (pid file) is alive and answers on its port.
+redis_up() {
+    local pid port
+    pid=$(redis_pid)
+    port=$(redis_conf_port)
+    [[ -n $pid && -n $port ]] || return 1
+    pid_is "$pid" redis && redis_ping "$port"
+}
+
+redis_start() {
+    local port=$1 pid i
+    command -v redis-server >/dev/null 2>&1 || die "redis-server not found (run scripts/deps.sh)"
+    command -v redis-cli >/dev/null 2>&1 || die "redis-cli not found (run scripts/deps.sh)"
+    if redis_up; then
+        local cur
+        cur=$(redis_conf_port)
+        if [[ $cur != "$port" ]]; then
+            warn "redis already running on port $cur (requested $port); stop the stack to change ports"
+        fi
+        info "redis: already running on 127.0.0.1:$cur (pid $(redis_pid))"
+        return 0
+    fi
+    pid=$(redis_pid)
+    if [[ -n $pid ]] && pid_is "$pid" redis; then
+        die "redis (pid $pid) is alive but does not answer PING on port $(redis_conf_port); stop it with: $0 stop $DIR"
+    fi
+    rm -f "$R_PIDFILE"
+    if port_busy "$port"; then
+        printf '%s: error: port %s is already in use; cannot start redis (set SECKILL_REDIS_PORT)\n' "$PROG" "$port" >&2
+        exit 3
+    fi
+    mkdir -p "$R_DIR"
+    chmod 700 "$R_DIR"
+    write_file "$R_CONF" 600 <<EOF
+# generated by scripts/stack.sh; rewritten on every start
+bind 127.0.0.1
+port $port
+protected-mode yes
+daemonize yes
+supervised no
+dir "$R_DIR"
+pidfile "$R_PIDFILE"
+logfile "$R_LOG"
+loglevel notice
+appendonly yes
+appendfsync everysec
+save ""
+EOF
+    : >>"$R_LOG"
+    redis-server "$R_CONF" </dev/null >>"$R_LOG" 2>&1 9>&- ||
+        {
+            warn "redis-server failed to start"
+            log_tail "$R_LOG"
+            exit 1
+        }
+    for ((i = 0; i < REDIS_WAIT_TENTHS; i++)); do
+        if redis_up; then
+            info "redis: started on 127.0.0.1:$port (pid $(redis_pid))"
+            return 0
+        fi
+        sleep 0.1
+    done
+    warn "redis did not answer PING on port $port within $((REDIS_WAIT_TENTHS / 10))s"
+    log_tail "$R_LOG"
+    exit 1
+}
+
+redis_stop() {
+    local pid port i
+    pid=$(redis_pid)
+    port=$(redis_conf_port)
+    if [[ -z $pid ]] || ! pid_is "$pid" redis; then
+        rm -f "$R_PIDFILE"
+        info "redis: not running"
+        return 0
+    fi
+    if [[ -n $port ]]; then
+        timeout 5 redis-cli -h 127.0.0.1 -p "$port" shutdown nosave >/dev/null 2>&1 || true
+    fi
+    for ((i = 0; i < 100; i++)); do
+        pid_is "$pid" redis || break
+        if ((i == 50)); then kill -TERM "$pid" 2>/dev/null || true; fi
+        sleep 0.1
+    done
+    if pid_is "$pid" redis; then
+        warn "redis (pid $pid) did not exit after 10s; sending SIGKILL"
+        kill -KILL "$pid" 2>/dev/null || true
+        for ((i = 0; i < 50; i++)); do
+            pid_is "$pid" redis || break
+            sleep 0.1
+        done
+        pid_is "$pid" redis && die "could not stop redis (pid $pid)"
+    fi
+    rm -f "$R_PIDFILE"
+    info "redis: stopped"
+}
+
+# ---------------------------------------------------------------- postgres
+
+# Binary dir: the version of an existing cluster, else the newest installed.
+pg_bindir() {
+    local ver d
+    if [[ -r $PG_DATA/PG_VERSION ]]; then
+        ver=$(tr -dc '0-9.' <"$PG_DATA/PG_VERSION")
+        d=/usr/lib/postgresql/$ver/bin
+        [[ -x $d/postgres ]] || die "cluster in $PG_DATA is PostgreSQL $ver but $d/postgres is missing"
+        printf '%s\n' "$d"
+        return 0
+    fi
+    d=$(find /usr/lib/postgresql -mindepth 2 -maxdepth 2 -name bin -type d 2>/dev/null |
+        sort -V | tail -n1)
+    if [[ -z $d || ! -x $d/initdb ]]; then
+        if command -v initdb >/dev/null 2>&1 && command -v pg_ctl >/dev/null 2>&1; then
+            d=$(dirname "$(command -v initdb)")
+        else
+            die "no PostgreSQL server binaries in /usr/lib/postgresql/*/bin (run scripts/deps.sh)"
+        fi
+    fi
+    printf '%s\n' "$d"
+}
+
+# OS user that owns/runs the cluster (only meaningful when root).
+pg_os_user() {
+    local owner
+    if [[ -d $PG_DIR ]]; then
+        owner=$(stat -c %U "$PG_DIR")
+        if [[ $owner != root && $owner != UNKNOWN ]]; then
+            printf '%s\n' "$owner"
+            return 0
+        fi
+    fi
+    if id -u postgres >/dev/null 2>&1; then
+        printf 'postgres\n'
+        return 0
+    fi
+    if ! id -u seckill >/dev/null 2>&1; then
+        warn "creating system user 'seckill' to run PostgreSQL"
+        useradd --system --user-group --no-create-home --home-dir /nonexistent \
+            --shell /usr/sbin/nologin seckill >&2 || die "useradd seckill failed"
+    fi
+    printf 'seckill\n'
+}
+
+PG_USER=
+pg_user_init() {
+    [[ -n $PG_USER ]] && return 0
+    if ((IS_ROOT)); then
+        PG_USER=$(pg_os_user)
+    else
+        PG_USER=$(id -un)
+        if [[ -d $PG_DATA && ! -O $PG_DATA ]]; then
+            die "$PG_DATA belongs to $(stat -c %U "$PG_DATA"); run this as that user or as root"
+        fi
+    fi
+}
+
+# Run a command as the cluster's OS user, from / (its home may be unreadable).
+as_pg() {
+    if ((IS_ROOT)); then
+        (cd / && runuser -u "$PG_USER" -- "$@")
+    else
+        (cd / && "$@")
+    fi
+}
+
+pg_conf_port() {
+    [[ -r $PG_CONF ]] || return 0
+    awk -F= '$1 ~ /^port[ \t]*$/ { gsub(/[^0-9]/, "", $2); print $2; exit }' "$PG_CONF"
+}
+
+pg_pid() {
+    [[ -r $PG_DATA/postmaster.pid ]] || return 0
+    head -n1 "$PG_DATA/postmaster.pid" 2>/dev/null | tr -dc '0-9'
+}
+
+pg_ready() { # pg_ready PORT
+    timeout 5 "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$1" -t 3 >/dev/null 2>&1
+}
+
+pg_up() {
+    local pid port
+    pid=$(pg_pid)
+    port=$(pg_conf_port)
+    [[ -n $pid && -n $port ]] || return 1
+    pid_is "$pid" postgres && pg_ready "$port"
+}
+
+# Make every ancestor of PG_DIR traversable by PG_USER (root only).
+pg_fix_traversal() {
+    ((IS_ROOT)) || return 0
+    local d=$DIR
+    local -a chain=()
+    while :; do
+        chain=("$d" "${chain[@]}")
+        [[ $d == / ]] && break
+        d=$(dirname "$d")
+    done
+    for d in "${chain[@]}"; do
+        if ! runuser -u "$PG_USER" -- test -x "$d" 2>/dev/null; then
+            warn "note: adding o+x to $d so that user '$PG_USER' can reach $PG_DIR"
+            chmod o+x "$d"
+            runuser -u "$PG_USER" -- test -x "$d" 2>/dev/null ||
+                die "user '$PG_USER' still cannot traverse $d; move DIR somewhere accessible"
+        fi
+    done
+}
+
+pg_initdb() {
+    local tmp=$PG_DIR/data.init pw
+    if [[ ! -s $PG_PWFILE ]]; then
+        (
+            umask 077
+            random_hex 16 >"$PG_PWFILE.tmp"
+            mv -f "$PG_PWFILE.tmp" "$PG_PWFILE"
+        )
+    fi
+    chmod 600 "$PG_PWFILE"
+    pw=$(tr -dc '0-9a-f' <"$PG_PWFILE")
+    [[ ${#pw} -eq 32 ]] || die "$PG_PWFILE does not hold a 32-hex-digit password"
+    rm -rf "$tmp"
+    # The password file for initdb must be readable by the cluster user.
+    local initpw=$PG_DIR/.initdb-pw
+    (
+        umask 077
+        printf '%s\n' "$pw" >"$initpw"
+    )
+    ((IS_ROOT)) && chown "$PG_USER" "$initpw"
+    info "postgres: initdb in $PG_DATA (as $PG_USER)"
+    if ! as_pg "$PG_BIN/initdb" -D "$tmp" -U "$PG_ROLE" --auth=scram-sha-256 \
+        --pwfile="$initpw" -E UTF8 --locale=C >"$DIR/initdb.log" 2>&1; then
+        rm -f "$initpw"
+        warn "initdb failed"
+        log_tail "$DIR/initdb.log"
+        exit 1
+    fi
+    rm -f "$initpw"
+    printf "\n# added by scripts/stack.sh\ninclude_if_exists = 'seckill.conf'\n" >>"$tmp/postgresql.conf"
+    mv "$tmp" "$PG_DATA"
+}
+
+pg_write_conf() {
+    local port=$1 sockdirs=$PG_RUN
+    # sun_path is 108 bytes; ".s.PGSQL.NNNNN" plus '/' must fit.
+    if ((${#PG_RUN} + 16 > 107)); then
+        warn "note: $PG_RUN is too long for a unix socket path; PostgreSQL will listen on TCP only"
+        sockdirs=
+    fi
+    write_file "$PG_CONF" 600 <<EOF
+# generated by scripts/stack.sh; rewritten on every start
+listen_addresses = '127.0.0.1'
+port = $port
+unix_socket_directories = '$sockdirs'
+max_connections = 200
+shared_buffers = 128MB
+password_encryption = 'scram-sha-256'
+logging_collector = off
+log_line_prefix = '%m [%p] %q%u@%d '
+EOF
+    ((IS_ROOT)) && chown "$PG_USER" "$PG_CONF"
+    return 0
+}
+
+pg_start() {
+    local port=$1 pid
+    pg_user_init
+    PG_BIN=$(pg_bindir)
+    if pg_up; then
+        local cur
+        cur=$(pg_conf_port)
+        if [[ $cur != "$port" ]]; then
+            warn "postgres already running on port $cur (requested $port); stop the stack to change ports"
+        fi
+        info "postgres: already running on 127.0.0.1:$cur (pid $(pg_pid))"
+        return 0
+    fi
+    pid=$(pg_pid)
+    if [[ -n $pid ]] && pid_is "$pid" postgres; then
+        die "postgres (pid $pid) is alive but not accepting connections on port $(pg_conf_port); see $PG_LOG or run: $0 stop $DIR"
+    fi
+    if port_busy "$port"; then
+        printf '%s: error: port %s is already in use; cannot start postgres (set SECKILL_PG_PORT)\n' "$PROG" "$port" >&2
+        exit 3
+    fi
+    if [[ -d $PG_DATA && ! -s $PG_PWFILE ]]; then
+        die "$PG_DATA exists but $PG_PWFILE is missing; remove $PG_DIR to re-initialise"
+    fi
+
+    mkdir -p "$PG_DIR" "$PG_RUN"
+    chmod 700 "$PG_DIR" "$PG_RUN"
+    : >>"$PG_LOG"
+    if ((IS_ROOT)); then
+        chown "$PG_USER": "$PG_DIR" "$PG_RUN" "$PG_LOG" 2>/dev/null ||
+            chown "$PG_USER" "$PG_DIR" "$PG_RUN" "$PG_LOG"
+        pg_fix_traversal
+    fi
+    [[ -f $PG_DATA/PG_VERSION ]] || pg_initdb
+    pg_write_conf "$port"
+
+    if ! as_pg "$PG_BIN/pg_ctl" -D "$PG_DATA" -w -t "$PG_CTL_TIMEOUT" -l "$PG_LOG" start \
+        </dev/null >"$DIR/pg_ctl.log" 2>&1 9>&-; then
+        warn "pg_ctl start failed (waited at most ${PG_CTL_TIMEOUT}s)"
+        cat "$DIR/pg_ctl.log" >&2 || true
+        log_tail "$PG_LOG"
+        exit 1
+    fi
+    if ! pg_up; then
+        warn "postgres started but is not accepting connections on 127.0.0.1:$port"
+        log_tail "$PG_LOG"
+        exit 1
+    fi
+    info "postgres: started on 127.0.0.1:$port (pid $(pg_pid), user $PG_USER)"
+}
+
+pg_stop() {
+    local pid i
+    pid=$(pg_pid)
+    if [[ -z $pid ]] || ! pid_is "$pid" postgres; then
+        info "postgres: not running"
+        return 0
+    fi
+    pg_user_init
+    PG_BIN=$(pg_bindir)
+    if ! as_pg "$PG_BIN/pg_ctl" -D "$PG_DATA" -m fast -w -t "$PG_CTL_TIMEOUT" stop \
+        </dev/null >"$DIR/pg_ctl.log" 2>&1 9>&-; then
+        warn "pg_ctl stop -m fast failed; trying -m immediate"
+        cat "$DIR/pg_ctl.log" >&2 || true
+        as_pg "$PG_BIN/pg_ctl" -D "$PG_DATA" -m immediate -w -t 10 stop \
+            </dev/null >>"$DIR/pg_ctl.log" 2>&1 9>&- || true
+    fi
+    for ((i = 0; i < 50; i++)); do
+        pid_is "$pid" postgres || break
+        sleep 0.1
+    done
+    if pid_is "$pid" postgres; then
+        warn "postgres (pid $pid) still alive; sending SIGQUIT"
+        kill -QUIT "$pid" 2>/dev/null || true
+        sleep 2
+        pid_is "$pid" postgres && {
+            log_tail "$PG_LOG"
+            die "could not stop postgres (pid $pid)"
+        }
+    fi
+    info "postgres: stopped"
+}
+
+# ---------------------------------------------------------------- env, db
+
+write_client_files() {
+    local rport=$1 pport=$2 pw
+    pw=$(tr -dc '0-9a-f' <"$PG_PWFILE")
+    printf '127.0.0.1:%s:*:%s:%s\nlocalhost:%s:*:%s:%s\n' \
+        "$pport" "$PG_ROLE" "$pw" "$pport" "$PG_ROLE" "$pw" | write_file "$PGPASS" 600
+    {
+        printf '# generated by scripts/stack.sh start; source me\n'
+        printf 'export SECKILL_REDIS_URL=redis://127.0.0.1:%s/0\n' "$rport"
+        printf "export SECKILL_PG_DSN='host=127.0.0.1 port=%s dbname=%s user=%s connect_timeout=5'\n" \
+            "$pport" "$PG_DB" "$PG_ROLE"
+        printf 'export PGPASSFILE=%q\n' "$PGPASS"
+        printf 'export SECKILL_REDIS_PORT=%s\n' "$rport"
+        printf 'export SECKILL_PG_PORT=%s\n' "$pport"
+    } | write_file "$ENV_FILE" 644
+}
+
+pg_ensure_db() {
+    local port=$1 exists
+    local dsn="host=127.0.0.1 port=$port dbname=postgres user=$PG_ROLE connect_timeout=5"
+    exists=$(PGPASSFILE=$PGPASS timeout 20 "$PG_BIN/psql" "$dsn" -XAtq -v ON_ERROR_STOP=1 \
+        -c "SELECT 1 FROM pg_database WHERE datname = '$PG_DB'" 2>"$DIR/psql.err") || {
+        warn "cannot connect to postgres on 127.0.0.1:$port as $PG_ROLE"
+        cat "$DIR/psql.err" >&2 || true
+        log_tail "$PG_LOG"
+        exit 1
+    }
+    if [[ $exists != 1 ]]; then
+        PGPASSFILE=$PGPASS timeout 30 "$PG_BIN/psql" "$dsn" -XAtq -v ON_ERROR_STOP=1 \
+            -c "CREATE DATABASE $PG_DB OWNER $PG_ROLE" >/dev/null 2>"$DIR/psql.err" || {
+            warn "CREATE DATABASE $PG_DB failed"
+            cat "$DIR/psql.err" >&2 || true
+            exit 1
+        }
+        info "postgres: created database $PG_DB"
+    fi
+    rm -f "$DIR/psql.err"
+}
+
+# ---------------------------------------------------------------- commands
+
+cmd_start() {
+    local rport=${SECKILL_REDIS_PORT:-6380} pport=${SECKILL_PG_PORT:-5433}
+    valid_port "$rport" || die "bad SECKILL_REDIS_PORT: $rport"
+    valid_port "$pport" || die "bad SECKILL_PG_PORT: $pport"
+    [[ $rport != "$pport" ]] || die "SECKILL_REDIS_PORT and SECKILL_PG_PORT are both $rport"
+    redis_start "$rport"
+    pg_start "$pport"
+    # Actual ports (they differ from the requested ones if already running).
+    rport=$(redis_conf_port)
+    pport=$(pg_conf_port)
+    write_client_files "$rport" "$pport"
+    pg_ensure_db "$pport"
+    info "env: source $ENV_FILE"
+}
+
+cmd_stop() {
+    local rc=0
+    if [[ -d $PG_DATA ]]; then
+        pg_stop || rc=1
+    else
+        info "postgres: not running"
+    fi
+    redis_stop || rc=1
+    return "$rc"
+}
+
+cmd_status() {
+    local rc=0 pid port
+    pid=$(redis_pid)
+    port=$(redis_conf_port)
+    if redis_up; then
+        info "redis: running on 127.0.0.1:$port (pid $pid)"
+    elif [[ -n $pid ]] && pid_is "$pid" redis; then
+        info "redis: NOT ANSWERING (pid $pid alive, port ${port:-?})"
+        rc=1
+    else
+        info "redis: stopped"
+        rc=1
+    fi
+    if [[ -d $PG_DATA ]]; then
+        PG_BIN=$(pg_bindir)
+        pid=$(pg_pid)
+        port=$(pg_conf_port)
+        if pg_up; then
+            info "postgres: running on 127.0.0.1:$port (pid $pid)"
+        elif [[ -n $pid ]] && pid_is "$pid" postgres; then
+            info "postgres: NOT ACCEPTING CONNECTIONS (pid $pid alive, port ${port:-?})"
+            rc=1
+        else
+            info "postgres: stopped"
+            rc=1
+        fi
+    else
+        info "postgres: stopped (not initialised)"
+        rc=1
+    fi
+    return "$rc"
+}
+
+case $CMD in
+start) cmd_start ;;
+stop) cmd_stop ;;
+status) cmd_status ;;
+esac

@@ -1,0 +1,77 @@
+/* Redis losing a SKU's data: the service fails closed, an operator reloads the
+ * SKU from PostgreSQL, and order ids never repeat. */
+#include <check.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "harness.h"
+#include "keys.h"
+
+static int order(int port, int64_t user, struct th_response *r)
+{
+    char body[64];
+    snprintf(body, sizeof body, "{\"user_id\":%lld,\"qty\":1}", (long long)user);
+    return th_http(port, "POST", "/api/v1/skus/9/orders", "Content-Type: application/json\r\n",
+                   body, r);
+}
+
+START_TEST(test_lost_redis_data_fails_closed_until_reload_and_ids_never_repeat)
+{
+    th_reset();
+    struct th_daemon d;
+    th_daemon_start(&d, NULL);
+    th_create_sku(d.port, 9, 10, 1);
+    struct th_response r;
+    ck_assert_int_eq(order(d.port, 1, &r), 0);
+    ck_assert_int_eq(r.status, 202);
+    long long first = th_json_int(r.body, "order_id", 0);
+    ck_assert_int_eq(order(d.port, 2, &r), 0);
+    long long second = th_json_int(r.body, "order_id", 0);
+    th_wait_drained(9, 10000);
+
+    redisContext *rc = th_redis();
+    redisReply *rep = redisCommand(rc, "FLUSHALL"); /* Redis restarted without its data */
+    freeReplyObject(rep);
+
+    /* Unknown is not infinite: the SKU exists, so the answer is 503, not a sale. */
+    ck_assert_int_eq(order(d.port, 3, &r), 0);
+    ck_assert_int_eq(r.status, 503);
+    ck_assert_int_eq(th_admin(d.port, "POST", "/admin/v1/skus/9/reload", NULL, &r), 0);
+    ck_assert_msg(r.status == 200, "reload: %d %s", r.status, r.body);
+    ck_assert_int_eq(th_json_int(r.body, "available", -1), 8);
+    ck_assert_int_eq(th_admin(d.port, "POST", "/admin/v1/skus/9/reload", NULL, &r), 0);
+    ck_assert_int_eq(r.status, 409); /* a second load would double the stock */
+
+    ck_assert_int_eq(order(d.port, 1, &r), 0); /* user 1 already holds the limit */
+    ck_assert_int_eq(r.status, 409);
+    ck_assert_ptr_nonnull(strstr(r.body, "limit_exceeded"));
+    ck_assert_int_eq(order(d.port, 3, &r), 0);
+    ck_assert_int_eq(r.status, 202);
+    long long third = th_json_int(r.body, "order_id", 0);
+    ck_assert(third != first && third != second);
+    ck_assert_int_gt(keys_order_epoch(third), keys_order_epoch(first));
+    th_wait_drained(9, 10000);
+    PGconn *c = th_pg();
+    ck_assert_int_eq(th_pg_int(c, "SELECT count(DISTINCT id) FROM orders WHERE sku_id = 9"), 3);
+    PQfinish(c);
+    th_assert_invariants(9);
+    ck_assert_int_eq(th_admin(d.port, "POST", "/admin/v1/skus/77/reload", NULL, &r), 0);
+    ck_assert_int_eq(r.status, 404);
+    redisFree(rc);
+    th_daemon_stop(&d);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("recovery");
+    TCase *tc = tcase_create("redis-loss");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_lost_redis_data_fails_closed_until_reload_and_ids_never_repeat);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,4 @@
+-- units each user holds in confirmed orders of SKU $1 (the per-user limit's state)
+SELECT user_id, sum(qty) FROM orders
+WHERE sku_id = $1 AND status = 'confirmed'
+GROUP BY user_id
