@@ -79,12 +79,12 @@ deps:
 # make run: everything a newcomer needs, in the foreground; Ctrl-C stops it all.
 run: deps
 	$(MAKE) $(BUILD)/seckilld
-	scripts/run.sh
+	BUILD=$(BUILD) scripts/run.sh
 
 # make test: a fresh stack on free ports, every test binary, then teardown.
 test: deps
 	$(MAKE) all
-	scripts/run-tests.sh $(TESTS)
+	BUILD=$(BUILD) scripts/run-tests.sh $(TESTS)
 
 stack-start:
 	scripts/stack.sh start var

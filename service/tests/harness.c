@@ -155,6 +155,10 @@ int th_daemon_stop(struct th_daemon *d)
     for (int i = 0; i < 200; i++) {
         if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
             d->pid = 0;
+            /* A clean shutdown is part of the contract; under ASan a memory
+             * error or leak in the daemon shows up here as a non-zero exit. */
+            ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                          "seckilld did not exit cleanly (status %d)", st);
             return st;
         }
         sleep_ms(25);

@@ -44,7 +44,7 @@ struct th_daemon {
  * "NAME=value" environment entries (NULL-terminated, may be NULL); waits until
  * it listens.  Aborts the test on failure. */
 void th_daemon_start(struct th_daemon *d, const char *const *extra_env);
-/* SIGTERM, bounded wait, SIGKILL if needed; returns the exit status. */
+/* SIGTERM, bounded wait; asserts a clean exit (status 0), SIGKILL and failure otherwise. */
 int th_daemon_stop(struct th_daemon *d);
 
 struct th_response {
