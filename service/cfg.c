@@ -18,8 +18,14 @@ struct cfg_def {
     const char *help;
 };
 
-#define S(f, d, h) {#f, CFG_STR, offsetof(struct cfg, f), d, 0, 0, h}
-#define I(f, d, lo, hi, h) {#f, CFG_INT, offsetof(struct cfg, f), #d, lo, hi, h}
+#define S(f, d, h)                                                                                 \
+    {                                                                                              \
+#f, CFG_STR, offsetof(struct cfg, f), d, 0, 0, h                                           \
+    }
+#define I(f, d, lo, hi, h)                                                                         \
+    {                                                                                              \
+#f, CFG_INT, offsetof(struct cfg, f), #d, lo, hi, h                                        \
+    }
 
 /* The one table of settings.  Env name is SECKILL_<NAME upper-cased>. */
 static const struct cfg_def defs[] = {
@@ -220,7 +226,9 @@ int cfg_load(struct cfg *c, int argc, char **argv, int *args, char *err, size_t 
 
 void cfg_print_help(FILE *out)
 {
-    fprintf(out, "settings (flag --name=value, env SECKILL_NAME, or `name = value` in --config FILE):\n");
+    fprintf(
+        out,
+        "settings (flag --name=value, env SECKILL_NAME, or `name = value` in --config FILE):\n");
     for (size_t i = 0; i < sizeof defs / sizeof defs[0]; i++)
         fprintf(out, "  %-28s %s (default: %s)\n", defs[i].name, defs[i].help,
                 strcmp(defs[i].name, "admin_token") == 0 ? "none" : defs[i].def);

@@ -12,34 +12,34 @@
 #include <stdio.h>
 
 struct cfg {
-    char *http_addr;              /* host:port the HTTP API listens on */
-    int64_t http_threads;         /* event-loop threads serving HTTP */
-    int64_t http_timeout_s;       /* idle read/write timeout per connection */
-    int64_t max_body_bytes;       /* larger bodies are refused (413 by libevent / 400) */
-    int64_t max_header_bytes;     /* larger header blocks are refused */
+    char *http_addr;          /* host:port the HTTP API listens on */
+    int64_t http_threads;     /* event-loop threads serving HTTP */
+    int64_t http_timeout_s;   /* idle read/write timeout per connection */
+    int64_t max_body_bytes;   /* larger bodies are refused (413 by libevent / 400) */
+    int64_t max_header_bytes; /* larger header blocks are refused */
     int64_t max_idempotency_key_bytes;
-    int64_t max_qty_per_order;    /* upper bound for "qty" in an order */
-    char *redis_url;              /* redis://[:password@]host:port[/db] */
-    int64_t redis_timeout_ms;     /* per command, sync and async */
+    int64_t max_qty_per_order; /* upper bound for "qty" in an order */
+    char *redis_url;           /* redis://[:password@]host:port[/db] */
+    int64_t redis_timeout_ms;  /* per command, sync and async */
     int64_t redis_connect_timeout_ms;
-    int64_t redis_reconnect_ms;   /* pause between reconnect attempts */
-    char *pg_dsn;                 /* libpq conninfo; password via PGPASSFILE */
+    int64_t redis_reconnect_ms; /* pause between reconnect attempts */
+    char *pg_dsn;               /* libpq conninfo; password via PGPASSFILE */
     int64_t pg_statement_timeout_ms;
-    char *admin_token;            /* bearer token for /admin; empty disables admin */
-    int64_t worker_threads;       /* blocking workers for admin and lookups */
-    int64_t worker_queue_max;     /* jobs waiting beyond this get 503 */
-    int64_t lock_ttl_ms;          /* lease of the order/SKU locks */
-    int64_t lock_wait_ms;         /* how long to wait for a busy lock */
-    int64_t lock_retry_ms;        /* base retry interval while waiting */
-    int64_t lock_commit_margin_ms;/* refuse to commit with less lease left */
-    int64_t idempotency_ttl_s;    /* how long an Idempotency-Key is remembered */
-    int64_t writer_threads;       /* order writer threads in this process */
-    int64_t writer_batch;         /* stream entries per transaction */
-    int64_t writer_block_ms;      /* XREADGROUP BLOCK */
-    int64_t writer_claim_idle_ms; /* reclaim entries idle this long (crashed writer) */
-    int64_t writer_refresh_ms;    /* how often the SKU list is re-read */
-    int64_t writer_retry_ms;      /* pause after a failed batch */
-    char *log_level;              /* debug, info, warn, error */
+    char *admin_token;             /* bearer token for /admin; empty disables admin */
+    int64_t worker_threads;        /* blocking workers for admin and lookups */
+    int64_t worker_queue_max;      /* jobs waiting beyond this get 503 */
+    int64_t lock_ttl_ms;           /* lease of the order/SKU locks */
+    int64_t lock_wait_ms;          /* how long to wait for a busy lock */
+    int64_t lock_retry_ms;         /* base retry interval while waiting */
+    int64_t lock_commit_margin_ms; /* refuse to commit with less lease left */
+    int64_t idempotency_ttl_s;     /* how long an Idempotency-Key is remembered */
+    int64_t writer_threads;        /* order writer threads in this process */
+    int64_t writer_batch;          /* stream entries per transaction */
+    int64_t writer_block_ms;       /* XREADGROUP BLOCK */
+    int64_t writer_claim_idle_ms;  /* reclaim entries idle this long (crashed writer) */
+    int64_t writer_refresh_ms;     /* how often the SKU list is re-read */
+    int64_t writer_retry_ms;       /* pause after a failed batch */
+    char *log_level;               /* debug, info, warn, error */
 };
 
 /* Fills c with the built-in defaults (strings are heap copies). */

@@ -26,7 +26,8 @@ PGconn *db_conn_get(struct db_conn *d)
     }
     /* Every statement is bounded, so no request or batch waits forever on a lock. */
     char set[96];
-    snprintf(set, sizeof set, "SET statement_timeout = %" PRId64 "; SET application_name = 'seckilld'",
+    snprintf(set, sizeof set,
+             "SET statement_timeout = %" PRId64 "; SET application_name = 'seckilld'",
              d->cfg->pg_statement_timeout_ms);
     PGresult *r = PQexec(d->conn, set);
     int ok = PQresultStatus(r) == PGRES_COMMAND_OK;

@@ -40,17 +40,28 @@ struct http_server {
 static const char *reason_phrase(int code)
 {
     switch (code) {
-    case 200: return "OK";
-    case 201: return "Created";
-    case 202: return "Accepted";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 409: return "Conflict";
-    case 422: return "Unprocessable Entity";
-    case 503: return "Service Unavailable";
-    default: return "Internal Server Error";
+    case 200:
+        return "OK";
+    case 201:
+        return "Created";
+    case 202:
+        return "Accepted";
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 409:
+        return "Conflict";
+    case 422:
+        return "Unprocessable Entity";
+    case 503:
+        return "Service Unavailable";
+    default:
+        return "Internal Server Error";
     }
 }
 
@@ -74,8 +85,7 @@ static void reply_json(struct evhttp_request *req, int code, json_t *body)
     json_decref(body);
 }
 
-static void reply_error(struct evhttp_request *req, int code, const char *error,
-                        const char *detail)
+static void reply_error(struct evhttp_request *req, int code, const char *error, const char *detail)
 {
     json_t *o = json_pack("{s:s}", "error", error);
     if (detail)
@@ -122,8 +132,16 @@ static int require_json(struct evhttp_request *req)
 
 /* ---- blocking jobs ----------------------------------------------------- */
 
-enum job_kind { JOB_SKU_VIEW, JOB_ADMIN_SKU_VIEW, JOB_ORDER_VIEW, JOB_SKU_CREATE, JOB_SKU_ADJUST,
-                JOB_SKU_EXISTS, JOB_SKU_RELOAD, JOB_HEALTH };
+enum job_kind {
+    JOB_SKU_VIEW,
+    JOB_ADMIN_SKU_VIEW,
+    JOB_ORDER_VIEW,
+    JOB_SKU_CREATE,
+    JOB_SKU_ADJUST,
+    JOB_SKU_EXISTS,
+    JOB_SKU_RELOAD,
+    JOB_HEALTH
+};
 
 struct http_job {
     struct job job; /* first: the pool hands us back this pointer */
@@ -140,14 +158,30 @@ static void job_run(struct job *j, struct worker_ctx *w)
 {
     struct http_job *hj = (struct http_job *)j;
     switch (hj->kind) {
-    case JOB_SKU_VIEW: hj->res = sku_view(w, hj->id, 0, &hj->out); break;
-    case JOB_ADMIN_SKU_VIEW: hj->res = sku_view(w, hj->id, 1, &hj->out); break;
-    case JOB_ORDER_VIEW: hj->res = order_view(w, hj->id, &hj->out); break;
-    case JOB_SKU_CREATE: hj->res = sku_create(w, &hj->spec, &hj->out); break;
-    case JOB_SKU_ADJUST: hj->res = sku_adjust(w, hj->id, hj->delta, hj->reason, &hj->out); break;
-    case JOB_SKU_EXISTS: hj->res = sku_exists(w, hj->id); break;
-    case JOB_SKU_RELOAD: hj->res = sku_reload(w, hj->id, &hj->out); break;
-    case JOB_HEALTH: hj->res = sku_health(w, &hj->out); break;
+    case JOB_SKU_VIEW:
+        hj->res = sku_view(w, hj->id, 0, &hj->out);
+        break;
+    case JOB_ADMIN_SKU_VIEW:
+        hj->res = sku_view(w, hj->id, 1, &hj->out);
+        break;
+    case JOB_ORDER_VIEW:
+        hj->res = order_view(w, hj->id, &hj->out);
+        break;
+    case JOB_SKU_CREATE:
+        hj->res = sku_create(w, &hj->spec, &hj->out);
+        break;
+    case JOB_SKU_ADJUST:
+        hj->res = sku_adjust(w, hj->id, hj->delta, hj->reason, &hj->out);
+        break;
+    case JOB_SKU_EXISTS:
+        hj->res = sku_exists(w, hj->id);
+        break;
+    case JOB_SKU_RELOAD:
+        hj->res = sku_reload(w, hj->id, &hj->out);
+        break;
+    case JOB_HEALTH:
+        hj->res = sku_health(w, &hj->out);
+        break;
     }
 }
 
@@ -286,15 +320,14 @@ static void handle_order(struct http_thread *th, struct evhttp_request *req, int
         return;
     char detail[160];
     int64_t user, qty;
-    int bad = validate_order_body(body, len, c->max_qty_per_order, &user, &qty, detail,
-                                  sizeof detail);
+    int bad =
+        validate_order_body(body, len, c->max_qty_per_order, &user, &qty, detail, sizeof detail);
     free(body);
     if (bad) {
         reply_error(req, 400, "invalid_request", detail);
         return;
     }
-    const char *idem = evhttp_find_header(evhttp_request_get_input_headers(req),
-                                          "Idempotency-Key");
+    const char *idem = evhttp_find_header(evhttp_request_get_input_headers(req), "Idempotency-Key");
     if (idem && validate_idempotency_key(idem, (size_t)c->max_idempotency_key_bytes, detail,
                                          sizeof detail) != 0) {
         reply_error(req, 400, "invalid_request", detail);
@@ -307,8 +340,8 @@ static void handle_order(struct http_thread *th, struct evhttp_request *req, int
     snprintf(sqty, sizeof sqty, "%" PRId64, qty);
     snprintf(fp, sizeof fp, "%" PRId64 ":%" PRId64, user, qty); /* what "same body" means */
     snprintf(ttl, sizeof ttl, "%" PRId64, c->idempotency_ttl_s);
-    const char *argv[12] = {keys[0], keys[1], keys[2], keys[3], keys[4], keys[5],
-                            keys[6], suser,   sqty,    idem ? idem : "", fp, ttl};
+    const char *argv[12] = {keys[0], keys[1], keys[2], keys[3],          keys[4], keys[5],
+                            keys[6], suser,   sqty,    idem ? idem : "", fp,      ttl};
     struct order_call *oc = calloc(1, sizeof *oc);
     if (!oc)
         abort();
@@ -503,8 +536,7 @@ static int thread_init(struct http_thread *th, struct http_server *s, char *err,
     evhttp_set_max_headers_size(th->http, (ev_ssize_t)c->max_header_bytes);
     evhttp_set_timeout(th->http, (int)c->http_timeout_s);
     evhttp_set_allowed_methods(th->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
-                                             EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
-                                             EVHTTP_REQ_PATCH);
+                                             EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_PATCH);
     evhttp_set_gencb(th->http, on_request, th);
     th->redis = redis_async_new(th->base, c, err, errlen);
     return th->redis ? 0 : -1;
@@ -534,8 +566,8 @@ struct http_server *http_server_start(const struct cfg *c, struct workers *ws, c
         if (thread_init(th, s, err, errlen) != 0)
             goto fail;
         if (i == 0) {
-            struct evhttp_bound_socket *bs = evhttp_bind_socket_with_handle(th->http, host,
-                                                                            (ev_uint16_t)port);
+            struct evhttp_bound_socket *bs =
+                evhttp_bind_socket_with_handle(th->http, host, (ev_uint16_t)port);
             if (!bs) {
                 snprintf(err, errlen, "cannot listen on %s", c->http_addr);
                 goto fail;

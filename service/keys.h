@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KEYS_MAX 320               /* longest key we build, idempotency key included */
+#define KEYS_MAX 320 /* longest key we build, idempotency key included */
 #define KEYS_ORDER_SEQ_BITS 30
 #define KEYS_WRITER_GROUP "writers" /* consumer group of every order stream */
 

@@ -22,8 +22,8 @@ static int exec_ok(PGconn *c, const char *sql, int n, const char *const *params)
 static int applied(PGconn *c, const char *name)
 {
     const char *p[] = {name};
-    PGresult *r = PQexecParams(c, "SELECT 1 FROM schema_migrations WHERE version = $1", 1, NULL,
-                               p, NULL, NULL, 0);
+    PGresult *r = PQexecParams(c, "SELECT 1 FROM schema_migrations WHERE version = $1", 1, NULL, p,
+                               NULL, NULL, 0);
     int yes = PQresultStatus(r) == PGRES_TUPLES_OK ? PQntuples(r) > 0 : -1;
     PQclear(r);
     return yes;

@@ -106,8 +106,7 @@ static int finish_batch(struct batch *b)
         snprintf(uid, sizeof uid, "%" PRId64, b->e[i].user_id);
         snprintf(qty, sizeof qty, "%" PRId64, b->e[i].qty);
         const char *argv[] = {journal, stock, bought, oid, uid, qty, REASON_NO_STOCK};
-        redisReply *r = redis_conn_script(&b->w->ctx.redis, &script_order_return, 3, 4, argv,
-                                          NULL);
+        redisReply *r = redis_conn_script(&b->w->ctx.redis, &script_order_return, 3, 4, argv, NULL);
         int ok = r && r->type == REDIS_REPLY_INTEGER;
         if (r && !ok)
             log_warn("order_return: %s", r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
@@ -134,8 +133,8 @@ static int finish_batch(struct batch *b)
             snprintf(ids[i], sizeof ids[i], "%" PRId64, b->e[i].order_id);
             argv[argc++] = ids[i];
         }
-    redisReply *r = redis_conn_script(&b->w->ctx.redis, &script_orders_ack, 2, (int)argc - 2,
-                                      argv, NULL);
+    redisReply *r =
+        redis_conn_script(&b->w->ctx.redis, &script_orders_ack, 2, (int)argc - 2, argv, NULL);
     int ok = r && r->type == REDIS_REPLY_INTEGER;
     if (r && !ok)
         log_warn("orders_ack: %s", r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
@@ -242,8 +241,8 @@ static int write_new_orders(struct dbtx *tx, struct batch *b, const char *sid)
         sb_str(&lids, sep), sb_i64(&lids, e->order_id);
         sep = ",";
     }
-    struct sbuf *all[] = {&ids, &users, &qtys, &status, &reasons, &idems, &ms, &kinds, &deltas,
-                          &afters, &lids};
+    struct sbuf *all[] = {&ids, &users, &qtys,   &status, &reasons, &idems,
+                          &ms,  &kinds, &deltas, &afters, &lids};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         sb_str(all[i], "}");
     const char *ins[] = {sid, ids.p, users.p, qtys.p, status.p, reasons.p, idems.p, ms.p};
@@ -288,8 +287,8 @@ int writer_process_batch(struct writer *w, int64_t sku, const struct writer_entr
     struct txlock t = {.redis = &w->ctx.redis};
     struct rlock_opts o = {(int)c->lock_ttl_ms, (int)c->lock_wait_ms, (int)c->lock_retry_ms};
     redisContext *rc_ctx = redis_conn_get(&w->ctx.redis);
-    enum rlock_status st = rc_ctx ? rlock_acquire_multi(rc_ctx, &t.lock, lock_ptrs, n, &o)
-                                  : RLOCK_ERR;
+    enum rlock_status st =
+        rc_ctx ? rlock_acquire_multi(rc_ctx, &t.lock, lock_ptrs, n, &o) : RLOCK_ERR;
     if (st != RLOCK_OK) {
         /* Busy: another writer holds these orders right now; it decides them. */
         log_debug("sku %" PRId64 ": batch lock: %s", sku, rlock_status_str(st));
@@ -435,8 +434,8 @@ static int reclaim(struct writer *w)
     for (size_t i = 0; i < w->nskus; i++) {
         char stream[KEYS_MAX];
         keys_sku(stream, w->skus[i], KEY_STREAM);
-        const char *argv[] = {"XAUTOCLAIM", stream, KEYS_WRITER_GROUP, w->consumer, idle, "0-0",
-                              "COUNT",      count};
+        const char *argv[] = {"XAUTOCLAIM", stream, KEYS_WRITER_GROUP, w->consumer,
+                              idle,         "0-0",  "COUNT",           count};
         redisReply *r = redis_conn_cmd(&w->ctx.redis, 8, argv, NULL);
         if (!r)
             return -1;
@@ -481,7 +480,7 @@ int writer_poll(struct writer *w)
     snprintf(count, sizeof count, "%" PRId64, c->writer_batch);
     snprintf(block, sizeof block, "%" PRId64, c->writer_block_ms);
     const char *head[] = {"XREADGROUP", "GROUP", KEYS_WRITER_GROUP, w->consumer, "COUNT", count,
-                          "BLOCK", block, "STREAMS"};
+                          "BLOCK",      block,   "STREAMS"};
     for (size_t i = 0; i < sizeof head / sizeof head[0]; i++)
         argv[argc++] = head[i];
     for (size_t i = 0; i < w->nskus; i++) {

@@ -171,9 +171,8 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
     ra_drop(ra); /* frees op through on_reply(NULL) */
 }
 
-void redis_async_script(struct redis_async *ra, const struct rlock_script *s, int nkeys,
-                        int nargs, const char **argv, const size_t *lens, redis_async_fn *fn,
-                        void *arg)
+void redis_async_script(struct redis_async *ra, const struct rlock_script *s, int nkeys, int nargs,
+                        const char **argv, const size_t *lens, redis_async_fn *fn, void *arg)
 {
     if (!ra->ac) {
         fn(NULL, arg);

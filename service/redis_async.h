@@ -27,9 +27,8 @@ struct redis_async *redis_async_new(struct event_base *base, const struct cfg *c
                                     size_t errlen);
 
 /* Runs a script; fn is called exactly once, possibly before this returns. */
-void redis_async_script(struct redis_async *ra, const struct rlock_script *s, int nkeys,
-                        int nargs, const char **argv, const size_t *lens, redis_async_fn *fn,
-                        void *arg);
+void redis_async_script(struct redis_async *ra, const struct rlock_script *s, int nkeys, int nargs,
+                        const char **argv, const size_t *lens, redis_async_fn *fn, void *arg);
 
 /* Disconnects (pending callbacks get NULL) and frees. */
 void redis_async_free(struct redis_async *ra);

@@ -101,8 +101,8 @@ redisContext *redis_conn_get(struct redis_conn *rc)
     if (rc->ctx && rc->ctx->err == 0)
         return rc->ctx;
     redis_conn_close(rc);
-    rc->ctx = redisConnectWithTimeout(rc->target.host, rc->target.port,
-                                      ms_tv(rc->connect_timeout_ms));
+    rc->ctx =
+        redisConnectWithTimeout(rc->target.host, rc->target.port, ms_tv(rc->connect_timeout_ms));
     if (!rc->ctx || rc->ctx->err) {
         log_warn("redis connect %s:%d failed: %s", rc->target.host, rc->target.port,
                  rc->ctx ? rc->ctx->errstr : "out of memory");
@@ -116,8 +116,7 @@ redisContext *redis_conn_get(struct redis_conn *rc)
     return rc->ctx;
 }
 
-redisReply *redis_conn_cmd(struct redis_conn *rc, int argc, const char **argv,
-                           const size_t *lens)
+redisReply *redis_conn_cmd(struct redis_conn *rc, int argc, const char **argv, const size_t *lens)
 {
     redisContext *c = redis_conn_get(rc);
     if (!c)

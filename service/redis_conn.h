@@ -40,8 +40,7 @@ redisContext *redis_conn_get(struct redis_conn *rc);
 
 /* Runs a command by argv.  Returns the reply (caller frees) or NULL on I/O error,
  * after which the connection is dropped.  Error replies are returned as replies. */
-redisReply *redis_conn_cmd(struct redis_conn *rc, int argc, const char **argv,
-                           const size_t *lens);
+redisReply *redis_conn_cmd(struct redis_conn *rc, int argc, const char **argv, const size_t *lens);
 
 /* Runs a script (EVALSHA, EVAL on NOSCRIPT); same contract as redis_conn_cmd. */
 redisReply *redis_conn_script(struct redis_conn *rc, const struct rlock_script *s, int nkeys,

@@ -62,7 +62,8 @@ static int lock_sku(struct worker_ctx *w, struct txlock *t, int64_t sku)
 static struct dbtx *begin_locked(struct worker_ctx *w, struct txlock *t)
 {
     PGconn *conn = db_conn_get(&w->db);
-    struct dbtx *tx = conn ? dbtx_begin(conn, w->cfg->pg_dsn, DBTX_ISO_READ_COMMITTED, NULL, 0) : NULL;
+    struct dbtx *tx =
+        conn ? dbtx_begin(conn, w->cfg->pg_dsn, DBTX_ISO_READ_COMMITTED, NULL, 0) : NULL;
     if (tx && txlock_bind(t, tx) == 0)
         return tx;
     if (tx)
@@ -218,7 +219,11 @@ enum sku_result sku_create(struct worker_ctx *w, const struct validate_sku *spec
     i64s(limit, sizeof limit, spec->per_user_limit);
     i64s(starts, sizeof starts, spec->starts_ms);
     i64s(ends, sizeof ends, spec->ends_ms);
-    const char *ins[] = {sid, spec->name, stock, limit, spec->has_starts ? starts : NULL,
+    const char *ins[] = {sid,
+                         spec->name,
+                         stock,
+                         limit,
+                         spec->has_starts ? starts : NULL,
                          spec->has_ends ? ends : NULL};
     PGresult *r = tx_query(tx, "sku_insert", 6, ins);
     if (!r || PQntuples(r) == 0) {
@@ -276,7 +281,8 @@ enum sku_result sku_reload(struct worker_ctx *w, int64_t sku, json_t **out)
     i64s(sid, sizeof sid, sku);
     /* The row lock keeps writers and deltas out while Redis is rebuilt from it. */
     PGresult *row = tx_query(tx, "sku_lock_row", 1, (const char *[]){sid});
-    PGresult *info = row && PQntuples(row) ? tx_query(tx, "sku_get", 1, (const char *[]){sid}) : NULL;
+    PGresult *info =
+        row && PQntuples(row) ? tx_query(tx, "sku_get", 1, (const char *[]){sid}) : NULL;
     PGresult *bought = info ? tx_query(tx, "sku_bought", 1, (const char *[]){sid}) : NULL;
     enum sku_result res = !row ? SKU_UNAVAILABLE : !PQntuples(row) ? SKU_UNKNOWN : SKU_OK;
     if (res == SKU_OK && !bought)
@@ -297,8 +303,8 @@ enum sku_result sku_reload(struct worker_ctx *w, int64_t sku, json_t **out)
     }
     if (dbtx_commit(tx, NULL, 0, NULL) != DBTX_COMMITTED)
         return SKU_UNAVAILABLE;
-    *out = json_pack("{s:I, s:I, s:I, s:s}", "id", (json_int_t)sku, "available",
-                     (json_int_t)stock, "per_user_limit", (json_int_t)limit, "epoch", undo.epoch);
+    *out = json_pack("{s:I, s:I, s:I, s:s}", "id", (json_int_t)sku, "available", (json_int_t)stock,
+                     "per_user_limit", (json_int_t)limit, "epoch", undo.epoch);
     return SKU_OK;
 }
 
@@ -342,7 +348,8 @@ static void undo_adjust(enum dbtx_outcome outcome, void *arg)
     if (!u->applied || outcome == DBTX_COMMITTED)
         return;
     if (outcome == DBTX_UNKNOWN) {
-        log_error("sku %" PRId64 ": delta %" PRId64 " in Redis, database outcome unknown: reconcile",
+        log_error("sku %" PRId64 ": delta %" PRId64
+                  " in Redis, database outcome unknown: reconcile",
                   u->sku, u->delta);
         return;
     }
@@ -608,7 +615,7 @@ enum sku_result sku_health(struct worker_ctx *w, json_t **out)
         pg_ok = PQresultStatus(r) == PGRES_TUPLES_OK;
         PQclear(r);
     }
-    *out = json_pack("{s:s, s:s, s:s}", "status", redis_ok && pg_ok ? "ok" : "unavailable",
-                     "redis", redis_ok ? "ok" : "down", "postgres", pg_ok ? "ok" : "down");
+    *out = json_pack("{s:s, s:s, s:s}", "status", redis_ok && pg_ok ? "ok" : "unavailable", "redis",
+                     redis_ok ? "ok" : "down", "postgres", pg_ok ? "ok" : "down");
     return redis_ok && pg_ok ? SKU_OK : SKU_UNAVAILABLE;
 }

@@ -22,7 +22,7 @@ struct worker_ctx {
 
 struct job;
 typedef void job_fn(struct job *j, struct worker_ctx *w); /* on a worker thread */
-typedef void job_done_fn(struct job *j);                   /* on the submitting loop */
+typedef void job_done_fn(struct job *j);                  /* on the submitting loop */
 
 struct job {
     job_fn *run;

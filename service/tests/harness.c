@@ -44,8 +44,8 @@ redisContext *th_redis(void)
 {
     struct redis_target t;
     char err[160];
-    ck_assert_msg(redis_parse_url(th_env("SECKILL_TEST_REDIS_URL"), &t, err, sizeof err) == 0,
-                  "%s", err);
+    ck_assert_msg(redis_parse_url(th_env("SECKILL_TEST_REDIS_URL"), &t, err, sizeof err) == 0, "%s",
+                  err);
     struct timeval tv = {5, 0};
     redisContext *r = redisConnectWithTimeout(t.host, t.port, tv);
     ck_assert_msg(r && !r->err, "cannot connect to the test Redis");
@@ -64,8 +64,8 @@ PGconn *th_pg(void)
 long long th_pg_int(PGconn *c, const char *sql)
 {
     PGresult *r = PQexec(c, sql);
-    ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1,
-                  "query failed: %s: %s", sql, PQerrorMessage(c));
+    ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1, "query failed: %s: %s",
+                  sql, PQerrorMessage(c));
     long long v = PQgetisnull(r, 0, 0) ? 0 : atoll(PQgetvalue(r, 0, 0));
     PQclear(r);
     return v;
@@ -170,8 +170,8 @@ int th_daemon_stop(struct th_daemon *d)
     return st;
 }
 
-int th_http(int port, const char *method, const char *path, const char *headers,
-            const char *body, struct th_response *out)
+int th_http(int port, const char *method, const char *path, const char *headers, const char *body,
+            struct th_response *out)
 {
     memset(out, 0, sizeof *out);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -180,7 +180,8 @@ int th_http(int port, const char *method, const char *path, const char *headers,
     struct timeval tv = {10, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
         close(fd);
@@ -286,8 +287,7 @@ void th_assert_invariants(int64_t sku)
     redisContext *rc = th_redis();
     long long avail = th_redis_int(rc, key);
     redisFree(rc);
-    ck_assert_msg(avail == db, "I2 violated: redis available %lld, database stock %lld", avail,
-                  db);
+    ck_assert_msg(avail == db, "I2 violated: redis available %lld, database stock %lld", avail, db);
 }
 
 long long th_json_int(const char *body, const char *key, long long dflt)

@@ -55,8 +55,8 @@ struct th_response {
 /* One blocking HTTP/1.1 request on a fresh connection.  'headers' is extra
  * header lines, each ending in \r\n (may be NULL); 'body' may be NULL.
  * Returns 0, or -1 on a connection error. */
-int th_http(int port, const char *method, const char *path, const char *headers,
-            const char *body, struct th_response *out);
+int th_http(int port, const char *method, const char *path, const char *headers, const char *body,
+            struct th_response *out);
 
 /* Admin request with the test bearer token and a JSON content type. */
 int th_admin(int port, const char *method, const char *path, const char *body,

@@ -205,8 +205,8 @@ START_TEST(test_admin_deltas_racing_buyers_keep_stock_exact)
     long long sold = check_orders(3, b, 600);
     PGconn *c = th_pg();
     long long stock = th_pg_int(c, "SELECT stock FROM skus WHERE id = 3");
-    long long ledger_admin =
-        th_pg_int(c, "SELECT coalesce(sum(delta), 0) FROM stock_ledger WHERE sku_id = 3 AND kind = 'admin'");
+    long long ledger_admin = th_pg_int(
+        c, "SELECT coalesce(sum(delta), 0) FROM stock_ledger WHERE sku_id = 3 AND kind = 'admin'");
     PQfinish(c);
     /* Every delta the API accepted is in the ledger; none it refused is. */
     ck_assert_int_eq(ledger_admin, a.applied);

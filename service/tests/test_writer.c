@@ -151,7 +151,8 @@ START_TEST(test_two_writers_same_order_insert_once)
     ck_assert_msg(a.rc == 0 || b.rc == 0, "neither writer decided the order");
     ck_assert_int_eq(q_int("SELECT count(*) FROM orders WHERE sku_id = %lld", 1), 1);
     ck_assert_int_eq(q_int("SELECT stock FROM skus WHERE id = %lld", 1), 8);
-    ck_assert_int_eq(q_int("SELECT count(*) FROM stock_ledger WHERE kind = 'order' AND sku_id = %lld", 1), 1);
+    ck_assert_int_eq(
+        q_int("SELECT count(*) FROM stock_ledger WHERE kind = 'order' AND sku_id = %lld", 1), 1);
     th_assert_invariants(1);
 }
 END_TEST
@@ -197,9 +198,13 @@ START_TEST(test_database_refusal_rejects_and_returns_stock_once)
     ck_assert(writer_init(&w, &cfg, "w", err, sizeof err) == 0);
     ck_assert_int_eq(writer_process_batch(&w, 3, e, 3), 0);
 
-    ck_assert_int_eq(q_int("SELECT count(*) FROM orders WHERE sku_id = %lld AND status = 'confirmed'", 3), 1);
-    ck_assert_int_eq(q_int("SELECT count(*) FROM orders WHERE sku_id = %lld AND status = 'rejected' "
-                           "AND reason = 'insufficient_stock'", 3), 2);
+    ck_assert_int_eq(
+        q_int("SELECT count(*) FROM orders WHERE sku_id = %lld AND status = 'confirmed'", 3), 1);
+    ck_assert_int_eq(
+        q_int("SELECT count(*) FROM orders WHERE sku_id = %lld AND status = 'rejected' "
+              "AND reason = 'insufficient_stock'",
+              3),
+        2);
     char stock[KEYS_MAX];
     keys_sku(stock, 3, KEY_STOCK);
     redisContext *rc = th_redis();
