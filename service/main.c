@@ -9,6 +9,7 @@
 #include <event2/thread.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,9 +35,21 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     event_base_loopbreak(arg);
 }
 
+/* A flash sale is thousands of simultaneous connections: use the hard limit. */
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            log_warn("cannot raise the open file limit");
+    }
+}
+
 static int serve(const struct cfg *c)
 {
     char err[256];
+    raise_fd_limit();
     if (!c->admin_token[0])
         log_warn("admin_token is empty: the admin API refuses every request");
 
