@@ -15,7 +15,7 @@ endif
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null || echo -I/usr/include/postgresql)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lhiredis -levent_pthreads -levent -ljansson -lpq)
 CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck)
-CPPFLAGS += -D_GNU_SOURCE -Iservice -Iservice/rlock
+CPPFLAGS += -D_GNU_SOURCE -Iservice -Iservice/rlock -Iloadtest
 CFLAGS   += $(OPT) $(WARN) $(PKG_CFLAGS) -pthread
 LDFLAGS  += $(OPT) -pthread
 
@@ -24,7 +24,9 @@ RLOCK_LUA   := $(sort $(wildcard lua/rlock_*.lua))
 SVC_LUA     := $(sort $(filter-out $(RLOCK_LUA),$(wildcard lua/*.lua)))
 SVC_SQL     := $(sort $(wildcard sql/*.sql))
 MIGRATIONS  := $(sort $(wildcard migrations/*.sql))
-SVC_SRC     := $(filter-out service/main.c service/ctl.c,$(wildcard service/*.c))
+SVC_SRC     := $(filter-out service/main.c $(wildcard service/ctl*.c),$(wildcard service/*.c))
+CTL_SRC     := $(wildcard service/ctl*.c)
+LOAD_SRC    := $(filter-out loadtest/http_ceiling.c loadtest/rlock_bench.c,$(wildcard loadtest/*.c))
 TEST_SRC    := $(wildcard service/tests/test_*.c)
 TEST_HELPERS:= $(filter-out $(TEST_SRC),$(wildcard service/tests/*.c))
 
@@ -35,7 +37,12 @@ TESTS     := $(TEST_SRC:service/tests/%.c=$(BUILD)/tests/%)
 TEST_HOBJ := $(TEST_HELPERS:%.c=$(BUILD)/%.o)
 
 .PHONY: all run test unit deps stack-start stack-stop format check-format loadtest bench clean
-all: $(BUILD)/seckilld $(TESTS)
+PROGRAMS  := $(BUILD)/seckilld \
+             $(if $(CTL_SRC),$(BUILD)/seckillctl) \
+             $(if $(LOAD_SRC),$(BUILD)/seckill-loadtest) \
+             $(if $(wildcard loadtest/http_ceiling.c),$(BUILD)/http-ceiling) \
+             $(if $(wildcard loadtest/rlock_bench.c),$(BUILD)/rlock-bench)
+all: $(PROGRAMS) $(TESTS)
 
 $(BUILD)/tools/embed: service/tools/embed.c
 	@mkdir -p $(@D)
@@ -69,6 +76,20 @@ $(BUILD)/libseckill.a: $(SVC_OBJ)
 $(BUILD)/seckilld: $(BUILD)/service/main.o $(BUILD)/libseckill.a $(BUILD)/librlock.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS)
 
+$(BUILD)/seckillctl: $(CTL_SRC:%.c=$(BUILD)/%.o) $(BUILD)/libseckill.a $(BUILD)/librlock.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS)
+
+# The load generator is a client: it may use the service's pure modules
+# (JSON helpers, keys, SQL), never its daemon code paths.
+$(BUILD)/seckill-loadtest: $(LOAD_SRC:%.c=$(BUILD)/%.o) $(BUILD)/libseckill.a $(BUILD)/librlock.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) -lm
+
+$(BUILD)/http-ceiling: $(BUILD)/loadtest/http_ceiling.o
+	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS)
+
+$(BUILD)/rlock-bench: $(BUILD)/loadtest/rlock_bench.o $(BUILD)/librlock.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) -lm
+
 $(BUILD)/tests/%: $(BUILD)/service/tests/%.o $(TEST_HOBJ) $(BUILD)/libseckill.a $(BUILD)/librlock.a
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) $(CHECK_LIBS)
@@ -85,6 +106,14 @@ run: deps
 test: deps
 	$(MAKE) all
 	BUILD=$(BUILD) scripts/run-tests.sh $(TESTS)
+
+# Long runs, never part of `make test`.
+loadtest: deps
+	$(MAKE) all
+	BUILD=$(BUILD) scripts/loadtest.sh
+bench: deps
+	$(MAKE) all
+	BUILD=$(BUILD) scripts/bench.sh
 
 stack-start:
 	scripts/stack.sh start var
