@@ -75,7 +75,8 @@ static void reply_json(struct evhttp_request *req, int code, json_t *body)
     char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
     if (!buf || (body && !text))
         abort();
-    if (text) {
+    /* A HEAD answer carries the headers of the GET answer, never its body. */
+    if (text && evhttp_request_get_command(req) != EVHTTP_REQ_HEAD) {
         evbuffer_add(buf, text, strlen(text));
         evbuffer_add(buf, "\n", 1);
     }
@@ -428,10 +429,12 @@ static int split_path(const char *path, char seg[][64], int max)
 
 static int method_is(struct evhttp_request *req, enum evhttp_cmd_type want)
 {
-    if (evhttp_request_get_command(req) == want)
+    enum evhttp_cmd_type got = evhttp_request_get_command(req);
+    /* HEAD is GET without a body (reply_json leaves it out). */
+    if (got == want || (want == EVHTTP_REQ_GET && got == EVHTTP_REQ_HEAD))
         return 1;
     evhttp_add_header(evhttp_request_get_output_headers(req), "Allow",
-                      want == EVHTTP_REQ_GET ? "GET" : "POST");
+                      want == EVHTTP_REQ_GET ? "GET, HEAD" : "POST");
     reply_error(req, 405, "method_not_allowed", NULL);
     return 0;
 }

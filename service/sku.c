@@ -188,19 +188,10 @@ static enum sku_result load_redis(struct worker_ctx *w, struct dbtx *tx, const s
     return res;
 }
 
-enum sku_result sku_create(struct worker_ctx *w, const struct validate_sku *spec, json_t **out)
+/* Creates the SKU with the given id (see sku_create). */
+static enum sku_result create_with_id(struct worker_ctx *w, const struct validate_sku *spec,
+                                      int64_t id, json_t **out)
 {
-    *out = NULL;
-    int64_t id = spec->id;
-    if (!spec->has_id) {
-        PGresult *r = db_query(&w->db, "sku_next_id", 0, NULL);
-        long long v;
-        int ok = r && db_get_i64(r, 0, 0, &v) == 0;
-        PQclear(r);
-        if (!ok)
-            return SKU_UNAVAILABLE;
-        id = v;
-    }
     struct txlock t;
     if (lock_sku(w, &t, id) != 0)
         return SKU_UNAVAILABLE;
@@ -261,6 +252,28 @@ enum sku_result sku_create(struct worker_ctx *w, const struct validate_sku *spec
     json_object_set_new(o, "sale_ends_at", spec->has_ends ? json_string(buf) : json_null());
     *out = o;
     return SKU_OK;
+}
+
+/* Ids drawn from the sequence may already be taken by SKUs created with an
+ * explicit id; a taken one is skipped, a bounded number of times. */
+#define SKU_ID_ATTEMPTS 16
+
+enum sku_result sku_create(struct worker_ctx *w, const struct validate_sku *spec, json_t **out)
+{
+    *out = NULL;
+    if (spec->has_id)
+        return create_with_id(w, spec, spec->id, out);
+    enum sku_result res = SKU_EXISTS;
+    for (int i = 0; i < SKU_ID_ATTEMPTS && res == SKU_EXISTS; i++) {
+        PGresult *r = db_query(&w->db, "sku_next_id", 0, NULL);
+        long long id;
+        int ok = r && db_get_i64(r, 0, 0, &id) == 0;
+        PQclear(r);
+        if (!ok)
+            return SKU_UNAVAILABLE;
+        res = create_with_id(w, spec, id, out);
+    }
+    return res;
 }
 
 enum sku_result sku_reload(struct worker_ctx *w, int64_t sku, json_t **out)
@@ -533,33 +546,44 @@ enum sku_result sku_view(struct worker_ctx *w, int64_t sku, int admin, json_t **
     return SKU_OK;
 }
 
-enum sku_result order_view(struct worker_ctx *w, int64_t order_id, json_t **out)
+/* Reads a decided order from PostgreSQL: SKU_OK with *out, SKU_UNKNOWN when
+ * there is no row (yet), SKU_UNAVAILABLE. */
+static enum sku_result order_row(struct worker_ctx *w, int64_t order_id, json_t **out)
 {
-    *out = NULL;
     char oid[24];
     i64s(oid, sizeof oid, order_id);
     PGresult *r = db_query(&w->db, "order_get", 1, (const char *[]){oid});
     if (!r)
         return SKU_UNAVAILABLE;
-    if (PQntuples(r) == 1) {
-        json_t *o = json_object();
-        json_object_set_new(o, "order_id", json_integer(order_id));
-        json_object_set_new(o, "sku_id", json_integer(atoll(PQgetvalue(r, 0, 1))));
-        json_object_set_new(o, "user_id", json_integer(atoll(PQgetvalue(r, 0, 2))));
-        json_object_set_new(o, "qty", json_integer(atoll(PQgetvalue(r, 0, 3))));
-        json_object_set_new(o, "status", json_string(PQgetvalue(r, 0, 4)));
-        if (!PQgetisnull(r, 0, 5))
-            json_object_set_new(o, "reason", json_string(PQgetvalue(r, 0, 5)));
-        set_time(o, "reserved_at", r, 6);
+    if (PQntuples(r) != 1) {
         PQclear(r);
-        *out = o;
-        return SKU_OK;
+        return SKU_UNKNOWN;
     }
+    json_t *o = json_object();
+    json_object_set_new(o, "order_id", json_integer(order_id));
+    json_object_set_new(o, "sku_id", json_integer(atoll(PQgetvalue(r, 0, 1))));
+    json_object_set_new(o, "user_id", json_integer(atoll(PQgetvalue(r, 0, 2))));
+    json_object_set_new(o, "qty", json_integer(atoll(PQgetvalue(r, 0, 3))));
+    json_object_set_new(o, "status", json_string(PQgetvalue(r, 0, 4)));
+    if (!PQgetisnull(r, 0, 5))
+        json_object_set_new(o, "reason", json_string(PQgetvalue(r, 0, 5)));
+    set_time(o, "reserved_at", r, 6);
     PQclear(r);
+    *out = o;
+    return SKU_OK;
+}
+
+enum sku_result order_view(struct worker_ctx *w, int64_t order_id, json_t **out)
+{
+    *out = NULL;
+    enum sku_result res = order_row(w, order_id, out);
+    if (res != SKU_UNKNOWN)
+        return res;
     /* Not decided yet?  The epoch names the SKU load, the journal the state. */
-    char epoch[24];
+    char epoch[24], oid[24];
     i64s(epoch, sizeof epoch, keys_order_epoch(order_id));
-    r = db_query(&w->db, "epoch_sku", 1, (const char *[]){epoch});
+    i64s(oid, sizeof oid, order_id);
+    PGresult *r = db_query(&w->db, "epoch_sku", 1, (const char *[]){epoch});
     if (!r)
         return SKU_UNAVAILABLE;
     long long sku;
@@ -576,17 +600,16 @@ enum sku_result order_view(struct worker_ctx *w, int64_t order_id, json_t **out)
             freeReplyObject(rr);
         return SKU_UNAVAILABLE;
     }
-    enum sku_result res = SKU_UNKNOWN;
-    if (rr->type == REDIS_REPLY_STRING && strcmp(rr->str, "pending") == 0) {
-        json_t *o = json_object();
-        json_object_set_new(o, "order_id", json_integer(order_id));
-        json_object_set_new(o, "sku_id", json_integer(sku));
-        json_object_set_new(o, "status", json_string("pending"));
-        *out = o;
-        res = SKU_OK;
-    }
+    int pending = rr->type == REDIS_REPLY_STRING && strcmp(rr->str, "pending") == 0;
     freeReplyObject(rr);
-    return res;
+    if (pending) {
+        *out = json_pack("{s:I, s:I, s:s}", "order_id", (json_int_t)order_id, "sku_id",
+                         (json_int_t)sku, "status", "pending");
+        return SKU_OK;
+    }
+    /* The writer commits before it drops the journal entry, so a miss in both
+     * reads can be a commit that landed between them: read the row again. */
+    return order_row(w, order_id, out);
 }
 
 enum sku_result sku_exists(struct worker_ctx *w, int64_t sku)

@@ -1,0 +1,1093 @@
+/*
+ * Every HTTP answer of the daemon, asked of the real binary against the real
+ * Redis and PostgreSQL of the test stack: status codes and bodies, and what
+ * each answer left behind in both stores.
+ */
+#include <arpa/inet.h>
+#include <check.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "keys.h"
+
+#define CT_JSON "Content-Type: application/json\r\n"
+#define DRAIN_MS 15000
+#define POLL_MS 15000
+
+/* ---- helpers ------------------------------------------------------------- */
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static void start(struct th_daemon *d, const char *const *extra_env)
+{
+    th_daemon_start(d, extra_env);
+}
+
+/* Stops the daemon and asserts it shut down cleanly on SIGTERM. */
+static void stop(struct th_daemon *d)
+{
+    int st = th_daemon_stop(d);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                  "seckilld did not exit cleanly (status %d)", st);
+}
+
+/* One request; a connection error fails the test. */
+static void req(int port, const char *method, const char *path, const char *headers,
+                const char *body, struct th_response *r)
+{
+    ck_assert_msg(th_http(port, method, path, headers, body, r) == 0, "%s %s: no HTTP answer",
+                  method, path);
+}
+
+static void admin(int port, const char *method, const char *path, const char *body,
+                  struct th_response *r)
+{
+    ck_assert_msg(th_admin(port, method, path, body, r) == 0, "%s %s: no HTTP answer", method,
+                  path);
+}
+
+/* Asserts the status and, when 'error' is given, {"error": error}. */
+static void expect(const struct th_response *r, int status, const char *error, const char *what)
+{
+    ck_assert_msg(r->status == status, "%s: expected %d, got %d %s", what, status, r->status,
+                  r->body);
+    json_t *o = json_loads(r->body, 0, NULL);
+    ck_assert_msg(json_is_object(o), "%s: body is not a JSON object: %s", what, r->body);
+    json_decref(o);
+    if (error) {
+        char e[64];
+        th_json_str(r->body, "error", e, sizeof e);
+        ck_assert_msg(strcmp(e, error) == 0, "%s: expected error \"%s\", got %s", what, error,
+                      r->body);
+    }
+}
+
+/* An error answer whose "detail" is a non-empty string. */
+static void expect_detail(const struct th_response *r, int status, const char *error,
+                          const char *what)
+{
+    expect(r, status, error, what);
+    char d[256];
+    th_json_str(r->body, "detail", d, sizeof d);
+    ck_assert_msg(d[0] != '\0', "%s: no detail in %s", what, r->body);
+}
+
+static void expect_str(const char *body, const char *key, const char *want)
+{
+    char got[256];
+    th_json_str(body, key, got, sizeof got);
+    ck_assert_msg(strcmp(got, want) == 0, "\"%s\": expected \"%s\" in %s", key, want, body);
+}
+
+static void expect_int(const char *body, const char *key, long long want)
+{
+    long long got = th_json_int(body, key, -999999);
+    ck_assert_msg(got == want, "\"%s\": expected %lld, got %lld in %s", key, want, got, body);
+}
+
+/* 1 if body's key is JSON true, 0 if false, -1 if absent or anything else. */
+static int json_bool(const char *body, const char *key)
+{
+    json_t *o = json_loads(body, 0, NULL);
+    json_t *v = o ? json_object_get(o, key) : NULL;
+    int r = json_is_true(v) ? 1 : json_is_false(v) ? 0 : -1;
+    json_decref(o);
+    return r;
+}
+
+static int json_is_null_at(const char *body, const char *key)
+{
+    json_t *o = json_loads(body, 0, NULL);
+    int r = o && json_is_null(json_object_get(o, key));
+    json_decref(o);
+    return r;
+}
+
+/* POST /api/v1/skus/{sku}/orders; idem may be NULL.  Returns the status. */
+static int order(int port, int64_t sku, int64_t user, int64_t qty, const char *idem,
+                 struct th_response *r)
+{
+    char path[64], body[96], headers[512];
+    snprintf(path, sizeof path, "/api/v1/skus/%lld/orders", (long long)sku);
+    snprintf(body, sizeof body, "{\"user_id\":%lld,\"qty\":%lld}", (long long)user, (long long)qty);
+    snprintf(headers, sizeof headers, CT_JSON "%s%s%s", idem ? "Idempotency-Key: " : "",
+             idem ? idem : "", idem ? "\r\n" : "");
+    req(port, "POST", path, headers, body, r);
+    return r->status;
+}
+
+/* An order that must be accepted: checks the 202 body, returns the order id. */
+static long long order_ok(int port, int64_t sku, int64_t user, int64_t qty)
+{
+    struct th_response r;
+    order(port, sku, user, qty, NULL, &r);
+    expect(&r, 202, NULL, "order");
+    expect_str(r.body, "status", "pending");
+    expect_int(r.body, "sku_id", sku);
+    expect_int(r.body, "user_id", user);
+    expect_int(r.body, "qty", qty);
+    ck_assert_msg(json_bool(r.body, "replayed") == -1, "a first order is not a replay: %s", r.body);
+    long long id = th_json_int(r.body, "order_id", 0);
+    ck_assert_msg(id > 0, "no order_id in %s", r.body);
+    return id;
+}
+
+static void create_sku_body(int port, const char *body, struct th_response *r)
+{
+    admin(port, "POST", "/admin/v1/skus", body, r);
+}
+
+/* POST a stock adjustment of sku; returns the status. */
+static int adjust(int port, int64_t sku, long long delta, const char *reason, struct th_response *r)
+{
+    char path[96], body[256];
+    snprintf(path, sizeof path, "/admin/v1/skus/%lld/stock-adjustments", (long long)sku);
+    snprintf(body, sizeof body, "{\"delta\":%lld,\"reason\":\"%s\"}", delta, reason);
+    admin(port, "POST", path, body, r);
+    return r->status;
+}
+
+static long long redis_stock(int64_t sku)
+{
+    char key[KEYS_MAX];
+    keys_sku(key, sku, KEY_STOCK);
+    redisContext *r = th_redis();
+    long long v = th_redis_int(r, key);
+    redisFree(r);
+    return v;
+}
+
+static long long redis_stream_len(int64_t sku)
+{
+    char key[KEYS_MAX];
+    keys_sku(key, sku, KEY_STREAM);
+    redisContext *r = th_redis();
+    redisReply *rep = redisCommand(r, "XLEN %s", key);
+    ck_assert(rep && rep->type == REDIS_REPLY_INTEGER);
+    long long n = rep->integer;
+    freeReplyObject(rep);
+    redisFree(r);
+    return n;
+}
+
+static long long redis_dbsize(void)
+{
+    redisContext *r = th_redis();
+    redisReply *rep = redisCommand(r, "DBSIZE");
+    ck_assert(rep && rep->type == REDIS_REPLY_INTEGER);
+    long long n = rep->integer;
+    freeReplyObject(rep);
+    redisFree(r);
+    return n;
+}
+
+/* The single integer answer of sql, formatted like printf. */
+static long long pg_int(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static long long pg_int(const char *fmt, ...)
+{
+    char sql[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(sql, sizeof sql, fmt, ap);
+    va_end(ap);
+    PGconn *c = th_pg();
+    long long v = th_pg_int(c, sql);
+    PQfinish(c);
+    return v;
+}
+
+static long long pg_stock(int64_t sku)
+{
+    return pg_int("SELECT stock FROM skus WHERE id = %lld", (long long)sku);
+}
+
+/* Polls GET /api/v1/orders/{id} (bounded) until its status is 'want'; every
+ * answer on the way must be 200 with status "pending" or 'want'. */
+static void wait_order_status(int port, long long id, const char *want)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/api/v1/orders/%lld", id);
+    for (int waited = 0;; waited += 20) {
+        struct th_response r;
+        req(port, "GET", path, NULL, NULL, &r);
+        ck_assert_msg(r.status != 404,
+                      "order %lld was accepted, yet GET answered 404 while it was being decided "
+                      "(order_view reads the database, then the journal: see sku.c): %s",
+                      id, r.body);
+        expect(&r, 200, NULL, "GET order");
+        expect_int(r.body, "order_id", id);
+        char st[32];
+        th_json_str(r.body, "status", st, sizeof st);
+        if (strcmp(st, want) == 0)
+            return;
+        ck_assert_msg(strcmp(st, "pending") == 0, "order %lld: unexpected status in %s", id,
+                      r.body);
+        ck_assert_msg(waited < POLL_MS, "order %lld still %s after %d ms", id, st, waited);
+        sleep_ms(20);
+    }
+}
+
+/* A loopback TCP port nobody listens on (bound, then released). */
+static int unused_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    ck_assert(fd >= 0);
+    ck_assert(bind(fd, (struct sockaddr *)&a, sizeof a) == 0);
+    ck_assert(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static void rfc3339(time_t t, char *out, size_t cap)
+{
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(out, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+/* ---- the order path -------------------------------------------------------- */
+
+START_TEST(test_order_accepted_then_confirmed)
+{
+    th_reset();
+    struct th_daemon d;
+    start(&d, NULL);
+    th_create_sku(d.port, 1, 10, 5);
+
+    long long id = order_ok(d.port, 1, 7, 2);
+    wait_order_status(d.port, id, "confirmed");
+
+    struct th_response r;
+    char path[64];
+    snprintf(path, sizeof path, "/api/v1/orders/%lld", id);
+    req(d.port, "GET", path, NULL, NULL, &r);
+    expect(&r, 200, NULL, "GET confirmed order");
+    expect_int(r.body, "sku_id", 1);
+    expect_int(r.body, "user_id", 7);
+    expect_int(r.body, "qty", 2);
+    expect_str(r.body, "status", "confirmed");
+
+    req(d.port, "GET", "/api/v1/skus/1", NULL, NULL, &r);
+    expect(&r, 200, NULL, "GET sku");
+    expect_int(r.body, "id", 1);
+    expect_int(r.body, "available", 8);
+    expect_int(r.body, "per_user_limit", 5);
+    expect_str(r.body, "name", "sku 1");
+    ck_assert_msg(th_json_int(r.body, "db_stock", -1) == -1, "the public view shows no db_stock");
+
+    th_wait_drained(1, DRAIN_MS);
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM orders WHERE id = %lld AND status = 'confirmed' "
+                            "AND qty = 2 AND user_id = 7",
+                            id),
+                     1);
+    ck_assert_int_eq(pg_stock(1), 8);
+    th_assert_invariants(1);
+    stop(&d);
+}
+END_TEST
+
+START_TEST(test_sold_out_answers_409)
+{
+    th_reset();
+    struct th_daemon d;
+    start(&d, NULL);
+    th_create_sku(d.port, 1, 2, 1);
+
+    order_ok(d.port, 1, 1, 1);
+    order_ok(d.port, 1, 2, 1);
+    struct th_response r;
+    order(d.port, 1, 3, 1, NULL, &r);
+    expect(&r, 409, "sold_out", "third buyer");
+    ck_assert_int_eq(redis_stock(1), 0);
+
+    req(d.port, "GET", "/api/v1/skus/1", NULL, NULL, &r);
+    expect(&r, 200, NULL, "GET sku");
+    expect_int(r.body, "available", 0);
+
+    th_wait_drained(1, DRAIN_MS);
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM orders WHERE sku_id = 1"), 2);
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM orders WHERE sku_id = 1 AND user_id = 3"), 0);
+    ck_assert_int_eq(pg_stock(1), 0);
+    th_assert_invariants(1);
+    stop(&d);
+}
+END_TEST
+
+START_TEST(test_limit_exceeded_answers_409)
+{
+    th_reset();
+    struct th_daemon d;
+    start(&d, NULL);
+    th_create_sku(d.port, 1, 100, 2);
+
+    struct th_response r;
+    order_ok(d.port, 1, 1, 1);
+    order_ok(d.port, 1, 1, 1);
+    order(d.port, 1, 1, 1, NULL, &r);
+    expect_detail(&r, 409, "limit_exceeded", "third unit of user 1");
+
+    order(d.port, 1, 2, 3, NULL, &r);
+    expect_detail(&r, 409, "limit_exceeded", "3 units at once, limit 2");
+    order_ok(d.port, 1, 2, 2); /* the limit itself is allowed */
+    ck_assert_int_eq(redis_stock(1), 96);
+
+    th_wait_drained(1, DRAIN_MS);
+    ck_assert_int_eq(pg_int("SELECT coalesce(sum(qty), 0) FROM orders WHERE user_id = 1"), 2);
+    ck_assert_int_eq(pg_int("SELECT coalesce(sum(qty), 0) FROM orders WHERE user_id = 2"), 2);
+    th_assert_invariants(1);
+    stop(&d);
+}
+END_TEST
+
+START_TEST(test_sale_not_active_before_start_and_after_end)
+{
+    th_reset();
+    struct th_daemon d;
+    start(&d, NULL);
+    time_t now = time(NULL);
+    char future[40], past_start[40], past_end[40], far[40], body[512];
+    rfc3339(now + 3600, future, sizeof future);
+    rfc3339(now - 7200, past_start, sizeof past_start);
+    rfc3339(now - 3600, past_end, sizeof past_end);
+    rfc3339(now + 7200, far, sizeof far);
+
+    struct th_response r;
+    snprintf(body, sizeof body,
+             "{\"id\":1,\"name\":\"later\",\"stock\":5,\"per_user_limit\":1,"
+             "\"sale_starts_at\":\"%s\"}",
+             future);
+    create_sku_body(d.port, body, &r);
+    expect(&r, 201, NULL, "create future sale");
+    char want[48];
+    snprintf(want, sizeof want, "%.19s.000Z", future);
+    expect_str(r.body, "sale_starts_at", want);
+    ck_assert(json_is_null_at(r.body, "sale_ends_at"));
+
+    snprintf(body, sizeof body,
+             "{\"id\":2,\"name\":\"over\",\"stock\":5,\"per_user_limit\":1,"
+             "\"sale_starts_at\":\"%s\",\"sale_ends_at\":\"%s\"}",
+             past_start, past_end);
+    create_sku_body(d.port, body, &r);
+    expect(&r, 201, NULL, "create ended sale");
+
+    snprintf(body, sizeof body,
+             "{\"id\":3,\"name\":\"open\",\"stock\":5,\"per_user_limit\":1,"
+             "\"sale_starts_at\":\"%s\",\"sale_ends_at\":\"%s\"}",
+             past_start, far);
+    create_sku_body(d.port, body, &r);
+    expect(&r, 201, NULL, "create open sale");
+
+    order(d.port, 1, 1, 1, NULL, &r);
+    expect(&r, 409, "sale_not_active", "before the start");
+    order(d.port, 2, 1, 1, NULL, &r);
+    expect(&r, 409, "sale_not_active", "after the end");
+    order_ok(d.port, 3, 1, 1); /* inside the window */
+
+    req(d.port, "GET", "/api/v1/skus/1", NULL, NULL, &r);
+    expect(&r, 200, NULL, "GET future sku");
+    expect_str(r.body, "sale_starts_at", want);
+    expect_int(r.body, "available", 5);
+
+    ck_assert_int_eq(redis_stock(1), 5);
+    ck_assert_int_eq(redis_stock(2), 5);
+    ck_assert_int_eq(redis_stream_len(1), 0);
+    ck_assert_int_eq(redis_stream_len(2), 0);
+    th_wait_drained(3, DRAIN_MS);
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM orders WHERE sku_id IN (1, 2)"), 0);
+    th_assert_invariants(1);
+    th_assert_invariants(2);
+    th_assert_invariants(3);
+    stop(&d);
+}
+END_TEST
+
+START_TEST(test_unknown_sku_answers_404)
+{
+    th_reset();
+    struct th_daemon d;
+    start(&d, NULL);
+    struct th_response r;
+    order(d.port, 42, 1, 1, NULL, &r);
+    expect(&r, 404, "unknown_sku", "order on a SKU never created");
+    req(d.port, "GET", "/api/v1/skus/999", NULL, NULL, &r);
+    expect(&r, 404, "unknown_sku", "GET unknown sku");
+    req(d.port, "GET", "/api/v1/orders/123", NULL, NULL, &r);
+    expect(&r, 404, "unknown_order", "GET unknown order");
+    admin(d.port, "GET", "/admin/v1/skus/999", NULL, &r);
+    expect(&r, 404, "unknown_sku", "admin GET unknown sku");
+
+    /* An order id whose epoch exists but whose sequence number was never issued. */
+    th_create_sku(d.port, 1, 5, 1);
+    long long id = order_ok(d.port, 1, 1, 1);
+    char path[64];
+    snprintf(path, sizeof path, "/api/v1/orders/%lld", id + 1);
+    req(d.port, "GET", path, NULL, NULL, &r);
+    expect(&r, 404, "unknown_order", "GET never issued order id");
+
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM skus WHERE id <> 1"), 0);
+    th_wait_drained(1, DRAIN_MS);
+    stop(&d);
+}
+END_TEST
+
+struct bad_request {
+    const char *what;
+    const char *path;
+    const char *headers;
+    const char *body;
+};
+
+START_TEST(test_malformed_orders_answer_400)
+{
+    th_reset();
+    struct th_daemon d;
+    start(&d, NULL);
+    th_create_sku(d.port, 1, 10, 5);
+
+    static char big[6000], long_key[256];
+    int n = snprintf(big, sizeof big, "{\"user_id\":1,\"qty\":1");
+    memset(big + n, ' ', 5000);
+    snprintf(big + n + 5000, sizeof big - (size_t)n - 5000, "}");
+    ck_assert(strlen(big) > 4096 && strlen(big) < 16384);
+    snprintf(long_key, sizeof long_key, "Idempotency-Key: %0129d\r\n" CT_JSON, 0);
+
+    const char *p = "/api/v1/skus/1/orders";
+    const char *ok = "{\"user_id\":1,\"qty\":1}";
+    const struct bad_request cases[] = {
+        {"float qty", p, CT_JSON, "{\"user_id\":1,\"qty\":1.0}"},
+        {"exponent qty", p, CT_JSON, "{\"user_id\":1,\"qty\":1e0}"},
+        {"float user", p, CT_JSON, "{\"user_id\":1.0,\"qty\":1}"},
+        {"string qty", p, CT_JSON, "{\"user_id\":1,\"qty\":\"1\"}"},
+        {"string user", p, CT_JSON, "{\"user_id\":\"1\",\"qty\":1}"},
+        {"bool qty", p, CT_JSON, "{\"user_id\":1,\"qty\":true}"},
+        {"null qty", p, CT_JSON, "{\"user_id\":1,\"qty\":null}"},
+        {"negative qty", p, CT_JSON, "{\"user_id\":1,\"qty\":-1}"},
+        {"negative user", p, CT_JSON, "{\"user_id\":-1,\"qty\":1}"},
+        {"zero qty", p, CT_JSON, "{\"user_id\":1,\"qty\":0}"},
+        {"missing qty", p, CT_JSON, "{\"user_id\":1}"},
+        {"missing user", p, CT_JSON, "{\"qty\":1}"},
+        {"empty object", p, CT_JSON, "{}"},
+        {"unknown field", p, CT_JSON, "{\"user_id\":1,\"qty\":1,\"price\":0}"},
+        {"duplicate key", p, CT_JSON, "{\"user_id\":1,\"qty\":1,\"qty\":1}"},
+        {"array body", p, CT_JSON, "[1,2]"},
+        {"number body", p, CT_JSON, "1"},
+        {"string body", p, CT_JSON, "\"x\""},
+        {"trailing garbage", p, CT_JSON, "{\"user_id\":1,\"qty\":1}x"},
+        {"two objects", p, CT_JSON, "{\"user_id\":1,\"qty\":1}{}"},
+        {"truncated", p, CT_JSON, "{\"user_id\":1,\"qty\":"},
+        {"empty body", p, CT_JSON, ""},
+        {"qty above max_qty_per_order", p, CT_JSON, "{\"user_id\":1,\"qty\":1001}"},
+        {"user_id 0", p, CT_JSON, "{\"user_id\":0,\"qty\":1}"},
+        {"huge qty", p, CT_JSON, "{\"user_id\":1,\"qty\":99999999999999999999}"},
+        {"huge user", p, CT_JSON, "{\"user_id\":99999999999999999999,\"qty\":1}"},
+        {"text/plain", p, "Content-Type: text/plain\r\n", ok},
+        {"latin1 charset", p, "Content-Type: application/json; charset=iso-8859-1\r\n", ok},
+        {"missing Content-Type", p, NULL, ok},
+        {"oversized body", p, CT_JSON, big},
+        {"Idempotency-Key with a space", p, "Idempotency-Key: a b\r\n" CT_JSON, ok},
+        {"Idempotency-Key of 129 bytes", p, long_key, ok},
+        {"empty Idempotency-Key", p, "Idempotency-Key: \r\n" CT_JSON, ok},
+        {"sku id abc", "/api/v1/skus/abc/orders", CT_JSON, ok},
+        {"sku id 0", "/api/v1/skus/0/orders", CT_JSON, ok},
+        {"sku id -1", "/api/v1/skus/-1/orders", CT_JSON, ok},
+        {"sku id 01", "/api/v1/skus/01/orders", CT_JSON, ok},
+        {"sku id +1", "/api/v1/skus/+1/orders", CT_JSON, ok},
+        {"sku id 2^64", "/api/v1/skus/18446744073709551616/orders", CT_JSON, ok},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct th_response r;
+        req(d.port, "POST", cases[i].path, cases[i].headers, cases[i].body, &r);
+        expect_detail(&r, 400, "invalid_request", cases[i].what);
+    }
+
+    /* Nothing lost, nothing taken. */
+    ck_assert_int_eq(redis_stock(1), 10);
+    ck_assert_int_eq(redis_stream_len(1), 0);
+    char seq[KEYS_MAX];
+    keys_sku(seq, 1, KEY_SEQ);
+    redisContext *rc = th_redis();
+    ck_assert_int_eq(th_redis_int(rc, seq), 0);
+    redisFree(rc);
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM orders"), 0);
+    ck_assert_int_eq(pg_stock(1), 10);
+
+    /* The body all the header and path cases carried is itself fine. */
+    order_ok(d.port, 1, 1, 1);
+    th_wait_drained(1, DRAIN_MS);
+    th_assert_invariants(1);
+    stop(&d);
+}
+END_TEST
+
+START_TEST(test_idempotent_retry_returns_same_order_and_takes_stock_once)
+{
+    th_reset();
+    struct th_daemon d;
+    start(&d, NULL);
+    th_create_sku(d.port, 1, 10, 5);
+    const char *key = "retry-7f3a:order#1";
+
+    struct th_response r;
+    order(d.port, 1, 5, 2, key, &r);
+    expect(&r, 202, NULL, "first try");
+    expect_str(r.body, "status", "pending");
+    ck_assert(json_bool(r.body, "replayed") == -1);
+    long long id = th_json_int(r.body, "order_id", 0);
+    ck_assert(id > 0);
+    for (int i = 0; i < 2; i++) {
+        order(d.port, 1, 5, 2, key, &r);
+        expect(&r, 202, NULL, "retry");
+        expect_int(r.body, "order_id", id);
+        expect_int(r.body, "qty", 2);
+        ck_assert_msg(json_bool(r.body, "replayed") == 1, "retry not marked replayed: %s", r.body);
+    }
+    ck_assert_int_eq(redis_stock(1), 8);
+
+    order(d.port, 1, 5, 1, key, &r);
+    expect_detail(&r, 422, "idempotency_key_reused", "same key, other qty");
+    order(d.port, 1, 6, 2, key, &r);
+    expect_detail(&r, 422, "idempotency_key_reused", "same key, other user");
+    ck_assert_int_eq(redis_stock(1), 8);
+
+    /* The same key on another SKU is another request. */
+    th_create_sku(d.port, 2, 10, 5);
+    order(d.port, 2, 5, 2, key, &r);
+    expect(&r, 202, NULL, "same key, other sku");
+    ck_assert(json_bool(r.body, "replayed") == -1);
+    ck_assert(th_json_int(r.body, "order_id", 0) != id);
+
+    th_wait_drained(1, DRAIN_MS);
+    th_wait_drained(2, DRAIN_MS);
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM orders WHERE sku_id = 1"), 1);
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM orders WHERE id = %lld AND qty = 2 AND "
+                            "idempotency_key = 'retry-7f3a:order#1'",
+                            id),
+                     1);
+    ck_assert_int_eq(pg_stock(1), 8);
+
+    /* A retry after the order was decided still names it, now confirmed. */
+    order(d.port, 1, 5, 2, key, &r);
+    expect(&r, 202, NULL, "retry after confirmation");
+    expect_int(r.body, "order_id", id);
+    expect_str(r.body, "status", "confirmed");
+    ck_assert(json_bool(r.body, "replayed") == 1);
+    ck_assert_int_eq(redis_stock(1), 8);
+    th_assert_invariants(1);
+    th_assert_invariants(2);
+    stop(&d);
+}
+END_TEST
+
+START_TEST(test_unavailable_when_redis_down)
+{
+    th_reset();
+    struct th_daemon d;
+    start(&d, NULL);
+    th_create_sku(d.port, 1, 5, 1);
+    stop(&d);
+
+    char url[96];
+    snprintf(url, sizeof url, "SECKILL_REDIS_URL=redis://127.0.0.1:%d/0", unused_port());
+    const char *env[] = {url, NULL};
+    start(&d, env);
+    struct th_response r;
+    order(d.port, 1, 1, 1, NULL, &r);
+    expect_detail(&r, 503, "unavailable", "order without Redis");
+    req(d.port, "GET", "/api/v1/skus/1", NULL, NULL, &r);
+    expect(&r, 503, "unavailable", "GET sku without Redis");
+    adjust(d.port, 1, 5, "restock", &r);
+    expect(&r, 503, "unavailable", "adjust without Redis");
+    req(d.port, "GET", "/healthz", NULL, NULL, &r);
+    expect(&r, 503, NULL, "healthz without Redis");
+    expect_str(r.body, "status", "unavailable");
+    expect_str(r.body, "redis", "down");
+    expect_str(r.body, "postgres", "ok");
+    stop(&d);
+
+    /* Nothing moved in either store. */
+    ck_assert_int_eq(redis_stock(1), 5);
+    ck_assert_int_eq(pg_stock(1), 5);
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM orders"), 0);
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM stock_ledger WHERE kind = 'admin'"), 0);
+    th_assert_invariants(1);
+}
+END_TEST
+
+START_TEST(test_known_sku_missing_from_redis_answers_503)
+{
+    th_reset();
+    struct th_daemon d;
+    start(&d, NULL);
+    th_create_sku(d.port, 1, 5, 1);
+    redisContext *rc = th_redis();
+    redisReply *rep = redisCommand(rc, "FLUSHALL"); /* Redis lost its data */
+    ck_assert(rep && rep->type != REDIS_REPLY_ERROR);
+    freeReplyObject(rep);
+    redisFree(rc);
+
+    struct th_response r;
+    order(d.port, 1, 1, 1, NULL, &r);
+    expect_detail(&r, 503, "unavailable", "order on a SKU Redis does not hold");
+    req(d.port, "GET", "/api/v1/skus/1", NULL, NULL, &r);
+    expect(&r, 200, NULL, "GET sku not loaded");
+    ck_assert_msg(json_is_null_at(r.body, "available"), "unknown is not a number: %s", r.body);
+    admin(d.port, "GET", "/admin/v1/skus/1", NULL, &r);
+    expect(&r, 200, NULL, "admin GET sku not loaded");
+    expect_int(r.body, "db_stock", 5);
+    ck_assert(json_is_null_at(r.body, "redis_available"));
+    ck_assert(json_is_null_at(r.body, "in_flight_units"));
+    adjust(d.port, 1, 3, "restock", &r);
+    expect(&r, 503, "unavailable", "adjust of a SKU Redis does not hold");
+    adjust(d.port, 1, -3, "shrink", &r);
+    expect(&r, 503, "unavailable", "negative adjust of a SKU Redis does not hold");
+    stop(&d);
+
+    ck_assert_int_eq(pg_stock(1), 5);
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM stock_ledger WHERE kind = 'admin'"), 0);
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM orders"), 0);
+    ck_assert_int_eq(redis_stock(1), -1);
+}
+END_TEST
+
+START_TEST(test_healthz_ok)
+{
+    th_reset();
+    struct th_daemon d;
+    start(&d, NULL);
+    struct th_response r;
+    req(d.port, "GET", "/healthz", NULL, NULL, &r);
+    expect(&r, 200, NULL, "healthz");
+    expect_str(r.body, "status", "ok");
+    expect_str(r.body, "redis", "ok");
+    expect_str(r.body, "postgres", "ok");
+    req(d.port, "POST", "/healthz", CT_JSON, "{}", &r);
+    expect(&r, 405, "method_not_allowed", "POST healthz");
+    stop(&d);
+}
+END_TEST
+
+START_TEST(test_script_flush_is_survived)
+{
+    th_reset();
+    struct th_daemon d;
+    start(&d, NULL);
+    th_create_sku(d.port, 1, 10, 5);
+    order_ok(d.port, 1, 1, 1);
+
+    redisContext *rc = th_redis();
+    redisReply *rep = redisCommand(rc, "SCRIPT FLUSH");
+    ck_assert(rep && rep->type != REDIS_REPLY_ERROR);
+    freeReplyObject(rep);
+    redisFree(rc);
+
+    long long id = order_ok(d.port, 1, 2, 1);
+    struct th_response r;
+    adjust(d.port, 1, 1, "after flush", &r); /* the blocking path's scripts too */
+    expect(&r, 200, NULL, "adjust after SCRIPT FLUSH");
+    expect_int(r.body, "available", 9);
+    wait_order_status(d.port, id, "confirmed");
+    th_wait_drained(1, DRAIN_MS);
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM orders WHERE status = 'confirmed'"), 2);
+    th_assert_invariants(1);
+    stop(&d);
+}
+END_TEST
+
+/* ---- admin ------------------------------------------------------------------- */
+
+START_TEST(test_admin_requires_bearer_token)
+{
+    th_reset();
+    struct th_daemon d;
+    start(&d, NULL);
+    const char *sku = "{\"id\":1,\"name\":\"x\",\"stock\":5,\"per_user_limit\":1}";
+    struct th_response r;
+    req(d.port, "POST", "/admin/v1/skus", CT_JSON, sku, &r);
+    expect_detail(&r, 401, "unauthorized", "no Authorization");
+    req(d.port, "POST", "/admin/v1/skus", "Authorization: Bearer wrong-token\r\n" CT_JSON, sku, &r);
+    expect(&r, 401, "unauthorized", "wrong token");
+    req(d.port, "POST", "/admin/v1/skus", "Authorization: Bearer " TH_ADMIN_TOKEN "x\r\n" CT_JSON,
+        sku, &r);
+    expect(&r, 401, "unauthorized", "token with a byte more");
+    req(d.port, "POST", "/admin/v1/skus", "Authorization: Basic " TH_ADMIN_TOKEN "\r\n" CT_JSON,
+        sku, &r);
+    expect(&r, 401, "unauthorized", "right token, Basic scheme");
+    req(d.port, "GET", "/admin/v1/skus/1", NULL, NULL, &r);
+    expect(&r, 401, "unauthorized", "GET without token");
+    req(d.port, "POST", "/admin/v1/skus/1/stock-adjustments", CT_JSON,
+        "{\"delta\":1,\"reason\":\"x\"}", &r);
+    expect(&r, 401, "unauthorized", "adjust without token");
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM skus"), 0);
+    ck_assert_int_eq(redis_dbsize(), 0);
+
+    req(d.port, "POST", "/admin/v1/skus", "Authorization: bearer " TH_ADMIN_TOKEN "\r\n" CT_JSON,
+        sku, &r);
+    expect(&r, 201, NULL, "right token (scheme in any case)");
+    admin(d.port, "GET", "/admin/v1/skus/1", NULL, &r);
+    expect(&r, 200, NULL, "GET with the right token");
+    expect_int(r.body, "db_stock", 5);
+    stop(&d);
+
+    /* An empty admin token disables the admin API. */
+    const char *env[] = {"SECKILL_ADMIN_TOKEN=", NULL};
+    start(&d, env);
+    const char *sku2 = "{\"id\":2,\"name\":\"y\",\"stock\":5,\"per_user_limit\":1}";
+    req(d.port, "POST", "/admin/v1/skus", "Authorization: Bearer \r\n" CT_JSON, sku2, &r);
+    expect(&r, 401, "unauthorized", "empty bearer, empty admin token");
+    req(d.port, "POST", "/admin/v1/skus", "Authorization: Bearer\r\n" CT_JSON, sku2, &r);
+    expect(&r, 401, "unauthorized", "bare Bearer, empty admin token");
+    req(d.port, "POST", "/admin/v1/skus", CT_JSON, sku2, &r);
+    expect(&r, 401, "unauthorized", "no header, empty admin token");
+    admin(d.port, "POST", "/admin/v1/skus", sku2, &r);
+    expect(&r, 401, "unauthorized", "the test token, empty admin token");
+    admin(d.port, "GET", "/admin/v1/skus/1", NULL, &r);
+    expect(&r, 401, "unauthorized", "GET, empty admin token");
+    stop(&d);
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM skus WHERE id = 2"), 0);
+}
+END_TEST
+
+START_TEST(test_admin_create_duplicate_answers_409)
+{
+    th_reset();
+    struct th_daemon d;
+    start(&d, NULL);
+    struct th_response r;
+    create_sku_body(d.port, "{\"id\":1,\"name\":\"first\",\"stock\":5,\"per_user_limit\":2}", &r);
+    expect(&r, 201, NULL, "create");
+    expect_int(r.body, "id", 1);
+    expect_str(r.body, "name", "first");
+    expect_int(r.body, "stock", 5);
+    expect_int(r.body, "available", 5);
+    expect_int(r.body, "per_user_limit", 2);
+    ck_assert(json_is_null_at(r.body, "sale_starts_at"));
+    ck_assert(json_is_null_at(r.body, "sale_ends_at"));
+
+    create_sku_body(d.port, "{\"id\":1,\"name\":\"second\",\"stock\":99,\"per_user_limit\":9}", &r);
+    expect_detail(&r, 409, "sku_exists", "same id again");
+
+    /* The first SKU is untouched in both stores. */
+    ck_assert_int_eq(pg_stock(1), 5);
+    ck_assert_int_eq(pg_int("SELECT initial_stock FROM skus WHERE id = 1"), 5);
+    ck_assert_int_eq(pg_int("SELECT per_user_limit FROM skus WHERE id = 1"), 2);
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM stock_ledger WHERE sku_id = 1"), 1);
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM sku_epochs WHERE sku_id = 1"), 1);
+    ck_assert_int_eq(redis_stock(1), 5);
+    req(d.port, "GET", "/api/v1/skus/1", NULL, NULL, &r);
+    expect(&r, 200, NULL, "GET sku");
+    expect_str(r.body, "name", "first");
+    expect_int(r.body, "per_user_limit", 2);
+    th_assert_invariants(1);
+    stop(&d);
+}
+END_TEST
+
+START_TEST(test_admin_create_without_id_skips_ids_taken_explicitly)
+{
+    th_reset();
+    struct th_daemon d;
+    start(&d, NULL);
+    struct th_response r;
+    create_sku_body(d.port, "{\"id\":1,\"name\":\"a\",\"stock\":1,\"per_user_limit\":1}", &r);
+    expect(&r, 201, NULL, "explicit id 1");
+    create_sku_body(d.port, "{\"id\":2,\"name\":\"b\",\"stock\":1,\"per_user_limit\":1}", &r);
+    expect(&r, 201, NULL, "explicit id 2");
+    /* The sequence still starts at 1: both taken ids must be skipped. */
+    create_sku_body(d.port, "{\"name\":\"c\",\"stock\":1,\"per_user_limit\":1}", &r);
+    expect(&r, 201, NULL, "generated id");
+    expect_int(r.body, "id", 3);
+    req(d.port, "HEAD", "/api/v1/skus/3", NULL, NULL, &r);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_str_eq(r.body, ""); /* HEAD answers like GET, without a body */
+    th_daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_admin_create_invalid_answers_400)
+{
+    th_reset();
+    struct th_daemon d;
+    start(&d, NULL);
+    const char *bodies[][2] = {
+        {"negative stock", "{\"id\":5,\"name\":\"x\",\"stock\":-1,\"per_user_limit\":1}"},
+        {"missing name", "{\"id\":5,\"stock\":10,\"per_user_limit\":1}"},
+        {"empty name", "{\"id\":5,\"name\":\"\",\"stock\":10,\"per_user_limit\":1}"},
+        {"per_user_limit 0", "{\"id\":5,\"name\":\"x\",\"stock\":10,\"per_user_limit\":0}"},
+        {"missing stock", "{\"id\":5,\"name\":\"x\",\"per_user_limit\":1}"},
+        {"id 0", "{\"id\":0,\"name\":\"x\",\"stock\":10,\"per_user_limit\":1}"},
+        {"unknown field", "{\"id\":5,\"name\":\"x\",\"stock\":10,\"per_user_limit\":1,\"p\":1}"},
+        {"ends before starts",
+         "{\"id\":5,\"name\":\"x\",\"stock\":10,\"per_user_limit\":1,"
+         "\"sale_starts_at\":\"2030-01-02T00:00:00Z\",\"sale_ends_at\":\"2030-01-01T00:00:00Z\"}"},
+        {"ends when it starts",
+         "{\"id\":5,\"name\":\"x\",\"stock\":10,\"per_user_limit\":1,"
+         "\"sale_starts_at\":\"2030-01-01T00:00:00Z\",\"sale_ends_at\":\"2030-01-01T00:00:00Z\"}"},
+        {"not a timestamp",
+         "{\"id\":5,\"name\":\"x\",\"stock\":10,\"per_user_limit\":1,\"sale_starts_at\":\"soon\"}"},
+        {"not JSON", "id=5&name=x"},
+    };
+    struct th_response r;
+    for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++) {
+        create_sku_body(d.port, bodies[i][1], &r);
+        expect_detail(&r, 400, "invalid_request", bodies[i][0]);
+    }
+    req(d.port, "POST", "/admin/v1/skus",
+        "Authorization: Bearer " TH_ADMIN_TOKEN "\r\nContent-Type: text/plain\r\n",
+        "{\"id\":5,\"name\":\"x\",\"stock\":10,\"per_user_limit\":1}", &r);
+    expect_detail(&r, 400, "invalid_request", "admin create as text/plain");
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM skus"), 0);
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM stock_ledger"), 0);
+    ck_assert_int_eq(redis_dbsize(), 0);
+    stop(&d);
+}
+END_TEST
+
+START_TEST(test_admin_adjust_relative_deltas)
+{
+    th_reset();
+    struct th_daemon d;
+    start(&d, NULL);
+    th_create_sku(d.port, 1, 10, 5);
+    struct th_response r;
+
+    adjust(d.port, 1, 10, "restock", &r);
+    expect(&r, 200, NULL, "+10");
+    expect_int(r.body, "sku_id", 1);
+    expect_int(r.body, "delta", 10);
+    expect_int(r.body, "stock", 20);
+    expect_int(r.body, "available", 20);
+
+    adjust(d.port, 1, -3, "shrinkage", &r);
+    expect(&r, 200, NULL, "-3");
+    expect_int(r.body, "delta", -3);
+    expect_int(r.body, "stock", 17);
+    expect_int(r.body, "available", 17);
+
+    adjust(d.port, 1, -100, "too much", &r);
+    expect_detail(&r, 409, "insufficient_stock", "-100");
+    expect_int(r.body, "stock", 17);
+    ck_assert_int_eq(pg_stock(1), 17);
+    ck_assert_int_eq(redis_stock(1), 17);
+
+    adjust(d.port, 1, 0, "nothing", &r);
+    expect_detail(&r, 400, "invalid_request", "delta 0");
+    admin(d.port, "POST", "/admin/v1/skus/1/stock-adjustments", "{\"delta\":1}", &r);
+    expect_detail(&r, 400, "invalid_request", "no reason");
+    admin(d.port, "POST", "/admin/v1/skus/1/stock-adjustments", "{\"delta\":1.5,\"reason\":\"x\"}",
+          &r);
+    expect_detail(&r, 400, "invalid_request", "fractional delta");
+    adjust(d.port, 999, 5, "ghost", &r);
+    expect(&r, 404, "unknown_sku", "adjust unknown sku");
+    adjust(d.port, 999, -5, "ghost", &r);
+    expect(&r, 404, "unknown_sku", "negative adjust of unknown sku");
+    ck_assert_int_eq(pg_stock(1), 17);
+    ck_assert_int_eq(redis_stock(1), 17);
+
+    /* One order, decided, so that the admin view has something to count. */
+    order_ok(d.port, 1, 1, 2);
+    th_wait_drained(1, DRAIN_MS);
+    admin(d.port, "GET", "/admin/v1/skus/1", NULL, &r);
+    expect(&r, 200, NULL, "admin GET");
+    expect_int(r.body, "id", 1);
+    expect_int(r.body, "initial_stock", 10);
+    expect_int(r.body, "db_stock", 15);
+    expect_int(r.body, "redis_available", 15);
+    expect_int(r.body, "available", 15);
+    expect_int(r.body, "in_flight_units", 0);
+    expect_int(r.body, "confirmed_units", 2);
+    expect_int(r.body, "confirmed_orders", 1);
+    expect_int(r.body, "rejected_orders", 0);
+    expect_int(r.body, "pending_orders", 0);
+
+    ck_assert_int_eq(
+        pg_int("SELECT count(*) FROM stock_ledger WHERE sku_id = 1 AND kind = 'admin'"), 2);
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM stock_ledger WHERE sku_id = 1 AND kind = 'admin' "
+                            "AND delta = 10 AND stock_after = 20 AND reason = 'restock'"),
+                     1);
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM stock_ledger WHERE sku_id = 1 AND kind = 'admin' "
+                            "AND delta = -3 AND stock_after = 17 AND reason = 'shrinkage'"),
+                     1);
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM stock_ledger WHERE sku_id = 999"), 0);
+    th_assert_invariants(1);
+    stop(&d);
+}
+END_TEST
+
+START_TEST(test_negative_delta_refused_when_units_are_in_flight)
+{
+    th_reset();
+    struct th_daemon d;
+    const char *env[] = {"SECKILL_WRITER_THREADS=0", NULL};
+    start(&d, env); /* no writer: reservations stay in flight */
+    th_create_sku(d.port, 1, 5, 10);
+    long long id = order_ok(d.port, 1, 1, 4);
+    ck_assert_int_eq(redis_stock(1), 1);
+    ck_assert_int_eq(pg_stock(1), 5);
+
+    struct th_response r;
+    admin(d.port, "GET", "/admin/v1/skus/1", NULL, &r);
+    expect(&r, 200, NULL, "admin GET in flight");
+    expect_int(r.body, "db_stock", 5);
+    expect_int(r.body, "redis_available", 1);
+    expect_int(r.body, "in_flight_units", 4);
+    expect_int(r.body, "pending_orders", 1);
+    expect_int(r.body, "confirmed_units", 0);
+    char path[64];
+    snprintf(path, sizeof path, "/api/v1/orders/%lld", id);
+    req(d.port, "GET", path, NULL, NULL, &r);
+    expect(&r, 200, NULL, "GET pending order");
+    expect_str(r.body, "status", "pending");
+    expect_int(r.body, "sku_id", 1);
+
+    adjust(d.port, 1, -3, "recount", &r);
+    expect_detail(&r, 409, "insufficient_stock", "-3 with 4 of 5 units in flight");
+    expect_int(r.body, "available", 1);
+    ck_assert_int_eq(pg_stock(1), 5);
+    ck_assert_int_eq(redis_stock(1), 1);
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM stock_ledger WHERE kind = 'admin'"), 0);
+
+    adjust(d.port, 1, -1, "recount", &r);
+    expect(&r, 200, NULL, "-1 with 1 unit free");
+    expect_int(r.body, "stock", 4);
+    expect_int(r.body, "available", 0);
+    stop(&d);
+
+    /* A daemon with a writer decides the order in flight: it fits exactly. */
+    start(&d, NULL);
+    wait_order_status(d.port, id, "confirmed");
+    th_wait_drained(1, DRAIN_MS);
+    ck_assert_int_eq(pg_stock(1), 0);
+    ck_assert_int_eq(redis_stock(1), 0);
+    th_assert_invariants(1);
+    stop(&d);
+}
+END_TEST
+
+START_TEST(test_order_ids_unique_across_daemon_restart)
+{
+    th_reset();
+    struct th_daemon d;
+    long long ids[6];
+    start(&d, NULL);
+    th_create_sku(d.port, 1, 100, 100);
+    for (int i = 0; i < 3; i++)
+        ids[i] = order_ok(d.port, 1, 1 + i, 1);
+    stop(&d);
+    start(&d, NULL);
+    for (int i = 3; i < 6; i++)
+        ids[i] = order_ok(d.port, 1, 1 + i, 1);
+    th_wait_drained(1, DRAIN_MS);
+    for (int i = 0; i < 6; i++) {
+        for (int j = 0; j < i; j++)
+            ck_assert_msg(ids[i] != ids[j], "order id %lld given twice", ids[i]);
+        ck_assert_msg(pg_int("SELECT count(*) FROM orders WHERE id = %lld AND user_id = %d AND "
+                             "status = 'confirmed'",
+                             ids[i], 1 + i) == 1,
+                      "order %lld has no row", ids[i]);
+    }
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM orders"), 6);
+    ck_assert_int_eq(pg_stock(1), 94);
+    th_assert_invariants(1);
+    stop(&d);
+}
+END_TEST
+
+START_TEST(test_unknown_route_404_and_wrong_method_405)
+{
+    th_reset();
+    struct th_daemon d;
+    start(&d, NULL);
+    th_create_sku(d.port, 1, 5, 1);
+    const struct {
+        const char *method, *path;
+        int status;
+        const char *error;
+    } cases[] = {
+        {"GET", "/", 404, "not_found"},
+        {"GET", "/nothing-here", 404, "not_found"},
+        {"GET", "/api/v1", 404, "not_found"},
+        {"GET", "/api/v1/things/1", 404, "not_found"},
+        {"GET", "/api/v2/skus/1", 404, "not_found"},
+        {"GET", "/api/v1/skus", 404, "not_found"},
+        {"GET", "/api/v1/skus/1/orders/2", 404, "not_found"},
+        {"GET", "/api/v1/skus/1/reviews", 404, "not_found"},
+        {"GET", "/admin/v1/skus/1/history", 404, "not_found"},
+        {"GET", "/admin/v1/other", 404, "not_found"},
+        {"GET", "/healthz/deep", 404, "not_found"},
+        {"GET", "/api/v1/skus/1/orders", 405, "method_not_allowed"},
+        {"PUT", "/api/v1/skus/1/orders", 405, "method_not_allowed"},
+        {"POST", "/api/v1/skus/1", 405, "method_not_allowed"},
+        {"DELETE", "/api/v1/skus/1", 405, "method_not_allowed"},
+        {"PATCH", "/api/v1/orders/1", 405, "method_not_allowed"},
+        {"POST", "/api/v1/orders/1", 405, "method_not_allowed"},
+        {"PUT", "/healthz", 405, "method_not_allowed"},
+        {"GET", "/admin/v1/skus", 405, "method_not_allowed"},
+        {"POST", "/admin/v1/skus/1", 405, "method_not_allowed"},
+        {"DELETE", "/admin/v1/skus/1", 405, "method_not_allowed"},
+        {"GET", "/admin/v1/skus/1/stock-adjustments", 405, "method_not_allowed"},
+    };
+    const char *auth = "Authorization: Bearer " TH_ADMIN_TOKEN "\r\n" CT_JSON;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct th_response r;
+        char what[128];
+        snprintf(what, sizeof what, "%s %s", cases[i].method, cases[i].path);
+        req(d.port, cases[i].method, cases[i].path, auth, NULL, &r);
+        expect(&r, cases[i].status, cases[i].error, what);
+    }
+    ck_assert_int_eq(pg_stock(1), 5);
+    ck_assert_int_eq(redis_stock(1), 5);
+    stop(&d);
+}
+END_TEST
+
+static Suite *api_suite(void)
+{
+    Suite *s = suite_create("api");
+    TCase *tc = tcase_create("http");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_order_accepted_then_confirmed);
+    tcase_add_test(tc, test_sold_out_answers_409);
+    tcase_add_test(tc, test_limit_exceeded_answers_409);
+    tcase_add_test(tc, test_sale_not_active_before_start_and_after_end);
+    tcase_add_test(tc, test_unknown_sku_answers_404);
+    tcase_add_test(tc, test_malformed_orders_answer_400);
+    tcase_add_test(tc, test_idempotent_retry_returns_same_order_and_takes_stock_once);
+    tcase_add_test(tc, test_unavailable_when_redis_down);
+    tcase_add_test(tc, test_known_sku_missing_from_redis_answers_503);
+    tcase_add_test(tc, test_healthz_ok);
+    tcase_add_test(tc, test_script_flush_is_survived);
+    tcase_add_test(tc, test_admin_requires_bearer_token);
+    tcase_add_test(tc, test_admin_create_duplicate_answers_409);
+    tcase_add_test(tc, test_admin_create_without_id_skips_ids_taken_explicitly);
+    tcase_add_test(tc, test_admin_create_invalid_answers_400);
+    tcase_add_test(tc, test_admin_adjust_relative_deltas);
+    tcase_add_test(tc, test_negative_delta_refused_when_units_are_in_flight);
+    tcase_add_test(tc, test_order_ids_unique_across_daemon_restart);
+    tcase_add_test(tc, test_unknown_route_404_and_wrong_method_405);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(api_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
