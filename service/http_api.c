@@ -15,6 +15,7 @@
 #include "embedded.h"
 #include "keys.h"
 #include "log.h"
+#include "metrics.h"
 #include "redis_async.h"
 #include "sku.h"
 #include "validate.h"
@@ -84,6 +85,22 @@ static void reply_json(struct evhttp_request *req, int code, json_t *body)
     evbuffer_free(buf);
     free(text);
     json_decref(body);
+}
+
+/* Prometheus text exposition: counts only, nothing secret. */
+static void reply_metrics(struct evhttp_request *req)
+{
+    size_t len;
+    char *text = metrics_render(&len);
+    struct evbuffer *buf = evbuffer_new();
+    if (!buf)
+        abort();
+    evbuffer_add(buf, text, len);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
+                      "text/plain; version=0.0.4");
+    evhttp_send_reply(req, 200, "OK", buf);
+    evbuffer_free(buf);
+    free(text);
 }
 
 static void reply_error(struct evhttp_request *req, int code, const char *error, const char *detail)
@@ -281,21 +298,27 @@ static void on_reserved(redisReply *r, void *arg)
     if (!verdict) {
         if (r && r->type == REDIS_REPLY_ERROR)
             log_error("reserve.lua: %s", r->str);
+        metrics_add(M_ORDERS_UNAVAILABLE, 1);
         reply_unavailable(req); /* the reservation, if any, is known by its idempotency key */
     } else if (strcmp(verdict, "ok") == 0 && str_at(r, 1)) {
         json_t *o = order_body(oc, atoll(str_at(r, 1)), "pending");
+        metrics_add(M_ORDERS_ACCEPTED, 1);
         reply_json(req, 202, o);
     } else if (strcmp(verdict, "dup") == 0 && str_at(r, 1)) {
         const char *state = str_at(r, 2) ? str_at(r, 2) : "pending";
         const char *status = strncmp(state, "returned:", 9) == 0 ? "rejected" : state;
         json_t *o = order_body(oc, atoll(str_at(r, 1)), status);
         json_object_set_new(o, "replayed", json_true());
+        metrics_add(M_ORDERS_REPLAYED, 1);
         reply_json(req, 202, o);
     } else if (strcmp(verdict, "sold_out") == 0) {
+        metrics_add(M_ORDERS_SOLD_OUT, 1);
         reply_error(req, 409, "sold_out", NULL);
     } else if (strcmp(verdict, "limit_exceeded") == 0) {
+        metrics_add(M_ORDERS_LIMIT, 1);
         reply_error(req, 409, "limit_exceeded", "this order would exceed the per-user limit");
     } else if (strcmp(verdict, "sale_not_active") == 0) {
+        metrics_add(M_ORDERS_NOT_ACTIVE, 1);
         reply_error(req, 409, "sale_not_active", NULL);
     } else if (strcmp(verdict, "idem_mismatch") == 0) {
         reply_error(req, 422, "idempotency_key_reused",
@@ -325,6 +348,7 @@ static void handle_order(struct http_thread *th, struct evhttp_request *req, int
         validate_order_body(body, len, c->max_qty_per_order, &user, &qty, detail, sizeof detail);
     free(body);
     if (bad) {
+        metrics_add(M_ORDERS_INVALID, 1);
         reply_error(req, 400, "invalid_request", detail);
         return;
     }
@@ -459,7 +483,10 @@ static void on_request(struct evhttp_request *req, void *arg)
     int n = path ? split_path(path, seg, 6) : -1;
     int64_t id;
 #define IS(i, s) (strcmp(seg[i], s) == 0)
-    if (n == 1 && IS(0, "healthz")) {
+    if (n == 1 && IS(0, "metrics")) {
+        if (method_is(req, EVHTTP_REQ_GET))
+            reply_metrics(req);
+    } else if (n == 1 && IS(0, "healthz")) {
         if (method_is(req, EVHTTP_REQ_GET))
             submit(th, req, new_job(JOB_HEALTH, 0));
     } else if (n >= 3 && IS(0, "api") && IS(1, "v1")) {

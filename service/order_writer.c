@@ -13,6 +13,7 @@
 #include "embedded.h"
 #include "keys.h"
 #include "log.h"
+#include "metrics.h"
 #include "txlock.h"
 
 #define REASON_NO_STOCK "insufficient_stock"
@@ -285,7 +286,7 @@ int writer_process_batch(struct writer *w, int64_t sku, const struct writer_entr
     int rc = -1;
     struct sbuf ids = {0};
     struct txlock t = {.redis = &w->ctx.redis};
-    struct rlock_opts o = {(int)c->lock_ttl_ms, (int)c->lock_wait_ms, (int)c->lock_retry_ms};
+    struct rlock_opts o = txlock_opts(c);
     redisContext *rc_ctx = redis_conn_get(&w->ctx.redis);
     enum rlock_status st =
         rc_ctx ? rlock_acquire_multi(rc_ctx, &t.lock, lock_ptrs, n, &o) : RLOCK_ERR;
@@ -331,7 +332,17 @@ int writer_process_batch(struct writer *w, int64_t sku, const struct writer_entr
     }
     if (dbtx_commit(tx, NULL, 0, NULL) == DBTX_COMMITTED && b.finished)
         rc = 0;
+    if (rc == 0) {
+        long confirmed = 0, rejected = 0;
+        for (size_t i = 0; i < n; i++)
+            b.dec[i] == DEC_REJECTED ? rejected++ : confirmed++;
+        metrics_add(M_WRITER_BATCHES_COMMITTED, 1);
+        metrics_add(M_WRITER_ORDERS_CONFIRMED, confirmed);
+        metrics_add(M_WRITER_ORDERS_REJECTED, rejected);
+    }
 out:
+    if (rc != 0)
+        metrics_add(M_WRITER_BATCHES_FAILED, 1);
     free(ids.p);
     free(b.dec);
     free(lock_keys);
@@ -441,8 +452,10 @@ static int reclaim(struct writer *w)
             return -1;
         if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2) {
             int n = process_entries(w, w->skus[i], r->element[1]);
-            if (n > 0)
+            if (n > 0) {
                 log_info("sku %" PRId64 ": replayed %d reclaimed orders", w->skus[i], n);
+                metrics_add(M_WRITER_ORDERS_RECLAIMED, n);
+            }
             total += n > 0 ? n : 0;
         }
         freeReplyObject(r);

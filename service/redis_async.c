@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "metrics.h"
 #include "redis_conn.h"
 
 struct redis_async {
@@ -166,6 +167,7 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     op->finished = 1;
+    metrics_add(M_REDIS_TIMEOUTS, 1);
     op->fn(NULL, op->arg);
     log_warn("redis command timed out after %d ms; reconnecting", ra->timeout_ms);
     ra_drop(ra); /* frees op through on_reply(NULL) */

@@ -10,6 +10,7 @@
 #include "embedded.h"
 #include "keys.h"
 #include "log.h"
+#include "metrics.h"
 #include "txlock.h"
 
 void sku_format_time(int64_t ms, char *out, size_t cap)
@@ -46,8 +47,7 @@ static int lock_sku(struct worker_ctx *w, struct txlock *t, int64_t sku)
     keys_sku(key, sku, KEY_SKU_LOCK);
     memset(t, 0, sizeof *t);
     t->redis = &w->redis;
-    struct rlock_opts o = {(int)w->cfg->lock_ttl_ms, (int)w->cfg->lock_wait_ms,
-                           (int)w->cfg->lock_retry_ms};
+    struct rlock_opts o = txlock_opts(w->cfg);
     redisContext *c = redis_conn_get(&w->redis);
     enum rlock_status st = c ? rlock_acquire(c, &t->lock, key, &o) : RLOCK_ERR;
     if (st != RLOCK_OK) {
@@ -453,6 +453,7 @@ enum sku_result sku_adjust(struct worker_ctx *w, int64_t sku, int64_t delta, con
     }
     if (dbtx_commit(tx, NULL, 0, NULL) != DBTX_COMMITTED)
         return SKU_UNAVAILABLE;
+    metrics_add(M_STOCK_ADJUSTMENTS, 1);
     json_t *o = json_object();
     json_object_set_new(o, "sku_id", json_integer(sku));
     json_object_set_new(o, "delta", json_integer(delta));

@@ -22,3 +22,11 @@ int txlock_still_valid(const struct txlock *t, int64_t margin_ms)
 {
     return rlock_remaining_ms(&t->lock) > margin_ms;
 }
+
+struct rlock_opts txlock_opts(const struct cfg *c)
+{
+    struct rlock_opts o = {.ttl_ms = (int)c->lock_ttl_ms,
+                           .wait_ms = (int)c->lock_wait_ms,
+                           .retry_ms = (int)c->lock_retry_ms};
+    return o;
+}

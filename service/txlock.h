@@ -8,6 +8,7 @@
 #ifndef SECKILL_TXLOCK_H
 #define SECKILL_TXLOCK_H
 
+#include "cfg.h"
 #include "dbtx.h"
 #include "redis_conn.h"
 #include "rlock.h"
@@ -16,6 +17,9 @@ struct txlock {
     struct redis_conn *redis;
     struct rlock lock;
 };
+
+/* The lock options of the service's locks, from the config. */
+struct rlock_opts txlock_opts(const struct cfg *c);
 
 /* Registers the release of t->lock as a completion hook of tx.  t must stay
  * valid until the transaction completed.  Returns 0, or -1 if the hook could not

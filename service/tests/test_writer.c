@@ -288,7 +288,7 @@ static long long interleave(int release_before_commit)
     PGconn *a = th_pg(), *b = th_pg();
     exec_ok(a, "DROP TABLE IF EXISTS lock_demo; CREATE TABLE lock_demo (k text)");
     redisContext *r = th_redis();
-    struct rlock_opts o = {5000, 0, 10};
+    struct rlock_opts o = {.ttl_ms = 5000, .wait_ms = 0, .retry_ms = 10};
     struct rlock la = {0}, lb = {0};
     const char *key = "seckill:{test}:lock:order-1";
 
