@@ -47,7 +47,13 @@ end
 if stock < qty then
   return {'sold_out', stock}
 end
-local seq = tonumber(redis.call('GET', KEYS[3]) or '0') + 1
+-- sku_load.lua sets the sequence; a loaded SKU without one has lost data, and
+-- restarting it at 0 would hand out ids that already exist (I4).
+local seq = tonumber(redis.call('GET', KEYS[3]))
+if not seq then
+  return redis.error_reply('SECKILL sequence key missing for a loaded SKU')
+end
+seq = seq + 1
 if seq >= 1073741824 then
   return {'exhausted'}
 end

@@ -34,7 +34,7 @@ static const struct cfg_def defs[] = {
     I(http_timeout_s, 10, 1, 3600, "idle read/write timeout per HTTP connection"),
     I(max_body_bytes, 4096, 64, 1048576, "largest accepted request body"),
     I(max_header_bytes, 8192, 512, 1048576, "largest accepted header block"),
-    I(max_idempotency_key_bytes, 128, 8, 1024, "longest accepted Idempotency-Key"),
+    I(max_idempotency_key_bytes, 128, 8, 200, "longest accepted Idempotency-Key"),
     I(max_qty_per_order, 1000, 1, 1000000, "largest qty in one order"),
     S(redis_url, "redis://127.0.0.1:6380/0", "Redis server, redis://[:password@]host:port[/db]"),
     I(redis_timeout_ms, 1000, 10, 60000, "timeout of one Redis command"),
@@ -43,6 +43,10 @@ static const struct cfg_def defs[] = {
     S(pg_dsn, "host=127.0.0.1 port=5433 dbname=seckill user=seckill connect_timeout=5",
       "libpq connection string (password via PGPASSFILE, never here)"),
     I(pg_statement_timeout_ms, 5000, 10, 600000, "PostgreSQL statement_timeout"),
+    I(migrate_lock_wait_ms, 60000, 0, 3600000,
+      "how long migrate waits for another migrating instance"),
+    I(migrate_statement_timeout_ms, 300000, 1000, 86400000,
+      "statement and lock timeout of a migration"),
     S(admin_token, "", "bearer token of the admin API; empty disables it"),
     I(worker_threads, 2, 1, 64, "blocking worker threads (admin, lookups)"),
     I(worker_queue_max, 1000, 1, 1000000, "queued jobs beyond this are refused with 503"),
@@ -220,6 +224,24 @@ int cfg_load(struct cfg *c, int argc, char **argv, int *args, char *err, size_t 
             continue;
         if (cfg_set(c, name, val, err, errlen) != 0)
             return -1;
+    }
+    return 0;
+}
+
+int cfg_check(const struct cfg *c, char *err, size_t errlen)
+{
+    if (c->lock_commit_margin_ms >= c->lock_ttl_ms) {
+        snprintf(err, errlen,
+                 "lock_commit_margin_ms (%" PRId64 ") must be below lock_ttl_ms (%" PRId64 ")",
+                 c->lock_commit_margin_ms, c->lock_ttl_ms);
+        return -1;
+    }
+    if (c->pg_statement_timeout_ms >= c->lock_ttl_ms) {
+        snprintf(err, errlen,
+                 "pg_statement_timeout_ms (%" PRId64 ") must be below lock_ttl_ms (%" PRId64
+                 "): a statement may not outlast the lock that guards it",
+                 c->pg_statement_timeout_ms, c->lock_ttl_ms);
+        return -1;
     }
     return 0;
 }

@@ -25,6 +25,8 @@ struct cfg {
     int64_t redis_reconnect_ms; /* pause between reconnect attempts */
     char *pg_dsn;               /* libpq conninfo; password via PGPASSFILE */
     int64_t pg_statement_timeout_ms;
+    int64_t migrate_lock_wait_ms; /* how long `migrate` waits for another instance */
+    int64_t migrate_statement_timeout_ms;
     char *admin_token;             /* bearer token for /admin; empty disables admin */
     int64_t worker_threads;        /* blocking workers for admin and lookups */
     int64_t worker_queue_max;      /* jobs waiting beyond this get 503 */
@@ -56,6 +58,10 @@ int cfg_load(struct cfg *c, int argc, char **argv, int *args, char *err, size_t 
 /* Sets one setting by name from text.  Returns 0 or -1 with a message in err. */
 int cfg_set(struct cfg *c, const char *name, const char *value, char *err, size_t errlen)
     __attribute__((warn_unused_result));
+
+/* Checks settings against each other (a lease shorter than the margin it must
+ * keep would roll every batch back, forever).  Returns 0, or -1 with err set. */
+int cfg_check(const struct cfg *c, char *err, size_t errlen) __attribute__((warn_unused_result));
 
 /* Prints every setting with its default and environment variable. */
 void cfg_print_help(FILE *out);

@@ -18,17 +18,34 @@ PGconn *db_conn_get(struct db_conn *d)
     if (d->conn && PQstatus(d->conn) == CONNECTION_OK)
         return d->conn;
     db_conn_close(d);
-    d->conn = PQconnectdb(d->cfg->pg_dsn);
+    /* statement_timeout bounds work on the server; TCP keepalives and
+     * tcp_user_timeout bound a wait on a peer that vanished (a partition),
+     * which would otherwise block a writer for many minutes. */
+    char user_timeout[24];
+    snprintf(user_timeout, sizeof user_timeout, "%" PRId64, d->cfg->pg_statement_timeout_ms + 2000);
+    const char *keys[] = {"dbname",
+                          "keepalives",
+                          "keepalives_idle",
+                          "keepalives_interval",
+                          "keepalives_count",
+                          "tcp_user_timeout",
+                          NULL};
+    const char *vals[] = {d->cfg->pg_dsn, "1", "5", "2", "3", user_timeout, NULL};
+    d->conn = PQconnectdbParams(keys, vals, 1);
     if (PQstatus(d->conn) != CONNECTION_OK) {
         log_warn("postgres connect failed: %s", PQerrorMessage(d->conn));
         db_conn_close(d);
         return NULL;
     }
     /* Every statement is bounded, so no request or batch waits forever on a lock. */
-    char set[96];
+    /* A session stuck inside a transaction (its process paused or cut off)
+     * must not hold the SKU row lock for longer than a lock lease or two. */
+    char set[192];
     snprintf(set, sizeof set,
-             "SET statement_timeout = %" PRId64 "; SET application_name = 'seckilld'",
-             d->cfg->pg_statement_timeout_ms);
+             "SET statement_timeout = %" PRId64
+             "; SET idle_in_transaction_session_timeout = %" PRId64
+             "; SET application_name = 'seckilld'",
+             d->cfg->pg_statement_timeout_ms, 2 * d->cfg->lock_ttl_ms);
     PGresult *r = PQexec(d->conn, set);
     int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
     if (!ok)

@@ -11,7 +11,7 @@ extern const size_t sql_count;
 extern const char *const migration_names[], *const migration_texts[];
 extern const size_t migration_count;
 
-struct rlock_script script_reserve, script_sku_load, script_sku_unload, script_stock_adjust,
+struct rlock_script script_reserve, script_sku_load, script_stock_adjust, script_stock_adjust_undo,
     script_order_return, script_orders_ack;
 
 static void init_one(struct rlock_script *s, const char *name)
@@ -29,7 +29,7 @@ void embedded_init(void)
 {
     init_one(&script_reserve, "reserve");
     init_one(&script_sku_load, "sku_load");
-    init_one(&script_sku_unload, "sku_unload");
+    init_one(&script_stock_adjust_undo, "stock_adjust_undo");
     init_one(&script_stock_adjust, "stock_adjust");
     init_one(&script_order_return, "order_return");
     init_one(&script_orders_ack, "orders_ack");

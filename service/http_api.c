@@ -234,6 +234,16 @@ static void job_done(struct job *j)
         reply_json(req, 409, o);
         break;
     }
+    case SKU_NOT_LOADED:
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
+        reply_error(req, 503, "unavailable",
+                    "the SKU is in the database but not loaded into Redis; an operator "
+                    "reloads it with POST /admin/v1/skus/{id}/reload");
+        break;
+    case SKU_BUSY:
+        reply_error(req, 409, "orders_in_flight",
+                    "reservations are still queued for this SKU; retry when they are written");
+        break;
     case SKU_UNAVAILABLE:
         if (hj->kind == JOB_HEALTH && out)
             reply_json(req, 503, out), out = NULL;
@@ -250,6 +260,8 @@ static void submit(struct http_thread *th, struct evhttp_request *req, struct ht
     hj->job.run = job_run;
     hj->job.done = job_done;
     hj->job.base = th->base;
+    hj->job.urgent =
+        hj->kind != JOB_SKU_VIEW && hj->kind != JOB_ORDER_VIEW && hj->kind != JOB_SKU_EXISTS;
     hj->req = req;
     if (workers_submit(th->srv->workers, &hj->job) != 0) {
         free(hj);
@@ -359,7 +371,7 @@ static void handle_order(struct http_thread *th, struct evhttp_request *req, int
         return;
     }
     char keys[KEYS_RESERVE_N][KEYS_MAX];
-    keys_reserve(keys, sku, idem ? idem : "");
+    keys_reserve(keys, sku, user, idem ? idem : "");
     char suser[24], sqty[24], fp[48], ttl[24];
     snprintf(suser, sizeof suser, "%" PRId64, user);
     snprintf(sqty, sizeof sqty, "%" PRId64, qty);
@@ -367,6 +379,10 @@ static void handle_order(struct http_thread *th, struct evhttp_request *req, int
     snprintf(ttl, sizeof ttl, "%" PRId64, c->idempotency_ttl_s);
     const char *argv[12] = {keys[0], keys[1], keys[2], keys[3],          keys[4], keys[5],
                             keys[6], suser,   sqty,    idem ? idem : "", fp,      ttl};
+    if (!th->redis) { /* shutting down */
+        reply_unavailable(req);
+        return;
+    }
     struct order_call *oc = calloc(1, sizeof *oc);
     if (!oc)
         abort();
@@ -622,21 +638,37 @@ fail:
     return NULL;
 }
 
+/* Runs on the loop's own thread: pending Redis calls answer 503 while their
+ * requests are still valid, then the loop exits after its active callbacks. */
+static void shutdown_on_loop(evutil_socket_t fd, short what, void *arg)
+{
+    struct http_thread *th = arg;
+    (void)fd;
+    (void)what;
+    struct redis_async *ra = th->redis;
+    th->redis = NULL; /* from now on orders answer 503 at once */
+    redis_async_free(ra);
+    event_base_loopexit(th->base, NULL);
+}
+
 void http_server_stop(struct http_server *s)
 {
     if (!s)
         return;
+    struct timeval now = {0, 0};
     for (size_t i = 0; i < s->n; i++)
-        if (s->threads[i].started)
+        if (s->threads[i].started && event_base_once(s->threads[i].base, -1, EV_TIMEOUT,
+                                                     shutdown_on_loop, &s->threads[i], &now) != 0)
             event_base_loopexit(s->threads[i].base, NULL);
     for (size_t i = 0; i < s->n; i++) {
         struct http_thread *th = &s->threads[i];
         if (th->started)
             pthread_join(th->tid, NULL);
-        /* evhttp_free before the Redis client: pending replies may still reference it. */
+        redis_async_free(th->redis); /* only if the loop never ran */
+        th->redis = NULL;
+        /* Last: frees the connections and any request nobody answers any more. */
         if (th->http)
             evhttp_free(th->http);
-        redis_async_free(th->redis);
         if (th->base)
             event_base_free(th->base);
     }

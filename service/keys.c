@@ -6,16 +6,16 @@
 void keys_sku(char *out, int64_t sku, enum keys_kind kind)
 {
     static const char *suffix[] = {
-        [KEY_META] = "meta",         [KEY_STOCK] = "stock",     [KEY_SEQ] = "seq",
-        [KEY_BOUGHT] = "bought",     [KEY_JOURNAL] = "journal", [KEY_STREAM] = "orders",
-        [KEY_SKU_LOCK] = "lock:sku",
+        [KEY_META] = "meta",          [KEY_STOCK] = "stock",       [KEY_SEQ] = "seq",
+        [KEY_BOUGHT] = "bought",      [KEY_JOURNAL] = "journal",   [KEY_STREAM] = "orders",
+        [KEY_ADJUST] = "adjustments", [KEY_SKU_LOCK] = "lock:sku",
     };
     snprintf(out, KEYS_MAX, "seckill:{sku:%" PRId64 "}:%s", sku, suffix[kind]);
 }
 
-void keys_idem(char *out, int64_t sku, const char *idem)
+void keys_idem(char *out, int64_t sku, int64_t user, const char *idem)
 {
-    snprintf(out, KEYS_MAX, "seckill:{sku:%" PRId64 "}:idem:%s", sku, idem);
+    snprintf(out, KEYS_MAX, "seckill:{sku:%" PRId64 "}:idem:%" PRId64 ":%s", sku, user, idem);
 }
 
 void keys_order_lock(char *out, int64_t sku, int64_t order_id)
@@ -23,11 +23,11 @@ void keys_order_lock(char *out, int64_t sku, int64_t order_id)
     snprintf(out, KEYS_MAX, "seckill:{sku:%" PRId64 "}:lock:order:%" PRId64, sku, order_id);
 }
 
-void keys_reserve(char keys[KEYS_RESERVE_N][KEYS_MAX], int64_t sku, const char *idem)
+void keys_reserve(char keys[KEYS_RESERVE_N][KEYS_MAX], int64_t sku, int64_t user, const char *idem)
 {
     static const enum keys_kind order[] = {KEY_META,   KEY_STOCK,   KEY_SEQ,
                                            KEY_BOUGHT, KEY_JOURNAL, KEY_STREAM};
     for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
         keys_sku(keys[i], sku, order[i]);
-    keys_idem(keys[6], sku, idem);
+    keys_idem(keys[6], sku, user, idem);
 }

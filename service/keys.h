@@ -13,17 +13,30 @@
 
 #define KEYS_MAX 320 /* longest key we build, idempotency key included */
 #define KEYS_ORDER_SEQ_BITS 30
+#define KEYS_EPOCH_MAX 8388607      /* redis_epoch_seq MAXVALUE: ids stay below 2^53 */
 #define KEYS_WRITER_GROUP "writers" /* consumer group of every order stream */
 
-enum keys_kind { KEY_META, KEY_STOCK, KEY_SEQ, KEY_BOUGHT, KEY_JOURNAL, KEY_STREAM, KEY_SKU_LOCK };
+enum keys_kind {
+    KEY_META,
+    KEY_STOCK,
+    KEY_SEQ,
+    KEY_BOUGHT,
+    KEY_JOURNAL,
+    KEY_STREAM,
+    KEY_ADJUST,
+    KEY_SKU_LOCK
+};
 
 /* Writes the name of key 'kind' of SKU 'sku' into out (KEYS_MAX bytes). */
 void keys_sku(char *out, int64_t sku, enum keys_kind kind);
-/* The idempotency key's Redis name; 'idem' was validated (printable ASCII, bounded). */
-void keys_idem(char *out, int64_t sku, const char *idem);
+/* The idempotency key's Redis name, scoped to the user so that one buyer can
+ * never collide with (or probe) another's keys; 'idem' was validated
+ * (printable ASCII, at most KEYS_IDEM_MAX bytes). */
+#define KEYS_IDEM_MAX 200
+void keys_idem(char *out, int64_t sku, int64_t user, const char *idem);
 /* The 7 KEYS of reserve.lua, in its order ('idem' may be ""). */
 #define KEYS_RESERVE_N 7
-void keys_reserve(char keys[KEYS_RESERVE_N][KEYS_MAX], int64_t sku, const char *idem);
+void keys_reserve(char keys[KEYS_RESERVE_N][KEYS_MAX], int64_t sku, int64_t user, const char *idem);
 /* The lock name guarding one order's database write. */
 void keys_order_lock(char *out, int64_t sku, int64_t order_id);
 

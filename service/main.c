@@ -9,10 +9,10 @@
 #include <event2/thread.h>
 #include <inttypes.h>
 #include <signal.h>
-#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "cfg.h"
 #include "embedded.h"
@@ -84,9 +84,14 @@ static int serve(const struct cfg *c)
 out:
     if (rc)
         fprintf(stderr, "seckilld: %s\n", err);
+    /* Teardown, reverse order: writers; then the workers, whose last answers
+     * still reach running loops; then each loop answers what waits on Redis
+     * (503) and exits; the pool's memory goes last, as loops may still submit
+     * (and be refused) until they exit. */
     order_writer_stop(writer);
-    workers_stop(ws); /* hands finished jobs back to the loops, still running */
+    workers_drain(ws);
     http_server_stop(http);
+    workers_free(ws);
     event_free(sigint);
     event_free(sigterm);
     event_base_free(base);
@@ -111,6 +116,11 @@ int main(int argc, char **argv)
     char err[256];
     int first = argc;
     if (cfg_load(&c, argc, argv, &first, err, sizeof err) != 0) {
+        fprintf(stderr, "seckilld: %s\n", err);
+        cfg_free(&c);
+        return 2;
+    }
+    if (cfg_check(&c, err, sizeof err) != 0) {
         fprintf(stderr, "seckilld: %s\n", err);
         cfg_free(&c);
         return 2;

@@ -25,6 +25,8 @@ static const struct {
                                   "orders refused by the database guard"},
     [M_WRITER_ORDERS_RECLAIMED] = {"seckill_writer_orders_reclaimed_total",
                                    "stream entries reclaimed from idle writers"},
+    [M_WRITER_ID_CONFLICTS] = {"seckill_writer_order_id_conflicts_total",
+                               "order ids reused after Redis lost writes (needs a reload)"},
     [M_STOCK_ADJUSTMENTS] = {"seckill_stock_adjustments_total", "admin stock deltas applied"},
     [M_REDIS_TIMEOUTS] = {"seckill_redis_timeouts_total", "async Redis commands timed out"},
 };

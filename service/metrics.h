@@ -21,6 +21,7 @@ enum metric {
     M_WRITER_ORDERS_CONFIRMED,
     M_WRITER_ORDERS_REJECTED,
     M_WRITER_ORDERS_RECLAIMED,
+    M_WRITER_ID_CONFLICTS, /* an order id reused after Redis lost writes */
     M_STOCK_ADJUSTMENTS,
     M_REDIS_TIMEOUTS,
     M_COUNT

@@ -99,20 +99,39 @@ static int finish_batch(struct batch *b)
     keys_sku(stock, b->sku, KEY_STOCK);
     keys_sku(bought, b->sku, KEY_BOUGHT);
     keys_sku(stream, b->sku, KEY_STREAM);
-    for (size_t i = 0; i < b->n; i++) {
-        if (b->dec[i] != DEC_REJECTED)
-            continue;
-        char oid[24], uid[24], qty[24];
-        snprintf(oid, sizeof oid, "%" PRId64, b->e[i].order_id);
-        snprintf(uid, sizeof uid, "%" PRId64, b->e[i].user_id);
-        snprintf(qty, sizeof qty, "%" PRId64, b->e[i].qty);
-        const char *argv[] = {journal, stock, bought, oid, uid, qty, REASON_NO_STOCK};
-        redisReply *r = redis_conn_script(&b->w->ctx.redis, &script_order_return, 3, 4, argv, NULL);
+    /* One call for every rejected order of the batch; the script is idempotent. */
+    size_t nrej = 0;
+    for (size_t i = 0; i < b->n; i++)
+        nrej += b->dec[i] == DEC_REJECTED;
+    if (nrej > 0) {
+        const char **rargv = calloc(4 + 3 * nrej, sizeof *rargv);
+        char(*nums)[3][24] = calloc(nrej, sizeof *nums);
+        if (!rargv || !nums)
+            abort();
+        size_t rc = 0, k = 0;
+        rargv[rc++] = journal;
+        rargv[rc++] = stock;
+        rargv[rc++] = bought;
+        rargv[rc++] = REASON_NO_STOCK;
+        for (size_t i = 0; i < b->n; i++) {
+            if (b->dec[i] != DEC_REJECTED)
+                continue;
+            snprintf(nums[k][0], sizeof nums[k][0], "%" PRId64, b->e[i].order_id);
+            snprintf(nums[k][1], sizeof nums[k][1], "%" PRId64, b->e[i].user_id);
+            snprintf(nums[k][2], sizeof nums[k][2], "%" PRId64, b->e[i].qty);
+            for (int j = 0; j < 3; j++)
+                rargv[rc++] = nums[k][j];
+            k++;
+        }
+        redisReply *r =
+            redis_conn_script(&b->w->ctx.redis, &script_order_return, 3, (int)rc - 3, rargv, NULL);
         int ok = r && r->type == REDIS_REPLY_INTEGER;
         if (r && !ok)
             log_warn("order_return: %s", r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
         if (r)
             freeReplyObject(r);
+        free(rargv);
+        free(nums);
         if (!ok)
             return -1;
     }
@@ -162,15 +181,40 @@ static int load_existing(struct dbtx *tx, struct batch *b, const char *ids)
     PGresult *r = dbtx_exec(tx, sql_text("orders_existing"), 1, (const char *[]){ids});
     if (!r)
         return -1;
+    int rc = 0;
     for (int row = 0; row < PQntuples(r); row++) {
         int64_t id = atoll(PQgetvalue(r, row, 0));
         int rejected = strcmp(PQgetvalue(r, row, 1), "rejected") == 0;
-        for (size_t i = 0; i < b->n; i++)
-            if (b->e[i].order_id == id)
-                b->dec[i] = rejected ? DEC_REJECTED : DEC_CONFIRMED;
+        int64_t user = atoll(PQgetvalue(r, row, 2)), qty = atoll(PQgetvalue(r, row, 3));
+        for (size_t i = 0; i < b->n; i++) {
+            if (b->e[i].order_id != id)
+                continue;
+            /* A replay carries the same order.  Another order under a known id
+             * means Redis went back in time (lost writes, failover): never
+             * merge the two; stop and leave the entry for an operator. */
+            if (b->e[i].user_id != user || b->e[i].qty != qty) {
+                log_error("sku %" PRId64 ": order id %" PRId64
+                          " reused by a different order: Redis lost data; reload the SKU",
+                          b->sku, id);
+                metrics_add(M_WRITER_ID_CONFLICTS, 1);
+                rc = -1;
+            }
+            b->dec[i] = rejected ? DEC_REJECTED : DEC_CONFIRMED;
+        }
     }
     PQclear(r);
-    return 0;
+    /* The same id twice in one batch is the same symptom. */
+    for (size_t i = 0; rc == 0 && i < b->n; i++)
+        for (size_t j = i + 1; j < b->n; j++)
+            if (b->e[i].order_id == b->e[j].order_id &&
+                strcmp(b->e[i].stream_id, b->e[j].stream_id) != 0) {
+                log_error("sku %" PRId64 ": order id %" PRId64 " appears twice in the stream",
+                          b->sku, b->e[i].order_id);
+                metrics_add(M_WRITER_ID_CONFLICTS, 1);
+                rc = -1;
+                break;
+            }
+    return rc;
 }
 
 /* Decides, writes and checks the new orders of the batch inside tx. */

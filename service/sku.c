@@ -84,109 +84,89 @@ static PGresult *tx_query(struct dbtx *tx, const char *name, int n, const char *
     return r;
 }
 
-/* ---- create ------------------------------------------------------------ */
+/* ---- loading into Redis ------------------------------------------------ */
 
-struct load_undo {
+/*
+ * A SKU becomes sellable in Redis only after PostgreSQL committed it: the load
+ * runs in a completion hook (registered after the lock's, so it runs while the
+ * lock is still held).  If the load fails, the SKU is known but not loaded,
+ * which buyers see as 503 until an operator reloads it: nothing is sold that
+ * the database does not know, and nothing sold is lost by an undo.
+ */
+struct load_job {
     struct worker_ctx *w;
-    int64_t sku;
+    int64_t id, stock, limit;
+    char starts_ms[24], ends_ms[24]; /* "" when open-ended */
     char epoch[24];
-    int loaded;
+    PGresult *bought; /* rows (user_id, units) to restore, or NULL */
+    enum sku_result res;
 };
 
-static void sku_load_argv(int64_t sku, char keys[4][KEYS_MAX], const char **argv)
+/* Completion hook: loads the SKU when the transaction committed. */
+static void load_on_commit(enum dbtx_outcome outcome, void *arg)
 {
-    keys_sku(keys[0], sku, KEY_META);
-    keys_sku(keys[1], sku, KEY_STOCK);
-    keys_sku(keys[2], sku, KEY_SEQ);
-    keys_sku(keys[3], sku, KEY_STREAM);
-    for (int i = 0; i < 4; i++)
+    struct load_job *lj = arg;
+    lj->res = SKU_UNAVAILABLE;
+    if (outcome != DBTX_COMMITTED)
+        return;
+    char stock[24], limit[24];
+    i64s(stock, sizeof stock, lj->stock);
+    i64s(limit, sizeof limit, lj->limit);
+    int pairs = lj->bought ? PQntuples(lj->bought) : 0;
+    const char **argv = calloc(11 + 2 * (size_t)pairs, sizeof *argv);
+    if (!argv)
+        abort();
+    char keys[5][KEYS_MAX];
+    static const enum keys_kind kinds[] = {KEY_META, KEY_STOCK, KEY_SEQ, KEY_STREAM, KEY_BOUGHT};
+    for (int i = 0; i < 5; i++) {
+        keys_sku(keys[i], lj->id, kinds[i]);
         argv[i] = keys[i];
-}
-
-/* Completion hook: a load whose transaction did not commit is taken back. */
-static void undo_load(enum dbtx_outcome outcome, void *arg)
-{
-    struct load_undo *u = arg;
-    if (!u->loaded || outcome == DBTX_COMMITTED)
-        return;
-    if (outcome == DBTX_UNKNOWN) {
-        log_error("sku %" PRId64 ": create outcome unknown; Redis keys kept for reconcile", u->sku);
-        return;
     }
-    char keys[4][KEYS_MAX];
-    const char *argv[5];
-    sku_load_argv(u->sku, keys, argv);
-    argv[4] = u->epoch;
-    redisReply *r = redis_conn_script(&u->w->redis, &script_sku_unload, 4, 1, argv, NULL);
-    if (!r || r->type == REDIS_REPLY_ERROR)
-        log_error("sku %" PRId64 ": cannot unload after rollback", u->sku);
+    const char *args[] = {lj->epoch, stock, limit, lj->starts_ms, lj->ends_ms, KEYS_WRITER_GROUP};
+    for (int i = 0; i < 6; i++)
+        argv[5 + i] = args[i];
+    for (int i = 0; i < pairs; i++) {
+        argv[11 + 2 * i] = PQgetvalue(lj->bought, i, 0);
+        argv[12 + 2 * i] = PQgetvalue(lj->bought, i, 1);
+    }
+    redisReply *r =
+        redis_conn_script(&lj->w->redis, &script_sku_load, 5, 6 + 2 * pairs, argv, NULL);
+    free(argv);
+    if (r && r->type == REDIS_REPLY_INTEGER)
+        lj->res = r->integer == 1 ? SKU_OK : SKU_EXISTS;
+    else
+        log_warn("sku %" PRId64 ": load into Redis failed: %s", lj->id,
+                 r && r->type == REDIS_REPLY_ERROR ? r->str : "no answer");
     if (r)
         freeReplyObject(r);
 }
 
-struct load_spec {
-    int64_t id, stock, limit;
-    const char *starts_ms, *ends_ms; /* "" when open-ended */
-};
-
-/*
- * Draws a fresh epoch in tx and loads the SKU into Redis (sku_load.lua), with
- * the units each user already holds from 'bought' (rows user_id, units; may be
- * NULL).  Returns SKU_OK with undo->loaded set, SKU_EXISTS when Redis already
- * holds the SKU, or SKU_UNAVAILABLE.  The caller rolls back on failure.
- */
-static enum sku_result load_redis(struct worker_ctx *w, struct dbtx *tx, const struct txlock *t,
-                                  struct load_undo *undo, const struct load_spec *ls,
-                                  const PGresult *bought)
+/* Draws the epoch of the next load in tx.  Returns 0 or -1. */
+static int draw_epoch(struct dbtx *tx, struct load_job *lj)
 {
-    char sid[24], stock[24], limit[24];
-    i64s(sid, sizeof sid, ls->id);
-    i64s(stock, sizeof stock, ls->stock);
-    i64s(limit, sizeof limit, ls->limit);
+    char sid[24];
+    i64s(sid, sizeof sid, lj->id);
     PGresult *r = tx_query(tx, "epoch_new", 1, (const char *[]){sid});
-    if (!r || PQntuples(r) != 1) {
-        PQclear(r);
+    int ok = r && PQntuples(r) == 1;
+    if (ok)
+        snprintf(lj->epoch, sizeof lj->epoch, "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    return ok ? 0 : -1;
+}
+
+/* Commits tx after the lease check; returns SKU_OK or SKU_UNAVAILABLE. */
+static enum sku_result commit_locked(struct worker_ctx *w, struct dbtx *tx, const struct txlock *t,
+                                     int64_t sku)
+{
+    if (!txlock_still_valid(t, w->cfg->lock_commit_margin_ms)) {
+        log_warn("sku %" PRId64 ": lock lease too short to commit", sku);
+        (void)dbtx_rollback(tx);
         return SKU_UNAVAILABLE;
     }
-    snprintf(undo->epoch, sizeof undo->epoch, "%s", PQgetvalue(r, 0, 0));
-    PQclear(r);
-
-    int pairs = bought ? PQntuples(bought) : 0;
-    const char **argv = calloc(10 + 2 * (size_t)pairs, sizeof *argv);
-    if (!argv)
-        abort();
-    char keys[4][KEYS_MAX];
-    sku_load_argv(ls->id, keys, argv);
-    argv[4] = undo->epoch;
-    argv[5] = stock;
-    argv[6] = limit;
-    argv[7] = ls->starts_ms;
-    argv[8] = ls->ends_ms;
-    argv[9] = KEYS_WRITER_GROUP;
-    for (int i = 0; i < pairs; i++) {
-        argv[10 + 2 * i] = PQgetvalue(bought, i, 0);
-        argv[11 + 2 * i] = PQgetvalue(bought, i, 1);
-    }
-    redisReply *rr = redis_conn_script(&w->redis, &script_sku_load, 4, 6 + 2 * pairs, argv, NULL);
-    free(argv);
-    enum sku_result res = SKU_OK;
-    if (!rr || rr->type != REDIS_REPLY_INTEGER) {
-        if (rr && rr->type == REDIS_REPLY_ERROR)
-            log_warn("sku_load: %s", rr->str);
-        res = SKU_UNAVAILABLE;
-    } else if (rr->integer == 0) {
-        res = SKU_EXISTS; /* Redis already holds this SKU: a second load would double it */
-    } else {
-        undo->loaded = 1;
-    }
-    if (rr)
-        freeReplyObject(rr);
-    if (res == SKU_OK && !txlock_still_valid(t, w->cfg->lock_commit_margin_ms)) {
-        log_warn("sku %" PRId64 ": lock lease too short to commit", ls->id);
-        res = SKU_UNAVAILABLE;
-    }
-    return res;
+    return dbtx_commit(tx, NULL, 0, NULL) == DBTX_COMMITTED ? SKU_OK : SKU_UNAVAILABLE;
 }
+
+/* ---- create ------------------------------------------------------------ */
 
 /* Creates the SKU with the given id (see sku_create). */
 static enum sku_result create_with_id(struct worker_ctx *w, const struct validate_sku *spec,
@@ -198,24 +178,25 @@ static enum sku_result create_with_id(struct worker_ctx *w, const struct validat
     struct dbtx *tx = begin_locked(w, &t);
     if (!tx)
         return SKU_UNAVAILABLE;
-    struct load_undo undo = {.w = w, .sku = id};
-    if (dbtx_on_complete(tx, undo_load, &undo) != 0) {
+    struct load_job lj = {.w = w, .id = id, .stock = spec->stock, .limit = spec->per_user_limit};
+    if (spec->has_starts)
+        i64s(lj.starts_ms, sizeof lj.starts_ms, spec->starts_ms);
+    if (spec->has_ends)
+        i64s(lj.ends_ms, sizeof lj.ends_ms, spec->ends_ms);
+    if (dbtx_on_complete(tx, load_on_commit, &lj) != 0) {
         (void)dbtx_rollback(tx);
         return SKU_UNAVAILABLE;
     }
-
-    char sid[24], stock[24], limit[24], starts[24], ends[24];
+    char sid[24], stock[24], limit[24];
     i64s(sid, sizeof sid, id);
     i64s(stock, sizeof stock, spec->stock);
     i64s(limit, sizeof limit, spec->per_user_limit);
-    i64s(starts, sizeof starts, spec->starts_ms);
-    i64s(ends, sizeof ends, spec->ends_ms);
     const char *ins[] = {sid,
                          spec->name,
                          stock,
                          limit,
-                         spec->has_starts ? starts : NULL,
-                         spec->has_ends ? ends : NULL};
+                         spec->has_starts ? lj.starts_ms : NULL,
+                         spec->has_ends ? lj.ends_ms : NULL};
     PGresult *r = tx_query(tx, "sku_insert", 6, ins);
     if (!r || PQntuples(r) == 0) {
         enum sku_result res = r ? SKU_EXISTS : SKU_UNAVAILABLE;
@@ -227,15 +208,14 @@ static enum sku_result create_with_id(struct worker_ctx *w, const struct validat
     const char *led[] = {sid, "initial", stock, stock, NULL, NULL};
     r = tx_query(tx, "ledger_insert", 6, led);
     PQclear(r);
-    struct load_spec ls = {id, spec->stock, spec->per_user_limit, spec->has_starts ? starts : "",
-                           spec->has_ends ? ends : ""};
-    enum sku_result res = r ? load_redis(w, tx, &t, &undo, &ls, NULL) : SKU_UNAVAILABLE;
-    if (res != SKU_OK) {
+    if (!r || draw_epoch(tx, &lj) != 0) {
         (void)dbtx_rollback(tx);
-        return res;
-    }
-    if (dbtx_commit(tx, NULL, 0, NULL) != DBTX_COMMITTED)
         return SKU_UNAVAILABLE;
+    }
+    if (commit_locked(w, tx, &t, id) != SKU_OK)
+        return SKU_UNAVAILABLE;
+    if (lj.res != SKU_OK)
+        return SKU_NOT_LOADED; /* in the database; Redis refused or failed */
 
     json_t *o = json_object();
     json_object_set_new(o, "id", json_integer(id));
@@ -276,6 +256,21 @@ enum sku_result sku_create(struct worker_ctx *w, const struct validate_sku *spec
     return res;
 }
 
+/* ---- reload ------------------------------------------------------------ */
+
+/* Returns the number of entries in the SKU's order stream, or -1. */
+static long long stream_length(struct worker_ctx *w, int64_t sku)
+{
+    char stream[KEYS_MAX];
+    keys_sku(stream, sku, KEY_STREAM);
+    const char *argv[] = {"XLEN", stream};
+    redisReply *r = redis_conn_cmd(&w->redis, 2, argv, NULL);
+    long long n = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+    if (r)
+        freeReplyObject(r);
+    return n;
+}
+
 enum sku_result sku_reload(struct worker_ctx *w, int64_t sku, json_t **out)
 {
     *out = NULL;
@@ -285,92 +280,81 @@ enum sku_result sku_reload(struct worker_ctx *w, int64_t sku, json_t **out)
     struct dbtx *tx = begin_locked(w, &t);
     if (!tx)
         return SKU_UNAVAILABLE;
-    struct load_undo undo = {.w = w, .sku = sku};
-    if (dbtx_on_complete(tx, undo_load, &undo) != 0) {
+    struct load_job lj = {.w = w, .id = sku};
+    if (dbtx_on_complete(tx, load_on_commit, &lj) != 0) {
         (void)dbtx_rollback(tx);
         return SKU_UNAVAILABLE;
     }
     char sid[24];
     i64s(sid, sizeof sid, sku);
-    /* The row lock keeps writers and deltas out while Redis is rebuilt from it. */
-    PGresult *row = tx_query(tx, "sku_lock_row", 1, (const char *[]){sid});
-    PGresult *info =
-        row && PQntuples(row) ? tx_query(tx, "sku_get", 1, (const char *[]){sid}) : NULL;
-    PGresult *bought = info ? tx_query(tx, "sku_bought", 1, (const char *[]){sid}) : NULL;
-    enum sku_result res = !row ? SKU_UNAVAILABLE : !PQntuples(row) ? SKU_UNKNOWN : SKU_OK;
-    if (res == SKU_OK && !bought)
-        res = SKU_UNAVAILABLE;
-    int64_t stock = 0, limit = 0;
+    PGresult *info = tx_query(tx, "sku_get", 1, (const char *[]){sid});
+    enum sku_result res = !info ? SKU_UNAVAILABLE : PQntuples(info) ? SKU_OK : SKU_UNKNOWN;
+    /* Reservations still queued will take stock from the database: rebuilding
+     * Redis from it now would count them twice.  Let the writers drain first. */
+    long long queued = res == SKU_OK ? stream_length(w, sku) : 0;
+    if (queued != 0)
+        res = queued < 0 ? SKU_UNAVAILABLE : SKU_BUSY;
     if (res == SKU_OK) {
-        stock = atoll(PQgetvalue(info, 0, 2));
-        limit = atoll(PQgetvalue(info, 0, 4));
-        struct load_spec ls = {sku, stock, limit, PQgetvalue(info, 0, 5), PQgetvalue(info, 0, 6)};
-        res = load_redis(w, tx, &t, &undo, &ls, bought);
+        lj.stock = atoll(PQgetvalue(info, 0, 2));
+        lj.limit = atoll(PQgetvalue(info, 0, 4));
+        snprintf(lj.starts_ms, sizeof lj.starts_ms, "%s", PQgetvalue(info, 0, 5));
+        snprintf(lj.ends_ms, sizeof lj.ends_ms, "%s", PQgetvalue(info, 0, 6));
+        lj.bought = tx_query(tx, "sku_bought", 1, (const char *[]){sid});
+        if (!lj.bought || draw_epoch(tx, &lj) != 0)
+            res = SKU_UNAVAILABLE;
     }
-    PQclear(row);
     PQclear(info);
-    PQclear(bought);
-    if (res != SKU_OK) {
+    if (res == SKU_OK)
+        res = commit_locked(w, tx, &t, sku);
+    else
         (void)dbtx_rollback(tx);
+    PQclear(lj.bought);
+    if (res != SKU_OK)
         return res;
-    }
-    if (dbtx_commit(tx, NULL, 0, NULL) != DBTX_COMMITTED)
-        return SKU_UNAVAILABLE;
-    *out = json_pack("{s:I, s:I, s:I, s:s}", "id", (json_int_t)sku, "available", (json_int_t)stock,
-                     "per_user_limit", (json_int_t)limit, "epoch", undo.epoch);
+    if (lj.res != SKU_OK)
+        return lj.res == SKU_EXISTS ? SKU_EXISTS : SKU_NOT_LOADED;
+    *out =
+        json_pack("{s:I, s:I, s:I, s:s}", "id", (json_int_t)sku, "available", (json_int_t)lj.stock,
+                  "per_user_limit", (json_int_t)lj.limit, "epoch", lj.epoch);
     return SKU_OK;
 }
 
 /* ---- adjust ------------------------------------------------------------ */
 
-struct adjust_undo {
+struct adjust_job {
     struct worker_ctx *w;
     int64_t sku;
-    int64_t delta;
-    int applied; /* Redis already carries the delta */
+    char id[24]; /* the adjustment's record in Redis: the transaction id */
+    int sent;    /* stock_adjust.lua was sent: Redis may carry the delta */
 };
 
-/* Runs stock_adjust.lua.  Returns the reply or NULL. */
-static redisReply *redis_adjust(struct worker_ctx *w, int64_t sku, int64_t delta, int force)
+/* Completion hook, before the lock's release.  Committed: drop the record.
+ * Rolled back: take the delta back if (and only if) Redis applied it, also
+ * when its reply never arrived.  Unknown: keep the record for reconciliation. */
+static void adjust_on_complete(enum dbtx_outcome outcome, void *arg)
 {
-    char meta[KEYS_MAX], stock[KEYS_MAX], d[24];
-    keys_sku(meta, sku, KEY_META);
-    keys_sku(stock, sku, KEY_STOCK);
-    i64s(d, sizeof d, delta);
-    const char *argv[] = {meta, stock, d, force ? "force" : "guard"};
-    redisReply *r = redis_conn_script(&w->redis, &script_stock_adjust, 2, 2, argv, NULL);
-    if (r && r->type == REDIS_REPLY_ERROR) {
-        log_warn("stock_adjust: %s", r->str);
-        freeReplyObject(r);
-        return NULL;
-    }
-    if (r && (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
-              r->element[0]->type != REDIS_REPLY_STRING)) {
-        freeReplyObject(r);
-        return NULL;
-    }
-    return r;
-}
-
-/* Completion hook, before the lock's release: Redis took the delta but the
- * database did not, so take it back (forced: buyers may have taken the units
- * meanwhile; the database guard then rejects those orders and returns them). */
-static void undo_adjust(enum dbtx_outcome outcome, void *arg)
-{
-    struct adjust_undo *u = arg;
-    if (!u->applied || outcome == DBTX_COMMITTED)
+    struct adjust_job *a = arg;
+    if (!a->sent)
         return;
-    if (outcome == DBTX_UNKNOWN) {
-        log_error("sku %" PRId64 ": delta %" PRId64
-                  " in Redis, database outcome unknown: reconcile",
-                  u->sku, u->delta);
+    char stock[KEYS_MAX], adj[KEYS_MAX];
+    keys_sku(stock, a->sku, KEY_STOCK);
+    keys_sku(adj, a->sku, KEY_ADJUST);
+    redisReply *r = NULL;
+    if (outcome == DBTX_COMMITTED) {
+        const char *argv[] = {"HDEL", adj, a->id};
+        r = redis_conn_cmd(&a->w->redis, 3, argv, NULL);
+    } else if (outcome == DBTX_ROLLED_BACK) {
+        const char *argv[] = {stock, adj, a->id};
+        r = redis_conn_script(&a->w->redis, &script_stock_adjust_undo, 2, 1, argv, NULL);
+    } else {
+        log_error("sku %" PRId64 ": adjustment %s outcome unknown; Redis record kept", a->sku,
+                  a->id);
         return;
     }
-    redisReply *r = redis_adjust(u->w, u->sku, -u->delta, 1);
-    if (!r)
-        log_error("sku %" PRId64 ": cannot undo Redis delta %" PRId64 ": reconcile", u->sku,
-                  u->delta);
-    else
+    if (!r || r->type == REDIS_REPLY_ERROR)
+        log_error("sku %" PRId64 ": adjustment %s: cannot settle Redis (%s): reconcile", a->sku,
+                  a->id, dbtx_outcome_str(outcome));
+    if (r)
         freeReplyObject(r);
 }
 
@@ -384,8 +368,9 @@ enum sku_result sku_adjust(struct worker_ctx *w, int64_t sku, int64_t delta, con
     struct dbtx *tx = begin_locked(w, &t);
     if (!tx)
         return SKU_UNAVAILABLE;
-    struct adjust_undo undo = {.w = w, .sku = sku, .delta = delta};
-    if (dbtx_on_complete(tx, undo_adjust, &undo) != 0) {
+    struct adjust_job a = {.w = w, .sku = sku};
+    snprintf(a.id, sizeof a.id, "%lld", dbtx_txid(tx));
+    if (dbtx_on_complete(tx, adjust_on_complete, &a) != 0) {
         (void)dbtx_rollback(tx);
         return SKU_UNAVAILABLE;
     }
@@ -403,10 +388,8 @@ enum sku_result sku_adjust(struct worker_ctx *w, int64_t sku, int64_t delta, con
         PQclear(r);
         r = tx_query(tx, "sku_get", 1, (const char *[]){sid});
         enum sku_result res = !r ? SKU_UNAVAILABLE : PQntuples(r) ? SKU_INSUFFICIENT : SKU_UNKNOWN;
-        if (res == SKU_INSUFFICIENT) {
-            *out = json_object();
-            json_object_set_new(*out, "stock", json_integer(atoll(PQgetvalue(r, 0, 2))));
-        }
+        if (res == SKU_INSUFFICIENT)
+            *out = json_pack("{s:I}", "stock", (json_int_t)atoll(PQgetvalue(r, 0, 2)));
         PQclear(r);
         (void)dbtx_rollback(tx);
         return res;
@@ -424,34 +407,34 @@ enum sku_result sku_adjust(struct worker_ctx *w, int64_t sku, int64_t delta, con
     PQclear(r);
 
     /* Then Redis, guarded the same way against what buyers can still take. */
-    redisReply *rr = redis_adjust(w, sku, delta, 0);
-    if (!rr) {
-        (void)dbtx_rollback(tx);
-        return SKU_UNAVAILABLE;
-    }
-    const char *verdict = rr->element[0]->str;
-    long long available = rr->elements > 1 ? rr->element[1]->integer : 0;
-    enum sku_result res = SKU_OK;
-    if (strcmp(verdict, "ok") == 0)
-        undo.applied = 1;
-    else if (strcmp(verdict, "insufficient") == 0)
-        res = SKU_INSUFFICIENT;
-    else
-        res = SKU_UNAVAILABLE; /* not loaded: the database alone must not move */
-    freeReplyObject(rr);
-    if (res == SKU_OK && !txlock_still_valid(&t, w->cfg->lock_commit_margin_ms)) {
-        log_warn("sku %" PRId64 ": lock lease too short to commit", sku);
-        res = SKU_UNAVAILABLE;
-    }
+    char meta[KEYS_MAX], stock[KEYS_MAX], adj[KEYS_MAX];
+    keys_sku(meta, sku, KEY_META);
+    keys_sku(stock, sku, KEY_STOCK);
+    keys_sku(adj, sku, KEY_ADJUST);
+    const char *argv[] = {meta, stock, adj, d, a.id};
+    a.sent = 1;
+    redisReply *rr = redis_conn_script(&w->redis, &script_stock_adjust, 3, 2, argv, NULL);
+    const char *verdict = rr && rr->type == REDIS_REPLY_ARRAY && rr->elements >= 1 &&
+                                  rr->element[0]->type == REDIS_REPLY_STRING
+                              ? rr->element[0]->str
+                              : NULL;
+    long long available = verdict && rr->elements > 1 ? rr->element[1]->integer : 0;
+    enum sku_result res = !verdict                               ? SKU_UNAVAILABLE
+                          : strcmp(verdict, "ok") == 0           ? SKU_OK
+                          : strcmp(verdict, "insufficient") == 0 ? SKU_INSUFFICIENT
+                                                                 : SKU_NOT_LOADED;
+    if (rr && rr->type == REDIS_REPLY_ERROR)
+        log_warn("stock_adjust: %s", rr->str);
+    if (rr)
+        freeReplyObject(rr);
     if (res != SKU_OK) {
         (void)dbtx_rollback(tx);
-        if (res == SKU_INSUFFICIENT) {
-            *out = json_object();
-            json_object_set_new(*out, "available", json_integer(available));
-        }
+        if (res == SKU_INSUFFICIENT)
+            *out = json_pack("{s:I, s:I}", "stock", (json_int_t)(db_stock - delta), "available",
+                             (json_int_t)available);
         return res;
     }
-    if (dbtx_commit(tx, NULL, 0, NULL) != DBTX_COMMITTED)
+    if (commit_locked(w, tx, &t, sku) != SKU_OK)
         return SKU_UNAVAILABLE;
     metrics_add(M_STOCK_ADJUSTMENTS, 1);
     json_t *o = json_object();
@@ -580,6 +563,9 @@ enum sku_result order_view(struct worker_ctx *w, int64_t order_id, json_t **out)
     enum sku_result res = order_row(w, order_id, out);
     if (res != SKU_UNKNOWN)
         return res;
+    /* Beyond the largest epoch the id was never issued (and would overflow the query). */
+    if (keys_order_epoch(order_id) > KEYS_EPOCH_MAX)
+        return SKU_UNKNOWN;
     /* Not decided yet?  The epoch names the SKU load, the journal the state. */
     char epoch[24], oid[24];
     i64s(epoch, sizeof epoch, keys_order_epoch(order_id));

@@ -21,6 +21,8 @@ enum sku_result {
     SKU_EXISTS,       /* create: id taken, or Redis already holds the SKU */
     SKU_INSUFFICIENT, /* negative delta larger than what is available */
     SKU_UNAVAILABLE,  /* Redis or PostgreSQL failed; nothing was changed */
+    SKU_NOT_LOADED,   /* known to PostgreSQL, not (or not loadable) in Redis */
+    SKU_BUSY,         /* reload refused: reservations are still queued */
 };
 
 /* Each fills *out (caller json_decref) on SKU_OK and SKU_INSUFFICIENT; on

@@ -5,6 +5,13 @@
 static void release_on_complete(enum dbtx_outcome outcome, void *arg)
 {
     struct txlock *t = arg;
+    if (outcome == DBTX_UNKNOWN) {
+        /* The transaction may still commit: keep excluding others until the
+         * lease ends rather than let a second writer act on a guess. */
+        log_warn("lock kept until its lease ends: transaction outcome unknown");
+        rlock_clear(&t->lock);
+        return;
+    }
     redisContext *c = redis_conn_get(t->redis);
     enum rlock_status st = c ? rlock_release(c, &t->lock) : RLOCK_ERR;
     if (st != RLOCK_OK)

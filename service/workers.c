@@ -10,8 +10,10 @@
 struct workers {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    struct job *head, *tail;
-    size_t queued, max_queued;
+    /* Two FIFOs: a flood of buyer lookups must not starve operators and the
+     * load balancer's health checks. */
+    struct job *head[2], *tail[2];
+    size_t queued[2], max_queued;
     int stopping;
     size_t n;
     pthread_t *threads;
@@ -47,17 +49,18 @@ static void *worker_main(void *arg)
     free(arg);
     for (;;) {
         pthread_mutex_lock(&ws->mu);
-        while (!ws->head && !ws->stopping)
+        while (!ws->head[0] && !ws->head[1] && !ws->stopping)
             pthread_cond_wait(&ws->cv, &ws->mu);
-        struct job *j = ws->head;
+        int q = ws->head[1] ? 1 : 0;
+        struct job *j = ws->head[q];
         if (!j) {
             pthread_mutex_unlock(&ws->mu);
             break;
         }
-        ws->head = j->next;
-        if (!ws->head)
-            ws->tail = NULL;
-        ws->queued--;
+        ws->head[q] = j->next;
+        if (!ws->head[q])
+            ws->tail[q] = NULL;
+        ws->queued[q]--;
         pthread_mutex_unlock(&ws->mu);
 
         j->run(j, w);
@@ -106,13 +109,14 @@ int workers_submit(struct workers *ws, struct job *j)
     int rc = -1;
     j->next = NULL;
     pthread_mutex_lock(&ws->mu);
-    if (!ws->stopping && ws->queued < ws->max_queued) {
-        if (ws->tail)
-            ws->tail->next = j;
+    int q = j->urgent ? 1 : 0;
+    if (!ws->stopping && ws->queued[q] < ws->max_queued) {
+        if (ws->tail[q])
+            ws->tail[q]->next = j;
         else
-            ws->head = j;
-        ws->tail = j;
-        ws->queued++;
+            ws->head[q] = j;
+        ws->tail[q] = j;
+        ws->queued[q]++;
         pthread_cond_signal(&ws->cv);
         rc = 0;
     }
@@ -120,18 +124,28 @@ int workers_submit(struct workers *ws, struct job *j)
     return rc;
 }
 
-void workers_stop(struct workers *ws)
+void workers_drain(struct workers *ws)
 {
     if (!ws)
         return;
     pthread_mutex_lock(&ws->mu);
+    int joined = ws->stopping;
     ws->stopping = 1;
     pthread_cond_broadcast(&ws->cv);
     pthread_mutex_unlock(&ws->mu);
+    if (joined)
+        return;
     for (size_t i = 0; i < ws->n; i++) {
         pthread_join(ws->threads[i], NULL);
         worker_ctx_close(&ws->ctx[i]);
     }
+}
+
+void workers_free(struct workers *ws)
+{
+    if (!ws)
+        return;
+    workers_drain(ws);
     pthread_mutex_destroy(&ws->mu);
     pthread_cond_destroy(&ws->cv);
     free(ws->threads);

@@ -28,6 +28,7 @@ struct job {
     job_fn *run;
     job_done_fn *done;
     struct event_base *base; /* where 'done' runs */
+    int urgent;              /* admin and health: served before buyer lookups */
     struct job *next;
 };
 
@@ -40,9 +41,12 @@ struct workers *workers_start(const struct cfg *c, char *err, size_t errlen);
  * the caller answers 503). */
 int workers_submit(struct workers *ws, struct job *j) __attribute__((warn_unused_result));
 
-/* Runs what is queued, then joins and frees the workers.  The loops that will
- * receive 'done' steps must still be running. */
-void workers_stop(struct workers *ws);
+/* Refuses new jobs, runs what is queued and joins the threads.  The loops that
+ * receive the 'done' steps must still be running.  workers_submit stays safe
+ * to call (it refuses) until workers_free. */
+void workers_drain(struct workers *ws);
+/* Frees a drained pool. */
+void workers_free(struct workers *ws);
 
 /* Initialises / releases a worker context (also used by the order writer). */
 int worker_ctx_init(struct worker_ctx *w, const struct cfg *c, char *err, size_t errlen)

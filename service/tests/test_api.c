@@ -560,9 +560,13 @@ START_TEST(test_idempotent_retry_returns_same_order_and_takes_stock_once)
 
     order(d.port, 1, 5, 1, key, &r);
     expect_detail(&r, 422, "idempotency_key_reused", "same key, other qty");
-    order(d.port, 1, 6, 2, key, &r);
-    expect_detail(&r, 422, "idempotency_key_reused", "same key, other user");
     ck_assert_int_eq(redis_stock(1), 8);
+    /* Keys are scoped to the user: another buyer's key can never collide
+     * with (or reveal) this one; it is simply another request. */
+    order(d.port, 1, 6, 2, key, &r);
+    expect(&r, 202, NULL, "same key, other user");
+    ck_assert(th_json_int(r.body, "order_id", 0) != id);
+    ck_assert_int_eq(redis_stock(1), 6);
 
     /* The same key on another SKU is another request. */
     th_create_sku(d.port, 2, 10, 5);
@@ -573,12 +577,12 @@ START_TEST(test_idempotent_retry_returns_same_order_and_takes_stock_once)
 
     th_wait_drained(1, DRAIN_MS);
     th_wait_drained(2, DRAIN_MS);
-    ck_assert_int_eq(pg_int("SELECT count(*) FROM orders WHERE sku_id = 1"), 1);
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM orders WHERE sku_id = 1"), 2);
     ck_assert_int_eq(pg_int("SELECT count(*) FROM orders WHERE id = %lld AND qty = 2 AND "
                             "idempotency_key = 'retry-7f3a:order#1'",
                             id),
                      1);
-    ck_assert_int_eq(pg_stock(1), 8);
+    ck_assert_int_eq(pg_stock(1), 6);
 
     /* A retry after the order was decided still names it, now confirmed. */
     order(d.port, 1, 5, 2, key, &r);
@@ -586,7 +590,7 @@ START_TEST(test_idempotent_retry_returns_same_order_and_takes_stock_once)
     expect_int(r.body, "order_id", id);
     expect_str(r.body, "status", "confirmed");
     ck_assert(json_bool(r.body, "replayed") == 1);
-    ck_assert_int_eq(redis_stock(1), 8);
+    ck_assert_int_eq(redis_stock(1), 6);
     th_assert_invariants(1);
     th_assert_invariants(2);
     stop(&d);

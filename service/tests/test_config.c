@@ -27,16 +27,22 @@ START_TEST(test_flags_override_env_and_bad_values_are_refused)
     char err[160];
     cfg_defaults(&c);
     setenv("SECKILL_LOCK_TTL_MS", "4000", 1);
-    char *argv[] = {"seckilld", "--lock-ttl-ms=5000", "--http_threads", "3", "serve", NULL};
+    char *argv[] = {"seckilld", "--lock-ttl-ms=8000", "--http_threads", "3", "serve", NULL};
     int first = 0;
     ck_assert_int_eq(cfg_load(&c, 5, argv, &first, err, sizeof err), 0);
-    ck_assert_int_eq(c.lock_ttl_ms, 5000);
+    ck_assert_int_eq(c.lock_ttl_ms, 8000);
     ck_assert_int_eq(c.http_threads, 3);
     ck_assert_int_eq(first, 4);
     ck_assert_int_eq(cfg_set(&c, "lock_ttl_ms", "10x", err, sizeof err), -1);
     ck_assert_int_eq(cfg_set(&c, "lock_ttl_ms", "0", err, sizeof err), -1);
     ck_assert_int_eq(cfg_set(&c, "no_such_setting", "1", err, sizeof err), -1);
-    ck_assert_int_eq(c.lock_ttl_ms, 5000); /* a refused value changes nothing */
+    ck_assert_int_eq(c.lock_ttl_ms, 8000); /* a refused value changes nothing */
+    ck_assert_int_eq(cfg_check(&c, err, sizeof err), 0);
+    ck_assert_int_eq(cfg_set(&c, "lock_commit_margin_ms", "8000", err, sizeof err), 0);
+    ck_assert_int_eq(cfg_check(&c, err, sizeof err), -1); /* margin >= lease */
+    ck_assert_int_eq(cfg_set(&c, "lock_commit_margin_ms", "500", err, sizeof err), 0);
+    ck_assert_int_eq(cfg_set(&c, "pg_statement_timeout_ms", "9000", err, sizeof err), 0);
+    ck_assert_int_eq(cfg_check(&c, err, sizeof err), -1); /* statement outlasts lease */
     unsetenv("SECKILL_LOCK_TTL_MS");
     cfg_free(&c);
 }
@@ -63,7 +69,7 @@ END_TEST
 START_TEST(test_every_key_of_a_sku_shares_its_hash_tag)
 {
     char k[KEYS_MAX], r[KEYS_RESERVE_N][KEYS_MAX];
-    keys_reserve(r, 42, "abc");
+    keys_reserve(r, 42, 7, "abc");
     for (int i = 0; i < KEYS_RESERVE_N; i++)
         ck_assert_ptr_nonnull(strstr(r[i], "{sku:42}"));
     keys_order_lock(k, 42, 7);

@@ -1,8 +1,11 @@
 /* Redis losing a SKU's data: the service fails closed, an operator reloads the
  * SKU from PostgreSQL, and order ids never repeat. */
 #include <check.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "harness.h"
 #include "keys.h"
@@ -62,12 +65,60 @@ START_TEST(test_lost_redis_data_fails_closed_until_reload_and_ids_never_repeat)
 }
 END_TEST
 
+struct in_flight {
+    int port;
+    struct th_response r;
+    int rc;
+};
+
+static void *order_in_flight(void *arg)
+{
+    struct in_flight *f = arg;
+    f->rc = order(f->port, 5, &f->r);
+    return NULL;
+}
+
+static void *redis_busy(void *arg)
+{
+    (void)arg;
+    redisContext *rc = th_redis();
+    redisReply *rep = redisCommand(rc, "DEBUG SLEEP 1.5"); /* Redis answers nobody meanwhile */
+    if (rep)
+        freeReplyObject(rep);
+    redisFree(rc);
+    return NULL;
+}
+
+START_TEST(test_shutdown_with_order_in_flight_answers_and_exits_cleanly)
+{
+    th_reset();
+    struct th_daemon d;
+    /* A command timeout longer than the pause: the order is still waiting on
+     * Redis when the daemon is told to stop. */
+    const char *env[] = {"SECKILL_REDIS_TIMEOUT_MS=5000", NULL};
+    th_daemon_start(&d, env);
+    th_create_sku(d.port, 9, 10, 1);
+    pthread_t busy, client;
+    pthread_create(&busy, NULL, redis_busy, NULL);
+    usleep(200 * 1000);
+    struct in_flight f = {.port = d.port};
+    pthread_create(&client, NULL, order_in_flight, &f);
+    usleep(300 * 1000);
+    th_daemon_stop(&d); /* asserts exit status 0: no crash, no sanitizer report */
+    pthread_join(client, NULL);
+    pthread_join(busy, NULL);
+    /* The buyer got an answer (503) or, at worst, a closed connection; never a hang. */
+    ck_assert(f.rc != 0 || f.r.status == 503 || f.r.status == 202);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("recovery");
     TCase *tc = tcase_create("redis-loss");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_lost_redis_data_fails_closed_until_reload_and_ids_never_repeat);
+    tcase_add_test(tc, test_shutdown_with_order_in_flight_answers_and_exits_cleanly);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

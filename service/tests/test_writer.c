@@ -51,7 +51,7 @@ static int64_t reserve(int64_t sku, int64_t user, int64_t qty)
     char err[160];
     ck_assert(redis_conn_init(&rc, &cfg, err, sizeof err) == 0);
     char keys[KEYS_RESERVE_N][KEYS_MAX], u[24], q[24], fp[48];
-    keys_reserve(keys, sku, "");
+    keys_reserve(keys, sku, user, "");
     snprintf(u, sizeof u, "%lld", (long long)user);
     snprintf(q, sizeof q, "%lld", (long long)qty);
     snprintf(fp, sizeof fp, "%s:%s", u, q);
