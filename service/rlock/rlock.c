@@ -13,7 +13,11 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "rlock_metrics.h"
+#include "rlock_notify.h"
+#include "rlock_reentrant.h"
 #include "rlock_script.h"
+#include "rlock_watch.h"
 
 /* Generated from lua/rlock_*.lua by service/tools/embed.c. */
 extern const char lua_rlock_release[];
@@ -80,9 +84,12 @@ __attribute__((format(printf, 2, 3))) static void set_err(struct rlock *l, const
 }
 
 /* Frees the keys and resets every field except err, which explains to the
- * caller why the lock ended up empty. */
+ * caller why the lock ended up empty.  Stops the watchdog first, so no
+ * renewal can follow a release. */
 static void rlock_empty(struct rlock *l)
 {
+    rlock_watch_stop(l->watch);
+    l->watch = NULL;
     free(l->keys);
     l->keys = NULL;
     l->nkeys = 0;
@@ -98,9 +105,7 @@ void rlock_clear(struct rlock *l)
     l->err[0] = '\0';
 }
 
-/* Fills buf with len bytes from the kernel CSPRNG.  Returns 0, or -1 with
- * errno set. */
-static int fill_random(void *buf, size_t len)
+int rlock_random_bytes(void *buf, size_t len)
 {
     unsigned char *p = buf;
     while (len > 0) {
@@ -143,16 +148,16 @@ static int copy_keys(struct rlock *l, const char *const *keys, size_t nkeys)
 }
 
 /*
- * Runs one of the lock scripts with KEYS = l's keys and ARGV = token [, arg].
+ * Runs one of the lock scripts with KEYS = l's keys and ARGV = token, args...
  * Returns RLOCK_OK with *out set to the script's integer reply, or RLOCK_ERR
  * with l->err set (I/O error, error reply, unexpected reply type, OOM).
  */
 static enum rlock_status run_lock_script(redisContext *c, struct rlock *l,
-                                         const struct rlock_script *s, const char *arg,
-                                         const char *op, long long *out)
+                                         const struct rlock_script *s, const char *const *args,
+                                         size_t nargs_extra, const char *op, long long *out)
 {
-    int nargs = arg ? 2 : 1;
-    const char **argv = malloc((l->nkeys + 2) * sizeof *argv);
+    int nargs = 1 + (int)nargs_extra;
+    const char **argv = malloc((l->nkeys + 1 + nargs_extra) * sizeof *argv);
     if (!argv) {
         set_err(l, "%s: out of memory", op);
         return RLOCK_ERR;
@@ -160,7 +165,8 @@ static enum rlock_status run_lock_script(redisContext *c, struct rlock *l,
     for (size_t i = 0; i < l->nkeys; i++)
         argv[i] = l->keys[i];
     argv[l->nkeys] = l->token;
-    argv[l->nkeys + 1] = arg;
+    for (size_t i = 0; i < nargs_extra; i++)
+        argv[l->nkeys + 1 + i] = args[i];
 
     redisReply *r = rlock_script_run(c, s, (int)l->nkeys, nargs, argv, NULL);
     free(argv);
@@ -186,7 +192,8 @@ static enum rlock_status try_acquire(redisContext *c, struct rlock *l, const cha
 {
     if (l->nkeys > 1) {
         long long n = 0;
-        enum rlock_status st = run_lock_script(c, l, &script_multi_acquire, ttl, "acquire", &n);
+        const char *arg[] = {ttl};
+        enum rlock_status st = run_lock_script(c, l, &script_multi_acquire, arg, 1, "acquire", &n);
         if (st != RLOCK_OK)
             return st;
         return n == 1 ? RLOCK_OK : RLOCK_BUSY;
@@ -210,36 +217,65 @@ static enum rlock_status try_acquire(redisContext *c, struct rlock *l, const cha
     return st;
 }
 
-/* xorshift64*: retry jitter only needs to spread waiters apart, not to be
- * unpredictable, and keeping its state on the caller's stack avoids shared
- * mutable state between threads. */
-static uint64_t jitter_next(uint64_t *state)
+/* The name kept for the building blocks below (rlock_token_new). */
+static int fill_random(void *buf, size_t len)
 {
-    uint64_t x = *state;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    *state = x;
-    return x * 0x2545f4914f6cdd1dULL;
+    return rlock_random_bytes(buf, len);
 }
 
-/* Returns a pause uniformly in [retry/2, retry*3/2], at least 1 ms. */
-static int64_t jitter_pause(uint64_t *state, int retry_ms)
+char *rlock_channel_name(const char *prefix, const char *key)
 {
-    int64_t pause = retry_ms / 2 + (int64_t)(jitter_next(state) % ((uint64_t)retry_ms + 1));
-    return pause > 0 ? pause : 1;
+    int braced = strchr(key, '{') != NULL;
+    size_t len = strlen(prefix) + strlen(key) + 4;
+    char *s = malloc(len);
+    if (s)
+        snprintf(s, len, braced ? "%s:%s" : "%s:{%s}", prefix, key);
+    return s;
 }
 
-/*
- * Blocks until the monotonic clock reaches until_ms.  This is the single
- * place a waiter idles between attempts: a pub/sub wake-up on release will
- * plug in here and may return early, which the caller already tolerates.
- */
-static void wait_before_retry(int64_t until_ms)
+/* Builds the release channel of each key of l.  Returns a vector of nkeys
+ * strings (free with free_channels), or NULL when out of memory. */
+static char **make_channels(const struct rlock *l)
 {
-    struct timespec ts = {.tv_sec = until_ms / 1000, .tv_nsec = (until_ms % 1000) * 1000000};
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
-        ;
+    char **v = calloc(l->nkeys, sizeof *v);
+    if (!v)
+        return NULL;
+    for (size_t i = 0; i < l->nkeys; i++) {
+        v[i] = rlock_channel_name(RLOCK_RELEASE_CHANNEL_PREFIX, l->keys[i]);
+        if (!v[i]) {
+            for (size_t j = 0; j < i; j++)
+                free(v[j]);
+            free(v);
+            return NULL;
+        }
+    }
+    return v;
+}
+
+static void free_channels(char **v, size_t n)
+{
+    if (!v)
+        return;
+    for (size_t i = 0; i < n; i++)
+        free(v[i]);
+    free(v);
+}
+
+struct simple_try {
+    redisContext *c;
+    struct rlock *l;
+    const char *ttl;
+    int64_t start; /* when the successful attempt was sent */
+};
+
+static enum rlock_status simple_try_once(void *arg, int64_t *busy_ms)
+{
+    struct simple_try *t = arg;
+    (void)busy_ms; /* SET NX does not say how long the holder has left */
+    /* The lease may start as soon as Redis sees the request, so its
+     * validity counts from before sending, never from the reply. */
+    t->start = rlock_mono_ms();
+    return try_acquire(t->c, t->l, t->ttl);
 }
 
 /* Validates the arguments shared by both acquire calls.  Returns 0, or -1
@@ -251,8 +287,8 @@ static int check_acquire_args(struct rlock *l, const char *const *keys, size_t n
         set_err(l, "acquire: lock struct already in use (release or clear it first)");
         return -1;
     }
-    if (!o || o->ttl_ms <= 0 || o->wait_ms < 0) {
-        set_err(l, "acquire: invalid options (need ttl_ms > 0, wait_ms >= 0)");
+    if (!o || o->ttl_ms < 0 || (o->ttl_ms == 0 && !o->watchdog) || o->wait_ms < 0) {
+        set_err(l, "acquire: invalid options (need ttl_ms > 0 or a watchdog, wait_ms >= 0)");
         return -1;
     }
     /* A script call sends nkeys + 5 words and hiredis counts them in an int. */
@@ -289,7 +325,7 @@ enum rlock_status rlock_acquire_multi(redisContext *c, struct rlock *l, const ch
 
     /* 16 bytes make the token, 8 more seed this call's retry jitter. */
     unsigned char rnd[24];
-    if (fill_random(rnd, sizeof rnd) < 0) {
+    if (rlock_random_bytes(rnd, sizeof rnd) < 0) {
         set_err(l, "acquire: getrandom: %s", strerror(errno));
         return RLOCK_ERR;
     }
@@ -299,9 +335,6 @@ enum rlock_status rlock_acquire_multi(redisContext *c, struct rlock *l, const ch
         l->token[2 * i + 1] = hex[rnd[i] & 0xf];
     }
     l->token[RLOCK_TOKEN_LEN] = '\0';
-    uint64_t seed;
-    memcpy(&seed, rnd + 16, sizeof seed);
-    seed |= 1; /* xorshift never leaves 0 */
 
     if (copy_keys(l, keys, nkeys) < 0) {
         rlock_empty(l);
@@ -310,32 +343,33 @@ enum rlock_status rlock_acquire_multi(redisContext *c, struct rlock *l, const ch
     }
     scripts_ensure();
 
+    int lease = o->ttl_ms > 0 ? o->ttl_ms : rlock_watchdog_lease_ms(o->watchdog);
     char ttl[16];
-    snprintf(ttl, sizeof ttl, "%d", o->ttl_ms);
-    int retry_ms = o->retry_ms > 0 ? o->retry_ms : RLOCK_DEFAULT_RETRY_MS;
-    int64_t deadline = rlock_mono_ms() + o->wait_ms;
-    enum rlock_status st;
-    for (;;) {
-        /* The lease may start as soon as Redis sees the request, so its
-         * validity counts from before sending, never from the reply. */
-        int64_t start = rlock_mono_ms();
-        st = try_acquire(c, l, ttl);
-        if (st == RLOCK_OK) {
-            l->ttl_ms = o->ttl_ms;
-            l->acquired_mono_ms = start;
-            l->held = 1;
+    snprintf(ttl, sizeof ttl, "%d", lease);
+    /* Release channels are only needed by a waiter; without them (out of
+     * memory) it still polls. */
+    char **channels = o->wait_ms > 0 ? make_channels(l) : NULL;
+    struct simple_try t = {.c = c, .l = l, .ttl = ttl};
+    enum rlock_status st = rlock_wait_acquire(o, (const char *const *)channels,
+                                              channels ? l->nkeys : 0, simple_try_once, &t);
+    free_channels(channels, l->nkeys);
+    if (st == RLOCK_OK) {
+        l->ttl_ms = lease;
+        l->acquired_mono_ms = t.start;
+        l->held = 1;
+        if (o->ttl_ms > 0)
             return RLOCK_OK;
-        }
-        if (st != RLOCK_BUSY)
-            break;
-        int64_t now = rlock_mono_ms();
-        if (now >= deadline) {
-            set_err(l, "acquire: held by another owner after waiting %d ms", o->wait_ms);
-            break;
-        }
-        int64_t pause = jitter_pause(&seed, retry_ms);
-        wait_before_retry(now + (pause < deadline - now ? pause : deadline - now));
+        l->watch = rlock_watch_tokens(o->watchdog, (const char *const *)l->keys, l->nkeys, l->token,
+                                      t.start, o->on_lost, o->lost_arg);
+        if (l->watch)
+            return RLOCK_OK;
+        /* Unrenewed, the lock would silently expire under its holder. */
+        (void)rlock_release(c, l);
+        set_err(l, "acquire: cannot start the watchdog (out of memory)");
+        return RLOCK_ERR;
     }
+    if (st == RLOCK_BUSY)
+        set_err(l, "acquire: held by another owner after waiting %d ms", o->wait_ms);
     rlock_empty(l);
     return st;
 }
@@ -351,17 +385,34 @@ enum rlock_status rlock_release(redisContext *c, struct rlock *l)
     l->err[0] = '\0';
     if (l->nkeys == 0) {
         set_err(l, "release: lock is not held");
+        rlock_metrics_add(RLOCK_M_RELEASE_REFUSED, 1);
         return RLOCK_NOT_OWNER;
     }
     scripts_ensure();
+    /* Stop renewing before deleting: a renewal racing the release would be
+     * refused anyway, but then report a loss that never happened. */
+    rlock_watch_stop(l->watch);
+    l->watch = NULL;
 
     const struct rlock_script *s = l->nkeys == 1 ? &script_release : &script_multi_release;
+    char **channels = make_channels(l);
     long long deleted = 0;
-    enum rlock_status st = run_lock_script(c, l, s, NULL, "release", &deleted);
+    enum rlock_status st;
+    if (!channels) {
+        set_err(l, "release: out of memory");
+        st = RLOCK_ERR;
+    } else {
+        st = run_lock_script(c, l, s, (const char *const *)channels, l->nkeys, "release", &deleted);
+    }
+    free_channels(channels, l->nkeys);
     if (st == RLOCK_OK && (deleted < 0 || (unsigned long long)deleted != l->nkeys)) {
         set_err(l, "release: only %lld of %zu keys still held our token", deleted, l->nkeys);
         st = RLOCK_NOT_OWNER;
     }
+    if (st == RLOCK_OK)
+        rlock_metrics_add(RLOCK_M_RELEASED, 1);
+    else if (st == RLOCK_NOT_OWNER)
+        rlock_metrics_add(RLOCK_M_RELEASE_REFUSED, 1);
     rlock_empty(l);
     return st;
 }
@@ -382,8 +433,9 @@ enum rlock_status rlock_extend(redisContext *c, struct rlock *l, int ttl_ms)
     char ttl[16];
     snprintf(ttl, sizeof ttl, "%d", ttl_ms);
     int64_t start = rlock_mono_ms();
+    const char *arg[] = {ttl};
     long long ok = 0;
-    enum rlock_status st = run_lock_script(c, l, &script_extend, ttl, "extend", &ok);
+    enum rlock_status st = run_lock_script(c, l, &script_extend, arg, 1, "extend", &ok);
     if (st != RLOCK_OK)
         return st;
     if (ok != 1) {
@@ -398,6 +450,8 @@ enum rlock_status rlock_extend(redisContext *c, struct rlock *l, int ttl_ms)
 
 int64_t rlock_remaining_ms(const struct rlock *l)
 {
+    if (l->watch)
+        return l->held ? rlock_watch_remaining_ms(l->watch) : 0;
     if (!l->held)
         return 0;
     /* Allowance for the Redis clock running faster than ours (as Redlock
@@ -405,4 +459,76 @@ int64_t rlock_remaining_ms(const struct rlock *l)
     int64_t drift = ((int64_t)l->ttl_ms + 99) / 100 + 2;
     int64_t left = (int64_t)l->ttl_ms - (rlock_mono_ms() - l->acquired_mono_ms) - drift;
     return left > 0 ? left : 0;
+}
+
+/* ---- building blocks for the other lock kinds ---- */
+
+int rlock_token_new(char out[RLOCK_TOKEN_LEN + 1])
+{
+    static const char hex[] = "0123456789abcdef";
+    unsigned char rnd[RLOCK_TOKEN_LEN / 2];
+    if (fill_random(rnd, sizeof rnd) < 0)
+        return -1;
+    for (size_t i = 0; i < sizeof rnd; i++) {
+        out[2 * i] = hex[rnd[i] >> 4];
+        out[2 * i + 1] = hex[rnd[i] & 0xf];
+    }
+    out[RLOCK_TOKEN_LEN] = '\0';
+    return 0;
+}
+
+int rlock_adopt(struct rlock *l, const char *const *keys, size_t nkeys, const char *token,
+                int ttl_ms, int64_t acquired_mono_ms)
+{
+    if (l->keys || l->nkeys) {
+        set_err(l, "adopt: lock struct already in use (release or clear it first)");
+        return -1;
+    }
+    if (!keys || nkeys == 0 || nkeys > (size_t)INT_MAX - 5 || !token ||
+        strlen(token) != RLOCK_TOKEN_LEN || ttl_ms <= 0) {
+        set_err(l, "adopt: invalid arguments");
+        return -1;
+    }
+    for (size_t i = 0; i < nkeys; i++) {
+        if (!keys[i]) {
+            set_err(l, "adopt: key %zu is NULL", i);
+            return -1;
+        }
+    }
+    if (copy_keys(l, keys, nkeys) < 0) {
+        set_err(l, "adopt: out of memory");
+        return -1;
+    }
+    memcpy(l->token, token, RLOCK_TOKEN_LEN + 1);
+    l->ttl_ms = ttl_ms;
+    l->acquired_mono_ms = acquired_mono_ms;
+    l->held = 1;
+    l->err[0] = '\0';
+    return 0;
+}
+
+int rlock_lost(const struct rlock *l)
+{
+    if (!l->held)
+        return 1;
+    if (l->watch)
+        return rlock_watch_lost(l->watch);
+    return rlock_remaining_ms(l) == 0;
+}
+
+void rlock_release_on_complete(int outcome, void *binding)
+{
+    struct rlock_binding *b = binding;
+    redisContext *c = b->conn ? b->conn(b->conn_arg) : NULL;
+    b->outcome = outcome;
+    if (b->kind == RLOCK_KIND_REENTRANT) {
+        struct rlock_reentrant *l = b->lock;
+        b->status = c ? rlock_reentrant_release(c, l) : RLOCK_ERR;
+        if (l->holds > 0 && b->status != RLOCK_OK)
+            rlock_reentrant_clear(l);
+    } else {
+        struct rlock *l = b->lock;
+        b->status = c ? rlock_release(c, l) : RLOCK_ERR;
+        rlock_empty(l);
+    }
 }

@@ -20,12 +20,19 @@
  *
  * Waiting: a busy lock is retried every retry_ms (with +-50% jitter so many
  * waiters do not stampede together) until wait_ms has passed, measured on
- * CLOCK_MONOTONIC.  The retry sleep is the only place that waits, so a later
- * pub/sub wake-up (release publishing on a channel) replaces just that sleep.
+ * CLOCK_MONOTONIC.  With a notifier (rlock_notify.h: one pub/sub connection
+ * per process) a waiter is also woken as soon as the holder releases:
+ * release publishes "0" on the key's channel, rlock_channel_name(
+ * RLOCK_RELEASE_CHANNEL_PREFIX, key), e.g. "rlock:release:{lock:a}".
+ *
+ * Watchdog: with opts.ttl_ms == 0 and opts.watchdog set, the lease is the
+ * watchdog's and a background thread renews it every lease/3 until release
+ * (rlock_watch.h); rlock_lost() and opts.on_lost report a lock found lost.
  *
  * Thread-safety: a redisContext and a struct rlock are each used by one
- * thread at a time.  The library's only shared state is its script table,
- * initialised once with pthread_once.
+ * thread at a time (rlock_lost() and rlock_remaining_ms() of a watched lock
+ * may be called from any thread).  Shared state: the script tables
+ * (pthread_once), the metrics (atomics) and the default notifier.
  */
 #ifndef RLOCK_H
 #define RLOCK_H
@@ -41,6 +48,29 @@
 
 #define RLOCK_TOKEN_LEN 32        /* hex chars, without the NUL */
 #define RLOCK_DEFAULT_RETRY_MS 50 /* used when opts.retry_ms <= 0 */
+/* Channel prefix of simple-lock release notices (see rlock_channel_name). */
+#define RLOCK_RELEASE_CHANNEL_PREFIX "rlock:release"
+
+struct rlock_notifier; /* rlock_notify.h */
+struct rlock_watchdog; /* rlock_watch.h */
+struct rlock_watch;    /* rlock_watch.h */
+
+/*
+ * Called once when a watched lock is found lost: a renewal found the key gone
+ * or owned by someone else, or the lease ran out while Redis could not be
+ * reached.  'key' is the lock's (first) key, valid during the call.  Runs on
+ * the watchdog's thread (sync API) or the event loop (async API); it must not
+ * block for long and must not release or clear the lock from inside.
+ */
+typedef void rlock_lost_fn(const char *key, void *arg);
+
+/*
+ * Makes a new connection for a library-owned helper (notifier, watchdog):
+ * connected, authenticated; the library owns and frees the returned context.
+ * Returns NULL (or a context with err set) when Redis cannot be reached; the
+ * helper then retries later.  Called from the helper's own thread.
+ */
+typedef redisContext *rlock_connect_fn(void *arg);
 
 enum rlock_status {
     RLOCK_OK = 0,
@@ -50,9 +80,15 @@ enum rlock_status {
 };
 
 struct rlock_opts {
-    int ttl_ms;   /* lease length, > 0 */
+    int ttl_ms;   /* lease length, > 0; 0 = the watchdog's lease, renewed (needs .watchdog) */
     int wait_ms;  /* how long to retry a busy lock; 0 = try once, < 0 invalid */
     int retry_ms; /* mean pause between tries; <= 0 means RLOCK_DEFAULT_RETRY_MS */
+    /* Optional; zero them and nothing changes (new fields go last so
+     * positional initialisers of the first three keep working). */
+    struct rlock_notifier *notifier; /* early wake-up; NULL = rlock_notifier_default() */
+    struct rlock_watchdog *watchdog; /* renews ttl_ms == 0 locks until release */
+    rlock_lost_fn *on_lost;          /* watched locks: called once if the lock is lost */
+    void *lost_arg;                  /* passed to on_lost */
 };
 
 /*
@@ -68,6 +104,7 @@ struct rlock {
     int64_t acquired_mono_ms;        /* rlock_mono_ms() just before that request was sent */
     int held;                        /* 1 while we believe we hold the lease */
     char err[128];                   /* why the last call failed; "" after success */
+    struct rlock_watch *watch;       /* the watchdog's renewal of this lock, or NULL */
 };
 
 /*
@@ -93,7 +130,8 @@ RLOCK_MUST_CHECK enum rlock_status rlock_acquire_multi(redisContext *c, struct r
 
 /*
  * Deletes the keys that still hold l's token, leaving keys taken over by
- * someone else alone.  Always empties l (frees the keys), whatever the
+ * someone else alone, and publishes a wake-up on each deleted key's channel.
+ * Stops l's watchdog first.  Always empties l (frees the keys), whatever the
  * outcome, so l is reusable; l->err survives for the caller to read.
  * Returns RLOCK_OK if every key was deleted; RLOCK_NOT_OWNER if l was empty
  * or at least one key had expired or was held by another token (the lease was
@@ -117,20 +155,106 @@ RLOCK_MUST_CHECK enum rlock_status rlock_extend(redisContext *c, struct rlock *l
 /*
  * Returns how many milliseconds of the lease are surely left:
  * ttl - (now - acquired_mono_ms) - drift, where drift = ttl/100 + 2 ms,
- * or 0 if that is negative or l is not held.  Never contacts Redis.
+ * or 0 if that is negative or l is not held.  For a watched lock the lease
+ * counts from the watchdog's last successful renewal, and is 0 once the lock
+ * was found lost.  Never contacts Redis.
  */
 int64_t rlock_remaining_ms(const struct rlock *l);
 
 /*
+ * Returns 1 if l can no longer be trusted to be held: not held, its lease
+ * ran out (rlock_remaining_ms() == 0), or its watchdog found it lost; else 0.
+ * A writer calls it right before COMMIT and rolls back on 1.  For a watched
+ * lock it may be called from any thread.  Never contacts Redis.
+ */
+int rlock_lost(const struct rlock *l);
+
+/*
  * Frees l's memory and empties it without touching Redis (e.g. after the
- * connection died; the keys then expire by their ttl).  Safe on an empty l.
+ * connection died; the keys then expire by their ttl).  Stops the watchdog.
+ * Safe on an empty l.
  */
 void rlock_clear(struct rlock *l);
+
+/*
+ * Fills buf with len bytes from the kernel CSPRNG (getrandom).
+ * Returns 0, or -1 with errno set.
+ */
+RLOCK_MUST_CHECK int rlock_random_bytes(void *buf, size_t len);
+
+/*
+ * Returns a new string "<prefix>:{<key>}", or "<prefix>:<key>" when key
+ * already contains '{' (Redisson's rule, so the name hashes to the key's
+ * cluster slot and matches what Redisson computes).  The caller frees it.
+ * Returns NULL when out of memory.
+ */
+char *rlock_channel_name(const char *prefix, const char *key);
+
+/* ---- releasing a lock when a database transaction completes ---- */
+
+/*
+ * Returns the connection a release should use, borrowed: the caller keeps
+ * owning it.  NULL when none is available (the release then fails and the
+ * lock expires by its lease).
+ */
+typedef redisContext *rlock_borrow_fn(void *arg);
+
+enum rlock_kind {
+    RLOCK_KIND_SIMPLE,    /* lock is a struct rlock (simple or multi-key) */
+    RLOCK_KIND_REENTRANT, /* lock is a struct rlock_reentrant (reentrant or fair) */
+};
+
+/*
+ * What rlock_release_on_complete() releases.  Fill the first four fields;
+ * the hook writes the last two.  Must outlive the transaction.
+ */
+struct rlock_binding {
+    enum rlock_kind kind;
+    void *lock;            /* struct rlock * or struct rlock_reentrant * (one hold) */
+    rlock_borrow_fn *conn; /* where to send the release */
+    void *conn_arg;
+    int outcome;              /* written by the hook: the outcome it was given */
+    enum rlock_status status; /* written by the hook: how the release went */
+};
+
+/*
+ * A database-agnostic completion hook: releases b->lock whatever the
+ * transaction's outcome (commit or rollback: seed 001's correction) and
+ * records outcome and the release status in b.  A simple lock is always left
+ * empty; a reentrant lock loses one hold (and is emptied if that failed).
+ * With a watchdog, renewal stops before the release.
+ * 'binding' is a struct rlock_binding *.  Adapt it to a hook type with an
+ * enum outcome by a one-line wrapper, e.g. for dbtx:
+ *   static void hook(enum dbtx_outcome o, void *b) { rlock_release_on_complete((int)o, b); }
+ */
+void rlock_release_on_complete(int outcome, void *binding);
 
 /* Returns a static name for st, e.g. "RLOCK_BUSY"; never NULL. */
 const char *rlock_status_str(enum rlock_status st);
 
 /* Returns CLOCK_MONOTONIC in milliseconds, the clock of every rlock deadline. */
 int64_t rlock_mono_ms(void);
+
+/* ---- building blocks for other lock kinds (rlock_fence, rlock_redlock) and tools ---- */
+
+/*
+ * Writes a fresh owner token (RLOCK_TOKEN_LEN lowercase hex characters from
+ * 128 bits of the kernel CSPRNG, plus a NUL) into out.  Returns 0, or -1 with
+ * errno set when getrandom() fails (out is then unspecified).
+ */
+RLOCK_MUST_CHECK int rlock_token_new(char out[RLOCK_TOKEN_LEN + 1]);
+
+/*
+ * Makes an empty l hold keys[0..nkeys) with token, as if rlock_acquire_multi()
+ * had just taken them with a lease of ttl_ms counted from acquired_mono_ms
+ * (rlock_mono_ms() taken before the acquiring request was sent).  For lock
+ * kinds that set the keys by other means (a fenced acquire script) and for
+ * tools that release a lock whose token they know.  Copies keys and token;
+ * contacts no server.  Returns 0; -1 with l->err set if l is in use, an
+ * argument is invalid (no keys, NULL key, token not RLOCK_TOKEN_LEN long,
+ * ttl_ms <= 0) or memory runs out, leaving l as it was.
+ */
+RLOCK_MUST_CHECK int rlock_adopt(struct rlock *l, const char *const *keys, size_t nkeys,
+                                 const char *token, int ttl_ms, int64_t acquired_mono_ms);
 
 #endif /* RLOCK_H */

@@ -1,0 +1,353 @@
+/*
+ * rlock_fence: fenced acquisition, counter floor and replica check (see
+ * rlock_fence.h for the design and the store-side contract).
+ */
+#include "rlock_fence.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rlock_notify.h"
+#include "rlock_script.h"
+
+/* Generated from lua/rlock_fence_*.lua by service/tools/embed.c. */
+extern const char lua_rlock_fence_acquire[];
+extern const size_t lua_rlock_fence_acquire_len;
+extern const char lua_rlock_fence_floor[];
+extern const size_t lua_rlock_fence_floor_len;
+
+static struct rlock_script script_acquire;
+static struct rlock_script script_floor;
+static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
+
+static void scripts_init(void)
+{
+    rlock_script_init(&script_acquire, "rlock_fence_acquire", lua_rlock_fence_acquire,
+                      lua_rlock_fence_acquire_len);
+    rlock_script_init(&script_floor, "rlock_fence_floor", lua_rlock_fence_floor,
+                      lua_rlock_fence_floor_len);
+}
+
+static void scripts_ensure(void)
+{
+    (void)pthread_once(&scripts_once, scripts_init);
+}
+
+__attribute__((format(printf, 3, 4))) static void fmt_err(char *err, size_t errlen, const char *fmt,
+                                                          ...)
+{
+    if (!err || errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+int rlock_fence_key(char *out, size_t cap, const char *lock_key)
+{
+    if (!out || cap == 0 || !lock_key)
+        return -1;
+    /* Redis Cluster hashes only the part between the first '{' and the next
+     * '}' when that part is non-empty, else the whole key. */
+    const char *open = strchr(lock_key, '{');
+    const char *close = open ? strchr(open + 1, '}') : NULL;
+    int n;
+    if (open && close && close > open + 1)
+        n = snprintf(out, cap, "%s%s", lock_key, RLOCK_FENCE_SUFFIX);
+    else if (!strpbrk(lock_key, "{}"))
+        n = snprintf(out, cap, "{%s}%s", lock_key, RLOCK_FENCE_SUFFIX);
+    else
+        return -1;
+    return n >= 0 && (size_t)n < cap ? 0 : -1;
+}
+
+/* Resolves the counter name of a lock into a fresh allocation.  Returns it,
+ * or NULL with err set. */
+static char *fence_name(const char *lock_key, const char *fence_key, char *err, size_t errlen)
+{
+    if (fence_key) {
+        char *s = strdup(fence_key);
+        if (!s)
+            fmt_err(err, errlen, "out of memory");
+        return s;
+    }
+    if (!lock_key) {
+        fmt_err(err, errlen, "no lock key");
+        return NULL;
+    }
+    size_t cap = strlen(lock_key) + sizeof RLOCK_FENCE_SUFFIX + 2;
+    char *s = malloc(cap);
+    if (!s) {
+        fmt_err(err, errlen, "out of memory");
+        return NULL;
+    }
+    if (rlock_fence_key(s, cap, lock_key) < 0) {
+        fmt_err(err, errlen, "no fence key for \"%s\": it has a brace but no hash tag", lock_key);
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+/* Validates the arguments of a fenced acquire.  Returns 0, or -1 with l->err. */
+static int check_args(struct rlock *l, const char *const *keys, size_t nkeys, const char *fence,
+                      const struct rlock_opts *o)
+{
+    const char *why = NULL;
+    if (l->keys || l->nkeys)
+        why = "lock struct already in use (release or clear it first)";
+    else if (!o || o->ttl_ms <= 0 || o->wait_ms < 0)
+        why = "invalid options (need ttl_ms > 0, wait_ms >= 0)";
+    else if (!keys || nkeys == 0 || nkeys > (size_t)INT_MAX - 8)
+        why = "need at least one key";
+    if (why) {
+        fmt_err(l->err, sizeof l->err, "acquire: %s", why);
+        return -1;
+    }
+    for (size_t i = 0; i < nkeys; i++) {
+        if (!keys[i]) {
+            fmt_err(l->err, sizeof l->err, "acquire: key %zu is NULL", i);
+            return -1;
+        }
+        if (strcmp(keys[i], fence) == 0) {
+            fmt_err(l->err, sizeof l->err, "acquire: fence key \"%s\" is also a lock key", fence);
+            return -1;
+        }
+        for (size_t j = i + 1; j < nkeys; j++) {
+            if (keys[j] && strcmp(keys[i], keys[j]) == 0) {
+                fmt_err(l->err, sizeof l->err, "acquire: duplicate key \"%s\"", keys[i]);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+/*
+ * One attempt: runs the fenced acquire script over l's keys plus the fence
+ * key.  Returns RLOCK_OK with *fence set, RLOCK_BUSY, or RLOCK_ERR with l->err.
+ */
+static enum rlock_status try_fenced(redisContext *c, struct rlock *l, const char *fence_key,
+                                    const char *ttl, int64_t *fence)
+{
+    size_t argc = l->nkeys + 3;
+    const char **argv = malloc(argc * sizeof *argv);
+    if (!argv) {
+        fmt_err(l->err, sizeof l->err, "acquire: out of memory");
+        return RLOCK_ERR;
+    }
+    for (size_t i = 0; i < l->nkeys; i++)
+        argv[i] = l->keys[i];
+    argv[l->nkeys] = fence_key;
+    argv[l->nkeys + 1] = l->token;
+    argv[l->nkeys + 2] = ttl;
+    redisReply *r = rlock_script_run(c, &script_acquire, (int)l->nkeys + 1, 2, argv, NULL);
+    free(argv);
+
+    enum rlock_status st = RLOCK_ERR;
+    if (!r)
+        fmt_err(l->err, sizeof l->err, "acquire: %s", c->errstr[0] ? c->errstr : "I/O error");
+    else if (r->type == REDIS_REPLY_ERROR)
+        fmt_err(l->err, sizeof l->err, "acquire: %s", r->str);
+    else if (r->type != REDIS_REPLY_INTEGER || r->integer < 0 || r->integer >= RLOCK_FENCE_MAX)
+        fmt_err(l->err, sizeof l->err, "acquire: unexpected reply from %s", script_acquire.name);
+    else if (r->integer == 0)
+        st = RLOCK_BUSY;
+    else {
+        *fence = r->integer;
+        st = RLOCK_OK;
+    }
+    freeReplyObject(r);
+    return st;
+}
+
+/* Empties l but keeps its error message for the caller. */
+static void clear_keep_err(struct rlock *l)
+{
+    char err[sizeof l->err];
+    memcpy(err, l->err, sizeof err);
+    rlock_clear(l);
+    memcpy(l->err, err, sizeof err);
+}
+
+/* What one attempt of the shared waiting loop needs. */
+struct fenced_attempt {
+    redisContext *c;
+    struct rlock *l;
+    const char *fence_key;
+    const char *ttl;
+    int64_t *fence;
+    int64_t start; /* rlock_mono_ms() before the successful request was sent */
+};
+
+static enum rlock_status fenced_attempt(void *arg, int64_t *busy_ms)
+{
+    struct fenced_attempt *a = arg;
+    (void)busy_ms; /* unknown: the script does not report the holder's ttl */
+    /* The lease counts from before the request is sent (see rlock.c). */
+    a->start = rlock_mono_ms();
+    return try_fenced(a->c, a->l, a->fence_key, a->ttl, a->fence);
+}
+
+/* Frees the channel names made by release_channels(). */
+static void free_channels(char **ch, size_t n)
+{
+    for (size_t i = 0; ch && i < n; i++)
+        free(ch[i]);
+    free(ch);
+}
+
+/* The release channels of the lock keys, so that a waiter is woken when the
+ * holder releases (rlock_release() publishes on them).  NULL on OOM: the
+ * waiter then only polls. */
+static char **release_channels(const char *const *keys, size_t nkeys)
+{
+    char **ch = calloc(nkeys, sizeof *ch);
+    for (size_t i = 0; ch && i < nkeys; i++) {
+        ch[i] = rlock_channel_name(RLOCK_RELEASE_CHANNEL_PREFIX, keys[i]);
+        if (!ch[i]) {
+            free_channels(ch, nkeys);
+            return NULL;
+        }
+    }
+    return ch;
+}
+
+enum rlock_status rlock_acquire_multi_fenced(redisContext *c, struct rlock *l,
+                                             const char *const *keys, size_t nkeys,
+                                             const char *fence_key, const struct rlock_opts *o,
+                                             int64_t *fence)
+{
+    *fence = 0;
+    l->err[0] = '\0';
+    char *fname = fence_name(keys && nkeys ? keys[0] : NULL, fence_key, l->err, sizeof l->err);
+    if (!fname)
+        return RLOCK_ERR;
+    if (check_args(l, keys, nkeys, fname, o) < 0) {
+        free(fname);
+        return RLOCK_ERR;
+    }
+
+    /* The struct is filled before the first attempt, so that once Redis has
+     * the keys nothing can fail any more (no allocation after success). */
+    char token[RLOCK_TOKEN_LEN + 1];
+    if (rlock_token_new(token) < 0) {
+        fmt_err(l->err, sizeof l->err, "acquire: getrandom: %s", strerror(errno));
+        free(fname);
+        return RLOCK_ERR;
+    }
+    if (rlock_adopt(l, keys, nkeys, token, o->ttl_ms, 0) < 0) {
+        free(fname);
+        return RLOCK_ERR;
+    }
+    l->held = 0;
+    scripts_ensure();
+
+    char ttl[16];
+    snprintf(ttl, sizeof ttl, "%d", o->ttl_ms);
+    struct fenced_attempt a = {.c = c, .l = l, .fence_key = fname, .ttl = ttl, .fence = fence};
+    char **channels = release_channels(keys, nkeys);
+    enum rlock_status st = rlock_wait_acquire(o, (const char *const *)channels,
+                                              channels ? nkeys : 0, fenced_attempt, &a);
+    free_channels(channels, nkeys);
+    free(fname);
+    if (st == RLOCK_OK) {
+        l->acquired_mono_ms = a.start;
+        l->held = 1;
+        return RLOCK_OK;
+    }
+    if (st == RLOCK_BUSY)
+        fmt_err(l->err, sizeof l->err, "acquire: held by another owner after waiting %d ms",
+                o->wait_ms);
+    *fence = 0;
+    clear_keep_err(l);
+    return st;
+}
+
+enum rlock_status rlock_acquire_fenced(redisContext *c, struct rlock *l, const char *key,
+                                       const struct rlock_opts *o, int64_t *fence)
+{
+    return rlock_acquire_multi_fenced(c, l, &key, 1, NULL, o, fence);
+}
+
+enum rlock_status rlock_fence_floor(redisContext *c, const char *lock_key, const char *fence_key,
+                                    int64_t seen, char *err, size_t errlen)
+{
+    fmt_err(err, errlen, "%s", "");
+    if (seen < 0 || seen >= RLOCK_FENCE_MAX) {
+        fmt_err(err, errlen, "fence floor: token %" PRId64 " out of range", seen);
+        return RLOCK_ERR;
+    }
+    char *fname = fence_name(lock_key, fence_key, err, errlen);
+    if (!fname)
+        return RLOCK_ERR;
+    scripts_ensure();
+
+    char arg[24];
+    snprintf(arg, sizeof arg, "%" PRId64, seen);
+    const char *argv[] = {fname, arg};
+    redisReply *r = rlock_script_run(c, &script_floor, 1, 1, argv, NULL);
+    enum rlock_status st = RLOCK_ERR;
+    if (!r)
+        fmt_err(err, errlen, "fence floor: %s", c->errstr[0] ? c->errstr : "I/O error");
+    else if (r->type == REDIS_REPLY_ERROR)
+        fmt_err(err, errlen, "fence floor: %s", r->str);
+    else if (r->type != REDIS_REPLY_INTEGER || r->integer < seen)
+        fmt_err(err, errlen, "fence floor: unexpected reply for %s", fname);
+    else
+        st = RLOCK_OK;
+    freeReplyObject(r);
+    free(fname);
+    return st;
+}
+
+enum rlock_status rlock_require_replicas(redisContext *c, struct rlock *l, int numreplicas,
+                                         int timeout_ms)
+{
+    l->err[0] = '\0';
+    if (numreplicas <= 0)
+        return RLOCK_OK;
+    if (!l->held || l->nkeys == 0) {
+        fmt_err(l->err, sizeof l->err, "replicas: lock is not held");
+        return RLOCK_ERR;
+    }
+    if (timeout_ms <= 0) {
+        /* WAIT 0 would never return without replicas: refuse, and keep the
+         * promise that a failed check leaves no lock behind. */
+        (void)rlock_release(c, l);
+        fmt_err(l->err, sizeof l->err, "replicas: timeout_ms must be > 0; lock released");
+        return RLOCK_ERR;
+    }
+    redisReply *r = redisCommand(c, "WAIT %d %d", numreplicas, timeout_ms);
+    if (!r) {
+        fmt_err(l->err, sizeof l->err, "replicas: %s", c->errstr[0] ? c->errstr : "I/O error");
+        clear_keep_err(l);
+        return RLOCK_ERR;
+    }
+    char why[sizeof l->err];
+    why[0] = '\0';
+    if (r->type == REDIS_REPLY_ERROR)
+        fmt_err(why, sizeof why, "replicas: %s", r->str);
+    else if (r->type != REDIS_REPLY_INTEGER)
+        fmt_err(why, sizeof why, "replicas: unexpected reply type %d to WAIT", r->type);
+    else if (r->integer < numreplicas)
+        fmt_err(why, sizeof why, "replicas: %lld of %d acknowledged within %d ms", r->integer,
+                numreplicas, timeout_ms);
+    freeReplyObject(r);
+    if (!why[0])
+        return RLOCK_OK;
+
+    /* Too few copies: a failover could hand the lock to someone else, so we
+     * give it up rather than work under it. */
+    enum rlock_status st = rlock_release(c, l);
+    fmt_err(l->err, sizeof l->err, "%.100s; lock %s", why,
+            st == RLOCK_OK ? "released" : "release failed");
+    return RLOCK_ERR;
+}

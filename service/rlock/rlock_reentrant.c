@@ -1,0 +1,409 @@
+/*
+ * rlock_reentrant: Redisson-format reentrant lock (see rlock_reentrant.h).
+ */
+#include "rlock_reentrant.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "rlock_fair.h"
+#include "rlock_metrics.h"
+#include "rlock_notify.h"
+#include "rlock_script.h"
+#include "rlock_watch.h"
+
+/* Generated from lua/rlock_*.lua by service/tools/embed.c. */
+extern const char lua_rlock_reentrant_acquire[];
+extern const size_t lua_rlock_reentrant_acquire_len;
+extern const char lua_rlock_reentrant_release[];
+extern const size_t lua_rlock_reentrant_release_len;
+extern const char lua_rlock_reentrant_renew[];
+extern const size_t lua_rlock_reentrant_renew_len;
+
+static struct rlock_script script_acquire;
+static struct rlock_script script_release;
+static struct rlock_script script_renew;
+static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
+
+static void scripts_init(void)
+{
+    rlock_script_init(&script_acquire, "rlock_reentrant_acquire", lua_rlock_reentrant_acquire,
+                      lua_rlock_reentrant_acquire_len);
+    rlock_script_init(&script_release, "rlock_reentrant_release", lua_rlock_reentrant_release,
+                      lua_rlock_reentrant_release_len);
+    rlock_script_init(&script_renew, "rlock_reentrant_renew", lua_rlock_reentrant_renew,
+                      lua_rlock_reentrant_renew_len);
+}
+
+static void scripts_ensure(void)
+{
+    (void)pthread_once(&scripts_once, scripts_init);
+}
+
+__attribute__((format(printf, 3, 4))) static void set_err(char *err, size_t len, const char *fmt,
+                                                          ...)
+{
+    if (!err || len == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, len, fmt, ap);
+    va_end(ap);
+}
+
+/* ---- identity ---- */
+
+int rlock_uuid_new(char out[RLOCK_UUID_LEN + 1])
+{
+    unsigned char b[16];
+    if (rlock_random_bytes(b, sizeof b) < 0)
+        return -1;
+    b[6] = (unsigned char)((b[6] & 0x0f) | 0x40); /* version 4: random */
+    b[8] = (unsigned char)((b[8] & 0x3f) | 0x80); /* RFC 4122 variant */
+    static const char hex[] = "0123456789abcdef";
+    char *p = out;
+    for (int i = 0; i < 16; i++) {
+        if (i == 4 || i == 6 || i == 8 || i == 10)
+            *p++ = '-';
+        *p++ = hex[b[i] >> 4];
+        *p++ = hex[b[i] & 0xf];
+    }
+    *p = '\0';
+    return 0;
+}
+
+static pthread_mutex_t uuid_mu = PTHREAD_MUTEX_INITIALIZER;
+static char uuid_buf[RLOCK_UUID_LEN + 1];
+static pid_t uuid_pid;
+
+const char *rlock_process_uuid(void)
+{
+    /* Keyed by pid: a forked child is another instance and must not share
+     * its parent's identity (it would re-enter the parent's locks). */
+    pid_t pid = getpid();
+    const char *r = uuid_buf;
+    pthread_mutex_lock(&uuid_mu);
+    if (uuid_pid != pid) {
+        if (rlock_uuid_new(uuid_buf) == 0)
+            uuid_pid = pid;
+        else
+            r = NULL;
+    }
+    pthread_mutex_unlock(&uuid_mu);
+    return r;
+}
+
+int rlock_owner_field(char out[RLOCK_OWNER_MAX], const char *uuid, uint64_t thread_id)
+{
+    if (!uuid)
+        uuid = rlock_process_uuid();
+    if (!uuid)
+        return -1;
+    if (thread_id == 0)
+        thread_id = (uint64_t)syscall(SYS_gettid);
+    int n = snprintf(out, RLOCK_OWNER_MAX, "%s:%" PRIu64, uuid, thread_id);
+    return n > 0 && n < RLOCK_OWNER_MAX ? 0 : -1;
+}
+
+/* ---- lock ---- */
+
+/* Resets l to empty, keeping err; stops the watchdog first. */
+static void empty(struct rlock_reentrant *l)
+{
+    rlock_watch_stop(l->watch);
+    l->watch = NULL;
+    free(l->key);
+    l->key = NULL;
+    memset(l->owner, 0, sizeof l->owner);
+    l->holds = 0;
+    l->fair = 0;
+    l->ttl_ms = 0;
+    l->acquired_mono_ms = 0;
+    l->held = 0;
+}
+
+void rlock_reentrant_clear(struct rlock_reentrant *l)
+{
+    empty(l);
+    l->err[0] = '\0';
+}
+
+struct reentrant_try {
+    redisContext *c;
+    struct rlock_reentrant *l;
+    const char *key;
+    const char *owner;
+    const char *ttl;
+    int64_t start;
+};
+
+/* Parses a {1, holds} / {0, ms} reply of an acquire script.  Returns
+ * RLOCK_OK or RLOCK_BUSY with *n set, or RLOCK_ERR with err filled. */
+enum rlock_status rlock_parse_acquire_reply(const redisReply *r, const char *errstr, long long *n,
+                                            char *err, size_t errlen)
+{
+    if (!r) {
+        set_err(err, errlen, "acquire: %s", errstr && errstr[0] ? errstr : "I/O error");
+        return RLOCK_ERR;
+    }
+    if (r->type == REDIS_REPLY_ERROR) {
+        set_err(err, errlen, "acquire: %s", r->str);
+        return RLOCK_ERR;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER) {
+        set_err(err, errlen, "acquire: unexpected reply type %d", r->type);
+        return RLOCK_ERR;
+    }
+    *n = r->element[1]->integer;
+    return r->element[0]->integer == 1 ? RLOCK_OK : RLOCK_BUSY;
+}
+
+static enum rlock_status reentrant_try_once(void *arg, int64_t *busy_ms)
+{
+    struct reentrant_try *t = arg;
+    const char *argv[] = {t->key, t->ttl, t->owner};
+    t->start = rlock_mono_ms();
+    redisReply *r = rlock_script_run(t->c, &script_acquire, 1, 2, argv, NULL);
+    long long n = 0;
+    enum rlock_status st =
+        rlock_parse_acquire_reply(r, t->c->errstr, &n, t->l->err, sizeof t->l->err);
+    freeReplyObject(r);
+    if (st == RLOCK_BUSY)
+        *busy_ms = n;
+    return st;
+}
+
+/* Checks what acquire and fair acquire share; fills owner.  Returns 0, or
+ * -1 with l->err set. */
+int rlock_reentrant_check_args(struct rlock_reentrant *l, const char *key, const char *uuid,
+                               uint64_t thread_id, const struct rlock_opts *o,
+                               char owner[RLOCK_OWNER_MAX])
+{
+    if (!key || !o || o->ttl_ms < 0 || (o->ttl_ms == 0 && !o->watchdog) || o->wait_ms < 0) {
+        set_err(l->err, sizeof l->err,
+                "acquire: invalid arguments (need a key, ttl_ms > 0 or a watchdog, wait_ms >= 0)");
+        return -1;
+    }
+    if (rlock_owner_field(owner, uuid, thread_id) < 0) {
+        set_err(l->err, sizeof l->err, "acquire: no instance uuid (getrandom failed or too long)");
+        return -1;
+    }
+    if (l->holds > 0 && (strcmp(l->key, key) != 0 || strcmp(l->owner, owner) != 0)) {
+        set_err(l->err, sizeof l->err,
+                "acquire: struct already holds another key or owner (release it first)");
+        return -1;
+    }
+    return 0;
+}
+
+/* Records a successful acquisition in l; on the first hold copies the key
+ * and starts the watchdog for a lock without explicit lease.  Returns 0, or
+ * -1 (out of memory) with l unchanged. */
+int rlock_reentrant_record(struct rlock_reentrant *l, const char *key, const char *owner,
+                           const struct rlock_opts *o, int lease, int64_t start, int fair)
+{
+    if (l->holds == 0) {
+        char *k = strdup(key);
+        if (!k)
+            return -1;
+        struct rlock_watch *w = NULL;
+        if (o->ttl_ms == 0) {
+            w = rlock_watch_owner(o->watchdog, key, owner, start, o->on_lost, o->lost_arg);
+            if (!w) {
+                free(k);
+                return -1;
+            }
+        }
+        l->key = k;
+        snprintf(l->owner, sizeof l->owner, "%s", owner);
+        l->watch = w;
+        l->fair = fair;
+    }
+    l->holds++;
+    l->ttl_ms = lease;
+    l->acquired_mono_ms = start;
+    l->held = 1;
+    return 0;
+}
+
+enum rlock_status rlock_reentrant_acquire(redisContext *c, struct rlock_reentrant *l,
+                                          const char *key, const char *uuid, uint64_t thread_id,
+                                          const struct rlock_opts *o)
+{
+    char owner[RLOCK_OWNER_MAX];
+    if (rlock_reentrant_check_args(l, key, uuid, thread_id, o, owner) < 0)
+        return RLOCK_ERR;
+    if (l->fair)
+        return rlock_fair_acquire(c, l, key, uuid, thread_id, o, NULL);
+    l->err[0] = '\0';
+    scripts_ensure();
+
+    int lease = o->ttl_ms > 0 ? o->ttl_ms : rlock_watchdog_lease_ms(o->watchdog);
+    char ttl[16];
+    snprintf(ttl, sizeof ttl, "%d", lease);
+    char *channel = o->wait_ms > 0 ? rlock_channel_name(RLOCK_REDISSON_CHANNEL_PREFIX, key) : NULL;
+    struct reentrant_try t = {.c = c, .l = l, .key = key, .owner = owner, .ttl = ttl};
+    const char *chv[] = {channel};
+    enum rlock_status st = rlock_wait_acquire(o, chv, channel ? 1 : 0, reentrant_try_once, &t);
+    free(channel);
+    if (st == RLOCK_BUSY) {
+        set_err(l->err, sizeof l->err, "acquire: held by another owner after waiting %d ms",
+                o->wait_ms);
+        return st;
+    }
+    if (st != RLOCK_OK)
+        return st;
+    if (rlock_reentrant_record(l, key, owner, o, lease, t.start, 0) == 0)
+        return RLOCK_OK;
+    /* Cannot track (or renew) the hold: give it back rather than leak it. */
+    const char *argv[] = {key, RLOCK_REDISSON_CHANNEL_PREFIX, "0", ttl, owner};
+    char *ch = rlock_channel_name(RLOCK_REDISSON_CHANNEL_PREFIX, key);
+    if (ch) {
+        argv[1] = ch;
+        freeReplyObject(rlock_script_run(c, &script_release, 2, 3, argv, NULL));
+        free(ch);
+    }
+    set_err(l->err, sizeof l->err, "acquire: out of memory");
+    return RLOCK_ERR;
+}
+
+/* Runs the release script for owner on key.  Returns RLOCK_OK with *freed
+ * set (1 = lock deleted, 0 = holds remain), RLOCK_NOT_OWNER, or RLOCK_ERR
+ * with err filled. */
+static enum rlock_status release_script(redisContext *c, const char *key, const char *owner,
+                                        int lease, int *freed, char *err, size_t errlen)
+{
+    scripts_ensure();
+    char *channel = rlock_channel_name(RLOCK_REDISSON_CHANNEL_PREFIX, key);
+    if (!channel) {
+        set_err(err, errlen, "release: out of memory");
+        return RLOCK_ERR;
+    }
+    char ttl[16];
+    snprintf(ttl, sizeof ttl, "%d", lease > 0 ? lease : RLOCK_WATCHDOG_LEASE_MS);
+    const char *argv[] = {key, channel, "0", ttl, owner};
+    redisReply *r = rlock_script_run(c, &script_release, 2, 3, argv, NULL);
+    free(channel);
+    enum rlock_status st = RLOCK_ERR;
+    if (!r)
+        set_err(err, errlen, "release: %s", c->errstr[0] ? c->errstr : "I/O error");
+    else if (r->type == REDIS_REPLY_ERROR)
+        set_err(err, errlen, "release: %s", r->str);
+    else if (r->type != REDIS_REPLY_INTEGER)
+        set_err(err, errlen, "release: unexpected reply type %d", r->type);
+    else if (r->integer < 0) {
+        set_err(err, errlen, "release: not held by %s (expired or another owner's)", owner);
+        st = RLOCK_NOT_OWNER;
+    } else {
+        *freed = r->integer == 1;
+        st = RLOCK_OK;
+    }
+    freeReplyObject(r);
+    if (st == RLOCK_OK)
+        rlock_metrics_add(RLOCK_M_RELEASED, 1);
+    else if (st == RLOCK_NOT_OWNER)
+        rlock_metrics_add(RLOCK_M_RELEASE_REFUSED, 1);
+    return st;
+}
+
+enum rlock_status rlock_reentrant_release(redisContext *c, struct rlock_reentrant *l)
+{
+    l->err[0] = '\0';
+    if (l->holds <= 0 || !l->key) {
+        set_err(l->err, sizeof l->err, "release: lock is not held");
+        rlock_metrics_add(RLOCK_M_RELEASE_REFUSED, 1);
+        return RLOCK_NOT_OWNER;
+    }
+    /* The last hold: stop renewing before the delete, so no renewal races
+     * it and reports a loss that never happened. */
+    if (l->holds == 1) {
+        rlock_watch_stop(l->watch);
+        l->watch = NULL;
+    }
+    int freed = 0;
+    enum rlock_status st =
+        l->fair ? rlock_fair_release_hold(c, l, &freed)
+                : release_script(c, l->key, l->owner, l->ttl_ms, &freed, l->err, sizeof l->err);
+    if (st == RLOCK_OK && --l->holds > 0)
+        return RLOCK_OK;
+    empty(l);
+    return st;
+}
+
+enum rlock_status rlock_reentrant_release_owner(redisContext *c, const char *key, const char *uuid,
+                                                uint64_t thread_id, char *err, size_t errlen)
+{
+    char owner[RLOCK_OWNER_MAX];
+    if (!key || rlock_owner_field(owner, uuid, thread_id) < 0) {
+        set_err(err, errlen, "release: invalid key or owner");
+        return RLOCK_ERR;
+    }
+    set_err(err, errlen, "%s", "");
+    int freed = 0;
+    return release_script(c, key, owner, 0, &freed, err, errlen);
+}
+
+enum rlock_status rlock_reentrant_extend(redisContext *c, struct rlock_reentrant *l, int ttl_ms)
+{
+    l->err[0] = '\0';
+    if (ttl_ms <= 0) {
+        set_err(l->err, sizeof l->err, "extend: ttl_ms must be > 0");
+        return RLOCK_ERR;
+    }
+    if (!l->held || !l->key) {
+        set_err(l->err, sizeof l->err, "extend: lock is not held");
+        return RLOCK_NOT_OWNER;
+    }
+    scripts_ensure();
+    char ttl[16];
+    snprintf(ttl, sizeof ttl, "%d", ttl_ms);
+    const char *argv[] = {l->key, ttl, l->owner};
+    int64_t start = rlock_mono_ms();
+    redisReply *r = rlock_script_run(c, &script_renew, 1, 2, argv, NULL);
+    enum rlock_status st = RLOCK_ERR;
+    if (!r)
+        set_err(l->err, sizeof l->err, "extend: %s", c->errstr[0] ? c->errstr : "I/O error");
+    else if (r->type == REDIS_REPLY_ERROR)
+        set_err(l->err, sizeof l->err, "extend: %s", r->str);
+    else if (r->type != REDIS_REPLY_INTEGER)
+        set_err(l->err, sizeof l->err, "extend: unexpected reply type %d", r->type);
+    else if (r->integer != 1) {
+        set_err(l->err, sizeof l->err, "extend: the lock expired or has another owner");
+        l->held = 0;
+        st = RLOCK_NOT_OWNER;
+    } else {
+        l->ttl_ms = ttl_ms;
+        l->acquired_mono_ms = start;
+        st = RLOCK_OK;
+    }
+    freeReplyObject(r);
+    return st;
+}
+
+int64_t rlock_reentrant_remaining_ms(const struct rlock_reentrant *l)
+{
+    if (!l->held)
+        return 0;
+    if (l->watch)
+        return rlock_watch_remaining_ms(l->watch);
+    int64_t drift = ((int64_t)l->ttl_ms + 99) / 100 + 2;
+    int64_t left = (int64_t)l->ttl_ms - (rlock_mono_ms() - l->acquired_mono_ms) - drift;
+    return left > 0 ? left : 0;
+}
+
+int rlock_reentrant_lost(const struct rlock_reentrant *l)
+{
+    if (!l->held)
+        return 1;
+    if (l->watch)
+        return rlock_watch_lost(l->watch);
+    return rlock_reentrant_remaining_ms(l) == 0;
+}

@@ -1,0 +1,412 @@
+/*
+ * seckillctl lock ... run as the built binary (next to SECKILL_TEST_DAEMON)
+ * against the test Redis (SECKILL_TEST_REDIS_URL).
+ */
+#include <check.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "rlock.h"
+#include "rlock_fence.h"
+
+#define RUN_TIMEOUT_MS 20000 /* any single seckillctl run */
+#define OUT_MAX 16384
+
+struct run {
+    int status; /* exit code, or 128 + signal */
+    char out[OUT_MAX];
+    char err[OUT_MAX];
+};
+
+static void ctl_path(char *out, size_t cap)
+{
+    char daemon[1024];
+    snprintf(daemon, sizeof daemon, "%s", th_env("SECKILL_TEST_DAEMON"));
+    snprintf(out, cap, "%s/seckillctl", dirname(daemon));
+    ck_assert_msg(access(out, X_OK) == 0, "%s is not built (make all)", out);
+}
+
+/* Forks seckillctl with args (NULL-terminated), stdout and stderr piped.
+ * Redis comes from SECKILL_REDIS_URL as an operator would set it. */
+static pid_t spawn(const char *const *args, int *out_fd, int *err_fd)
+{
+    char path[1100];
+    ctl_path(path, sizeof path);
+    const char *url = th_env("SECKILL_TEST_REDIS_URL");
+    int o[2], e[2];
+    ck_assert_int_eq(pipe(o), 0);
+    ck_assert_int_eq(pipe(e), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        dup2(o[1], STDOUT_FILENO);
+        dup2(e[1], STDERR_FILENO);
+        close(o[0]), close(o[1]), close(e[0]), close(e[1]);
+        setenv("SECKILL_REDIS_URL", url, 1);
+        const char *argv[32] = {path};
+        size_t n = 1;
+        for (size_t i = 0; args[i] && n + 1 < 32; i++)
+            argv[n++] = args[i];
+        argv[n] = NULL;
+        execv(path, (char *const *)argv);
+        _exit(127);
+    }
+    close(o[1]);
+    close(e[1]);
+    *out_fd = o[0];
+    *err_fd = e[0];
+    return pid;
+}
+
+/* Reads both pipes to EOF (bounded) and reaps the process into r. */
+static void finish(pid_t pid, int out_fd, int err_fd, struct run *r, size_t out_len)
+{
+    size_t err_len = strlen(r->err);
+    int64_t deadline = rlock_mono_ms() + RUN_TIMEOUT_MS;
+    int open_fds = 2;
+    while (open_fds > 0) {
+        int64_t left = deadline - rlock_mono_ms();
+        ck_assert_msg(left > 0, "seckillctl did not finish within %d ms", RUN_TIMEOUT_MS);
+        struct pollfd p[2] = {{.fd = out_fd, .events = POLLIN}, {.fd = err_fd, .events = POLLIN}};
+        if (poll(p, 2, (int)left) < 0 && errno != EINTR)
+            ck_abort_msg("poll: %s", strerror(errno));
+        for (int i = 0; i < 2; i++) {
+            if (p[i].fd < 0 || !p[i].revents)
+                continue;
+            char *buf = i == 0 ? r->out : r->err;
+            size_t *len = i == 0 ? &out_len : &err_len;
+            ssize_t n = read(p[i].fd, buf + *len, OUT_MAX - 1 - *len);
+            if (n <= 0) {
+                close(p[i].fd);
+                if (i == 0)
+                    out_fd = -1;
+                else
+                    err_fd = -1;
+                open_fds--;
+                continue;
+            }
+            *len += (size_t)n;
+            buf[*len] = '\0';
+        }
+    }
+    int st = 0;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    r->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Runs seckillctl args... to completion. */
+static void run(struct run *r, ...)
+{
+    const char *args[32];
+    size_t n = 0;
+    va_list ap;
+    va_start(ap, r);
+    for (const char *a; (a = va_arg(ap, const char *)) != NULL && n + 1 < 32;)
+        args[n++] = a;
+    va_end(ap);
+    args[n] = NULL;
+    memset(r, 0, sizeof *r);
+    int o, e;
+    pid_t pid = spawn(args, &o, &e);
+    finish(pid, o, e, r, 0);
+}
+
+/* A `lock hold` in the background, once it printed its "TOKEN FENCE" line. */
+struct holder {
+    pid_t pid;
+    int out_fd, err_fd;
+    char token[RLOCK_TOKEN_LEN + 1];
+    int64_t fence;
+    struct run r;
+};
+
+static void hold_start(struct holder *h, const char *key, const char *ttl)
+{
+    memset(h, 0, sizeof *h);
+    const char *args[] = {"lock", "hold", key, "--ttl", ttl, NULL};
+    h->pid = spawn(args, &h->out_fd, &h->err_fd);
+    size_t len = 0;
+    int64_t deadline = rlock_mono_ms() + RUN_TIMEOUT_MS;
+    while (!memchr(h->r.out, '\n', len)) {
+        int64_t left = deadline - rlock_mono_ms();
+        struct pollfd p = {.fd = h->out_fd, .events = POLLIN};
+        ck_assert_msg(left > 0 && poll(&p, 1, (int)left) > 0, "hold printed no token");
+        ssize_t n = read(h->out_fd, h->r.out + len, OUT_MAX - 1 - len);
+        ck_assert_msg(n > 0, "hold exited before printing its token");
+        len += (size_t)n;
+        h->r.out[len] = '\0';
+    }
+    ck_assert_int_eq(sscanf(h->r.out, "%32s %" SCNd64, h->token, &h->fence), 2);
+    ck_assert_uint_eq(strlen(h->token), RLOCK_TOKEN_LEN);
+    ck_assert_int_gt(h->fence, 0);
+    h->r.out[0] = '\0';
+}
+
+/* Waits for the holder to exit (after a signal, or by itself). */
+static void hold_finish(struct holder *h)
+{
+    finish(h->pid, h->out_fd, h->err_fd, &h->r, 0);
+}
+
+static void test_key(char *buf, size_t len, const char *name)
+{
+    snprintf(buf, len, "test_ctl:%d:{%s}:lock", (int)getpid(), name);
+}
+
+static void redis_get(redisContext *c, const char *key, char *out, size_t len)
+{
+    redisReply *r = redisCommand(c, "GET %s", key);
+    ck_assert_ptr_nonnull(r);
+    snprintf(out, len, "%s", r->type == REDIS_REPLY_STRING ? r->str : "");
+    freeReplyObject(r);
+}
+
+static void redis_do(redisContext *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = redisvCommand(c, fmt, ap);
+    va_end(ap);
+    ck_assert_msg(r && r->type != REDIS_REPLY_ERROR, "redis: %s", r ? r->str : c->errstr);
+    freeReplyObject(r);
+}
+
+/* ---- tests ---- */
+
+START_TEST(test_hold_prints_token_and_fence_and_releases_on_sigterm)
+{
+    char key[128], fence_key[160], val[64], want[256];
+    test_key(key, sizeof key, "hold");
+    ck_assert_int_eq(rlock_fence_key(fence_key, sizeof fence_key, key), 0);
+    redisContext *c = th_redis();
+    redis_do(c, "DEL %s %s", key, fence_key);
+
+    struct holder h;
+    hold_start(&h, key, "30000");
+    redis_get(c, key, val, sizeof val);
+    ck_assert_str_eq(val, h.token);
+    ck_assert_int_eq(th_redis_int(c, fence_key), h.fence);
+
+    /* list and inspect show the owner and its fencing counter. */
+    struct run r;
+    char match[160];
+    snprintf(match, sizeof match, "test_ctl:%d:*", (int)getpid());
+    run(&r, "lock", "list", "--match", match, NULL);
+    ck_assert_msg(r.status == 0, "list: %d %s", r.status, r.err);
+    snprintf(want, sizeof want, "%" PRId64, h.fence);
+    ck_assert_msg(strstr(r.out, key) && strstr(r.out, h.token) && strstr(r.out, want), "list: %s",
+                  r.out);
+    ck_assert_msg(strstr(r.out, ":fence") == NULL, "fence counters are not locks: %s", r.out);
+
+    run(&r, "lock", "inspect", key, NULL);
+    ck_assert_int_eq(r.status, 0);
+    snprintf(want, sizeof want, "owner: %s\n", h.token);
+    ck_assert_msg(strstr(r.out, want) != NULL, "inspect: %s", r.out);
+    snprintf(want, sizeof want, "fence: %" PRId64 "\n", h.fence);
+    ck_assert_msg(strstr(r.out, want) != NULL, "inspect: %s", r.out);
+
+    /* Another taker is refused while it holds. */
+    run(&r, "lock", "hold", key, "--ttl", "1000", NULL);
+    ck_assert_int_eq(r.status, 3);
+    ck_assert_msg(strstr(r.err, "held by another owner") != NULL, "stderr: %s", r.err);
+
+    ck_assert_int_eq(kill(h.pid, SIGTERM), 0);
+    hold_finish(&h);
+    ck_assert_msg(h.r.status == 0, "hold exit %d: %s", h.r.status, h.r.err);
+    redis_get(c, key, val, sizeof val);
+    ck_assert_str_eq(val, "");
+
+    /* The next holder's token is larger. */
+    int64_t first = h.fence;
+    hold_start(&h, key, "30000");
+    ck_assert_int_gt(h.fence, first);
+    ck_assert_int_eq(kill(h.pid, SIGINT), 0);
+    hold_finish(&h);
+    ck_assert_int_eq(h.r.status, 0);
+
+    redis_do(c, "DEL %s", fence_key);
+    redisFree(c);
+}
+END_TEST
+
+START_TEST(test_hold_releases_by_itself_when_the_lease_ends)
+{
+    char key[128], val[64];
+    test_key(key, sizeof key, "lease");
+    redisContext *c = th_redis();
+    redis_do(c, "DEL %s", key);
+
+    struct holder h;
+    hold_start(&h, key, "300");
+    hold_finish(&h); /* no signal: the lease ends it */
+    ck_assert_msg(h.r.status == 0, "hold exit %d: %s", h.r.status, h.r.err);
+    redis_get(c, key, val, sizeof val);
+    ck_assert_str_eq(val, "");
+    redisFree(c);
+}
+END_TEST
+
+START_TEST(test_hold_token_interoperates_with_the_library)
+{
+    char key[128];
+    test_key(key, sizeof key, "interop");
+    redisContext *c = th_redis();
+    redis_do(c, "DEL %s", key);
+
+    struct holder h;
+    hold_start(&h, key, "30000");
+    struct rlock l = {0};
+    struct rlock_opts o = {.ttl_ms = 1000};
+    ck_assert_int_eq(rlock_acquire(c, &l, key, &o), RLOCK_BUSY);
+
+    /* With the printed token, a program releases the tool's lock... */
+    const char *keys[] = {key};
+    ck_assert_int_eq(rlock_adopt(&l, keys, 1, h.token, 30000, rlock_mono_ms()), 0);
+    ck_assert_int_eq(rlock_release(c, &l), RLOCK_OK);
+    /* ...and the tool reports, when told to stop, that its lock was lost. */
+    ck_assert_int_eq(kill(h.pid, SIGTERM), 0);
+    hold_finish(&h);
+    ck_assert_int_eq(h.r.status, 1);
+    ck_assert_msg(strstr(h.r.err, "RLOCK_NOT_OWNER") != NULL, "stderr: %s", h.r.err);
+    redisFree(c);
+}
+END_TEST
+
+START_TEST(test_force_release_needs_yes_and_is_logged)
+{
+    char key[128], val[64];
+    test_key(key, sizeof key, "stuck");
+    redisContext *c = th_redis();
+    redis_do(c, "SET %s %s PX %d", key, "stuck-owner-token", 60000);
+
+    struct run r;
+    run(&r, "lock", "force-release", key, NULL);
+    ck_assert_int_eq(r.status, 2);
+    ck_assert_msg(strstr(r.err, "--yes") != NULL, "stderr: %s", r.err);
+    redis_get(c, key, val, sizeof val);
+    ck_assert_str_eq(val, "stuck-owner-token");
+
+    run(&r, "lock", "force-release", key, "--yes", NULL);
+    ck_assert_msg(r.status == 0, "force-release: %d %s", r.status, r.err);
+    ck_assert_msg(strstr(r.err, key) && strstr(r.err, "stuck-owner-token"), "stderr: %s", r.err);
+    redis_get(c, key, val, sizeof val);
+    ck_assert_str_eq(val, "");
+
+    run(&r, "lock", "force-release", key, "--yes", NULL);
+    ck_assert_int_eq(r.status, 3);
+    redisFree(c);
+}
+END_TEST
+
+START_TEST(test_list_shows_both_lock_formats_and_inspect_reports_absence)
+{
+    char simple[128], reentrant[128], match[128];
+    test_key(simple, sizeof simple, "simple");
+    test_key(reentrant, sizeof reentrant, "reentrant");
+    snprintf(match, sizeof match, "test_ctl:%d:*", (int)getpid());
+    redisContext *c = th_redis();
+    redis_do(c, "SET %s %s PX %d", simple, "0123456789abcdef0123456789abcdef", 60000);
+    /* Redisson's reentrant format: owner -> hold count. */
+    redis_do(c, "HSET %s %s %s", reentrant, "uuid-1:7", "2");
+    redis_do(c, "PEXPIRE %s %d", reentrant, 60000);
+
+    struct run r;
+    run(&r, "lock", "list", "--match", match, NULL);
+    ck_assert_int_eq(r.status, 0);
+    ck_assert_msg(strncmp(r.out, "KEY", 3) == 0, "header: %s", r.out);
+    ck_assert_msg(strstr(r.out, simple) && strstr(r.out, "0123456789abcdef0123456789abcdef"),
+                  "list: %s", r.out);
+    ck_assert_msg(strstr(r.out, reentrant) && strstr(r.out, "uuid-1:7=2"), "list: %s", r.out);
+
+    redis_do(c, "DEL %s %s", simple, reentrant);
+    run(&r, "lock", "inspect", simple, NULL);
+    ck_assert_int_eq(r.status, 3);
+    ck_assert_msg(strstr(r.out, "type: none") != NULL, "inspect: %s", r.out);
+    run(&r, "lock", "list", "--match", match, NULL);
+    ck_assert_int_eq(r.status, 0);
+    ck_assert_msg(strstr(r.out, simple) == NULL, "list: %s", r.out);
+    redisFree(c);
+}
+END_TEST
+
+START_TEST(test_usage_errors_exit_2_and_say_why)
+{
+    static const struct {
+        const char *args[8];
+        const char *says;
+    } cases[] = {
+        {{NULL}, "usage"},
+        {{"lock", NULL}, "which command"},
+        {{"nope", NULL}, "unknown command group"},
+        {{"lock", "frob", NULL}, "unknown command"},
+        {{"lock", "inspect", NULL}, "KEY is missing"},
+        {{"lock", "list", "extra", NULL}, "unexpected argument"},
+        {{"lock", "hold", "k", NULL}, "--ttl MS is required"},
+        {{"lock", "hold", "k", "--ttl", "0", NULL}, "--ttl must be"},
+        {{"lock", "hold", "k", "--ttl", "100", "--wait", "-1", NULL}, "--wait must be"},
+        {{"lock", "hold", "k", "--ttl", NULL}, "needs a value"},
+        {{"lock", "inspect", "a", "b", NULL}, "one KEY only"},
+        {{"lock", "inspect", "a", "--yes", NULL}, "not valid"},
+        {{"lock", "list", "--bogus", NULL}, "unknown flag"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct run r;
+        memset(&r, 0, sizeof r);
+        int o, e;
+        pid_t pid = spawn(cases[i].args, &o, &e);
+        finish(pid, o, e, &r, 0);
+        ck_assert_msg(r.status == 2, "case %zu: exit %d", i, r.status);
+        ck_assert_msg(strstr(r.err, cases[i].says) != NULL, "case %zu: stderr: %s", i, r.err);
+    }
+    struct run r;
+    run(&r, "--help", NULL);
+    ck_assert_int_eq(r.status, 0);
+    ck_assert_msg(strstr(r.out, "force-release") != NULL, "help: %s", r.out);
+}
+END_TEST
+
+START_TEST(test_unreachable_redis_is_an_error)
+{
+    struct run r;
+    run(&r, "--redis-url", "redis://127.0.0.1:1/0", "lock", "list", NULL);
+    ck_assert_int_eq(r.status, 1);
+    ck_assert_msg(strstr(r.err, "cannot reach Redis") != NULL, "stderr: %s", r.err);
+    run(&r, "lock", "inspect", "k", "--redis-url=http://x", NULL);
+    ck_assert_int_eq(r.status, 2);
+}
+END_TEST
+
+static Suite *ctl_suite(void)
+{
+    Suite *s = suite_create("seckillctl");
+    TCase *tc = tcase_create("lock");
+    tcase_set_timeout(tc, 90);
+    tcase_add_test(tc, test_hold_prints_token_and_fence_and_releases_on_sigterm);
+    tcase_add_test(tc, test_hold_releases_by_itself_when_the_lease_ends);
+    tcase_add_test(tc, test_hold_token_interoperates_with_the_library);
+    tcase_add_test(tc, test_force_release_needs_yes_and_is_logged);
+    tcase_add_test(tc, test_list_shows_both_lock_formats_and_inspect_reports_absence);
+    tcase_add_test(tc, test_usage_errors_exit_2_and_say_why);
+    tcase_add_test(tc, test_unreachable_redis_is_an_error);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(ctl_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
