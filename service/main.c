@@ -20,6 +20,10 @@
 #include "log.h"
 #include "migrate.h"
 #include "order_writer.h"
+#include "redis_conn.h"
+#include "rlock_notify.h"
+#include "rlock_watch.h"
+#include "txlock.h"
 #include "workers.h"
 
 static void usage(FILE *out)
@@ -68,7 +72,25 @@ static int serve(const struct cfg *c)
     int rc = 1;
     struct http_server *http = NULL;
     struct order_writer *writer = NULL;
-    struct workers *ws = workers_start(c, err, sizeof err);
+    struct workers *ws = NULL;
+    /* The lock library's two background threads: one subscriber connection
+     * that wakes every waiting lock on release, and the watchdog that renews
+     * held locks and flags lost ones.  Both open their own connections. */
+    struct redis_conn lock_conn;
+    struct rlock_notifier *notifier = NULL;
+    struct rlock_watchdog *watchdog = NULL;
+    if (redis_conn_init(&lock_conn, c, err, sizeof err) != 0)
+        goto out;
+    notifier = rlock_notifier_new(redis_conn_open, &lock_conn, err, sizeof err);
+    struct rlock_watchdog_opts wo = {.lease_ms = (int)c->lock_ttl_ms,
+                                     .op_timeout_ms = (int)c->redis_timeout_ms};
+    watchdog =
+        notifier ? rlock_watchdog_new(redis_conn_open, &lock_conn, &wo, err, sizeof err) : NULL;
+    if (!watchdog)
+        goto out;
+    rlock_notifier_set_default(notifier);
+    txlock_set_watchdog(watchdog);
+    ws = workers_start(c, err, sizeof err);
     if (!ws)
         goto out;
     http = http_server_start(c, ws, err, sizeof err);
@@ -92,6 +114,11 @@ out:
     workers_drain(ws);
     http_server_stop(http);
     workers_free(ws);
+    /* Every lock is released or cleared by now. */
+    txlock_set_watchdog(NULL);
+    rlock_notifier_set_default(NULL);
+    rlock_watchdog_free(watchdog);
+    rlock_notifier_free(notifier);
     event_free(sigint);
     event_free(sigterm);
     event_base_free(base);

@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "rlock_metrics.h"
+
 static atomic_long counters[M_COUNT];
 
 static const struct {
@@ -38,7 +40,7 @@ void metrics_add(enum metric m, long n)
 
 char *metrics_render(size_t *len)
 {
-    size_t cap = 256 * M_COUNT;
+    size_t cap = 256 * (M_COUNT + 8);
     char *out = malloc(cap);
     if (!out)
         abort();
@@ -47,6 +49,31 @@ char *metrics_render(size_t *len)
         int w = snprintf(out + n, cap - n, "# HELP %s %s\n# TYPE %s counter\n%s %ld\n",
                          info[i].name, info[i].help, info[i].name, info[i].name,
                          atomic_load_explicit(&counters[i], memory_order_relaxed));
+        if (w < 0 || (size_t)w >= cap - n)
+            break;
+        n += (size_t)w;
+    }
+    /* The lock library keeps its own counters. */
+    struct rlock_metrics lm;
+    rlock_metrics_snapshot(&lm);
+    const struct {
+        const char *name, *help;
+        uint64_t v;
+    } locks[] = {
+        {"seckill_lock_acquired_total", "lock acquisitions", lm.acquired},
+        {"seckill_lock_waited_total", "acquisitions that waited for a busy lock", lm.waited},
+        {"seckill_lock_wait_ms_total", "milliseconds spent waiting for locks", lm.wait_ms_total},
+        {"seckill_lock_busy_total", "acquisitions that gave up on a busy lock", lm.busy},
+        {"seckill_lock_renewed_total", "watchdog renewals", lm.renewed},
+        {"seckill_lock_lost_total", "locks found lost while held", lm.lost},
+        {"seckill_lock_released_total", "lock releases", lm.released},
+        {"seckill_lock_release_refused_total", "releases refused (not the owner)",
+         lm.release_refused},
+    };
+    for (size_t i = 0; i < sizeof locks / sizeof locks[0]; i++) {
+        int w =
+            snprintf(out + n, cap - n, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", locks[i].name,
+                     locks[i].help, locks[i].name, locks[i].name, (unsigned long long)locks[i].v);
         if (w < 0 || (size_t)w >= cap - n)
             break;
         n += (size_t)w;

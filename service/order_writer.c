@@ -218,7 +218,7 @@ static int load_existing(struct dbtx *tx, struct batch *b, const char *ids)
 }
 
 /* Decides, writes and checks the new orders of the batch inside tx. */
-static int write_new_orders(struct dbtx *tx, struct batch *b, const char *sid)
+static int write_new_orders(struct dbtx *tx, struct batch *b, const char *sid, int64_t stock)
 {
     enum decision *was = calloc(b->n, sizeof *was);
     if (!was)
@@ -227,14 +227,7 @@ static int write_new_orders(struct dbtx *tx, struct batch *b, const char *sid)
     int rc = -1;
     struct sbuf ids = {0}, users = {0}, qtys = {0}, status = {0}, reasons = {0}, idems = {0},
                 ms = {0}, kinds = {0}, deltas = {0}, afters = {0}, lids = {0};
-    PGresult *r = dbtx_exec(tx, sql_text("sku_lock_row"), 1, (const char *[]){sid});
-    if (!r || PQntuples(r) != 1) {
-        PQclear(r);
-        goto out;
-    }
-    int64_t stock = atoll(PQgetvalue(r, 0, 0));
-    PQclear(r);
-
+    PGresult *r;
     /* First come, first served in stream order, while the database has stock. */
     int64_t take = 0;
     size_t fresh = 0;
@@ -312,10 +305,12 @@ out:
     return rc;
 }
 
-int writer_process_batch(struct writer *w, int64_t sku, const struct writer_entry *e, size_t n)
+/* One attempt of writer_process_batch; *stale is set when the fencing token
+ * was refused because another holder wrote the SKU first. */
+static int process_once(struct writer *w, int64_t sku, const struct writer_entry *e, size_t n,
+                        int *stale)
 {
-    if (n == 0)
-        return 0;
+    *stale = 0;
     const struct cfg *c = w->ctx.cfg;
     struct batch b = {.w = w, .sku = sku, .e = e, .n = n};
     b.dec = calloc(n, sizeof *b.dec);
@@ -329,15 +324,11 @@ int writer_process_batch(struct writer *w, int64_t sku, const struct writer_entr
     }
     int rc = -1;
     struct sbuf ids = {0};
-    struct txlock t = {.redis = &w->ctx.redis};
-    struct rlock_opts o = txlock_opts(c);
-    redisContext *rc_ctx = redis_conn_get(&w->ctx.redis);
-    enum rlock_status st =
-        rc_ctx ? rlock_acquire_multi(rc_ctx, &t.lock, lock_ptrs, n, &o) : RLOCK_ERR;
+    struct txlock t;
+    enum rlock_status st = txlock_acquire(&t, &w->ctx.redis, c, sku, lock_ptrs, n);
     if (st != RLOCK_OK) {
         /* Busy: another writer holds these orders right now; it decides them. */
         log_debug("sku %" PRId64 ": batch lock: %s", sku, rlock_status_str(st));
-        rlock_clear(&t.lock);
         goto out;
     }
     PGconn *conn = db_conn_get(&w->ctx.db);
@@ -346,9 +337,7 @@ int writer_process_batch(struct writer *w, int64_t sku, const struct writer_entr
     if (!tx || txlock_bind(&t, tx) != 0) {
         if (tx)
             (void)dbtx_rollback(tx);
-        if (redis_conn_get(&w->ctx.redis))
-            (void)rlock_release(w->ctx.redis.ctx, &t.lock);
-        rlock_clear(&t.lock);
+        txlock_release(&t);
         goto out;
     }
     if (dbtx_on_complete(tx, on_batch_complete, &b) != 0) {
@@ -363,7 +352,13 @@ int writer_process_batch(struct writer *w, int64_t sku, const struct writer_entr
         sep = ",";
     }
     sb_str(&ids, "}");
-    if (load_existing(tx, &b, ids.p) != 0 || write_new_orders(tx, &b, sid) != 0) {
+    /* The fenced row lock comes first: a writer whose lease ran out while it
+     * was paused is refused here by PostgreSQL, before it writes anything. */
+    int64_t stock;
+    int fenced = txlock_fence(&t, tx, &stock);
+    *stale = fenced == TXLOCK_STALE;
+    if (fenced != 1 || load_existing(tx, &b, ids.p) != 0 ||
+        write_new_orders(tx, &b, sid, stock) != 0) {
         log_warn("sku %" PRId64 ": batch of %zu rolled back: %s", sku, n, dbtx_error(tx));
         (void)dbtx_rollback(tx);
         goto out;
@@ -385,12 +380,22 @@ int writer_process_batch(struct writer *w, int64_t sku, const struct writer_entr
         metrics_add(M_WRITER_ORDERS_REJECTED, rejected);
     }
 out:
-    if (rc != 0)
-        metrics_add(M_WRITER_BATCHES_FAILED, 1);
     free(ids.p);
     free(b.dec);
     free(lock_keys);
     free(lock_ptrs);
+    return rc;
+}
+
+int writer_process_batch(struct writer *w, int64_t sku, const struct writer_entry *e, size_t n)
+{
+    if (n == 0)
+        return 0;
+    int rc = -1, stale = 1;
+    for (int i = 0; i < TXLOCK_FENCE_ATTEMPTS && rc != 0 && stale; i++)
+        rc = process_once(w, sku, e, n, &stale);
+    if (rc != 0)
+        metrics_add(M_WRITER_BATCHES_FAILED, 1);
     return rc;
 }
 

@@ -72,22 +72,21 @@ static struct timeval ms_tv(int ms)
 }
 
 /* Sends AUTH / SELECT on a fresh connection.  Returns 0 or -1. */
-static int handshake(struct redis_conn *rc)
+static int handshake(const struct redis_target *t, redisContext *c)
 {
     char db[16];
-    snprintf(db, sizeof db, "%d", rc->target.db);
-    const char *auth[] = {"AUTH", rc->target.password};
+    snprintf(db, sizeof db, "%d", t->db);
+    const char *auth[] = {"AUTH", t->password};
     const char *sel[] = {"SELECT", db};
     for (int step = 0; step < 2; step++) {
-        if (step == 0 && rc->target.password[0] == '\0')
+        if (step == 0 && t->password[0] == '\0')
             continue;
-        if (step == 1 && rc->target.db == 0)
+        if (step == 1 && t->db == 0)
             continue;
-        redisReply *r = redisCommandArgv(rc->ctx, 2, step == 0 ? auth : sel, NULL);
+        redisReply *r = redisCommandArgv(c, 2, step == 0 ? auth : sel, NULL);
         int ok = r && r->type != REDIS_REPLY_ERROR;
         if (!ok)
-            log_warn("redis %s failed: %s", step == 0 ? "AUTH" : "SELECT",
-                     r ? r->str : rc->ctx->errstr);
+            log_warn("redis %s failed: %s", step == 0 ? "AUTH" : "SELECT", r ? r->str : c->errstr);
         if (r)
             freeReplyObject(r);
         if (!ok)
@@ -96,23 +95,31 @@ static int handshake(struct redis_conn *rc)
     return 0;
 }
 
+redisContext *redis_conn_open(void *template)
+{
+    const struct redis_conn *rc = template;
+    const struct redis_target *t = &rc->target;
+    redisContext *c = redisConnectWithTimeout(t->host, t->port, ms_tv(rc->connect_timeout_ms));
+    if (!c || c->err) {
+        log_warn("redis connect %s:%d failed: %s", t->host, t->port,
+                 c ? c->errstr : "out of memory");
+        if (c)
+            redisFree(c);
+        return NULL;
+    }
+    if (redisSetTimeout(c, ms_tv(rc->timeout_ms)) != REDIS_OK || handshake(t, c) != 0) {
+        redisFree(c);
+        return NULL;
+    }
+    return c;
+}
+
 redisContext *redis_conn_get(struct redis_conn *rc)
 {
     if (rc->ctx && rc->ctx->err == 0)
         return rc->ctx;
     redis_conn_close(rc);
-    rc->ctx =
-        redisConnectWithTimeout(rc->target.host, rc->target.port, ms_tv(rc->connect_timeout_ms));
-    if (!rc->ctx || rc->ctx->err) {
-        log_warn("redis connect %s:%d failed: %s", rc->target.host, rc->target.port,
-                 rc->ctx ? rc->ctx->errstr : "out of memory");
-        redis_conn_close(rc);
-        return NULL;
-    }
-    if (redisSetTimeout(rc->ctx, ms_tv(rc->timeout_ms)) != REDIS_OK || handshake(rc) != 0) {
-        redis_conn_close(rc);
-        return NULL;
-    }
+    rc->ctx = redis_conn_open(rc);
     return rc->ctx;
 }
 

@@ -35,6 +35,12 @@ struct redis_conn {
 int redis_conn_init(struct redis_conn *rc, const struct cfg *c, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 
+/* Opens a new connection with the settings of the redis_conn 'template'
+ * (timeouts, AUTH, SELECT); the caller owns it.  NULL when Redis cannot be
+ * reached.  Its signature is rlock_connect_fn's, for the lock library's
+ * notifier and watchdog threads. */
+redisContext *redis_conn_open(void *template);
+
 /* Returns a connected context (owned by rc), or NULL when Redis cannot be reached. */
 redisContext *redis_conn_get(struct redis_conn *rc);
 

@@ -45,14 +45,10 @@ static int lock_sku(struct worker_ctx *w, struct txlock *t, int64_t sku)
 {
     char key[KEYS_MAX];
     keys_sku(key, sku, KEY_SKU_LOCK);
-    memset(t, 0, sizeof *t);
-    t->redis = &w->redis;
-    struct rlock_opts o = txlock_opts(w->cfg);
-    redisContext *c = redis_conn_get(&w->redis);
-    enum rlock_status st = c ? rlock_acquire(c, &t->lock, key, &o) : RLOCK_ERR;
+    const char *keys[] = {key};
+    enum rlock_status st = txlock_acquire(t, &w->redis, w->cfg, sku, keys, 1);
     if (st != RLOCK_OK) {
         log_warn("lock %s: %s", key, rlock_status_str(st));
-        rlock_clear(&t->lock);
         return -1;
     }
     return 0;
@@ -68,10 +64,7 @@ static struct dbtx *begin_locked(struct worker_ctx *w, struct txlock *t)
         return tx;
     if (tx)
         (void)dbtx_rollback(tx);
-    redisContext *c = redis_conn_get(&w->redis);
-    if (c)
-        (void)rlock_release(c, &t->lock);
-    rlock_clear(&t->lock);
+    txlock_release(t);
     return NULL;
 }
 
@@ -191,13 +184,16 @@ static enum sku_result create_with_id(struct worker_ctx *w, const struct validat
     i64s(sid, sizeof sid, id);
     i64s(stock, sizeof stock, spec->stock);
     i64s(limit, sizeof limit, spec->per_user_limit);
+    char fence[24];
+    i64s(fence, sizeof fence, t.fence);
     const char *ins[] = {sid,
                          spec->name,
                          stock,
                          limit,
                          spec->has_starts ? lj.starts_ms : NULL,
-                         spec->has_ends ? lj.ends_ms : NULL};
-    PGresult *r = tx_query(tx, "sku_insert", 6, ins);
+                         spec->has_ends ? lj.ends_ms : NULL,
+                         fence};
+    PGresult *r = tx_query(tx, "sku_insert", 7, ins);
     if (!r || PQntuples(r) == 0) {
         enum sku_result res = r ? SKU_EXISTS : SKU_UNAVAILABLE;
         PQclear(r);
@@ -287,8 +283,12 @@ enum sku_result sku_reload(struct worker_ctx *w, int64_t sku, json_t **out)
     }
     char sid[24];
     i64s(sid, sizeof sid, sku);
-    PGresult *info = tx_query(tx, "sku_get", 1, (const char *[]){sid});
-    enum sku_result res = !info ? SKU_UNAVAILABLE : PQntuples(info) ? SKU_OK : SKU_UNKNOWN;
+    int64_t db_stock;
+    int fenced = txlock_fence(&t, tx, &db_stock);
+    PGresult *info = fenced == 1 ? tx_query(tx, "sku_get", 1, (const char *[]){sid}) : NULL;
+    enum sku_result res = fenced == 0                     ? SKU_UNKNOWN
+                          : !info || PQntuples(info) != 1 ? SKU_UNAVAILABLE
+                                                          : SKU_OK;
     /* Reservations still queued will take stock from the database: rebuilding
      * Redis from it now would count them twice.  Let the writers drain first. */
     long long queued = res == SKU_OK ? stream_length(w, sku) : 0;
@@ -358,10 +358,13 @@ static void adjust_on_complete(enum dbtx_outcome outcome, void *arg)
         freeReplyObject(r);
 }
 
-enum sku_result sku_adjust(struct worker_ctx *w, int64_t sku, int64_t delta, const char *reason,
-                           json_t **out)
+/* One attempt of sku_adjust; *stale is set when the fencing token was refused
+ * because an order writer wrote the SKU with a newer token first. */
+static enum sku_result adjust_once(struct worker_ctx *w, int64_t sku, int64_t delta,
+                                   const char *reason, json_t **out, int *stale)
 {
     *out = NULL;
+    *stale = 0;
     struct txlock t;
     if (lock_sku(w, &t, sku) != 0)
         return SKU_UNAVAILABLE;
@@ -377,6 +380,13 @@ enum sku_result sku_adjust(struct worker_ctx *w, int64_t sku, int64_t delta, con
     char sid[24], d[24];
     i64s(sid, sizeof sid, sku);
     i64s(d, sizeof d, delta);
+    int64_t before;
+    int fenced = txlock_fence(&t, tx, &before);
+    if (fenced != 1) {
+        *stale = fenced == TXLOCK_STALE;
+        (void)dbtx_rollback(tx);
+        return fenced == 0 ? SKU_UNKNOWN : SKU_UNAVAILABLE;
+    }
 
     /* Database first, guarded: stock + delta >= 0. */
     PGresult *r = tx_query(tx, "sku_adjust", 2, (const char *[]){sid, d});
@@ -444,6 +454,16 @@ enum sku_result sku_adjust(struct worker_ctx *w, int64_t sku, int64_t delta, con
     json_object_set_new(o, "available", json_integer(available));
     *out = o;
     return SKU_OK;
+}
+
+enum sku_result sku_adjust(struct worker_ctx *w, int64_t sku, int64_t delta, const char *reason,
+                           json_t **out)
+{
+    enum sku_result res = SKU_UNAVAILABLE;
+    int stale = 1;
+    for (int i = 0; i < TXLOCK_FENCE_ATTEMPTS && stale; i++)
+        res = adjust_once(w, sku, delta, reason, out, &stale);
+    return res;
 }
 
 /* ---- reads ------------------------------------------------------------- */

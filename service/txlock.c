@@ -1,6 +1,78 @@
 #include "txlock.h"
 
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "embedded.h"
+#include "keys.h"
 #include "log.h"
+#include "rlock_fence.h"
+
+static struct rlock_watchdog *watchdog;
+
+void txlock_set_watchdog(struct rlock_watchdog *wd)
+{
+    watchdog = wd;
+}
+
+struct rlock_opts txlock_opts(const struct cfg *c)
+{
+    struct rlock_opts o = {.ttl_ms = (int)c->lock_ttl_ms,
+                           .wait_ms = (int)c->lock_wait_ms,
+                           .retry_ms = (int)c->lock_retry_ms};
+    return o;
+}
+
+static void on_lost(const char *key, void *arg)
+{
+    (void)arg;
+    log_warn("lock %s lost while held: its transaction will roll back", key);
+}
+
+enum rlock_status txlock_acquire(struct txlock *t, struct redis_conn *rc, const struct cfg *c,
+                                 int64_t sku, const char *const *keys, size_t n)
+{
+    memset(t, 0, sizeof *t);
+    t->redis = rc;
+    t->sku = sku;
+    char sku_lock[KEYS_MAX], fence_key[KEYS_MAX + 8];
+    keys_sku(sku_lock, sku, KEY_SKU_LOCK);
+    if (rlock_fence_key(fence_key, sizeof fence_key, sku_lock) != 0)
+        return RLOCK_ERR;
+    struct rlock_opts o = txlock_opts(c);
+    redisContext *ctx = redis_conn_get(rc);
+    enum rlock_status st =
+        !ctx ? RLOCK_ERR
+        : n == 1 && strcmp(keys[0], sku_lock) == 0
+            ? rlock_acquire_fenced(ctx, &t->lock, sku_lock, &o, &t->fence)
+            : rlock_acquire_multi_fenced(ctx, &t->lock, keys, n, fence_key, &o, &t->fence);
+    if (st != RLOCK_OK) {
+        if (ctx && ctx->err)
+            redis_conn_close(rc);
+        rlock_clear(&t->lock);
+        return st;
+    }
+    /* Fenced locks carry an explicit lease; the watchdog renews it while the
+     * transaction runs and flags the lock the moment a renewal finds it gone. */
+    if (watchdog) {
+        t->lock.watch =
+            rlock_watch_tokens(watchdog, (const char *const *)t->lock.keys, t->lock.nkeys,
+                               t->lock.token, t->lock.acquired_mono_ms, on_lost, NULL);
+        if (!t->lock.watch)
+            log_warn("lock on sku %" PRId64 ": watchdog unavailable; lease not renewed", sku);
+    }
+    return RLOCK_OK;
+}
+
+void txlock_release(struct txlock *t)
+{
+    redisContext *c = redis_conn_get(t->redis);
+    if (!c || rlock_release(c, &t->lock) != RLOCK_OK)
+        log_debug("lock release: left to expire with its lease");
+    rlock_clear(&t->lock);
+}
 
 static void release_on_complete(enum dbtx_outcome outcome, void *arg)
 {
@@ -25,15 +97,44 @@ int txlock_bind(struct txlock *t, struct dbtx *tx)
     return dbtx_on_complete(tx, release_on_complete, t);
 }
 
-int txlock_still_valid(const struct txlock *t, int64_t margin_ms)
+int txlock_fence(struct txlock *t, struct dbtx *tx, int64_t *stock)
 {
-    return rlock_remaining_ms(&t->lock) > margin_ms;
+    char sid[24], tok[24];
+    snprintf(sid, sizeof sid, "%" PRId64, t->sku);
+    snprintf(tok, sizeof tok, "%" PRId64, t->fence);
+    PGresult *r = dbtx_exec(tx, sql_text("sku_fence"), 2, (const char *[]){sid, tok});
+    if (!r) {
+        log_warn("sku %s: fenced row lock failed: %s", sid, dbtx_error(tx));
+        return -1;
+    }
+    int got = PQntuples(r) == 1;
+    if (got)
+        *stock = atoll(PQgetvalue(r, 0, 0));
+    PQclear(r);
+    if (got)
+        return 1;
+    /* No row: either no such SKU, or a newer token already wrote it. */
+    r = dbtx_exec(tx, sql_text("sku_fence_seen"), 1, (const char *[]){sid});
+    if (!r)
+        return -1;
+    if (PQntuples(r) == 0) {
+        PQclear(r);
+        return 0;
+    }
+    int64_t seen = atoll(PQgetvalue(r, 0, 0));
+    PQclear(r);
+    log_debug("sku %s: fencing token %s refused, PostgreSQL has seen %" PRId64, sid, tok, seen);
+    char sku_lock[KEYS_MAX], err[160];
+    keys_sku(sku_lock, t->sku, KEY_SKU_LOCK);
+    redisContext *c = redis_conn_get(t->redis);
+    if (!c || rlock_fence_floor(c, sku_lock, NULL, seen, err, sizeof err) != RLOCK_OK) {
+        log_warn("sku %s: cannot lift the fencing counter", sid);
+        return -1;
+    }
+    return TXLOCK_STALE;
 }
 
-struct rlock_opts txlock_opts(const struct cfg *c)
+int txlock_still_valid(const struct txlock *t, int64_t margin_ms)
 {
-    struct rlock_opts o = {.ttl_ms = (int)c->lock_ttl_ms,
-                           .wait_ms = (int)c->lock_wait_ms,
-                           .retry_ms = (int)c->lock_retry_ms};
-    return o;
+    return !rlock_lost(&t->lock) && rlock_remaining_ms(&t->lock) > margin_ms;
 }

@@ -17,6 +17,7 @@
 #include "order_writer.h"
 #include "rlock.h"
 #include "sku.h"
+#include "txlock.h"
 
 static struct cfg cfg;
 
@@ -345,6 +346,49 @@ START_TEST(test_lock_released_in_completion_hook_prevents_duplicate)
 }
 END_TEST
 
+/* I5: a holder whose lease ran out (here: its key deleted, as expiry would)
+ * while a newer holder wrote cannot write the SKU any more. */
+START_TEST(test_stale_fencing_token_cannot_write_the_sku)
+{
+    create_sku(5, 10, 5);
+    struct redis_conn rc;
+    char err[160], key[KEYS_MAX];
+    ck_assert(redis_conn_init(&rc, &cfg, err, sizeof err) == 0);
+    keys_sku(key, 5, KEY_SKU_LOCK);
+    const char *keys[] = {key};
+    struct txlock old, fresh;
+    ck_assert_int_eq(txlock_acquire(&old, &rc, &cfg, 5, keys, 1), RLOCK_OK);
+    redisContext *r = th_redis();
+    redisReply *rep = redisCommand(r, "DEL %s", key); /* the old lease is over */
+    freeReplyObject(rep);
+    ck_assert_int_eq(txlock_acquire(&fresh, &rc, &cfg, 5, keys, 1), RLOCK_OK);
+    ck_assert_int_gt(fresh.fence, old.fence);
+
+    PGconn *a = th_pg(), *b = th_pg();
+    int64_t stock;
+    struct dbtx *tx = dbtx_begin(b, NULL, DBTX_ISO_READ_COMMITTED, NULL, 0);
+    ck_assert_int_eq(txlock_fence(&fresh, tx, &stock), 1);
+    ck_assert_int_eq(stock, 10);
+    ck_assert_int_eq(dbtx_commit(tx, NULL, 0, NULL), DBTX_COMMITTED);
+
+    tx = dbtx_begin(a, NULL, DBTX_ISO_READ_COMMITTED, NULL, 0);
+    ck_assert_int_eq(txlock_fence(&old, tx, &stock), TXLOCK_STALE);
+    (void)dbtx_rollback(tx);
+    /* The refusal lifted the counter: the next acquisition passes at once. */
+    txlock_release(&fresh);
+    ck_assert_int_eq(txlock_acquire(&fresh, &rc, &cfg, 5, keys, 1), RLOCK_OK);
+    tx = dbtx_begin(a, NULL, DBTX_ISO_READ_COMMITTED, NULL, 0);
+    ck_assert_int_eq(txlock_fence(&fresh, tx, &stock), 1);
+    ck_assert_int_eq(dbtx_commit(tx, NULL, 0, NULL), DBTX_COMMITTED);
+    txlock_release(&fresh);
+    rlock_clear(&old.lock);
+    PQfinish(a);
+    PQfinish(b);
+    redisFree(r);
+    redis_conn_close(&rc);
+}
+END_TEST
+
 static Suite *writer_suite(void)
 {
     Suite *s = suite_create("writer");
@@ -355,6 +399,7 @@ static Suite *writer_suite(void)
     tcase_add_test(tc, test_replayed_batch_changes_nothing);
     tcase_add_test(tc, test_database_refusal_rejects_and_returns_stock_once);
     tcase_add_test(tc, test_entries_of_dead_writer_are_reclaimed);
+    tcase_add_test(tc, test_stale_fencing_token_cannot_write_the_sku);
     tcase_add_test(tc, test_lock_released_before_commit_admits_duplicate);
     tcase_add_test(tc, test_lock_released_in_completion_hook_prevents_duplicate);
     suite_add_tcase(s, tc);

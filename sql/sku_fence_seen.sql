@@ -1,0 +1,1 @@
+SELECT fence_token FROM skus WHERE id = $1

@@ -1,1 +1,0 @@
-SELECT stock FROM skus WHERE id = $1 FOR UPDATE
