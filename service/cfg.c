@@ -54,6 +54,8 @@ static const struct cfg_def defs[] = {
     I(lock_wait_ms, 2000, 0, 600000, "how long to wait for a busy lock"),
     I(lock_retry_ms, 20, 1, 10000, "base retry interval while waiting for a lock"),
     I(lock_commit_margin_ms, 500, 0, 600000, "refuse to commit with less lease left"),
+    I(lock_min_replicas, 0, 0, 16, "replicas that must acknowledge a new lock (0: do not wait)"),
+    I(lock_replica_timeout_ms, 100, 1, 60000, "how long a new lock waits for its replicas"),
     I(idempotency_ttl_s, 86400, 1, 31536000, "how long an Idempotency-Key is remembered"),
     I(writer_threads, 1, 0, 64, "order writer threads (0: this instance writes no orders)"),
     I(writer_batch, 100, 1, 10000, "stream entries per database transaction"),
@@ -241,6 +243,10 @@ int cfg_check(const struct cfg *c, char *err, size_t errlen)
                  "pg_statement_timeout_ms (%" PRId64 ") must be below lock_ttl_ms (%" PRId64
                  "): a statement may not outlast the lock that guards it",
                  c->pg_statement_timeout_ms, c->lock_ttl_ms);
+        return -1;
+    }
+    if (c->lock_min_replicas > 0 && c->lock_replica_timeout_ms >= c->redis_timeout_ms) {
+        snprintf(err, errlen, "lock_replica_timeout_ms must be below redis_timeout_ms");
         return -1;
     }
     return 0;

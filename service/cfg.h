@@ -34,14 +34,16 @@ struct cfg {
     int64_t lock_wait_ms;          /* how long to wait for a busy lock */
     int64_t lock_retry_ms;         /* base retry interval while waiting */
     int64_t lock_commit_margin_ms; /* refuse to commit with less lease left */
-    int64_t idempotency_ttl_s;     /* how long an Idempotency-Key is remembered */
-    int64_t writer_threads;        /* order writer threads in this process */
-    int64_t writer_batch;          /* stream entries per transaction */
-    int64_t writer_block_ms;       /* XREADGROUP BLOCK */
-    int64_t writer_claim_idle_ms;  /* reclaim entries idle this long (crashed writer) */
-    int64_t writer_refresh_ms;     /* how often the SKU list is re-read */
-    int64_t writer_retry_ms;       /* pause after a failed batch */
-    char *log_level;               /* debug, info, warn, error */
+    int64_t lock_min_replicas;     /* replicas that must acknowledge a lock (WAIT); 0: none */
+    int64_t lock_replica_timeout_ms;
+    int64_t idempotency_ttl_s;    /* how long an Idempotency-Key is remembered */
+    int64_t writer_threads;       /* order writer threads in this process */
+    int64_t writer_batch;         /* stream entries per transaction */
+    int64_t writer_block_ms;      /* XREADGROUP BLOCK */
+    int64_t writer_claim_idle_ms; /* reclaim entries idle this long (crashed writer) */
+    int64_t writer_refresh_ms;    /* how often the SKU list is re-read */
+    int64_t writer_retry_ms;      /* pause after a failed batch */
+    char *log_level;              /* debug, info, warn, error */
 };
 
 /* Fills c with the built-in defaults (strings are heap copies). */

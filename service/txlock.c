@@ -48,6 +48,11 @@ enum rlock_status txlock_acquire(struct txlock *t, struct redis_conn *rc, const 
         : n == 1 && strcmp(keys[0], sku_lock) == 0
             ? rlock_acquire_fenced(ctx, &t->lock, sku_lock, &o, &t->fence)
             : rlock_acquire_multi_fenced(ctx, &t->lock, keys, n, fence_key, &o, &t->fence);
+    /* Optionally, a lock counts only once replicas hold it too: a failover to
+     * a replica that never saw it would hand it to a second owner. */
+    if (st == RLOCK_OK && c->lock_min_replicas > 0)
+        st = rlock_require_replicas(ctx, &t->lock, (int)c->lock_min_replicas,
+                                    (int)c->lock_replica_timeout_ms);
     if (st != RLOCK_OK) {
         if (ctx && ctx->err)
             redis_conn_close(rc);

@@ -112,6 +112,31 @@ START_TEST(test_shutdown_with_order_in_flight_answers_and_exits_cleanly)
 }
 END_TEST
 
+/* With lock_min_replicas set and no replica, no lock counts: admin writes
+ * fail closed with 503, and no lock key is left behind. */
+START_TEST(test_locks_without_required_replicas_fail_closed)
+{
+    th_reset();
+    struct th_daemon d;
+    const char *env[] = {"SECKILL_LOCK_MIN_REPLICAS=1", "SECKILL_LOCK_REPLICA_TIMEOUT_MS=50", NULL};
+    th_daemon_start(&d, env);
+    struct th_response r;
+    ck_assert_int_eq(th_admin(d.port, "POST", "/admin/v1/skus",
+                              "{\"id\":3,\"name\":\"x\",\"stock\":5,\"per_user_limit\":1}", &r),
+                     0);
+    ck_assert_int_eq(r.status, 503);
+    redisContext *rc = th_redis();
+    redisReply *rep = redisCommand(rc, "EXISTS seckill:{sku:3}:lock:sku seckill:{sku:3}:meta");
+    ck_assert_int_eq(rep->integer, 0);
+    freeReplyObject(rep);
+    redisFree(rc);
+    PGconn *c = th_pg();
+    ck_assert_int_eq(th_pg_int(c, "SELECT count(*) FROM skus"), 0);
+    PQfinish(c);
+    th_daemon_stop(&d);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("recovery");
@@ -119,6 +144,7 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_lost_redis_data_fails_closed_until_reload_and_ids_never_repeat);
     tcase_add_test(tc, test_shutdown_with_order_in_flight_answers_and_exits_cleanly);
+    tcase_add_test(tc, test_locks_without_required_replicas_fail_closed);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
