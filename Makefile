@@ -93,6 +93,8 @@ $(BUILD)/rlock-bench: $(BUILD)/loadtest/rlock_bench.o $(BUILD)/librlock.a
 $(BUILD)/tests/%: $(BUILD)/service/tests/%.o $(TEST_HOBJ) $(BUILD)/libseckill.a $(BUILD)/librlock.a
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) $(CHECK_LIBS)
+# test_loadtest also unit-tests the load generator's latency histogram.
+$(BUILD)/tests/test_loadtest: $(BUILD)/loadtest/lt_hist.o
 
 deps:
 	scripts/deps.sh
