@@ -12,20 +12,14 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "harness_rlock.h"
 
 #define START_TRIES 3      /* another process may grab the port we picked */
 #define START_WAIT_MS 5000 /* per try, until PING answers */
 #define POLL_STEP_MS 20
 #define MAX_ARGS 32
-
-static void pause_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-        ;
-}
 
 /* A loopback port nobody listened on a moment ago. */
 static int pick_port(void)
@@ -98,7 +92,7 @@ static int spawn(struct th_redis_server *s, const char *const *extra)
             s->pid = 0;
             return 0;
         }
-        pause_ms(POLL_STEP_MS);
+        th_sleep_ms(POLL_STEP_MS);
     }
     th_redis_server_kill(s);
     return 0;
@@ -170,7 +164,7 @@ void th_redis_server_wait_replica(const struct th_redis_server *replica, int tim
             redisFree(c);
             return;
         }
-        pause_ms(POLL_STEP_MS);
+        th_sleep_ms(POLL_STEP_MS);
     }
     redisFree(c);
     ck_abort_msg("replica on port %d did not connect within %d ms", replica->port, timeout_ms);

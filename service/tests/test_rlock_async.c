@@ -5,14 +5,11 @@
  * shared notifier, and per-operation timeouts while Redis is paused.
  */
 #include <check.h>
-#include <errno.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -21,6 +18,7 @@
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 
+#include "harness_rlock.h"
 #include "rlock.h"
 #include "rlock_async.h"
 #include "rlock_metrics.h"
@@ -29,93 +27,11 @@
 
 #define TEST_PREFIX "test_rlock_async"
 
-/* ---- helpers (each test binary is standalone) ---- */
-
-/* Connects to SECKILL_TEST_REDIS_URL (redis://HOST:PORT[/DB]) without Check
- * assertions, so threads, children and library callbacks can use it.
- * Returns NULL with why filled in; an unset variable is a failure, never a
- * skip. */
-static redisContext *connect_redis(char *why, size_t whylen)
-{
-    const char *url = getenv("SECKILL_TEST_REDIS_URL");
-    char host[128];
-    int port = 0, db = 0;
-    if (!url || sscanf(url, "redis://%127[^:]:%d/%d", host, &port, &db) < 2 || port <= 0) {
-        snprintf(why, whylen, "SECKILL_TEST_REDIS_URL is unset or not redis://HOST:PORT[/DB]: %s",
-                 url ? url : "(unset)");
-        return NULL;
-    }
-    struct timeval tv = {2, 0};
-    redisContext *c = redisConnectWithTimeout(host, port, tv);
-    if (!c || c->err) {
-        snprintf(why, whylen, "connect %.64s:%d: %.64s", host, port, c ? c->errstr : "OOM");
-        redisFree(c);
-        return NULL;
-    }
-    (void)redisSetTimeout(c, tv);
-    if (db != 0) {
-        redisReply *r = redisCommand(c, "SELECT %d", db);
-        int ok = r && r->type == REDIS_REPLY_STATUS;
-        freeReplyObject(r);
-        if (!ok) {
-            snprintf(why, whylen, "SELECT %d failed", db);
-            redisFree(c);
-            return NULL;
-        }
-    }
-    return c;
-}
-
-static redisContext *test_connect(void)
-{
-    char why[256];
-    redisContext *c = connect_redis(why, sizeof why);
-    ck_assert_msg(c != NULL, "%s", why);
-    return c;
-}
-
-/* rlock_connect_fn for the notifier and the watchdog. */
-static redisContext *connect_cb(void *arg)
-{
-    (void)arg;
-    char why[256];
-    return connect_redis(why, sizeof why);
-}
+/* ---- helpers ---- */
 
 static void test_key(char *buf, size_t len, const char *name)
 {
     snprintf(buf, len, "%s:%d:%s", TEST_PREFIX, (int)getpid(), name);
-}
-
-static redisReply *must(redisContext *c, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    redisReply *r = redisvCommand(c, fmt, ap);
-    va_end(ap);
-    ck_assert_msg(r != NULL, "redis command failed: %s", c->errstr);
-    return r;
-}
-
-static long long int_cmd(redisContext *c, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    redisReply *r = redisvCommand(c, fmt, ap);
-    va_end(ap);
-    ck_assert_msg(r != NULL, "redis command failed: %s", c->errstr);
-    ck_assert_msg(r->type == REDIS_REPLY_INTEGER, "expected an integer reply, got type %d",
-                  r->type);
-    long long n = r->integer;
-    freeReplyObject(r);
-    return n;
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-        ;
 }
 
 /* ---- a loop with a client ---- */
@@ -201,8 +117,8 @@ START_TEST(test_async_acquire_extend_release_each_callback_once)
     char key[128], rkey[128];
     test_key(key, sizeof key, "basic");
     test_key(rkey, sizeof rkey, "basic:reentrant");
-    redisContext *c = test_connect();
-    freeReplyObject(must(c, "DEL %s %s", key, rkey));
+    redisContext *c = th_rl_connect_or_fail();
+    freeReplyObject(th_rl_cmd(c, "DEL %s %s", key, rkey));
     struct loop lp;
     loop_open(&lp, &default_opts);
 
@@ -224,13 +140,13 @@ START_TEST(test_async_acquire_extend_release_each_callback_once)
     ck_assert_int_eq(rlock_async_extend(got.l, 20000, on_done, &ext), 0);
     run_until(&lp, &ext.calls, 5000);
     ck_assert_msg(ext.st == RLOCK_OK, "%s", ext.err);
-    ck_assert_int_gt(int_cmd(c, "PTTL %s", key), 5000);
+    ck_assert_int_gt(th_rl_int(c, "PTTL %s", key), 5000);
     ck_assert_int_gt(rlock_async_remaining_ms(got.l), 5000);
 
     ck_assert_int_eq(rlock_async_release(got.l, on_done, &rel), 0);
     run_until(&lp, &rel.calls, 5000);
     ck_assert_msg(rel.st == RLOCK_OK, "%s", rel.err);
-    ck_assert_int_eq(int_cmd(c, "EXISTS %s", key), 0);
+    ck_assert_int_eq(th_rl_int(c, "EXISTS %s", key), 0);
 
     /* Reentrant, in Redisson's format: task 1 twice, task 2 shut out. */
     struct outcome r1 = {0}, r2 = {0}, r3 = {0}, d1 = {0}, d2 = {0};
@@ -246,16 +162,16 @@ START_TEST(test_async_acquire_extend_release_each_callback_once)
     ck_assert_int_eq(r3.st, RLOCK_BUSY);
     char field[160];
     snprintf(field, sizeof field, "%s:1", rlock_process_uuid());
-    redisReply *r = must(c, "HGET %s %s", rkey, field);
+    redisReply *r = th_rl_cmd(c, "HGET %s %s", rkey, field);
     ck_assert_str_eq(r->str, "2");
     freeReplyObject(r);
     ck_assert_int_eq(rlock_async_release(r1.l, on_done, &d1), 0);
     run_until(&lp, &d1.calls, 5000);
-    ck_assert_int_eq(int_cmd(c, "EXISTS %s", rkey), 1);
+    ck_assert_int_eq(th_rl_int(c, "EXISTS %s", rkey), 1);
     ck_assert_int_eq(rlock_async_release(r2.l, on_done, &d2), 0);
     run_until(&lp, &d2.calls, 5000);
     ck_assert_int_eq(d2.st, RLOCK_OK);
-    ck_assert_int_eq(int_cmd(c, "EXISTS %s", rkey), 0);
+    ck_assert_int_eq(th_rl_int(c, "EXISTS %s", rkey), 0);
 
     /* Nothing is called twice, even given time. */
     run_until(&lp, NULL, 200);
@@ -287,13 +203,13 @@ START_TEST(test_async_waiter_is_woken_by_release_not_by_polling)
 {
     char key[128];
     test_key(key, sizeof key, "wake");
-    redisContext *c = test_connect();
-    freeReplyObject(must(c, "DEL %s", key));
+    redisContext *c = th_rl_connect_or_fail();
+    freeReplyObject(th_rl_cmd(c, "DEL %s", key));
     char err[128];
-    struct rlock_notifier *n = rlock_notifier_new(connect_cb, NULL, err, sizeof err);
+    struct rlock_notifier *n = rlock_notifier_new(th_rl_connect_cb, NULL, err, sizeof err);
     ck_assert_msg(n != NULL, "%s", err);
     for (int i = 0; i < 200 && !rlock_notifier_connected(n); i++)
-        sleep_ms(10);
+        th_sleep_ms(10);
 
     struct rlock_async_opts o = {.op_timeout_ms = 2000, .notifier = n};
     struct loop lp;
@@ -341,8 +257,8 @@ START_TEST(test_async_watchdog_renews_on_the_loop_and_reports_loss)
 {
     char key[128];
     test_key(key, sizeof key, "watchdog");
-    redisContext *c = test_connect();
-    freeReplyObject(must(c, "DEL %s", key));
+    redisContext *c = th_rl_connect_or_fail();
+    freeReplyObject(th_rl_cmd(c, "DEL %s", key));
     struct rlock_async_opts o = {.op_timeout_ms = 1000, .lease_ms = 300};
     struct loop lp;
     loop_open(&lp, &o);
@@ -359,13 +275,13 @@ START_TEST(test_async_watchdog_renews_on_the_loop_and_reports_loss)
 
     /* Five leases later it is still ours. */
     run_until(&lp, NULL, 1500);
-    ck_assert_int_eq(int_cmd(c, "EXISTS %s", key), 1);
+    ck_assert_int_eq(th_rl_int(c, "EXISTS %s", key), 1);
     ck_assert_int_eq(rlock_async_lost(got.l), 0);
     rlock_metrics_snapshot(&after);
     ck_assert_uint_ge(after.renewed - before.renewed, 3);
 
     /* Deleted by hand: the next renewal finds out and reports it once. */
-    freeReplyObject(must(c, "DEL %s", key));
+    freeReplyObject(th_rl_cmd(c, "DEL %s", key));
     run_until(&lp, &lost.calls, 3000);
     ck_assert_int_eq(lost.calls, 1);
     ck_assert_str_eq(lost.key, key);
@@ -388,8 +304,8 @@ START_TEST(test_async_op_timeout_fires_while_redis_is_paused)
 {
     char key[128];
     test_key(key, sizeof key, "paused");
-    redisContext *c = test_connect();
-    freeReplyObject(must(c, "DEL %s", key));
+    redisContext *c = th_rl_connect_or_fail();
+    freeReplyObject(th_rl_cmd(c, "DEL %s", key));
     struct rlock_async_opts o = {.op_timeout_ms = 200};
     struct loop lp;
     loop_open(&lp, &o);
@@ -402,7 +318,7 @@ START_TEST(test_async_op_timeout_fires_while_redis_is_paused)
     ck_assert_int_eq(rlock_async_release(warm.l, on_done, &warm_rel), 0);
     run_until(&lp, &warm_rel.calls, 5000);
 
-    freeReplyObject(must(c, "CLIENT PAUSE 1000 ALL"));
+    freeReplyObject(th_rl_cmd(c, "CLIENT PAUSE 1000 ALL"));
     int64_t t0 = rlock_mono_ms();
     struct outcome got = {0};
     ck_assert_int_eq(rlock_async_acquire(lp.a, &req, on_acquired, &got), 0);
@@ -417,7 +333,7 @@ START_TEST(test_async_op_timeout_fires_while_redis_is_paused)
      * time, and the lock it took is given back instead of left to expire. */
     run_until(&lp, NULL, 1500);
     ck_assert_int_eq(got.calls, 1);
-    ck_assert_int_eq(int_cmd(c, "EXISTS %s", key), 0);
+    ck_assert_int_eq(th_rl_int(c, "EXISTS %s", key), 0);
     loop_close(&lp);
     redisFree(c);
 }
@@ -427,9 +343,9 @@ START_TEST(test_async_free_ends_pending_acquisitions_once)
 {
     char key[128];
     test_key(key, sizeof key, "free");
-    redisContext *c = test_connect();
-    freeReplyObject(must(c, "DEL %s", key));
-    freeReplyObject(must(c, "SET %s someone PX 10000", key));
+    redisContext *c = th_rl_connect_or_fail();
+    freeReplyObject(th_rl_cmd(c, "DEL %s", key));
+    freeReplyObject(th_rl_cmd(c, "SET %s someone PX 10000", key));
     struct loop lp;
     loop_open(&lp, &default_opts);
     struct outcome got = {0};
@@ -444,7 +360,7 @@ START_TEST(test_async_free_ends_pending_acquisitions_once)
     redisAsyncFree(lp.ac);
     event_base_free(lp.base);
     ck_assert_int_eq(got.calls, 1);
-    freeReplyObject(must(c, "DEL %s", key));
+    freeReplyObject(th_rl_cmd(c, "DEL %s", key));
     redisFree(c);
 }
 END_TEST

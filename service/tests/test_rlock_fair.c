@@ -4,18 +4,16 @@
  * vanish are pruned by the server's clock, and fair locks are reentrant.
  */
 #include <check.h>
-#include <errno.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <hiredis/hiredis.h>
 
+#include "harness_rlock.h"
 #include "rlock.h"
 #include "rlock_fair.h"
 #include "rlock_notify.h"
@@ -23,100 +21,18 @@
 
 #define TEST_PREFIX "test_rlock_fair"
 
-/* ---- helpers (each test binary is standalone) ---- */
-
-/* Connects to SECKILL_TEST_REDIS_URL (redis://HOST:PORT[/DB]) without Check
- * assertions, so threads, children and library callbacks can use it.
- * Returns NULL with why filled in; an unset variable is a failure, never a
- * skip. */
-static redisContext *connect_redis(char *why, size_t whylen)
-{
-    const char *url = getenv("SECKILL_TEST_REDIS_URL");
-    char host[128];
-    int port = 0, db = 0;
-    if (!url || sscanf(url, "redis://%127[^:]:%d/%d", host, &port, &db) < 2 || port <= 0) {
-        snprintf(why, whylen, "SECKILL_TEST_REDIS_URL is unset or not redis://HOST:PORT[/DB]: %s",
-                 url ? url : "(unset)");
-        return NULL;
-    }
-    struct timeval tv = {2, 0};
-    redisContext *c = redisConnectWithTimeout(host, port, tv);
-    if (!c || c->err) {
-        snprintf(why, whylen, "connect %.64s:%d: %.64s", host, port, c ? c->errstr : "OOM");
-        redisFree(c);
-        return NULL;
-    }
-    (void)redisSetTimeout(c, tv);
-    if (db != 0) {
-        redisReply *r = redisCommand(c, "SELECT %d", db);
-        int ok = r && r->type == REDIS_REPLY_STATUS;
-        freeReplyObject(r);
-        if (!ok) {
-            snprintf(why, whylen, "SELECT %d failed", db);
-            redisFree(c);
-            return NULL;
-        }
-    }
-    return c;
-}
-
-static redisContext *test_connect(void)
-{
-    char why[256];
-    redisContext *c = connect_redis(why, sizeof why);
-    ck_assert_msg(c != NULL, "%s", why);
-    return c;
-}
-
-/* rlock_connect_fn for the notifier and the watchdog. */
-static redisContext *connect_cb(void *arg)
-{
-    (void)arg;
-    char why[256];
-    return connect_redis(why, sizeof why);
-}
+/* ---- helpers ---- */
 
 static void test_key(char *buf, size_t len, const char *name)
 {
     snprintf(buf, len, "%s:%d:%s", TEST_PREFIX, (int)getpid(), name);
 }
 
-static redisReply *must(redisContext *c, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    redisReply *r = redisvCommand(c, fmt, ap);
-    va_end(ap);
-    ck_assert_msg(r != NULL, "redis command failed: %s", c->errstr);
-    return r;
-}
-
-static long long int_cmd(redisContext *c, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    redisReply *r = redisvCommand(c, fmt, ap);
-    va_end(ap);
-    ck_assert_msg(r != NULL, "redis command failed: %s", c->errstr);
-    ck_assert_msg(r->type == REDIS_REPLY_INTEGER, "expected an integer reply, got type %d",
-                  r->type);
-    long long n = r->integer;
-    freeReplyObject(r);
-    return n;
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-        ;
-}
-
 static long long queue_len(redisContext *c, const char *key)
 {
     char *q = rlock_channel_name(RLOCK_FAIR_QUEUE_PREFIX, key);
     ck_assert_ptr_nonnull(q);
-    long long n = int_cmd(c, "LLEN %s", q);
+    long long n = th_rl_int(c, "LLEN %s", q);
     free(q);
     return n;
 }
@@ -126,7 +42,7 @@ static void del_fair(redisContext *c, const char *key)
     char *q = rlock_channel_name(RLOCK_FAIR_QUEUE_PREFIX, key);
     char *t = rlock_channel_name(RLOCK_FAIR_TIMEOUT_PREFIX, key);
     ck_assert(q && t);
-    freeReplyObject(must(c, "DEL %s %s %s", key, q, t));
+    freeReplyObject(th_rl_cmd(c, "DEL %s %s %s", key, q, t));
     free(q);
     free(t);
 }
@@ -153,7 +69,7 @@ static void *fifo_waiter(void *arg)
     struct fifo_arg *a = arg;
     struct fifo *f = a->f;
     char why[256];
-    redisContext *c = connect_redis(why, sizeof why);
+    redisContext *c = th_rl_connect(why, sizeof why);
     if (!c) {
         atomic_fetch_add(&f->failures, 1);
         return NULL;
@@ -165,7 +81,7 @@ static void *fifo_waiter(void *arg)
         pthread_mutex_lock(&f->mu);
         f->order[f->served++] = a->index;
         pthread_mutex_unlock(&f->mu);
-        sleep_ms(20);
+        th_sleep_ms(20);
         if (rlock_reentrant_release(c, &l) != RLOCK_OK)
             st = RLOCK_ERR;
     }
@@ -183,9 +99,9 @@ START_TEST(test_fair_lock_serves_waiters_in_arrival_order)
     pthread_mutex_init(&f.mu, NULL);
     test_key(f.key, sizeof f.key, "fifo");
     char err[128];
-    f.n = rlock_notifier_new(connect_cb, NULL, err, sizeof err);
+    f.n = rlock_notifier_new(th_rl_connect_cb, NULL, err, sizeof err);
     ck_assert_msg(f.n != NULL, "%s", err);
-    redisContext *c = test_connect();
+    redisContext *c = th_rl_connect_or_fail();
     del_fair(c, f.key);
 
     struct rlock_opts o = {.ttl_ms = 10000};
@@ -201,7 +117,7 @@ START_TEST(test_fair_lock_serves_waiters_in_arrival_order)
         ck_assert_int_eq(pthread_create(&t[i], NULL, fifo_waiter, &args[i]), 0);
         int waited = 0;
         while (queue_len(c, f.key) < i + 1 && waited < 5000) {
-            sleep_ms(5);
+            th_sleep_ms(5);
             waited += 5;
         }
         ck_assert_int_eq(queue_len(c, f.key), i + 1);
@@ -215,7 +131,7 @@ START_TEST(test_fair_lock_serves_waiters_in_arrival_order)
     for (int i = 0; i < FIFO_WAITERS; i++)
         ck_assert_int_eq(f.order[i], i);
     ck_assert_int_eq(queue_len(c, f.key), 0);
-    ck_assert_int_eq(int_cmd(c, "EXISTS %s", f.key), 0);
+    ck_assert_int_eq(th_rl_int(c, "EXISTS %s", f.key), 0);
     rlock_notifier_free(f.n);
     pthread_mutex_destroy(&f.mu);
     redisFree(c);
@@ -226,8 +142,8 @@ START_TEST(test_fair_waiter_that_gives_up_leaves_the_queue)
 {
     char key[128];
     test_key(key, sizeof key, "giveup");
-    redisContext *c = test_connect();
-    redisContext *w = test_connect();
+    redisContext *c = th_rl_connect_or_fail();
+    redisContext *w = th_rl_connect_or_fail();
     del_fair(c, key);
 
     struct rlock_opts o = {.ttl_ms = 10000};
@@ -252,20 +168,20 @@ START_TEST(test_fair_waiter_that_vanished_is_pruned_by_server_time)
 {
     char key[128];
     test_key(key, sizeof key, "vanished");
-    redisContext *c = test_connect();
+    redisContext *c = th_rl_connect_or_fail();
     del_fair(c, key);
 
     /* A crashed client left itself at the head of the queue; its deadline
      * is on the server's clock, 400 ms from now. */
     char *q = rlock_channel_name(RLOCK_FAIR_QUEUE_PREFIX, key);
     char *t = rlock_channel_name(RLOCK_FAIR_TIMEOUT_PREFIX, key);
-    redisReply *r = must(c, "TIME");
+    redisReply *r = th_rl_cmd(c, "TIME");
     long long now = atoll(r->element[0]->str) * 1000 + atoll(r->element[1]->str) / 1000;
     freeReplyObject(r);
-    freeReplyObject(must(c, "RPUSH %s ghost:1", q));
-    freeReplyObject(must(c, "ZADD %s %lld ghost:1", t, now + 400));
-    freeReplyObject(must(c, "PEXPIRE %s 10000", q));
-    freeReplyObject(must(c, "PEXPIRE %s 10000", t));
+    freeReplyObject(th_rl_cmd(c, "RPUSH %s ghost:1", q));
+    freeReplyObject(th_rl_cmd(c, "ZADD %s %lld ghost:1", t, now + 400));
+    freeReplyObject(th_rl_cmd(c, "PEXPIRE %s 10000", q));
+    freeReplyObject(th_rl_cmd(c, "PEXPIRE %s 10000", t));
 
     /* The lock is free, but it is the ghost's turn: no immediate grant. */
     struct rlock_opts once = {.ttl_ms = 10000};
@@ -279,10 +195,10 @@ START_TEST(test_fair_waiter_that_vanished_is_pruned_by_server_time)
     int64_t waited = rlock_mono_ms() - t0;
     ck_assert_int_ge(waited, 200);
     ck_assert_int_lt(waited, 4000);
-    redisReply *pos = must(c, "LPOS %s ghost:1", q);
+    redisReply *pos = th_rl_cmd(c, "LPOS %s ghost:1", q);
     ck_assert_int_eq(pos->type, REDIS_REPLY_NIL); /* pruned */
     freeReplyObject(pos);
-    pos = must(c, "ZSCORE %s ghost:1", t);
+    pos = th_rl_cmd(c, "ZSCORE %s ghost:1", t);
     ck_assert_int_eq(pos->type, REDIS_REPLY_NIL);
     freeReplyObject(pos);
     free(q);
@@ -296,7 +212,7 @@ START_TEST(test_fair_lock_is_reentrant_and_excludes_plain_reentrant_owners)
 {
     char key[128];
     test_key(key, sizeof key, "fairreentrant");
-    redisContext *c = test_connect();
+    redisContext *c = th_rl_connect_or_fail();
     del_fair(c, key);
 
     struct rlock_opts o = {.ttl_ms = 10000};
@@ -307,9 +223,9 @@ START_TEST(test_fair_lock_is_reentrant_and_excludes_plain_reentrant_owners)
     /* The same hash format: a plain reentrant owner is shut out too. */
     ck_assert_int_eq(rlock_reentrant_acquire(c, &other, key, NULL, 2, &o), RLOCK_BUSY);
     ck_assert_int_eq(rlock_reentrant_release(c, &l), RLOCK_OK);
-    ck_assert_int_eq(int_cmd(c, "EXISTS %s", key), 1);
+    ck_assert_int_eq(th_rl_int(c, "EXISTS %s", key), 1);
     ck_assert_int_eq(rlock_reentrant_release(c, &l), RLOCK_OK);
-    ck_assert_int_eq(int_cmd(c, "EXISTS %s", key), 0);
+    ck_assert_int_eq(th_rl_int(c, "EXISTS %s", key), 0);
     ck_assert_int_eq(rlock_reentrant_release(c, &l), RLOCK_NOT_OWNER);
     redisFree(c);
 }

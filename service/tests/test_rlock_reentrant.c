@@ -4,20 +4,18 @@
  * SECKILL_TEST_REDIS_URL.  Keys carry the pid so runs do not collide.
  */
 #include <check.h>
-#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <hiredis/hiredis.h>
 
+#include "harness_rlock.h"
 #include "rlock.h"
 #include "rlock_metrics.h"
 #include "rlock_notify.h"
@@ -25,99 +23,17 @@
 
 #define TEST_PREFIX "test_rlock_reentrant"
 
-/* ---- helpers (each test binary is standalone) ---- */
-
-/* Connects to SECKILL_TEST_REDIS_URL (redis://HOST:PORT[/DB]) without Check
- * assertions, so threads, children and library callbacks can use it.
- * Returns NULL with why filled in; an unset variable is a failure, never a
- * skip. */
-static redisContext *connect_redis(char *why, size_t whylen)
-{
-    const char *url = getenv("SECKILL_TEST_REDIS_URL");
-    char host[128];
-    int port = 0, db = 0;
-    if (!url || sscanf(url, "redis://%127[^:]:%d/%d", host, &port, &db) < 2 || port <= 0) {
-        snprintf(why, whylen, "SECKILL_TEST_REDIS_URL is unset or not redis://HOST:PORT[/DB]: %s",
-                 url ? url : "(unset)");
-        return NULL;
-    }
-    struct timeval tv = {2, 0};
-    redisContext *c = redisConnectWithTimeout(host, port, tv);
-    if (!c || c->err) {
-        snprintf(why, whylen, "connect %.64s:%d: %.64s", host, port, c ? c->errstr : "OOM");
-        redisFree(c);
-        return NULL;
-    }
-    (void)redisSetTimeout(c, tv);
-    if (db != 0) {
-        redisReply *r = redisCommand(c, "SELECT %d", db);
-        int ok = r && r->type == REDIS_REPLY_STATUS;
-        freeReplyObject(r);
-        if (!ok) {
-            snprintf(why, whylen, "SELECT %d failed", db);
-            redisFree(c);
-            return NULL;
-        }
-    }
-    return c;
-}
-
-static redisContext *test_connect(void)
-{
-    char why[256];
-    redisContext *c = connect_redis(why, sizeof why);
-    ck_assert_msg(c != NULL, "%s", why);
-    return c;
-}
-
-/* rlock_connect_fn for the notifier and the watchdog. */
-static redisContext *connect_cb(void *arg)
-{
-    (void)arg;
-    char why[256];
-    return connect_redis(why, sizeof why);
-}
+/* ---- helpers ---- */
 
 static void test_key(char *buf, size_t len, const char *name)
 {
     snprintf(buf, len, "%s:%d:%s", TEST_PREFIX, (int)getpid(), name);
 }
 
-static redisReply *must(redisContext *c, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    redisReply *r = redisvCommand(c, fmt, ap);
-    va_end(ap);
-    ck_assert_msg(r != NULL, "redis command failed: %s", c->errstr);
-    return r;
-}
-
-static long long int_cmd(redisContext *c, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    redisReply *r = redisvCommand(c, fmt, ap);
-    va_end(ap);
-    ck_assert_msg(r != NULL, "redis command failed: %s", c->errstr);
-    ck_assert_msg(r->type == REDIS_REPLY_INTEGER, "expected an integer reply, got type %d",
-                  r->type);
-    long long n = r->integer;
-    freeReplyObject(r);
-    return n;
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-        ;
-}
-
 /* Reads HGET key field as an integer; -1 if absent. */
 static long long hget_int(redisContext *c, const char *key, const char *field)
 {
-    redisReply *r = must(c, "HGET %s %s", key, field);
+    redisReply *r = th_rl_cmd(c, "HGET %s %s", key, field);
     long long n = r->type == REDIS_REPLY_STRING ? atoll(r->str) : -1;
     freeReplyObject(r);
     return n;
@@ -129,9 +45,9 @@ START_TEST(test_reentrant_counts_holds_and_only_last_release_frees)
 {
     char key[128];
     test_key(key, sizeof key, "counts");
-    redisContext *c = test_connect();
-    redisContext *other = test_connect();
-    freeReplyObject(must(c, "DEL %s", key));
+    redisContext *c = th_rl_connect_or_fail();
+    redisContext *other = th_rl_connect_or_fail();
+    freeReplyObject(th_rl_cmd(c, "DEL %s", key));
 
     struct rlock_opts o = {.ttl_ms = 10000};
     struct rlock_reentrant l = {0}, b = {0};
@@ -148,7 +64,7 @@ START_TEST(test_reentrant_counts_holds_and_only_last_release_frees)
         ck_assert_int_eq(rlock_reentrant_release(c, &l), RLOCK_OK);
         ck_assert_int_eq(hget_int(c, key, l.key ? l.owner : "none"), l.key ? i - 1 : -1);
     }
-    ck_assert_int_eq(int_cmd(c, "EXISTS %s", key), 0);
+    ck_assert_int_eq(th_rl_int(c, "EXISTS %s", key), 0);
     ck_assert_ptr_null(l.key);
 
     ck_assert_int_eq(rlock_reentrant_acquire(other, &b, key, NULL, 8, &o), RLOCK_OK);
@@ -162,8 +78,8 @@ START_TEST(test_release_by_non_owner_is_refused_and_counted)
 {
     char key[128];
     test_key(key, sizeof key, "nonowner");
-    redisContext *c = test_connect();
-    freeReplyObject(must(c, "DEL %s", key));
+    redisContext *c = th_rl_connect_or_fail();
+    freeReplyObject(th_rl_cmd(c, "DEL %s", key));
 
     struct rlock_opts o = {.ttl_ms = 10000};
     struct rlock_reentrant l = {0};
@@ -185,10 +101,10 @@ START_TEST(test_release_by_non_owner_is_refused_and_counted)
 
     /* Nothing changed: the owner still holds exactly one hold. */
     ck_assert_int_eq(hget_int(c, key, l.owner), 1);
-    ck_assert_int_gt(int_cmd(c, "PTTL %s", key), 0);
+    ck_assert_int_gt(th_rl_int(c, "PTTL %s", key), 0);
 
     /* A lock that expired under its owner: the release is refused too. */
-    freeReplyObject(must(c, "DEL %s", key));
+    freeReplyObject(th_rl_cmd(c, "DEL %s", key));
     ck_assert_int_eq(rlock_reentrant_release(c, &l), RLOCK_NOT_OWNER);
     ck_assert_ptr_null(l.key);
     redisFree(c);
@@ -201,25 +117,25 @@ START_TEST(test_redisson_held_lock_blocks_us_and_ours_looks_like_redisson)
 {
     char key[128];
     test_key(key, sizeof key, "redisson");
-    redisContext *c = test_connect();
-    freeReplyObject(must(c, "DEL %s", key));
+    redisContext *c = th_rl_connect_or_fail();
+    freeReplyObject(th_rl_cmd(c, "DEL %s", key));
 
     /* What a Java service's RLock.lock() leaves: hash uuid:threadId -> 1. */
-    freeReplyObject(must(c, "HSET %s %s 1", key, "9a0c62e6-5b8e-4a76-9d3e-0b1f0c6c1a11:57"));
-    freeReplyObject(must(c, "PEXPIRE %s 30000", key));
+    freeReplyObject(th_rl_cmd(c, "HSET %s %s 1", key, "9a0c62e6-5b8e-4a76-9d3e-0b1f0c6c1a11:57"));
+    freeReplyObject(th_rl_cmd(c, "PEXPIRE %s 30000", key));
     struct rlock_opts o = {.ttl_ms = 10000};
     struct rlock_reentrant l = {0};
     ck_assert_int_eq(rlock_reentrant_acquire(c, &l, key, NULL, 0, &o), RLOCK_BUSY);
     ck_assert_int_eq(hget_int(c, key, "9a0c62e6-5b8e-4a76-9d3e-0b1f0c6c1a11:57"), 1);
-    freeReplyObject(must(c, "DEL %s", key));
+    freeReplyObject(th_rl_cmd(c, "DEL %s", key));
 
     /* A simple lock's string on the key counts as busy, not as an error. */
-    freeReplyObject(must(c, "SET %s sometoken PX 10000", key));
+    freeReplyObject(th_rl_cmd(c, "SET %s sometoken PX 10000", key));
     ck_assert_int_eq(rlock_reentrant_acquire(c, &l, key, NULL, 0, &o), RLOCK_BUSY);
-    freeReplyObject(must(c, "DEL %s", key));
+    freeReplyObject(th_rl_cmd(c, "DEL %s", key));
 
     ck_assert_int_eq(rlock_reentrant_acquire(c, &l, key, NULL, 0, &o), RLOCK_OK);
-    redisReply *r = must(c, "HGETALL %s", key);
+    redisReply *r = th_rl_cmd(c, "HGETALL %s", key);
     ck_assert_int_eq(r->type, REDIS_REPLY_ARRAY);
     ck_assert_uint_eq(r->elements, 2);
     const char *field = r->element[0]->str;
@@ -233,14 +149,14 @@ START_TEST(test_redisson_held_lock_blocks_us_and_ours_looks_like_redisson)
     ck_assert_int_eq(strncmp(field, rlock_process_uuid(), RLOCK_UUID_LEN), 0);
     ck_assert_str_eq(r->element[1]->str, "1");
     freeReplyObject(r);
-    long long pttl = int_cmd(c, "PTTL %s", key);
+    long long pttl = th_rl_int(c, "PTTL %s", key);
     ck_assert(pttl > 0 && pttl <= 10000);
 
     /* The final release publishes "0" on Redisson's channel of the key. */
-    redisContext *sub = test_connect();
+    redisContext *sub = th_rl_connect_or_fail();
     char channel[192];
     snprintf(channel, sizeof channel, "redisson_lock__channel:{%s}", key);
-    freeReplyObject(must(sub, "SUBSCRIBE %s", channel));
+    freeReplyObject(th_rl_cmd(sub, "SUBSCRIBE %s", channel));
     ck_assert_int_eq(rlock_reentrant_release(c, &l), RLOCK_OK);
     void *msg = NULL;
     ck_assert_int_eq(redisGetReply(sub, &msg), REDIS_OK);
@@ -292,7 +208,7 @@ static void *mx_worker(void *arg)
 {
     struct mx *m = arg;
     char why[256];
-    redisContext *c = connect_redis(why, sizeof why);
+    redisContext *c = th_rl_connect(why, sizeof why);
     if (!c) {
         mx_fail(m, "connect", why);
         return NULL;
@@ -330,7 +246,7 @@ static void *mx_worker(void *arg)
 static int mx_run_threads(struct mx *m)
 {
     char err[128];
-    struct rlock_notifier *n = rlock_notifier_new(connect_cb, NULL, err, sizeof err);
+    struct rlock_notifier *n = rlock_notifier_new(th_rl_connect_cb, NULL, err, sizeof err);
     if (!n)
         return 1;
     rlock_notifier_set_default(n);
@@ -351,8 +267,8 @@ START_TEST(test_reentrant_mutual_exclusion_threads_and_processes)
     pthread_mutex_init(&m.mu, NULL);
     test_key(m.lock_key, sizeof m.lock_key, "mx:lock");
     test_key(m.counter_key, sizeof m.counter_key, "mx:counter");
-    redisContext *c = test_connect();
-    freeReplyObject(must(c, "DEL %s %s", m.lock_key, m.counter_key));
+    redisContext *c = th_rl_connect_or_fail();
+    freeReplyObject(th_rl_cmd(c, "DEL %s %s", m.lock_key, m.counter_key));
 
     pid_t kids[MX_PROCS - 1];
     for (int i = 0; i < MX_PROCS - 1; i++) {
@@ -373,12 +289,12 @@ START_TEST(test_reentrant_mutual_exclusion_threads_and_processes)
         ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child %d failed", i);
     }
     ck_assert_msg(failed == 0, "%d failures, first: %s", failed, m.first_failure);
-    redisReply *r = must(c, "GET %s", m.counter_key);
+    redisReply *r = th_rl_cmd(c, "GET %s", m.counter_key);
     ck_assert_int_eq(r->type, REDIS_REPLY_STRING);
     ck_assert_int_eq(atoll(r->str), MX_PROCS * MX_THREADS * MX_ITERATIONS);
     freeReplyObject(r);
-    ck_assert_int_eq(int_cmd(c, "EXISTS %s", m.lock_key), 0);
-    freeReplyObject(must(c, "DEL %s", m.counter_key));
+    ck_assert_int_eq(th_rl_int(c, "EXISTS %s", m.lock_key), 0);
+    freeReplyObject(th_rl_cmd(c, "DEL %s", m.counter_key));
     pthread_mutex_destroy(&m.mu);
     redisFree(c);
 }
@@ -417,7 +333,7 @@ static void *waiter_main(void *arg)
 {
     struct waiter *w = arg;
     char why[256];
-    redisContext *c = connect_redis(why, sizeof why);
+    redisContext *c = th_rl_connect(why, sizeof why);
     if (!c) {
         w->st = RLOCK_ERR;
         snprintf(w->err, sizeof w->err, "%.120s", why);
@@ -458,11 +374,11 @@ static void *waiter_main(void *arg)
 static void check_waiter_woken_early(int reentrant)
 {
     char err[128];
-    struct rlock_notifier *n = rlock_notifier_new(connect_cb, NULL, err, sizeof err);
+    struct rlock_notifier *n = rlock_notifier_new(th_rl_connect_cb, NULL, err, sizeof err);
     ck_assert_msg(n != NULL, "%s", err);
     /* Connected before the test measures anything. */
     for (int i = 0; i < 200 && !rlock_notifier_connected(n); i++)
-        sleep_ms(10);
+        th_sleep_ms(10);
     ck_assert(rlock_notifier_connected(n));
 
     static struct waiter w;
@@ -470,8 +386,8 @@ static void check_waiter_woken_early(int reentrant)
     w.reentrant = reentrant;
     test_key(w.key, sizeof w.key, reentrant ? "wake:reentrant" : "wake:simple");
     w.o = (struct rlock_opts){.ttl_ms = 10000, .wait_ms = 8000, .retry_ms = 4000, .notifier = n};
-    redisContext *c = test_connect();
-    freeReplyObject(must(c, "DEL %s", w.key));
+    redisContext *c = th_rl_connect_or_fail();
+    freeReplyObject(th_rl_cmd(c, "DEL %s", w.key));
 
     struct rlock_opts ho = {.ttl_ms = 10000};
     struct rlock_reentrant rl = {0};
@@ -486,8 +402,8 @@ static void check_waiter_woken_early(int reentrant)
     pthread_t t;
     ck_assert_int_eq(pthread_create(&t, NULL, waiter_main, &w), 0);
     for (int i = 0; i < 500 && !atomic_load(&w.tried); i++)
-        sleep_ms(10);
-    sleep_ms(300);
+        th_sleep_ms(10);
+    th_sleep_ms(300);
     int64_t released_at = rlock_mono_ms();
     if (reentrant)
         ck_assert_int_eq(rlock_reentrant_release(c, &rl), RLOCK_OK);
@@ -521,17 +437,17 @@ START_TEST(test_simple_release_publishes_on_its_channel_and_format_is_unchanged)
 {
     char key[128];
     test_key(key, sizeof key, "simplechan");
-    redisContext *c = test_connect();
-    redisContext *sub = test_connect();
-    freeReplyObject(must(c, "DEL %s", key));
+    redisContext *c = th_rl_connect_or_fail();
+    redisContext *sub = th_rl_connect_or_fail();
+    freeReplyObject(th_rl_cmd(c, "DEL %s", key));
     char channel[192];
     snprintf(channel, sizeof channel, "rlock:release:{%s}", key);
-    freeReplyObject(must(sub, "SUBSCRIBE %s", channel));
+    freeReplyObject(th_rl_cmd(sub, "SUBSCRIBE %s", channel));
 
     struct rlock_opts o = {.ttl_ms = 5000};
     struct rlock l = {0};
     ck_assert_int_eq(rlock_acquire(c, &l, key, &o), RLOCK_OK);
-    redisReply *r = must(c, "GET %s", key);
+    redisReply *r = th_rl_cmd(c, "GET %s", key);
     ck_assert_str_eq(r->str, l.token); /* still a plain SET NX PX string */
     freeReplyObject(r);
     ck_assert_int_eq(rlock_release(c, &l), RLOCK_OK);
@@ -549,12 +465,12 @@ END_TEST
 START_TEST(test_many_waiting_locks_share_one_subscriber_connection)
 {
     char err[128];
-    struct rlock_notifier *n = rlock_notifier_new(connect_cb, NULL, err, sizeof err);
+    struct rlock_notifier *n = rlock_notifier_new(th_rl_connect_cb, NULL, err, sizeof err);
     ck_assert_msg(n != NULL, "%s", err);
     for (int i = 0; i < 200 && !rlock_notifier_connected(n); i++)
-        sleep_ms(10);
+        th_sleep_ms(10);
     ck_assert(rlock_notifier_connected(n));
-    redisContext *c = test_connect();
+    redisContext *c = th_rl_connect_or_fail();
 
     /* 20 channels watched at once: one connection subscribed to all. */
     struct rlock_notify_wait *w[20];
@@ -568,7 +484,7 @@ START_TEST(test_many_waiting_locks_share_one_subscriber_connection)
     /* Each waiter is woken by its subscription's confirmation... */
     for (int i = 0; i < 20; i++)
         ck_assert_int_eq(rlock_notify_wait_until(w[i], rlock_mono_ms() + 3000), 1);
-    redisReply *r = must(c, "CLIENT LIST TYPE pubsub");
+    redisReply *r = th_rl_cmd(c, "CLIENT LIST TYPE pubsub");
     ck_assert_int_eq(r->type, REDIS_REPLY_STRING);
     int conns = 0;
     for (const char *p = r->str; (p = strstr(p, "sub=20")) != NULL; p++)
@@ -576,7 +492,7 @@ START_TEST(test_many_waiting_locks_share_one_subscriber_connection)
     freeReplyObject(r);
     ck_assert_int_eq(conns, 1);
     /* ...and then by a message on its channel only. */
-    ck_assert_int_eq(int_cmd(c, "PUBLISH %s 0", names[5]), 1);
+    ck_assert_int_eq(th_rl_int(c, "PUBLISH %s 0", names[5]), 1);
     ck_assert_int_eq(rlock_notify_wait_until(w[5], rlock_mono_ms() + 3000), 1);
     ck_assert_int_eq(rlock_notify_wait_until(w[6], rlock_mono_ms() + 50), 0);
     for (int i = 0; i < 20; i++)
@@ -584,12 +500,12 @@ START_TEST(test_many_waiting_locks_share_one_subscriber_connection)
     /* The last waiter gone, the channels are unsubscribed. */
     int left = -1;
     for (int i = 0; i < 300; i++) {
-        r = must(c, "PUBSUB NUMSUB %s", names[0]);
+        r = th_rl_cmd(c, "PUBSUB NUMSUB %s", names[0]);
         left = (int)r->element[1]->integer;
         freeReplyObject(r);
         if (left == 0)
             break;
-        sleep_ms(10);
+        th_sleep_ms(10);
     }
     ck_assert_int_eq(left, 0);
     rlock_notifier_free(n);

@@ -5,18 +5,16 @@
  * wait for an effect is bounded and generous.
  */
 #include <check.h>
-#include <errno.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <hiredis/hiredis.h>
 
+#include "harness_rlock.h"
 #include "rlock.h"
 #include "rlock_metrics.h"
 #include "rlock_reentrant.h"
@@ -25,100 +23,18 @@
 #define TEST_PREFIX "test_rlock_watch"
 #define LEASE_MS 300
 
-/* ---- helpers (each test binary is standalone) ---- */
-
-/* Connects to SECKILL_TEST_REDIS_URL (redis://HOST:PORT[/DB]) without Check
- * assertions, so threads, children and library callbacks can use it.
- * Returns NULL with why filled in; an unset variable is a failure, never a
- * skip. */
-static redisContext *connect_redis(char *why, size_t whylen)
-{
-    const char *url = getenv("SECKILL_TEST_REDIS_URL");
-    char host[128];
-    int port = 0, db = 0;
-    if (!url || sscanf(url, "redis://%127[^:]:%d/%d", host, &port, &db) < 2 || port <= 0) {
-        snprintf(why, whylen, "SECKILL_TEST_REDIS_URL is unset or not redis://HOST:PORT[/DB]: %s",
-                 url ? url : "(unset)");
-        return NULL;
-    }
-    struct timeval tv = {2, 0};
-    redisContext *c = redisConnectWithTimeout(host, port, tv);
-    if (!c || c->err) {
-        snprintf(why, whylen, "connect %.64s:%d: %.64s", host, port, c ? c->errstr : "OOM");
-        redisFree(c);
-        return NULL;
-    }
-    (void)redisSetTimeout(c, tv);
-    if (db != 0) {
-        redisReply *r = redisCommand(c, "SELECT %d", db);
-        int ok = r && r->type == REDIS_REPLY_STATUS;
-        freeReplyObject(r);
-        if (!ok) {
-            snprintf(why, whylen, "SELECT %d failed", db);
-            redisFree(c);
-            return NULL;
-        }
-    }
-    return c;
-}
-
-static redisContext *test_connect(void)
-{
-    char why[256];
-    redisContext *c = connect_redis(why, sizeof why);
-    ck_assert_msg(c != NULL, "%s", why);
-    return c;
-}
-
-/* rlock_connect_fn for the notifier and the watchdog. */
-static redisContext *connect_cb(void *arg)
-{
-    (void)arg;
-    char why[256];
-    return connect_redis(why, sizeof why);
-}
+/* ---- helpers ---- */
 
 static void test_key(char *buf, size_t len, const char *name)
 {
     snprintf(buf, len, "%s:%d:%s", TEST_PREFIX, (int)getpid(), name);
 }
 
-static redisReply *must(redisContext *c, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    redisReply *r = redisvCommand(c, fmt, ap);
-    va_end(ap);
-    ck_assert_msg(r != NULL, "redis command failed: %s", c->errstr);
-    return r;
-}
-
-static long long int_cmd(redisContext *c, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    redisReply *r = redisvCommand(c, fmt, ap);
-    va_end(ap);
-    ck_assert_msg(r != NULL, "redis command failed: %s", c->errstr);
-    ck_assert_msg(r->type == REDIS_REPLY_INTEGER, "expected an integer reply, got type %d",
-                  r->type);
-    long long n = r->integer;
-    freeReplyObject(r);
-    return n;
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-        ;
-}
-
 static struct rlock_watchdog *watchdog_start(void)
 {
     char err[128];
     struct rlock_watchdog_opts wo = {.lease_ms = LEASE_MS, .op_timeout_ms = 1000};
-    struct rlock_watchdog *wd = rlock_watchdog_new(connect_cb, NULL, &wo, err, sizeof err);
+    struct rlock_watchdog *wd = rlock_watchdog_new(th_rl_connect_cb, NULL, &wo, err, sizeof err);
     ck_assert_msg(wd != NULL, "%s", err);
     return wd;
 }
@@ -139,7 +55,7 @@ static void on_lost(const char *key, void *arg)
 static int wait_lost(struct lost_flag *f, int ms)
 {
     for (int waited = 0; waited < ms && atomic_load(&f->calls) == 0; waited += 10)
-        sleep_ms(10);
+        th_sleep_ms(10);
     return atomic_load(&f->calls);
 }
 
@@ -147,9 +63,9 @@ START_TEST(test_watchdog_keeps_simple_lock_alive_for_many_leases)
 {
     char key[128];
     test_key(key, sizeof key, "alive:simple");
-    redisContext *c = test_connect();
-    redisContext *other = test_connect();
-    freeReplyObject(must(c, "DEL %s", key));
+    redisContext *c = th_rl_connect_or_fail();
+    redisContext *other = th_rl_connect_or_fail();
+    freeReplyObject(th_rl_cmd(c, "DEL %s", key));
     struct rlock_watchdog *wd = watchdog_start();
     struct lost_flag lost = {0};
 
@@ -159,12 +75,12 @@ START_TEST(test_watchdog_keeps_simple_lock_alive_for_many_leases)
     struct rlock l = {0};
     ck_assert_int_eq(rlock_acquire(c, &l, key, &o), RLOCK_OK);
     ck_assert_ptr_nonnull(l.watch);
-    ck_assert_int_le(int_cmd(c, "PTTL %s", key), LEASE_MS);
+    ck_assert_int_le(th_rl_int(c, "PTTL %s", key), LEASE_MS);
 
     /* Held for five leases: without renewal it would be gone after one. */
     for (int i = 0; i < 5; i++) {
-        sleep_ms(LEASE_MS);
-        ck_assert_int_eq(int_cmd(c, "EXISTS %s", key), 1);
+        th_sleep_ms(LEASE_MS);
+        ck_assert_int_eq(th_rl_int(c, "EXISTS %s", key), 1);
         struct rlock intruder = {0};
         struct rlock_opts io = {.ttl_ms = 5000};
         ck_assert_int_eq(rlock_acquire(other, &intruder, key, &io), RLOCK_BUSY);
@@ -176,7 +92,7 @@ START_TEST(test_watchdog_keeps_simple_lock_alive_for_many_leases)
     ck_assert_int_eq(atomic_load(&lost.calls), 0);
 
     ck_assert_int_eq(rlock_release(c, &l), RLOCK_OK);
-    ck_assert_int_eq(int_cmd(c, "EXISTS %s", key), 0);
+    ck_assert_int_eq(th_rl_int(c, "EXISTS %s", key), 0);
     rlock_watchdog_free(wd);
     redisFree(other);
     redisFree(c);
@@ -189,8 +105,8 @@ START_TEST(test_watchdog_keeps_multi_and_reentrant_locks_alive)
     test_key(k1, sizeof k1, "{alive}:a");
     test_key(k2, sizeof k2, "{alive}:b");
     test_key(rk, sizeof rk, "alive:reentrant");
-    redisContext *c = test_connect();
-    freeReplyObject(must(c, "DEL %s %s %s", k1, k2, rk));
+    redisContext *c = th_rl_connect_or_fail();
+    freeReplyObject(th_rl_cmd(c, "DEL %s %s %s", k1, k2, rk));
     struct rlock_watchdog *wd = watchdog_start();
 
     struct rlock_opts o = {.ttl_ms = 0, .watchdog = wd};
@@ -200,17 +116,17 @@ START_TEST(test_watchdog_keeps_multi_and_reentrant_locks_alive)
     ck_assert_int_eq(rlock_acquire_multi(c, &m, keys, 2, &o), RLOCK_OK);
     ck_assert_int_eq(rlock_reentrant_acquire(c, &r, rk, NULL, 0, &o), RLOCK_OK);
     ck_assert_int_eq(rlock_reentrant_acquire(c, &r, rk, NULL, 0, &o), RLOCK_OK); /* re-entry */
-    sleep_ms(5 * LEASE_MS);
-    ck_assert_int_eq(int_cmd(c, "EXISTS %s %s %s", k1, k2, rk), 3);
+    th_sleep_ms(5 * LEASE_MS);
+    ck_assert_int_eq(th_rl_int(c, "EXISTS %s %s %s", k1, k2, rk), 3);
     ck_assert_int_eq(rlock_lost(&m), 0);
     ck_assert_int_eq(rlock_reentrant_lost(&r), 0);
 
     ck_assert_int_eq(rlock_release(c, &m), RLOCK_OK);
     ck_assert_int_eq(rlock_reentrant_release(c, &r), RLOCK_OK);
-    sleep_ms(2 * LEASE_MS); /* one hold left: still renewed */
-    ck_assert_int_eq(int_cmd(c, "EXISTS %s", rk), 1);
+    th_sleep_ms(2 * LEASE_MS); /* one hold left: still renewed */
+    ck_assert_int_eq(th_rl_int(c, "EXISTS %s", rk), 1);
     ck_assert_int_eq(rlock_reentrant_release(c, &r), RLOCK_OK);
-    ck_assert_int_eq(int_cmd(c, "EXISTS %s %s %s", k1, k2, rk), 0);
+    ck_assert_int_eq(th_rl_int(c, "EXISTS %s %s %s", k1, k2, rk), 0);
     rlock_watchdog_free(wd);
     redisFree(c);
 }
@@ -221,8 +137,8 @@ START_TEST(test_lost_callback_fires_when_the_key_is_deleted)
     char key[128], rkey[128];
     test_key(key, sizeof key, "lost:simple");
     test_key(rkey, sizeof rkey, "lost:reentrant");
-    redisContext *c = test_connect();
-    freeReplyObject(must(c, "DEL %s %s", key, rkey));
+    redisContext *c = th_rl_connect_or_fail();
+    freeReplyObject(th_rl_cmd(c, "DEL %s %s", key, rkey));
     struct rlock_watchdog *wd = watchdog_start();
     struct lost_flag lost = {0}, rlost = {0};
 
@@ -236,10 +152,10 @@ START_TEST(test_lost_callback_fires_when_the_key_is_deleted)
     ck_assert_int_eq(rlock_reentrant_acquire(c, &r, rkey, NULL, 0, &o), RLOCK_OK);
 
     /* An operator (or a lease that ran out) takes the locks away. */
-    freeReplyObject(must(c, "DEL %s", key));
-    freeReplyObject(must(c, "HSET %s %s 1", rkey, "someone-else:1"));
-    freeReplyObject(must(c, "HDEL %s %s", rkey, r.owner));
-    freeReplyObject(must(c, "PEXPIRE %s 10000", rkey));
+    freeReplyObject(th_rl_cmd(c, "DEL %s", key));
+    freeReplyObject(th_rl_cmd(c, "HSET %s %s 1", rkey, "someone-else:1"));
+    freeReplyObject(th_rl_cmd(c, "HDEL %s %s", rkey, r.owner));
+    freeReplyObject(th_rl_cmd(c, "PEXPIRE %s 10000", rkey));
 
     ck_assert_int_eq(wait_lost(&lost, 3000), 1);
     ck_assert_int_eq(wait_lost(&rlost, 3000), 1);
@@ -253,13 +169,13 @@ START_TEST(test_lost_callback_fires_when_the_key_is_deleted)
     ck_assert_uint_ge(after.lost - before.lost, 2);
 
     /* Called once only, and the locks are not resurrected. */
-    sleep_ms(2 * LEASE_MS);
+    th_sleep_ms(2 * LEASE_MS);
     ck_assert_int_eq(atomic_load(&lost.calls), 1);
     ck_assert_int_eq(atomic_load(&rlost.calls), 1);
     ck_assert_int_eq(rlock_release(c, &l), RLOCK_NOT_OWNER);
     ck_assert_int_eq(rlock_reentrant_release(c, &r), RLOCK_NOT_OWNER);
-    ck_assert_int_eq(int_cmd(c, "HEXISTS %s %s", rkey, "someone-else:1"), 1);
-    freeReplyObject(must(c, "DEL %s", rkey));
+    ck_assert_int_eq(th_rl_int(c, "HEXISTS %s %s", rkey, "someone-else:1"), 1);
+    freeReplyObject(th_rl_cmd(c, "DEL %s", rkey));
     rlock_watchdog_free(wd);
     redisFree(c);
 }
@@ -269,34 +185,34 @@ START_TEST(test_watchdog_stops_after_release)
 {
     char key[128];
     test_key(key, sizeof key, "stops");
-    redisContext *c = test_connect();
-    freeReplyObject(must(c, "DEL %s", key));
+    redisContext *c = th_rl_connect_or_fail();
+    freeReplyObject(th_rl_cmd(c, "DEL %s", key));
     struct rlock_watchdog *wd = watchdog_start();
     struct lost_flag lost = {0};
 
     struct rlock_opts o = {.watchdog = wd, .on_lost = on_lost, .lost_arg = &lost};
     struct rlock l = {0};
     ck_assert_int_eq(rlock_acquire(c, &l, key, &o), RLOCK_OK);
-    sleep_ms(LEASE_MS);
+    th_sleep_ms(LEASE_MS);
     ck_assert_int_eq(rlock_release(c, &l), RLOCK_OK);
 
     struct rlock_metrics before, after;
     rlock_metrics_snapshot(&before);
     /* The next holder's lease must run down untouched. */
-    freeReplyObject(must(c, "SET %s next-owner PX 5000", key));
-    sleep_ms(4 * LEASE_MS);
+    freeReplyObject(th_rl_cmd(c, "SET %s next-owner PX 5000", key));
+    th_sleep_ms(4 * LEASE_MS);
     rlock_metrics_snapshot(&after);
     ck_assert_uint_eq(after.renewed, before.renewed);
-    long long pttl = int_cmd(c, "PTTL %s", key);
+    long long pttl = th_rl_int(c, "PTTL %s", key);
     ck_assert_int_le(pttl, 5000 - 3 * LEASE_MS);
     ck_assert_int_eq(atomic_load(&lost.calls), 0);
 
     /* Clearing (no release) stops it as well. */
-    freeReplyObject(must(c, "DEL %s", key));
+    freeReplyObject(th_rl_cmd(c, "DEL %s", key));
     ck_assert_int_eq(rlock_acquire(c, &l, key, &o), RLOCK_OK);
     rlock_clear(&l);
-    freeReplyObject(must(c, "DEL %s", key));
-    sleep_ms(2 * LEASE_MS);
+    freeReplyObject(th_rl_cmd(c, "DEL %s", key));
+    th_sleep_ms(2 * LEASE_MS);
     ck_assert_int_eq(atomic_load(&lost.calls), 0);
     rlock_watchdog_free(wd);
     redisFree(c);
@@ -315,8 +231,8 @@ START_TEST(test_release_on_complete_releases_on_commit_and_on_rollback)
     char key[128], rkey[128];
     test_key(key, sizeof key, "tx:simple");
     test_key(rkey, sizeof rkey, "tx:reentrant");
-    redisContext *c = test_connect();
-    freeReplyObject(must(c, "DEL %s %s", key, rkey));
+    redisContext *c = th_rl_connect_or_fail();
+    freeReplyObject(th_rl_cmd(c, "DEL %s %s", key, rkey));
     enum { COMMITTED = 0, ROLLED_BACK = 1 }; /* any caller's outcome codes */
 
     struct rlock_opts o = {.ttl_ms = 10000};
@@ -326,7 +242,7 @@ START_TEST(test_release_on_complete_releases_on_commit_and_on_rollback)
     rlock_release_on_complete(COMMITTED, &b);
     ck_assert_int_eq(b.status, RLOCK_OK);
     ck_assert_int_eq(b.outcome, COMMITTED);
-    ck_assert_int_eq(int_cmd(c, "EXISTS %s", key), 0);
+    ck_assert_int_eq(th_rl_int(c, "EXISTS %s", key), 0);
     ck_assert_ptr_null(l.keys);
 
     struct rlock_reentrant r = {0};
@@ -336,7 +252,7 @@ START_TEST(test_release_on_complete_releases_on_commit_and_on_rollback)
     rlock_release_on_complete(ROLLED_BACK, &rb);
     ck_assert_int_eq(rb.status, RLOCK_OK);
     ck_assert_int_eq(rb.outcome, ROLLED_BACK);
-    ck_assert_int_eq(int_cmd(c, "EXISTS %s", rkey), 0);
+    ck_assert_int_eq(th_rl_int(c, "EXISTS %s", rkey), 0);
 
     /* No connection: the lock is still emptied, the key expires by lease. */
     ck_assert_int_eq(rlock_acquire(c, &l, key, &o), RLOCK_OK);
@@ -344,7 +260,7 @@ START_TEST(test_release_on_complete_releases_on_commit_and_on_rollback)
     rlock_release_on_complete(COMMITTED, &nb);
     ck_assert_int_eq(nb.status, RLOCK_ERR);
     ck_assert_ptr_null(l.keys);
-    freeReplyObject(must(c, "DEL %s", key));
+    freeReplyObject(th_rl_cmd(c, "DEL %s", key));
     redisFree(c);
 }
 END_TEST
