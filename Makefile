@@ -115,7 +115,8 @@ loadtest: deps
 	BUILD=$(BUILD) scripts/loadtest.sh
 bench: deps
 	$(MAKE) all
-	BUILD=$(BUILD) scripts/bench.sh
+	rc=0; BUILD=$(BUILD) scripts/bench.sh || rc=$$?; \
+	BUILD=$(BUILD) scripts/bench-rlock.sh || rc=$$?; exit $$rc
 
 stack-start:
 	scripts/stack.sh start var

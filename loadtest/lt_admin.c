@@ -1,0 +1,104 @@
+#include "lt_admin.h"
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct call {
+    struct event_base *base;
+    struct lt_http_answer *out;
+    int done;
+};
+
+static void on_done(struct evhttp_request *req, void *arg)
+{
+    struct call *c = arg;
+    c->done = 1;
+    event_base_loopbreak(c->base); /* the kept-alive connection would hold the loop */
+    c->out->status = req ? evhttp_request_get_response_code(req) : 0;
+    if (!req)
+        return;
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t n = evbuffer_get_length(in);
+    if (n >= sizeof c->out->body)
+        n = sizeof c->out->body - 1;
+    evbuffer_copyout(in, c->out->body, n);
+    c->out->body[n] = '\0';
+}
+
+int lt_admin_request(const struct lt_opts *o, const char *method, const char *path,
+                     const char *body, struct lt_http_answer *out)
+{
+    memset(out, 0, sizeof *out);
+    struct event_base *base = event_base_new();
+    struct evhttp_connection *conn =
+        base ? evhttp_connection_base_new(base, NULL, o->host, (ev_uint16_t)o->port) : NULL;
+    struct call c = {base, out, 0};
+    struct evhttp_request *req = conn ? evhttp_request_new(on_done, &c) : NULL;
+    if (!req) {
+        if (conn)
+            evhttp_connection_free(conn);
+        if (base)
+            event_base_free(base);
+        return -1;
+    }
+    struct timeval to = {o->timeout_ms / 1000, (o->timeout_ms % 1000) * 1000};
+    evhttp_connection_set_timeout_tv(conn, &to);
+    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+    evhttp_add_header(h, "Host", o->host);
+    if (o->token[0]) {
+        char auth[LT_TOKEN_MAX + 16];
+        snprintf(auth, sizeof auth, "Bearer %s", o->token);
+        evhttp_add_header(h, "Authorization", auth);
+    }
+    if (body) {
+        evhttp_add_header(h, "Content-Type", "application/json");
+        evbuffer_add(evhttp_request_get_output_buffer(req), body, strlen(body));
+    }
+    enum evhttp_cmd_type cmd = strcmp(method, "POST") == 0 ? EVHTTP_REQ_POST : EVHTTP_REQ_GET;
+    if (evhttp_make_request(conn, req, cmd, path) == 0)
+        event_base_dispatch(base); /* ends: the answer, or the connection timeout */
+    evhttp_connection_free(conn);
+    event_base_free(base);
+    return c.done && out->status ? 0 : -1;
+}
+
+int lt_admin_create_sku(const struct lt_opts *o, int64_t *sku, char *err, size_t errlen)
+{
+    json_t *b = json_pack("{s:s, s:I, s:I}", "name", "seckill-loadtest", "stock",
+                          (json_int_t)o->stock, "per_user_limit", (json_int_t)o->limit);
+    if (!b) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (o->sku)
+        json_object_set_new(b, "id", json_integer(o->sku));
+    char *text = json_dumps(b, JSON_COMPACT);
+    json_decref(b);
+    struct lt_http_answer a;
+    int rc = text ? lt_admin_request(o, "POST", "/admin/v1/skus", text, &a) : -1;
+    free(text);
+    if (rc != 0) {
+        snprintf(err, errlen, "creating the SKU: no answer from %s within %d ms", o->url,
+                 o->timeout_ms);
+        return -1;
+    }
+    if (a.status != 201) {
+        snprintf(err, errlen, "creating the SKU: HTTP %d %.300s", a.status, a.body);
+        return -1;
+    }
+    json_t *j = json_loads(a.body, 0, NULL);
+    json_t *id = j ? json_object_get(j, "id") : NULL;
+    *sku = json_is_integer(id) ? (int64_t)json_integer_value(id) : 0;
+    json_decref(j);
+    if (*sku <= 0) {
+        snprintf(err, errlen, "creating the SKU: no id in the answer %.300s", a.body);
+        return -1;
+    }
+    return 0;
+}

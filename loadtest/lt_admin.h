@@ -1,0 +1,32 @@
+/*
+ * lt_admin: the few blocking admin calls of a run's set-up (create the SKU,
+ * look at it), each one request on a private event loop with a bounded wait.
+ */
+#ifndef LT_ADMIN_H
+#define LT_ADMIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lt_opts.h"
+
+#define LT_ADMIN_BODY_MAX 4096
+
+struct lt_http_answer {
+    int status; /* 0: no answer (connection error or timeout) */
+    char body[LT_ADMIN_BODY_MAX];
+};
+
+/* One request to o->host:o->port with the admin token (when o->token is set)
+ * and, for a body, a JSON content type.  Waits at most o->timeout_ms.
+ * Returns 0 when an answer arrived (any status), -1 otherwise. */
+int lt_admin_request(const struct lt_opts *o, const char *method, const char *path,
+                     const char *body, struct lt_http_answer *out);
+
+/* Creates the run's SKU (id o->sku, or one the service picks when 0) with
+ * o->stock and o->limit.  Returns 0 and its id in *sku, or -1 with a message
+ * in err. */
+int lt_admin_create_sku(const struct lt_opts *o, int64_t *sku, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+
+#endif

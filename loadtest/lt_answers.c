@@ -1,0 +1,160 @@
+#include "lt_answers.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FILE_MAGIC "# seckill-loadtest answers v1"
+#define INITIAL_CAP 1024
+#define MAX_LINE 256
+
+void lt_answers_init(struct lt_answers *a, int64_t sku)
+{
+    memset(a, 0, sizeof *a);
+    a->sku = sku;
+}
+
+void lt_answers_free(struct lt_answers *a)
+{
+    free(a->orders);
+    a->orders = NULL;
+    a->n = a->cap = 0;
+}
+
+int lt_answers_add(struct lt_answers *a, int64_t id, int64_t user, int64_t qty)
+{
+    if (a->n == a->cap) {
+        size_t cap = a->cap ? a->cap * 2 : INITIAL_CAP;
+        struct lt_order *o = realloc(a->orders, cap * sizeof *o);
+        if (!o)
+            return -1;
+        a->orders = o;
+        a->cap = cap;
+    }
+    a->orders[a->n++] = (struct lt_order){id, user, qty};
+    return 0;
+}
+
+static int cmp_order(const void *x, const void *y)
+{
+    const struct lt_order *a = x, *b = y;
+    if (a->id != b->id)
+        return a->id < b->id ? -1 : 1;
+    if (a->user != b->user)
+        return a->user < b->user ? -1 : 1;
+    return a->qty < b->qty ? -1 : a->qty > b->qty;
+}
+
+size_t lt_answers_dedupe(struct lt_answers *a)
+{
+    if (a->n == 0)
+        return 0;
+    qsort(a->orders, a->n, sizeof *a->orders, cmp_order);
+    size_t w = 1, conflicts = 0;
+    for (size_t r = 1; r < a->n; r++) {
+        struct lt_order *prev = &a->orders[w - 1], *cur = &a->orders[r];
+        if (cur->id == prev->id && cur->user == prev->user && cur->qty == prev->qty)
+            continue;
+        if (cur->id == prev->id)
+            conflicts++;
+        a->orders[w++] = *cur;
+    }
+    a->n = w;
+    return conflicts;
+}
+
+int64_t lt_answers_units(const struct lt_answers *a)
+{
+    int64_t u = 0;
+    for (size_t i = 0; i < a->n; i++)
+        u += a->orders[i].qty;
+    return u;
+}
+
+int lt_answers_save(const struct lt_answers *a, const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        return -1;
+    }
+    fprintf(f, FILE_MAGIC "\n");
+    fprintf(f, "sku %" PRId64 "\n", a->sku);
+    fprintf(f, "baseline %d %" PRId64 " %" PRId64 " %" PRId64 "\n", a->base.known, a->base.stock,
+            a->base.max_order_id, a->base.max_ledger_id);
+    fprintf(f, "unknown %" PRIu64 "\n", a->unknown);
+    fprintf(f, "idem_mismatch %" PRIu64 "\n", a->idem_mismatch);
+    fprintf(f, "unexpected %" PRIu64 "\n", a->unexpected);
+    fprintf(f, "admin %" PRId64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRId64 "\n",
+            a->admin_applied, a->admin_ok, a->admin_refused, a->admin_unknown,
+            a->admin_unknown_abs);
+    for (size_t i = 0; i < a->n; i++)
+        fprintf(f, "o %" PRId64 " %" PRId64 " %" PRId64 "\n", a->orders[i].id, a->orders[i].user,
+                a->orders[i].qty);
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad) {
+        snprintf(err, errlen, "cannot write %s", path);
+        return -1;
+    }
+    return 0;
+}
+
+int lt_answers_load(struct lt_answers *a, const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+        return -1;
+    }
+    char line[MAX_LINE];
+    int rc = -1;
+    long lineno = 0;
+    if (!fgets(line, sizeof line, f) || strncmp(line, FILE_MAGIC, strlen(FILE_MAGIC)) != 0) {
+        snprintf(err, errlen, "%s is not a seckill-loadtest answers file", path);
+        goto out;
+    }
+    lineno = 1;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        int64_t x, y, z, v;
+        uint64_t p, q, r;
+        int k;
+        if (sscanf(line, "o %" SCNd64 " %" SCNd64 " %" SCNd64, &x, &y, &z) == 3) {
+            if (lt_answers_add(a, x, y, z) != 0) {
+                snprintf(err, errlen, "out of memory reading %s", path);
+                goto out;
+            }
+        } else if (sscanf(line, "sku %" SCNd64, &x) == 1) {
+            a->sku = x;
+        } else if (sscanf(line, "baseline %d %" SCNd64 " %" SCNd64 " %" SCNd64, &k, &x, &y, &z) ==
+                   4) {
+            a->base = (struct lt_baseline){k, x, y, z};
+        } else if (sscanf(line, "unknown %" SCNu64, &p) == 1) {
+            a->unknown = p;
+        } else if (sscanf(line, "idem_mismatch %" SCNu64, &p) == 1) {
+            a->idem_mismatch = p;
+        } else if (sscanf(line, "unexpected %" SCNu64, &p) == 1) {
+            a->unexpected = p;
+        } else if (sscanf(line, "admin %" SCNd64 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNd64,
+                          &x, &p, &q, &r, &v) == 5) {
+            a->admin_applied = x;
+            a->admin_ok = p;
+            a->admin_refused = q;
+            a->admin_unknown = r;
+            a->admin_unknown_abs = v;
+        } else {
+            snprintf(err, errlen, "%s:%ld: cannot parse \"%.40s\"", path, lineno, line);
+            goto out;
+        }
+    }
+    if (ferror(f)) {
+        snprintf(err, errlen, "cannot read %s", path);
+        goto out;
+    }
+    rc = 0;
+out:
+    fclose(f);
+    return rc;
+}

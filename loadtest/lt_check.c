@@ -1,0 +1,691 @@
+#include "lt_check.h"
+
+#include <hiredis.h>
+#include <inttypes.h>
+#include <libpq-fe.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "embedded.h"
+#include "keys.h"
+#include "lt_load.h"
+#include "redis_conn.h"
+
+#define PG_CONNECT_TIMEOUT_S "10"
+#define PG_STATEMENT_TIMEOUT "SET statement_timeout = '120s'"
+#define REDIS_TIMEOUT_MS 5000
+#define DRAIN_POLL_MS 50
+#define SCAN_COUNT "1000"
+#define SCAN_MAX_ROUNDS 10000000 /* HSCAN rounds; bounded in time as well */
+#define COPY_CHUNK 65536
+
+static const struct {
+    const char *name, *key;
+} check_info[LT_CHK_COUNT] = {
+    [LT_CHK_DRAINED] = {"order stream drained", "drained"},
+    [LT_CHK_ANSWERS] = {"only expected answers (202/409/unknown)", "answers"},
+    [LT_CHK_SOLD] = {"units sold = 202 units - rejected + unknown-outcome", "sold"},
+    [LT_CHK_I1_LEDGER] = {"I1 stock >= 0, = initial + deltas - sold = ledger", "i1_ledger"},
+    [LT_CHK_I1_RUN] = {"I1 stock = before + run's deltas - run's sales", "i1_run"},
+    [LT_CHK_I1_ADMIN] = {"I1 admin ledger = deltas answered 200", "i1_admin"},
+    [LT_CHK_I2_STOCK] = {"I2 Redis stock = skus.stock", "i2_stock"},
+    [LT_CHK_I2_HELD] = {"I2 Redis units held = confirmed units, per user", "i2_held"},
+    [LT_CHK_I2_JOURNAL] = {"I2 no reservation left pending", "i2_journal"},
+    [LT_CHK_I3_LIMIT] = {"I3 no user above the per-user limit", "i3_limit"},
+    [LT_CHK_I4_ANSWERED] = {"I4 every 202 id is exactly one row", "i4_answered"},
+    [LT_CHK_I4_ROWS] = {"I4 no row without a 202 or an unknown", "i4_rows"},
+    [LT_CHK_I4_IDEM] = {"I4 same Idempotency-Key, same order", "i4_idempotency"},
+    [LT_CHK_I4_LEDGER] = {"I4 one ledger row per order", "i4_ledger"},
+};
+
+const char *lt_check_name(enum lt_check_id id)
+{
+    return check_info[id].name;
+}
+
+const char *lt_check_key(enum lt_check_id id)
+{
+    return check_info[id].key;
+}
+
+/* ---- SQL ------------------------------------------------------------------ */
+
+/* $1 sku */
+static const char SQL_SKU[] = "SELECT stock, initial_stock, per_user_limit FROM skus WHERE id = $1";
+static const char SQL_MAX_ORDER[] = "SELECT coalesce(max(id), 0) FROM orders WHERE sku_id = $1";
+static const char SQL_MAX_LEDGER[] =
+    "SELECT coalesce(max(id), 0) FROM stock_ledger WHERE sku_id = $1";
+/* $1 sku, $2 first order id of the run - 1 */
+static const char SQL_RUN[] =
+    "SELECT count(*), coalesce(sum(qty) FILTER (WHERE status = 'confirmed'), 0),"
+    " count(*) FILTER (WHERE status = 'rejected'),"
+    " coalesce(sum(qty) FILTER (WHERE status = 'rejected'), 0),"
+    " coalesce(floor(extract(epoch FROM min(created_at)) * 1e6), 0)::bigint,"
+    " coalesce(floor(extract(epoch FROM max(created_at)) * 1e6), 0)::bigint"
+    " FROM orders WHERE sku_id = $1 AND id > $2";
+/* $1 sku, $2 last ledger id before the run */
+static const char SQL_ADMIN[] = "SELECT coalesce(sum(delta), 0), count(*) FROM stock_ledger"
+                                " WHERE sku_id = $1 AND kind = 'admin' AND id > $2";
+/* $1 sku */
+static const char SQL_LIMIT[] =
+    "SELECT o.user_id, sum(o.qty) AS units, s.per_user_limit FROM orders o"
+    " JOIN skus s ON s.id = o.sku_id WHERE o.sku_id = $1 AND o.status = 'confirmed'"
+    " GROUP BY o.user_id, s.per_user_limit HAVING sum(o.qty) > s.per_user_limit"
+    " ORDER BY o.user_id LIMIT 1000";
+static const char SQL_HELD_TEMP[] =
+    "CREATE TEMP TABLE lt_held (user_id bigint PRIMARY KEY, units bigint NOT NULL)";
+static const char SQL_HELD[] =
+    "SELECT coalesce(d.user_id, h.user_id) AS user_id, coalesce(d.units, 0) AS db_units,"
+    " coalesce(h.units, 0) AS redis_units FROM"
+    " (SELECT user_id, sum(qty) AS units FROM orders WHERE sku_id = $1 AND status = 'confirmed'"
+    "  GROUP BY user_id) d FULL JOIN lt_held h ON h.user_id = d.user_id"
+    " WHERE coalesce(d.units, 0) <> coalesce(h.units, 0) ORDER BY 1 LIMIT 1000";
+static const char SQL_ANSWERS_TEMP[] = "CREATE TEMP TABLE lt_answers (id bigint NOT NULL, user_id "
+                                       "bigint NOT NULL, qty bigint NOT NULL)";
+/* $1 sku */
+static const char SQL_ANSWERED[] =
+    "SELECT a.id, a.user_id, a.qty, o.sku_id AS row_sku, o.user_id AS row_user,"
+    " o.qty AS row_qty, o.status AS row_status,"
+    " (SELECT count(*) FROM lt_answers b WHERE b.id = a.id) AS answers_with_id"
+    " FROM lt_answers a LEFT JOIN orders o ON o.id = a.id"
+    " WHERE o.id IS NULL OR o.sku_id <> $1 OR o.user_id <> a.user_id OR o.qty <> a.qty"
+    "    OR (SELECT count(*) FROM lt_answers b WHERE b.id = a.id) <> 1"
+    " ORDER BY a.id LIMIT 1000";
+static const char SQL_ANSWERED_SUMS[] =
+    "SELECT count(*), coalesce(sum(a.qty), 0),"
+    " coalesce(sum(o.qty) FILTER (WHERE o.status = 'rejected'), 0)"
+    " FROM lt_answers a LEFT JOIN orders o ON o.id = a.id";
+/* $1 sku, $2 first order id - 1 */
+static const char SQL_UNANSWERED[] =
+    "SELECT o.id, o.user_id, o.qty, o.status, o.reason FROM orders o"
+    " WHERE o.sku_id = $1 AND o.id > $2"
+    "   AND NOT EXISTS (SELECT 1 FROM lt_answers a WHERE a.id = o.id) ORDER BY o.id LIMIT 1000";
+static const char SQL_UNANSWERED_SUMS[] =
+    "SELECT count(*), coalesce(sum(o.qty) FILTER (WHERE o.status = 'confirmed'), 0)"
+    " FROM orders o WHERE o.sku_id = $1 AND o.id > $2"
+    "   AND NOT EXISTS (SELECT 1 FROM lt_answers a WHERE a.id = o.id)";
+/* $1 sku, $2 first order id - 1 */
+static const char SQL_LEDGER_ROWS[] =
+    "SELECT o.id, o.status, o.qty, count(l.id) AS ledger_rows, coalesce(sum(l.delta), 0) AS delta"
+    " FROM orders o LEFT JOIN stock_ledger l ON l.order_id = o.id"
+    " WHERE o.sku_id = $1 AND o.id > $2 GROUP BY o.id, o.status, o.qty"
+    " HAVING count(l.id) <> 1"
+    "    OR (o.status = 'confirmed' AND coalesce(sum(l.delta), 0) <> -o.qty)"
+    "    OR (o.status = 'rejected' AND coalesce(sum(l.delta), 0) <> 0)"
+    "    OR count(l.id) FILTER (WHERE l.kind = CASE o.status WHEN 'confirmed' THEN 'order'"
+    "                                                        ELSE 'rejection' END) <> 1"
+    " ORDER BY o.id LIMIT 1000";
+
+/* ---- helpers ---------------------------------------------------------------- */
+
+struct ctx {
+    const struct lt_opts *o;
+    int64_t sku;
+    PGconn *pg;
+    struct redis_conn redis;
+    char *err;
+    size_t errlen;
+};
+
+static void item_set(struct lt_check_result *r, enum lt_check_id id, int ok, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void item_set(struct lt_check_result *r, enum lt_check_id id, int ok, const char *fmt, ...)
+{
+    struct lt_check_item *it = &r->item[id];
+    it->state = ok ? LT_CHECK_PASSED : LT_CHECK_FAILED;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(it->detail, sizeof it->detail, fmt, ap);
+    va_end(ap);
+    if (!ok)
+        r->ok = 0;
+}
+
+/* Appends up to LT_CHECK_MAX_ROWS rows of res to the item, header first. */
+static void item_rows(struct lt_check_item *it, const PGresult *res)
+{
+    size_t len = strlen(it->rows);
+    int nf = PQnfields(res), nt = PQntuples(res);
+#define PUT(...)                                                                                   \
+    do {                                                                                           \
+        if (len < sizeof it->rows) {                                                               \
+            int w_ = snprintf(it->rows + len, sizeof it->rows - len, __VA_ARGS__);                 \
+            len += w_ > 0 ? (size_t)w_ : 0;                                                        \
+        }                                                                                          \
+    } while (0)
+    for (int c = 0; c < nf; c++)
+        PUT("%s%s", c ? "\t" : "", PQfname(res, c));
+    PUT("\n");
+    for (int t = 0; t < nt && t < LT_CHECK_MAX_ROWS; t++) {
+        for (int c = 0; c < nf; c++)
+            PUT("%s%s", c ? "\t" : "", PQgetisnull(res, t, c) ? "NULL" : PQgetvalue(res, t, c));
+        PUT("\n");
+    }
+    if (nt > LT_CHECK_MAX_ROWS)
+        PUT("... %d rows in all%s\n", nt, nt >= 1000 ? " (at least)" : "");
+#undef PUT
+    if (len >= sizeof it->rows)
+        it->rows[sizeof it->rows - 1] = '\0';
+}
+
+static void item_line(struct lt_check_item *it, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void item_line(struct lt_check_item *it, const char *fmt, ...)
+{
+    size_t len = strlen(it->rows);
+    if (len + 1 >= sizeof it->rows)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(it->rows + len, sizeof it->rows - len, fmt, ap);
+    va_end(ap);
+}
+
+/* Runs a query with text parameters.  NULL (message in err) unless it
+ * returned rows or completed. */
+static PGresult *q(struct ctx *c, const char *sql, int n, const char *const *params)
+{
+    PGresult *r = PQexecParams(c->pg, sql, n, NULL, params, NULL, NULL, 0);
+    ExecStatusType st = PQresultStatus(r);
+    if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK)
+        return r;
+    snprintf(c->err, c->errlen, "query failed: %s (%.80s...)", PQerrorMessage(c->pg), sql);
+    PQclear(r);
+    return NULL;
+}
+
+static int64_t iv(const PGresult *r, int row, int col)
+{
+    return PQgetisnull(r, row, col) ? 0 : strtoll(PQgetvalue(r, row, col), NULL, 10);
+}
+
+static int connect_all(struct ctx *c)
+{
+    const char *kw[] = {"connect_timeout", "dbname", NULL};
+    const char *vals[] = {PG_CONNECT_TIMEOUT_S, c->o->pg_dsn, NULL};
+    c->pg = PQconnectdbParams(kw, vals, 1);
+    if (PQstatus(c->pg) != CONNECTION_OK) {
+        snprintf(c->err, c->errlen, "cannot connect to PostgreSQL: %s", PQerrorMessage(c->pg));
+        return -1;
+    }
+    PGresult *r = q(c, PG_STATEMENT_TIMEOUT, 0, NULL);
+    if (!r)
+        return -1;
+    PQclear(r);
+    memset(&c->redis, 0, sizeof c->redis);
+    c->redis.connect_timeout_ms = REDIS_TIMEOUT_MS;
+    c->redis.timeout_ms = REDIS_TIMEOUT_MS;
+    if (redis_parse_url(c->o->redis_url, &c->redis.target, c->err, c->errlen) != 0)
+        return -1;
+    if (!redis_conn_get(&c->redis)) {
+        snprintf(c->err, c->errlen, "cannot connect to Redis at %s:%d", c->redis.target.host,
+                 c->redis.target.port);
+        return -1;
+    }
+    return 0;
+}
+
+static void disconnect_all(struct ctx *c)
+{
+    if (c->pg)
+        PQfinish(c->pg);
+    c->pg = NULL;
+    redis_conn_close(&c->redis);
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Waits until XLEN of the SKU's stream is 0.  Returns 0, or -1 (err set). */
+static int wait_drained(struct ctx *c, double *waited_s)
+{
+    char key[KEYS_MAX];
+    keys_sku(key, c->sku, KEY_STREAM);
+    const char *argv[] = {"XLEN", key};
+    uint64_t t0 = lt_now_us(), limit = (uint64_t)c->o->drain_timeout_s * 1000000ULL;
+    for (;;) {
+        redisReply *rep = redis_conn_cmd(&c->redis, 2, argv, NULL);
+        long long n = rep && rep->type == REDIS_REPLY_INTEGER ? rep->integer : -1;
+        if (rep)
+            freeReplyObject(rep);
+        uint64_t el = lt_now_us() - t0;
+        *waited_s = (double)el / 1e6;
+        if (n == 0)
+            return 0;
+        if (el >= limit) {
+            snprintf(c->err, c->errlen,
+                     n < 0 ? "Redis did not answer XLEN %s"
+                           : "order stream %s not drained after %d s (%lld entries left)",
+                     key, c->o->drain_timeout_s, n);
+            return -1;
+        }
+        sleep_ms(DRAIN_POLL_MS);
+    }
+}
+
+static int redis_get_int(struct ctx *c, enum keys_kind kind, int64_t *out)
+{
+    char key[KEYS_MAX];
+    keys_sku(key, c->sku, kind);
+    const char *argv[] = {"GET", key};
+    redisReply *rep = redis_conn_cmd(&c->redis, 2, argv, NULL);
+    if (!rep) {
+        snprintf(c->err, c->errlen, "Redis did not answer GET %s", key);
+        return -1;
+    }
+    *out = rep->type == REDIS_REPLY_STRING ? strtoll(rep->str, NULL, 10) : -1;
+    freeReplyObject(rep);
+    return 0;
+}
+
+/* Streams text rows into "COPY table FROM STDIN". */
+struct copy {
+    struct ctx *c;
+    char buf[COPY_CHUNK];
+    size_t len;
+    int failed;
+};
+
+static void copy_flush(struct copy *cp)
+{
+    if (cp->len && !cp->failed && PQputCopyData(cp->c->pg, cp->buf, (int)cp->len) != 1)
+        cp->failed = 1;
+    cp->len = 0;
+}
+
+static void copy_row(struct copy *cp, int64_t a, int64_t b, int64_t c3, int ncols)
+{
+    if (cp->len + 80 > sizeof cp->buf)
+        copy_flush(cp);
+    int w = ncols == 3 ? snprintf(cp->buf + cp->len, sizeof cp->buf - cp->len,
+                                  "%" PRId64 "\t%" PRId64 "\t%" PRId64 "\n", a, b, c3)
+                       : snprintf(cp->buf + cp->len, sizeof cp->buf - cp->len,
+                                  "%" PRId64 "\t%" PRId64 "\n", a, b);
+    cp->len += (size_t)w;
+}
+
+static int copy_begin(struct ctx *c, const char *table)
+{
+    char sql[96];
+    snprintf(sql, sizeof sql, "COPY %s FROM STDIN", table);
+    PGresult *r = PQexec(c->pg, sql);
+    int ok = PQresultStatus(r) == PGRES_COPY_IN;
+    if (!ok)
+        snprintf(c->err, c->errlen, "%s: %s", sql, PQerrorMessage(c->pg));
+    PQclear(r);
+    return ok ? 0 : -1;
+}
+
+static int copy_end(struct copy *cp)
+{
+    copy_flush(cp);
+    struct ctx *c = cp->c;
+    if (PQputCopyEnd(c->pg, cp->failed ? "client failed" : NULL) != 1)
+        cp->failed = 1;
+    PGresult *r = PQgetResult(c->pg);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK)
+        cp->failed = 1;
+    if (cp->failed)
+        snprintf(c->err, c->errlen, "COPY failed: %s", PQerrorMessage(c->pg));
+    PQclear(r);
+    while ((r = PQgetResult(c->pg)))
+        PQclear(r);
+    return cp->failed ? -1 : 0;
+}
+
+/* One HSCAN round.  Returns the reply (caller frees) or NULL. */
+static redisReply *hscan(struct ctx *c, const char *key, const char *cursor)
+{
+    const char *argv[] = {"HSCAN", key, cursor, "COUNT", SCAN_COUNT};
+    redisReply *rep = redis_conn_cmd(&c->redis, 5, argv, NULL);
+    if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
+        rep->element[0]->type != REDIS_REPLY_STRING || rep->element[1]->type != REDIS_REPLY_ARRAY) {
+        snprintf(c->err, c->errlen, "HSCAN %s failed", key);
+        if (rep)
+            freeReplyObject(rep);
+        return NULL;
+    }
+    return rep;
+}
+
+/* Copies the Redis 'bought' hash into lt_held.  Returns 0 or -1. */
+static int load_held(struct ctx *c)
+{
+    PGresult *r = q(c, SQL_HELD_TEMP, 0, NULL);
+    if (!r)
+        return -1;
+    PQclear(r);
+    if (copy_begin(c, "lt_held") != 0)
+        return -1;
+    struct copy *cp = calloc(1, sizeof *cp);
+    if (!cp) {
+        snprintf(c->err, c->errlen, "out of memory");
+        return -1;
+    }
+    cp->c = c;
+    char key[KEYS_MAX], cursor[32] = "0";
+    keys_sku(key, c->sku, KEY_BOUGHT);
+    uint64_t t0 = lt_now_us(), limit = (uint64_t)c->o->drain_timeout_s * 1000000ULL;
+    int rounds = 0, done = 0;
+    while (!done && !cp->failed) {
+        redisReply *rep = hscan(c, key, cursor);
+        if (!rep) {
+            cp->failed = 1;
+            break;
+        }
+        snprintf(cursor, sizeof cursor, "%s", rep->element[0]->str);
+        redisReply *kv = rep->element[1];
+        for (size_t i = 0; i + 1 < kv->elements; i += 2)
+            copy_row(cp, strtoll(kv->element[i]->str, NULL, 10),
+                     strtoll(kv->element[i + 1]->str, NULL, 10), 0, 2);
+        freeReplyObject(rep);
+        done = strcmp(cursor, "0") == 0;
+        if (!done && (++rounds >= SCAN_MAX_ROUNDS || lt_now_us() - t0 > limit)) {
+            snprintf(c->err, c->errlen, "HSCAN %s did not finish in bounds", key);
+            cp->failed = 1;
+        }
+    }
+    int rc = copy_end(cp);
+    free(cp);
+    return rc;
+}
+
+/* Counts journal entries still 'pending' and lists the first few. */
+static int scan_journal(struct ctx *c, struct lt_check_item *it, int64_t *pending)
+{
+    char key[KEYS_MAX], cursor[32] = "0";
+    keys_sku(key, c->sku, KEY_JOURNAL);
+    uint64_t t0 = lt_now_us(), limit = (uint64_t)c->o->drain_timeout_s * 1000000ULL;
+    *pending = 0;
+    for (int rounds = 0;; rounds++) {
+        redisReply *rep = hscan(c, key, cursor);
+        if (!rep)
+            return -1;
+        snprintf(cursor, sizeof cursor, "%s", rep->element[0]->str);
+        redisReply *kv = rep->element[1];
+        for (size_t i = 0; i + 1 < kv->elements; i += 2) {
+            if (strcmp(kv->element[i + 1]->str, "pending") != 0)
+                continue;
+            if (*pending == 0)
+                item_line(it, "order_id\tjournal\n");
+            if (*pending < LT_CHECK_MAX_ROWS)
+                item_line(it, "%s\tpending\n", kv->element[i]->str);
+            (*pending)++;
+        }
+        freeReplyObject(rep);
+        if (strcmp(cursor, "0") == 0)
+            return 0;
+        if (rounds >= SCAN_MAX_ROUNDS || lt_now_us() - t0 > limit) {
+            snprintf(c->err, c->errlen, "HSCAN %s did not finish in bounds", key);
+            return -1;
+        }
+    }
+}
+
+static int load_answers(struct ctx *c, const struct lt_answers *a)
+{
+    PGresult *r = q(c, SQL_ANSWERS_TEMP, 0, NULL);
+    if (!r)
+        return -1;
+    PQclear(r);
+    if (copy_begin(c, "lt_answers") != 0)
+        return -1;
+    struct copy *cp = calloc(1, sizeof *cp);
+    if (!cp) {
+        snprintf(c->err, c->errlen, "out of memory");
+        return -1;
+    }
+    cp->c = c;
+    for (size_t i = 0; i < a->n; i++)
+        copy_row(cp, a->orders[i].id, a->orders[i].user, a->orders[i].qty, 3);
+    int rc = copy_end(cp);
+    free(cp);
+    if (rc != 0)
+        return -1;
+    if (!(r = q(c, "CREATE INDEX ON lt_answers (id)", 0, NULL)))
+        return -1;
+    PQclear(r);
+    if (!(r = q(c, "ANALYZE lt_answers", 0, NULL)))
+        return -1;
+    PQclear(r);
+    return 0;
+}
+
+/* ---- the checks --------------------------------------------------------------- */
+
+int lt_check_baseline(const struct lt_opts *o, int64_t sku, struct lt_baseline *b, char *err,
+                      size_t errlen)
+{
+    struct ctx c = {.o = o, .sku = sku, .err = err, .errlen = errlen};
+    memset(b, 0, sizeof *b);
+    int rc = -1;
+    double waited;
+    char sid[24];
+    snprintf(sid, sizeof sid, "%" PRId64, sku);
+    const char *p[] = {sid};
+    PGresult *r1 = NULL, *r2 = NULL, *r3 = NULL;
+    if (connect_all(&c) != 0 || wait_drained(&c, &waited) != 0)
+        goto out;
+    if (!(r1 = q(&c, SQL_SKU, 1, p)) || !(r2 = q(&c, SQL_MAX_ORDER, 1, p)) ||
+        !(r3 = q(&c, SQL_MAX_LEDGER, 1, p)))
+        goto out;
+    if (PQntuples(r1) != 1) {
+        snprintf(err, errlen, "SKU %" PRId64 " is not in the database", sku);
+        goto out;
+    }
+    b->known = 1;
+    b->stock = iv(r1, 0, 0);
+    b->max_order_id = iv(r2, 0, 0);
+    b->max_ledger_id = iv(r3, 0, 0);
+    rc = 0;
+out:
+    PQclear(r1);
+    PQclear(r2);
+    PQclear(r3);
+    disconnect_all(&c);
+    return rc;
+}
+
+/* I1 from the service's own query, and the SKU's facts. */
+static int check_i1(struct ctx *c, const struct lt_answers *a, struct lt_check_result *r,
+                    const char *const *p)
+{
+    struct lt_check_facts *f = &r->f;
+    PGresult *res = q(c, SQL_SKU, 1, p);
+    if (!res)
+        return -1;
+    if (PQntuples(res) != 1) {
+        snprintf(c->err, c->errlen, "SKU %" PRId64 " is not in the database", c->sku);
+        PQclear(res);
+        return -1;
+    }
+    f->db_stock = iv(res, 0, 0);
+    f->initial_stock = iv(res, 0, 1);
+    f->per_user_limit = iv(res, 0, 2);
+    PQclear(res);
+
+    if (!(res = q(c, sql_text("invariant_check"), 1, p)))
+        return -1;
+    item_set(r, LT_CHK_I1_LEDGER, PQntuples(res) == 0,
+             "stock %" PRId64 ", initial %" PRId64 ", invariant_check.sql: %d violating rows",
+             f->db_stock, f->initial_stock, PQntuples(res));
+    if (PQntuples(res))
+        item_rows(&r->item[LT_CHK_I1_LEDGER], res);
+    PQclear(res);
+
+    char base_ledger[24];
+    snprintf(base_ledger, sizeof base_ledger, "%" PRId64, a->base.max_ledger_id);
+    const char *pa[] = {p[0], base_ledger};
+    if (!(res = q(c, SQL_ADMIN, 2, pa)))
+        return -1;
+    f->admin_ledger_sum = iv(res, 0, 0);
+    f->admin_ledger_rows = iv(res, 0, 1);
+    PQclear(res);
+    if (!a->base.known)
+        return 0;
+    if (a->admin_unknown == 0)
+        item_set(r, LT_CHK_I1_ADMIN, f->admin_ledger_sum == a->admin_applied,
+                 "admin ledger since the start: %+" PRId64 " in %" PRId64
+                 " rows; deltas answered 200: %+" PRId64 " in %" PRIu64 " (409: %" PRIu64 ")",
+                 f->admin_ledger_sum, f->admin_ledger_rows, a->admin_applied, a->admin_ok,
+                 a->admin_refused);
+    else /* each unanswered delta may or may not have been applied */
+        item_set(r, LT_CHK_I1_ADMIN,
+                 llabs(f->admin_ledger_sum - a->admin_applied) <= a->admin_unknown_abs,
+                 "admin ledger %+" PRId64 ", answered 200 %+" PRId64 ", %" PRIu64
+                 " deltas unanswered (|sum| <= %" PRId64 ")",
+                 f->admin_ledger_sum, a->admin_applied, a->admin_unknown, a->admin_unknown_abs);
+    int64_t expect = a->base.stock + f->admin_ledger_sum - f->run_confirmed_units;
+    item_set(r, LT_CHK_I1_RUN, f->db_stock == expect && f->db_stock >= 0,
+             "stock %" PRId64 " = %" PRId64 " before %+" PRId64 " deltas - %" PRId64
+             " sold = %" PRId64,
+             f->db_stock, a->base.stock, f->admin_ledger_sum, f->run_confirmed_units, expect);
+    return 0;
+}
+
+static int check_i2_i3(struct ctx *c, struct lt_check_result *r, const char *const *p)
+{
+    struct lt_check_facts *f = &r->f;
+    if (redis_get_int(c, KEY_STOCK, &f->redis_stock) != 0)
+        return -1;
+    item_set(r, LT_CHK_I2_STOCK, f->redis_stock == f->db_stock,
+             "Redis %" PRId64 "%s, database %" PRId64, f->redis_stock,
+             f->redis_stock < 0 ? " (missing)" : "", f->db_stock);
+
+    if (load_held(c) != 0)
+        return -1;
+    PGresult *res = q(c, SQL_HELD, 1, p);
+    if (!res)
+        return -1;
+    item_set(r, LT_CHK_I2_HELD, PQntuples(res) == 0, "%d users differ", PQntuples(res));
+    if (PQntuples(res))
+        item_rows(&r->item[LT_CHK_I2_HELD], res);
+    PQclear(res);
+
+    int64_t pending;
+    if (scan_journal(c, &r->item[LT_CHK_I2_JOURNAL], &pending) != 0)
+        return -1;
+    item_set(r, LT_CHK_I2_JOURNAL, pending == 0, "%" PRId64 " journal entries still pending",
+             pending);
+
+    if (!(res = q(c, SQL_LIMIT, 1, p)))
+        return -1;
+    item_set(r, LT_CHK_I3_LIMIT, PQntuples(res) == 0, "limit %" PRId64 ", %d users above it",
+             f->per_user_limit, PQntuples(res));
+    if (PQntuples(res))
+        item_rows(&r->item[LT_CHK_I3_LIMIT], res);
+    PQclear(res);
+    return 0;
+}
+
+static int check_i4(struct ctx *c, const struct lt_answers *a, struct lt_check_result *r,
+                    const char *const *p2)
+{
+    struct lt_check_facts *f = &r->f;
+    PGresult *res = q(c, SQL_LEDGER_ROWS, 2, p2);
+    if (!res)
+        return -1;
+    item_set(r, LT_CHK_I4_LEDGER, PQntuples(res) == 0,
+             "%" PRId64 " orders, %d without exactly one matching ledger row", f->run_orders,
+             PQntuples(res));
+    if (PQntuples(res))
+        item_rows(&r->item[LT_CHK_I4_LEDGER], res);
+    PQclear(res);
+    if (!a->base.known)
+        return 0;
+
+    if (load_answers(c, a) != 0)
+        return -1;
+    if (!(res = q(c, SQL_ANSWERED, 1, p2)))
+        return -1;
+    item_set(r, LT_CHK_I4_ANSWERED, PQntuples(res) == 0,
+             "%zu order ids answered 202, %d without exactly one matching row", a->n,
+             PQntuples(res));
+    if (PQntuples(res))
+        item_rows(&r->item[LT_CHK_I4_ANSWERED], res);
+    PQclear(res);
+
+    if (!(res = q(c, SQL_ANSWERED_SUMS, 0, NULL)))
+        return -1;
+    f->answered_orders = iv(res, 0, 0);
+    f->answered_units = iv(res, 0, 1);
+    f->answered_rejected_units = iv(res, 0, 2);
+    PQclear(res);
+
+    if (!(res = q(c, SQL_UNANSWERED_SUMS, 2, p2)))
+        return -1;
+    f->unanswered_rows = iv(res, 0, 0);
+    f->unanswered_confirmed_units = iv(res, 0, 1);
+    PQclear(res);
+    item_set(r, LT_CHK_I4_ROWS, (uint64_t)f->unanswered_rows <= a->unknown,
+             "%" PRId64 " rows without a 202, %" PRIu64 " requests of unknown outcome",
+             f->unanswered_rows, a->unknown);
+    if ((uint64_t)f->unanswered_rows > a->unknown) {
+        if (!(res = q(c, SQL_UNANSWERED, 2, p2)))
+            return -1;
+        item_rows(&r->item[LT_CHK_I4_ROWS], res);
+        PQclear(res);
+    }
+
+    item_set(r, LT_CHK_I4_IDEM, a->idem_mismatch == 0,
+             "%" PRIu64 " retries answered with another order or a refusal", a->idem_mismatch);
+    item_set(r, LT_CHK_ANSWERS, a->unexpected == 0,
+             "%" PRIu64 " answers outside 202/409/503/no answer", a->unexpected);
+
+    int64_t expect = f->answered_units - f->answered_rejected_units + f->unanswered_confirmed_units;
+    item_set(r, LT_CHK_SOLD, f->run_confirmed_units == expect,
+             "sold %" PRId64 " = %" PRId64 " in 202s - %" PRId64 " rejected + %" PRId64
+             " of unknown outcome = %" PRId64,
+             f->run_confirmed_units, f->answered_units, f->answered_rejected_units,
+             f->unanswered_confirmed_units, expect);
+    return 0;
+}
+
+int lt_check_run(const struct lt_opts *o, const struct lt_answers *a, struct lt_check_result *r,
+                 char *err, size_t errlen)
+{
+    memset(r, 0, sizeof *r);
+    r->ok = 1;
+    struct ctx c = {.o = o, .sku = a->sku, .err = err, .errlen = errlen};
+    int rc = -1;
+    char sid[24], base_order[24];
+    snprintf(sid, sizeof sid, "%" PRId64, a->sku);
+    snprintf(base_order, sizeof base_order, "%" PRId64, a->base.max_order_id);
+    const char *p1[] = {sid};
+    const char *p2[] = {sid, base_order};
+    if (connect_all(&c) != 0)
+        goto out;
+    if (wait_drained(&c, &r->f.drain_s) != 0) {
+        item_set(r, LT_CHK_DRAINED, 0, "%s", err);
+        goto out;
+    }
+    item_set(r, LT_CHK_DRAINED, 1, "drained %.2f s after the check began", r->f.drain_s);
+
+    PGresult *res = q(&c, SQL_RUN, 2, p2);
+    if (!res)
+        goto out;
+    r->f.run_orders = iv(res, 0, 0);
+    r->f.run_confirmed_units = iv(res, 0, 1);
+    r->f.run_rejected_orders = iv(res, 0, 2);
+    r->f.run_rejected_units = iv(res, 0, 3);
+    r->f.first_created_us = iv(res, 0, 4);
+    r->f.last_created_us = iv(res, 0, 5);
+    PQclear(res);
+
+    if (check_i1(&c, a, r, p1) != 0 || check_i2_i3(&c, r, p1) != 0 || check_i4(&c, a, r, p2) != 0)
+        goto out;
+    rc = 0;
+out:
+    disconnect_all(&c);
+    if (rc != 0)
+        r->ok = 0;
+    return rc;
+}

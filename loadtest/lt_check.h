@@ -1,0 +1,91 @@
+/*
+ * lt_check: the invariant check, read directly from PostgreSQL and Redis
+ * after the SKU's order stream has drained.  What a run was promised (its 202
+ * order ids, the unknown outcomes, the admin deltas answered 200) is compared
+ * with what the database holds:
+ *
+ *   sold      units sold = units of the 202s - rejected ones + orders of unknown outcome
+ *   I1        skus.stock >= 0, = initial + admin deltas - sold, = sum of the ledger
+ *             (sql/invariant_check.sql); = stock before the run + the run's deltas
+ *             answered 200 - the run's sales; the admin ledger holds exactly those deltas
+ *   I2        Redis stock = skus.stock; Redis units held per user = confirmed units;
+ *             no reservation left 'pending' in the journal
+ *   I3        no user holds more than the per-user limit
+ *   I4        every 202 order id is exactly one row (same user, same qty); every row
+ *             of the run has a 202 or could belong to an unknown answer; a retry with
+ *             the same Idempotency-Key named the same order; one ledger row per order
+ */
+#ifndef LT_CHECK_H
+#define LT_CHECK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lt_answers.h"
+#include "lt_opts.h"
+
+enum lt_check_id {
+    LT_CHK_DRAINED,
+    LT_CHK_ANSWERS,
+    LT_CHK_SOLD,
+    LT_CHK_I1_LEDGER,
+    LT_CHK_I1_RUN,
+    LT_CHK_I1_ADMIN,
+    LT_CHK_I2_STOCK,
+    LT_CHK_I2_HELD,
+    LT_CHK_I2_JOURNAL,
+    LT_CHK_I3_LIMIT,
+    LT_CHK_I4_ANSWERED,
+    LT_CHK_I4_ROWS,
+    LT_CHK_I4_IDEM,
+    LT_CHK_I4_LEDGER,
+    LT_CHK_COUNT
+};
+
+enum lt_check_state { LT_CHECK_SKIPPED, LT_CHECK_PASSED, LT_CHECK_FAILED };
+
+#define LT_CHECK_MAX_ROWS 20 /* offending rows printed per check */
+#define LT_CHECK_ROWS_BYTES 4096
+
+struct lt_check_item {
+    enum lt_check_state state;
+    char detail[320];
+    char rows[LT_CHECK_ROWS_BYTES]; /* offending rows, a header line first */
+};
+
+struct lt_check_facts {
+    int64_t db_stock, redis_stock, initial_stock, per_user_limit;
+    int64_t run_orders, run_confirmed_units, run_rejected_orders, run_rejected_units;
+    int64_t answered_orders, answered_units, answered_rejected_units;
+    int64_t unanswered_rows, unanswered_confirmed_units;
+    int64_t admin_ledger_sum, admin_ledger_rows;
+    int64_t first_created_us, last_created_us; /* wall clock of the run's first/last row */
+    double drain_s;                            /* wait for the stream to drain */
+};
+
+struct lt_check_result {
+    int ok; /* no check failed */
+    struct lt_check_item item[LT_CHK_COUNT];
+    struct lt_check_facts f;
+};
+
+/* "I1 stock = initial + deltas - sold = ledger", ... */
+const char *lt_check_name(enum lt_check_id id);
+/* Short machine name: "i1_ledger", ... */
+const char *lt_check_key(enum lt_check_id id);
+
+/* Waits (bounded by o->drain_timeout_s) until the SKU's order stream is
+ * empty and reads the baseline of a run.  Returns 0, or -1 with a message in
+ * err (unreachable, unknown SKU, not drained). */
+int lt_check_baseline(const struct lt_opts *o, int64_t sku, struct lt_baseline *b, char *err,
+                      size_t errlen) __attribute__((warn_unused_result));
+
+/* Runs every check that the record 'a' allows (a->base.known == 0 skips the
+ * run-relative ones; an answers record with no baseline means check-only
+ * without --answers).  Returns 0 when the check could be made (r->ok tells
+ * whether the invariants held), or -1 with a message in err when it could not
+ * (unreachable, SKU missing, stream not drained: r->item[LT_CHK_DRAINED]). */
+int lt_check_run(const struct lt_opts *o, const struct lt_answers *a, struct lt_check_result *r,
+                 char *err, size_t errlen) __attribute__((warn_unused_result));
+
+#endif

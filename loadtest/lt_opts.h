@@ -1,0 +1,83 @@
+/*
+ * lt_opts: the command line of seckill-loadtest.  Every number is a named
+ * flag with a default and a range; a bad flag is a message and exit status 2.
+ */
+#ifndef LT_OPTS_H
+#define LT_OPTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "lt_rand.h"
+
+/* Exit statuses of seckill-loadtest. */
+enum lt_exit {
+    LT_EXIT_OK = 0,        /* run finished, every invariant held */
+    LT_EXIT_VIOLATION = 1, /* an invariant failed or answers were wrong */
+    LT_EXIT_USAGE = 2,     /* bad flags */
+    LT_EXIT_ERROR = 3      /* could not run or check (unreachable, not drained, I/O) */
+};
+
+enum lt_mode {
+    LT_MODE_RUN,        /* buyers, then the invariant check */
+    LT_MODE_CHECK_ONLY, /* only the invariant check of an existing SKU */
+    LT_MODE_RAW         /* load only, no admin, no database (the HTTP ceiling) */
+};
+
+enum lt_user_pick { LT_PICK_SEQ, LT_PICK_RANDOM };
+
+#define LT_URL_MAX 256
+#define LT_HOST_MAX 64
+#define LT_TOKEN_MAX 256
+#define LT_DSN_MAX 1024
+#define LT_LABEL_MAX 64
+#define LT_MAX_QTY 1000         /* the service's default max_qty_per_order */
+#define LT_MAX_CONCURRENCY 5000 /* connections */
+#define LT_MAX_DURATION_S 3600  /* hard bound on any run */
+
+struct lt_opts {
+    enum lt_mode mode;
+    char url[LT_URL_MAX];
+    char host[LT_HOST_MAX]; /* numeric loopback address */
+    int port;
+    char token[LT_TOKEN_MAX];
+    int64_t sku; /* 0: none given */
+    int create_sku;
+    int64_t stock, limit;
+    int64_t users, user_base;
+    enum lt_user_pick pick;
+    int64_t requests; /* logical requests; retries come on top */
+    int concurrency;
+    double duration_s, warmup_s;
+    char qty_spec[128];
+    struct lt_dist qty;
+    double retry_share;
+    uint64_t seed;
+    int timeout_ms;
+    int64_t admin_deltas;
+    int admin_every_ms;
+    int64_t admin_max_delta;
+    char pg_dsn[LT_DSN_MAX];
+    char redis_url[LT_URL_MAX];
+    int drain_timeout_s;
+    int progress_ms;
+    const char *report_html; /* NULL: none */
+    const char *json_path;   /* NULL: derived from report_html, else none */
+    const char *answers_path;
+    char label[LT_LABEL_MAX];
+};
+
+/* Parses argv into o (defaults first, then SECKILL_ADMIN_TOKEN, SECKILL_PG_DSN and
+ * SECKILL_REDIS_URL from the environment, then flags).  Returns 0, 1 when
+ * --help was asked (usage already printed), or -1 with a message in err. */
+int lt_opts_parse(struct lt_opts *o, int argc, char **argv, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+
+/* Prints the flags and their defaults. */
+void lt_opts_usage(FILE *out);
+
+/* True when 'host' is a literal IPv4 address in 127.0.0.0/8 or "localhost". */
+int lt_is_loopback(const char *host);
+
+#endif

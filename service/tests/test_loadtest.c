@@ -1,0 +1,476 @@
+/*
+ * seckill-loadtest against the real daemon: a small flash sale and a race of
+ * admin deltas pass its invariant check; a tampered database or Redis fails
+ * it (the checker can fail); bad flags are refused; and its latency histogram
+ * keeps its error bound.  No assertion here depends on speed.
+ */
+#include <check.h>
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "keys.h"
+#include "lt_hist.h"
+
+#define RUN_TIMEOUT_MS 120000 /* one loadtest process, however slow the machine */
+#define POLL_MS 50
+#define MAX_ARGS 48
+#define EXIT_OK 0
+#define EXIT_VIOLATION 1
+#define EXIT_USAGE 2
+
+/* ---- the latency histogram (pure) --------------------------------------- */
+
+START_TEST(test_hist_small_values_are_exact)
+{
+    struct lt_hist h;
+    ck_assert_int_eq(lt_hist_init(&h, 7, 1000000), 0);
+    for (uint64_t v = 0; v < 128; v++) {
+        ck_assert_uint_eq(lt_hist_bucket_high(&h, lt_hist_index(&h, v)), v);
+        lt_hist_record(&h, v);
+    }
+    ck_assert_uint_eq(h.count, 128);
+    ck_assert_uint_eq(lt_hist_percentile(&h, 0), 0);
+    ck_assert_uint_eq(lt_hist_percentile(&h, 50), 63);
+    ck_assert_uint_eq(lt_hist_percentile(&h, 100), 127);
+    lt_hist_free(&h);
+}
+END_TEST
+
+START_TEST(test_hist_relative_error_is_bounded)
+{
+    struct lt_hist h;
+    ck_assert_int_eq(lt_hist_init(&h, 7, UINT64_C(1) << 40), 0);
+    /* every value maps to a bucket whose top is >= it and within 2^-7 of it */
+    for (uint64_t v = 1; v < (UINT64_C(1) << 40); v = v * 3 + 1) {
+        for (uint64_t d = 0; d < 3; d++) {
+            uint64_t x = v + d;
+            uint64_t hi = lt_hist_bucket_high(&h, lt_hist_index(&h, x));
+            ck_assert_msg(hi >= x && (double)(hi - x) <= (double)x / 128.0,
+                          "value %llu in a bucket topped at %llu", (unsigned long long)x,
+                          (unsigned long long)hi);
+        }
+    }
+    /* buckets are monotonic and contiguous */
+    for (size_t i = 1; i < h.nbuckets; i++)
+        ck_assert(lt_hist_bucket_high(&h, i) > lt_hist_bucket_high(&h, i - 1));
+    lt_hist_free(&h);
+}
+END_TEST
+
+START_TEST(test_hist_percentiles_of_a_uniform_run)
+{
+    struct lt_hist h;
+    ck_assert_int_eq(lt_hist_init(&h, 7, 10000000), 0);
+    for (uint64_t v = 1; v <= 100000; v++)
+        lt_hist_record(&h, v);
+    static const double ps[] = {50, 90, 99, 99.9};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) {
+        double want = ps[i] * 1000.0, got = (double)lt_hist_percentile(&h, ps[i]);
+        ck_assert_msg(got >= want && got <= want * (1 + 1.0 / 128),
+                      "p%g = %.0f, expected %.0f within 0.8 %%", ps[i], got, want);
+    }
+    ck_assert_uint_eq(lt_hist_percentile(&h, 100), 100000);
+    ck_assert_uint_eq(h.min, 1);
+    ck_assert(lt_hist_mean(&h) > 50000.4 && lt_hist_mean(&h) < 50000.6);
+    lt_hist_free(&h);
+}
+END_TEST
+
+START_TEST(test_hist_merge_clamp_and_empty)
+{
+    struct lt_hist a, b, other;
+    ck_assert_int_eq(lt_hist_init(&a, 4, 1000), 0);
+    ck_assert_int_eq(lt_hist_init(&b, 4, 1000), 0);
+    ck_assert_int_eq(lt_hist_init(&other, 5, 1000), 0);
+    ck_assert_uint_eq(lt_hist_percentile(&a, 99), 0); /* empty */
+    ck_assert(lt_hist_mean(&a) == 0.0);
+    lt_hist_record(&a, 10);
+    lt_hist_record(&b, 5);
+    lt_hist_record(&b, 5000); /* above the maximum: clamped, counted */
+    ck_assert_uint_eq(b.clamped, 1);
+    ck_assert_uint_eq(b.max, 1000);
+    ck_assert_int_eq(lt_hist_merge(&a, &b), 0);
+    ck_assert_uint_eq(a.count, 3);
+    ck_assert_uint_eq(a.min, 5);
+    ck_assert_uint_eq(a.max, 1000);
+    ck_assert_uint_eq(lt_hist_percentile(&a, 100), 1000);
+    ck_assert_int_eq(lt_hist_merge(&a, &other), -1); /* different layouts */
+    struct lt_hist bad;
+    ck_assert_int_eq(lt_hist_init(&bad, 0, 1000), -1); /* sub_bits out of range */
+    ck_assert(bad.counts == NULL);
+    lt_hist_free(&a);
+    lt_hist_free(&b);
+    lt_hist_free(&other);
+}
+END_TEST
+
+/* ---- the load generator against the daemon ------------------------------- */
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* build/seckill-loadtest next to the daemon under test. */
+static void loadtest_path(char *out, size_t cap)
+{
+    const char *d = th_env("SECKILL_TEST_DAEMON");
+    const char *slash = strrchr(d, '/');
+    ck_assert(slash != NULL);
+    snprintf(out, cap, "%.*s/seckill-loadtest", (int)(slash - d), d);
+    ck_assert_msg(access(out, X_OK) == 0, "%s is missing: build it first (make all)", out);
+}
+
+/* Prints a run's output when it ended otherwise than expected. */
+static void show_log(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    char line[512];
+    while (f && fgets(line, sizeof line, f))
+        fputs(line, stderr);
+    if (f)
+        fclose(f);
+}
+
+/* Runs seckill-loadtest with 'args' (NULL-terminated), its output in a log
+ * that is shown when the exit status is not 'expect'; returns the status. */
+static int run_loadtest(const char *const *args, int expect)
+{
+    char bin[PATH_MAX], log[PATH_MAX];
+    loadtest_path(bin, sizeof bin);
+    snprintf(log, sizeof log, "/tmp/seckill-lt-%d.log", (int)getpid());
+    const char *argv[MAX_ARGS];
+    size_t n = 0;
+    argv[n++] = bin;
+    for (size_t i = 0; args[i]; i++) {
+        ck_assert(n + 1 < MAX_ARGS);
+        argv[n++] = args[i];
+    }
+    argv[n] = NULL;
+    pid_t pid = fork();
+    ck_assert(pid >= 0);
+    if (pid == 0) {
+        FILE *out = freopen(log, "w", stdout);
+        if (!out || dup2(fileno(out), STDERR_FILENO) < 0)
+            _exit(126);
+        execv(bin, (char *const *)argv);
+        _exit(127);
+    }
+    int st = 0;
+    for (int waited = 0;; waited += POLL_MS) {
+        pid_t w = waitpid(pid, &st, WNOHANG);
+        if (w == pid)
+            break;
+        ck_assert(w == 0);
+        if (waited >= RUN_TIMEOUT_MS) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            ck_abort_msg("seckill-loadtest did not finish within %d ms", RUN_TIMEOUT_MS);
+        }
+        sleep_ms(POLL_MS);
+    }
+    int rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    if (rc != expect)
+        show_log(log);
+    unlink(log);
+    ck_assert_msg(WIFEXITED(st), "seckill-loadtest died by signal %d", WTERMSIG(st));
+    return rc;
+}
+
+struct paths {
+    char url[64], json[PATH_MAX], answers[PATH_MAX], sku[24];
+};
+
+static void paths_init(struct paths *p, int port, const char *name)
+{
+    snprintf(p->url, sizeof p->url, "http://127.0.0.1:%d", port);
+    snprintf(p->json, sizeof p->json, "/tmp/seckill-lt-%d-%s.json", (int)getpid(), name);
+    snprintf(p->answers, sizeof p->answers, "/tmp/seckill-lt-%d-%s.answers", (int)getpid(), name);
+    p->sku[0] = '\0';
+}
+
+static void paths_free(const struct paths *p)
+{
+    unlink(p->json);
+    unlink(p->answers);
+}
+
+static json_t *load_json(const char *path)
+{
+    json_error_t e;
+    json_t *j = json_load_file(path, 0, &e);
+    ck_assert_msg(j != NULL, "cannot read %s: %s", path, e.text);
+    return j;
+}
+
+/* The state ("PASS", "FAIL", "skip") of check 'key' in a JSON summary. */
+static const char *check_state(json_t *j, const char *key)
+{
+    json_t *checks = json_object_get(json_object_get(j, "invariants"), "checks");
+    size_t i;
+    json_t *c;
+    json_array_foreach(checks, i, c)
+    {
+        if (strcmp(json_string_value(json_object_get(c, "key")), key) == 0)
+            return json_string_value(json_object_get(c, "state"));
+    }
+    ck_abort_msg("no check %s in the summary", key);
+    return NULL;
+}
+
+static long long json_path_int(json_t *j, const char *a, const char *b)
+{
+    json_t *v = json_object_get(json_object_get(j, a), b);
+    ck_assert_msg(json_is_integer(v), "%s.%s is not an integer", a, b);
+    return json_integer_value(v);
+}
+
+/* Every check ran and passed. */
+static void assert_all_passed(json_t *j)
+{
+    ck_assert(json_is_true(json_object_get(json_object_get(j, "invariants"), "ok")));
+    json_t *checks = json_object_get(json_object_get(j, "invariants"), "checks");
+    ck_assert_int_gt(json_array_size(checks), 10);
+    size_t i;
+    json_t *c;
+    json_array_foreach(checks, i, c)
+    {
+        ck_assert_msg(strcmp(json_string_value(json_object_get(c, "state")), "PASS") == 0,
+                      "check %s: %s (%s)", json_string_value(json_object_get(c, "key")),
+                      json_string_value(json_object_get(c, "state")),
+                      json_string_value(json_object_get(c, "detail")));
+    }
+}
+
+/* A small flash sale through the loadtest; returns its JSON summary. */
+static json_t *small_sale(struct paths *p, const char *stock, const char *limit,
+                          const char *const *extra)
+{
+    const char *args[MAX_ARGS] = {"--url",           p->url,
+                                  "--token",         TH_ADMIN_TOKEN,
+                                  "--pg-dsn",        th_env("SECKILL_TEST_PG_DSN"),
+                                  "--redis-url",     th_env("SECKILL_TEST_REDIS_URL"),
+                                  "--users",         "2000",
+                                  "--concurrency",   "50",
+                                  "--stock",         stock,
+                                  "--limit",         limit,
+                                  "--seed",          "7",
+                                  "--progress-ms",   "0",
+                                  "--drain-timeout", "60",
+                                  "--json",          p->json,
+                                  "--answers",       p->answers};
+    size_t n = 0;
+    while (args[n])
+        n++;
+    for (size_t i = 0; extra && extra[i]; i++)
+        args[n++] = extra[i];
+    args[n] = NULL;
+    ck_assert_int_eq(run_loadtest(args, EXIT_OK), EXIT_OK);
+    json_t *j = load_json(p->json);
+    snprintf(p->sku, sizeof p->sku, "%lld",
+             (long long)json_integer_value(json_object_get(j, "sku")));
+    return j;
+}
+
+/* --check-only of the SKU of p (with its answers file); returns the exit status
+ * ('expect' only decides whether its output is shown) and the summary in *out. */
+static int check_only(struct paths *p, int expect, json_t **out)
+{
+    const char *args[] = {"--check-only",
+                          "--sku",
+                          p->sku,
+                          "--pg-dsn",
+                          th_env("SECKILL_TEST_PG_DSN"),
+                          "--redis-url",
+                          th_env("SECKILL_TEST_REDIS_URL"),
+                          "--answers",
+                          p->answers,
+                          "--drain-timeout",
+                          "60",
+                          "--json",
+                          p->json,
+                          NULL};
+    int rc = run_loadtest(args, expect);
+    *out = load_json(p->json);
+    return rc;
+}
+
+static void pg_exec(const char *sql)
+{
+    PGconn *c = th_pg();
+    PGresult *r = PQexec(c, sql);
+    ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK, "%s: %s", sql, PQerrorMessage(c));
+    PQclear(r);
+    PQfinish(c);
+}
+
+START_TEST(test_small_flash_sale_proves_its_invariants)
+{
+    th_reset();
+    struct th_daemon d;
+    th_daemon_start(&d, NULL);
+    struct paths p;
+    paths_init(&p, d.port, "sale");
+    const char *extra[] = {"--retry-share", "0.1", NULL};
+    json_t *j = small_sale(&p, "100", "1", extra);
+    assert_all_passed(j);
+    ck_assert_int_eq(json_path_int(json_object_get(j, "run"), "answers", "accepted"), 100);
+    json_t *facts = json_object_get(json_object_get(j, "invariants"), "facts");
+    ck_assert_int_eq(json_integer_value(json_object_get(facts, "run_units_sold")), 100);
+    ck_assert_int_eq(json_integer_value(json_object_get(facts, "db_stock")), 0);
+    ck_assert_int_eq(json_integer_value(json_object_get(facts, "redis_stock")), 0);
+    ck_assert_int_gt(json_path_int(j, "run", "retries"), 0);
+    json_decref(j);
+    th_assert_invariants(atoll(p.sku)); /* the harness agrees */
+    paths_free(&p);
+    th_daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_admin_deltas_racing_buyers_neither_lose_nor_invent_a_unit)
+{
+    th_reset();
+    struct th_daemon d;
+    th_daemon_start(&d, NULL);
+    struct paths p;
+    paths_init(&p, d.port, "deltas");
+    const char *extra[] = {"--requests",
+                           "4000",
+                           "--qty",
+                           "1:70,2:20,3:10",
+                           "--retry-share",
+                           "0.1",
+                           "--admin-deltas",
+                           "200",
+                           "--admin-every-ms",
+                           "2",
+                           "--admin-max-delta",
+                           "10",
+                           NULL};
+    json_t *j = small_sale(&p, "300", "3", extra);
+    assert_all_passed(j);
+    json_t *admin = json_object_get(json_object_get(j, "promises"), "admin");
+    long long ok = json_integer_value(json_object_get(admin, "ok"));
+    long long refused = json_integer_value(json_object_get(admin, "refused"));
+    ck_assert_int_gt(ok + refused, 0);
+    json_t *facts = json_object_get(json_object_get(j, "invariants"), "facts");
+    ck_assert_int_eq(json_integer_value(json_object_get(facts, "admin_ledger_sum")),
+                     json_integer_value(json_object_get(admin, "applied_sum")));
+    json_decref(j);
+    paths_free(&p);
+    th_daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_checker_fails_on_tampered_stock_lost_and_invented_orders)
+{
+    th_reset();
+    struct th_daemon d;
+    th_daemon_start(&d, NULL);
+    struct paths p;
+    paths_init(&p, d.port, "tamper");
+    json_t *j = small_sale(&p, "100", "1", NULL);
+    json_decref(j);
+    th_daemon_stop(&d); /* nothing else writes from here on */
+    char key[KEYS_MAX], sql[512];
+    keys_sku(key, atoll(p.sku), KEY_STOCK);
+
+    ck_assert_int_eq(check_only(&p, EXIT_OK, &j), EXIT_OK); /* untouched: passes */
+    assert_all_passed(j);
+    json_decref(j);
+
+    /* Redis invents two units: I2 */
+    redisContext *r = th_redis();
+    freeReplyObject(redisCommand(r, "INCRBY %s 2", key));
+    ck_assert_int_eq(check_only(&p, EXIT_VIOLATION, &j), EXIT_VIOLATION);
+    ck_assert_str_eq(check_state(j, "i2_stock"), "FAIL");
+    json_decref(j);
+    freeReplyObject(redisCommand(r, "DECRBY %s 2", key));
+    redisFree(r);
+
+    /* the database invents a unit: I1 */
+    snprintf(sql, sizeof sql, "UPDATE skus SET stock = stock + 1 WHERE id = %s", p.sku);
+    pg_exec(sql);
+    ck_assert_int_eq(check_only(&p, EXIT_VIOLATION, &j), EXIT_VIOLATION);
+    ck_assert_str_eq(check_state(j, "i1_ledger"), "FAIL");
+    ck_assert_str_eq(check_state(j, "i1_run"), "FAIL");
+    ck_assert_str_eq(check_state(j, "i2_stock"), "FAIL");
+    json_decref(j);
+    snprintf(sql, sizeof sql, "UPDATE skus SET stock = stock - 1 WHERE id = %s", p.sku);
+    pg_exec(sql);
+
+    /* an order that got a 202 is lost: I4 */
+    snprintf(sql, sizeof sql,
+             "WITH o AS (SELECT min(id) AS id FROM orders WHERE sku_id = %s),"
+             " l AS (DELETE FROM stock_ledger WHERE order_id = (SELECT id FROM o))"
+             " DELETE FROM orders WHERE id = (SELECT id FROM o)",
+             p.sku);
+    pg_exec(sql);
+    ck_assert_int_eq(check_only(&p, EXIT_VIOLATION, &j), EXIT_VIOLATION);
+    ck_assert_str_eq(check_state(j, "i4_answered"), "FAIL");
+    ck_assert_str_eq(check_state(j, "sold"), "FAIL");
+    json_decref(j);
+
+    /* an order nobody was promised appears: I4 */
+    snprintf(sql, sizeof sql,
+             "INSERT INTO orders (id, sku_id, user_id, qty, status, reserved_at)"
+             " SELECT max(id) + 1, %s, 999999, 1, 'confirmed', now() FROM orders",
+             p.sku);
+    pg_exec(sql);
+    ck_assert_int_eq(check_only(&p, EXIT_VIOLATION, &j), EXIT_VIOLATION);
+    ck_assert_str_eq(check_state(j, "i4_rows"), "FAIL");
+    ck_assert_str_eq(check_state(j, "i4_ledger"), "FAIL");
+    json_decref(j);
+    paths_free(&p);
+}
+END_TEST
+
+START_TEST(test_bad_flags_exit_2)
+{
+    static const char *const bad[][5] = {
+        {"--concurrency", "0", NULL}, {"--url", "http://10.1.2.3:8080", NULL},
+        {"--qty", "0-3", NULL},       {"--retry-share", "1.5", NULL},
+        {"--no-such-flag", NULL},     {"--check-only", NULL}, /* no --sku */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        ck_assert_msg(run_loadtest(bad[i], EXIT_USAGE) == EXIT_USAGE, "%s was accepted", bad[i][0]);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("loadtest");
+    TCase *pure = tcase_create("histogram");
+    tcase_add_test(pure, test_hist_small_values_are_exact);
+    tcase_add_test(pure, test_hist_relative_error_is_bounded);
+    tcase_add_test(pure, test_hist_percentiles_of_a_uniform_run);
+    tcase_add_test(pure, test_hist_merge_clamp_and_empty);
+    suite_add_tcase(s, pure);
+    TCase *live = tcase_create("live");
+    tcase_set_timeout(live, 300);
+    tcase_add_test(live, test_bad_flags_exit_2);
+    tcase_add_test(live, test_small_flash_sale_proves_its_invariants);
+    tcase_add_test(live, test_admin_deltas_racing_buyers_neither_lose_nor_invent_a_unit);
+    tcase_add_test(live, test_checker_fails_on_tampered_stock_lost_and_invented_orders);
+    suite_add_tcase(s, live);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
