@@ -31,6 +31,7 @@ struct cfg_def {
 static const struct cfg_def defs[] = {
     S(http_addr, "127.0.0.1:8080", "address the HTTP API listens on"),
     I(http_threads, 2, 1, 64, "HTTP event-loop threads"),
+    I(http_backlog, 4096, 16, 65535, "listen queue of the HTTP socket (a sale opens many at once)"),
     I(http_timeout_s, 10, 1, 3600, "idle read/write timeout per HTTP connection"),
     I(max_body_bytes, 4096, 64, 1048576, "largest accepted request body"),
     I(max_header_bytes, 8192, 512, 1048576, "largest accepted header block"),
@@ -58,7 +59,7 @@ static const struct cfg_def defs[] = {
     I(lock_replica_timeout_ms, 100, 1, 60000, "how long a new lock waits for its replicas"),
     I(idempotency_ttl_s, 86400, 1, 31536000, "how long an Idempotency-Key is remembered"),
     I(writer_threads, 1, 0, 64, "order writer threads (0: this instance writes no orders)"),
-    I(writer_batch, 100, 1, 10000, "stream entries per database transaction"),
+    I(writer_batch, 500, 1, 10000, "stream entries per database transaction"),
     I(writer_block_ms, 200, 1, 60000, "XREADGROUP block time"),
     I(writer_claim_idle_ms, 5000, 100, 3600000, "reclaim stream entries idle this long"),
     I(writer_refresh_ms, 1000, 10, 3600000, "how often the writer re-reads the SKU list"),

@@ -1,5 +1,6 @@
 #include "http_api.h"
 
+#include <errno.h>
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/http.h>
@@ -10,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "embedded.h"
@@ -66,23 +68,31 @@ static const char *reason_phrase(int code)
     }
 }
 
-/* Sends 'body' (reference stolen) as the one reply of req. */
-static void reply_json(struct evhttp_request *req, int code, json_t *body)
+/* Sends 'text' (JSON, len bytes) as the one reply of req. */
+static void reply_text(struct evhttp_request *req, int code, const char *text, size_t len)
 {
     struct evkeyvalq *h = evhttp_request_get_output_headers(req);
     evhttp_add_header(h, "Content-Type", "application/json");
     evhttp_add_header(h, "Cache-Control", "no-store");
     struct evbuffer *buf = evbuffer_new();
-    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
-    if (!buf || (body && !text))
+    if (!buf)
         abort();
     /* A HEAD answer carries the headers of the GET answer, never its body. */
-    if (text && evhttp_request_get_command(req) != EVHTTP_REQ_HEAD) {
-        evbuffer_add(buf, text, strlen(text));
+    if (len && evhttp_request_get_command(req) != EVHTTP_REQ_HEAD) {
+        evbuffer_add(buf, text, len);
         evbuffer_add(buf, "\n", 1);
     }
     evhttp_send_reply(req, code, reason_phrase(code), buf);
     evbuffer_free(buf);
+}
+
+/* Sends 'body' (reference stolen) as the one reply of req. */
+static void reply_json(struct evhttp_request *req, int code, json_t *body)
+{
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    if (body && !text)
+        abort();
+    reply_text(req, code, text ? text : "", text ? strlen(text) : 0);
     free(text);
     json_decref(body);
 }
@@ -313,9 +323,15 @@ static void on_reserved(redisReply *r, void *arg)
         metrics_add(M_ORDERS_UNAVAILABLE, 1);
         reply_unavailable(req); /* the reservation, if any, is known by its idempotency key */
     } else if (strcmp(verdict, "ok") == 0 && str_at(r, 1)) {
-        json_t *o = order_body(oc, atoll(str_at(r, 1)), "pending");
+        /* The hot answer of a sale, formatted directly: all of it integers
+         * (the order id comes from Lua's %.0f, digits only) and fixed text. */
+        char body[192];
+        int n = snprintf(body, sizeof body,
+                         "{\"order_id\":%lld,\"status\":\"pending\",\"sku_id\":%" PRId64
+                         ",\"user_id\":%" PRId64 ",\"qty\":%" PRId64 "}",
+                         atoll(str_at(r, 1)), oc->sku, oc->user, oc->qty);
         metrics_add(M_ORDERS_ACCEPTED, 1);
-        reply_json(req, 202, o);
+        reply_text(req, 202, body, (size_t)n);
     } else if (strcmp(verdict, "dup") == 0 && str_at(r, 1)) {
         const char *state = str_at(r, 2) ? str_at(r, 2) : "pending";
         const char *status = strncmp(state, "returned:", 9) == 0 ? "rejected" : state;
@@ -551,19 +567,40 @@ static void *loop_main(void *arg)
     return NULL;
 }
 
-static int split_addr(const char *addr, char *host, size_t cap, int *port)
+/* Opens the listening socket on "host:port" with our own backlog (libevent's
+ * default of 128 overflows when a sale opens thousands of connections at
+ * once, and the overflow retries only after a second).  Returns the
+ * non-blocking socket, or -1 with err set. */
+static evutil_socket_t listen_on(const char *addr, int backlog, char *err, size_t errlen)
 {
     const char *colon = strrchr(addr, ':');
-    if (!colon || (size_t)(colon - addr) >= cap)
+    char host[256];
+    if (!colon || colon == addr || (size_t)(colon - addr) >= sizeof host || !colon[1]) {
+        snprintf(err, errlen, "http_addr must be host:port, not \"%s\"", addr);
         return -1;
+    }
     memcpy(host, addr, (size_t)(colon - addr));
     host[colon - addr] = '\0';
-    char *end;
-    long p = strtol(colon + 1, &end, 10);
-    if (*end || p < 0 || p > 65535)
+    struct evutil_addrinfo hints = {.ai_family = AF_UNSPEC,
+                                    .ai_socktype = SOCK_STREAM,
+                                    .ai_flags = EVUTIL_AI_PASSIVE | EVUTIL_AI_NUMERICSERV};
+    struct evutil_addrinfo *ai = NULL;
+    if (evutil_getaddrinfo(host, colon + 1, &hints, &ai) != 0 || !ai) {
+        snprintf(err, errlen, "http_addr \"%s\" does not resolve", addr);
         return -1;
-    *port = (int)p;
-    return 0;
+    }
+    evutil_socket_t fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
+    int ok = fd >= 0 && evutil_make_listen_socket_reuseable(fd) == 0 &&
+             bind(fd, ai->ai_addr, (socklen_t)ai->ai_addrlen) == 0 && listen(fd, backlog) == 0 &&
+             evutil_make_socket_nonblocking(fd) == 0 && evutil_make_socket_closeonexec(fd) == 0;
+    evutil_freeaddrinfo(ai);
+    if (!ok) {
+        snprintf(err, errlen, "cannot listen on %s: %s", addr, strerror(errno));
+        if (fd >= 0)
+            evutil_closesocket(fd);
+        return -1;
+    }
+    return fd;
 }
 
 static int thread_init(struct http_thread *th, struct http_server *s, char *err, size_t errlen)
@@ -591,12 +628,9 @@ static int thread_init(struct http_thread *th, struct http_server *s, char *err,
 struct http_server *http_server_start(const struct cfg *c, struct workers *ws, char *err,
                                       size_t errlen)
 {
-    char host[256];
-    int port;
-    if (split_addr(c->http_addr, host, sizeof host, &port) != 0) {
-        snprintf(err, errlen, "http_addr must be host:port, not \"%s\"", c->http_addr);
+    evutil_socket_t fd = listen_on(c->http_addr, (int)c->http_backlog, err, errlen);
+    if (fd < 0)
         return NULL;
-    }
     struct http_server *s = calloc(1, sizeof *s);
     if (!s)
         abort();
@@ -606,24 +640,22 @@ struct http_server *http_server_start(const struct cfg *c, struct workers *ws, c
     s->threads = calloc(s->n, sizeof *s->threads);
     if (!s->threads)
         abort();
-    evutil_socket_t fd = -1;
     for (size_t i = 0; i < s->n; i++) {
         struct http_thread *th = &s->threads[i];
         if (thread_init(th, s, err, errlen) != 0)
             goto fail;
-        if (i == 0) {
-            struct evhttp_bound_socket *bs =
-                evhttp_bind_socket_with_handle(th->http, host, (ev_uint16_t)port);
-            if (!bs) {
-                snprintf(err, errlen, "cannot listen on %s", c->http_addr);
-                goto fail;
-            }
-            fd = evhttp_bound_socket_get_fd(bs);
-        } else if (evhttp_accept_socket(th->http, dup(fd)) != 0) {
-            /* each evhttp closes its own copy of the listening socket */
+        /* Every loop accepts on the one socket; each evhttp closes its own copy. */
+        evutil_socket_t mine = i + 1 < s->n ? dup(fd) : fd;
+        if (mine < 0 || evhttp_accept_socket(th->http, mine) != 0) {
             snprintf(err, errlen, "cannot share the listening socket");
+            if (mine >= 0)
+                evutil_closesocket(mine);
+            if (mine == fd)
+                fd = -1;
             goto fail;
         }
+        if (mine == fd)
+            fd = -1; /* handed over to the last loop */
     }
     for (size_t i = 0; i < s->n; i++) {
         if (pthread_create(&s->threads[i].tid, NULL, loop_main, &s->threads[i]) != 0) {
@@ -634,6 +666,8 @@ struct http_server *http_server_start(const struct cfg *c, struct workers *ws, c
     }
     return s;
 fail:
+    if (fd >= 0)
+        evutil_closesocket(fd);
     http_server_stop(s);
     return NULL;
 }
