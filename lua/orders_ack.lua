@@ -22,4 +22,6 @@ end)
 each_chunk(3 + n, #ARGV, function(...)
   redis.call('HDEL', KEYS[2], ...)
 end)
+-- (a confirmed order's journal entry goes; so does a 'reapplied' marker, which
+-- is only needed until this acknowledgement makes a replay impossible)
 return acked

@@ -12,7 +12,7 @@ extern const char *const migration_names[], *const migration_texts[];
 extern const size_t migration_count;
 
 struct rlock_script script_reserve, script_sku_load, script_stock_adjust, script_stock_adjust_undo,
-    script_order_return, script_orders_ack;
+    script_order_return, script_orders_ack, script_orders_reapply;
 
 static void init_one(struct rlock_script *s, const char *name)
 {
@@ -33,6 +33,7 @@ void embedded_init(void)
     init_one(&script_stock_adjust, "stock_adjust");
     init_one(&script_order_return, "order_return");
     init_one(&script_orders_ack, "orders_ack");
+    init_one(&script_orders_reapply, "orders_reapply");
 }
 
 const char *sql_text(const char *name)

@@ -86,55 +86,78 @@ struct batch {
     const struct writer_entry *e;
     size_t n;
     enum decision *dec; /* what the database holds for each entry after commit */
+    char *foreign;      /* new entries reserved under an epoch older than the SKU's load */
     int finished;       /* stock returned and entries acknowledged */
 };
+
+static int is_rejected(const struct batch *b, size_t i)
+{
+    return b->dec[i] == DEC_REJECTED;
+}
+
+static int is_foreign_confirmed(const struct batch *b, size_t i)
+{
+    return b->foreign[i] && b->dec[i] == DEC_CONFIRMED;
+}
+
+/* Runs script s (KEYS journal, stock, bought; ARGV [lead], then triples order,
+ * user, qty) over the entries 'want' selects, in one call.  Returns 0 or -1. */
+static int run_for(struct batch *b, const struct rlock_script *s, const char *lead,
+                   int (*want)(const struct batch *, size_t))
+{
+    size_t n = 0;
+    for (size_t i = 0; i < b->n; i++)
+        n += want(b, i) != 0;
+    if (n == 0)
+        return 0;
+    char journal[KEYS_MAX], stock[KEYS_MAX], bought[KEYS_MAX];
+    keys_sku(journal, b->sku, KEY_JOURNAL);
+    keys_sku(stock, b->sku, KEY_STOCK);
+    keys_sku(bought, b->sku, KEY_BOUGHT);
+    const char **argv = calloc(4 + 3 * n, sizeof *argv);
+    char(*nums)[3][24] = calloc(n, sizeof *nums);
+    if (!argv || !nums)
+        abort();
+    size_t argc = 0, k = 0;
+    argv[argc++] = journal;
+    argv[argc++] = stock;
+    argv[argc++] = bought;
+    if (lead)
+        argv[argc++] = lead;
+    for (size_t i = 0; i < b->n; i++) {
+        if (!want(b, i))
+            continue;
+        snprintf(nums[k][0], sizeof nums[k][0], "%" PRId64, b->e[i].order_id);
+        snprintf(nums[k][1], sizeof nums[k][1], "%" PRId64, b->e[i].user_id);
+        snprintf(nums[k][2], sizeof nums[k][2], "%" PRId64, b->e[i].qty);
+        for (int j = 0; j < 3; j++)
+            argv[argc++] = nums[k][j];
+        k++;
+    }
+    redisReply *r = redis_conn_script(&b->w->ctx.redis, s, 3, (int)argc - 3, argv, NULL);
+    int ok = r && r->type == REDIS_REPLY_INTEGER;
+    if (r && !ok)
+        log_warn("%s: %s", s->name, r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
+    if (r)
+        freeReplyObject(r);
+    free(argv);
+    free(nums);
+    return ok ? 0 : -1;
+}
 
 /* Gives back the units of rejected orders (order_return.lua is idempotent by
  * the journal) and acknowledges the batch.  Returns 0, or -1 on Redis failure
  * (the entries stay pending; a replay repeats this harmlessly). */
 static int finish_batch(struct batch *b)
 {
-    char journal[KEYS_MAX], stock[KEYS_MAX], bought[KEYS_MAX], stream[KEYS_MAX];
+    char journal[KEYS_MAX], stream[KEYS_MAX];
     keys_sku(journal, b->sku, KEY_JOURNAL);
-    keys_sku(stock, b->sku, KEY_STOCK);
-    keys_sku(bought, b->sku, KEY_BOUGHT);
     keys_sku(stream, b->sku, KEY_STREAM);
-    /* One call for every rejected order of the batch; the script is idempotent. */
-    size_t nrej = 0;
-    for (size_t i = 0; i < b->n; i++)
-        nrej += b->dec[i] == DEC_REJECTED;
-    if (nrej > 0) {
-        const char **rargv = calloc(4 + 3 * nrej, sizeof *rargv);
-        char(*nums)[3][24] = calloc(nrej, sizeof *nums);
-        if (!rargv || !nums)
-            abort();
-        size_t rc = 0, k = 0;
-        rargv[rc++] = journal;
-        rargv[rc++] = stock;
-        rargv[rc++] = bought;
-        rargv[rc++] = REASON_NO_STOCK;
-        for (size_t i = 0; i < b->n; i++) {
-            if (b->dec[i] != DEC_REJECTED)
-                continue;
-            snprintf(nums[k][0], sizeof nums[k][0], "%" PRId64, b->e[i].order_id);
-            snprintf(nums[k][1], sizeof nums[k][1], "%" PRId64, b->e[i].user_id);
-            snprintf(nums[k][2], sizeof nums[k][2], "%" PRId64, b->e[i].qty);
-            for (int j = 0; j < 3; j++)
-                rargv[rc++] = nums[k][j];
-            k++;
-        }
-        redisReply *r =
-            redis_conn_script(&b->w->ctx.redis, &script_order_return, 3, (int)rc - 3, rargv, NULL);
-        int ok = r && r->type == REDIS_REPLY_INTEGER;
-        if (r && !ok)
-            log_warn("order_return: %s", r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
-        if (r)
-            freeReplyObject(r);
-        free(rargv);
-        free(nums);
-        if (!ok)
-            return -1;
-    }
+    /* One call for every rejected order of the batch, one for every order a
+     * reload did not count; both scripts are idempotent. */
+    if (run_for(b, &script_order_return, REASON_NO_STOCK, is_rejected) != 0 ||
+        run_for(b, &script_orders_reapply, NULL, is_foreign_confirmed) != 0)
+        return -1;
     size_t argc = 0, max = 4 + 2 * b->n;
     const char **argv = calloc(max, sizeof *argv);
     char(*ids)[24] = calloc(b->n, sizeof *ids);
@@ -203,18 +226,32 @@ static int load_existing(struct dbtx *tx, struct batch *b, const char *ids)
         }
     }
     PQclear(r);
-    /* The same id twice in one batch is the same symptom. */
-    for (size_t i = 0; rc == 0 && i < b->n; i++)
-        for (size_t j = i + 1; j < b->n; j++)
-            if (b->e[i].order_id == b->e[j].order_id &&
-                strcmp(b->e[i].stream_id, b->e[j].stream_id) != 0) {
-                log_error("sku %" PRId64 ": order id %" PRId64 " appears twice in the stream",
-                          b->sku, b->e[i].order_id);
-                metrics_add(M_WRITER_ID_CONFLICTS, 1);
-                rc = -1;
-                break;
-            }
     return rc;
+}
+
+/* Marks the new entries reserved under an epoch older than the one Redis
+ * holds now: a reload rebuilt Redis from the database without them, so once
+ * written they must also be taken from the rebuilt state (orders_reapply.lua).
+ * Redis's own epoch is the truth here: the database also keeps epochs of
+ * loads that never happened.  Returns 0, or -1 when Redis did not answer. */
+static int mark_foreign(struct batch *b)
+{
+    char meta[KEYS_MAX];
+    keys_sku(meta, b->sku, KEY_META);
+    const char *argv[] = {"HGET", meta, "epoch"};
+    redisReply *r = redis_conn_cmd(&b->w->ctx.redis, 3, argv, NULL);
+    if (!r || r->type == REDIS_REPLY_ERROR) {
+        if (r)
+            freeReplyObject(r);
+        return -1;
+    }
+    /* Not loaded: nothing in Redis counts anything; a later reload will
+     * count these orders from the database. */
+    int64_t current = r->type == REDIS_REPLY_STRING ? atoll(r->str) : 0;
+    freeReplyObject(r);
+    for (size_t i = 0; i < b->n; i++)
+        b->foreign[i] = b->dec[i] == DEC_NONE && keys_order_epoch(b->e[i].order_id) < current;
+    return 0;
 }
 
 /* Decides, writes and checks the new orders of the batch inside tx. */
@@ -314,9 +351,10 @@ static int process_once(struct writer *w, int64_t sku, const struct writer_entry
     const struct cfg *c = w->ctx.cfg;
     struct batch b = {.w = w, .sku = sku, .e = e, .n = n};
     b.dec = calloc(n, sizeof *b.dec);
+    b.foreign = calloc(n, 1);
     char(*lock_keys)[KEYS_MAX] = calloc(n, sizeof *lock_keys);
     const char **lock_ptrs = calloc(n, sizeof *lock_ptrs);
-    if (!b.dec || !lock_keys || !lock_ptrs)
+    if (!b.dec || !b.foreign || !lock_keys || !lock_ptrs)
         abort();
     for (size_t i = 0; i < n; i++) {
         keys_order_lock(lock_keys[i], sku, e[i].order_id);
@@ -357,7 +395,7 @@ static int process_once(struct writer *w, int64_t sku, const struct writer_entry
     int64_t stock;
     int fenced = txlock_fence(&t, tx, &stock);
     *stale = fenced == TXLOCK_STALE;
-    if (fenced != 1 || load_existing(tx, &b, ids.p) != 0 ||
+    if (fenced != 1 || load_existing(tx, &b, ids.p) != 0 || mark_foreign(&b) != 0 ||
         write_new_orders(tx, &b, sid, stock) != 0) {
         log_warn("sku %" PRId64 ": batch of %zu rolled back: %s", sku, n, dbtx_error(tx));
         (void)dbtx_rollback(tx);
@@ -381,6 +419,7 @@ static int process_once(struct writer *w, int64_t sku, const struct writer_entry
     }
 out:
     free(ids.p);
+    free(b.foreign);
     free(b.dec);
     free(lock_keys);
     free(lock_ptrs);
@@ -391,6 +430,17 @@ int writer_process_batch(struct writer *w, int64_t sku, const struct writer_entr
 {
     if (n == 0)
         return 0;
+    /* One id twice in a batch: Redis went back in time and reissued it. */
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = i + 1; j < n; j++)
+            if (e[i].order_id == e[j].order_id) {
+                log_error("sku %" PRId64 ": order id %" PRId64
+                          " appears twice in the stream: Redis lost data; reload the SKU",
+                          sku, e[i].order_id);
+                metrics_add(M_WRITER_ID_CONFLICTS, 1);
+                metrics_add(M_WRITER_BATCHES_FAILED, 1);
+                return -1;
+            }
     int rc = -1, stale = 1;
     for (int i = 0; i < TXLOCK_FENCE_ATTEMPTS && rc != 0 && stale; i++)
         rc = process_once(w, sku, e, n, &stale);

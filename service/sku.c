@@ -267,6 +267,19 @@ static long long stream_length(struct worker_ctx *w, int64_t sku)
     return n;
 }
 
+/* Returns 1 when Redis holds the SKU, 0 when not, -1 when Redis failed. */
+static int sku_loaded(struct worker_ctx *w, int64_t sku)
+{
+    char meta[KEYS_MAX];
+    keys_sku(meta, sku, KEY_META);
+    const char *argv[] = {"EXISTS", meta};
+    redisReply *r = redis_conn_cmd(&w->redis, 2, argv, NULL);
+    int rc = r && r->type == REDIS_REPLY_INTEGER ? r->integer > 0 : -1;
+    if (r)
+        freeReplyObject(r);
+    return rc;
+}
+
 enum sku_result sku_reload(struct worker_ctx *w, int64_t sku, json_t **out)
 {
     *out = NULL;
@@ -294,6 +307,11 @@ enum sku_result sku_reload(struct worker_ctx *w, int64_t sku, json_t **out)
     long long queued = res == SKU_OK ? stream_length(w, sku) : 0;
     if (queued != 0)
         res = queued < 0 ? SKU_UNAVAILABLE : SKU_BUSY;
+    /* Refused before an epoch is drawn: under the SKU lock nobody loads it
+     * meanwhile (sku_load.lua refuses a second load anyway). */
+    int loaded = res == SKU_OK ? sku_loaded(w, sku) : 0;
+    if (loaded != 0)
+        res = loaded < 0 ? SKU_UNAVAILABLE : SKU_EXISTS;
     if (res == SKU_OK) {
         lj.stock = atoll(PQgetvalue(info, 0, 2));
         lj.limit = atoll(PQgetvalue(info, 0, 4));
@@ -358,6 +376,59 @@ static void adjust_on_complete(enum dbtx_outcome outcome, void *arg)
         freeReplyObject(r);
 }
 
+/*
+ * Settles the Redis records of earlier adjustments that never settled (their
+ * process died between the Redis step and its completion hook, or its commit
+ * outcome was unknown).  Called under the SKU lock with the SKU row locked by
+ * the fence, so every earlier adjustment's transaction has ended and
+ * txid_status() is final: committed, drop the record; aborted, take the delta
+ * back.  Returns 0, or -1 when Redis or PostgreSQL failed (nothing assumed).
+ */
+static int settle_adjustments(struct worker_ctx *w, struct dbtx *tx, int64_t sku, const char *own)
+{
+    char stock[KEYS_MAX], adj[KEYS_MAX];
+    keys_sku(stock, sku, KEY_STOCK);
+    keys_sku(adj, sku, KEY_ADJUST);
+    const char *all[] = {"HKEYS", adj};
+    redisReply *ids = redis_conn_cmd(&w->redis, 2, all, NULL);
+    if (!ids || ids->type != REDIS_REPLY_ARRAY) {
+        if (ids)
+            freeReplyObject(ids);
+        return -1;
+    }
+    int rc = 0;
+    for (size_t i = 0; i < ids->elements && rc == 0; i++) {
+        const char *id = ids->element[i]->str;
+        if (!id || strcmp(id, own) == 0)
+            continue;
+        PGresult *r = tx_query(tx, "txid_status", 1, (const char *[]){id});
+        if (!r) {
+            rc = -1;
+            break;
+        }
+        const char *fate = PQgetisnull(r, 0, 0) ? "unknown" : PQgetvalue(r, 0, 0);
+        redisReply *done = NULL;
+        if (strcmp(fate, "committed") == 0) {
+            const char *argv[] = {"HDEL", adj, id};
+            done = redis_conn_cmd(&w->redis, 3, argv, NULL);
+        } else if (strcmp(fate, "aborted") == 0) {
+            const char *argv[] = {stock, adj, id};
+            done = redis_conn_script(&w->redis, &script_stock_adjust_undo, 2, 1, argv, NULL);
+        } else {
+            log_error("sku %" PRId64 ": adjustment %s is %s; left for an operator", sku, id, fate);
+        }
+        if (done && done->type != REDIS_REPLY_ERROR)
+            log_warn("sku %" PRId64 ": settled adjustment %s (%s)", sku, id, fate);
+        else if (done)
+            rc = -1;
+        if (done)
+            freeReplyObject(done);
+        PQclear(r);
+    }
+    freeReplyObject(ids);
+    return rc;
+}
+
 /* One attempt of sku_adjust; *stale is set when the fencing token was refused
  * because an order writer wrote the SKU with a newer token first. */
 static enum sku_result adjust_once(struct worker_ctx *w, int64_t sku, int64_t delta,
@@ -386,6 +457,10 @@ static enum sku_result adjust_once(struct worker_ctx *w, int64_t sku, int64_t de
         *stale = fenced == TXLOCK_STALE;
         (void)dbtx_rollback(tx);
         return fenced == 0 ? SKU_UNKNOWN : SKU_UNAVAILABLE;
+    }
+    if (settle_adjustments(w, tx, sku, a.id) != 0) {
+        (void)dbtx_rollback(tx);
+        return SKU_UNAVAILABLE;
     }
 
     /* Database first, guarded: stock + delta >= 0. */

@@ -61,7 +61,9 @@ enum rlock_status txlock_acquire(struct txlock *t, struct redis_conn *rc, const 
     }
     /* Fenced locks carry an explicit lease; the watchdog renews it while the
      * transaction runs and flags the lock the moment a renewal finds it gone. */
-    if (watchdog) {
+    /* The watch renews with the watchdog's lease; only a lease equal to the
+     * lock's own keeps rlock_remaining_ms() truthful (main sets them equal). */
+    if (watchdog && rlock_watchdog_lease_ms(watchdog) == (int)c->lock_ttl_ms) {
         t->lock.watch =
             rlock_watch_tokens(watchdog, (const char *const *)t->lock.keys, t->lock.nkeys,
                                t->lock.token, t->lock.acquired_mono_ms, on_lost, NULL);
@@ -102,10 +104,10 @@ int txlock_bind(struct txlock *t, struct dbtx *tx)
     return dbtx_on_complete(tx, release_on_complete, t);
 }
 
-int txlock_fence(struct txlock *t, struct dbtx *tx, int64_t *stock)
+/* Runs sku_fence.sql once.  Returns 1 (accepted, *stock set), 0 (no row), -1. */
+static int fence_once(struct txlock *t, struct dbtx *tx, const char *sid, int64_t *stock)
 {
-    char sid[24], tok[24];
-    snprintf(sid, sizeof sid, "%" PRId64, t->sku);
+    char tok[24];
     snprintf(tok, sizeof tok, "%" PRId64, t->fence);
     PGresult *r = dbtx_exec(tx, sql_text("sku_fence"), 2, (const char *[]){sid, tok});
     if (!r) {
@@ -116,25 +118,48 @@ int txlock_fence(struct txlock *t, struct dbtx *tx, int64_t *stock)
     if (got)
         *stock = atoll(PQgetvalue(r, 0, 0));
     PQclear(r);
-    if (got)
-        return 1;
-    /* No row: either no such SKU, or a newer token already wrote it. */
-    r = dbtx_exec(tx, sql_text("sku_fence_seen"), 1, (const char *[]){sid});
-    if (!r)
-        return -1;
-    if (PQntuples(r) == 0) {
-        PQclear(r);
-        return 0;
-    }
-    int64_t seen = atoll(PQgetvalue(r, 0, 0));
-    PQclear(r);
-    log_debug("sku %s: fencing token %s refused, PostgreSQL has seen %" PRId64, sid, tok, seen);
-    char sku_lock[KEYS_MAX], err[160];
+    return got;
+}
+
+int txlock_fence(struct txlock *t, struct dbtx *tx, int64_t *stock)
+{
+    char sid[24], sku_lock[KEYS_MAX], fence_key[KEYS_MAX + 8];
+    snprintf(sid, sizeof sid, "%" PRId64, t->sku);
     keys_sku(sku_lock, t->sku, KEY_SKU_LOCK);
-    redisContext *c = redis_conn_get(t->redis);
-    if (!c || rlock_fence_floor(c, sku_lock, NULL, seen, err, sizeof err) != RLOCK_OK) {
-        log_warn("sku %s: cannot lift the fencing counter", sid);
+    if (rlock_fence_key(fence_key, sizeof fence_key, sku_lock) != 0)
         return -1;
+    /* Holders of different locks of one SKU (the SKU lock, batches of order
+     * locks) draw from one counter but reach the row in any order: a refused
+     * holder that still holds its lock draws a newer token and tries again in
+     * the same transaction.  One whose lock is gone must not. */
+    for (int attempt = 0; attempt < TXLOCK_RENEWALS; attempt++) {
+        int got = fence_once(t, tx, sid, stock);
+        if (got != 0)
+            return got;
+        PGresult *r = dbtx_exec(tx, sql_text("sku_fence_seen"), 1, (const char *[]){sid});
+        if (!r)
+            return -1;
+        if (PQntuples(r) == 0) {
+            PQclear(r);
+            return 0; /* no such SKU */
+        }
+        int64_t seen = atoll(PQgetvalue(r, 0, 0));
+        PQclear(r);
+        log_debug("sku %s: fencing token %" PRId64 " refused, PostgreSQL has seen %" PRId64, sid,
+                  t->fence, seen);
+        if (!txlock_still_valid(t, 0))
+            return TXLOCK_STALE;
+        redisContext *c = redis_conn_get(t->redis);
+        int64_t fresh;
+        enum rlock_status st =
+            c ? rlock_fence_renew(c, &t->lock, fence_key, seen, &fresh) : RLOCK_ERR;
+        if (st == RLOCK_NOT_OWNER) {
+            log_warn("sku %s: lock lost while its token was refused", sid);
+            return TXLOCK_STALE;
+        }
+        if (st != RLOCK_OK)
+            return -1;
+        t->fence = fresh;
     }
     return TXLOCK_STALE;
 }

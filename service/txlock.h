@@ -53,14 +53,15 @@ int txlock_bind(struct txlock *t, struct dbtx *tx) __attribute__((warn_unused_re
 void txlock_release(struct txlock *t);
 
 /* Runs the fenced row lock (sql/sku_fence.sql) as a statement of tx.
- * Returns 1 and the SKU's stock in *stock when PostgreSQL accepted the token;
- * 0 when the SKU does not exist; TXLOCK_STALE when a newer holder already
- * wrote (the Redis counter is lifted above what PostgreSQL saw, so a fresh
- * acquisition will pass: retry); -1 when the statement failed.  On anything
- * but 1 the caller rolls back. */
+ * Returns 1 and the SKU's stock in *stock when PostgreSQL accepted the token
+ * (a refused holder that still holds its lock draws newer tokens and retries
+ * within the transaction); 0 when the SKU does not exist; TXLOCK_STALE when the
+ * lock is gone or kept losing; -1 when a statement or Redis failed.  On
+ * anything but 1 the caller rolls back. */
 #define TXLOCK_STALE (-2)
-/* Attempts a caller makes when its token was stale (parallel holders of
- * different locks of one SKU take turns on its row). */
+/* Newer tokens a refused holder draws inside one transaction before it gives up. */
+#define TXLOCK_RENEWALS 8
+/* Fresh acquisitions a caller makes after TXLOCK_STALE. */
 #define TXLOCK_FENCE_ATTEMPTS 3
 int txlock_fence(struct txlock *t, struct dbtx *tx, int64_t *stock)
     __attribute__((warn_unused_result));

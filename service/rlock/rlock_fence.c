@@ -21,9 +21,12 @@ extern const char lua_rlock_fence_acquire[];
 extern const size_t lua_rlock_fence_acquire_len;
 extern const char lua_rlock_fence_floor[];
 extern const size_t lua_rlock_fence_floor_len;
+extern const char lua_rlock_fence_renew[];
+extern const size_t lua_rlock_fence_renew_len;
 
 static struct rlock_script script_acquire;
 static struct rlock_script script_floor;
+static struct rlock_script script_renew;
 static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
 
 static void scripts_init(void)
@@ -32,6 +35,8 @@ static void scripts_init(void)
                       lua_rlock_fence_acquire_len);
     rlock_script_init(&script_floor, "rlock_fence_floor", lua_rlock_fence_floor,
                       lua_rlock_fence_floor_len);
+    rlock_script_init(&script_renew, "rlock_fence_renew", lua_rlock_fence_renew,
+                      lua_rlock_fence_renew_len);
 }
 
 static void scripts_ensure(void)
@@ -304,6 +309,51 @@ enum rlock_status rlock_fence_floor(redisContext *c, const char *lock_key, const
     else
         st = RLOCK_OK;
     freeReplyObject(r);
+    free(fname);
+    return st;
+}
+
+enum rlock_status rlock_fence_renew(redisContext *c, struct rlock *l, const char *fence_key,
+                                    int64_t floor, int64_t *fence)
+{
+    *fence = 0;
+    if (!l->held || l->nkeys == 0 || floor < 0 || floor >= RLOCK_FENCE_MAX) {
+        fmt_err(l->err, sizeof l->err, "%s", "fence renew: lock not held or floor out of range");
+        return RLOCK_ERR;
+    }
+    char *fname = fence_name(l->keys[0], fence_key, l->err, sizeof l->err);
+    if (!fname)
+        return RLOCK_ERR;
+    scripts_ensure();
+    const char **argv = calloc(l->nkeys + 3, sizeof *argv);
+    if (!argv) {
+        free(fname);
+        fmt_err(l->err, sizeof l->err, "%s", "fence renew: out of memory");
+        return RLOCK_ERR;
+    }
+    char floor_s[24];
+    snprintf(floor_s, sizeof floor_s, "%" PRId64, floor);
+    for (size_t i = 0; i < l->nkeys; i++)
+        argv[i] = l->keys[i];
+    argv[l->nkeys] = fname;
+    argv[l->nkeys + 1] = l->token;
+    argv[l->nkeys + 2] = floor_s;
+    redisReply *r = rlock_script_run(c, &script_renew, (int)l->nkeys + 1, 2, argv, NULL);
+    enum rlock_status st = RLOCK_ERR;
+    if (!r)
+        fmt_err(l->err, sizeof l->err, "fence renew: %s", c->errstr[0] ? c->errstr : "I/O error");
+    else if (r->type == REDIS_REPLY_ERROR)
+        fmt_err(l->err, sizeof l->err, "fence renew: %s", r->str);
+    else if (r->type != REDIS_REPLY_INTEGER)
+        fmt_err(l->err, sizeof l->err, "%s", "fence renew: unexpected reply");
+    else if (r->integer == 0)
+        st = RLOCK_NOT_OWNER;
+    else {
+        *fence = r->integer;
+        st = RLOCK_OK;
+    }
+    freeReplyObject(r);
+    free(argv);
     free(fname);
     return st;
 }

@@ -99,6 +99,19 @@ RLOCK_MUST_CHECK enum rlock_status rlock_fence_floor(redisContext *c, const char
                                                      size_t errlen);
 
 /*
+ * Draws a newer fencing token for a lock l still held (every key holds its
+ * token), from fence_key (or rlock_fence_key(l->keys[0]) when NULL), at least
+ * floor + 1.  For a holder whose token the protected store refused because a
+ * holder of another lock drawn from the same counter wrote first: it proves it
+ * still holds its lock and tries again, without a release and re-acquire.
+ * Returns RLOCK_OK with *fence set; RLOCK_NOT_OWNER when the lock is gone or
+ * taken (the caller must roll back); RLOCK_ERR (l->err says why).
+ */
+RLOCK_MUST_CHECK enum rlock_status rlock_fence_renew(redisContext *c, struct rlock *l,
+                                                     const char *fence_key, int64_t floor,
+                                                     int64_t *fence);
+
+/*
  * Replication check for a lock just taken on c (any kind of rlock_acquire*):
  * WAIT numreplicas timeout_ms, i.e. until at least numreplicas replicas have
  * acknowledged every write made so far on c, the lock keys included, so a

@@ -389,6 +389,90 @@ START_TEST(test_stale_fencing_token_cannot_write_the_sku)
 }
 END_TEST
 
+/* An adjustment whose process died between Redis and its completion hook
+ * leaves a record; the next adjustment settles it by the transaction's fate. */
+static long long txid_ending(const char *how)
+{
+    PGconn *c = th_pg();
+    PGresult *r = PQexec(c, "BEGIN");
+    PQclear(r);
+    long long id = th_pg_int(c, "SELECT txid_current()");
+    r = PQexec(c, how);
+    PQclear(r);
+    PQfinish(c);
+    return id;
+}
+
+START_TEST(test_unsettled_adjustments_are_settled_by_the_next_one)
+{
+    create_sku(6, 10, 5);
+    char stock[KEYS_MAX], adj[KEYS_MAX];
+    keys_sku(stock, 6, KEY_STOCK);
+    keys_sku(adj, 6, KEY_ADJUST);
+    long long aborted = txid_ending("ROLLBACK"), committed = txid_ending("COMMIT");
+    redisContext *r = th_redis();
+    /* A +5 applied in Redis whose transaction then aborted (the process died
+     * before its hook could undo it), and a settled-in-spirit committed one. */
+    redisReply *rep = redisCommand(r, "INCRBY %s 5", stock);
+    freeReplyObject(rep);
+    rep = redisCommand(r, "HSET %s %lld 5 %lld 0", adj, aborted, committed);
+    freeReplyObject(rep);
+
+    struct worker_ctx w;
+    char err[160];
+    ck_assert(worker_ctx_init(&w, &cfg, err, sizeof err) == 0);
+    json_t *out;
+    ck_assert_int_eq(sku_adjust(&w, 6, 1, "restock", &out), SKU_OK);
+    json_decref(out);
+    worker_ctx_close(&w);
+    ck_assert_int_eq(th_redis_int(r, stock), 11); /* 10 + 1: the aborted +5 was taken back */
+    rep = redisCommand(r, "HLEN %s", adj);
+    ck_assert_int_eq(rep->integer, 0);
+    freeReplyObject(rep);
+    redisFree(r);
+    th_assert_invariants(6);
+}
+END_TEST
+
+/* A writer held a batch when Redis lost the SKU and an operator reloaded it
+ * from the database: the batch's orders, written afterwards, are taken from
+ * the rebuilt Redis too (I2), and count against their buyers' limit (I3). */
+START_TEST(test_batch_written_after_a_reload_is_counted_in_redis)
+{
+    create_sku(7, 10, 5);
+    reserve(7, 1, 2);
+    struct writer_entry e;
+    ck_assert_uint_eq(read_entries(7, "paused-writer", &e, 1), 1);
+    redisContext *r = th_redis();
+    redisReply *rep = redisCommand(r, "FLUSHALL"); /* Redis restarted empty */
+    freeReplyObject(rep);
+
+    struct worker_ctx w;
+    char err[160];
+    ck_assert(worker_ctx_init(&w, &cfg, err, sizeof err) == 0);
+    json_t *out;
+    ck_assert_int_eq(sku_reload(&w, 7, &out), SKU_OK);
+    json_decref(out);
+    worker_ctx_close(&w);
+    char stock[KEYS_MAX], bought[KEYS_MAX];
+    keys_sku(stock, 7, KEY_STOCK);
+    keys_sku(bought, 7, KEY_BOUGHT);
+    ck_assert_int_eq(th_redis_int(r, stock), 10); /* the database never saw the order */
+
+    struct writer wr;
+    ck_assert(writer_init(&wr, &cfg, "resumed", err, sizeof err) == 0);
+    ck_assert_int_eq(writer_process_batch(&wr, 7, &e, 1), 0);
+    ck_assert_int_eq(writer_process_batch(&wr, 7, &e, 1), 0); /* a replay changes nothing */
+    writer_close(&wr);
+    ck_assert_int_eq(th_redis_int(r, stock), 8);
+    rep = redisCommand(r, "HGET %s 1", bought);
+    ck_assert_str_eq(rep->str, "2");
+    freeReplyObject(rep);
+    redisFree(r);
+    th_assert_invariants(7);
+}
+END_TEST
+
 static Suite *writer_suite(void)
 {
     Suite *s = suite_create("writer");
@@ -400,6 +484,8 @@ static Suite *writer_suite(void)
     tcase_add_test(tc, test_database_refusal_rejects_and_returns_stock_once);
     tcase_add_test(tc, test_entries_of_dead_writer_are_reclaimed);
     tcase_add_test(tc, test_stale_fencing_token_cannot_write_the_sku);
+    tcase_add_test(tc, test_unsettled_adjustments_are_settled_by_the_next_one);
+    tcase_add_test(tc, test_batch_written_after_a_reload_is_counted_in_redis);
     tcase_add_test(tc, test_lock_released_before_commit_admits_duplicate);
     tcase_add_test(tc, test_lock_released_in_completion_hook_prevents_duplicate);
     suite_add_tcase(s, tc);
