@@ -246,6 +246,13 @@ int cfg_check(const struct cfg *c, char *err, size_t errlen)
                  c->pg_statement_timeout_ms, c->lock_ttl_ms);
         return -1;
     }
+    if (c->redis_timeout_ms * 3 >= c->lock_ttl_ms) {
+        snprintf(err, errlen,
+                 "redis_timeout_ms (%" PRId64 ") must be below a third of lock_ttl_ms (%" PRId64
+                 "): the watchdog renews every third of a lease, one command at a time",
+                 c->redis_timeout_ms, c->lock_ttl_ms);
+        return -1;
+    }
     if (c->lock_min_replicas > 0 && c->lock_replica_timeout_ms >= c->redis_timeout_ms) {
         snprintf(err, errlen, "lock_replica_timeout_ms must be below redis_timeout_ms");
         return -1;

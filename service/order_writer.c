@@ -688,19 +688,30 @@ struct order_writer *order_writer_start(const struct cfg *c, char *err, size_t e
         abort();
     char host[64] = "host";
     gethostname(host, sizeof host - 1);
-    for (size_t i = 0; i < ow->n; i++) {
+    size_t started = 0;
+    for (; started < ow->n; started++) {
+        size_t i = started;
         char consumer[96];
         snprintf(consumer, sizeof consumer, "%s-%d-%zu", host, (int)getpid(), i);
         if (writer_init(&ow->writers[i], c, consumer, err, errlen) != 0)
-            return NULL;
+            break;
         struct writer_arg *a = malloc(sizeof *a);
         if (!a)
             abort();
         *a = (struct writer_arg){ow, &ow->writers[i]};
         if (pthread_create(&ow->tids[i], NULL, writer_main, a) != 0) {
             snprintf(err, errlen, "cannot start writer thread");
-            return NULL;
+            free(a);
+            writer_close(&ow->writers[i]);
+            break;
         }
+    }
+    if (started < ow->n) {
+        /* Stop the threads already running before the caller frees what
+         * they use (the config, the lock library's threads). */
+        ow->n = started;
+        order_writer_stop(ow);
+        return NULL;
     }
     return ow;
 }

@@ -88,9 +88,11 @@ struct workers *workers_start(const struct cfg *c, char *err, size_t errlen)
     ws->ctx = calloc(ws->n, sizeof *ws->ctx);
     if (!ws->threads || !ws->ctx)
         abort();
-    for (size_t i = 0; i < ws->n; i++) {
+    size_t started = 0;
+    for (; started < ws->n; started++) {
+        size_t i = started;
         if (worker_ctx_init(&ws->ctx[i], c, err, errlen) != 0)
-            return NULL; /* start-up failure is fatal for the caller */
+            break;
         void **arg = malloc(2 * sizeof *arg);
         if (!arg)
             abort();
@@ -98,8 +100,16 @@ struct workers *workers_start(const struct cfg *c, char *err, size_t errlen)
         arg[1] = &ws->ctx[i];
         if (pthread_create(&ws->threads[i], NULL, worker_main, arg) != 0) {
             snprintf(err, errlen, "cannot start worker thread");
-            return NULL;
+            free(arg);
+            worker_ctx_close(&ws->ctx[i]);
+            break;
         }
+    }
+    if (started < ws->n) {
+        /* Join the threads already running before the caller tears down. */
+        ws->n = started;
+        workers_free(ws);
+        return NULL;
     }
     return ws;
 }

@@ -43,6 +43,9 @@ START_TEST(test_flags_override_env_and_bad_values_are_refused)
     ck_assert_int_eq(cfg_set(&c, "lock_commit_margin_ms", "500", err, sizeof err), 0);
     ck_assert_int_eq(cfg_set(&c, "pg_statement_timeout_ms", "9000", err, sizeof err), 0);
     ck_assert_int_eq(cfg_check(&c, err, sizeof err), -1); /* statement outlasts lease */
+    ck_assert_int_eq(cfg_set(&c, "pg_statement_timeout_ms", "5000", err, sizeof err), 0);
+    ck_assert_int_eq(cfg_set(&c, "redis_timeout_ms", "3000", err, sizeof err), 0);
+    ck_assert_int_eq(cfg_check(&c, err, sizeof err), -1); /* renewals slower than a third */
     unsetenv("SECKILL_LOCK_TTL_MS");
     cfg_free(&c);
 }

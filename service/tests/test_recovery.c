@@ -95,7 +95,7 @@ START_TEST(test_shutdown_with_order_in_flight_answers_and_exits_cleanly)
     struct th_daemon d;
     /* A command timeout longer than the pause: the order is still waiting on
      * Redis when the daemon is told to stop. */
-    const char *env[] = {"SECKILL_REDIS_TIMEOUT_MS=5000", NULL};
+    const char *env[] = {"SECKILL_REDIS_TIMEOUT_MS=5000", "SECKILL_LOCK_TTL_MS=20000", NULL};
     th_daemon_start(&d, env);
     th_create_sku(d.port, 9, 10, 1);
     pthread_t busy, client;
