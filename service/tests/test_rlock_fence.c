@@ -408,6 +408,11 @@ static void paused_holder(const char *key, const char *table, int report_fd, int
     _exit(0);
 }
 
+/* The parent's connections, kept where a forked child's leak check (under
+ * valgrind) can see them: the child inherits them and exits without them. */
+static PGconn *volatile parent_pg; /* volatile: stores to an unread static would be dropped */
+static redisContext *volatile parent_redis;
+
 START_TEST(test_paused_holder_write_is_refused_by_postgres)
 {
     char key[128], fence[160], table[64];
@@ -416,6 +421,8 @@ START_TEST(test_paused_holder_write_is_refused_by_postgres)
     redisContext *c = th_redis();
     del_keys(c, key, fence);
     PGconn *pg = th_pg();
+    parent_pg = pg;
+    parent_redis = c;
     scratch_create(pg, table, sizeof table);
 
     int report[2], go[2];
