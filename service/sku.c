@@ -313,7 +313,7 @@ enum sku_result sku_reload(struct worker_ctx *w, int64_t sku, json_t **out)
     if (loaded != 0)
         res = loaded < 0 ? SKU_UNAVAILABLE : SKU_EXISTS;
     if (res == SKU_OK) {
-        lj.stock = atoll(PQgetvalue(info, 0, 2));
+        lj.stock = db_stock; /* read under the fenced row lock */
         lj.limit = atoll(PQgetvalue(info, 0, 4));
         snprintf(lj.starts_ms, sizeof lj.starts_ms, "%s", PQgetvalue(info, 0, 5));
         snprintf(lj.ends_ms, sizeof lj.ends_ms, "%s", PQgetvalue(info, 0, 6));
@@ -451,7 +451,7 @@ static enum sku_result adjust_once(struct worker_ctx *w, int64_t sku, int64_t de
     char sid[24], d[24];
     i64s(sid, sizeof sid, sku);
     i64s(d, sizeof d, delta);
-    int64_t before;
+    int64_t before; /* the stock under the fenced row lock */
     int fenced = txlock_fence(&t, tx, &before);
     if (fenced != 1) {
         *stale = fenced == TXLOCK_STALE;
@@ -469,15 +469,11 @@ static enum sku_result adjust_once(struct worker_ctx *w, int64_t sku, int64_t de
         (void)dbtx_rollback(tx);
         return SKU_UNAVAILABLE;
     }
-    if (PQntuples(r) == 0) {
-        PQclear(r);
-        r = tx_query(tx, "sku_get", 1, (const char *[]){sid});
-        enum sku_result res = !r ? SKU_UNAVAILABLE : PQntuples(r) ? SKU_INSUFFICIENT : SKU_UNKNOWN;
-        if (res == SKU_INSUFFICIENT)
-            *out = json_pack("{s:I}", "stock", (json_int_t)atoll(PQgetvalue(r, 0, 2)));
+    if (PQntuples(r) == 0) { /* the fence found the row: the guard refused */
         PQclear(r);
         (void)dbtx_rollback(tx);
-        return res;
+        *out = json_pack("{s:I}", "stock", (json_int_t)before);
+        return SKU_INSUFFICIENT;
     }
     int64_t db_stock = atoll(PQgetvalue(r, 0, 0));
     PQclear(r);
@@ -515,7 +511,7 @@ static enum sku_result adjust_once(struct worker_ctx *w, int64_t sku, int64_t de
     if (res != SKU_OK) {
         (void)dbtx_rollback(tx);
         if (res == SKU_INSUFFICIENT)
-            *out = json_pack("{s:I, s:I}", "stock", (json_int_t)(db_stock - delta), "available",
+            *out = json_pack("{s:I, s:I}", "stock", (json_int_t)before, "available",
                              (json_int_t)available);
         return res;
     }

@@ -17,7 +17,8 @@ void txlock_set_watchdog(struct rlock_watchdog *wd)
     watchdog = wd;
 }
 
-struct rlock_opts txlock_opts(const struct cfg *c)
+/* The lock options of the service's locks, from the config. */
+static struct rlock_opts txlock_opts(const struct cfg *c)
 {
     struct rlock_opts o = {.ttl_ms = (int)c->lock_ttl_ms,
                            .wait_ms = (int)c->lock_wait_ms,

@@ -66,9 +66,6 @@ void txlock_release(struct txlock *t);
 int txlock_fence(struct txlock *t, struct dbtx *tx, int64_t *stock)
     __attribute__((warn_unused_result));
 
-/* The lock options of the service's locks, from the config. */
-struct rlock_opts txlock_opts(const struct cfg *c);
-
 /* True when the lock is still ours with more than margin_ms of lease left: a
  * writer checks it right before COMMIT and rolls back otherwise. */
 int txlock_still_valid(const struct txlock *t, int64_t margin_ms);

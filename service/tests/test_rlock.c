@@ -19,6 +19,7 @@
 #include <hiredis/adapters/libevent.h>
 #include <hiredis/hiredis.h>
 
+#include "harness_rlock.h"
 #include "rlock.h"
 #include "rlock_script.h"
 
@@ -113,24 +114,14 @@ static void test_key(char *buf, size_t len, const char *name)
 }
 
 /* Runs a command that must not fail at the I/O level; returns the reply. */
-static redisReply *must(redisContext *c, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    redisReply *r = redisvCommand(c, fmt, ap);
-    va_end(ap);
-    ck_assert_msg(r != NULL, "redis command failed: %s", c->errstr);
-    return r;
-}
-
 static void del_key(redisContext *c, const char *key)
 {
-    freeReplyObject(must(c, "DEL %s", key));
+    freeReplyObject(th_rl_cmd(c, "DEL %s", key));
 }
 
 static long long key_exists(redisContext *c, const char *key)
 {
-    redisReply *r = must(c, "EXISTS %s", key);
+    redisReply *r = th_rl_cmd(c, "EXISTS %s", key);
     ck_assert_int_eq(r->type, REDIS_REPLY_INTEGER);
     long long n = r->integer;
     freeReplyObject(r);
@@ -140,7 +131,7 @@ static long long key_exists(redisContext *c, const char *key)
 /* Copies the string value of key into out ("" if missing). */
 static void get_key(redisContext *c, const char *key, char *out, size_t len)
 {
-    redisReply *r = must(c, "GET %s", key);
+    redisReply *r = th_rl_cmd(c, "GET %s", key);
     if (r->type == REDIS_REPLY_STRING)
         snprintf(out, len, "%s", r->str);
     else
@@ -150,18 +141,11 @@ static void get_key(redisContext *c, const char *key, char *out, size_t len)
 
 static long long key_pttl(redisContext *c, const char *key)
 {
-    redisReply *r = must(c, "PTTL %s", key);
+    redisReply *r = th_rl_cmd(c, "PTTL %s", key);
     ck_assert_int_eq(r->type, REDIS_REPLY_INTEGER);
     long long n = r->integer;
     freeReplyObject(r);
     return n;
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-        ;
 }
 
 /* ---- SHA-1 and scripts ---- */
@@ -226,7 +210,7 @@ START_TEST(test_script_survives_script_flush)
     rlock_script_init(&s, "echo", echo_text, sizeof echo_text - 1);
 
     /* Our SHA is the one Redis computes for the same text. */
-    redisReply *r = must(c, "SCRIPT LOAD %b", echo_text, sizeof echo_text - 1);
+    redisReply *r = th_rl_cmd(c, "SCRIPT LOAD %b", echo_text, sizeof echo_text - 1);
     ck_assert_int_eq(r->type, REDIS_REPLY_STRING);
     ck_assert_str_eq(r->str, s.sha);
     freeReplyObject(r);
@@ -236,7 +220,7 @@ START_TEST(test_script_survives_script_flush)
     for (int round = 0; round < 3; round++) {
         /* Rounds 0 and 2 start from an empty script cache. */
         if (round != 1)
-            freeReplyObject(must(c, "SCRIPT FLUSH"));
+            freeReplyObject(th_rl_cmd(c, "SCRIPT FLUSH"));
         r = rlock_script_run(c, &s, 1, 1, argv, argvlen);
         ck_assert_msg(r != NULL, "run failed: %s", c->errstr);
         ck_assert_int_eq(r->type, REDIS_REPLY_STRING);
@@ -299,7 +283,7 @@ START_TEST(test_script_async_survives_script_flush)
     ck_assert_msg(parse_redis_url(getenv("SECKILL_TEST_REDIS_URL"), &a, why, sizeof why) == 0, "%s",
                   why);
     redisContext *c = test_connect();
-    freeReplyObject(must(c, "SCRIPT FLUSH"));
+    freeReplyObject(th_rl_cmd(c, "SCRIPT FLUSH"));
 
     struct rlock_script s;
     rlock_script_init(&s, "echo", echo_text, sizeof echo_text - 1);
@@ -406,10 +390,10 @@ START_TEST(test_lock_uses_redsync_format)
     /* A redsync/node-redlock release script given our token frees it. */
     char token[RLOCK_TOKEN_LEN + 1];
     memcpy(token, l.token, sizeof token);
-    redisReply *r = must(c, "EVAL %s 1 %s %s",
-                         "if redis.call('get', KEYS[1]) == ARGV[1] then "
-                         "return redis.call('del', KEYS[1]) else return 0 end",
-                         key, token);
+    redisReply *r = th_rl_cmd(c, "EVAL %s 1 %s %s",
+                              "if redis.call('get', KEYS[1]) == ARGV[1] then "
+                              "return redis.call('del', KEYS[1]) else return 0 end",
+                              key, token);
     ck_assert_int_eq(r->integer, 1);
     freeReplyObject(r);
     ck_assert_int_eq(rlock_release(c, &l), RLOCK_NOT_OWNER);
@@ -435,7 +419,7 @@ START_TEST(test_release_by_non_owner_is_refused)
     del_key(c, key2);
 
     /* Another client (redsync, node-redlock) holds the key: we are blocked. */
-    freeReplyObject(must(c, "SET %s %s NX PX %d", key, foreign, 10000));
+    freeReplyObject(th_rl_cmd(c, "SET %s %s NX PX %d", key, foreign, 10000));
     struct rlock_opts o = {.ttl_ms = 5000, .wait_ms = 0};
     struct rlock l = {0};
     ck_assert_int_eq(rlock_acquire(c, &l, key, &o), RLOCK_BUSY);
@@ -443,7 +427,7 @@ START_TEST(test_release_by_non_owner_is_refused)
     /* Our lock expired and was taken over by another token: neither extend
      * nor release may touch the new owner's key. */
     ck_assert_int_eq(rlock_acquire(c, &l, key2, &o), RLOCK_OK);
-    freeReplyObject(must(c, "SET %s %s PX %d", key2, foreign, 10000));
+    freeReplyObject(th_rl_cmd(c, "SET %s %s PX %d", key2, foreign, 10000));
 
     ck_assert_int_eq(rlock_extend(c, &l, 60000), RLOCK_NOT_OWNER);
     ck_assert_int_eq(l.held, 0);
@@ -510,7 +494,7 @@ START_TEST(test_multi_lock_all_or_nothing)
     del_key(c, other);
 
     /* One key held by someone else: nothing is taken, nothing left behind. */
-    freeReplyObject(must(c, "SET %s %s NX PX %d", k[1], "someone-else", 10000));
+    freeReplyObject(th_rl_cmd(c, "SET %s %s NX PX %d", k[1], "someone-else", 10000));
     struct rlock_opts o = {.ttl_ms = 5000, .wait_ms = 0};
     struct rlock l = {0};
     ck_assert_int_eq(rlock_acquire_multi(c, &l, keys, 3, &o), RLOCK_BUSY);
@@ -546,7 +530,7 @@ START_TEST(test_multi_lock_all_or_nothing)
     /* A multi-lock that lost one key releases the rest, leaves the stolen
      * key alone and reports the loss. */
     ck_assert_int_eq(rlock_acquire_multi(c, &l, keys, 3, &o), RLOCK_OK);
-    freeReplyObject(must(c, "SET %s %s PX %d", k[0], "thief", 10000));
+    freeReplyObject(th_rl_cmd(c, "SET %s %s PX %d", k[0], "thief", 10000));
     ck_assert_int_eq(rlock_extend(c, &l, 8000), RLOCK_NOT_OWNER);
     ck_assert_int_le(key_pttl(c, k[1]), 5000); /* all-or-nothing extend */
     ck_assert_int_eq(rlock_release(c, &l), RLOCK_NOT_OWNER);
@@ -604,7 +588,7 @@ START_TEST(test_remaining_ms_shrinks)
     int64_t r1 = rlock_remaining_ms(&l);
     ck_assert_int_gt(r1, 0);
     ck_assert_int_le(r1, 2000 - (20 + 2)); /* drift = ttl/100 + 2 ms */
-    sleep_ms(60);
+    th_sleep_ms(60);
     int64_t r2 = rlock_remaining_ms(&l);
     ck_assert_int_lt(r2, r1);
     ck_assert_int_eq(rlock_release(c, &l), RLOCK_OK);
@@ -613,7 +597,7 @@ START_TEST(test_remaining_ms_shrinks)
     /* Past the lease it is 0, never negative. */
     o.ttl_ms = 50;
     ck_assert_int_eq(rlock_acquire(c, &l, key, &o), RLOCK_OK);
-    sleep_ms(100);
+    th_sleep_ms(100);
     ck_assert_int_eq(rlock_remaining_ms(&l), 0);
     rlock_clear(&l);
     del_key(c, key);
@@ -632,7 +616,7 @@ START_TEST(test_extend_by_owner)
     struct rlock_opts o = {.ttl_ms = 1000};
     ck_assert_int_eq(rlock_acquire(c, &l, key, &o), RLOCK_OK);
     int64_t first_start = l.acquired_mono_ms;
-    sleep_ms(20);
+    th_sleep_ms(20);
     ck_assert_int_eq(rlock_extend(c, &l, 20000), RLOCK_OK);
     ck_assert_int_eq(l.ttl_ms, 20000);
     ck_assert_int_ge(l.acquired_mono_ms, first_start);
