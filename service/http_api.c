@@ -338,10 +338,19 @@ static void reply_rejected(struct order_call *oc, const struct order_decision *d
     reply_json(oc->req, 409, o);
 }
 
-/* Answers with what is known of an order: confirmed 201, rejected 409,
- * pending 202.  Frees oc. */
+/* Answers with what is known of an order: durable mode says confirmed 201,
+ * rejected 409, pending 202; reserved mode answers 202 and names the state,
+ * as it always has.  Frees oc. */
 static void reply_decision(struct order_call *oc, const struct order_decision *d)
 {
+    if (!oc->th->waits) {
+        reply_order(oc, 202, d->order_id,
+                    d->status == ORDER_CONFIRMED  ? "confirmed"
+                    : d->status == ORDER_REJECTED ? "rejected"
+                                                  : "pending");
+        free(oc);
+        return;
+    }
     switch (d->status) {
     case ORDER_CONFIRMED:
         metrics_add(M_ORDERS_CONFIRMED, 1);
