@@ -493,7 +493,9 @@ START_TEST(test_id_conflict_isolates_the_entry_and_the_rest_goes_on)
     redisContext *r = th_redis();
     redisReply *rep = redisCommand(r, "SET %s 0", seq); /* the sequence went back */
     freeReplyObject(rep);
-    int64_t again = reserve(8, 3, 2); /* the first order's id, another buyer */
+    /* The first order's id again, and the same buyer and qty: only the
+     * reservation's time tells it from a replay. */
+    int64_t again = reserve(8, 1, 1);
     ck_assert_int_eq(again, first);
     reserve(8, 4, 1); /* reuses the second id too: both are conflicts */
     reserve(8, 5, 1);
@@ -503,7 +505,7 @@ START_TEST(test_id_conflict_isolates_the_entry_and_the_rest_goes_on)
     writer_close(&w);
     ck_assert_int_eq(q_int("SELECT count(*) FROM orders WHERE sku_id = %lld", 8), 3);
     ck_assert_int_eq(
-        q_int("SELECT count(*) FROM orders WHERE user_id IN (3, 4) AND sku_id = %lld", 8), 0);
+        q_int("SELECT count(*) FROM orders WHERE user_id IN (1, 4) AND sku_id = %lld", 8), 1);
     ck_assert_int_eq(q_int("SELECT count(*) FROM orders WHERE user_id = 5 AND sku_id = %lld", 8),
                      1);
     rep = redisCommand(r, "XLEN %s", dead);
