@@ -14,7 +14,7 @@
 struct cfg {
     char *http_addr;          /* host:port the HTTP API listens on */
     int64_t http_threads;     /* event-loop threads serving HTTP */
-    int64_t http_backlog;         /* listen queue length */
+    int64_t http_backlog;     /* listen queue length */
     int64_t http_timeout_s;   /* idle read/write timeout per connection */
     int64_t max_body_bytes;   /* larger bodies are refused (413 by libevent / 400) */
     int64_t max_header_bytes; /* larger header blocks are refused */
