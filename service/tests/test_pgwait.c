@@ -22,12 +22,12 @@
 #include <string.h>
 #include <sys/types.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "db.h"
 #include "dbtx.h"
 #include "harness.h"
+#include "harness_rlock.h"
 #include "keys.h"
 #include "pgwait.h"
 #include "redis_conn.h"
@@ -43,13 +43,6 @@
 #define FREEZE_MAX_MS 60000
 
 static pid_t postmaster; /* found while PostgreSQL answers, before any test */
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0)
-        ;
-}
 
 /* Parent pid of pid from /proc, or -1. */
 static pid_t parent_of(pid_t pid)
@@ -171,8 +164,8 @@ START_TEST(test_statement_on_frozen_postgres_gives_up_and_the_next_use_reconnect
     struct pgwait w;
     pgwait_start(&w, 0, NULL);
     t0 = rlock_mono_ms();
-    PGconn *fresh = pgwait_connect(&w, (const char *[]){"dbname", NULL},
-                                   (const char *[]){c.pg_dsn, NULL});
+    PGconn *fresh =
+        pgwait_connect(&w, (const char *[]){"dbname", NULL}, (const char *[]){c.pg_dsn, NULL});
     int64_t connect_took = rlock_mono_ms() - t0;
     thaw();
 
@@ -239,7 +232,7 @@ START_TEST(test_commit_without_answer_is_unknown_not_rolled_back)
     for (int i = 0; i < 100 && !committed; i++) {
         committed = th_pg_int(check, q);
         if (!committed)
-            sleep_ms(50);
+            th_sleep_ms(50);
     }
     ck_assert_int_eq(committed, 1);
     ck_assert_int_eq(th_pg_int(check, "SELECT count(*) FROM pgwait_probe"), 1);
@@ -302,7 +295,7 @@ struct raise_later {
 static void *raise_after(void *arg)
 {
     struct raise_later *rl = arg;
-    sleep_ms(rl->after_ms);
+    th_sleep_ms(rl->after_ms);
     atomic_store(rl->flag, 1);
     return NULL;
 }
@@ -315,7 +308,7 @@ static int backend_gone_within(PGconn *check, const char *pid, long ms)
     for (long waited = 0; waited < ms; waited += 50) {
         if (th_pg_int(check, q) == 0)
             return 1;
-        sleep_ms(50);
+        th_sleep_ms(50);
     }
     return 0;
 }
@@ -448,7 +441,7 @@ START_TEST(test_redis_conn_survives_a_server_side_close)
         freeReplyObject(k);
         /* Let the close reach our socket, as it has long before any real
          * next call after a restart. */
-        sleep_ms(50);
+        th_sleep_ms(50);
         redisReply *p = redis_conn_cmd(&rc, 1, ping, NULL);
         ck_assert_msg(p != NULL, "the first call after a server-side close failed");
         ck_assert_str_eq(p->str, "PONG");
