@@ -532,16 +532,16 @@ enum sku_result sku_adjust(struct worker_ctx *w, int64_t sku, int64_t delta, con
 static int read_redis_state(struct worker_ctx *w, int64_t sku, struct sku_check *c,
                             redisReply **bought)
 {
-    char keys[6][KEYS_MAX];
-    static const enum keys_kind kinds[] = {KEY_META,   KEY_STOCK,  KEY_STREAM,
-                                           KEY_BOUGHT, KEY_ADJUST, KEY_DEAD};
-    const char *argv[6];
-    for (int i = 0; i < 6; i++) {
+    char keys[7][KEYS_MAX];
+    static const enum keys_kind kinds[] = {KEY_META,   KEY_STOCK, KEY_STREAM, KEY_BOUGHT,
+                                           KEY_ADJUST, KEY_DEAD,  KEY_JOURNAL};
+    const char *argv[7];
+    for (int i = 0; i < 7; i++) {
         keys_sku(keys[i], sku, kinds[i]);
         argv[i] = keys[i];
     }
-    redisReply *r = redis_conn_script(&w->redis, &script_sku_state, 6, 0, argv, NULL);
-    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 8 ||
+    redisReply *r = redis_conn_script(&w->redis, &script_sku_state, 7, 0, argv, NULL);
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 9 ||
         r->element[7]->type != REDIS_REPLY_ARRAY) {
         if (r)
             freeReplyObject(r);
@@ -554,6 +554,7 @@ static int read_redis_state(struct worker_ctx *w, int64_t sku, struct sku_check 
     c->dead_letters = r->element[4]->integer;
     snprintf(c->built_run, sizeof c->built_run, "%s", r->element[5]->str);
     c->loaded_epoch = r->element[6]->len ? atoll(r->element[6]->str) : 0;
+    c->journal_pending = r->element[8]->integer;
     c->loaded = c->loaded && r->element[1]->len; /* a meta without stock is data loss */
     *bought = r;
     return 0;
