@@ -9,7 +9,9 @@
 -- ARGV: 1 user_id, 2 qty, 3 idempotency key ('' for none), 4 request
 --       fingerprint, 5 idempotency ttl in seconds, 6 deadline (Unix ms on the
 --       Redis clock; past it the caller has answered "unavailable", so the
---       script must take nothing), 7 orders per epoch (2^seq bits)
+--       script must take nothing), 7 orders per epoch (2^seq bits), 8 '1' to
+--       remember a refusal under the idempotency key (the buyer's own key), '0'
+--       not (a key the service made up: refusals are most of a sale's traffic)
 -- Returns {'ok', order_id, remaining} | {'dup', order_id, state} |
 --   {'dup_refused', verdict} | {'idem_mismatch'} | {'not_loaded'} |
 --   {'expired'} | {'sale_not_active'} | {'limit_exceeded', held} |
@@ -53,7 +55,7 @@ end
 -- A refusal is remembered under the idempotency key like an order, so that a
 -- retry of the same request gets the same answer for the key's lifetime.
 local function refuse(verdict, n)
-  if ARGV[3] ~= '' then
+  if ARGV[3] ~= '' and ARGV[8] == '1' then
     redis.call('SET', KEYS[7], ARGV[4] .. '|refused:' .. verdict, 'EX', ARGV[5])
   end
   return {verdict, n}

@@ -36,6 +36,7 @@ struct http_thread {
     struct redis_async *redis;
     struct order_wait *waits; /* durable mode only */
     int closing;              /* shutting down: new orders answer 503 */
+    uint64_t rng;             /* made-up idempotency keys */
     pthread_t tid;
     int started;
 };
@@ -314,6 +315,7 @@ struct order_call {
     struct evhttp_request *req;
     int64_t sku, user, qty;
     int replayed; /* the answer repeats an earlier request's (same Idempotency-Key) */
+    char idem[KEYS_IDEM_MAX + 1]; /* the buyer's Idempotency-Key, or one made up for them */
 };
 
 /* The order's own answer: 201 confirmed, 202 pending.  The hot answer of a
@@ -401,12 +403,31 @@ static void answer_order(struct order_call *oc, const struct order_decision *d)
     order_wait_add(ow, d->order_id, on_decided, po);
 }
 
+/* 503 for a reservation whose outcome is unknown: the connection broke after
+ * the script was sent, and Redis may have run it.  The Idempotency-Key (the
+ * buyer's, or the one the service made up for this request) finds out. */
+static void reply_outcome_unknown(struct order_call *oc)
+{
+    json_t *o = json_pack("{s:s, s:s, s:s}", "error", "unavailable", "detail",
+                          "Redis went away while reserving: retry with this Idempotency-Key to "
+                          "learn whether the order was taken",
+                          "idempotency_key", oc->idem);
+    evhttp_add_header(evhttp_request_get_output_headers(oc->req), "Retry-After", "1");
+    reply_json(oc->req, 503, o);
+}
+
 /* Maps reserve.lua's answer to the buyer's answer, in one switch.  Runs on
  * the loop; owns and frees oc. */
-static void on_reserved(redisReply *r, void *arg)
+static void on_reserved(redisReply *r, enum redis_async_status st, void *arg)
 {
     struct order_call *oc = arg;
     struct evhttp_request *req = oc->req;
+    if (st == REDIS_ASYNC_LOST) {
+        metrics_add(M_ORDERS_UNAVAILABLE, 1);
+        reply_outcome_unknown(oc);
+        free(oc);
+        return;
+    }
     struct order_reply rep;
     order_parse_reply(r, &rep);
     enum order_verdict v = rep.verdict;
@@ -463,11 +484,24 @@ static void on_reserved(redisReply *r, void *arg)
         else if (r)
             log_error("reserve.lua: unexpected answer");
         metrics_add(M_ORDERS_UNAVAILABLE, 1);
-        /* No answer: the script refuses past the deadline we gave it, so it took nothing. */
+        /* Not sent, an error, or no answer by the deadline the script itself
+         * refuses to pass: nothing was taken. */
         reply_unavailable(req);
         break;
     }
     free(oc);
+}
+
+/* xorshift64*, seeded per loop from the kernel: made-up idempotency keys are
+ * scoped to their buyer, so they need to be unique, not secret. */
+static uint64_t next_random(struct http_thread *th)
+{
+    uint64_t x = th->rng;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    th->rng = x;
+    return x * UINT64_C(0x2545F4914F6CDD1D);
 }
 
 static int64_t wall_ms(void)
@@ -508,13 +542,20 @@ static void handle_order(struct http_thread *th, struct evhttp_request *req, int
     }
     /* Past this instant (Redis clock) the script takes nothing: we answer 503
      * at redis_timeout_ms, so a 503 never hides a reservation. */
-    struct order_reserve_call rc;
-    order_reserve_prepare(&rc, sku, user, qty, idem, c->idempotency_ttl_s,
-                          wall_ms() + c->redis_timeout_ms - c->reserve_deadline_margin_ms);
     struct order_call *oc = calloc(1, sizeof *oc);
     if (!oc)
         abort();
     *oc = (struct order_call){.th = th, .req = req, .sku = sku, .user = user, .qty = qty};
+    /* Without a key of the buyer's, the reservation gets one made up here, so
+     * that an answer lost with a broken connection can still be found. */
+    if (idem)
+        snprintf(oc->idem, sizeof oc->idem, "%s", idem);
+    else
+        snprintf(oc->idem, sizeof oc->idem, "auto-%016" PRIx64 "%016" PRIx64, next_random(th),
+                 next_random(th));
+    struct order_reserve_call rc;
+    order_reserve_prepare(&rc, sku, user, qty, oc->idem, idem != NULL, c->idempotency_ttl_s,
+                          wall_ms() + c->redis_timeout_ms - c->reserve_deadline_margin_ms);
     redis_async_script(th->redis, &script_reserve, ORDER_RESERVE_NKEYS, ORDER_RESERVE_NARGS,
                        rc.argv, NULL, on_reserved, oc);
 }
@@ -729,6 +770,8 @@ static int thread_init(struct http_thread *th, struct http_server *s, char *err,
 {
     const struct cfg *c = s->cfg;
     th->srv = s;
+    if (getentropy(&th->rng, sizeof th->rng) != 0 || th->rng == 0)
+        th->rng = (uint64_t)time(NULL) * UINT64_C(0x9E3779B97F4A7C15) + (uint64_t)(uintptr_t)th;
     th->base = event_base_new();
     th->http = th->base ? evhttp_new(th->base) : NULL;
     if (!th->http) {

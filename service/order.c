@@ -141,7 +141,8 @@ const char *order_rejection_error(const char *reason)
 }
 
 void order_reserve_prepare(struct order_reserve_call *c, int64_t sku, int64_t user, int64_t qty,
-                           const char *idem, int64_t idem_ttl_s, int64_t deadline_ms)
+                           const char *idem, int buyers_key, int64_t idem_ttl_s,
+                           int64_t deadline_ms)
 {
     keys_reserve(c->keys, sku, user, idem ? idem : "");
     snprintf(c->user, sizeof c->user, "%" PRId64, user);
@@ -154,8 +155,9 @@ void order_reserve_prepare(struct order_reserve_call *c, int64_t sku, int64_t us
     size_t n = 0;
     for (size_t i = 0; i < KEYS_RESERVE_N; i++)
         c->argv[n++] = c->keys[i];
-    const char *args[ORDER_RESERVE_NARGS] = {c->user, c->qty,      idem ? idem : "", c->fp,
-                                             c->ttl,  c->deadline, c->per_epoch};
+    const char *args[ORDER_RESERVE_NARGS] = {
+        c->user, c->qty,      idem ? idem : "", c->fp,
+        c->ttl,  c->deadline, c->per_epoch,     buyers_key ? "1" : "0"};
     for (size_t i = 0; i < ORDER_RESERVE_NARGS; i++)
         c->argv[n++] = args[i];
 }

@@ -55,7 +55,7 @@ struct order_reply {
 /* The arguments of one reserve.lua call (see lua/reserve.lua), in one place
  * for the HTTP path and the tests. */
 #define ORDER_RESERVE_NKEYS KEYS_RESERVE_N
-#define ORDER_RESERVE_NARGS 7
+#define ORDER_RESERVE_NARGS 8
 struct order_reserve_call {
     char keys[KEYS_RESERVE_N][KEYS_MAX];
     char user[24], qty[24], fp[48], ttl[24], deadline[24], per_epoch[24];
@@ -63,10 +63,12 @@ struct order_reserve_call {
 };
 
 /* Fills c for an order of qty units of sku by user; 'idem' is the validated
- * Idempotency-Key or NULL; past deadline_ms (Unix ms, Redis clock) the script
- * takes nothing. */
+ * Idempotency-Key or NULL, 'buyers_key' says whether the buyer sent it (only
+ * then is a refusal remembered under it); past deadline_ms (Unix ms, Redis
+ * clock) the script takes nothing. */
 void order_reserve_prepare(struct order_reserve_call *c, int64_t sku, int64_t user, int64_t qty,
-                           const char *idem, int64_t idem_ttl_s, int64_t deadline_ms);
+                           const char *idem, int buyers_key, int64_t idem_ttl_s,
+                           int64_t deadline_ms);
 
 /* Parses reserve.lua's reply (NULL when none came).  Never fails: an
  * unexpected reply becomes ORDER_FAILED. */

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "log.h"
 #include "metrics.h"
@@ -17,10 +18,17 @@ struct redis_async {
     redisAsyncContext *ac; /* NULL while disconnected */
     struct event *reconnect_ev;
     int closing;
-    int pending;   /* commands whose callback has not run */
-    char *channel; /* subscribed channel, or NULL */
+    int pending;           /* commands whose caller has not been answered */
+    int stalled;           /* the connection answered nothing since a command that timed out */
+    int64_t last_reply_ms; /* the latest reply */
+    char *channel;         /* subscribed channel, or NULL */
     redis_async_message_fn *on_message;
     void *message_arg;
+};
+
+enum ra_op_state {
+    OP_WAITING, /* on the connection, timer armed */
+    OP_ANSWERED /* caller told (timeout); hiredis holds it until a reply or the connection goes */
 };
 
 struct ra_op {
@@ -28,8 +36,16 @@ struct ra_op {
     redis_async_fn *fn;
     void *arg;
     struct event *timer;
-    int finished; /* fn already called (timeout); only free on reply */
+    enum ra_op_state state;
+    int64_t sent_ms;
 };
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 static void ra_connect(struct redis_async *ra);
 
@@ -48,13 +64,15 @@ static void on_reconnect_timer(evutil_socket_t fd, short what, void *arg)
     ra_connect(arg);
 }
 
-/* Drops the connection now; hiredis calls every pending callback with NULL. */
+/* Drops the connection; hiredis hands every command on it back with NULL.
+ * Only called when no command on it is still inside its deadline. */
 static void ra_drop(struct redis_async *ra)
 {
     redisAsyncContext *ac = ra->ac;
     if (!ac)
         return;
     ra->ac = NULL;
+    ra->stalled = 0;
     redisAsyncFree(ac);
     schedule_reconnect(ra);
 }
@@ -131,6 +149,9 @@ static void ra_connect(struct redis_async *ra)
         schedule_reconnect(ra);
         return;
     }
+    /* A peer cut off without a reset would otherwise hold the connection forever. */
+    if (redisEnableKeepAlive(&ac->c) != REDIS_OK)
+        log_warn("redis: cannot enable TCP keepalive");
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
     ra->ac = ac;
@@ -177,14 +198,25 @@ static void op_free(struct ra_op *op)
     free(op);
 }
 
+/* Tells the caller (once) and forgets the command. */
+static void op_answer(struct ra_op *op, redisReply *r, enum redis_async_status st)
+{
+    op->ra->pending--;
+    op->fn(r, st, op->arg);
+}
+
+/* hiredis is done with op: a reply, or NULL when the connection went. */
 static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 {
     struct ra_op *op = priv;
+    struct redis_async *ra = op->ra;
     (void)ac;
-    if (!op->finished) {
-        op->ra->pending--;
-        op->fn(r, op->arg);
+    if (r) {
+        ra->last_reply_ms = mono_ms();
+        ra->stalled = 0; /* Redis is answering again */
     }
+    if (op->state == OP_WAITING)
+        op_answer(op, r, r ? REDIS_ASYNC_REPLIED : REDIS_ASYNC_LOST);
     op_free(op);
 }
 
@@ -194,19 +226,27 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
     struct redis_async *ra = op->ra;
     (void)fd;
     (void)what;
-    op->finished = 1;
-    ra->pending--;
     metrics_add(M_REDIS_TIMEOUTS, 1);
-    op->fn(NULL, op->arg);
-    log_warn("redis command timed out after %d ms; reconnecting", ra->timeout_ms);
-    ra_drop(ra); /* frees op through on_reply(NULL) */
+    op->state = OP_ANSWERED; /* hiredis frees it: on a late reply, or when the connection goes */
+    op_answer(op, NULL, REDIS_ASYNC_TIMEOUT);
+    /* Nothing came back since this command was sent: the connection is
+     * stalled (a frozen server, a partition).  It takes no new commands; it
+     * is replaced once no command on it is inside its deadline any more,
+     * because a reply still due must not be thrown away with it. */
+    if (ra->ac && !ra->stalled && ra->last_reply_ms < op->sent_ms) {
+        log_warn("redis answered nothing for %d ms; new commands wait for a new connection",
+                 ra->timeout_ms);
+        ra->stalled = 1;
+    }
 }
 
 void redis_async_script(struct redis_async *ra, const struct rlock_script *s, int nkeys, int nargs,
                         const char **argv, const size_t *lens, redis_async_fn *fn, void *arg)
 {
-    if (!ra->ac) {
-        fn(NULL, arg);
+    if (ra->ac && ra->stalled && ra->pending == 0)
+        ra_drop(ra); /* every command on it has had its answer: replace it */
+    if (!ra->ac || ra->stalled) {
+        fn(NULL, REDIS_ASYNC_NOT_SENT, arg);
         return;
     }
     struct ra_op *op = calloc(1, sizeof *op);
@@ -218,9 +258,10 @@ void redis_async_script(struct redis_async *ra, const struct rlock_script *s, in
     op->timer = evtimer_new(ra->base, on_timeout, op);
     if (!op->timer)
         abort();
+    op->sent_ms = mono_ms();
     if (rlock_script_run_async(ra->ac, s, on_reply, op, nkeys, nargs, argv, lens) != 0) {
         op_free(op);
-        fn(NULL, arg);
+        fn(NULL, REDIS_ASYNC_NOT_SENT, arg);
         return;
     }
     struct timeval tv = {ra->timeout_ms / 1000, (ra->timeout_ms % 1000) * 1000};
@@ -253,7 +294,7 @@ void redis_async_free(struct redis_async *ra)
         return;
     ra->closing = 1;
     event_del(ra->reconnect_ev);
-    if (ra->ac) {
+    if (ra->ac) { /* commands still waiting learn that the connection went */
         redisAsyncContext *ac = ra->ac;
         ra->ac = NULL;
         redisAsyncFree(ac);

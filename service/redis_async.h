@@ -1,11 +1,13 @@
 /*
  * redis_async: the non-blocking Redis client of one HTTP event-loop thread.
  *
- * hiredis 0.14 has no command timeout, so each command carries its own timer:
- * when it fires the caller gets NULL at once and the connection is dropped
- * (a server that does not answer one command will not answer the next), then
- * re-established after redis_reconnect_ms.  While disconnected, commands fail
- * at once: the buyer gets 503 instead of waiting.
+ * hiredis 0.14 has no command timeout, so each command carries its own timer,
+ * and its caller hears of a timeout when that command's own time is up, never
+ * earlier: a reserve script may run until then, and its reply must reach us.
+ * A connection that answered nothing since a timed-out command was sent is
+ * stalled: new commands fail at once without being sent, and once every
+ * command on it has had its answer it is replaced (after redis_reconnect_ms).
+ * While disconnected, commands fail at once (not sent).
  */
 #ifndef SECKILL_REDIS_ASYNC_H
 #define SECKILL_REDIS_ASYNC_H
@@ -18,9 +20,18 @@
 
 struct redis_async;
 
-/* Called exactly once per command: the reply (valid only during the call;
- * may be an error reply), or NULL on timeout, disconnect or I/O error. */
-typedef void redis_async_fn(redisReply *reply, void *arg);
+/* Why a command has no reply. */
+enum redis_async_status {
+    REDIS_ASYNC_REPLIED,  /* reply set (it may be an error reply) */
+    REDIS_ASYNC_NOT_SENT, /* no connection: Redis never saw the command */
+    REDIS_ASYNC_TIMEOUT,  /* sent, no reply within redis_timeout_ms of sending; Redis may
+                           * still run it later (a script that must not, checks a deadline) */
+    REDIS_ASYNC_LOST      /* sent, then the connection broke: Redis may have run it */
+};
+
+/* Called exactly once per command with the reply (valid only during the
+ * call) or NULL and the reason. */
+typedef void redis_async_fn(redisReply *reply, enum redis_async_status st, void *arg);
 
 /* Creates the client and starts connecting.  Returns NULL on a bad URL (err set). */
 struct redis_async *redis_async_new(struct event_base *base, const struct cfg *c, char *err,

@@ -308,3 +308,21 @@ void th_json_str(const char *body, const char *key, char *out, size_t cap)
     snprintf(out, cap, "%s", json_is_string(v) ? json_string_value(v) : "");
     json_decref(o);
 }
+
+void th_redis_busy_ms(int ms)
+{
+    static const char spin[] = "local t0 = redis.call('TIME') "
+                               "local t = t0 "
+                               "repeat t = redis.call('TIME') "
+                               "until (t[1] - t0[1]) * 1000000 + (t[2] - t0[2]) >= "
+                               "tonumber(ARGV[1]) * 1000 "
+                               "return 1";
+    redisContext *rc = th_redis();
+    char arg[16];
+    snprintf(arg, sizeof arg, "%d", ms);
+    redisReply *rep = redisCommand(rc, "EVAL %s 0 %s", spin, arg);
+    ck_assert_msg(rep && rep->type == REDIS_REPLY_INTEGER, "busy script failed: %s",
+                  rep && rep->type == REDIS_REPLY_ERROR ? rep->str : rc->errstr);
+    freeReplyObject(rep);
+    redisFree(rc);
+}

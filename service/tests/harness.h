@@ -30,6 +30,11 @@ void th_reset(void);
 redisContext *th_redis(void); /* new connection; caller redisFree */
 PGconn *th_pg(void);          /* new connection; caller PQfinish */
 
+/* Keeps the test Redis busy (a script spinning on TIME: nobody else is
+ * served meanwhile) for about ms milliseconds; returns when it is over.
+ * DEBUG SLEEP would do, but Redis 7 disables DEBUG by default. */
+void th_redis_busy_ms(int ms);
+
 /* Runs a query and returns its single integer value (aborts the test otherwise). */
 long long th_pg_int(PGconn *c, const char *sql);
 /* GET of an integer key; -1 if absent. */

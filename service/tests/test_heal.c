@@ -5,6 +5,7 @@
  * operator.  The real daemon against the real Redis and PostgreSQL.
  */
 #include <check.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -216,7 +217,7 @@ START_TEST(test_reserve_past_its_deadline_takes_nothing)
     embedded_init();
     struct order_reserve_call call;
     /* A deadline one second ago: as when Redis runs the script after a pause. */
-    order_reserve_prepare(&call, 5, 1, 2, NULL, 60, (int64_t)time(NULL) * 1000 - 1000);
+    order_reserve_prepare(&call, 5, 1, 2, NULL, 0, 60, (int64_t)time(NULL) * 1000 - 1000);
     redisReply *rep = redis_conn_script(&rc, &script_reserve, ORDER_RESERVE_NKEYS,
                                         ORDER_RESERVE_NARGS, call.argv, NULL);
     struct order_reply out;
@@ -230,6 +231,58 @@ START_TEST(test_reserve_past_its_deadline_takes_nothing)
     char stream[KEYS_MAX];
     keys_sku(stream, 5, KEY_STREAM);
     ck_assert_int_eq(redis_cmd_int("XLEN %s", stream), 0);
+}
+END_TEST
+
+struct timed_order {
+    int port, delay_ms;
+    int64_t user;
+    struct th_response r;
+};
+
+static void *order_after(void *arg)
+{
+    struct timed_order *t = arg;
+    sleep_ms(t->delay_ms);
+    order(t->port, 11, t->user, 1, NULL, &t->r);
+    return NULL;
+}
+
+static void *redis_pause(void *arg)
+{
+    th_redis_busy_ms(*(const int *)arg);
+    return NULL;
+}
+
+/* Redis pauses 1.15 s (redis_timeout_ms 1000, margin 250).  Order A, sent
+ * first, times out: 503, and its script, run after its deadline, takes
+ * nothing.  Order B, sent 0.5 s later, is run within its deadline and gets
+ * its real answer: giving up on the connection at A's timeout would have
+ * thrown B's reply away and told B 503 for a reservation that exists. */
+START_TEST(test_a_timeout_never_hides_a_reservation_of_another_request)
+{
+    th_reset();
+    struct th_daemon d;
+    th_daemon_start(&d, NULL);
+    th_create_sku(d.port, 11, 10, 5);
+    pthread_t pause, a, b;
+    struct timed_order oa = {.port = d.port, .delay_ms = 150, .user = 1};
+    struct timed_order ob = {.port = d.port, .delay_ms = 650, .user = 2};
+    static const int pause_ms = 1150;
+    ck_assert_int_eq(pthread_create(&pause, NULL, redis_pause, (void *)&pause_ms), 0);
+    ck_assert_int_eq(pthread_create(&a, NULL, order_after, &oa), 0);
+    ck_assert_int_eq(pthread_create(&b, NULL, order_after, &ob), 0);
+    pthread_join(pause, NULL);
+    pthread_join(a, NULL);
+    pthread_join(b, NULL);
+    ck_assert_msg(oa.r.status == 503, "A: %d %s", oa.r.status, oa.r.body);
+    ck_assert_msg(ob.r.status == 201, "B: %d %s", ob.r.status, ob.r.body);
+    th_wait_drained(11, BOUND_MS);
+    ck_assert_int_eq(pg("SELECT count(*) FROM orders WHERE sku_id = 11"), 1);
+    ck_assert_int_eq(pg("SELECT count(*) FROM orders WHERE sku_id = 11 AND user_id = 2"), 1);
+    ck_assert_int_eq(redis_int(11, KEY_STOCK), 9);
+    th_assert_invariants(11);
+    th_daemon_stop(&d);
 }
 END_TEST
 
@@ -366,6 +419,7 @@ int main(void)
     tcase_add_test(tc, test_durable_answer_falls_back_to_pending_without_a_commit);
     tcase_add_test(tc, test_instance_answers_for_a_commit_of_another_instances_writer);
     tcase_add_test(tc, test_reserve_past_its_deadline_takes_nothing);
+    tcase_add_test(tc, test_a_timeout_never_hides_a_reservation_of_another_request);
     tcase_add_test(tc, test_refusal_retried_with_the_same_key_is_refused_again);
     tcase_add_test(tc, test_admin_delta_retried_with_the_same_key_applies_once);
     tcase_add_test(tc, test_adjustment_cut_by_a_crash_is_settled_by_the_next_daemon);

@@ -79,11 +79,7 @@ static void *order_in_flight(void *arg)
 static void *redis_busy(void *arg)
 {
     (void)arg;
-    redisContext *rc = th_redis();
-    redisReply *rep = redisCommand(rc, "DEBUG SLEEP 1.5"); /* Redis answers nobody meanwhile */
-    if (rep)
-        freeReplyObject(rep);
-    redisFree(rc);
+    th_redis_busy_ms(1500); /* Redis answers nobody meanwhile */
     return NULL;
 }
 

@@ -53,7 +53,7 @@ static int64_t reserve(int64_t sku, int64_t user, int64_t qty)
     char err[160];
     ck_assert(redis_conn_init(&rc, &cfg, err, sizeof err) == 0);
     struct order_reserve_call call;
-    order_reserve_prepare(&call, sku, user, qty, NULL, 60, INT64_MAX);
+    order_reserve_prepare(&call, sku, user, qty, NULL, 0, 60, INT64_MAX);
     redisReply *r = redis_conn_script(&rc, &script_reserve, ORDER_RESERVE_NKEYS,
                                       ORDER_RESERVE_NARGS, call.argv, NULL);
     ck_assert(r && r->type == REDIS_REPLY_ARRAY && r->elements >= 2);
