@@ -7,10 +7,13 @@
 --       4 bought (hash user -> units held), 5 journal (hash order -> state),
 --       6 stream, 7 idempotency key (used only when ARGV[3] ~= '')
 -- ARGV: 1 user_id, 2 qty, 3 idempotency key ('' for none), 4 request
---       fingerprint, 5 idempotency ttl in seconds
+--       fingerprint, 5 idempotency ttl in seconds, 6 deadline (Unix ms on the
+--       Redis clock; past it the caller has answered "unavailable", so the
+--       script must take nothing), 7 orders per epoch (2^seq bits)
 -- Returns {'ok', order_id, remaining} | {'dup', order_id, state} |
---   {'idem_mismatch'} | {'not_loaded'} | {'sale_not_active'} |
---   {'limit_exceeded', held} | {'sold_out', remaining} | {'exhausted'}
+--   {'dup_refused', verdict} | {'idem_mismatch'} | {'not_loaded'} |
+--   {'expired'} | {'sale_not_active'} | {'limit_exceeded', held} |
+--   {'sold_out', remaining} | {'exhausted'}
 local meta = redis.call('HMGET', KEYS[1], 'epoch', 'starts_ms', 'ends_ms', 'limit')
 if not meta[1] then
   return {'not_loaded'}
@@ -25,27 +28,42 @@ local qty = tonumber(ARGV[2])
 if ARGV[3] ~= '' then
   local prev = redis.call('GET', KEYS[7])
   if prev then
-    local fp, id = string.match(prev, '^(.*)|(%d+)$')
+    local fp, what = string.match(prev, '^(.*)|([^|]+)$')
     if fp ~= ARGV[4] then
       return {'idem_mismatch'}
     end
-    return {'dup', id, redis.call('HGET', KEYS[5], id) or 'confirmed'}
+    local refused = string.match(what, '^refused:(.+)$')
+    if refused then
+      return {'dup_refused', refused}
+    end
+    return {'dup', what, redis.call('HGET', KEYS[5], what) or 'confirmed'}
   end
 end
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if now > tonumber(ARGV[6]) then
+  return {'expired'}
+end
 if (meta[2] and meta[2] ~= '' and now < tonumber(meta[2])) or
    (meta[3] and meta[3] ~= '' and now >= tonumber(meta[3])) then
   return {'sale_not_active'}
 end
 
+-- A refusal is remembered under the idempotency key like an order, so that a
+-- retry of the same request gets the same answer for the key's lifetime.
+local function refuse(verdict, n)
+  if ARGV[3] ~= '' then
+    redis.call('SET', KEYS[7], ARGV[4] .. '|refused:' .. verdict, 'EX', ARGV[5])
+  end
+  return {verdict, n}
+end
 local held = tonumber(redis.call('HGET', KEYS[4], ARGV[1]) or '0')
 if held + qty > tonumber(meta[4]) then
-  return {'limit_exceeded', held}
+  return refuse('limit_exceeded', held)
 end
 if stock < qty then
-  return {'sold_out', stock}
+  return refuse('sold_out', stock)
 end
 -- sku_load.lua sets the sequence; a loaded SKU without one has lost data, and
 -- restarting it at 0 would hand out ids that already exist (I4).
@@ -54,13 +72,14 @@ if not seq then
   return redis.error_reply('SECKILL sequence key missing for a loaded SKU')
 end
 seq = seq + 1
-if seq >= 1073741824 then
+local per_epoch = tonumber(ARGV[7])
+if seq >= per_epoch then
   return {'exhausted'}
 end
 
 -- writes start here
 redis.call('SET', KEYS[3], seq)
-local id = string.format('%.0f', tonumber(meta[1]) * 1073741824 + seq)
+local id = string.format('%.0f', tonumber(meta[1]) * per_epoch + seq)
 redis.call('DECRBY', KEYS[2], qty)
 redis.call('HINCRBY', KEYS[4], ARGV[1], qty)
 redis.call('HSET', KEYS[5], id, 'pending')

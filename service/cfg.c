@@ -58,12 +58,23 @@ static const struct cfg_def defs[] = {
     I(lock_min_replicas, 0, 0, 16, "replicas that must acknowledge a new lock (0: do not wait)"),
     I(lock_replica_timeout_ms, 100, 1, 60000, "how long a new lock waits for its replicas"),
     I(idempotency_ttl_s, 86400, 1, 31536000, "how long an Idempotency-Key is remembered"),
+    S(order_ack, "durable",
+      "durable: answer 201 once the order is committed in PostgreSQL; reserved: 202 once Redis "
+      "holds it"),
+    I(order_ack_wait_ms, 2000, 10, 60000,
+      "durable mode: longest wait for the commit before answering 202 pending"),
+    I(reserve_deadline_margin_ms, 250, 1, 30000,
+      "the reserve script refuses to take stock this long before the Redis timeout"),
+    I(reconcile_interval_ms, 5000, 100, 3600000,
+      "how often Redis is compared with PostgreSQL and drift settled"),
     I(writer_threads, 1, 0, 64, "order writer threads (0: this instance writes no orders)"),
     I(writer_batch, 500, 1, 10000, "stream entries per database transaction"),
     I(writer_block_ms, 200, 1, 60000, "XREADGROUP block time"),
     I(writer_claim_idle_ms, 5000, 100, 3600000, "reclaim stream entries idle this long"),
     I(writer_refresh_ms, 1000, 10, 3600000, "how often the writer re-reads the SKU list"),
     I(writer_retry_ms, 500, 1, 600000, "pause after a failed batch"),
+    I(dead_letter_max, 100000, 100, 100000000,
+      "entries kept (about) in a SKU's dead-letter stream"),
     S(log_level, "info", "debug, info, warn or error"),
 };
 
@@ -251,6 +262,17 @@ int cfg_check(const struct cfg *c, char *err, size_t errlen)
                  "redis_timeout_ms (%" PRId64 ") must be below a third of lock_ttl_ms (%" PRId64
                  "): the watchdog renews every third of a lease, one command at a time",
                  c->redis_timeout_ms, c->lock_ttl_ms);
+        return -1;
+    }
+    if (strcmp(c->order_ack, "durable") != 0 && strcmp(c->order_ack, "reserved") != 0) {
+        snprintf(err, errlen, "order_ack must be durable or reserved, not \"%s\"", c->order_ack);
+        return -1;
+    }
+    if (c->reserve_deadline_margin_ms >= c->redis_timeout_ms) {
+        snprintf(err, errlen,
+                 "reserve_deadline_margin_ms (%" PRId64 ") must be below redis_timeout_ms (%" PRId64
+                 "): the reserve script would never have time to run",
+                 c->reserve_deadline_margin_ms, c->redis_timeout_ms);
         return -1;
     }
     if (c->lock_min_replicas > 0 && c->lock_replica_timeout_ms >= c->redis_timeout_ms) {

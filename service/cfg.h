@@ -14,7 +14,7 @@
 struct cfg {
     char *http_addr;          /* host:port the HTTP API listens on */
     int64_t http_threads;     /* event-loop threads serving HTTP */
-    int64_t http_backlog;         /* listen queue length */
+    int64_t http_backlog;     /* listen queue length */
     int64_t http_timeout_s;   /* idle read/write timeout per connection */
     int64_t max_body_bytes;   /* larger bodies are refused (413 by libevent / 400) */
     int64_t max_header_bytes; /* larger header blocks are refused */
@@ -37,14 +37,19 @@ struct cfg {
     int64_t lock_commit_margin_ms; /* refuse to commit with less lease left */
     int64_t lock_min_replicas;     /* replicas that must acknowledge a lock (WAIT); 0: none */
     int64_t lock_replica_timeout_ms;
-    int64_t idempotency_ttl_s;    /* how long an Idempotency-Key is remembered */
-    int64_t writer_threads;       /* order writer threads in this process */
-    int64_t writer_batch;         /* stream entries per transaction */
-    int64_t writer_block_ms;      /* XREADGROUP BLOCK */
-    int64_t writer_claim_idle_ms; /* reclaim entries idle this long (crashed writer) */
-    int64_t writer_refresh_ms;    /* how often the SKU list is re-read */
-    int64_t writer_retry_ms;      /* pause after a failed batch */
-    char *log_level;              /* debug, info, warn, error */
+    int64_t idempotency_ttl_s; /* how long an Idempotency-Key is remembered */
+    char *order_ack;           /* "durable": answer after the commit; "reserved": after Redis */
+    int64_t order_ack_wait_ms; /* durable: longest wait for the commit, then 202 pending */
+    int64_t reserve_deadline_margin_ms; /* reserve.lua gives up this long before we do */
+    int64_t reconcile_interval_ms;      /* settle, reload, compare Redis with PostgreSQL */
+    int64_t writer_threads;             /* order writer threads in this process */
+    int64_t writer_batch;               /* stream entries per transaction */
+    int64_t writer_block_ms;            /* XREADGROUP BLOCK */
+    int64_t writer_claim_idle_ms;       /* reclaim entries idle this long (crashed writer) */
+    int64_t writer_refresh_ms;          /* how often the SKU list is re-read */
+    int64_t writer_retry_ms;            /* pause after a failed batch */
+    int64_t dead_letter_max;            /* entries kept per SKU's dead-letter stream */
+    char *log_level;                    /* debug, info, warn, error */
 };
 
 /* Fills c with the built-in defaults (strings are heap copies). */

@@ -12,12 +12,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "embedded.h"
 #include "keys.h"
 #include "log.h"
 #include "metrics.h"
+#include "order.h"
+#include "order_wait.h"
+#include "reconcile.h"
 #include "redis_async.h"
 #include "sku.h"
 #include "validate.h"
@@ -27,6 +31,7 @@ struct http_thread {
     struct event_base *base;
     struct evhttp *http;
     struct redis_async *redis;
+    struct order_wait *waits; /* durable mode only */
     pthread_t tid;
     int started;
 };
@@ -178,6 +183,7 @@ struct http_job {
     int64_t id, delta;
     struct validate_sku spec;
     char reason[501];
+    char idem[201]; /* admin deltas: Idempotency-Key, "" none */
     enum sku_result res;
     json_t *out;
 };
@@ -199,10 +205,13 @@ static void job_run(struct job *j, struct worker_ctx *w)
         hj->res = sku_create(w, &hj->spec, &hj->out);
         break;
     case JOB_SKU_ADJUST:
-        hj->res = sku_adjust(w, hj->id, hj->delta, hj->reason, &hj->out);
+        hj->res =
+            sku_adjust(w, hj->id, hj->delta, hj->reason, hj->idem[0] ? hj->idem : NULL, &hj->out);
         break;
     case JOB_SKU_EXISTS:
         hj->res = sku_exists(w, hj->id);
+        if (hj->res == SKU_OK) /* known, not in Redis: restore it now, not at the next pass */
+            reconcile_kick();
         break;
     case JOB_SKU_RELOAD:
         hj->res = sku_reload(w, hj->id, &hj->out);
@@ -222,17 +231,22 @@ static void job_done(struct job *j)
     const char *unknown = hj->kind == JOB_ORDER_VIEW ? "unknown_order" : "unknown_sku";
     switch (hj->res) {
     case SKU_OK:
-        if (hj->kind == JOB_SKU_EXISTS) /* a known SKU that Redis has not loaded */
-            reply_unavailable(req);
-        else
+        if (hj->kind == JOB_SKU_EXISTS) { /* a known SKU that Redis has not loaded */
+            evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
+            reply_error(req, 503, "unavailable",
+                        "this SKU is being restored into Redis from the database; retry shortly");
+        } else {
             reply_json(req, hj->kind == JOB_SKU_CREATE ? 201 : 200, out), out = NULL;
+        }
         break;
     case SKU_UNKNOWN:
         reply_error(req, 404, unknown, NULL);
         break;
     case SKU_EXISTS:
         if (hj->kind == JOB_SKU_RELOAD)
-            reply_error(req, 409, "already_loaded", "Redis still holds this SKU");
+            reply_error(req, 409, "already_loaded",
+                        "Redis holds this SKU, nothing is in flight and it agrees with the "
+                        "database");
         else
             reply_error(req, 409, "sku_exists", "a SKU with this id already exists");
         break;
@@ -250,9 +264,9 @@ static void job_done(struct job *j)
                     "the SKU is in the database but not loaded into Redis; an operator "
                     "reloads it with POST /admin/v1/skus/{id}/reload");
         break;
-    case SKU_BUSY:
-        reply_error(req, 409, "orders_in_flight",
-                    "reservations are still queued for this SKU; retry when they are written");
+    case SKU_IDEM_MISMATCH:
+        reply_error(req, 422, "idempotency_key_reused",
+                    "this Idempotency-Key was used with a different request");
         break;
     case SKU_UNAVAILABLE:
         if (hj->kind == JOB_HEALTH && out)
@@ -295,70 +309,159 @@ struct order_call {
     struct http_thread *th;
     struct evhttp_request *req;
     int64_t sku, user, qty;
+    int replayed; /* the answer repeats an earlier request's (same Idempotency-Key) */
 };
 
-static json_t *order_body(const struct order_call *oc, long long order_id, const char *status)
+/* The order's own answer: 201 confirmed, 202 pending.  The hot answer of a
+ * sale, formatted directly: all of it integers and fixed text. */
+static void reply_order(struct order_call *oc, int code, int64_t order_id, const char *status)
 {
-    return json_pack("{s:I, s:s, s:I, s:I, s:I}", "order_id", (json_int_t)order_id, "status",
-                     status, "sku_id", (json_int_t)oc->sku, "user_id", (json_int_t)oc->user, "qty",
-                     (json_int_t)oc->qty);
+    char body[224];
+    int n = snprintf(body, sizeof body,
+                     "{\"order_id\":%" PRId64 ",\"status\":\"%s\",\"sku_id\":%" PRId64
+                     ",\"user_id\":%" PRId64 ",\"qty\":%" PRId64 "%s}",
+                     order_id, status, oc->sku, oc->user, oc->qty,
+                     oc->replayed ? ",\"replayed\":true" : "");
+    reply_text(oc->req, code, body, (size_t)n);
 }
 
-static const char *str_at(const redisReply *r, size_t i)
+/* 409 for an order Redis reserved and the database refused (its units went back). */
+static void reply_rejected(struct order_call *oc, const struct order_decision *d)
 {
-    if (i >= r->elements || r->element[i]->type != REDIS_REPLY_STRING)
-        return NULL;
-    return r->element[i]->str;
+    json_t *o = json_pack(
+        "{s:s, s:s, s:I, s:s, s:s, s:I, s:I, s:I}", "error", order_rejection_error(d->reason),
+        "detail", "the database refused this order; nothing was taken", "order_id",
+        (json_int_t)d->order_id, "status", "rejected", "reason", d->reason, "sku_id",
+        (json_int_t)oc->sku, "user_id", (json_int_t)oc->user, "qty", (json_int_t)oc->qty);
+    if (oc->replayed)
+        json_object_set_new(o, "replayed", json_true());
+    reply_json(oc->req, 409, o);
 }
 
-/* Maps reserve.lua's answer to the buyer's answer.  Runs on the loop. */
+/* Answers with what is known of an order: confirmed 201, rejected 409,
+ * pending 202.  Frees oc. */
+static void reply_decision(struct order_call *oc, const struct order_decision *d)
+{
+    switch (d->status) {
+    case ORDER_CONFIRMED:
+        metrics_add(M_ORDERS_CONFIRMED, 1);
+        reply_order(oc, 201, d->order_id, "confirmed");
+        break;
+    case ORDER_REJECTED:
+        metrics_add(M_ORDERS_REJECTED, 1);
+        reply_rejected(oc, d);
+        break;
+    case ORDER_PENDING:
+        reply_order(oc, 202, d->order_id, "pending");
+        break;
+    }
+    free(oc);
+}
+
+struct pending_order {
+    struct order_call *oc;
+    int64_t order_id;
+};
+
+/* order_wait's answer: the writer's decision, or NULL when it did not come
+ * within order_ack_wait_ms (an honest 202 pending). */
+static void on_decided(const struct order_decision *d, void *arg)
+{
+    struct pending_order *po = arg;
+    struct order_decision pending = {.order_id = po->order_id, .status = ORDER_PENDING};
+    reply_decision(po->oc, d ? d : &pending);
+    free(po);
+}
+
+/* Durable mode waits for a pending order's commit; reserved mode answers now. */
+static void answer_order(struct order_call *oc, const struct order_decision *d)
+{
+    struct order_wait *ow = oc->th->waits;
+    if (d->status != ORDER_PENDING || !ow) {
+        reply_decision(oc, d);
+        return;
+    }
+    struct pending_order *po = malloc(sizeof *po);
+    if (!po)
+        abort();
+    *po = (struct pending_order){oc, d->order_id};
+    order_wait_add(ow, d->order_id, on_decided, po);
+}
+
+/* Maps reserve.lua's answer to the buyer's answer, in one switch.  Runs on
+ * the loop; owns and frees oc. */
 static void on_reserved(redisReply *r, void *arg)
 {
     struct order_call *oc = arg;
     struct evhttp_request *req = oc->req;
-    const char *verdict = r && r->type == REDIS_REPLY_ARRAY ? str_at(r, 0) : NULL;
-    if (!verdict) {
-        if (r && r->type == REDIS_REPLY_ERROR)
-            log_error("reserve.lua: %s", r->str);
-        metrics_add(M_ORDERS_UNAVAILABLE, 1);
-        reply_unavailable(req); /* the reservation, if any, is known by its idempotency key */
-    } else if (strcmp(verdict, "ok") == 0 && str_at(r, 1)) {
-        /* The hot answer of a sale, formatted directly: all of it integers
-         * (the order id comes from Lua's %.0f, digits only) and fixed text. */
-        char body[192];
-        int n = snprintf(body, sizeof body,
-                         "{\"order_id\":%lld,\"status\":\"pending\",\"sku_id\":%" PRId64
-                         ",\"user_id\":%" PRId64 ",\"qty\":%" PRId64 "}",
-                         atoll(str_at(r, 1)), oc->sku, oc->user, oc->qty);
-        metrics_add(M_ORDERS_ACCEPTED, 1);
-        reply_text(req, 202, body, (size_t)n);
-    } else if (strcmp(verdict, "dup") == 0 && str_at(r, 1)) {
-        const char *state = str_at(r, 2) ? str_at(r, 2) : "pending";
-        const char *status = strncmp(state, "returned:", 9) == 0 ? "rejected" : state;
-        json_t *o = order_body(oc, atoll(str_at(r, 1)), status);
-        json_object_set_new(o, "replayed", json_true());
+    struct order_reply rep;
+    order_parse_reply(r, &rep);
+    enum order_verdict v = rep.verdict;
+    if (v == ORDER_REFUSED_AGAIN) { /* the first refusal, again */
         metrics_add(M_ORDERS_REPLAYED, 1);
-        reply_json(req, 202, o);
-    } else if (strcmp(verdict, "sold_out") == 0) {
+        v = rep.again;
+        oc->replayed = 1;
+    }
+    switch (v) {
+    case ORDER_RESERVED:
+        metrics_add(M_ORDERS_ACCEPTED, 1);
+        answer_order(oc, &rep.d);
+        return;
+    case ORDER_REPLAYED:
+        metrics_add(M_ORDERS_REPLAYED, 1);
+        oc->replayed = 1;
+        answer_order(oc, &rep.d);
+        return;
+    case ORDER_SOLD_OUT:
         metrics_add(M_ORDERS_SOLD_OUT, 1);
-        reply_error(req, 409, "sold_out", NULL);
-    } else if (strcmp(verdict, "limit_exceeded") == 0) {
+        reply_error(req, 409, "sold_out", oc->replayed ? "sold out (an earlier answer)" : NULL);
+        break;
+    case ORDER_LIMIT_EXCEEDED:
         metrics_add(M_ORDERS_LIMIT, 1);
         reply_error(req, 409, "limit_exceeded", "this order would exceed the per-user limit");
-    } else if (strcmp(verdict, "sale_not_active") == 0) {
+        break;
+    case ORDER_NOT_ACTIVE:
         metrics_add(M_ORDERS_NOT_ACTIVE, 1);
         reply_error(req, 409, "sale_not_active", NULL);
-    } else if (strcmp(verdict, "idem_mismatch") == 0) {
+        break;
+    case ORDER_IDEM_MISMATCH:
         reply_error(req, 422, "idempotency_key_reused",
                     "this Idempotency-Key was used with a different request");
-    } else if (strcmp(verdict, "not_loaded") == 0) {
-        /* Unknown to Redis: 404 if PostgreSQL does not know it either, else 503. */
+        break;
+    case ORDER_NOT_LOADED:
+        /* Unknown to Redis: 404 if PostgreSQL does not know it either, else
+         * 503 while the service restores it. */
         submit(oc->th, req, new_job(JOB_SKU_EXISTS, oc->sku));
-    } else {
-        log_error("reserve.lua: unexpected answer %s", verdict);
+        break;
+    case ORDER_EXPIRED: /* the script ran after we would have given up: it took nothing */
+        metrics_add(M_ORDERS_EXPIRED, 1);
+        metrics_add(M_ORDERS_UNAVAILABLE, 1);
         reply_unavailable(req);
+        break;
+    case ORDER_EXHAUSTED:
+        log_error("sku %" PRId64 ": the epoch has no order ids left", oc->sku);
+        metrics_add(M_ORDERS_UNAVAILABLE, 1);
+        reply_unavailable(req);
+        break;
+    case ORDER_REFUSED_AGAIN:
+    case ORDER_FAILED:
+        if (r && r->type == REDIS_REPLY_ERROR)
+            log_error("reserve.lua: %s", r->str);
+        else if (r)
+            log_error("reserve.lua: unexpected answer");
+        metrics_add(M_ORDERS_UNAVAILABLE, 1);
+        /* No answer: the script refuses past the deadline we gave it, so it took nothing. */
+        reply_unavailable(req);
+        break;
     }
     free(oc);
+}
+
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static void handle_order(struct http_thread *th, struct evhttp_request *req, int64_t sku)
@@ -386,24 +489,21 @@ static void handle_order(struct http_thread *th, struct evhttp_request *req, int
         reply_error(req, 400, "invalid_request", detail);
         return;
     }
-    char keys[KEYS_RESERVE_N][KEYS_MAX];
-    keys_reserve(keys, sku, user, idem ? idem : "");
-    char suser[24], sqty[24], fp[48], ttl[24];
-    snprintf(suser, sizeof suser, "%" PRId64, user);
-    snprintf(sqty, sizeof sqty, "%" PRId64, qty);
-    snprintf(fp, sizeof fp, "%" PRId64 ":%" PRId64, user, qty); /* what "same body" means */
-    snprintf(ttl, sizeof ttl, "%" PRId64, c->idempotency_ttl_s);
-    const char *argv[12] = {keys[0], keys[1], keys[2], keys[3],          keys[4], keys[5],
-                            keys[6], suser,   sqty,    idem ? idem : "", fp,      ttl};
     if (!th->redis) { /* shutting down */
         reply_unavailable(req);
         return;
     }
+    /* Past this instant (Redis clock) the script takes nothing: we answer 503
+     * at redis_timeout_ms, so a 503 never hides a reservation. */
+    struct order_reserve_call rc;
+    order_reserve_prepare(&rc, sku, user, qty, idem, c->idempotency_ttl_s,
+                          wall_ms() + c->redis_timeout_ms - c->reserve_deadline_margin_ms);
     struct order_call *oc = calloc(1, sizeof *oc);
     if (!oc)
         abort();
-    *oc = (struct order_call){th, req, sku, user, qty};
-    redis_async_script(th->redis, &script_reserve, 7, 5, argv, NULL, on_reserved, oc);
+    *oc = (struct order_call){.th = th, .req = req, .sku = sku, .user = user, .qty = qty};
+    redis_async_script(th->redis, &script_reserve, ORDER_RESERVE_NKEYS, ORDER_RESERVE_NARGS,
+                       rc.argv, NULL, on_reserved, oc);
 }
 
 /* ---- admin ------------------------------------------------------------- */
@@ -449,6 +549,15 @@ static void handle_sku_adjust(struct http_thread *th, struct evhttp_request *req
         return;
     struct http_job *hj = new_job(JOB_SKU_ADJUST, sku);
     char detail[160];
+    const char *idem = evhttp_find_header(evhttp_request_get_input_headers(req), "Idempotency-Key");
+    if (idem && validate_idempotency_key(idem, (size_t)th->srv->cfg->max_idempotency_key_bytes,
+                                         detail, sizeof detail) != 0) {
+        free(body);
+        free(hj);
+        reply_error(req, 400, "invalid_request", detail);
+        return;
+    }
+    snprintf(hj->idem, sizeof hj->idem, "%s", idem ? idem : "");
     int bad = validate_adjust_body(body, len, &hj->delta, hj->reason, sizeof hj->reason, detail,
                                    sizeof detail);
     free(body);
@@ -622,7 +731,9 @@ static int thread_init(struct http_thread *th, struct http_server *s, char *err,
                                              EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_PATCH);
     evhttp_set_gencb(th->http, on_request, th);
     th->redis = redis_async_new(th->base, c, err, errlen);
-    return th->redis ? 0 : -1;
+    if (th->redis && strcmp(c->order_ack, "durable") == 0)
+        th->waits = order_wait_new(th->base, c, err, errlen);
+    return th->redis && (th->waits || strcmp(c->order_ack, "durable") != 0) ? 0 : -1;
 }
 
 struct http_server *http_server_start(const struct cfg *c, struct workers *ws, char *err,
@@ -682,6 +793,10 @@ static void shutdown_on_loop(evutil_socket_t fd, short what, void *arg)
     struct redis_async *ra = th->redis;
     th->redis = NULL; /* from now on orders answer 503 at once */
     redis_async_free(ra);
+    /* Buyers still waiting for a commit learn that their order is pending. */
+    struct order_wait *ow = th->waits;
+    th->waits = NULL;
+    order_wait_free(ow);
     event_base_loopexit(th->base, NULL);
 }
 
@@ -700,6 +815,8 @@ void http_server_stop(struct http_server *s)
             pthread_join(th->tid, NULL);
         redis_async_free(th->redis); /* only if the loop never ran */
         th->redis = NULL;
+        order_wait_free(th->waits);
+        th->waits = NULL;
         /* Last: frees the connections and any request nobody answers any more. */
         if (th->http)
             evhttp_free(th->http);

@@ -8,7 +8,7 @@ void keys_sku(char *out, int64_t sku, enum keys_kind kind)
     static const char *suffix[] = {
         [KEY_META] = "meta",          [KEY_STOCK] = "stock",       [KEY_SEQ] = "seq",
         [KEY_BOUGHT] = "bought",      [KEY_JOURNAL] = "journal",   [KEY_STREAM] = "orders",
-        [KEY_ADJUST] = "adjustments", [KEY_SKU_LOCK] = "lock:sku",
+        [KEY_ADJUST] = "adjustments", [KEY_SKU_LOCK] = "lock:sku", [KEY_DEAD] = "dead",
     };
     snprintf(out, KEYS_MAX, "seckill:{sku:%" PRId64 "}:%s", sku, suffix[kind]);
 }

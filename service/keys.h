@@ -15,6 +15,11 @@
 #define KEYS_ORDER_SEQ_BITS 30
 #define KEYS_EPOCH_MAX 8388607      /* redis_epoch_seq MAXVALUE: ids stay below 2^53 */
 #define KEYS_WRITER_GROUP "writers" /* consumer group of every order stream */
+/* Writers publish every committed decision here; every instance listens, so
+ * a buyer waiting on one instance learns what another instance's writer
+ * committed.  Not a key: PUBLISH reaches every node of a cluster. */
+#define KEYS_DECISIONS_CHANNEL "seckill:decisions"
+#define KEYS_ORDERS_PER_EPOCH (INT64_C(1) << KEYS_ORDER_SEQ_BITS)
 
 enum keys_kind {
     KEY_META,
@@ -24,7 +29,8 @@ enum keys_kind {
     KEY_JOURNAL,
     KEY_STREAM,
     KEY_ADJUST,
-    KEY_SKU_LOCK
+    KEY_SKU_LOCK,
+    KEY_DEAD /* stream of entries no writer could write */
 };
 
 /* Writes the name of key 'kind' of SKU 'sku' into out (KEYS_MAX bytes). */

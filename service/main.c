@@ -20,6 +20,7 @@
 #include "log.h"
 #include "migrate.h"
 #include "order_writer.h"
+#include "reconcile.h"
 #include "redis_conn.h"
 #include "rlock_notify.h"
 #include "rlock_watch.h"
@@ -72,6 +73,7 @@ static int serve(const struct cfg *c)
     int rc = 1;
     struct http_server *http = NULL;
     struct order_writer *writer = NULL;
+    struct reconciler *reconciler = NULL;
     struct workers *ws = NULL;
     /* The lock library's two background threads: one subscriber connection
      * that wakes every waiting lock on release, and the watchdog that renews
@@ -92,6 +94,11 @@ static int serve(const struct cfg *c)
     txlock_set_watchdog(watchdog);
     ws = workers_start(c, err, sizeof err);
     if (!ws)
+        goto out;
+    /* Its first pass settles what a dead predecessor left and restores SKUs
+     * Redis lost, before buyers arrive. */
+    reconciler = reconcile_start(c, err, sizeof err);
+    if (!reconciler)
         goto out;
     http = http_server_start(c, ws, err, sizeof err);
     if (!http)
@@ -114,6 +121,8 @@ out:
     workers_drain(ws);
     http_server_stop(http);
     workers_free(ws);
+    /* After everything that may ask it for a pass (writers, workers). */
+    reconcile_stop(reconciler);
     /* Every lock is released or cleared by now. */
     txlock_set_watchdog(NULL);
     rlock_notifier_set_default(NULL);

@@ -11,13 +11,20 @@ static atomic_long counters[M_COUNT];
 static const struct {
     const char *name, *help;
 } info[M_COUNT] = {
-    [M_ORDERS_ACCEPTED] = {"seckill_orders_accepted_total", "orders reserved (202)"},
-    [M_ORDERS_REPLAYED] = {"seckill_orders_replayed_total", "idempotent repeats answered 202"},
+    [M_ORDERS_ACCEPTED] = {"seckill_orders_accepted_total", "orders reserved in Redis"},
+    [M_ORDERS_CONFIRMED] = {"seckill_orders_confirmed_total", "orders answered 201 (committed)"},
+    [M_ORDERS_REJECTED] = {"seckill_orders_rejected_total",
+                           "reserved orders the database refused (409 with order id)"},
+    [M_ORDERS_ACK_TIMEOUTS] = {"seckill_orders_ack_timeouts_total",
+                               "durable answers that fell back to 202 pending"},
+    [M_ORDERS_REPLAYED] = {"seckill_orders_replayed_total", "idempotent repeats answered again"},
     [M_ORDERS_SOLD_OUT] = {"seckill_orders_sold_out_total", "orders refused: sold out"},
     [M_ORDERS_LIMIT] = {"seckill_orders_limit_exceeded_total", "orders refused: per-user limit"},
     [M_ORDERS_NOT_ACTIVE] = {"seckill_orders_sale_not_active_total", "orders outside the sale"},
     [M_ORDERS_INVALID] = {"seckill_orders_invalid_total", "malformed order requests (400)"},
     [M_ORDERS_UNAVAILABLE] = {"seckill_orders_unavailable_total", "orders answered 503"},
+    [M_ORDERS_EXPIRED] = {"seckill_orders_expired_total",
+                          "reservations refused by Redis after their deadline"},
     [M_WRITER_BATCHES_COMMITTED] = {"seckill_writer_batches_committed_total",
                                     "order batches committed"},
     [M_WRITER_BATCHES_FAILED] = {"seckill_writer_batches_failed_total",
@@ -29,6 +36,18 @@ static const struct {
                                    "stream entries reclaimed from idle writers"},
     [M_WRITER_ID_CONFLICTS] = {"seckill_writer_order_id_conflicts_total",
                                "order ids reused after Redis lost writes (needs a reload)"},
+    [M_WRITER_DEAD_LETTERS] = {"seckill_writer_dead_letters_total",
+                               "stream entries moved to a dead-letter stream"},
+    [M_WRITER_REAPPLIED] = {"seckill_writer_reapplied_total",
+                            "orders taken again from a Redis rebuilt without them"},
+    [M_SKU_RELOADS] = {"seckill_sku_reloads_total", "SKUs rebuilt in Redis from PostgreSQL"},
+    [M_ADJUSTMENTS_SETTLED] = {"seckill_adjustments_settled_total",
+                               "adjustment records of dead processes settled"},
+    [M_EPOCH_ROTATIONS] = {"seckill_epoch_rotations_total",
+                           "new order-id epochs after Redis went back in time"},
+    [M_RECONCILE_RUNS] = {"seckill_reconcile_runs_total", "reconciliation passes"},
+    [M_DRIFT_SKUS] = {"seckill_drift_skus", "SKUs whose Redis and PostgreSQL disagree"},
+    [M_DRIFT_UNITS] = {"seckill_drift_units", "units by which Redis and PostgreSQL disagree"},
     [M_STOCK_ADJUSTMENTS] = {"seckill_stock_adjustments_total", "admin stock deltas applied"},
     [M_REDIS_TIMEOUTS] = {"seckill_redis_timeouts_total", "async Redis commands timed out"},
 };
@@ -36,6 +55,16 @@ static const struct {
 void metrics_add(enum metric m, long n)
 {
     atomic_fetch_add_explicit(&counters[m], n, memory_order_relaxed);
+}
+
+void metrics_set(enum metric m, long v)
+{
+    atomic_store_explicit(&counters[m], v, memory_order_relaxed);
+}
+
+static int is_gauge(int m)
+{
+    return m == M_DRIFT_SKUS || m == M_DRIFT_UNITS;
 }
 
 char *metrics_render(size_t *len)
@@ -46,9 +75,9 @@ char *metrics_render(size_t *len)
         abort();
     size_t n = 0;
     for (int i = 0; i < M_COUNT; i++) {
-        int w = snprintf(out + n, cap - n, "# HELP %s %s\n# TYPE %s counter\n%s %ld\n",
-                         info[i].name, info[i].help, info[i].name, info[i].name,
-                         atomic_load_explicit(&counters[i], memory_order_relaxed));
+        int w = snprintf(out + n, cap - n, "# HELP %s %s\n# TYPE %s %s\n%s %ld\n", info[i].name,
+                         info[i].help, info[i].name, is_gauge(i) ? "gauge" : "counter",
+                         info[i].name, atomic_load_explicit(&counters[i], memory_order_relaxed));
         if (w < 0 || (size_t)w >= cap - n)
             break;
         n += (size_t)w;

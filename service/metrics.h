@@ -9,25 +9,40 @@
 #include <stddef.h>
 
 enum metric {
-    M_ORDERS_ACCEPTED, /* 202 for a new reservation */
-    M_ORDERS_REPLAYED, /* 202 for a repeated Idempotency-Key */
+    M_ORDERS_ACCEPTED,     /* new reservation taken in Redis */
+    M_ORDERS_CONFIRMED,    /* 201: the commit came within order_ack_wait_ms */
+    M_ORDERS_REJECTED,     /* 409 after a reservation the database refused */
+    M_ORDERS_ACK_TIMEOUTS, /* 202 pending in durable mode: no commit in time */
+    M_ORDERS_REPLAYED,     /* answer for a repeated Idempotency-Key */
     M_ORDERS_SOLD_OUT,
     M_ORDERS_LIMIT,
     M_ORDERS_NOT_ACTIVE,
     M_ORDERS_INVALID,     /* 400 on the order endpoint */
     M_ORDERS_UNAVAILABLE, /* 503 on the order endpoint */
+    M_ORDERS_EXPIRED,     /* reserve.lua ran past the request's deadline: nothing taken */
     M_WRITER_BATCHES_COMMITTED,
     M_WRITER_BATCHES_FAILED,
     M_WRITER_ORDERS_CONFIRMED,
     M_WRITER_ORDERS_REJECTED,
     M_WRITER_ORDERS_RECLAIMED,
     M_WRITER_ID_CONFLICTS, /* an order id reused after Redis lost writes */
+    M_WRITER_DEAD_LETTERS, /* stream entries moved to the dead-letter stream */
+    M_WRITER_REAPPLIED,    /* orders taken again from a Redis rebuilt without them */
+    M_SKU_RELOADS,         /* SKUs (re)built in Redis from PostgreSQL */
+    M_ADJUSTMENTS_SETTLED, /* adjustment records left by a dead process, settled */
+    M_EPOCH_ROTATIONS,     /* new order-id epochs after Redis went back in time */
+    M_RECONCILE_RUNS,      /* reconciliation passes */
+    /* gauges, from the last reconciliation pass */
+    M_DRIFT_SKUS,  /* SKUs whose Redis and PostgreSQL disagree */
+    M_DRIFT_UNITS, /* sum over SKUs of |Redis stock + in flight - skus.stock| */
     M_STOCK_ADJUSTMENTS,
     M_REDIS_TIMEOUTS,
     M_COUNT
 };
 
 void metrics_add(enum metric m, long n);
+/* For gauges (M_DRIFT_*). */
+void metrics_set(enum metric m, long v);
 
 /* Appends the Prometheus text exposition of every counter to a fresh heap
  * string (caller frees); *len gets its length. */

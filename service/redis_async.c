@@ -17,6 +17,9 @@ struct redis_async {
     redisAsyncContext *ac; /* NULL while disconnected */
     struct event *reconnect_ev;
     int closing;
+    char *channel; /* subscribed channel, or NULL */
+    redis_async_message_fn *on_message;
+    void *message_arg;
 };
 
 struct ra_op {
@@ -90,6 +93,24 @@ static void on_handshake(redisAsyncContext *ac, void *r, void *priv)
     }
 }
 
+/* Every reply on the subscribed channel: ["subscribe", ch, n] once the
+ * subscription holds, then ["message", ch, payload]; NULL when the connection
+ * goes (it is re-made on reconnect). */
+static void on_subscribed(redisAsyncContext *ac, void *r, void *priv)
+{
+    redisReply *reply = r;
+    struct redis_async *ra = priv;
+    (void)ac;
+    if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 3 ||
+        reply->element[0]->type != REDIS_REPLY_STRING)
+        return;
+    const redisReply *kind = reply->element[0], *data = reply->element[2];
+    if (strcmp(kind->str, "subscribe") == 0)
+        ra->on_message(NULL, 0, ra->message_arg);
+    else if (strcmp(kind->str, "message") == 0 && data->type == REDIS_REPLY_STRING)
+        ra->on_message(data->str, data->len, ra->message_arg);
+}
+
 static void ra_connect(struct redis_async *ra)
 {
     if (ra->ac || ra->closing)
@@ -122,6 +143,10 @@ static void ra_connect(struct redis_async *ra)
         snprintf(db, sizeof db, "%d", ra->target.db);
         const char *argv[] = {"SELECT", db};
         redisAsyncCommandArgv(ac, on_handshake, NULL, 2, argv, NULL);
+    }
+    if (ra->channel) {
+        const char *argv[] = {"SUBSCRIBE", ra->channel};
+        redisAsyncCommandArgv(ac, on_subscribed, ra, 2, argv, NULL);
     }
 }
 
@@ -198,6 +223,20 @@ void redis_async_script(struct redis_async *ra, const struct rlock_script *s, in
     evtimer_add(op->timer, &tv);
 }
 
+void redis_async_subscribe(struct redis_async *ra, const char *channel, redis_async_message_fn *fn,
+                           void *arg)
+{
+    ra->channel = strdup(channel);
+    if (!ra->channel)
+        abort();
+    ra->on_message = fn;
+    ra->message_arg = arg;
+    if (ra->ac) { /* already connecting: subscribe on this connection too */
+        const char *argv[] = {"SUBSCRIBE", ra->channel};
+        redisAsyncCommandArgv(ra->ac, on_subscribed, ra, 2, argv, NULL);
+    }
+}
+
 void redis_async_free(struct redis_async *ra)
 {
     if (!ra)
@@ -210,5 +249,6 @@ void redis_async_free(struct redis_async *ra)
         redisAsyncFree(ac);
     }
     event_free(ra->reconnect_ev);
+    free(ra->channel);
     free(ra);
 }

@@ -30,6 +30,16 @@ struct redis_async *redis_async_new(struct event_base *base, const struct cfg *c
 void redis_async_script(struct redis_async *ra, const struct rlock_script *s, int nkeys, int nargs,
                         const char **argv, const size_t *lens, redis_async_fn *fn, void *arg);
 
+/* Called for each message on a subscribed channel: its payload and length
+ * (valid only during the call).  Called with NULL when the subscription was
+ * (re-)established, since messages published meanwhile were missed. */
+typedef void redis_async_message_fn(const char *payload, size_t len, void *arg);
+
+/* Makes this client a subscriber of 'channel' (copied), now and after every
+ * reconnect.  Such a client can run no other commands.  Call once. */
+void redis_async_subscribe(struct redis_async *ra, const char *channel, redis_async_message_fn *fn,
+                           void *arg);
+
 /* Disconnects (pending callbacks get NULL) and frees. */
 void redis_async_free(struct redis_async *ra);
 

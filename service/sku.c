@@ -8,6 +8,7 @@
 
 #include "dbtx.h"
 #include "embedded.h"
+#include "fault.h"
 #include "keys.h"
 #include "log.h"
 #include "metrics.h"
@@ -88,25 +89,46 @@ static PGresult *tx_query(struct dbtx *tx, const char *name, int n, const char *
  */
 struct load_job {
     struct worker_ctx *w;
+    int wanted;       /* load on commit (a check that decided not to rebuild leaves it 0) */
+    const char *mode; /* "new" (refused when Redis holds the SKU) or "rebuild" */
     int64_t id, stock, limit;
     char starts_ms[24], ends_ms[24]; /* "" when open-ended */
     char epoch[24];
+    char run[48];     /* Redis run id read before the load, "" unknown */
     PGresult *bought; /* rows (user_id, units) to restore, or NULL */
     enum sku_result res;
 };
+
+/* Reads the Redis server's run id (it changes on every restart and failover)
+ * into out.  Returns 0, or -1 with out "". */
+static int redis_run_id(struct worker_ctx *w, char *out, size_t cap)
+{
+    out[0] = '\0';
+    const char *argv[] = {"INFO", "server"};
+    redisReply *r = redis_conn_cmd(&w->redis, 2, argv, NULL);
+    const char *p = r && r->type == REDIS_REPLY_STRING ? strstr(r->str, "run_id:") : NULL;
+    if (p) {
+        p += 7;
+        size_t n = strcspn(p, "\r\n");
+        snprintf(out, cap, "%.*s", (int)(n < cap ? n : cap - 1), p);
+    }
+    if (r)
+        freeReplyObject(r);
+    return out[0] ? 0 : -1;
+}
 
 /* Completion hook: loads the SKU when the transaction committed. */
 static void load_on_commit(enum dbtx_outcome outcome, void *arg)
 {
     struct load_job *lj = arg;
     lj->res = SKU_UNAVAILABLE;
-    if (outcome != DBTX_COMMITTED)
+    if (outcome != DBTX_COMMITTED || !lj->wanted)
         return;
     char stock[24], limit[24];
     i64s(stock, sizeof stock, lj->stock);
     i64s(limit, sizeof limit, lj->limit);
     int pairs = lj->bought ? PQntuples(lj->bought) : 0;
-    const char **argv = calloc(11 + 2 * (size_t)pairs, sizeof *argv);
+    const char **argv = calloc(13 + 2 * (size_t)pairs, sizeof *argv);
     if (!argv)
         abort();
     char keys[5][KEYS_MAX];
@@ -115,19 +137,22 @@ static void load_on_commit(enum dbtx_outcome outcome, void *arg)
         keys_sku(keys[i], lj->id, kinds[i]);
         argv[i] = keys[i];
     }
-    const char *args[] = {lj->epoch, stock, limit, lj->starts_ms, lj->ends_ms, KEYS_WRITER_GROUP};
-    for (int i = 0; i < 6; i++)
+    const char *args[] = {lj->epoch,         stock,    limit,  lj->starts_ms, lj->ends_ms,
+                          KEYS_WRITER_GROUP, lj->mode, lj->run};
+    for (int i = 0; i < 8; i++)
         argv[5 + i] = args[i];
     for (int i = 0; i < pairs; i++) {
-        argv[11 + 2 * i] = PQgetvalue(lj->bought, i, 0);
-        argv[12 + 2 * i] = PQgetvalue(lj->bought, i, 1);
+        argv[13 + 2 * i] = PQgetvalue(lj->bought, i, 0);
+        argv[14 + 2 * i] = PQgetvalue(lj->bought, i, 1);
     }
     redisReply *r =
-        redis_conn_script(&lj->w->redis, &script_sku_load, 5, 6 + 2 * pairs, argv, NULL);
+        redis_conn_script(&lj->w->redis, &script_sku_load, 5, 8 + 2 * pairs, argv, NULL);
     free(argv);
-    if (r && r->type == REDIS_REPLY_INTEGER)
+    if (r && r->type == REDIS_REPLY_INTEGER) {
         lj->res = r->integer == 1 ? SKU_OK : SKU_EXISTS;
-    else
+        if (r->integer == 1)
+            metrics_add(M_SKU_RELOADS, 1);
+    } else
         log_warn("sku %" PRId64 ": load into Redis failed: %s", lj->id,
                  r && r->type == REDIS_REPLY_ERROR ? r->str : "no answer");
     if (r)
@@ -171,7 +196,13 @@ static enum sku_result create_with_id(struct worker_ctx *w, const struct validat
     struct dbtx *tx = begin_locked(w, &t);
     if (!tx)
         return SKU_UNAVAILABLE;
-    struct load_job lj = {.w = w, .id = id, .stock = spec->stock, .limit = spec->per_user_limit};
+    struct load_job lj = {.w = w,
+                          .wanted = 1,
+                          .mode = "new",
+                          .id = id,
+                          .stock = spec->stock,
+                          .limit = spec->per_user_limit};
+    (void)redis_run_id(w, lj.run, sizeof lj.run); /* "" only costs a rebuild later */
     if (spec->has_starts)
         i64s(lj.starts_ms, sizeof lj.starts_ms, spec->starts_ms);
     if (spec->has_ends)
@@ -201,8 +232,8 @@ static enum sku_result create_with_id(struct worker_ctx *w, const struct validat
         return res;
     }
     PQclear(r);
-    const char *led[] = {sid, "initial", stock, stock, NULL, NULL};
-    r = tx_query(tx, "ledger_insert", 6, led);
+    const char *led[] = {sid, "initial", stock, stock, NULL, NULL, NULL};
+    r = tx_query(tx, "ledger_insert", 7, led);
     PQclear(r);
     if (!r || draw_epoch(tx, &lj) != 0) {
         (void)dbtx_rollback(tx);
@@ -252,91 +283,6 @@ enum sku_result sku_create(struct worker_ctx *w, const struct validate_sku *spec
     return res;
 }
 
-/* ---- reload ------------------------------------------------------------ */
-
-/* Returns the number of entries in the SKU's order stream, or -1. */
-static long long stream_length(struct worker_ctx *w, int64_t sku)
-{
-    char stream[KEYS_MAX];
-    keys_sku(stream, sku, KEY_STREAM);
-    const char *argv[] = {"XLEN", stream};
-    redisReply *r = redis_conn_cmd(&w->redis, 2, argv, NULL);
-    long long n = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
-    if (r)
-        freeReplyObject(r);
-    return n;
-}
-
-/* Returns 1 when Redis holds the SKU, 0 when not, -1 when Redis failed. */
-static int sku_loaded(struct worker_ctx *w, int64_t sku)
-{
-    char meta[KEYS_MAX];
-    keys_sku(meta, sku, KEY_META);
-    const char *argv[] = {"EXISTS", meta};
-    redisReply *r = redis_conn_cmd(&w->redis, 2, argv, NULL);
-    int rc = r && r->type == REDIS_REPLY_INTEGER ? r->integer > 0 : -1;
-    if (r)
-        freeReplyObject(r);
-    return rc;
-}
-
-enum sku_result sku_reload(struct worker_ctx *w, int64_t sku, json_t **out)
-{
-    *out = NULL;
-    struct txlock t;
-    if (lock_sku(w, &t, sku) != 0)
-        return SKU_UNAVAILABLE;
-    struct dbtx *tx = begin_locked(w, &t);
-    if (!tx)
-        return SKU_UNAVAILABLE;
-    struct load_job lj = {.w = w, .id = sku};
-    if (dbtx_on_complete(tx, load_on_commit, &lj) != 0) {
-        (void)dbtx_rollback(tx);
-        return SKU_UNAVAILABLE;
-    }
-    char sid[24];
-    i64s(sid, sizeof sid, sku);
-    int64_t db_stock;
-    int fenced = txlock_fence(&t, tx, &db_stock);
-    PGresult *info = fenced == 1 ? tx_query(tx, "sku_get", 1, (const char *[]){sid}) : NULL;
-    enum sku_result res = fenced == 0                     ? SKU_UNKNOWN
-                          : !info || PQntuples(info) != 1 ? SKU_UNAVAILABLE
-                                                          : SKU_OK;
-    /* Reservations still queued will take stock from the database: rebuilding
-     * Redis from it now would count them twice.  Let the writers drain first. */
-    long long queued = res == SKU_OK ? stream_length(w, sku) : 0;
-    if (queued != 0)
-        res = queued < 0 ? SKU_UNAVAILABLE : SKU_BUSY;
-    /* Refused before an epoch is drawn: under the SKU lock nobody loads it
-     * meanwhile (sku_load.lua refuses a second load anyway). */
-    int loaded = res == SKU_OK ? sku_loaded(w, sku) : 0;
-    if (loaded != 0)
-        res = loaded < 0 ? SKU_UNAVAILABLE : SKU_EXISTS;
-    if (res == SKU_OK) {
-        lj.stock = db_stock; /* read under the fenced row lock */
-        lj.limit = atoll(PQgetvalue(info, 0, 4));
-        snprintf(lj.starts_ms, sizeof lj.starts_ms, "%s", PQgetvalue(info, 0, 5));
-        snprintf(lj.ends_ms, sizeof lj.ends_ms, "%s", PQgetvalue(info, 0, 6));
-        lj.bought = tx_query(tx, "sku_bought", 1, (const char *[]){sid});
-        if (!lj.bought || draw_epoch(tx, &lj) != 0)
-            res = SKU_UNAVAILABLE;
-    }
-    PQclear(info);
-    if (res == SKU_OK)
-        res = commit_locked(w, tx, &t, sku);
-    else
-        (void)dbtx_rollback(tx);
-    PQclear(lj.bought);
-    if (res != SKU_OK)
-        return res;
-    if (lj.res != SKU_OK)
-        return lj.res == SKU_EXISTS ? SKU_EXISTS : SKU_NOT_LOADED;
-    *out =
-        json_pack("{s:I, s:I, s:I, s:s}", "id", (json_int_t)sku, "available", (json_int_t)lj.stock,
-                  "per_user_limit", (json_int_t)lj.limit, "epoch", lj.epoch);
-    return SKU_OK;
-}
-
 /* ---- adjust ------------------------------------------------------------ */
 
 struct adjust_job {
@@ -384,7 +330,8 @@ static void adjust_on_complete(enum dbtx_outcome outcome, void *arg)
  * txid_status() is final: committed, drop the record; aborted, take the delta
  * back.  Returns 0, or -1 when Redis or PostgreSQL failed (nothing assumed).
  */
-static int settle_adjustments(struct worker_ctx *w, struct dbtx *tx, int64_t sku, const char *own)
+static int settle_adjustments(struct worker_ctx *w, struct dbtx *tx, int64_t sku, const char *own,
+                              int64_t *settled)
 {
     char stock[KEYS_MAX], adj[KEYS_MAX];
     keys_sku(stock, sku, KEY_STOCK);
@@ -417,9 +364,12 @@ static int settle_adjustments(struct worker_ctx *w, struct dbtx *tx, int64_t sku
         } else {
             log_error("sku %" PRId64 ": adjustment %s is %s; left for an operator", sku, id, fate);
         }
-        if (done && done->type != REDIS_REPLY_ERROR)
+        if (done && done->type != REDIS_REPLY_ERROR) {
             log_warn("sku %" PRId64 ": settled adjustment %s (%s)", sku, id, fate);
-        else if (done)
+            metrics_add(M_ADJUSTMENTS_SETTLED, 1);
+            if (settled)
+                (*settled)++;
+        } else if (done)
             rc = -1;
         if (done)
             freeReplyObject(done);
@@ -431,8 +381,38 @@ static int settle_adjustments(struct worker_ctx *w, struct dbtx *tx, int64_t sku
 
 /* One attempt of sku_adjust; *stale is set when the fencing token was refused
  * because an order writer wrote the SKU with a newer token first. */
+static int redis_sku_state(struct worker_ctx *w, int64_t sku, long long *available,
+                           long long *queued);
+
+/* Looks up the delta an Idempotency-Key already applied.  Returns 1 with the
+ * earlier answer in *out (SKU_OK) or SKU_IDEM_MISMATCH in *res, 0 when the
+ * key is new, -1 on failure. */
+static int adjust_replayed(struct worker_ctx *w, struct dbtx *tx, int64_t sku, int64_t delta,
+                           const char *idem, json_t **out, enum sku_result *res)
+{
+    char sid[24];
+    i64s(sid, sizeof sid, sku);
+    PGresult *r = tx_query(tx, "ledger_admin_by_key", 2, (const char *[]){sid, idem});
+    if (!r)
+        return -1;
+    int found = PQntuples(r) == 1;
+    if (found && atoll(PQgetvalue(r, 0, 0)) != delta) {
+        *res = SKU_IDEM_MISMATCH;
+    } else if (found) {
+        long long available = -1;
+        (void)redis_sku_state(w, sku, &available, NULL);
+        *out = json_pack("{s:I, s:I, s:I, s:o, s:b}", "sku_id", (json_int_t)sku, "delta",
+                         (json_int_t)delta, "stock", (json_int_t)atoll(PQgetvalue(r, 0, 1)),
+                         "available", available >= 0 ? json_integer(available) : json_null(),
+                         "replayed", 1);
+        *res = SKU_OK;
+    }
+    PQclear(r);
+    return found;
+}
+
 static enum sku_result adjust_once(struct worker_ctx *w, int64_t sku, int64_t delta,
-                                   const char *reason, json_t **out, int *stale)
+                                   const char *reason, const char *idem, json_t **out, int *stale)
 {
     *out = NULL;
     *stale = 0;
@@ -458,9 +438,17 @@ static enum sku_result adjust_once(struct worker_ctx *w, int64_t sku, int64_t de
         (void)dbtx_rollback(tx);
         return fenced == 0 ? SKU_UNKNOWN : SKU_UNAVAILABLE;
     }
-    if (settle_adjustments(w, tx, sku, a.id) != 0) {
+    if (settle_adjustments(w, tx, sku, a.id, NULL) != 0) {
         (void)dbtx_rollback(tx);
         return SKU_UNAVAILABLE;
+    }
+    /* Under the SKU lock and row: a retry of a delta that committed is answered
+     * from the ledger, never applied twice. */
+    enum sku_result replay = SKU_OK;
+    int seen = idem ? adjust_replayed(w, tx, sku, delta, idem, out, &replay) : 0;
+    if (seen != 0) {
+        (void)dbtx_rollback(tx);
+        return seen < 0 ? SKU_UNAVAILABLE : replay;
     }
 
     /* Database first, guarded: stock + delta >= 0. */
@@ -479,8 +467,8 @@ static enum sku_result adjust_once(struct worker_ctx *w, int64_t sku, int64_t de
     PQclear(r);
     char after[24];
     i64s(after, sizeof after, db_stock);
-    const char *led[] = {sid, "admin", d, after, NULL, reason};
-    r = tx_query(tx, "ledger_insert", 6, led);
+    const char *led[] = {sid, "admin", d, after, NULL, reason, idem};
+    r = tx_query(tx, "ledger_insert", 7, led);
     if (!r) {
         (void)dbtx_rollback(tx);
         return SKU_UNAVAILABLE;
@@ -508,6 +496,8 @@ static enum sku_result adjust_once(struct worker_ctx *w, int64_t sku, int64_t de
         log_warn("stock_adjust: %s", rr->str);
     if (rr)
         freeReplyObject(rr);
+    if (res == SKU_OK)
+        fault_point("adjust_after_redis");
     if (res != SKU_OK) {
         (void)dbtx_rollback(tx);
         if (res == SKU_INSUFFICIENT)
@@ -528,13 +518,272 @@ static enum sku_result adjust_once(struct worker_ctx *w, int64_t sku, int64_t de
 }
 
 enum sku_result sku_adjust(struct worker_ctx *w, int64_t sku, int64_t delta, const char *reason,
-                           json_t **out)
+                           const char *idem, json_t **out)
 {
     enum sku_result res = SKU_UNAVAILABLE;
     int stale = 1;
     for (int i = 0; i < TXLOCK_FENCE_ATTEMPTS && stale; i++)
-        res = adjust_once(w, sku, delta, reason, out, &stale);
+        res = adjust_once(w, sku, delta, reason, idem, out, &stale);
     return res;
+}
+
+/* ---- check, rebuild, reload ------------------------------------------- */
+
+/* Reads sku_state.lua's view into c.  *bought gets the reply (caller frees):
+ * its element 7 is the flat user, units list.  Returns 0 or -1. */
+static int read_redis_state(struct worker_ctx *w, int64_t sku, struct sku_check *c,
+                            redisReply **bought)
+{
+    char keys[6][KEYS_MAX];
+    static const enum keys_kind kinds[] = {KEY_META,   KEY_STOCK,  KEY_STREAM,
+                                           KEY_BOUGHT, KEY_ADJUST, KEY_DEAD};
+    const char *argv[6];
+    for (int i = 0; i < 6; i++) {
+        keys_sku(keys[i], sku, kinds[i]);
+        argv[i] = keys[i];
+    }
+    redisReply *r = redis_conn_script(&w->redis, &script_sku_state, 6, 0, argv, NULL);
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 8 ||
+        r->element[7]->type != REDIS_REPLY_ARRAY) {
+        if (r)
+            freeReplyObject(r);
+        return -1;
+    }
+    c->loaded = r->element[0]->integer == 1;
+    c->redis_stock = r->element[1]->len ? atoll(r->element[1]->str) : 0;
+    c->in_flight = r->element[2]->integer;
+    c->adjustments_open = r->element[3]->integer;
+    c->dead_letters = r->element[4]->integer;
+    snprintf(c->built_run, sizeof c->built_run, "%s", r->element[5]->str);
+    c->loaded_epoch = r->element[6]->len ? atoll(r->element[6]->str) : 0;
+    c->loaded = c->loaded && r->element[1]->len; /* a meta without stock is data loss */
+    *bought = r;
+    return 0;
+}
+
+static int cmp_pair(const void *a, const void *b)
+{
+    const int64_t *x = a, *y = b;
+    return x[0] < y[0] ? -1 : x[0] > y[0];
+}
+
+/* Counts the users whose units Redis and PostgreSQL disagree on. */
+static int64_t users_differing(const redisReply *flat, const PGresult *db)
+{
+    size_t nr = flat->elements / 2, nd = (size_t)PQntuples(db);
+    int64_t(*r)[2] = calloc(nr + 1, sizeof *r), (*d)[2] = calloc(nd + 1, sizeof *d);
+    if (!r || !d)
+        abort();
+    for (size_t i = 0; i < nr; i++) {
+        r[i][0] = atoll(flat->element[2 * i]->str);
+        r[i][1] = atoll(flat->element[2 * i + 1]->str);
+    }
+    for (size_t i = 0; i < nd; i++) {
+        d[i][0] = atoll(PQgetvalue(db, (int)i, 0));
+        d[i][1] = atoll(PQgetvalue(db, (int)i, 1));
+    }
+    qsort(r, nr, sizeof *r, cmp_pair);
+    qsort(d, nd, sizeof *d, cmp_pair);
+    int64_t differ = 0;
+    size_t i = 0, j = 0;
+    while (i < nr || j < nd) {
+        if (j == nd || (i < nr && r[i][0] < d[j][0]))
+            differ += r[i++][1] != 0; /* a user Redis holds units for, the database none */
+        else if (i == nr || d[j][0] < r[i][0])
+            differ++, j++;
+        else
+            differ += r[i++][1] != d[j++][1];
+    }
+    free(r);
+    free(d);
+    return differ;
+}
+
+/* Fills lj from the SKU row and the bought rows (ownership of bought passes
+ * to lj) and draws the epoch of the rebuild.  Returns 0 or -1. */
+static int prepare_rebuild(struct dbtx *tx, struct load_job *lj, const char *sid, int64_t stock,
+                           PGresult *bought)
+{
+    lj->bought = bought;
+    PGresult *info = tx_query(tx, "sku_get", 1, (const char *[]){sid});
+    int ok = info && PQntuples(info) == 1;
+    if (ok) {
+        lj->stock = stock; /* read under the fenced row lock */
+        lj->limit = atoll(PQgetvalue(info, 0, 4));
+        snprintf(lj->starts_ms, sizeof lj->starts_ms, "%s", PQgetvalue(info, 0, 5));
+        snprintf(lj->ends_ms, sizeof lj->ends_ms, "%s", PQgetvalue(info, 0, 6));
+    }
+    PQclear(info);
+    if (!ok || draw_epoch(tx, lj) != 0)
+        return -1;
+    lj->wanted = 1;
+    lj->mode = "rebuild";
+    return 0;
+}
+
+/* Whether mode asks for a rebuild of what c found. */
+static int needs_rebuild(enum sku_check_mode mode, const struct sku_check *c)
+{
+    int quiet_drift = c->quiescent && (c->drift_units || c->users_differing);
+    switch (mode) {
+    case SKU_CHECK_ONLY:
+        return 0;
+    case SKU_CHECK_REPAIR:
+        return !c->loaded || c->stale_run || quiet_drift;
+    case SKU_CHECK_RELOAD:
+        /* In flight, the numbers cannot be compared; a rebuild is safe anyway
+         * (writers take those orders from the rebuilt state). */
+        return !c->loaded || c->stale_run || quiet_drift || !c->quiescent;
+    case SKU_CHECK_REBUILD:
+        return 1;
+    }
+    return 0;
+}
+
+/* One attempt of sku_check; *stale as in adjust_once. */
+static enum sku_result check_once(struct worker_ctx *w, int64_t sku, enum sku_check_mode mode,
+                                  const char *why, struct sku_check *c, int *stale)
+{
+    *stale = 0;
+    memset(c, 0, sizeof *c);
+    c->sku = sku;
+    char run[48];
+    (void)redis_run_id(w, run, sizeof run);
+    struct txlock t;
+    if (lock_sku(w, &t, sku) != 0)
+        return SKU_UNAVAILABLE;
+    struct dbtx *tx = begin_locked(w, &t);
+    if (!tx)
+        return SKU_UNAVAILABLE;
+    struct load_job lj = {.w = w, .id = sku};
+    snprintf(lj.run, sizeof lj.run, "%s", run);
+    if (dbtx_on_complete(tx, load_on_commit, &lj) != 0) {
+        (void)dbtx_rollback(tx);
+        return SKU_UNAVAILABLE;
+    }
+    char sid[24];
+    i64s(sid, sizeof sid, sku);
+    int fenced = txlock_fence(&t, tx, &c->db_stock);
+    if (fenced != 1) {
+        *stale = fenced == TXLOCK_STALE;
+        (void)dbtx_rollback(tx);
+        return fenced == 0 ? SKU_UNKNOWN : SKU_UNAVAILABLE;
+    }
+    /* Under the SKU lock and its row: every earlier adjustment has ended. */
+    if (mode != SKU_CHECK_ONLY && settle_adjustments(w, tx, sku, "", &c->settled) != 0) {
+        (void)dbtx_rollback(tx);
+        return SKU_UNAVAILABLE;
+    }
+    redisReply *state = NULL;
+    PGresult *bought = NULL, *bad = NULL;
+    enum sku_result res = SKU_UNAVAILABLE;
+    if (read_redis_state(w, sku, c, &state) != 0)
+        goto fail;
+    bought = tx_query(tx, "sku_bought", 1, (const char *[]){sid});
+    bad = bought ? tx_query(tx, "invariant_check", 1, (const char *[]){sid}) : NULL;
+    if (!bad)
+        goto fail;
+    c->invariant_ok = PQntuples(bad) == 0;
+    c->stale_run = c->loaded && run[0] && strcmp(run, c->built_run) != 0;
+    c->quiescent = c->loaded && c->in_flight == 0 && c->adjustments_open == 0;
+    if (c->quiescent) {
+        c->drift_units = llabs((long long)(c->redis_stock - c->db_stock));
+        c->users_differing = users_differing(state->element[7], bought);
+    }
+    if (needs_rebuild(mode, c)) {
+        if (prepare_rebuild(tx, &lj, sid, c->db_stock, bought) != 0) {
+            bought = NULL; /* owned by lj now */
+            goto fail;
+        }
+        bought = NULL;
+        log_warn("sku %" PRId64 ": rebuilding Redis from PostgreSQL (%s): redis %s, stock %" PRId64
+                 " vs %" PRId64 ", %" PRId64 " in flight, %" PRId64 " users differ",
+                 sku, why,
+                 !c->loaded     ? "lost it"
+                 : c->stale_run ? "restarted"
+                                : "holds it",
+                 c->redis_stock, c->db_stock, c->in_flight, c->users_differing);
+    }
+    freeReplyObject(state);
+    PQclear(bought);
+    PQclear(bad);
+    res = commit_locked(w, tx, &t, sku);
+    PQclear(lj.bought);
+    if (res == SKU_OK && lj.wanted) {
+        if (lj.res != SKU_OK)
+            return SKU_NOT_LOADED;
+        c->rebuilt = 1;
+        c->loaded = 1;
+        c->loaded_epoch = atoll(lj.epoch);
+        c->redis_stock = lj.stock;
+        c->drift_units = c->users_differing = 0;
+    }
+    return res;
+fail:
+    if (state)
+        freeReplyObject(state);
+    PQclear(bought);
+    PQclear(bad);
+    (void)dbtx_rollback(tx);
+    PQclear(lj.bought);
+    return SKU_UNAVAILABLE;
+}
+
+enum sku_result sku_check(struct worker_ctx *w, int64_t sku, enum sku_check_mode mode,
+                          const char *why, struct sku_check *c)
+{
+    enum sku_result res = SKU_UNAVAILABLE;
+    int stale = 1;
+    for (int i = 0; i < TXLOCK_FENCE_ATTEMPTS && stale; i++)
+        res = check_once(w, sku, mode, why, c, &stale);
+    return res;
+}
+
+enum sku_result sku_peek(struct worker_ctx *w, int64_t sku, struct sku_check *c)
+{
+    memset(c, 0, sizeof *c);
+    c->sku = sku;
+    char sid[24], run[48];
+    i64s(sid, sizeof sid, sku);
+    PGresult *r = db_query(&w->db, "sku_get", 1, (const char *[]){sid});
+    if (!r)
+        return SKU_UNAVAILABLE;
+    int known = PQntuples(r) == 1;
+    if (known)
+        c->db_stock = atoll(PQgetvalue(r, 0, 2));
+    PQclear(r);
+    if (!known)
+        return SKU_UNKNOWN;
+    redisReply *state;
+    if (redis_run_id(w, run, sizeof run) != 0 || read_redis_state(w, sku, c, &state) != 0)
+        return SKU_UNAVAILABLE;
+    freeReplyObject(state);
+    c->stale_run = c->loaded && strcmp(run, c->built_run) != 0;
+    c->quiescent = c->loaded && c->in_flight == 0 && c->adjustments_open == 0;
+    if (c->quiescent)
+        c->drift_units = llabs((long long)(c->redis_stock - c->db_stock));
+    c->invariant_ok = 1; /* not looked at without the lock */
+    return SKU_OK;
+}
+
+enum sku_result sku_rebuild(struct worker_ctx *w, int64_t sku, const char *why)
+{
+    struct sku_check c;
+    return sku_check(w, sku, SKU_CHECK_REBUILD, why, &c);
+}
+
+enum sku_result sku_reload(struct worker_ctx *w, int64_t sku, json_t **out)
+{
+    *out = NULL;
+    struct sku_check c;
+    enum sku_result res = sku_check(w, sku, SKU_CHECK_RELOAD, "admin reload", &c);
+    if (res != SKU_OK)
+        return res;
+    if (!c.rebuilt)
+        return SKU_EXISTS; /* loaded, nothing in flight, and it agrees with the database */
+    *out = json_pack("{s:I, s:I, s:I, s:b}", "id", (json_int_t)sku, "available",
+                     (json_int_t)c.redis_stock, "epoch", (json_int_t)c.loaded_epoch, "rebuilt", 1);
+    return SKU_OK;
 }
 
 /* ---- reads ------------------------------------------------------------- */

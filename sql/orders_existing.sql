@@ -1,1 +1,1 @@
-SELECT id, status, user_id, qty FROM orders WHERE id = ANY ($1::bigint[])
+SELECT id, status, user_id, qty, reason, reapply_epoch FROM orders WHERE id = ANY ($1::bigint[])

@@ -14,6 +14,7 @@
 #include "embedded.h"
 #include "harness.h"
 #include "keys.h"
+#include "order.h"
 #include "order_writer.h"
 #include "rlock.h"
 #include "sku.h"
@@ -51,14 +52,10 @@ static int64_t reserve(int64_t sku, int64_t user, int64_t qty)
     struct redis_conn rc;
     char err[160];
     ck_assert(redis_conn_init(&rc, &cfg, err, sizeof err) == 0);
-    char keys[KEYS_RESERVE_N][KEYS_MAX], u[24], q[24], fp[48];
-    keys_reserve(keys, sku, user, "");
-    snprintf(u, sizeof u, "%lld", (long long)user);
-    snprintf(q, sizeof q, "%lld", (long long)qty);
-    snprintf(fp, sizeof fp, "%s:%s", u, q);
-    const char *argv[] = {keys[0], keys[1], keys[2], keys[3], keys[4], keys[5],
-                          keys[6], u,       q,       "",      fp,      "60"};
-    redisReply *r = redis_conn_script(&rc, &script_reserve, 7, 5, argv, NULL);
+    struct order_reserve_call call;
+    order_reserve_prepare(&call, sku, user, qty, NULL, 60, INT64_MAX);
+    redisReply *r = redis_conn_script(&rc, &script_reserve, ORDER_RESERVE_NKEYS,
+                                      ORDER_RESERVE_NARGS, call.argv, NULL);
     ck_assert(r && r->type == REDIS_REPLY_ARRAY && r->elements >= 2);
     ck_assert_str_eq(r->element[0]->str, "ok");
     int64_t id = atoll(r->element[1]->str);
@@ -422,7 +419,7 @@ START_TEST(test_unsettled_adjustments_are_settled_by_the_next_one)
     char err[160];
     ck_assert(worker_ctx_init(&w, &cfg, err, sizeof err) == 0);
     json_t *out;
-    ck_assert_int_eq(sku_adjust(&w, 6, 1, "restock", &out), SKU_OK);
+    ck_assert_int_eq(sku_adjust(&w, 6, 1, "restock", NULL, &out), SKU_OK);
     json_decref(out);
     worker_ctx_close(&w);
     ck_assert_int_eq(th_redis_int(r, stock), 11); /* 10 + 1: the aborted +5 was taken back */

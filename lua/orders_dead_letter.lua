@@ -1,0 +1,42 @@
+-- orders_dead_letter.lua: move stream entries no writer can write (malformed,
+-- or an order id the database already holds for another order) to the SKU's
+-- dead-letter stream and acknowledge them, so that the SKU's other orders go
+-- on.  An entry that named a real reservation gives its units back: the
+-- entry's presence in the stream makes that happen exactly once.  An operator
+-- (or `seckillctl reconcile`) reads the dead letters.
+-- KEYS: 1 stream, 2 dead-letter stream, 3 journal, 4 stock, 5 bought, 6 meta.
+-- ARGV: 1 group, 2 dead letters kept (approximately), 3 orders per epoch,
+--       then triples entry id, reason, '1' to give the units back or '0'.
+-- Returns the number moved now.
+local per_epoch = tonumber(ARGV[3])
+local loaded = tonumber(redis.call('HGET', KEYS[6], 'loaded') or
+                        redis.call('HGET', KEYS[6], 'epoch') or '0')
+local moved = 0
+for i = 4, #ARGV, 3 do
+  local e = redis.call('XRANGE', KEYS[1], ARGV[i], ARGV[i])
+  if e[1] then
+    local fields = {'entry', ARGV[i], 'reason', ARGV[i + 1]}
+    local f = {}
+    for j = 1, #e[1][2], 2 do
+      f[e[1][2][j]] = e[1][2][j + 1]
+      fields[#fields + 1] = e[1][2][j]
+      fields[#fields + 1] = e[1][2][j + 1]
+    end
+    local id, qty = tonumber(f.o), tonumber(f.q)
+    -- only a reservation this Redis state counted is given back
+    if ARGV[i + 2] == '1' and id and qty and f.u and math.floor(id / per_epoch) >= loaded then
+      redis.call('INCRBY', KEYS[4], qty)
+      if redis.call('HINCRBY', KEYS[5], f.u, -qty) <= 0 then
+        redis.call('HDEL', KEYS[5], f.u)
+      end
+      if redis.call('HGET', KEYS[3], f.o) == 'pending' then
+        redis.call('HSET', KEYS[3], f.o, 'returned:' .. ARGV[i + 1])
+      end
+    end
+    redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', unpack(fields))
+    redis.call('XACK', KEYS[1], ARGV[1], ARGV[i])
+    redis.call('XDEL', KEYS[1], ARGV[i])
+    moved = moved + 1
+  end
+end
+return moved
