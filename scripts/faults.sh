@@ -304,12 +304,13 @@ judge() {
 # "CODE RETRY_AFTER" (RETRY_AFTER 1 when the header came).
 PROBE_USER=0
 probe() {
-    local code hdr=$SDIR/probe.headers
+    local code ra hdr=$SDIR/probe.headers
     PROBE_USER=$((PROBE_USER + 1))
     code=$(curl -s -o /dev/null -D "$hdr" --max-time 5 -w '%{http_code}' \
         -H 'Content-Type: application/json' -d "{\"user_id\":$PROBE_USER,\"qty\":1}" \
         "$1/api/v1/skus/$2/orders" 2>/dev/null) || code=${code:-000}
-    printf '%s %s\n' "$code" "$(grep -ci '^retry-after:' "$hdr" 2>/dev/null || echo 0)"
+    ra=$(grep -ci '^retry-after:' "$hdr" 2>/dev/null || true)
+    printf '%s %s\n' "$code" "${ra:-0}"
 }
 
 # heal URL SKU T0 WHAT: probes until an order is answered OK_CODE, at most
@@ -357,15 +358,20 @@ pending_of() {
         awk -v pid="-$1-" 'found { print; exit } index($0, pid) { found = 1 } END { if (!found) print 0 }'
 }
 
-# kill_mid_batch PID SKU: kill -9 of daemon PID, preferably while its writer
-# holds entries of SKU's stream (a few tries), then reaps it.  Sets HELD.
-kill_mid_batch() {
+# mid_batch PID SKU: waits (a few samples) until daemon PID's writer holds
+# entries of SKU's stream, so that a fault hits a batch in flight.  Sets HELD.
+mid_batch() {
     local i
     for ((i = 0; i < MID_BATCH_TRIES; i++)); do
         HELD=$(pending_of "$1" "$2")
         [[ $HELD == 0 ]] || break
         sleep 0.02
     done
+}
+
+# kill_mid_batch PID SKU: kill -9 of daemon PID mid-batch, reaped.
+kill_mid_batch() {
+    mid_batch "$1" "$2"
     kill -KILL "$1"
     forget_daemon "$1"
 }
@@ -555,8 +561,9 @@ scenario_writer_frozen() {
     two_daemons "$sku" "$probe_sku" || return
     load_start "$sku" "$D1_URL" "$D2_URL"
     sleep "$FAULT_AT_S"
+    mid_batch "$D1_PID" "$sku"
     freeze "$D1_PID"
-    note "one of two daemons frozen for ${WRITER_FREEZE_S}s (lock_ttl_ms $SECKILL_LOCK_TTL_MS)"
+    note "one of two daemons frozen for ${WRITER_FREEZE_S}s with $HELD entries in its writer's hands (lock_ttl_ms $SECKILL_LOCK_TTL_MS)"
     sleep "$WRITER_FREEZE_S"
     thaw
     t0=$(now)
@@ -564,7 +571,7 @@ scenario_writer_frozen() {
     load_wait
     judge "$sku"
     refused=$(curl -s --max-time 5 "$D1_URL/metrics" 2>/dev/null |
-        awk '/^seckill_(lock_lost|writer_batches_failed)_total/ { printf "%s %s; ", $1, $2 }')
+        awk '/^seckill_(lock_lost|lock_release_refused|writer_batches_failed)_total/ { printf "%s %s; ", $1, $2 }')
     note "the frozen daemon afterwards: ${refused:-no metrics}"
     sales_continue "$D1_URL" "$sku"
 }
