@@ -67,6 +67,9 @@ static const struct cfg_def defs[] = {
       "the reserve script refuses to take stock this long before the Redis timeout"),
     I(reconcile_interval_ms, 5000, 100, 3600000,
       "how often Redis is compared with PostgreSQL and drift settled"),
+    I(reconcile_retry_ms, 1000, 10, 3600000,
+      "next reconciliation after a pass that could not finish (a dead process's lock, a store "
+      "down)"),
     I(writer_threads, 1, 0, 64, "order writer threads (0: this instance writes no orders)"),
     I(writer_batch, 500, 1, 10000, "stream entries per database transaction"),
     I(writer_block_ms, 200, 1, 60000, "XREADGROUP block time"),

@@ -2,6 +2,7 @@
  * seckillctl: operator commands for a seckill deployment.
  *
  *   seckillctl [--redis-url URL] lock list|inspect|force-release|hold ...
+ *   seckillctl reconcile [--sku N] [--repair]
  *
  * Settings come from the same table as the daemon's (SECKILL_* environment,
  * SECKILL_CONFIG file, defaults); --redis-url overrides redis_url.
@@ -14,17 +15,21 @@
 #include <string.h>
 
 #include "ctl_lock.h"
+#include "ctl_reconcile.h"
+#include "embedded.h"
 #include "log.h"
 
 static void usage(FILE *out)
 {
     fputs("usage: seckillctl [--redis-url URL] <group> <command> [args]\n\n", out);
     ctl_lock_usage(out);
+    ctl_reconcile_usage(out);
     fputs("\nRedis: --redis-url (before or after the command), else SECKILL_REDIS_URL and the\n"
           "other SECKILL_* settings of seckilld (see seckilld --help).\n"
           "Exit status: 0 done; 1 error (Redis unreachable or failing, lock lost while held);\n"
           "2 usage error (nothing done); 3 lock busy (hold) or not held (inspect,\n"
-          "force-release).\n",
+          "force-release), or Redis and PostgreSQL still disagree (reconcile).\n"
+          "reconcile also reads PostgreSQL: SECKILL_PG_DSN and PGPASSFILE, as seckilld.\n",
           out);
 }
 
@@ -112,6 +117,9 @@ int main(int argc, char **argv)
             rc = help ? CTL_EXIT_OK : CTL_EXIT_USAGE;
         } else if (strcmp(argv[1], "lock") == 0) {
             rc = ctl_lock_main(&ctl, argc - 2, argv + 2);
+        } else if (strcmp(argv[1], "reconcile") == 0) {
+            embedded_init();
+            rc = ctl_reconcile_main(&ctl, argc - 2, argv + 2);
         } else {
             rc = ctl_usage_error("unknown command group \"%s\"", argv[1]);
         }

@@ -26,12 +26,16 @@
 #include "sku.h"
 #include "validate.h"
 
+/* How often a closing loop looks whether its reservations in flight ended. */
+#define SHUTDOWN_POLL_US 10000
+
 struct http_thread {
     struct http_server *srv;
     struct event_base *base;
     struct evhttp *http;
     struct redis_async *redis;
     struct order_wait *waits; /* durable mode only */
+    int closing;              /* shutting down: new orders answer 503 */
     pthread_t tid;
     int started;
 };
@@ -338,10 +342,19 @@ static void reply_rejected(struct order_call *oc, const struct order_decision *d
     reply_json(oc->req, 409, o);
 }
 
-/* Answers with what is known of an order: confirmed 201, rejected 409,
- * pending 202.  Frees oc. */
+/* Answers with what is known of an order: durable mode says confirmed 201,
+ * rejected 409, pending 202; reserved mode answers 202 and names the state,
+ * as it always has.  Frees oc. */
 static void reply_decision(struct order_call *oc, const struct order_decision *d)
 {
+    if (!oc->th->waits) {
+        reply_order(oc, 202, d->order_id,
+                    d->status == ORDER_CONFIRMED  ? "confirmed"
+                    : d->status == ORDER_REJECTED ? "rejected"
+                                                  : "pending");
+        free(oc);
+        return;
+    }
     switch (d->status) {
     case ORDER_CONFIRMED:
         metrics_add(M_ORDERS_CONFIRMED, 1);
@@ -489,7 +502,7 @@ static void handle_order(struct http_thread *th, struct evhttp_request *req, int
         reply_error(req, 400, "invalid_request", detail);
         return;
     }
-    if (!th->redis) { /* shutting down */
+    if (!th->redis || th->closing) { /* shutting down */
         reply_unavailable(req);
         return;
     }
@@ -783,21 +796,42 @@ fail:
     return NULL;
 }
 
-/* Runs on the loop's own thread: pending Redis calls answer 503 while their
- * requests are still valid, then the loop exits after its active callbacks. */
-static void shutdown_on_loop(evutil_socket_t fd, short what, void *arg)
+/* Last step of a loop: buyers still waiting for a commit learn that their
+ * order is pending, the Redis clients go, and the loop exits. */
+static void close_loop(struct http_thread *th)
 {
-    struct http_thread *th = arg;
-    (void)fd;
-    (void)what;
     struct redis_async *ra = th->redis;
-    th->redis = NULL; /* from now on orders answer 503 at once */
+    th->redis = NULL;
     redis_async_free(ra);
-    /* Buyers still waiting for a commit learn that their order is pending. */
     struct order_wait *ow = th->waits;
     th->waits = NULL;
     order_wait_free(ow);
     event_base_loopexit(th->base, NULL);
+}
+
+/* While the loop shuts down, reservations already sent get their real answer
+ * (each is bounded by its own redis_timeout_ms timer): answering 503 to one
+ * the script may still take would break "a 503 took nothing". */
+static void drain_tick(evutil_socket_t fd, short what, void *arg)
+{
+    struct http_thread *th = arg;
+    (void)fd;
+    (void)what;
+    if (redis_async_pending(th->redis) == 0) {
+        close_loop(th);
+        return;
+    }
+    struct timeval tick = {0, SHUTDOWN_POLL_US};
+    if (event_base_once(th->base, -1, EV_TIMEOUT, drain_tick, th, &tick) != 0)
+        close_loop(th);
+}
+
+/* Runs on the loop's own thread: from now on new orders answer 503 at once. */
+static void shutdown_on_loop(evutil_socket_t fd, short what, void *arg)
+{
+    struct http_thread *th = arg;
+    th->closing = 1;
+    drain_tick(fd, what, arg);
 }
 
 void http_server_stop(struct http_server *s)

@@ -345,10 +345,15 @@ static int load_existing(struct dbtx *tx, struct batch *b, const char *ids)
         int64_t id = atoll(PQgetvalue(r, row, 0));
         int rejected = strcmp(PQgetvalue(r, row, 1), "rejected") == 0;
         int64_t user = atoll(PQgetvalue(r, row, 2)), qty = atoll(PQgetvalue(r, row, 3));
+        int64_t reserved_ms = atoll(PQgetvalue(r, row, 6));
         for (size_t i = 0; i < b->n; i++) {
             if (b->e[i].order_id != id || b->dec[i] == DEC_DEAD)
                 continue;
-            if (b->e[i].user_id != user || b->e[i].qty != qty) {
+            /* Same buyer and qty is not enough: the buyer may have ordered the
+             * same again under the reissued id.  The stream entry's time is
+             * the reservation's own. */
+            if (b->e[i].user_id != user || b->e[i].qty != qty ||
+                b->e[i].reserved_ms != reserved_ms) {
                 log_error("sku %" PRId64 ": order id %" PRId64
                           " reused by a different order: Redis lost writes; the entry goes to "
                           "the dead letters and the SKU is rebuilt",

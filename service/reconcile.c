@@ -125,7 +125,8 @@ static void *reconcile_main(void *arg)
     struct reconciler *r = arg;
     for (;;) {
         struct reconcile_totals t = {0};
-        if (reconcile_pass(&r->ctx, 0, SKU_CHECK_REPAIR, NULL, &t) == 0) {
+        int failed = reconcile_pass(&r->ctx, 0, SKU_CHECK_REPAIR, NULL, &t) != 0;
+        if (!failed) {
             /* The gauges describe what is left after this pass's repairs. */
             metrics_set(M_DRIFT_SKUS, (long)(t.drifted - t.rebuilt));
             metrics_set(M_DRIFT_UNITS, t.rebuilt ? 0 : (long)t.drift_units);
@@ -135,10 +136,15 @@ static void *reconcile_main(void *arg)
             log_info("reconciliation: %" PRId64 " SKUs rebuilt, %" PRId64
                      " adjustment records settled",
                      t.rebuilt, t.settled);
+        /* A pass that could not finish (a lock a dead process still holds
+         * until its lease ends, a store down) is tried again soon. */
+        int64_t pause = failed && r->cfg->reconcile_retry_ms < r->cfg->reconcile_interval_ms
+                            ? r->cfg->reconcile_retry_ms
+                            : r->cfg->reconcile_interval_ms;
         struct timespec until;
         clock_gettime(CLOCK_MONOTONIC, &until);
-        int64_t ns = until.tv_nsec + (r->cfg->reconcile_interval_ms % 1000) * 1000000;
-        until.tv_sec += r->cfg->reconcile_interval_ms / 1000 + ns / 1000000000;
+        int64_t ns = until.tv_nsec + (pause % 1000) * 1000000;
+        until.tv_sec += pause / 1000 + ns / 1000000000;
         until.tv_nsec = ns % 1000000000;
         pthread_mutex_lock(&r->mu);
         while (!r->stopping && !r->kicked)

@@ -17,6 +17,7 @@ struct redis_async {
     redisAsyncContext *ac; /* NULL while disconnected */
     struct event *reconnect_ev;
     int closing;
+    int pending;   /* commands whose callback has not run */
     char *channel; /* subscribed channel, or NULL */
     redis_async_message_fn *on_message;
     void *message_arg;
@@ -180,8 +181,10 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 {
     struct ra_op *op = priv;
     (void)ac;
-    if (!op->finished)
+    if (!op->finished) {
+        op->ra->pending--;
         op->fn(r, op->arg);
+    }
     op_free(op);
 }
 
@@ -192,6 +195,7 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     op->finished = 1;
+    ra->pending--;
     metrics_add(M_REDIS_TIMEOUTS, 1);
     op->fn(NULL, op->arg);
     log_warn("redis command timed out after %d ms; reconnecting", ra->timeout_ms);
@@ -221,6 +225,12 @@ void redis_async_script(struct redis_async *ra, const struct rlock_script *s, in
     }
     struct timeval tv = {ra->timeout_ms / 1000, (ra->timeout_ms % 1000) * 1000};
     evtimer_add(op->timer, &tv);
+    ra->pending++;
+}
+
+int redis_async_pending(const struct redis_async *ra)
+{
+    return ra ? ra->pending : 0;
 }
 
 void redis_async_subscribe(struct redis_async *ra, const char *channel, redis_async_message_fn *fn,

@@ -40,6 +40,9 @@ typedef void redis_async_message_fn(const char *payload, size_t len, void *arg);
 void redis_async_subscribe(struct redis_async *ra, const char *channel, redis_async_message_fn *fn,
                            void *arg);
 
+/* Commands sent whose callback has not run yet. */
+int redis_async_pending(const struct redis_async *ra);
+
 /* Disconnects (pending callbacks get NULL) and frees. */
 void redis_async_free(struct redis_async *ra);
 

@@ -1,1 +1,5 @@
-SELECT id, status, user_id, qty, reason, reapply_epoch FROM orders WHERE id = ANY ($1::bigint[])
+-- the rows a batch's order ids already have (a replay), with what tells a
+-- replay from an id Redis issued again: the same user, qty and reservation time
+SELECT id, status, user_id, qty, reason, reapply_epoch,
+       round(extract(epoch FROM reserved_at) * 1000)::bigint
+FROM orders WHERE id = ANY ($1::bigint[])

@@ -375,6 +375,37 @@ START_TEST(test_usage_errors_exit_2_and_say_why)
 }
 END_TEST
 
+/* reconcile reports drift and exits 3; --repair rebuilds the SKU from the
+ * database; afterwards everything agrees (exit 0). */
+START_TEST(test_reconcile_reports_drift_and_repair_fixes_it)
+{
+    th_reset();
+    struct th_daemon d;
+    const char *env[] = {"SECKILL_RECONCILE_INTERVAL_MS=600000", NULL};
+    th_daemon_start(&d, env);
+    th_create_sku(d.port, 21, 10, 5);
+    th_daemon_stop(&d);
+    redisContext *rc = th_redis();
+    redisReply *rep = redisCommand(rc, "INCRBY seckill:{sku:21}:stock 3"); /* 3 phantom units */
+    freeReplyObject(rep);
+    struct run r;
+    run(&r, "reconcile", "--sku", "21", NULL);
+    ck_assert_msg(r.status == 3, "drift must exit 3: %d %s %s", r.status, r.out, r.err);
+    ck_assert_msg(strstr(r.out, "redis 13 database 10") && strstr(r.out, "drift 3"), "%s", r.out);
+    ck_assert_int_eq(th_redis_int(rc, "seckill:{sku:21}:stock"), 13); /* report only */
+    run(&r, "reconcile", "--repair", NULL);
+    ck_assert_msg(r.status == 0, "repair: %d %s %s", r.status, r.out, r.err);
+    ck_assert_msg(strstr(r.out, "rebuilt"), "%s", r.out);
+    ck_assert_int_eq(th_redis_int(rc, "seckill:{sku:21}:stock"), 10);
+    run(&r, "reconcile", NULL);
+    ck_assert_msg(r.status == 0, "after repair: %d %s", r.status, r.out);
+    run(&r, "reconcile", "--sku", "x", NULL);
+    ck_assert_int_eq(r.status, 2);
+    redisFree(rc);
+    th_assert_invariants(21);
+}
+END_TEST
+
 START_TEST(test_unreachable_redis_is_an_error)
 {
     struct run r;
@@ -398,6 +429,7 @@ static Suite *ctl_suite(void)
     tcase_add_test(tc, test_list_shows_both_lock_formats_and_inspect_reports_absence);
     tcase_add_test(tc, test_usage_errors_exit_2_and_say_why);
     tcase_add_test(tc, test_unreachable_redis_is_an_error);
+    tcase_add_test(tc, test_reconcile_reports_drift_and_repair_fixes_it);
     suite_add_tcase(s, tc);
     return s;
 }

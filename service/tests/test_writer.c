@@ -470,6 +470,124 @@ START_TEST(test_batch_written_after_a_reload_is_counted_in_redis)
 }
 END_TEST
 
+/* Redis went back in time (its sequence lost the last writes) and issued an
+ * id the database already holds for another order: that entry alone goes to
+ * the dead letters with its units given back, the rest of the batch is
+ * written, and the SKU is rebuilt under a fresh epoch. */
+START_TEST(test_id_conflict_isolates_the_entry_and_the_rest_goes_on)
+{
+    create_sku(8, 10, 5);
+    int64_t first = reserve(8, 1, 1);
+    reserve(8, 2, 1);
+    struct writer_entry e[4];
+    size_t n = read_entries(8, "w", e, 4);
+    struct writer w;
+    char err[160];
+    ck_assert(writer_init(&w, &cfg, "w", err, sizeof err) == 0);
+    ck_assert_int_eq(writer_process_batch(&w, 8, e, n), 0);
+    char seq[KEYS_MAX], stock[KEYS_MAX], dead[KEYS_MAX], stream[KEYS_MAX];
+    keys_sku(seq, 8, KEY_SEQ);
+    keys_sku(stock, 8, KEY_STOCK);
+    keys_sku(dead, 8, KEY_DEAD);
+    keys_sku(stream, 8, KEY_STREAM);
+    redisContext *r = th_redis();
+    redisReply *rep = redisCommand(r, "SET %s 0", seq); /* the sequence went back */
+    freeReplyObject(rep);
+    /* The first order's id again, and the same buyer and qty: only the
+     * reservation's time tells it from a replay. */
+    int64_t again = reserve(8, 1, 1);
+    ck_assert_int_eq(again, first);
+    reserve(8, 4, 1); /* reuses the second id too: both are conflicts */
+    reserve(8, 5, 1);
+    n = read_entries(8, "w", e, 4);
+    ck_assert_uint_eq(n, 3);
+    ck_assert_int_eq(writer_process_batch(&w, 8, e, n), 0);
+    writer_close(&w);
+    ck_assert_int_eq(q_int("SELECT count(*) FROM orders WHERE sku_id = %lld", 8), 3);
+    ck_assert_int_eq(
+        q_int("SELECT count(*) FROM orders WHERE user_id IN (1, 4) AND sku_id = %lld", 8), 1);
+    ck_assert_int_eq(q_int("SELECT count(*) FROM orders WHERE user_id = 5 AND sku_id = %lld", 8),
+                     1);
+    rep = redisCommand(r, "XLEN %s", dead);
+    ck_assert_int_eq(rep->integer, 2);
+    freeReplyObject(rep);
+    rep = redisCommand(r, "XLEN %s", stream);
+    ck_assert_int_eq(rep->integer, 0);
+    freeReplyObject(rep);
+    /* Rebuilt: 10 - 3 confirmed units in both stores, a fresh epoch. */
+    ck_assert_int_eq(th_redis_int(r, stock), 7);
+    ck_assert_int_gt(keys_order_epoch(reserve(8, 6, 1)), keys_order_epoch(first));
+    redisFree(r);
+    ck_assert_int_eq(q_int("SELECT stock FROM skus WHERE id = %lld", 8), 7);
+}
+END_TEST
+
+/* An entry reserve.lua did not write is never guessed at: it goes to the
+ * dead letters and the stream moves on. */
+START_TEST(test_malformed_entry_goes_to_the_dead_letters)
+{
+    create_sku(9, 10, 5);
+    char stream[KEYS_MAX], dead[KEYS_MAX];
+    keys_sku(stream, 9, KEY_STREAM);
+    keys_sku(dead, 9, KEY_DEAD);
+    redisContext *r = th_redis();
+    redisReply *rep = redisCommand(r, "XADD %s * o 12abc u 1 q 1", stream);
+    freeReplyObject(rep);
+    reserve(9, 2, 1);
+    struct writer w;
+    char err[160];
+    ck_assert(writer_init(&w, &cfg, "w", err, sizeof err) == 0);
+    int decided = 0;
+    for (int i = 0; i < 20 && decided < 2; i++) {
+        int got = writer_poll(&w);
+        decided += got > 0 ? got : 0;
+    }
+    writer_close(&w);
+    ck_assert_int_eq(decided, 2);
+    rep = redisCommand(r, "XLEN %s", stream);
+    ck_assert_int_eq(rep->integer, 0);
+    freeReplyObject(rep);
+    rep = redisCommand(r, "XRANGE %s - +", dead);
+    ck_assert(rep->elements == 1);
+    freeReplyObject(rep);
+    redisFree(r);
+    ck_assert_int_eq(q_int("SELECT count(*) FROM orders WHERE sku_id = %lld", 9), 1);
+    th_assert_invariants(9);
+}
+END_TEST
+
+/* Redis forgot a user's units (lost writes): the database's guard refuses an
+ * order over the per-user limit, as it refuses one over the stock (I3). */
+START_TEST(test_database_guards_the_per_user_limit)
+{
+    create_sku(10, 10, 1);
+    reserve(10, 1, 1);
+    struct writer_entry e[2];
+    size_t n = read_entries(10, "w", e, 2);
+    struct writer w;
+    char err[160];
+    ck_assert(writer_init(&w, &cfg, "w", err, sizeof err) == 0);
+    ck_assert_int_eq(writer_process_batch(&w, 10, e, n), 0);
+    char bought[KEYS_MAX], stock[KEYS_MAX];
+    keys_sku(bought, 10, KEY_BOUGHT);
+    keys_sku(stock, 10, KEY_STOCK);
+    redisContext *r = th_redis();
+    redisReply *rep = redisCommand(r, "HDEL %s 1", bought);
+    freeReplyObject(rep);
+    reserve(10, 1, 1); /* Redis lets it through */
+    n = read_entries(10, "w", e, 2);
+    ck_assert_int_eq(writer_process_batch(&w, 10, e, n), 0);
+    writer_close(&w);
+    ck_assert_int_eq(q_int("SELECT count(*) FROM orders WHERE sku_id = %lld AND user_id = 1 AND "
+                           "status = 'rejected' AND reason = 'limit_exceeded'",
+                           10),
+                     1);
+    ck_assert_int_eq(th_redis_int(r, stock), 9); /* the refused unit went back */
+    redisFree(r);
+    th_assert_invariants(10);
+}
+END_TEST
+
 static Suite *writer_suite(void)
 {
     Suite *s = suite_create("writer");
@@ -483,6 +601,9 @@ static Suite *writer_suite(void)
     tcase_add_test(tc, test_stale_fencing_token_cannot_write_the_sku);
     tcase_add_test(tc, test_unsettled_adjustments_are_settled_by_the_next_one);
     tcase_add_test(tc, test_batch_written_after_a_reload_is_counted_in_redis);
+    tcase_add_test(tc, test_id_conflict_isolates_the_entry_and_the_rest_goes_on);
+    tcase_add_test(tc, test_malformed_entry_goes_to_the_dead_letters);
+    tcase_add_test(tc, test_database_guards_the_per_user_limit);
     tcase_add_test(tc, test_lock_released_before_commit_admits_duplicate);
     tcase_add_test(tc, test_lock_released_in_completion_hook_prevents_duplicate);
     suite_add_tcase(s, tc);
