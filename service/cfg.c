@@ -44,6 +44,12 @@ static const struct cfg_def defs[] = {
     S(pg_dsn, "host=127.0.0.1 port=5433 dbname=seckill user=seckill connect_timeout=5",
       "libpq connection string (password via PGPASSFILE, never here)"),
     I(pg_statement_timeout_ms, 5000, 10, 600000, "PostgreSQL statement_timeout"),
+    I(pg_client_timeout_ms, 6000, 20, 600000,
+      "longest wait for a PostgreSQL answer (connect, statement, COMMIT) before the client gives "
+      "up on the connection"),
+    I(pg_client_check_interval_ms, 1000, 0, 600000,
+      "PostgreSQL client_connection_check_interval: how soon a statement whose client gave up "
+      "ends (0: only when it next talks to the client)"),
     I(migrate_lock_wait_ms, 60000, 0, 3600000,
       "how long migrate waits for another migrating instance"),
     I(migrate_statement_timeout_ms, 300000, 1000, 86400000,
@@ -258,6 +264,18 @@ int cfg_check(const struct cfg *c, char *err, size_t errlen)
                  "pg_statement_timeout_ms (%" PRId64 ") must be below lock_ttl_ms (%" PRId64
                  "): a statement may not outlast the lock that guards it",
                  c->pg_statement_timeout_ms, c->lock_ttl_ms);
+        return -1;
+    }
+    /* Above the server's bound, so a slow statement normally ends with the
+     * server's clean error and the connection survives; below the lease, so
+     * a writer that stops waiting still holds its lock and can roll back. */
+    if (c->pg_client_timeout_ms <= c->pg_statement_timeout_ms ||
+        c->pg_client_timeout_ms >= c->lock_ttl_ms) {
+        snprintf(err, errlen,
+                 "pg_client_timeout_ms (%" PRId64
+                 ") must be above pg_statement_timeout_ms (%" PRId64
+                 ") and below lock_ttl_ms (%" PRId64 ")",
+                 c->pg_client_timeout_ms, c->pg_statement_timeout_ms, c->lock_ttl_ms);
         return -1;
     }
     if (c->redis_timeout_ms * 3 >= c->lock_ttl_ms) {

@@ -26,7 +26,9 @@ struct cfg {
     int64_t redis_reconnect_ms; /* pause between reconnect attempts */
     char *pg_dsn;               /* libpq conninfo; password via PGPASSFILE */
     int64_t pg_statement_timeout_ms;
-    int64_t migrate_lock_wait_ms; /* how long `migrate` waits for another instance */
+    int64_t pg_client_timeout_ms;        /* longest wait for any PostgreSQL answer */
+    int64_t pg_client_check_interval_ms; /* server checks a running statement's client */
+    int64_t migrate_lock_wait_ms;        /* how long `migrate` waits for another instance */
     int64_t migrate_statement_timeout_ms;
     char *admin_token;             /* bearer token for /admin; empty disables admin */
     int64_t worker_threads;        /* blocking workers for admin and lookups */

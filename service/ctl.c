@@ -17,6 +17,7 @@
 #include "ctl_lock.h"
 #include "ctl_reconcile.h"
 #include "embedded.h"
+#include "pgwait.h"
 #include "log.h"
 
 static void usage(FILE *out)
@@ -119,6 +120,7 @@ int main(int argc, char **argv)
             rc = ctl_lock_main(&ctl, argc - 2, argv + 2);
         } else if (strcmp(argv[1], "reconcile") == 0) {
             embedded_init();
+            pgwait_set_default_timeout_ms((int)ctl.cfg.pg_client_timeout_ms);
             rc = ctl_reconcile_main(&ctl, argc - 2, argv + 2);
         } else {
             rc = ctl_usage_error("unknown command group \"%s\"", argv[1]);

@@ -6,6 +6,7 @@
 
 #include "embedded.h"
 #include "log.h"
+#include "pgwait.h"
 
 void db_conn_init(struct db_conn *d, const struct cfg *c)
 {
@@ -18,11 +19,13 @@ PGconn *db_conn_get(struct db_conn *d)
     if (d->conn && PQstatus(d->conn) == CONNECTION_OK)
         return d->conn;
     db_conn_close(d);
-    /* statement_timeout bounds work on the server; TCP keepalives and
-     * tcp_user_timeout bound a wait on a peer that vanished (a partition),
-     * which would otherwise block a writer for many minutes. */
+    struct pgwait w;
+    pgwait_start(&w, (int)d->cfg->pg_client_timeout_ms, NULL);
+    /* TCP keepalives and tcp_user_timeout drop a connection whose peer
+     * vanished (a partition) even while nobody waits on it; the client
+     * deadline covers the waits themselves. */
     char user_timeout[24];
-    snprintf(user_timeout, sizeof user_timeout, "%" PRId64, d->cfg->pg_statement_timeout_ms + 2000);
+    snprintf(user_timeout, sizeof user_timeout, "%" PRId64, d->cfg->pg_client_timeout_ms);
     const char *keys[] = {"dbname",
                           "keepalives",
                           "keepalives_idle",
@@ -31,25 +34,32 @@ PGconn *db_conn_get(struct db_conn *d)
                           "tcp_user_timeout",
                           NULL};
     const char *vals[] = {d->cfg->pg_dsn, "1", "5", "2", "3", user_timeout, NULL};
-    d->conn = PQconnectdbParams(keys, vals, 1);
-    if (PQstatus(d->conn) != CONNECTION_OK) {
-        log_warn("postgres connect failed: %s", PQerrorMessage(d->conn));
-        db_conn_close(d);
+    d->conn = pgwait_connect(&w, keys, vals);
+    if (!d->conn) {
+        log_warn("postgres %s", w.err);
         return NULL;
     }
-    /* Every statement is bounded, so no request or batch waits forever on a lock. */
-    /* A session stuck inside a transaction (its process paused or cut off)
-     * must not hold the SKU row lock for longer than a lock lease or two. */
-    char set[192];
-    snprintf(set, sizeof set,
-             "SET statement_timeout = %" PRId64
-             "; SET idle_in_transaction_session_timeout = %" PRId64
-             "; SET application_name = 'seckilld'",
-             d->cfg->pg_statement_timeout_ms, 2 * d->cfg->lock_ttl_ms);
-    PGresult *r = PQexec(d->conn, set);
+    /* Every statement is bounded on the server too, so no request or batch
+     * waits forever on a row lock.  A session stuck inside a transaction (its
+     * process paused or cut off) must not hold the SKU row lock for longer
+     * than a lock lease or two.  A statement whose client gave up (pgwait
+     * closed the connection) is ended within the check interval instead of
+     * running to its end. */
+    char set[256];
+    snprintf(
+        set, sizeof set,
+        "SET statement_timeout = %" PRId64 "; SET idle_in_transaction_session_timeout = %" PRId64
+        "; SET client_connection_check_interval = %" PRId64 "; SET application_name = 'seckilld'",
+        d->cfg->pg_statement_timeout_ms, 2 * d->cfg->lock_ttl_ms,
+        d->cfg->pg_client_check_interval_ms);
+    PGresult *r = pgwait_query(&w, d->conn, set);
     int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
-    if (!ok)
-        log_warn("postgres session setup failed: %s", PQerrorMessage(d->conn));
+    if (!ok) {
+        char why[256];
+        if (r)
+            pgwait_message(why, sizeof why, d->conn, r);
+        log_warn("postgres session setup failed: %s", r ? why : w.err);
+    }
     PQclear(r);
     if (!ok) {
         db_conn_close(d);
@@ -58,20 +68,43 @@ PGconn *db_conn_get(struct db_conn *d)
     return d->conn;
 }
 
-PGresult *db_query(struct db_conn *d, const char *name, int nparams, const char *const *params)
+/* Runs sql with its own deadline; 'label' names it in the log. */
+static PGresult *run(struct db_conn *d, const char *label, const char *sql, int nparams,
+                     const char *const *params)
 {
     PGconn *c = db_conn_get(d);
     if (!c)
         return NULL;
-    PGresult *r = PQexecParams(c, sql_text(name), nparams, NULL, params, NULL, NULL, 0);
+    struct pgwait w;
+    pgwait_start(&w, (int)d->cfg->pg_client_timeout_ms, NULL);
+    PGresult *r = pgwait_params(&w, c, sql, nparams, params);
     ExecStatusType st = PQresultStatus(r);
     if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK)
         return r;
-    log_warn("query %s failed: %s", name, PQerrorMessage(c));
+    if (r) {
+        char why[256];
+        pgwait_message(why, sizeof why, c, r);
+        log_warn("query %s failed: %s", label, why);
+    } else {
+        log_warn("query %s failed: %s", label, w.err);
+    }
     PQclear(r);
     if (PQstatus(c) != CONNECTION_OK)
         db_conn_close(d);
     return NULL;
+}
+
+PGresult *db_query(struct db_conn *d, const char *name, int nparams, const char *const *params)
+{
+    return run(d, name, sql_text(name), nparams, params);
+}
+
+int db_ping(struct db_conn *d)
+{
+    PGresult *r = run(d, "ping", "SELECT 1", 0, NULL);
+    int ok = r != NULL;
+    PQclear(r);
+    return ok ? 0 : -1;
 }
 
 void db_conn_close(struct db_conn *d)

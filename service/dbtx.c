@@ -11,6 +11,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "pgwait.h"
+
 /*
  * How long a lost COMMIT is looked up while the server still reports the
  * transaction as 'in progress'.  A backend whose client went away aborts
@@ -20,8 +22,6 @@
  */
 #define RECONCILE_ATTEMPTS 30
 #define RECONCILE_SLEEP_MS 100
-/* Used only for the reconciliation connection, unless conninfo sets its own. */
-#define RECONCILE_CONNECT_TIMEOUT "3"
 
 struct dbtx_hook {
     struct dbtx_hook *next;
@@ -37,6 +37,7 @@ struct dbtx {
     int failed;              /* a statement failed: COMMIT would only roll back */
     int escaped;             /* a statement ended the transaction block behind our back */
     struct dbtx_hook *hooks; /* newest first, which is the order they run in */
+    const atomic_int *abort; /* dbtx_set_abort_flag(), NULL if none */
     char err[512];
     char sqlstate[6];
 };
@@ -58,45 +59,39 @@ static void set_err(struct dbtx *tx, const char *fmt, ...)
     va_end(ap);
 }
 
-/*
- * libpq messages end in '\n' and a lost connection gives several indented
- * lines; one line with single spaces reads better in logs.
- */
-static void flatten(char *s)
-{
-    char *out = s;
-
-    for (const char *p = s; *p != '\0'; p++) {
-        int space = *p == '\n' || *p == '\r' || *p == '\t' || *p == ' ';
-
-        if (!space)
-            *out++ = *p;
-        else if (out > s && out[-1] != ' ')
-            *out++ = ' ';
-    }
-    if (out > s && out[-1] == ' ')
-        out--;
-    *out = '\0';
-}
-
-/* Message of a failed result, falling back to the connection's message. */
-static void pg_message(char *dst, size_t cap, PGconn *conn, const PGresult *res)
-{
-    const char *msg = res != NULL ? PQresultErrorMessage(res) : "";
-
-    if (msg == NULL || msg[0] == '\0')
-        msg = PQerrorMessage(conn);
-    if (msg == NULL || msg[0] == '\0')
-        msg = "unknown libpq error";
-    copy_text(dst, cap, msg);
-    flatten(dst);
-}
-
 static void set_sqlstate(struct dbtx *tx, const PGresult *res)
 {
     const char *state = res != NULL ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
 
     copy_text(tx->sqlstate, sizeof(tx->sqlstate), state);
+}
+
+/* Why a round trip failed: the result's message, or pgwait's when there was
+ * no result (no answer in time, abandoned, not sent). */
+static void wait_message(char *dst, size_t cap, PGconn *conn, const PGresult *res,
+                         const struct pgwait *w)
+{
+    if (res == NULL && w->err[0] != '\0')
+        copy_text(dst, cap, w->err);
+    else
+        pgwait_message(dst, cap, conn, res);
+}
+
+/* ROLLBACK when the session is still in a block; nothing to do otherwise.
+ * Bounded, but not by the abort flag: a ROLLBACK is what an abort wants, and
+ * one that gets no answer closes the connection, which rolls back too. */
+static void rollback_if_open(PGconn *conn)
+{
+    PGTransactionStatusType ts;
+    struct pgwait w;
+
+    if (PQstatus(conn) != CONNECTION_OK)
+        return;
+    ts = PQtransactionStatus(conn);
+    if (ts != PQTRANS_INTRANS && ts != PQTRANS_INERROR)
+        return;
+    pgwait_start(&w, 0, NULL);
+    PQclear(pgwait_query(&w, conn, "ROLLBACK"));
 }
 
 static const char *begin_sql(enum dbtx_isolation iso)
@@ -123,6 +118,7 @@ struct dbtx *dbtx_begin(PGconn *conn, const char *conninfo, enum dbtx_isolation 
                         size_t errcap)
 {
     struct dbtx *tx;
+    struct pgwait w;
     PGresult *res;
     char *end;
 
@@ -152,12 +148,13 @@ struct dbtx *dbtx_begin(PGconn *conn, const char *conninfo, enum dbtx_isolation 
     }
     tx->conn = conn;
 
-    res = PQexec(conn, begin_sql(iso));
+    pgwait_start(&w, 0, NULL);
+    res = pgwait_query(&w, conn, begin_sql(iso));
     if (res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1 ||
         PQgetisnull(res, 0, 0)) {
         char msg[400];
 
-        pg_message(msg, sizeof(msg), conn, res);
+        wait_message(msg, sizeof(msg), conn, res, &w);
         if (err != NULL && errcap > 0)
             snprintf(err, errcap, "BEGIN failed: %s", msg);
         PQclear(res);
@@ -177,9 +174,9 @@ struct dbtx *dbtx_begin(PGconn *conn, const char *conninfo, enum dbtx_isolation 
     return tx;
 
 undo:
-    /* BEGIN may have worked while the SELECT failed: do not leave it open. */
-    if (PQstatus(conn) == CONNECTION_OK && PQtransactionStatus(conn) != PQTRANS_IDLE)
-        PQclear(PQexec(conn, "ROLLBACK"));
+    /* BEGIN may have worked while the SELECT failed: do not leave it open.
+     * (No answer in time closed the connection, which ends it too.) */
+    rollback_if_open(conn);
     free(tx->conninfo);
     free(tx);
     return NULL;
@@ -201,8 +198,14 @@ int dbtx_on_complete(struct dbtx *tx, dbtx_hook_fn *fn, void *arg)
     return 0;
 }
 
+void dbtx_set_abort_flag(struct dbtx *tx, const atomic_int *flag)
+{
+    tx->abort = flag;
+}
+
 PGresult *dbtx_exec(struct dbtx *tx, const char *sql, int nparams, const char *const *params)
 {
+    struct pgwait w;
     PGresult *res;
     ExecStatusType st;
 
@@ -212,8 +215,20 @@ PGresult *dbtx_exec(struct dbtx *tx, const char *sql, int nparams, const char *c
             set_err(tx, "transaction has already failed");
         return NULL;
     }
-    res = PQexecParams(tx->conn, sql, nparams, NULL, params, NULL, NULL, 0);
-    st = res != NULL ? PQresultStatus(res) : PGRES_FATAL_ERROR;
+    pgwait_start(&w, 0, tx->abort);
+    res = pgwait_params(&w, tx->conn, sql, nparams, params);
+    if (res == NULL) {
+        /*
+         * No answer in time, or the abort flag was raised: pgwait closed the
+         * connection, so the transaction can never commit (or, when nothing
+         * was sent, the ROLLBACK at the end ends it).
+         */
+        copy_text(tx->err, sizeof(tx->err), w.err);
+        tx->sqlstate[0] = '\0';
+        tx->failed = 1;
+        return NULL;
+    }
+    st = PQresultStatus(res);
     if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) {
         if (PQtransactionStatus(tx->conn) == PQTRANS_IDLE) {
             /*
@@ -231,7 +246,7 @@ PGresult *dbtx_exec(struct dbtx *tx, const char *sql, int nparams, const char *c
         return res;
     }
     if (st == PGRES_FATAL_ERROR || st == PGRES_NONFATAL_ERROR || st == PGRES_BAD_RESPONSE)
-        pg_message(tx->err, sizeof(tx->err), tx->conn, res);
+        pgwait_message(tx->err, sizeof(tx->err), tx->conn, res);
     else
         set_err(tx, "unexpected result status %s", PQresStatus(st));
     set_sqlstate(tx, res);
@@ -256,11 +271,12 @@ static void sleep_ms(long ms)
  */
 static enum dbtx_outcome reconcile(struct dbtx *tx)
 {
-    const char *keys[] = {"connect_timeout", "dbname", NULL};
-    const char *vals[] = {RECONCILE_CONNECT_TIMEOUT, tx->conninfo, NULL};
+    const char *keys[] = {"dbname", NULL};
+    const char *vals[] = {tx->conninfo, NULL};
     const char *params[1] = {tx->txid_text};
     enum dbtx_outcome outcome = DBTX_UNKNOWN;
     char why[400] = "";
+    struct pgwait w;
     PGconn *c;
 
     if (tx->conninfo == NULL) {
@@ -268,22 +284,22 @@ static enum dbtx_outcome reconcile(struct dbtx *tx)
         c = NULL;
         goto out;
     }
-    /* connect_timeout first: a timeout in the caller's conninfo overrides ours. */
-    c = PQconnectdbParams(keys, vals, 1);
-    if (c == NULL || PQstatus(c) != CONNECTION_OK) {
-        if (c != NULL)
-            pg_message(why, sizeof(why), c, NULL);
-        else
-            copy_text(why, sizeof(why), "out of memory");
+    /* Each step has the client deadline: the server that did not answer the
+     * COMMIT may not answer this either. */
+    pgwait_start(&w, 0, NULL);
+    c = pgwait_connect(&w, keys, vals);
+    if (c == NULL) {
+        copy_text(why, sizeof(why), w.err);
         goto out;
     }
     for (int attempt = 0; attempt < RECONCILE_ATTEMPTS; attempt++) {
-        PGresult *res =
-            PQexecParams(c, "SELECT txid_status($1::bigint)", 1, NULL, params, NULL, NULL, 0);
+        PGresult *res;
         const char *status;
 
+        pgwait_start(&w, 0, NULL);
+        res = pgwait_params(&w, c, "SELECT txid_status($1::bigint)", 1, params);
         if (res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
-            pg_message(why, sizeof(why), c, res);
+            wait_message(why, sizeof(why), c, res, &w);
             PQclear(res);
             break;
         }
@@ -337,41 +353,40 @@ static enum dbtx_outcome finish(struct dbtx *tx, enum dbtx_outcome outcome)
     return outcome;
 }
 
-/* ROLLBACK when the session is still in a block; nothing to do otherwise. */
-static void rollback_if_open(struct dbtx *tx)
-{
-    PGTransactionStatusType ts;
-
-    if (PQstatus(tx->conn) != CONNECTION_OK)
-        return;
-    ts = PQtransactionStatus(tx->conn);
-    if (ts == PQTRANS_INTRANS || ts == PQTRANS_INERROR)
-        PQclear(PQexec(tx->conn, "ROLLBACK"));
-}
-
 enum dbtx_outcome dbtx_commit(struct dbtx *tx, char *err, size_t errcap, char *sqlstate)
 {
     enum dbtx_outcome outcome;
+    struct pgwait w;
     PGresult *res;
 
     if (tx->escaped) {
         outcome = reconcile(tx);
     } else if (tx->failed) {
         /* The server would answer COMMIT with ROLLBACK; say what we mean. */
-        rollback_if_open(tx);
+        rollback_if_open(tx->conn);
         outcome = DBTX_ROLLED_BACK;
     } else if (PQstatus(tx->conn) != CONNECTION_OK) {
         /* COMMIT was never sent, so the transaction can never commit. */
         set_err(tx, "connection lost before COMMIT");
         outcome = DBTX_ROLLED_BACK;
     } else {
-        res = PQexec(tx->conn, "COMMIT");
-        if (res == NULL || PQstatus(tx->conn) != CONNECTION_OK) {
-            /* The COMMIT may or may not have reached the server: ask it. */
+        pgwait_start(&w, 0, NULL);
+        res = pgwait_query(&w, tx->conn, "COMMIT");
+        if (res == NULL && PQstatus(tx->conn) == CONNECTION_OK) {
+            /* pgwait sent nothing (once it has, a failure closes the connection). */
+            set_err(tx, "COMMIT not sent: %s", w.err);
+            rollback_if_open(tx->conn);
+            outcome = DBTX_ROLLED_BACK;
+        } else if (res == NULL || PQstatus(tx->conn) != CONNECTION_OK) {
+            /* The COMMIT may or may not have reached the server, or been
+             * carried out without its answer reaching us in time: ask. */
             char msg[400];
 
-            pg_message(msg, sizeof(msg), tx->conn, res);
-            set_err(tx, "connection lost during COMMIT: %s", msg);
+            wait_message(msg, sizeof(msg), tx->conn, res, &w);
+            if (res == NULL)
+                set_err(tx, "COMMIT: %s", msg);
+            else
+                set_err(tx, "connection lost during COMMIT: %s", msg);
             PQclear(res);
             outcome = reconcile(tx);
         } else if (PQresultStatus(res) == PGRES_COMMAND_OK) {
@@ -389,14 +404,14 @@ enum dbtx_outcome dbtx_commit(struct dbtx *tx, char *err, size_t errcap, char *s
         } else {
             PGTransactionStatusType ts = PQtransactionStatus(tx->conn);
 
-            pg_message(tx->err, sizeof(tx->err), tx->conn, res);
+            pgwait_message(tx->err, sizeof(tx->err), tx->conn, res);
             set_sqlstate(tx, res);
             PQclear(res);
             if (ts == PQTRANS_IDLE) {
                 /* Refused COMMIT (e.g. 40001): the server ended the block without committing. */
                 outcome = DBTX_ROLLED_BACK;
             } else if (ts == PQTRANS_INTRANS || ts == PQTRANS_INERROR) {
-                rollback_if_open(tx);
+                rollback_if_open(tx->conn);
                 outcome = DBTX_ROLLED_BACK;
             } else {
                 outcome = reconcile(tx);
@@ -417,7 +432,7 @@ enum dbtx_outcome dbtx_rollback(struct dbtx *tx)
 {
     if (tx->escaped)
         return finish(tx, reconcile(tx));
-    rollback_if_open(tx);
+    rollback_if_open(tx->conn);
     return finish(tx, DBTX_ROLLED_BACK);
 }
 

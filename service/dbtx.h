@@ -1,6 +1,6 @@
 /*
- * dbtx: a PostgreSQL transaction on a blocking libpq connection, with hooks
- * that run once the transaction has COMPLETED, whichever way it ended.
+ * dbtx: a PostgreSQL transaction on a libpq connection, with hooks that run
+ * once the transaction has COMPLETED, whichever way it ended.
  *
  * Why: the service holds a Redis lock across "read, decide, insert".  The lock
  * may only be released when the transaction is over: releasing it before
@@ -14,6 +14,13 @@
  * transaction id from BEGIN and asks the server with txid_status() over a
  * fresh connection.  Only when that fails too is the outcome DBTX_UNKNOWN.
  *
+ * Every wait is bounded on the client side (pgwait): BEGIN, each statement,
+ * COMMIT, ROLLBACK and the lookup each get the process-wide deadline
+ * (pgwait_set_default_timeout_ms(), pg_client_timeout_ms in the daemon).
+ * A round trip without an answer in time closes the connection under its
+ * owner (PQstatus() then says CONNECTION_BAD; the owner reconnects): before
+ * COMMIT that means rolled back, a COMMIT without an answer is looked up.
+ *
  * A struct dbtx is used by one thread at a time, like the PGconn under it.
  * Every dbtx_begin() that succeeds must be ended by exactly one
  * dbtx_commit() or dbtx_rollback(); both free the struct dbtx.
@@ -22,6 +29,7 @@
 #define SECKILL_DBTX_H
 
 #include <libpq-fe.h>
+#include <stdatomic.h>
 #include <stddef.h>
 
 #define DBTX_MUST_CHECK __attribute__((warn_unused_result))
@@ -59,7 +67,8 @@ struct dbtx; /* opaque */
  * Returns a new transaction, or NULL with a message in err (err may be NULL;
  * it is always NUL-terminated when errcap > 0).  'conn' stays owned by the
  * caller and must outlive the transaction.  On failure no transaction is left
- * open on 'conn' (a failed BEGIN round trip is rolled back).
+ * open on 'conn' (a failed BEGIN round trip is rolled back; one without an
+ * answer in time closed the connection).
  */
 struct dbtx *dbtx_begin(PGconn *conn, const char *conninfo, enum dbtx_isolation iso, char *err,
                         size_t errcap) DBTX_MUST_CHECK;
@@ -76,18 +85,36 @@ struct dbtx *dbtx_begin(PGconn *conn, const char *conninfo, enum dbtx_isolation 
 int dbtx_on_complete(struct dbtx *tx, dbtx_hook_fn *fn, void *arg) DBTX_MUST_CHECK;
 
 /*
- * Runs one parameterised statement in the transaction (PQexecParams, text
- * parameters, text results; params may be NULL when nparams is 0).
+ * Makes every later dbtx_exec() of tx stop waiting as soon as *flag is
+ * non-zero (read every few tens of ms, from any thread; e.g. set by the
+ * watchdog when the lock guarding tx is lost).  A statement abandoned that
+ * way, or refused because the flag was already up, fails like one without an
+ * answer in time (see dbtx_exec), so the transaction ends rolled back.
+ * COMMIT and ROLLBACK do not look at the flag.  'flag' (NULL: none) must stay
+ * valid until the transaction is ended; the hooks run after tx stopped
+ * reading it.
+ */
+void dbtx_set_abort_flag(struct dbtx *tx, const atomic_int *flag);
+
+/*
+ * Runs one parameterised statement in the transaction (text parameters, text
+ * results; params may be NULL when nparams is 0), bounded by the deadline
+ * and the abort flag.
  *
  * Returns the result when its status is PGRES_COMMAND_OK or PGRES_TUPLES_OK;
  * the caller owns it and must PQclear() it.  On any other status returns
  * NULL, keeps the message (dbtx_error) and SQLSTATE (dbtx_sqlstate) on tx and
  * marks the transaction failed: later dbtx_exec() calls return NULL without
- * a round trip, and dbtx_commit() becomes a rollback.
+ * a round trip, and dbtx_commit() becomes a rollback.  Without an answer in
+ * time, or abandoned for the abort flag, it is the same with dbtx_error()
+ * saying so ("no answer within N ms") and no SQLSTATE; the connection is
+ * closed by then (unless nothing had been sent), so the transaction can
+ * never commit.
  *
  * A statement that ends the transaction block itself (COMMIT, ROLLBACK, ...)
  * is refused after the fact: NULL, transaction failed, and the final outcome
- * is looked up with txid_status() when the transaction is ended.
+ * is looked up with txid_status() when the transaction is ended.  (One whose
+ * answer never comes is taken for an ordinary statement: rolled back.)
  */
 PGresult *dbtx_exec(struct dbtx *tx, const char *sql, int nparams,
                     const char *const *params) DBTX_MUST_CHECK;
@@ -97,11 +124,13 @@ PGresult *dbtx_exec(struct dbtx *tx, const char *sql, int nparams,
  *   - a failed transaction (see dbtx_exec) is rolled back: DBTX_ROLLED_BACK;
  *   - a COMMIT the server refuses (deferred constraint, serialization
  *     failure) ends the transaction too: DBTX_ROLLED_BACK;
- *   - a connection lost during COMMIT is reconciled: a fresh connection with
- *     the conninfo asks txid_status(): 'committed' -> DBTX_COMMITTED,
+ *   - a connection lost during COMMIT, or a COMMIT without an answer in time
+ *     (the connection is closed then), is reconciled: a fresh connection
+ *     with the conninfo asks txid_status(): 'committed' -> DBTX_COMMITTED,
  *     'aborted' -> DBTX_ROLLED_BACK, 'in progress' is asked again a bounded
  *     number of times (about 3 s in all: the dying backend still has to
- *     abort), anything else -> DBTX_UNKNOWN.
+ *     abort), anything else -> DBTX_UNKNOWN.  The connect and every question
+ *     have the deadline too: a server that does not answer means UNKNOWN.
  * err (may be NULL) receives why it did not commit, "" when it did; the
  * SQLSTATE of a refused COMMIT goes to sqlstate (may be NULL, 6 bytes) so
  * callers can retry a 40001.  The PGconn is out of the transaction block

@@ -20,6 +20,7 @@
 #include "log.h"
 #include "migrate.h"
 #include "order_writer.h"
+#include "pgwait.h"
 #include "reconcile.h"
 #include "redis_conn.h"
 #include "rlock_notify.h"
@@ -167,6 +168,8 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *cmd = first < argc ? argv[first] : "serve";
+    /* Before any thread starts: every transaction's wait is bounded by it. */
+    pgwait_set_default_timeout_ms((int)c.pg_client_timeout_ms);
     embedded_init();
     int rc;
     if (strcmp(cmd, "migrate") == 0) {

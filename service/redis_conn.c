@@ -1,5 +1,6 @@
 #include "redis_conn.h"
 
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,9 +115,23 @@ redisContext *redis_conn_open(void *template)
     return c;
 }
 
+/*
+ * True when a kept connection can no longer carry a request.  Redis sends
+ * nothing unasked on a request/reply connection (no pub/sub, no MONITOR
+ * here), so a readable socket means it was closed (restart, CLIENT KILL,
+ * idle timeout) or broken; without this the next call would write into it
+ * and fail.  One poll() with a zero timeout: no round trip.
+ */
+static int conn_stale(const redisContext *c)
+{
+    struct pollfd p = {.fd = c->fd, .events = POLLIN};
+    int n = poll(&p, 1, 0);
+    return n != 0; /* ready (EOF, error, stray bytes) or poll itself failed */
+}
+
 redisContext *redis_conn_get(struct redis_conn *rc)
 {
-    if (rc->ctx && rc->ctx->err == 0)
+    if (rc->ctx && rc->ctx->err == 0 && !conn_stale(rc->ctx))
         return rc->ctx;
     redis_conn_close(rc);
     rc->ctx = redis_conn_open(rc);

@@ -41,7 +41,11 @@ int redis_conn_init(struct redis_conn *rc, const struct cfg *c, char *err, size_
  * notifier and watchdog threads. */
 redisContext *redis_conn_open(void *template);
 
-/* Returns a connected context (owned by rc), or NULL when Redis cannot be reached. */
+/* Returns a connected context (owned by rc), or NULL when Redis cannot be
+ * reached.  A kept connection the server has closed meanwhile (it became
+ * readable) is replaced first, so a restart of Redis fails no call; a
+ * command that failed on I/O is never re-sent (scripts are not all
+ * idempotent). */
 redisContext *redis_conn_get(struct redis_conn *rc);
 
 /* Runs a command by argv.  Returns the reply (caller frees) or NULL on I/O error,

@@ -958,13 +958,8 @@ enum sku_result sku_health(struct worker_ctx *w, json_t **out)
     int redis_ok = rr && rr->type != REDIS_REPLY_ERROR;
     if (rr)
         freeReplyObject(rr);
-    PGconn *c = db_conn_get(&w->db);
-    int pg_ok = 0;
-    if (c) {
-        PGresult *r = PQexec(c, "SELECT 1");
-        pg_ok = PQresultStatus(r) == PGRES_TUPLES_OK;
-        PQclear(r);
-    }
+    /* Bounded: a frozen PostgreSQL makes this 503, never a hang. */
+    int pg_ok = db_ping(&w->db) == 0;
     *out = json_pack("{s:s, s:s, s:s}", "status", redis_ok && pg_ok ? "ok" : "unavailable", "redis",
                      redis_ok ? "ok" : "down", "postgres", pg_ok ? "ok" : "down");
     return redis_ok && pg_ok ? SKU_OK : SKU_UNAVAILABLE;

@@ -26,16 +26,21 @@ static struct rlock_opts txlock_opts(const struct cfg *c)
     return o;
 }
 
+/* On the watchdog thread.  t stays valid while this can run: the watch is
+ * stopped (rlock_watch_stop, which waits for a callback in flight) by the
+ * release or clear of t->lock before the caller may let t go. */
 static void on_lost(const char *key, void *arg)
 {
-    (void)arg;
-    log_warn("lock %s lost while held: its transaction will roll back", key);
+    struct txlock *t = arg;
+    atomic_store(&t->lost, 1);
+    log_warn("lock %s lost while held: its transaction is rolled back", key);
 }
 
 enum rlock_status txlock_acquire(struct txlock *t, struct redis_conn *rc, const struct cfg *c,
                                  int64_t sku, const char *const *keys, size_t n)
 {
     memset(t, 0, sizeof *t);
+    atomic_init(&t->lost, 0);
     t->redis = rc;
     t->sku = sku;
     char sku_lock[KEYS_MAX], fence_key[KEYS_MAX + 8];
@@ -67,7 +72,7 @@ enum rlock_status txlock_acquire(struct txlock *t, struct redis_conn *rc, const 
     if (watchdog && rlock_watchdog_lease_ms(watchdog) == (int)c->lock_ttl_ms) {
         t->lock.watch =
             rlock_watch_tokens(watchdog, (const char *const *)t->lock.keys, t->lock.nkeys,
-                               t->lock.token, t->lock.acquired_mono_ms, on_lost, NULL);
+                               t->lock.token, t->lock.acquired_mono_ms, on_lost, t);
         if (!t->lock.watch)
             log_warn("lock on sku %" PRId64 ": watchdog unavailable; lease not renewed", sku);
     }
@@ -102,7 +107,10 @@ static void release_on_complete(enum dbtx_outcome outcome, void *arg)
 
 int txlock_bind(struct txlock *t, struct dbtx *tx)
 {
-    return dbtx_on_complete(tx, release_on_complete, t);
+    if (dbtx_on_complete(tx, release_on_complete, t) != 0)
+        return -1;
+    dbtx_set_abort_flag(tx, &t->lost);
+    return 0;
 }
 
 /* Runs sku_fence.sql once.  Returns 1 (accepted, *stock set), 0 (no row), -1. */

@@ -17,6 +17,7 @@
 #ifndef SECKILL_TXLOCK_H
 #define SECKILL_TXLOCK_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -30,7 +31,8 @@ struct txlock {
     struct redis_conn *redis;
     struct rlock lock;
     int64_t sku;
-    int64_t fence; /* token of this acquisition, checked by PostgreSQL */
+    int64_t fence;   /* token of this acquisition, checked by PostgreSQL */
+    atomic_int lost; /* set by the watchdog thread when the lock is found lost */
 };
 
 /* Process-wide: the watchdog that renews held locks (NULL: leases are not
@@ -39,14 +41,19 @@ void txlock_set_watchdog(struct rlock_watchdog *wd);
 
 /* Takes keys[0..n) of SKU 'sku' (all-or-nothing, one fencing token from the
  * SKU's counter) with the configured lease and wait.  Returns RLOCK_OK with t
- * filled, or the failure (t empty). */
+ * filled, or the failure (t empty).  While the lock is held, the watchdog
+ * thread may write t->lost: t must stay where it is until the lock is
+ * released or cleared (which waits for a callback in flight). */
 enum rlock_status txlock_acquire(struct txlock *t, struct redis_conn *rc, const struct cfg *c,
                                  int64_t sku, const char *const *keys, size_t n)
     __attribute__((warn_unused_result));
 
-/* Registers the release of t->lock as a completion hook of tx.  t must stay
- * valid until the transaction completed.  Returns 0, or -1 if the hook could not
- * be registered (the caller still owns the lock and must release it). */
+/* Registers the release of t->lock as a completion hook of tx, and makes a
+ * lost lock end tx's statement in progress at once (dbtx_set_abort_flag with
+ * t->lost): work under a lost lock is rolled back, not only refused at the
+ * commit check.  t must stay valid until the transaction completed.  Returns
+ * 0, or -1 if the hook could not be registered (the caller still owns the
+ * lock and must release it). */
 int txlock_bind(struct txlock *t, struct dbtx *tx) __attribute__((warn_unused_result));
 
 /* Releases a lock that was never bound to a transaction. */

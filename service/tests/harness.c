@@ -16,6 +16,7 @@
 
 #include "embedded.h"
 #include "keys.h"
+#include "pgwait.h"
 #include "redis_conn.h"
 
 const char *th_env(const char *name)
@@ -37,6 +38,7 @@ void th_cfg(struct cfg *c)
     ck_assert(cfg_set(c, "writer_refresh_ms", "100", err, sizeof err) == 0);
     ck_assert(cfg_set(c, "writer_block_ms", "50", err, sizeof err) == 0);
     ck_assert(cfg_set(c, "writer_retry_ms", "50", err, sizeof err) == 0);
+    pgwait_set_default_timeout_ms((int)c->pg_client_timeout_ms);
     embedded_init();
 }
 

@@ -6,6 +6,7 @@
 #include "cfg.h"
 #include "embedded.h"
 #include "keys.h"
+#include "pgwait.h"
 #include "redis_conn.h"
 
 START_TEST(test_defaults_match_the_local_stack)
@@ -17,6 +18,10 @@ START_TEST(test_defaults_match_the_local_stack)
     ck_assert_ptr_nonnull(strstr(c.pg_dsn, "port=5433"));
     ck_assert_str_eq(c.admin_token, ""); /* no built-in token */
     ck_assert_int_gt(c.lock_ttl_ms, c.lock_commit_margin_ms);
+    /* A program that never sets pgwait's default still gets the setting's. */
+    ck_assert_int_eq(c.pg_client_timeout_ms, PGWAIT_FALLBACK_TIMEOUT_MS);
+    char err[160];
+    ck_assert_msg(cfg_check(&c, err, sizeof err) == 0, "%s", err);
     cfg_free(&c);
 }
 END_TEST
@@ -44,6 +49,12 @@ START_TEST(test_flags_override_env_and_bad_values_are_refused)
     ck_assert_int_eq(cfg_set(&c, "pg_statement_timeout_ms", "9000", err, sizeof err), 0);
     ck_assert_int_eq(cfg_check(&c, err, sizeof err), -1); /* statement outlasts lease */
     ck_assert_int_eq(cfg_set(&c, "pg_statement_timeout_ms", "5000", err, sizeof err), 0);
+    ck_assert_int_eq(cfg_set(&c, "pg_client_timeout_ms", "5000", err, sizeof err), 0);
+    ck_assert_int_eq(cfg_check(&c, err, sizeof err), -1); /* gives up before the server would */
+    ck_assert_int_eq(cfg_set(&c, "pg_client_timeout_ms", "8000", err, sizeof err), 0);
+    ck_assert_int_eq(cfg_check(&c, err, sizeof err), -1); /* waits as long as the lease */
+    ck_assert_int_eq(cfg_set(&c, "pg_client_timeout_ms", "6000", err, sizeof err), 0);
+    ck_assert_int_eq(cfg_check(&c, err, sizeof err), 0);
     ck_assert_int_eq(cfg_set(&c, "redis_timeout_ms", "3000", err, sizeof err), 0);
     ck_assert_int_eq(cfg_check(&c, err, sizeof err), -1); /* renewals slower than a third */
     unsetenv("SECKILL_LOCK_TTL_MS");

@@ -1,0 +1,98 @@
+/*
+ * pgwait: PostgreSQL round trips with a deadline kept by the client.
+ *
+ * Why: statement_timeout is enforced by the server and TCP keepalives only
+ * help when the peer vanishes.  A server that is frozen (its processes
+ * stopped, a partition where the kernel still acknowledges) answers nothing
+ * and blocking libpq waits as long as it stays frozen.  pgwait sends with
+ * libpq's non-blocking API and waits in poll() until a CLOCK_MONOTONIC
+ * deadline, or until an abort flag raised by another thread says the answer
+ * is no longer wanted (a lost lock).
+ *
+ * Giving up never calls PQcancel(), which itself connects to the postmaster
+ * and blocks when that is frozen.  The connection is closed instead: the
+ * server rolls back whatever transaction was open when it notices (at once
+ * for an idle session; during a statement within the session's
+ * client_connection_check_interval), and the connection reads as
+ * CONNECTION_BAD to its owner, who reconnects before the next use.
+ *
+ * A struct pgwait is one budget: a deadline, an optional abort flag and the
+ * reason of the last failure.  Several calls may share it (a connect and the
+ * session set-up).  It is used by one thread, like the PGconn it waits on;
+ * only the abort flag is written by others.
+ */
+#ifndef SECKILL_PGWAIT_H
+#define SECKILL_PGWAIT_H
+
+#include <libpq-fe.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define PGWAIT_MUST_CHECK __attribute__((warn_unused_result))
+
+/* The deadline of budgets started with timeout_ms <= 0 until
+ * pgwait_set_default_timeout_ms() is called: the built-in default of the
+ * pg_client_timeout_ms setting (test_config checks that they agree). */
+#define PGWAIT_FALLBACK_TIMEOUT_MS 6000
+
+struct pgwait {
+    int64_t deadline_ms;     /* CLOCK_MONOTONIC, as rlock_mono_ms() */
+    int timeout_ms;          /* the budget as started, for messages */
+    const atomic_int *abort; /* non-zero: stop waiting at once; may be NULL */
+    char err[256];           /* why the last call failed, "" after a success */
+};
+
+/* Sets the process-wide default deadline (ms, > 0) of budgets started with
+ * timeout_ms <= 0.  Called once at start-up from pg_client_timeout_ms, before
+ * other threads run; later calls are safe but affect only new budgets. */
+void pgwait_set_default_timeout_ms(int ms);
+
+/* The current process-wide default, in ms. */
+int pgwait_default_timeout_ms(void);
+
+/* Starts a budget of timeout_ms from now (<= 0: the process-wide default).
+ * 'abort' (may be NULL) is read every few tens of ms while waiting; it must
+ * stay valid while w is used. */
+void pgwait_start(struct pgwait *w, int timeout_ms, const atomic_int *abort);
+
+/*
+ * Opens a connection (PQconnectStartParams(keys, vals, expand_dbname = 1),
+ * then PQconnectPoll) within w's deadline; a connect_timeout in the
+ * parameters is not needed and does not lengthen it.  Host names are
+ * resolved before the deadline applies (libpq resolves synchronously).
+ * Returns a CONNECTION_OK connection the caller owns (PQfinish), or NULL with
+ * w->err set (refused, authentication failed, no answer in time, aborted).
+ */
+PGconn *pgwait_connect(struct pgwait *w, const char *const *keys,
+                       const char *const *vals) PGWAIT_MUST_CHECK;
+
+/*
+ * Runs a simple-query string (one or more statements, PQsendQuery) on conn
+ * within w's deadline.  Like PQexec: returns the last result (caller
+ * PQclear()s it) whatever its status, so a statement the server refused
+ * comes back as a PGRES_FATAL_ERROR result, as does a connection lost
+ * midway (then PQstatus(conn) == CONNECTION_BAD).  COPY is not supported.
+ *
+ * Returns NULL with w->err set when there is no result to return:
+ *   - conn is NULL or not CONNECTION_OK, or the query could not be sent:
+ *     nothing reached the server, conn is left as it was;
+ *   - the abort flag was already raised: nothing was sent, conn untouched;
+ *   - the deadline passed ("no answer within N ms") or the abort flag was
+ *     raised while waiting: the query was sent, its fate is unknown, and conn
+ *     has been closed under its owner, who still PQfinish()es it;
+ *     PQstatus(conn) == CONNECTION_BAD from now on.
+ */
+PGresult *pgwait_query(struct pgwait *w, PGconn *conn, const char *sql) PGWAIT_MUST_CHECK;
+
+/* Same for one statement with text parameters and text results
+ * (PQsendQueryParams; params may be NULL when nparams is 0). */
+PGresult *pgwait_params(struct pgwait *w, PGconn *conn, const char *sql, int nparams,
+                        const char *const *params) PGWAIT_MUST_CHECK;
+
+/* Copies the message of a failed result (or, without one, of conn) into dst
+ * as one line; "unknown libpq error" when both are empty.  dst is always
+ * NUL-terminated when cap > 0. */
+void pgwait_message(char *dst, size_t cap, PGconn *conn, const PGresult *res);
+
+#endif
