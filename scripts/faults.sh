@@ -380,104 +380,100 @@ kill_mid_batch() {
 # ---------------------------------------------------------------- scenarios
 # Each uses SKU base+1 for the load and base+2 for the healing probes.
 
+# under_load SKU URL...: the probe SKU, then the load on SKU across URLs,
+# FAULT_AT_S into it.
+under_load() {
+    local sku=$1
+    shift
+    create_sku "$1" $((sku + 1)) "$PROBE_STOCK" "$PROBE_LIMIT" || return 1
+    load_start "$sku" "$@"
+    sleep "$FAULT_AT_S"
+}
+
+# after_fault URL SKU T0 WHAT [FLAGS...]: healing timed from T0 (WHAT), the
+# load's end, its check (with FLAGS), and sales afterwards.
+after_fault() {
+    local url=$1 sku=$2 t0=$3 what=$4
+    shift 4
+    heal "$url" $((sku + 1)) "$t0" "$what"
+    load_wait
+    judge "$sku" "$@"
+    sales_continue "$url" "$sku"
+}
+
+# down_and_back PID SIGNAL WHAT [PREPARE]: stops a server of the stack with
+# SIGNAL, runs PREPARE while it is down, and starts it again on its port.
+down_and_back() {
+    local pid=$1 sig=$2 what=$3 prepare=${4:-}
+    kill "-$sig" "$pid"
+    wait_gone "$pid" || {
+        fail "$what (pid $pid) survived SIG$sig"
+        return 1
+    }
+    [[ -z $prepare ]] || "$prepare"
+    sleep "$DOWN_S"
+    se_stack_restart "$STACK_DIR" >"$SDIR/restart.log" 2>&1 || {
+        fail "$what did not start again ($SDIR/restart.log)"
+        return 1
+    }
+}
+
 scenario_daemon_kill() {
-    local sku=$1 probe_sku=$(($1 + 1)) t0
+    local sku=$1 t0
     start_daemon d1 || return
     local port=$D_PORT pid=$D_PID url=http://127.0.0.1:$D_PORT
-    create_sku "$url" "$probe_sku" "$PROBE_STOCK" "$PROBE_LIMIT" || return
-    load_start "$sku" "$url"
-    sleep "$FAULT_AT_S"
+    under_load "$sku" "$url" || return
     kill_mid_batch "$pid" "$sku"
     note "kill -9 of seckilld with $HELD stream entries in its writer's hands"
     sleep "$DOWN_S"
     t0=$(now)
     start_daemon d1-restarted "$port" || return
-    heal "$url" "$probe_sku" "$t0" "the restart began"
-    load_wait
-    judge "$sku"
-    sales_continue "$url" "$sku"
+    after_fault "$url" "$sku" "$t0" "the restart began"
 }
 
-# redis_kill_restart SKU WIPE: the two Redis restart scenarios.
-redis_kill_restart() {
-    local sku=$1 wipe=$2 probe_sku=$(($1 + 1)) t0 rpid
+# Redis comes back empty: its AOF (and any RDB) removed.
+wipe_redis_data() { rm -rf "$STACK_DIR/redis/appendonlydir" "$STACK_DIR/redis/dump.rdb"; }
+
+scenario_redis_restart_aof() {
+    local sku=$1
     start_daemon d1 || return
     local url=http://127.0.0.1:$D_PORT
-    create_sku "$url" "$probe_sku" "$PROBE_STOCK" "$PROBE_LIMIT" || return
-    load_start "$sku" "$url"
-    sleep "$FAULT_AT_S"
-    rpid=$(redis_pid)
-    kill -KILL "$rpid"
-    wait_gone "$rpid" || {
-        fail "Redis (pid $rpid) survived kill -9"
-        return
-    }
-    if ((wipe)); then
-        # Redis comes back empty: its AOF (and any RDB) removed.
-        rm -rf "$STACK_DIR/redis/appendonlydir" "$STACK_DIR/redis/dump.rdb"
-        note "kill -9 of Redis; its AOF and RDB removed"
-    else
-        note "kill -9 of Redis; restarting it with its AOF"
-    fi
-    sleep "$DOWN_S"
-    se_stack_restart "$STACK_DIR" >"$SDIR/redis-restart.log" 2>&1 || {
-        fail "Redis did not restart ($SDIR/redis-restart.log)"
-        return
-    }
-    t0=$(now)
-    heal "$url" "$probe_sku" "$t0" "Redis answered again"
-    if ((wipe)); then
-        # Until it is reloaded a SKU is unknown to Redis: 503 with Retry-After,
-        # never sold out, unknown or unlimited.
-        local bad
-        bad=$(awk -v ok="$OK_CODE" '$2 != ok && !($2 == 503 && $3 > 0)' "$SDIR/probes")
-        [[ -z $bad ]] || fail "while reloading, buyers got other than 503 with Retry-After: $(head -n 3 <<<"$bad" | tr '\n' ';')"
-        note "probes before the reload: $(awk -v ok="$OK_CODE" '$2 != ok' "$SDIR/probes" | wc -l) answered 503 with Retry-After"
-    fi
-    load_wait
-    if ((wipe)); then
-        judge "$sku" --allow-lost-pending
-    else
-        judge "$sku"
-    fi
-    sales_continue "$url" "$sku"
+    under_load "$sku" "$url" || return
+    note "kill -9 of Redis; restarted with its AOF"
+    down_and_back "$(redis_pid)" KILL Redis || return
+    after_fault "$url" "$sku" "$(now)" "Redis answered again"
 }
-scenario_redis_restart_aof() { redis_kill_restart "$1" 0; }
-scenario_redis_restart_empty() { redis_kill_restart "$1" 1; }
+
+scenario_redis_restart_empty() {
+    local sku=$1 bad
+    start_daemon d1 || return
+    local url=http://127.0.0.1:$D_PORT
+    under_load "$sku" "$url" || return
+    note "kill -9 of Redis; restarted without its AOF and RDB"
+    down_and_back "$(redis_pid)" KILL Redis wipe_redis_data || return
+    after_fault "$url" "$sku" "$(now)" "Redis answered again" --allow-lost-pending
+    # Until it is reloaded a SKU is unknown to Redis: 503 with Retry-After,
+    # never sold out, unknown or unlimited.
+    bad=$(awk -v ok="$OK_CODE" '$2 != ok && !($2 == 503 && $3 > 0)' "$SDIR/probes")
+    [[ -z $bad ]] || fail "while reloading, buyers got other than 503 with Retry-After: $(head -n 3 <<<"$bad" | tr '\n' ';')"
+    note "probes before the reload: $(awk -v ok="$OK_CODE" '$2 != ok' "$SDIR/probes" | wc -l) answered 503 with Retry-After"
+}
 
 scenario_pg_stop() {
-    local sku=$1 probe_sku=$(($1 + 1)) t0 ppid
+    local sku=$1
     start_daemon d1 || return
     local url=http://127.0.0.1:$D_PORT
-    create_sku "$url" "$probe_sku" "$PROBE_STOCK" "$PROBE_LIMIT" || return
-    load_start "$sku" "$url"
-    sleep "$FAULT_AT_S"
-    ppid=$(pg_pid)
-    kill -QUIT "$ppid" # immediate shutdown, as pg_ctl -m immediate
-    wait_gone "$ppid" || {
-        fail "PostgreSQL (pid $ppid) did not stop"
-        return
-    }
-    note "PostgreSQL stopped (immediate) under load"
-    sleep "$DOWN_S"
-    se_stack_restart "$STACK_DIR" >"$SDIR/pg-restart.log" 2>&1 || {
-        fail "PostgreSQL did not start again ($SDIR/pg-restart.log)"
-        return
-    }
-    t0=$(now)
-    heal "$url" "$probe_sku" "$t0" "PostgreSQL accepted connections again"
-    load_wait
-    judge "$sku"
-    sales_continue "$url" "$sku"
+    under_load "$sku" "$url" || return
+    note "PostgreSQL stopped (immediate, as pg_ctl -m immediate) under load"
+    down_and_back "$(pg_pid)" QUIT PostgreSQL || return
+    after_fault "$url" "$sku" "$(now)" "PostgreSQL accepted connections again"
 }
 
 scenario_pg_freeze() {
-    local sku=$1 probe_sku=$(($1 + 1)) t0 ppid kids out code secs
+    local sku=$1 t0 ppid kids out code secs
     start_daemon d1 || return
     local url=http://127.0.0.1:$D_PORT
-    create_sku "$url" "$probe_sku" "$PROBE_STOCK" "$PROBE_LIMIT" || return
-    load_start "$sku" "$url"
-    sleep "$FAULT_AT_S"
+    under_load "$sku" "$url" || return
     ppid=$(pg_pid)
     freeze "$ppid" # first, so that it forks no child we would miss
     mapfile -t kids < <(ps -o pid= --ppid "$ppid" | tr -d ' ')
@@ -494,56 +490,41 @@ scenario_pg_freeze() {
         fail "/healthz answered ${code:-nothing} in ${secs:-?}s while PostgreSQL was frozen (want 503 within ${HEALTHZ_BOUND_S}s)"
     while ! le "$FREEZE_S" "$(since "$t0")"; do sleep 0.1; done
     thaw
-    t0=$(now)
-    heal "$url" "$probe_sku" "$t0" "SIGCONT"
-    load_wait
-    judge "$sku"
-    sales_continue "$url" "$sku"
+    after_fault "$url" "$sku" "$(now)" "SIGCONT"
 }
 
 scenario_redis_freeze() {
-    local sku=$1 probe_sku=$(($1 + 1)) t0 n503
+    local sku=$1
     start_daemon d1 || return
     local url=http://127.0.0.1:$D_PORT
-    create_sku "$url" "$probe_sku" "$PROBE_STOCK" "$PROBE_LIMIT" || return
-    load_start "$sku" "$url"
-    sleep "$FAULT_AT_S"
+    under_load "$sku" "$url" || return
     freeze "$(redis_pid)"
     note "Redis frozen for ${FREEZE_S}s (redis_timeout_ms $SECKILL_REDIS_TIMEOUT_MS)"
     sleep "$FREEZE_S"
     thaw
-    t0=$(now)
-    heal "$url" "$probe_sku" "$t0" "SIGCONT"
-    load_wait
     # The check proves the 503s took nothing: no row without an answer beyond
     # the requests that got none, units sold = what 201/202s account for.
-    n503=$(answers unavailable)
-    ((n503 > 0)) || fail "no buyer got a 503 while Redis was frozen: the fault was not felt"
-    judge "$sku"
-    sales_continue "$url" "$sku"
+    after_fault "$url" "$sku" "$(now)" "SIGCONT"
+    (($(answers unavailable) > 0)) || fail "no buyer got a 503 while Redis was frozen: the fault was not felt"
 }
 
-# two_daemons SKU PROBE_SKU: D1 and D2 on one stack; sets D1_* and D2_*.
+# two_daemons SKU: D1 and D2 on one stack sharing the load on SKU.
 two_daemons() {
     start_daemon d1 || return 1
     D1_PID=$D_PID D1_URL=http://127.0.0.1:$D_PORT
     start_daemon d2 || return 1
     D2_PID=$D_PID D2_URL=http://127.0.0.1:$D_PORT
-    create_sku "$D1_URL" "$2" "$PROBE_STOCK" "$PROBE_LIMIT"
+    under_load "$1" "$D1_URL" "$D2_URL"
 }
 
 scenario_two_daemons_kill_one() {
-    local sku=$1 probe_sku=$(($1 + 1)) t0 i left
-    two_daemons "$sku" "$probe_sku" || return
-    load_start "$sku" "$D1_URL" "$D2_URL"
-    sleep "$FAULT_AT_S"
+    local sku=$1 t0 left
+    two_daemons "$sku" || return
     kill_mid_batch "$D1_PID" "$sku"
     t0=$(now)
     note "kill -9 of one of two daemons with $HELD stream entries in its writer's hands"
     # The survivor's writers claim the dead one's entries (writer_claim_idle_ms).
-    for ((i = 0; ; i++)); do
-        left=$(pending_of "$D1_PID" "$sku")
-        [[ $left == 0 ]] && break
+    while left=$(pending_of "$D1_PID" "$sku") && [[ $left != 0 ]]; do
         le "$(since "$t0")" "${HEAL_BOUND[$SCEN]}" || {
             fail "the dead daemon's $left entries were not taken over within ${HEAL_BOUND[$SCEN]}s"
             break
@@ -551,30 +532,21 @@ scenario_two_daemons_kill_one() {
         sleep "$PROBE_EVERY_S"
     done
     [[ $left == 0 ]] && note "its entries taken over after $(since "$t0")s (writer_claim_idle_ms $SECKILL_WRITER_CLAIM_IDLE_MS)"
-    heal "$D2_URL" "$probe_sku" "$t0" "the kill"
-    load_wait
-    judge "$sku"
-    sales_continue "$D2_URL" "$sku"
+    after_fault "$D2_URL" "$sku" "$t0" "the kill"
 }
 
 scenario_writer_frozen() {
-    local sku=$1 probe_sku=$(($1 + 1)) t0 refused
-    two_daemons "$sku" "$probe_sku" || return
-    load_start "$sku" "$D1_URL" "$D2_URL"
-    sleep "$FAULT_AT_S"
+    local sku=$1 refused
+    two_daemons "$sku" || return
     mid_batch "$D1_PID" "$sku"
     freeze "$D1_PID"
     note "one of two daemons frozen for ${WRITER_FREEZE_S}s with $HELD entries in its writer's hands (lock_ttl_ms $SECKILL_LOCK_TTL_MS)"
     sleep "$WRITER_FREEZE_S"
     thaw
-    t0=$(now)
-    heal "$D1_URL" "$probe_sku" "$t0" "SIGCONT of the frozen daemon"
-    load_wait
-    judge "$sku"
+    after_fault "$D1_URL" "$sku" "$(now)" "SIGCONT of the frozen daemon"
     refused=$(curl -s --max-time 5 "$D1_URL/metrics" 2>/dev/null |
         awk '/^seckill_(lock_lost|lock_release_refused|writer_batches_failed)_total/ { printf "%s %s; ", $1, $2 }')
     note "the frozen daemon afterwards: ${refused:-no metrics}"
-    sales_continue "$D1_URL" "$sku"
 }
 
 scenario_adjust_crash() {
