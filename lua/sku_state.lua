@@ -1,10 +1,17 @@
 -- sku_state.lua: one consistent view of a SKU's Redis side, for reconciliation.
--- KEYS: 1 meta, 2 stock, 3 stream, 4 bought, 5 adjustments, 6 dead letters
+-- KEYS: 1 meta, 2 stock, 3 stream, 4 bought, 5 adjustments, 6 dead letters, 7 journal
 -- Returns {loaded (0/1), stock ('' when missing), entries in flight, open
 --   adjustment records, dead letters, run the state was built on ('' unknown),
---   load epoch ('' unknown), bought as a flat user, units list}
+--   load epoch ('' unknown), bought as a flat user, units list, journal
+--   entries still 'pending'}
 local loaded = redis.call('EXISTS', KEYS[1])
 local meta = redis.call('HMGET', KEYS[1], 'built_run', 'loaded', 'epoch')
+local pending = 0
+for _, state in ipairs(redis.call('HVALS', KEYS[7])) do
+  if state == 'pending' then
+    pending = pending + 1
+  end
+end
 return {loaded, redis.call('GET', KEYS[2]) or '', redis.call('XLEN', KEYS[3]),
         redis.call('HLEN', KEYS[5]), redis.call('XLEN', KEYS[6]), meta[1] or '',
-        meta[2] or meta[3] or '', redis.call('HGETALL', KEYS[4])}
+        meta[2] or meta[3] or '', redis.call('HGETALL', KEYS[4]), pending}

@@ -181,35 +181,44 @@ psql "$SECKILL_PG_DSN" -X -q -c 'DROP SCHEMA lt_pgonly CASCADE' >/dev/null 2>&1 
 rm -f "$OUT"/pgbench_log.*
 printf 'pgbench   %s transactions/s, p99 %s ms, %s orders\n' "$PG_TPS" "$PG_P99" "$PG_SOLD"
 
-# ---- 3. the service
-lt_daemon_start_free "$OUT/seckilld.log"
-DPORT=$LT_DAEMON_PORT
-say "=== 3. service: seckill-loadtest, $CONNS connections, ${SECS}s + ${WARMUP}s warm-up"
-st=0
-"$LOADTEST" --url "http://127.0.0.1:$DPORT" --label "service (sustained)" \
-    --stock "$BIG_STOCK" --limit "$BIG_LIMIT" --users "$USERS" --user-pick random \
-    --concurrency "$CONNS" --duration "$RUN_SECS" --warmup "$WARMUP" --requests "$BUDGET" \
-    --progress-ms 5000 --drain-timeout 300 --report "$OUT/service.html" >"$OUT/service.txt" &
-LPID=$!
-REDIS_PID=$(tr -dc '0-9' <"$LT_STACK_DIR/redis/redis.pid" 2>/dev/null || true)
-PG_PID=$(head -n1 "$LT_STACK_DIR/pg/data/postmaster.pid" 2>/dev/null | tr -dc '0-9' || true)
-sleep "$((WARMUP + 1))"
-S1=$(cpu_snapshot "$LT_DAEMON_PID" "$REDIS_PID" "$PG_PID" "$LPID")
-sleep "$((SECS - 2))"
-S2=$(cpu_snapshot "$LT_DAEMON_PID" "$REDIS_PID" "$PG_PID" "$LPID")
-wait "$LPID" || st=$?
-SVC_CPU=$(cpu_share "$S1" "$S2" "seckilld redis-server postgres generator")
-SVC_CORES=$(cpu_cores "$S1" "$S2")
-grep -E '^(rate|latency|queue|writer|database|RESULT)' "$OUT/service.txt" || true
-((st == 0)) || {
-    cat "$OUT/service.txt"
-    die "the service run failed its invariant check or could not run (exit $st)"
+# ---- 3. the service, in each acknowledgement mode (durable first: the default)
+# run_service MODE: one sustained run against a fresh seckilld with order_ack=MODE;
+# sets SVC_CPU_<MODE> and SVC_CORES_<MODE>, writes service-<MODE>.{txt,json,html}.
+run_service() {
+    local mode=$1 st=0
+    SECKILL_ORDER_ACK=$mode lt_daemon_start_free "$OUT/seckilld-$mode.log"
+    DPORT=$LT_DAEMON_PORT
+    say "=== 3. service, order_ack=$mode: seckill-loadtest, $CONNS connections, ${SECS}s + ${WARMUP}s warm-up"
+    "$LOADTEST" --url "http://127.0.0.1:$DPORT" --label "service (order_ack=$mode)" \
+        --stock "$BIG_STOCK" --limit "$BIG_LIMIT" --users "$USERS" --user-pick random \
+        --concurrency "$CONNS" --duration "$RUN_SECS" --warmup "$WARMUP" --requests "$BUDGET" \
+        --progress-ms 5000 --drain-timeout 300 --report "$OUT/service-$mode.html" \
+        --json "$OUT/service-$mode.json" >"$OUT/service-$mode.txt" &
+    LPID=$!
+    REDIS_PID=$(tr -dc '0-9' <"$LT_STACK_DIR/redis/redis.pid" 2>/dev/null || true)
+    PG_PID=$(head -n1 "$LT_STACK_DIR/pg/data/postmaster.pid" 2>/dev/null | tr -dc '0-9' || true)
+    sleep "$((WARMUP + 1))"
+    S1=$(cpu_snapshot "$LT_DAEMON_PID" "$REDIS_PID" "$PG_PID" "$LPID")
+    sleep "$((SECS - 2))"
+    S2=$(cpu_snapshot "$LT_DAEMON_PID" "$REDIS_PID" "$PG_PID" "$LPID")
+    wait "$LPID" || st=$?
+    printf -v "SVC_CPU_$mode" '%s' "$(cpu_share "$S1" "$S2" "seckilld redis-server postgres generator")"
+    printf -v "SVC_CORES_$mode" '%s' "$(cpu_cores "$S1" "$S2")"
+    grep -E '^(rate|latency|queue|writer|database|RESULT)' "$OUT/service-$mode.txt" || true
+    ((st == 0)) || {
+        cat "$OUT/service-$mode.txt"
+        die "the service run (order_ack=$mode) failed its invariant check or could not run (exit $st)"
+    }
+    lt_stop "$LT_DAEMON_PID" seckilld
+    LT_DAEMON_PID=
 }
-lt_stop "$LT_DAEMON_PID" seckilld
-LT_DAEMON_PID=
+run_service durable
+run_service reserved
+SVC_CPU=$SVC_CPU_durable
+SVC_CORES=$SVC_CORES_durable
 
 # ---- the table
-C=$OUT/ceiling.json S=$OUT/service.json
+C=$OUT/ceiling.json S=$OUT/service-durable.json R=$OUT/service-reserved.json
 CEIL_RPS=$(jq -r '.run.throughput_rps' "$C")
 CEIL_P99=$(jq -r '.latency_ms.p99' "$C")
 SVC_RPS=$(jq -r '.run.accepted_per_s' "$S")
@@ -219,6 +228,9 @@ SVC_CONF=$(jq -r '.writer.confirmed_per_s // empty' "$S")
 SVC_RATIO=$(jq -r '.writer.ratio // empty' "$S")
 SVC_DRAIN=$(jq -r '.writer.drain_s // .invariants.facts.drain_s' "$S")
 SVC_QMAX=$(jq -r '.queue_max' "$S")
+RES_RPS=$(jq -r '.run.accepted_per_s' "$R")
+RES_P99=$(jq -r '.latency_ms.p99' "$R")
+RES_CONF=$(jq -r '.writer.confirmed_per_s // empty' "$R")
 
 {
     printf '\nbench: %s connections, %ss measured after %ss warm-up, one invocation on %s (%s cores)\n' \
@@ -229,11 +241,14 @@ SVC_QMAX=$(jq -r '.queue_max' "$S")
     printf '  %-50s %12.0f %10.3f\n' "HTTP ceiling (http-ceiling, seckill-loadtest)" "$CEIL_RPS" "$CEIL_P99"
     [[ -n $WRK_RPS ]] && printf '  %-50s %12.0f %10s\n' "HTTP ceiling (http-ceiling, wrk -t1)" "$WRK_RPS" "${WRK_P99:--}"
     printf '  %-50s %12.0f %10.3f\n' "PostgreSQL-only (pgbench, guarded UPDATE+INSERT)" "$PG_TPS" "$PG_P99"
-    printf '  %-50s %12.0f %10.3f\n' "service: accepted orders (202)" "$SVC_RPS" "$SVC_P99"
-    [[ -n $SVC_CONF ]] && printf '  %-50s %12.0f %10s\n' "service: orders confirmed by the writer" "$SVC_CONF" "-"
+    printf '  %-50s %12.0f %10.3f\n' "service, durable: orders answered (201/409/202)" "$SVC_RPS" "$SVC_P99"
+    [[ -n $SVC_CONF ]] && printf '  %-50s %12.0f %10s\n' "service, durable: orders confirmed by the writer" "$SVC_CONF" "-"
+    printf '  %-50s %12.0f %10.3f\n' "service, reserved: orders accepted (202)" "$RES_RPS" "$RES_P99"
+    [[ -n $RES_CONF ]] && printf '  %-50s %12.0f %10s\n' "service, reserved: orders confirmed by the writer" "$RES_CONF" "-"
     printf 'ratios\n'
     awk -v s="$SVC_RPS" -v c="$CEIL_RPS" -v p="$PG_TPS" -v r="${SVC_RATIO:-0}" -v l="$SVC_P99" \
         -v d="$SVC_DRAIN" -v q="$SVC_QMAX" -v acc="${SVC_ACC:-0}" -v cc="$CEIL_CORES" -v sc="$SVC_CORES" \
+        -v rs="$RES_RPS" -v rl="$RES_P99" \
         'function v(ok) { return ok ? "met" : "MISSED" }
         BEGIN {
             printf "  service / HTTP ceiling      %8.2f    target >= 0.5   %s\n", s / c, v(s / c >= 0.5)
@@ -242,9 +257,11 @@ SVC_QMAX=$(jq -r '.queue_max' "$S")
             printf "  service / PostgreSQL-only   %8.1fx   target >= 20x   %s\n", s / p, v(s / p >= 20)
             printf "  confirmed / accepted        %8.3f    target >= 1.0   %s  (+-1 %%; writer %.0f/s vs %.0f/s accepted)\n", r, v(r >= 0.99), r * acc, acc
             printf "  p99 at the service          %8.3f ms target < 10 ms %s\n", l, v(l < 10)
+            printf "  durable / reserved          %8.2f    (orders per second; p99 %.3f vs %.3f ms)\n", s / rs, l, rl
             printf "  order queue: at most %d entries; drained %.2f s after the load ended\n", q, d
         }'
     printf 'CPU during the measured window (100 %% = one core; this machine has %s)\n' "$(nproc)"
-    printf ' HTTP ceiling:\n%s\n service:\n%s\n' "$CEIL_CPU" "$SVC_CPU"
-    printf 'reports: %s/{ceiling,service}.html, pgbench.txt%s\n' "$OUT" "${WRK:+, wrk.txt}"
+    printf ' HTTP ceiling:\n%s\n service, durable:\n%s\n service, reserved:\n%s\n' "$CEIL_CPU" \
+        "$SVC_CPU" "$SVC_CPU_reserved"
+    printf 'reports: %s/{ceiling,service-durable,service-reserved}.html, pgbench.txt%s\n' "$OUT" "${WRK:+, wrk.txt}"
 } | tee "$OUT/bench.txt"

@@ -17,8 +17,8 @@
 #include "ctl_lock.h"
 #include "ctl_reconcile.h"
 #include "embedded.h"
-#include "pgwait.h"
 #include "log.h"
+#include "pgwait.h"
 
 static void usage(FILE *out)
 {

@@ -22,10 +22,11 @@ void reconcile_print(FILE *out, const struct sku_check *c)
     fprintf(out,
             "sku %" PRId64 ": redis %" PRId64 " database %" PRId64 " in_flight %" PRId64
             " %s drift %" PRId64 " users_differing %" PRId64 " adjustments_open %" PRId64
-            " settled %" PRId64 " dead_letters %" PRId64 " epoch %" PRId64 "%s%s%s\n",
+            " settled %" PRId64 " dead_letters %" PRId64 " journal_pending %" PRId64
+            " epoch %" PRId64 "%s%s%s\n",
             c->sku, c->redis_stock, c->db_stock, c->in_flight, c->quiescent ? "quiescent" : "busy",
             c->drift_units, c->users_differing, c->adjustments_open, c->settled, c->dead_letters,
-            c->loaded_epoch, c->stale_run ? " redis_restarted" : "",
+            c->journal_pending, c->loaded_epoch, c->stale_run ? " redis_restarted" : "",
             c->invariant_ok ? "" : " INVARIANT_BROKEN", c->rebuilt ? " rebuilt" : "");
 }
 
@@ -67,7 +68,7 @@ static int pass_one(struct worker_ctx *w, int64_t sku, enum sku_check_mode mode,
     t->settled += c.settled;
     t->dead_letters += c.dead_letters;
     t->invariant_broken += !c.invariant_ok;
-    if (!c.loaded || c.drift_units || c.users_differing) {
+    if (!c.loaded || c.drift_units || c.users_differing || (c.quiescent && c.journal_pending)) {
         t->drifted++;
         t->drift_units += c.drift_units;
     }

@@ -55,14 +55,24 @@ static int lock_sku(struct worker_ctx *w, struct txlock *t, int64_t sku)
     return 0;
 }
 
-/* Begins a transaction that owns the SKU lock t.  On NULL the lock is released. */
-static struct dbtx *begin_locked(struct worker_ctx *w, struct txlock *t)
+/* Takes the SKU's lock and begins a transaction that owns it (released by
+ * the transaction's completion), with hook(outcome, arg) registered to run
+ * before that release.  Returns the transaction, or NULL (logged) with the
+ * lock released and the hook never run. */
+static struct dbtx *begin_sku(struct worker_ctx *w, struct txlock *t, int64_t sku,
+                              dbtx_hook_fn *hook, void *arg)
 {
+    if (lock_sku(w, t, sku) != 0)
+        return NULL;
     PGconn *conn = db_conn_get(&w->db);
     struct dbtx *tx =
         conn ? dbtx_begin(conn, w->cfg->pg_dsn, DBTX_ISO_READ_COMMITTED, NULL, 0) : NULL;
-    if (tx && txlock_bind(t, tx) == 0)
-        return tx;
+    if (tx && txlock_bind(t, tx) == 0) {
+        if (dbtx_on_complete(tx, hook, arg) == 0)
+            return tx;
+        (void)dbtx_rollback(tx); /* releases the lock through its hook */
+        return NULL;
+    }
     if (tx)
         (void)dbtx_rollback(tx);
     txlock_release(t);
@@ -190,12 +200,6 @@ static enum sku_result commit_locked(struct worker_ctx *w, struct dbtx *tx, cons
 static enum sku_result create_with_id(struct worker_ctx *w, const struct validate_sku *spec,
                                       int64_t id, json_t **out)
 {
-    struct txlock t;
-    if (lock_sku(w, &t, id) != 0)
-        return SKU_UNAVAILABLE;
-    struct dbtx *tx = begin_locked(w, &t);
-    if (!tx)
-        return SKU_UNAVAILABLE;
     struct load_job lj = {.w = w,
                           .wanted = 1,
                           .mode = "new",
@@ -207,10 +211,10 @@ static enum sku_result create_with_id(struct worker_ctx *w, const struct validat
         i64s(lj.starts_ms, sizeof lj.starts_ms, spec->starts_ms);
     if (spec->has_ends)
         i64s(lj.ends_ms, sizeof lj.ends_ms, spec->ends_ms);
-    if (dbtx_on_complete(tx, load_on_commit, &lj) != 0) {
-        (void)dbtx_rollback(tx);
+    struct txlock t;
+    struct dbtx *tx = begin_sku(w, &t, id, load_on_commit, &lj);
+    if (!tx)
         return SKU_UNAVAILABLE;
-    }
     char sid[24], stock[24], limit[24];
     i64s(sid, sizeof sid, id);
     i64s(stock, sizeof stock, spec->stock);
@@ -416,18 +420,12 @@ static enum sku_result adjust_once(struct worker_ctx *w, int64_t sku, int64_t de
 {
     *out = NULL;
     *stale = 0;
+    struct adjust_job a = {.w = w, .sku = sku};
     struct txlock t;
-    if (lock_sku(w, &t, sku) != 0)
-        return SKU_UNAVAILABLE;
-    struct dbtx *tx = begin_locked(w, &t);
+    struct dbtx *tx = begin_sku(w, &t, sku, adjust_on_complete, &a);
     if (!tx)
         return SKU_UNAVAILABLE;
-    struct adjust_job a = {.w = w, .sku = sku};
     snprintf(a.id, sizeof a.id, "%lld", dbtx_txid(tx));
-    if (dbtx_on_complete(tx, adjust_on_complete, &a) != 0) {
-        (void)dbtx_rollback(tx);
-        return SKU_UNAVAILABLE;
-    }
     char sid[24], d[24];
     i64s(sid, sizeof sid, sku);
     i64s(d, sizeof d, delta);
@@ -534,16 +532,16 @@ enum sku_result sku_adjust(struct worker_ctx *w, int64_t sku, int64_t delta, con
 static int read_redis_state(struct worker_ctx *w, int64_t sku, struct sku_check *c,
                             redisReply **bought)
 {
-    char keys[6][KEYS_MAX];
-    static const enum keys_kind kinds[] = {KEY_META,   KEY_STOCK,  KEY_STREAM,
-                                           KEY_BOUGHT, KEY_ADJUST, KEY_DEAD};
-    const char *argv[6];
-    for (int i = 0; i < 6; i++) {
+    char keys[7][KEYS_MAX];
+    static const enum keys_kind kinds[] = {KEY_META,   KEY_STOCK, KEY_STREAM, KEY_BOUGHT,
+                                           KEY_ADJUST, KEY_DEAD,  KEY_JOURNAL};
+    const char *argv[7];
+    for (int i = 0; i < 7; i++) {
         keys_sku(keys[i], sku, kinds[i]);
         argv[i] = keys[i];
     }
-    redisReply *r = redis_conn_script(&w->redis, &script_sku_state, 6, 0, argv, NULL);
-    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 8 ||
+    redisReply *r = redis_conn_script(&w->redis, &script_sku_state, 7, 0, argv, NULL);
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 9 ||
         r->element[7]->type != REDIS_REPLY_ARRAY) {
         if (r)
             freeReplyObject(r);
@@ -556,6 +554,7 @@ static int read_redis_state(struct worker_ctx *w, int64_t sku, struct sku_check 
     c->dead_letters = r->element[4]->integer;
     snprintf(c->built_run, sizeof c->built_run, "%s", r->element[5]->str);
     c->loaded_epoch = r->element[6]->len ? atoll(r->element[6]->str) : 0;
+    c->journal_pending = r->element[8]->integer;
     c->loaded = c->loaded && r->element[1]->len; /* a meta without stock is data loss */
     *bought = r;
     return 0;
@@ -649,18 +648,12 @@ static enum sku_result check_once(struct worker_ctx *w, int64_t sku, enum sku_ch
     c->sku = sku;
     char run[48];
     (void)redis_run_id(w, run, sizeof run);
-    struct txlock t;
-    if (lock_sku(w, &t, sku) != 0)
-        return SKU_UNAVAILABLE;
-    struct dbtx *tx = begin_locked(w, &t);
-    if (!tx)
-        return SKU_UNAVAILABLE;
     struct load_job lj = {.w = w, .id = sku};
     snprintf(lj.run, sizeof lj.run, "%s", run);
-    if (dbtx_on_complete(tx, load_on_commit, &lj) != 0) {
-        (void)dbtx_rollback(tx);
+    struct txlock t;
+    struct dbtx *tx = begin_sku(w, &t, sku, load_on_commit, &lj);
+    if (!tx)
         return SKU_UNAVAILABLE;
-    }
     char sid[24];
     i64s(sid, sizeof sid, sku);
     int fenced = txlock_fence(&t, tx, &c->db_stock);

@@ -60,6 +60,8 @@ struct sku_check {
     int64_t adjustments_open; /* adjustment records not settled (after settling) */
     int64_t settled;          /* adjustment records settled now */
     int64_t dead_letters;     /* entries in the SKU's dead-letter stream */
+    int64_t journal_pending;  /* journal entries 'pending'; with nothing in flight, each is a
+                               * reservation no writer can write any more */
     int64_t drift_units;      /* |Redis stock - skus.stock|, when quiescent */
     int64_t users_differing;  /* users whose units differ, when quiescent */
     int64_t loaded_epoch;     /* the load the Redis state was built at */
