@@ -36,7 +36,7 @@ SVC_OBJ   := $(SVC_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/lua_svc.o $(BUILD)/gen/sql
 TESTS     := $(TEST_SRC:service/tests/%.c=$(BUILD)/tests/%)
 TEST_HOBJ := $(TEST_HELPERS:%.c=$(BUILD)/%.o)
 
-.PHONY: all run test unit deps stack-start stack-stop format check-format loadtest bench clean
+.PHONY: all run test unit deps stack-start stack-stop format check-format loadtest bench faults clean
 PROGRAMS  := $(BUILD)/seckilld \
              $(if $(CTL_SRC),$(BUILD)/seckillctl) \
              $(if $(LOAD_SRC),$(BUILD)/seckill-loadtest) \
@@ -113,6 +113,11 @@ test: deps
 loadtest: deps
 	$(MAKE) all
 	BUILD=$(BUILD) scripts/loadtest.sh
+# Faults injected into a private stack under load (FAULTS_SHORT=1: a few
+# minutes; FAULTS_ONLY=name,... a subset).
+faults: deps
+	$(MAKE) all
+	BUILD=$(BUILD) scripts/faults.sh
 bench: deps
 	$(MAKE) all
 	rc=0; BUILD=$(BUILD) scripts/bench.sh || rc=$$?; \

@@ -5,6 +5,9 @@
 #
 # The caller sets PROG, ROOT and BUILD_DIR before sourcing.
 
+# shellcheck source=scripts/stack-env.sh
+source "$ROOT/scripts/stack-env.sh"
+
 LT_STACK=$ROOT/scripts/stack.sh
 LT_STACK_DIR=
 LT_STACK_STARTED=0
@@ -12,7 +15,6 @@ LT_DAEMON_PID=
 LT_EXTRA_PID=
 LT_HEALTH_WAIT_S=20
 LT_STOP_WAIT_TENTHS=150
-LT_PORT_TRIES=50
 LT_START_TRIES=3
 LT_DAEMON_PORT=
 
@@ -21,28 +23,6 @@ die() {
     exit 1
 }
 say() { printf '%s: %s\n' "$PROG" "$*"; }
-
-lt_port_busy() {
-    if command -v ss >/dev/null 2>&1; then
-        [[ -n $(ss -ltnH "sport = :$1" 2>/dev/null) ]]
-    else
-        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
-    fi
-}
-
-# lt_free_port: a random port in 20000-32000 nobody listens on (below the
-# kernel's ephemeral range, which the load generator's own connections use).
-lt_free_port() {
-    local i p
-    for ((i = 0; i < LT_PORT_TRIES; i++)); do
-        p=$((20000 + (RANDOM * 32768 + RANDOM) % 12001))
-        lt_port_busy "$p" || {
-            printf '%s\n' "$p"
-            return 0
-        }
-    done
-    return 1
-}
 
 # lt_stack_up DIR: reuse a running stack in DIR or start one; migrate.
 lt_stack_up() {
@@ -94,7 +74,7 @@ lt_wait_listening() {
         if [[ $how == health ]]; then
             lt_healthy "$addr" && return 0
         else
-            lt_port_busy "${addr##*:}" && return 0
+            se_port_busy "${addr##*:}" && return 0
         fi
         if ! kill -0 "$pid" 2>/dev/null; then
             wait "$pid" 2>/dev/null || true
@@ -130,7 +110,7 @@ lt_daemon_start() {
 lt_daemon_start_free() {
     local i
     for ((i = 0; i < LT_START_TRIES; i++)); do
-        LT_DAEMON_PORT=$(lt_free_port) || die "no free port"
+        LT_DAEMON_PORT=$(se_free_port) || die "no free port"
         lt_daemon_start "127.0.0.1:$LT_DAEMON_PORT" "$1" && return 0
     done
     die "seckilld did not start in $LT_START_TRIES tries (log: $1)"

@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FILE_MAGIC "# seckill-loadtest answers v1"
+#define FILE_MAGIC "# seckill-loadtest answers v2"
+#define FILE_MAGIC_V1 "# seckill-loadtest answers v1" /* no promise per order: all 202 */
 #define INITIAL_CAP 1024
 #define MAX_LINE 256
 
@@ -23,7 +24,8 @@ void lt_answers_free(struct lt_answers *a)
     a->n = a->cap = 0;
 }
 
-int lt_answers_add(struct lt_answers *a, int64_t id, int64_t user, int64_t qty)
+int lt_answers_add(struct lt_answers *a, int64_t id, int64_t user, int64_t qty,
+                   enum lt_promise promise)
 {
     if (a->n == a->cap) {
         size_t cap = a->cap ? a->cap * 2 : INITIAL_CAP;
@@ -33,7 +35,7 @@ int lt_answers_add(struct lt_answers *a, int64_t id, int64_t user, int64_t qty)
         a->orders = o;
         a->cap = cap;
     }
-    a->orders[a->n++] = (struct lt_order){id, user, qty};
+    a->orders[a->n++] = (struct lt_order){id, user, qty, promise};
     return 0;
 }
 
@@ -44,7 +46,9 @@ static int cmp_order(const void *x, const void *y)
         return a->id < b->id ? -1 : 1;
     if (a->user != b->user)
         return a->user < b->user ? -1 : 1;
-    return a->qty < b->qty ? -1 : a->qty > b->qty;
+    if (a->qty != b->qty)
+        return a->qty < b->qty ? -1 : 1;
+    return (int)a->promise - (int)b->promise;
 }
 
 size_t lt_answers_dedupe(struct lt_answers *a)
@@ -55,8 +59,13 @@ size_t lt_answers_dedupe(struct lt_answers *a)
     size_t w = 1, conflicts = 0;
     for (size_t r = 1; r < a->n; r++) {
         struct lt_order *prev = &a->orders[w - 1], *cur = &a->orders[r];
-        if (cur->id == prev->id && cur->user == prev->user && cur->qty == prev->qty)
-            continue;
+        if (cur->id == prev->id && cur->user == prev->user && cur->qty == prev->qty) {
+            /* A 202 says less than a 201 or a 409 about the same order. */
+            if (prev->promise == LT_PROMISE_PENDING)
+                prev->promise = cur->promise;
+            if (cur->promise == prev->promise || cur->promise == LT_PROMISE_PENDING)
+                continue;
+        }
         if (cur->id == prev->id)
             conflicts++;
         a->orders[w++] = *cur;
@@ -91,8 +100,8 @@ int lt_answers_save(const struct lt_answers *a, const char *path, char *err, siz
             a->admin_applied, a->admin_ok, a->admin_refused, a->admin_unknown,
             a->admin_unknown_abs);
     for (size_t i = 0; i < a->n; i++)
-        fprintf(f, "o %" PRId64 " %" PRId64 " %" PRId64 "\n", a->orders[i].id, a->orders[i].user,
-                a->orders[i].qty);
+        fprintf(f, "o %" PRId64 " %" PRId64 " %" PRId64 " %c\n", a->orders[i].id, a->orders[i].user,
+                a->orders[i].qty, (char)a->orders[i].promise);
     int bad = ferror(f);
     if (fclose(f) != 0 || bad) {
         snprintf(err, errlen, "cannot write %s", path);
@@ -111,7 +120,9 @@ int lt_answers_load(struct lt_answers *a, const char *path, char *err, size_t er
     char line[MAX_LINE];
     int rc = -1;
     long lineno = 0;
-    if (!fgets(line, sizeof line, f) || strncmp(line, FILE_MAGIC, strlen(FILE_MAGIC)) != 0) {
+    if (!fgets(line, sizeof line, f) ||
+        (strncmp(line, FILE_MAGIC, strlen(FILE_MAGIC)) != 0 &&
+         strncmp(line, FILE_MAGIC_V1, strlen(FILE_MAGIC_V1)) != 0)) {
         snprintf(err, errlen, "%s is not a seckill-loadtest answers file", path);
         goto out;
     }
@@ -121,8 +132,15 @@ int lt_answers_load(struct lt_answers *a, const char *path, char *err, size_t er
         int64_t x, y, z, v;
         uint64_t p, q, r;
         int k;
-        if (sscanf(line, "o %" SCNd64 " %" SCNd64 " %" SCNd64, &x, &y, &z) == 3) {
-            if (lt_answers_add(a, x, y, z) != 0) {
+        char pr = LT_PROMISE_PENDING;
+        int nf = sscanf(line, "o %" SCNd64 " %" SCNd64 " %" SCNd64 " %c", &x, &y, &z, &pr);
+        if (nf == 4 && pr != LT_PROMISE_CONFIRMED && pr != LT_PROMISE_PENDING &&
+            pr != LT_PROMISE_REJECTED) {
+            snprintf(err, errlen, "%s:%ld: unknown promise '%c'", path, lineno, pr);
+            goto out;
+        }
+        if (nf >= 3) {
+            if (lt_answers_add(a, x, y, z, (enum lt_promise)pr) != 0) {
                 snprintf(err, errlen, "out of memory reading %s", path);
                 goto out;
             }

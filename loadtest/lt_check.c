@@ -26,8 +26,8 @@ static const struct {
     const char *name, *key;
 } check_info[LT_CHK_COUNT] = {
     [LT_CHK_DRAINED] = {"order stream drained", "drained"},
-    [LT_CHK_ANSWERS] = {"only expected answers (202/409/unknown)", "answers"},
-    [LT_CHK_SOLD] = {"units sold = 202 units - rejected + unknown-outcome", "sold"},
+    [LT_CHK_ANSWERS] = {"only expected answers (201/202/409/503/unknown)", "answers"},
+    [LT_CHK_SOLD] = {"units sold = 201s + confirmed 202s + unknown-outcome", "sold"},
     [LT_CHK_I1_LEDGER] = {"I1 stock >= 0, = initial + deltas - sold = ledger", "i1_ledger"},
     [LT_CHK_I1_RUN] = {"I1 stock = before + run's deltas - run's sales", "i1_run"},
     [LT_CHK_I1_ADMIN] = {"I1 admin ledger = deltas answered 200", "i1_admin"},
@@ -35,8 +35,8 @@ static const struct {
     [LT_CHK_I2_HELD] = {"I2 Redis units held = confirmed units, per user", "i2_held"},
     [LT_CHK_I2_JOURNAL] = {"I2 no reservation left pending", "i2_journal"},
     [LT_CHK_I3_LIMIT] = {"I3 no user above the per-user limit", "i3_limit"},
-    [LT_CHK_I4_ANSWERED] = {"I4 every 202 id is exactly one row", "i4_answered"},
-    [LT_CHK_I4_ROWS] = {"I4 no row without a 202 or an unknown", "i4_rows"},
+    [LT_CHK_I4_ANSWERED] = {"I4 201 confirmed, 409+id rejected, 202 one row", "i4_answered"},
+    [LT_CHK_I4_ROWS] = {"I4 no row without an answer or an unknown", "i4_rows"},
     [LT_CHK_I4_IDEM] = {"I4 same Idempotency-Key, same order", "i4_idempotency"},
     [LT_CHK_I4_LEDGER] = {"I4 one ledger row per order", "i4_ledger"},
 };
@@ -83,20 +83,29 @@ static const char SQL_HELD[] =
     " (SELECT user_id, sum(qty) AS units FROM orders WHERE sku_id = $1 AND status = 'confirmed'"
     "  GROUP BY user_id) d FULL JOIN lt_held h ON h.user_id = d.user_id"
     " WHERE coalesce(d.units, 0) <> coalesce(h.units, 0) ORDER BY 1 LIMIT 1000";
-static const char SQL_ANSWERS_TEMP[] = "CREATE TEMP TABLE lt_answers (id bigint NOT NULL, user_id "
-                                       "bigint NOT NULL, qty bigint NOT NULL)";
-/* $1 sku */
+/* promise: 'c' 201 confirmed, 'p' 202 pending, 'r' 409 rejected (lt_answers.h) */
+static const char SQL_ANSWERS_TEMP[] =
+    "CREATE TEMP TABLE lt_answers (id bigint NOT NULL, user_id bigint NOT NULL,"
+    " qty bigint NOT NULL, promise \"char\" NOT NULL)";
+/* $1 sku, $2 whether a 202 without a row is allowed (Redis lost it) */
 static const char SQL_ANSWERED[] =
-    "SELECT a.id, a.user_id, a.qty, o.sku_id AS row_sku, o.user_id AS row_user,"
+    "SELECT a.id, a.promise, a.user_id, a.qty, o.sku_id AS row_sku, o.user_id AS row_user,"
     " o.qty AS row_qty, o.status AS row_status,"
     " (SELECT count(*) FROM lt_answers b WHERE b.id = a.id) AS answers_with_id"
     " FROM lt_answers a LEFT JOIN orders o ON o.id = a.id"
-    " WHERE o.id IS NULL OR o.sku_id <> $1 OR o.user_id <> a.user_id OR o.qty <> a.qty"
+    " WHERE (o.id IS NULL AND NOT (a.promise = 'p' AND $2::boolean))"
+    "    OR o.sku_id <> $1 OR o.user_id <> a.user_id OR o.qty <> a.qty"
+    "    OR (a.promise = 'c' AND o.status <> 'confirmed')"
+    "    OR (a.promise = 'r' AND o.status <> 'rejected')"
     "    OR (SELECT count(*) FROM lt_answers b WHERE b.id = a.id) <> 1"
     " ORDER BY a.id LIMIT 1000";
 static const char SQL_ANSWERED_SUMS[] =
     "SELECT count(*), coalesce(sum(a.qty), 0),"
-    " coalesce(sum(o.qty) FILTER (WHERE o.status = 'rejected'), 0)"
+    " coalesce(sum(o.qty) FILTER (WHERE o.status = 'rejected'), 0),"
+    " count(*) FILTER (WHERE a.promise = 'c'), count(*) FILTER (WHERE a.promise = 'r'),"
+    " count(*) FILTER (WHERE a.promise = 'p'),"
+    " count(*) FILTER (WHERE a.promise = 'p' AND o.id IS NULL),"
+    " coalesce(sum(a.qty) FILTER (WHERE a.promise = 'p' AND o.id IS NULL), 0)"
     " FROM lt_answers a LEFT JOIN orders o ON o.id = a.id";
 /* $1 sku, $2 first order id - 1 */
 static const char SQL_UNANSWERED[] =
@@ -301,14 +310,16 @@ static void copy_flush(struct copy *cp)
     cp->len = 0;
 }
 
-static void copy_row(struct copy *cp, int64_t a, int64_t b, int64_t c3, int ncols)
+/* One row of two numbers, or of three and a promise letter when 'promise'
+ * is not 0. */
+static void copy_row(struct copy *cp, int64_t a, int64_t b, int64_t c3, char promise)
 {
     if (cp->len + 80 > sizeof cp->buf)
         copy_flush(cp);
-    int w = ncols == 3 ? snprintf(cp->buf + cp->len, sizeof cp->buf - cp->len,
-                                  "%" PRId64 "\t%" PRId64 "\t%" PRId64 "\n", a, b, c3)
-                       : snprintf(cp->buf + cp->len, sizeof cp->buf - cp->len,
-                                  "%" PRId64 "\t%" PRId64 "\n", a, b);
+    int w = promise ? snprintf(cp->buf + cp->len, sizeof cp->buf - cp->len,
+                               "%" PRId64 "\t%" PRId64 "\t%" PRId64 "\t%c\n", a, b, c3, promise)
+                    : snprintf(cp->buf + cp->len, sizeof cp->buf - cp->len,
+                               "%" PRId64 "\t%" PRId64 "\n", a, b);
     cp->len += (size_t)w;
 }
 
@@ -385,7 +396,7 @@ static int load_held(struct ctx *c)
         redisReply *kv = rep->element[1];
         for (size_t i = 0; i + 1 < kv->elements; i += 2)
             copy_row(cp, strtoll(kv->element[i]->str, NULL, 10),
-                     strtoll(kv->element[i + 1]->str, NULL, 10), 0, 2);
+                     strtoll(kv->element[i + 1]->str, NULL, 10), 0, 0);
         freeReplyObject(rep);
         done = strcmp(cursor, "0") == 0;
         if (!done && (++rounds >= SCAN_MAX_ROUNDS || lt_now_us() - t0 > limit)) {
@@ -445,7 +456,8 @@ static int load_answers(struct ctx *c, const struct lt_answers *a)
     }
     cp->c = c;
     for (size_t i = 0; i < a->n; i++)
-        copy_row(cp, a->orders[i].id, a->orders[i].user, a->orders[i].qty, 3);
+        copy_row(cp, a->orders[i].id, a->orders[i].user, a->orders[i].qty,
+                 (char)a->orders[i].promise);
     int rc = copy_end(cp);
     free(cp);
     if (rc != 0)
@@ -604,20 +616,32 @@ static int check_i4(struct ctx *c, const struct lt_answers *a, struct lt_check_r
 
     if (load_answers(c, a) != 0)
         return -1;
-    if (!(res = q(c, SQL_ANSWERED, 1, p2)))
-        return -1;
-    item_set(r, LT_CHK_I4_ANSWERED, PQntuples(res) == 0,
-             "%zu order ids answered 202, %d without exactly one matching row", a->n,
-             PQntuples(res));
-    if (PQntuples(res))
-        item_rows(&r->item[LT_CHK_I4_ANSWERED], res);
-    PQclear(res);
-
     if (!(res = q(c, SQL_ANSWERED_SUMS, 0, NULL)))
         return -1;
     f->answered_orders = iv(res, 0, 0);
     f->answered_units = iv(res, 0, 1);
     f->answered_rejected_units = iv(res, 0, 2);
+    f->answered_confirmed = iv(res, 0, 3);
+    f->answered_rejected = iv(res, 0, 4);
+    f->answered_pending = iv(res, 0, 5);
+    f->lost_pending_orders = iv(res, 0, 6);
+    f->lost_pending_units = iv(res, 0, 7);
+    PQclear(res);
+
+    const char *pa[] = {p2[0], c->o->allow_lost_pending ? "true" : "false"};
+    if (!(res = q(c, SQL_ANSWERED, 2, pa)))
+        return -1;
+    char lost[96] = "";
+    if (c->o->allow_lost_pending)
+        snprintf(lost, sizeof lost, "; %" PRId64 " 202s lost with Redis's writes (allowed)",
+                 f->lost_pending_orders);
+    item_set(r, LT_CHK_I4_ANSWERED, PQntuples(res) == 0,
+             "%zu orders answered (201 %" PRId64 ", 409+id %" PRId64 ", 202 %" PRId64
+             "), %d without their row%s",
+             a->n, f->answered_confirmed, f->answered_rejected, f->answered_pending, PQntuples(res),
+             lost);
+    if (PQntuples(res))
+        item_rows(&r->item[LT_CHK_I4_ANSWERED], res);
     PQclear(res);
 
     if (!(res = q(c, SQL_UNANSWERED_SUMS, 2, p2)))
@@ -626,7 +650,7 @@ static int check_i4(struct ctx *c, const struct lt_answers *a, struct lt_check_r
     f->unanswered_confirmed_units = iv(res, 0, 1);
     PQclear(res);
     item_set(r, LT_CHK_I4_ROWS, (uint64_t)f->unanswered_rows <= a->unknown,
-             "%" PRId64 " rows without a 202, %" PRIu64 " requests of unknown outcome",
+             "%" PRId64 " rows without an answer, %" PRIu64 " requests of unknown outcome",
              f->unanswered_rows, a->unknown);
     if ((uint64_t)f->unanswered_rows > a->unknown) {
         if (!(res = q(c, SQL_UNANSWERED, 2, p2)))
@@ -638,13 +662,17 @@ static int check_i4(struct ctx *c, const struct lt_answers *a, struct lt_check_r
     item_set(r, LT_CHK_I4_IDEM, a->idem_mismatch == 0,
              "%" PRIu64 " retries answered with another order or a refusal", a->idem_mismatch);
     item_set(r, LT_CHK_ANSWERS, a->unexpected == 0,
-             "%" PRIu64 " answers outside 202/409/503/no answer", a->unexpected);
+             "%" PRIu64 " answers outside 201/202/409/503/no answer", a->unexpected);
 
-    int64_t expect = f->answered_units - f->answered_rejected_units + f->unanswered_confirmed_units;
+    /* Every answered order counts unless its row says rejected, or it was a 202
+     * that Redis lost (only when that is allowed): a lost 201 is still owed. */
+    int64_t lost_units = c->o->allow_lost_pending ? f->lost_pending_units : 0;
+    int64_t expect =
+        f->answered_units - f->answered_rejected_units - lost_units + f->unanswered_confirmed_units;
     item_set(r, LT_CHK_SOLD, f->run_confirmed_units == expect,
-             "sold %" PRId64 " = %" PRId64 " in 202s - %" PRId64 " rejected + %" PRId64
-             " of unknown outcome = %" PRId64,
-             f->run_confirmed_units, f->answered_units, f->answered_rejected_units,
+             "sold %" PRId64 " = %" PRId64 " answered - %" PRId64 " rejected - %" PRId64
+             " lost 202s + %" PRId64 " of unknown outcome = %" PRId64,
+             f->run_confirmed_units, f->answered_units, f->answered_rejected_units, lost_units,
              f->unanswered_confirmed_units, expect);
     return 0;
 }

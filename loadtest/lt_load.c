@@ -37,14 +37,18 @@ struct lt_req {
     int retry;   /* carries an Idempotency-Key and is sent twice */
     char key[IDEM_KEY_MAX];
     enum lt_answer first; /* answer of attempt 0 */
-    int64_t first_id;     /* its order id when it was a 202 */
-    int resolved;         /* some attempt got a definite answer */
+    int64_t first_id;     /* the order it named, if any */
+    int resolved;         /* some attempt got an order or a refusal */
+    int open;             /* some attempt got no answer: it may have taken stock */
 };
 
 struct lt_slot {
     struct lt_load *ld;
     struct evhttp_connection *conn;
     struct lt_req req;
+    struct event *pause; /* a buyer who got no answer or a 503 waits before the next try */
+    int pausing;
+    int want_retry; /* attempt 0 answered, its retry not sent yet */
     int busy;
     uint64_t sent_us;
     int failed; /* the error callback ran for the current attempt */
@@ -75,6 +79,7 @@ struct lt_load {
     uint64_t t0_us, warmup_us, deadline_us;
     uint64_t next_seq;
     int inflight;
+    int pausing;
     int stop_issuing;
     struct event *tick, *end_timer, *sig_int, *sig_term;
     struct lt_admin admin;
@@ -128,30 +133,49 @@ static json_t *body_json(struct evhttp_request *req)
     return p ? json_loadb((const char *)p, n, 0, NULL) : NULL;
 }
 
-/* Classifies the answer; for a 202 also its order id (0 when missing). */
-static enum lt_answer classify(struct lt_slot *s, struct evhttp_request *req, int64_t *order_id)
+/* The order an answer names: its id (0 when the body names none) and what the
+ * answer promised about it. */
+struct lt_named {
+    int64_t id;
+    enum lt_promise promise;
+};
+
+/* Reads "order_id" and "replayed" of an answer's body into n.  Returns the
+ * parsed body (caller decrefs) or NULL when it is not JSON. */
+static json_t *order_body(struct evhttp_request *req, struct lt_named *n, int *replayed)
 {
-    *order_id = 0;
+    json_t *j = body_json(req);
+    json_t *id = j ? json_object_get(j, "order_id") : NULL;
+    n->id = json_is_integer(id) ? (int64_t)json_integer_value(id) : 0;
+    *replayed = json_is_true(j ? json_object_get(j, "replayed") : NULL);
+    return j;
+}
+
+/* Classifies the answer; for one naming an order also the order. */
+static enum lt_answer classify(struct lt_slot *s, struct evhttp_request *req, struct lt_named *n)
+{
+    n->id = 0;
+    n->promise = LT_PROMISE_PENDING;
     int code = req ? evhttp_request_get_response_code(req) : 0;
     if (!req || code == 0)
         return s->failed && s->error == EVREQ_HTTP_TIMEOUT ? LT_ANS_TIMEOUT : LT_ANS_NET_ERROR;
+    int replayed;
     switch (code) {
-    case 202: {
-        json_t *j = body_json(req);
-        json_t *id = j ? json_object_get(j, "order_id") : NULL;
-        enum lt_answer a = json_is_true(j ? json_object_get(j, "replayed") : NULL)
-                               ? LT_ANS_REPLAYED
-                               : LT_ANS_ACCEPTED;
-        if (json_is_integer(id))
-            *order_id = (int64_t)json_integer_value(id);
-        json_decref(j);
-        return *order_id > 0 ? a : LT_ANS_OTHER;
-    }
+    case 201:
+    case 202:
+        json_decref(order_body(req, n, &replayed));
+        n->promise = code == 201 ? LT_PROMISE_CONFIRMED : LT_PROMISE_PENDING;
+        if (n->id <= 0)
+            return LT_ANS_OTHER;
+        return replayed ? LT_ANS_REPLAYED : code == 201 ? LT_ANS_CONFIRMED : LT_ANS_ACCEPTED;
     case 409: {
-        json_t *j = body_json(req);
+        json_t *j = order_body(req, n, &replayed);
         const char *e = j ? json_string_value(json_object_get(j, "error")) : NULL;
         enum lt_answer a = LT_ANS_CONFLICT;
-        if (e && strcmp(e, "sold_out") == 0)
+        n->promise = LT_PROMISE_REJECTED;
+        if (n->id > 0) /* reserved, then refused by the database: a rejected row */
+            a = replayed ? LT_ANS_REPLAYED : LT_ANS_REJECTED;
+        else if (e && strcmp(e, "sold_out") == 0)
             a = LT_ANS_SOLD_OUT;
         else if (e && strcmp(e, "limit_exceeded") == 0)
             a = LT_ANS_LIMIT;
@@ -173,37 +197,35 @@ static enum lt_answer classify(struct lt_slot *s, struct evhttp_request *req, in
     }
 }
 
-static int is_202(enum lt_answer a)
-{
-    return a == LT_ANS_ACCEPTED || a == LT_ANS_REPLAYED;
-}
-
 /* Books one attempt's answer into the I4 record.  Returns 1 when the
  * logical request needs its retry now. */
-static int book(struct lt_load *ld, struct lt_req *r, enum lt_answer a, int64_t id)
+static int book(struct lt_load *ld, struct lt_req *r, enum lt_answer a, const struct lt_named *n)
 {
     struct lt_answers *ans = ld->ans;
-    if (!lt_answer_is_unknown(a))
+    if (lt_answer_settles(a))
         r->resolved = 1;
+    if (lt_answer_is_unknown(a))
+        r->open = 1;
     if (!ans)
         return 0;
     if (lt_answer_is_unexpected(a))
         ans->unexpected++;
-    if (is_202(a) && lt_answers_add(ans, id, r->user, r->qty) != 0) {
+    if (lt_answer_names_order(a) && lt_answers_add(ans, n->id, r->user, r->qty, n->promise) != 0) {
         fprintf(stderr, "seckill-loadtest: out of memory recording answers\n");
         abort();
     }
     if (r->attempt == 0) {
         r->first = a;
-        r->first_id = id;
+        r->first_id = n->id;
         if (r->retry)
             return 1;
-    } else if (is_202(r->first)) {
-        /* The key was remembered with the order: the retry must name it again. */
-        if (!lt_answer_is_unknown(a) && (!is_202(a) || id != r->first_id))
+    } else if (lt_answer_names_order(r->first)) {
+        /* The key was remembered with the order: the retry must name it again
+         * (a 503 or no answer says nothing about the key). */
+        if (lt_answer_settles(a) && (!lt_answer_names_order(a) || n->id != r->first_id))
             ans->idem_mismatch++;
     }
-    if (!r->resolved)
+    if (r->open && !r->resolved)
         ans->unknown++;
     return 0;
 }
@@ -242,18 +264,47 @@ static void on_error(enum evhttp_request_error e, void *arg)
     s->error = e;
 }
 
+/* Goes on with slot s after an answer (and its pause): the retry of the same
+ * request, else the next request, else maybe the end of the run. */
+static void slot_continue(struct lt_slot *s)
+{
+    struct lt_load *ld = s->ld;
+    int want_retry = s->want_retry;
+    s->want_retry = 0;
+    if (want_retry && !ld->stop_issuing) {
+        s->req.attempt = 1;
+        ld->sum->retries++;
+        send_attempt(s);
+        return;
+    }
+    if (want_retry && s->req.open && !s->req.resolved && ld->ans)
+        ld->ans->unknown++; /* its retry will not be sent: the outcome stays unknown */
+    if (issue_next(ld, s) != 0)
+        return;
+    maybe_finish(ld);
+}
+
+static void on_pause_end(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    struct lt_slot *s = arg;
+    s->pausing = 0;
+    s->ld->pausing--;
+    slot_continue(s);
+}
+
 static void on_answer(struct evhttp_request *req, void *arg)
 {
     struct lt_slot *s = arg;
     struct lt_load *ld = s->ld;
     uint64_t now = lt_now_us();
-    int64_t id;
-    enum lt_answer a = classify(s, req, &id);
+    struct lt_named named;
+    enum lt_answer a = classify(s, req, &named);
     uint64_t t = now - ld->t0_us;
     lt_stats_record(ld->st, t, a, now - s->sent_us, now >= ld->t0_us + ld->warmup_us);
     ld->sum->answered++;
     ld->last_answer_us = now;
-    if (a == LT_ANS_ACCEPTED) {
+    if (lt_answer_names_order(a) && a != LT_ANS_REPLAYED) {
         int64_t w = lt_wall_us();
         if (!ld->sum->first_accept_wall_us)
             ld->sum->first_accept_wall_us = w;
@@ -261,18 +312,17 @@ static void on_answer(struct evhttp_request *req, void *arg)
     }
     s->busy = 0;
     ld->inflight--;
-    int want_retry = book(ld, &s->req, a, id);
-    if (want_retry && !ld->stop_issuing) {
-        s->req.attempt = 1;
-        ld->sum->retries++;
-        send_attempt(s);
-        return;
+    s->want_retry = book(ld, &s->req, a, &named);
+    /* A buyer without an answer does not hammer a service that is down. */
+    if (!lt_answer_settles(a) && ld->o->error_pause_ms > 0 && !ld->stop_issuing) {
+        struct timeval tv = ms_tv(ld->o->error_pause_ms);
+        if (evtimer_add(s->pause, &tv) == 0) {
+            s->pausing = 1;
+            ld->pausing++;
+            return;
+        }
     }
-    if (want_retry && !s->req.resolved)
-        ld->ans->unknown++; /* its retry will not be sent: the outcome stays unknown */
-    if (issue_next(ld, s) != 0)
-        return;
-    maybe_finish(ld);
+    slot_continue(s);
 }
 
 static void send_attempt(struct lt_slot *s)
@@ -304,6 +354,7 @@ static void send_attempt(struct lt_slot *s)
         ld->inflight--;
         lt_stats_record(ld->st, s->sent_us - ld->t0_us, LT_ANS_NET_ERROR, 0, 1);
         ld->sum->answered++;
+        r->open = 1;
         if (ld->ans && !r->resolved)
             ld->ans->unknown++;
         ld->stop_issuing = 1;
@@ -386,13 +437,13 @@ static void print_progress(struct lt_load *ld, uint64_t now, int64_t queue, int 
     uint64_t done = lt_stats_total(st, 1);
     double dt = (double)(now - ld->last_progress_us) / (double)US_PER_S;
     double rate = dt > 0 ? (double)(done - ld->last_progress_done) / dt : 0;
-    uint64_t unknown = 0, other = 0, c409 = 0;
+    uint64_t unknown = 0, other = 0, refused = 0;
     for (int a = 0; a < LT_ANS_COUNT; a++) {
         if (lt_answer_is_unknown(a))
             unknown += st->all[a];
         else if (a == LT_ANS_SOLD_OUT || a == LT_ANS_LIMIT || a == LT_ANS_NOT_ACTIVE)
-            c409 += st->all[a];
-        else if (!is_202(a))
+            refused += st->all[a];
+        else if (!lt_answer_names_order(a) && a != LT_ANS_UNAVAILABLE)
             other += st->all[a];
     }
     /* p99 so far (answers after the warm-up) */
@@ -403,10 +454,12 @@ static void print_progress(struct lt_load *ld, uint64_t now, int64_t queue, int 
     if (queue >= 0)
         snprintf(q, sizeof q, "  queue %" PRId64, queue);
     fprintf(stderr,
-            "%s[%6.1fs] %9" PRIu64 " done %8.0f/s | 202 %" PRIu64 "  409 %" PRIu64
+            "%s[%6.1fs] %9" PRIu64 " done %8.0f/s | 201 %" PRIu64 "  202 %" PRIu64
+            "  409+id %" PRIu64 "  replayed %" PRIu64 "  409 %" PRIu64 "  503 %" PRIu64
             "  unknown %" PRIu64 "  other %" PRIu64 " | p99 %.2f ms | in flight %d%s%s",
             ld->tty ? "\r\033[K" : "", (double)(now - ld->t0_us) / (double)US_PER_S, done, rate,
-            st->all[LT_ANS_ACCEPTED] + st->all[LT_ANS_REPLAYED], c409, unknown, other,
+            st->all[LT_ANS_CONFIRMED], st->all[LT_ANS_ACCEPTED], st->all[LT_ANS_REJECTED],
+            st->all[LT_ANS_REPLAYED], refused, st->all[LT_ANS_UNAVAILABLE], unknown, other,
             (double)p99 / 1000.0, ld->inflight, q, ld->tty && !final ? "" : "\n");
     fflush(stderr);
     ld->last_progress_us = now;
@@ -432,8 +485,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 
 static void maybe_finish(struct lt_load *ld)
 {
-    int buyers_done =
-        ld->inflight == 0 && (ld->stop_issuing || ld->next_seq >= (uint64_t)ld->o->requests);
+    int buyers_done = ld->inflight == 0 && ld->pausing == 0 &&
+                      (ld->stop_issuing || ld->next_seq >= (uint64_t)ld->o->requests);
     if (buyers_done)
         ld->stop_issuing = 1; /* no more admin deltas either */
     if (buyers_done && !ld->admin.busy)
@@ -487,8 +540,10 @@ static int setup(struct lt_load *ld, char *err, size_t errlen)
     for (int i = 0; i < o->concurrency; i++) {
         struct lt_slot *s = &ld->slots[i];
         s->ld = ld;
-        s->conn = evhttp_connection_base_new(ld->base, NULL, o->host, (ev_uint16_t)o->port);
-        if (!s->conn) {
+        const struct lt_target *t = &o->targets[i % o->ntargets]; /* load split evenly */
+        s->conn = evhttp_connection_base_new(ld->base, NULL, t->host, (ev_uint16_t)t->port);
+        s->pause = evtimer_new(ld->base, on_pause_end, s);
+        if (!s->conn || !s->pause) {
             snprintf(err, errlen, "cannot create connection %d", i);
             return -1;
         }
@@ -532,9 +587,12 @@ static int setup(struct lt_load *ld, char *err, size_t errlen)
 static void teardown(struct lt_load *ld)
 {
     if (ld->slots) {
-        for (int i = 0; i < ld->o->concurrency; i++)
+        for (int i = 0; i < ld->o->concurrency; i++) {
             if (ld->slots[i].conn)
                 evhttp_connection_free(ld->slots[i].conn);
+            if (ld->slots[i].pause)
+                event_free(ld->slots[i].pause);
+        }
         free(ld->slots);
     }
     if (ld->admin.conn)
@@ -592,6 +650,8 @@ int lt_load_run(const struct lt_opts *o, int64_t sku, struct lt_stats *st, struc
     /* Anything still open after the hard end never got an answer. */
     for (int i = 0; i < o->concurrency; i++) {
         struct lt_slot *s = &ld.slots[i];
+        if (s->pausing && s->want_retry && s->req.open && !s->req.resolved && ans)
+            ans->unknown++; /* paused before a retry that will not be sent */
         if (!s->busy)
             continue;
         lt_stats_record(st, lt_now_us() - ld.t0_us, LT_ANS_TIMEOUT, lt_now_us() - s->sent_us, 1);

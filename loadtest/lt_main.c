@@ -127,8 +127,17 @@ static int run(const struct lt_opts *o)
         goto out;
     }
     lt_answers_dedupe(&ans);
-    if (o->answers_path && lt_answers_save(&ans, o->answers_path, err, sizeof err) != 0)
+    if (o->answers_path && lt_answers_save(&ans, o->answers_path, err, sizeof err) != 0) {
         fprintf(stderr, PROG ": %s\n", err);
+        if (o->mode == LT_MODE_LOAD_ONLY)
+            goto out; /* the answers were the point of the run */
+    }
+    if (o->mode == LT_MODE_LOAD_ONLY) {
+        rc = LT_EXIT_OK;
+        in.exit_code = rc;
+        write_outputs(o, &in);
+        goto out;
+    }
     chk = calloc(1, sizeof *chk);
     if (!chk) {
         fprintf(stderr, PROG ": out of memory\n");

@@ -18,6 +18,7 @@
 #define DEFAULT_CONCURRENCY 200
 #define DEFAULT_DURATION_S 300
 #define DEFAULT_TIMEOUT_MS 5000
+#define DEFAULT_ERROR_PAUSE_MS 100
 #define DEFAULT_ADMIN_EVERY_MS 50
 #define DEFAULT_ADMIN_MAX_DELTA 5
 #define DEFAULT_DRAIN_TIMEOUT_S 120
@@ -52,6 +53,7 @@ enum {
     OPT_RETRY_SHARE,
     OPT_SEED,
     OPT_TIMEOUT_MS,
+    OPT_ERROR_PAUSE_MS,
     OPT_ADMIN_DELTAS,
     OPT_ADMIN_EVERY_MS,
     OPT_ADMIN_MAX_DELTA,
@@ -63,6 +65,8 @@ enum {
     OPT_JSON,
     OPT_ANSWERS,
     OPT_CHECK_ONLY,
+    OPT_LOAD_ONLY,
+    OPT_ALLOW_LOST_PENDING,
     OPT_NO_CHECK,
     OPT_LABEL,
     OPT_HELP
@@ -87,6 +91,7 @@ static const struct option long_opts[] = {
     {"retry-share", required_argument, NULL, OPT_RETRY_SHARE},
     {"seed", required_argument, NULL, OPT_SEED},
     {"timeout-ms", required_argument, NULL, OPT_TIMEOUT_MS},
+    {"error-pause-ms", required_argument, NULL, OPT_ERROR_PAUSE_MS},
     {"admin-deltas", required_argument, NULL, OPT_ADMIN_DELTAS},
     {"admin-every-ms", required_argument, NULL, OPT_ADMIN_EVERY_MS},
     {"admin-max-delta", required_argument, NULL, OPT_ADMIN_MAX_DELTA},
@@ -98,6 +103,8 @@ static const struct option long_opts[] = {
     {"json", required_argument, NULL, OPT_JSON},
     {"answers", required_argument, NULL, OPT_ANSWERS},
     {"check-only", no_argument, NULL, OPT_CHECK_ONLY},
+    {"load-only", no_argument, NULL, OPT_LOAD_ONLY},
+    {"allow-lost-pending", no_argument, NULL, OPT_ALLOW_LOST_PENDING},
     {"no-check", no_argument, NULL, OPT_NO_CHECK},
     {"label", required_argument, NULL, OPT_LABEL},
     {"help", no_argument, NULL, OPT_HELP},
@@ -114,7 +121,8 @@ void lt_opts_usage(FILE *out)
             "2 bad flags, 3 could not run or check.  Traffic goes to 127.0.0.0/8 only.\n"
             "\n"
             "target\n"
-            "  --url URL              service base URL (default " DEFAULT_URL ")\n"
+            "  --url URL              service base URL (default " DEFAULT_URL "); given up to\n"
+            "                         %d times, the buyers' connections are split evenly\n"
             "  --token TOKEN          admin bearer token (default $SECKILL_ADMIN_TOKEN)\n"
             "  --token-file FILE      read the admin token from FILE\n"
             "  --sku ID               SKU to buy; without it a new SKU is created\n"
@@ -133,6 +141,7 @@ void lt_opts_usage(FILE *out)
             "  --retry-share F        share of requests re-sent with the same Idempotency-Key\n"
             "  --seed N               seed of every random choice (default %d)\n"
             "  --timeout-ms N         per request; no answer by then is 'unknown' (default %d)\n"
+            "  --error-pause-ms N     a buyer waits N ms after no answer or a 503 (default %d)\n"
             "admin deltas (while the buyers run)\n"
             "  --admin-deltas N       fire N relative stock adjustments (default 0)\n"
             "  --admin-every-ms N     one every N ms (default %d)\n"
@@ -142,17 +151,22 @@ void lt_opts_usage(FILE *out)
             "  --redis-url URL        redis://host:port/db (default $SECKILL_REDIS_URL)\n"
             "  --drain-timeout S      wait at most S for the order stream to drain (default %d)\n"
             "  --check-only           no buyers: check the SKU (with --answers: also I4)\n"
+            "  --load-only            buyers and --answers only: check later with --check-only\n"
+            "  --allow-lost-pending   a 202 without a row is counted as lost, not a violation\n"
+            "                         (after injected Redis data loss; a lost 201 still fails)\n"
             "  --no-check             load only: no SKU set-up, no database (HTTP ceiling)\n"
             "output\n"
             "  --progress-ms N        progress line every N ms on stderr, 0 off (default %d)\n"
             "  --report FILE.html     self-contained HTML report with charts\n"
             "  --json FILE            JSON summary (default with --report: FILE.json)\n"
-            "  --answers FILE         save the 202 answers (run) or read them (--check-only)\n"
+            "  --answers FILE         save the answers naming orders (201/202/409 with an id)\n"
+            "                         of a run, or read them (--check-only)\n"
             "  --label TEXT           name of the run in the reports\n"
             "  --help\n",
-            DEFAULT_STOCK, DEFAULT_LIMIT, DEFAULT_USERS, DEFAULT_CONCURRENCY, DEFAULT_DURATION_S,
-            LT_MAX_DURATION_S, DEFAULT_SEED, DEFAULT_TIMEOUT_MS, DEFAULT_ADMIN_EVERY_MS,
-            DEFAULT_ADMIN_MAX_DELTA, DEFAULT_DRAIN_TIMEOUT_S, DEFAULT_PROGRESS_MS);
+            LT_MAX_TARGETS, DEFAULT_STOCK, DEFAULT_LIMIT, DEFAULT_USERS, DEFAULT_CONCURRENCY,
+            DEFAULT_DURATION_S, LT_MAX_DURATION_S, DEFAULT_SEED, DEFAULT_TIMEOUT_MS,
+            DEFAULT_ERROR_PAUSE_MS, DEFAULT_ADMIN_EVERY_MS, DEFAULT_ADMIN_MAX_DELTA,
+            DEFAULT_DRAIN_TIMEOUT_S, DEFAULT_PROGRESS_MS);
 }
 
 int lt_is_loopback(const char *host)
@@ -236,26 +250,26 @@ static int read_token_file(struct lt_opts *o, const char *path, char *err, size_
     return 0;
 }
 
-/* Splits http://HOST:PORT[/] into o->host / o->port; loopback only. */
-static int parse_url(struct lt_opts *o, char *err, size_t errlen)
+/* Splits http://HOST:PORT[/] into t->host / t->port; loopback only. */
+static int parse_url(struct lt_target *t, char *err, size_t errlen)
 {
-    struct evhttp_uri *u = evhttp_uri_parse(o->url);
+    struct evhttp_uri *u = evhttp_uri_parse(t->url);
     const char *scheme = u ? evhttp_uri_get_scheme(u) : NULL;
     const char *host = u ? evhttp_uri_get_host(u) : NULL;
     const char *path = u ? evhttp_uri_get_path(u) : NULL;
     int port = u ? evhttp_uri_get_port(u) : -1;
     int rc = -1;
     if (!scheme || strcmp(scheme, "http") != 0 || !host || !*host) {
-        snprintf(err, errlen, "--url must look like http://127.0.0.1:8080, not \"%s\"", o->url);
+        snprintf(err, errlen, "--url must look like http://127.0.0.1:8080, not \"%s\"", t->url);
     } else if (path && *path && strcmp(path, "/") != 0) {
         snprintf(err, errlen, "--url takes no path (\"%s\")", path);
     } else if (!lt_is_loopback(host)) {
         snprintf(err, errlen, "--url host %s is not in 127.0.0.0/8 (this tool only loads loopback)",
                  host);
     } else {
-        snprintf(o->host, sizeof o->host, "%s",
+        snprintf(t->host, sizeof t->host, "%s",
                  strcmp(host, "localhost") == 0 ? "127.0.0.1" : host);
-        o->port = port > 0 ? port : 80;
+        t->port = port > 0 ? port : 80;
         rc = 0;
     }
     if (u)
@@ -301,7 +315,6 @@ static void set_defaults(struct lt_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->mode = LT_MODE_RUN;
-    snprintf(o->url, sizeof o->url, "%s", DEFAULT_URL);
     o->stock = DEFAULT_STOCK;
     o->limit = DEFAULT_LIMIT;
     o->users = DEFAULT_USERS;
@@ -313,6 +326,7 @@ static void set_defaults(struct lt_opts *o)
     snprintf(o->qty_spec, sizeof o->qty_spec, "1");
     o->seed = DEFAULT_SEED;
     o->timeout_ms = DEFAULT_TIMEOUT_MS;
+    o->error_pause_ms = DEFAULT_ERROR_PAUSE_MS;
     o->admin_every_ms = DEFAULT_ADMIN_EVERY_MS;
     o->admin_max_delta = DEFAULT_ADMIN_MAX_DELTA;
     o->drain_timeout_s = DEFAULT_DRAIN_TIMEOUT_S;
@@ -331,7 +345,11 @@ static int apply(struct lt_opts *o, int c, const char *arg, char *err, size_t er
     int64_t v;
     switch (c) {
     case OPT_URL:
-        return copy_str("url", o->url, sizeof o->url, arg, err, errlen);
+        if (o->ntargets == LT_MAX_TARGETS) {
+            snprintf(err, errlen, "--url given more than %d times", LT_MAX_TARGETS);
+            return -1;
+        }
+        return copy_str("url", o->targets[o->ntargets++].url, LT_URL_MAX, arg, err, errlen);
     case OPT_TOKEN:
         return copy_str("token", o->token, sizeof o->token, arg, err, errlen);
     case OPT_TOKEN_FILE:
@@ -378,6 +396,8 @@ static int apply(struct lt_opts *o, int c, const char *arg, char *err, size_t er
         return 0;
     case OPT_TIMEOUT_MS:
         return parse_int("timeout-ms", arg, 1, MAX_TIMEOUT_MS, &o->timeout_ms, err, errlen);
+    case OPT_ERROR_PAUSE_MS:
+        return parse_int("error-pause-ms", arg, 0, MAX_TIMEOUT_MS, &o->error_pause_ms, err, errlen);
     case OPT_ADMIN_DELTAS:
         return parse_i64("admin-deltas", arg, 0, MAX_ADMIN_DELTAS, &o->admin_deltas, err, errlen);
     case OPT_ADMIN_EVERY_MS:
@@ -404,14 +424,20 @@ static int apply(struct lt_opts *o, int c, const char *arg, char *err, size_t er
         o->answers_path = arg;
         return 0;
     case OPT_CHECK_ONLY:
-        if (o->mode == LT_MODE_RAW)
-            goto both;
-        o->mode = LT_MODE_CHECK_ONLY;
-        return 0;
     case OPT_NO_CHECK:
-        if (o->mode == LT_MODE_CHECK_ONLY)
-            goto both;
-        o->mode = LT_MODE_RAW;
+    case OPT_LOAD_ONLY: {
+        enum lt_mode m = c == OPT_CHECK_ONLY ? LT_MODE_CHECK_ONLY
+                         : c == OPT_NO_CHECK ? LT_MODE_RAW
+                                             : LT_MODE_LOAD_ONLY;
+        if (o->mode != LT_MODE_RUN && o->mode != m) {
+            snprintf(err, errlen, "--check-only, --load-only and --no-check exclude each other");
+            return -1;
+        }
+        o->mode = m;
+        return 0;
+    }
+    case OPT_ALLOW_LOST_PENDING:
+        o->allow_lost_pending = 1;
         return 0;
     case OPT_LABEL:
         return copy_str("label", o->label, sizeof o->label, arg, err, errlen);
@@ -419,9 +445,6 @@ static int apply(struct lt_opts *o, int c, const char *arg, char *err, size_t er
         snprintf(err, errlen, "unknown flag (see --help)");
         return -1;
     }
-both:
-    snprintf(err, errlen, "--check-only and --no-check exclude each other");
-    return -1;
 }
 
 int lt_opts_parse(struct lt_opts *o, int argc, char **argv, char *err, size_t errlen)
@@ -447,8 +470,14 @@ int lt_opts_parse(struct lt_opts *o, int argc, char **argv, char *err, size_t er
         snprintf(err, errlen, "unexpected argument \"%s\" (see --help)", argv[optind]);
         return -1;
     }
-    if (parse_url(o, err, errlen) != 0)
-        return -1;
+    if (o->ntargets == 0)
+        snprintf(o->targets[o->ntargets++].url, LT_URL_MAX, "%s", DEFAULT_URL);
+    for (int i = 0; i < o->ntargets; i++)
+        if (parse_url(&o->targets[i], err, errlen) != 0)
+            return -1;
+    snprintf(o->url, sizeof o->url, "%s", o->targets[0].url);
+    snprintf(o->host, sizeof o->host, "%s", o->targets[0].host);
+    o->port = o->targets[0].port;
     if (lt_dist_parse(&o->qty, o->qty_spec, LT_MAX_QTY, err, errlen) != 0)
         return -1;
     if (o->requests < 0)
@@ -463,6 +492,10 @@ int lt_opts_parse(struct lt_opts *o, int argc, char **argv, char *err, size_t er
                  o->mode == LT_MODE_RAW          ? "raw load"
                  : o->mode == LT_MODE_CHECK_ONLY ? "check"
                                                  : "flash sale");
+    if (o->mode == LT_MODE_LOAD_ONLY && !o->answers_path) {
+        snprintf(err, errlen, "--load-only needs --answers (what --check-only will judge)");
+        return -1;
+    }
     if (o->mode == LT_MODE_RAW) {
         if (!o->sku)
             o->sku = 1; /* only names the path */

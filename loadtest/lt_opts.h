@@ -22,7 +22,8 @@ enum lt_exit {
 enum lt_mode {
     LT_MODE_RUN,        /* buyers, then the invariant check */
     LT_MODE_CHECK_ONLY, /* only the invariant check of an existing SKU */
-    LT_MODE_RAW         /* load only, no admin, no database (the HTTP ceiling) */
+    LT_MODE_RAW,        /* load only, no admin, no database (the HTTP ceiling) */
+    LT_MODE_LOAD_ONLY   /* buyers and their answers file; the check comes later */
 };
 
 enum lt_user_pick { LT_PICK_SEQ, LT_PICK_RANDOM };
@@ -35,12 +36,21 @@ enum lt_user_pick { LT_PICK_SEQ, LT_PICK_RANDOM };
 #define LT_MAX_QTY 1000         /* the service's default max_qty_per_order */
 #define LT_MAX_CONCURRENCY 5000 /* connections */
 #define LT_MAX_DURATION_S 3600  /* hard bound on any run */
+#define LT_MAX_TARGETS 8        /* --url given several times: instances of one service */
 
-struct lt_opts {
-    enum lt_mode mode;
+struct lt_target {
     char url[LT_URL_MAX];
     char host[LT_HOST_MAX]; /* numeric loopback address */
     int port;
+};
+
+struct lt_opts {
+    enum lt_mode mode;
+    char url[LT_URL_MAX];   /* the first --url: admin requests and reports */
+    char host[LT_HOST_MAX]; /* numeric loopback address */
+    int port;
+    struct lt_target targets[LT_MAX_TARGETS]; /* buyers' connection i goes to i mod n */
+    int ntargets;
     char token[LT_TOKEN_MAX];
     int64_t sku; /* 0: none given */
     int create_sku;
@@ -55,6 +65,7 @@ struct lt_opts {
     double retry_share;
     uint64_t seed;
     int timeout_ms;
+    int error_pause_ms; /* a connection waits this long after no answer or a 503 */
     int64_t admin_deltas;
     int admin_every_ms;
     int64_t admin_max_delta;
@@ -65,6 +76,7 @@ struct lt_opts {
     const char *report_html; /* NULL: none */
     const char *json_path;   /* NULL: derived from report_html, else none */
     const char *answers_path;
+    int allow_lost_pending; /* a 202 without a row is counted, not a violation */
     char label[LT_LABEL_MAX];
 };
 

@@ -33,7 +33,7 @@ void lt_report_metrics(const struct lt_report_in *in, struct lt_metrics *m)
     if (in->st && in->sum) {
         const struct lt_stats *st = in->st;
         m->answers = lt_stats_total(st, 0);
-        m->accepted = st->measured[LT_ANS_ACCEPTED];
+        m->accepted = lt_stats_new_orders(st->measured);
         if (in->sum->measured_s > 0) {
             m->throughput_rps = (double)m->answers / in->sum->measured_s;
             m->accepted_per_s = (double)m->accepted / in->sum->measured_s;
@@ -53,7 +53,7 @@ void lt_report_metrics(const struct lt_report_in *in, struct lt_metrics *m)
             (double)(in->sum->last_accept_wall_us - in->sum->first_accept_wall_us) / 1e6;
         double row_span = (double)(f->last_created_us - f->first_created_us) / 1e6;
         m->have_writer = acc_span >= WRITER_MIN_SPAN_S; /* a burst says nothing about a rate */
-        m->writer_accepted_per_s = (double)in->st->all[LT_ANS_ACCEPTED] / acc_span;
+        m->writer_accepted_per_s = (double)lt_stats_new_orders(in->st->all) / acc_span;
         m->writer_confirmed_per_s = (double)f->run_orders / row_span;
         m->writer_ratio = m->writer_confirmed_per_s / m->writer_accepted_per_s;
     }
@@ -85,7 +85,7 @@ void lt_report_text(FILE *out, const struct lt_report_in *in)
                 o->seed);
         fprintf(out,
                 "time      %.2f s (measured %.2f s after %.1f s warm-up)%s\n"
-                "rate      %.0f answers/s, %.0f new orders/s (202)\n",
+                "rate      %.0f answers/s, %.0f new orders/s (201/202/409 with an order id)\n",
                 s->elapsed_s, s->measured_s, o->warmup_s, s->interrupted ? ", INTERRUPTED" : "",
                 m.throughput_rps, m.accepted_per_s);
         fprintf(out,
@@ -138,7 +138,10 @@ void lt_report_text(FILE *out, const struct lt_report_in *in)
     if (in->check_error)
         fprintf(out, "check     could not finish: %s\n", in->check_error);
     if (in->exit_code == LT_EXIT_OK)
-        fprintf(out, "RESULT    ok%s\n", c ? ": every invariant held" : "");
+        fprintf(out, "RESULT    ok%s\n",
+                c                              ? ": every invariant held"
+                : o->mode == LT_MODE_LOAD_ONLY ? ": answers saved, not checked (--check-only)"
+                                               : "");
     else if (in->exit_code == LT_EXIT_VIOLATION)
         fprintf(out, "RESULT    VIOLATION (exit 1)\n");
     else
@@ -163,7 +166,7 @@ static json_t *series_json(const struct lt_stats *st)
         }
         json_array_append_new(t, json_integer((json_int_t)i));
         json_array_append_new(rps, json_integer((json_int_t)n));
-        json_array_append_new(acc, json_integer((json_int_t)s->answers[LT_ANS_ACCEPTED]));
+        json_array_append_new(acc, json_integer((json_int_t)lt_stats_new_orders(s->answers)));
         json_array_append_new(p50, json_real(us_ms(lt_hist_percentile(&s->lat, 50))));
         json_array_append_new(p99, json_real(us_ms(lt_hist_percentile(&s->lat, 99))));
         json_array_append_new(mx, json_real(us_ms(s->lat.count ? s->lat.max : 0)));
@@ -179,7 +182,7 @@ int lt_report_json(const char *path, const struct lt_report_in *in, char *err, s
     const struct lt_opts *o = in->o;
     struct lt_metrics m;
     lt_report_metrics(in, &m);
-    static const char *const modes[] = {"run", "check-only", "raw"};
+    static const char *const modes[] = {"run", "check-only", "raw", "load-only"};
     json_t *root = json_object();
     json_object_set_new(root, "label", json_string(o->label));
     json_object_set_new(root, "mode", json_string(modes[o->mode]));
@@ -220,7 +223,7 @@ int lt_report_json(const char *path, const struct lt_report_in *in, char *err, s
     if (in->ans)
         json_object_set_new(
             root, "promises",
-            json_pack("{s:I, s:I, s:I, s:I, s:{s:I, s:I, s:I, s:I}}", "orders_202",
+            json_pack("{s:I, s:I, s:I, s:I, s:{s:I, s:I, s:I, s:I}}", "orders",
                       (json_int_t)in->ans->n, "unknown", (json_int_t)in->ans->unknown,
                       "idem_mismatch", (json_int_t)in->ans->idem_mismatch, "unexpected",
                       (json_int_t)in->ans->unexpected, "admin", "applied_sum",
@@ -260,6 +263,13 @@ int lt_report_json(const char *path, const struct lt_report_in *in, char *err, s
                       (json_int_t)f->answered_units, "unanswered_rows",
                       (json_int_t)f->unanswered_rows, "admin_ledger_sum",
                       (json_int_t)f->admin_ledger_sum, "drain_s", f->drain_s));
+        json_object_set_new(json_object_get(inv, "facts"), "answered",
+                            json_pack("{s:I, s:I, s:I, s:I, s:I}", "confirmed_201",
+                                      (json_int_t)f->answered_confirmed, "rejected_409",
+                                      (json_int_t)f->answered_rejected, "pending_202",
+                                      (json_int_t)f->answered_pending, "lost_202",
+                                      (json_int_t)f->lost_pending_orders, "lost_202_units",
+                                      (json_int_t)f->lost_pending_units));
     }
     json_object_set_new(root, "invariants", inv);
     int rc = json_dump_file(root, path, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
@@ -380,7 +390,8 @@ static void svg_lines(FILE *f, const char *title, const char *unit, const struct
 static void svg_bars(FILE *f, const struct lt_stats *st)
 {
     static const char *const colors[LT_ANS_COUNT] = {
-        [LT_ANS_ACCEPTED] = "#2a9d43",    [LT_ANS_REPLAYED] = "#74c476",
+        [LT_ANS_CONFIRMED] = "#1b7837",   [LT_ANS_ACCEPTED] = "#2a9d43",
+        [LT_ANS_REJECTED] = "#8c6bb1",    [LT_ANS_REPLAYED] = "#74c476",
         [LT_ANS_SOLD_OUT] = "#3778bf",    [LT_ANS_LIMIT] = "#6baed6",
         [LT_ANS_NOT_ACTIVE] = "#9ecae1",  [LT_ANS_CONFLICT] = "#d62728",
         [LT_ANS_IDEM_REUSED] = "#d62728", [LT_ANS_BAD_REQUEST] = "#d62728",
@@ -445,14 +456,14 @@ static void html_charts(FILE *f, const struct lt_report_in *in)
             tot += s->answers[a];
         double scale = i == n - 1 ? 1.0 / last_frac : 1.0;
         rps[i] = (double)tot * scale;
-        acc[i] = (double)s->answers[LT_ANS_ACCEPTED] * scale;
+        acc[i] = (double)lt_stats_new_orders(s->answers) * scale;
         p50[i] = s->lat.count ? us_ms(lt_hist_percentile(&s->lat, 50)) : -1;
         p99[i] = s->lat.count ? us_ms(lt_hist_percentile(&s->lat, 99)) : -1;
         mx[i] = s->lat.count ? us_ms(s->lat.max) : -1;
         queue[i] = (double)s->queue_len;
         have_queue |= s->queue_len >= 0;
     }
-    struct line thr[] = {{"answers/s", "#3778bf", rps}, {"new orders/s (202)", "#2a9d43", acc}};
+    struct line thr[] = {{"answers/s", "#3778bf", rps}, {"new orders/s", "#2a9d43", acc}};
     svg_lines(f, "Throughput per second", "per s", thr, 2, n, in->o->warmup_s);
     struct line lat[] = {{"p50", "#2a9d43", p50}, {"p99", "#ff7f0e", p99}, {"max", "#d62728", mx}};
     svg_lines(f, "Latency per second", "ms", lat, 3, n, in->o->warmup_s);

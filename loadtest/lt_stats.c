@@ -7,21 +7,23 @@
 
 static const struct {
     const char *name, *key;
-    int unknown, unexpected;
+    int unknown, unexpected, order, settles;
 } answer_info[LT_ANS_COUNT] = {
-    [LT_ANS_ACCEPTED] = {"202 accepted", "accepted", 0, 0},
-    [LT_ANS_REPLAYED] = {"202 replayed", "replayed", 0, 0},
-    [LT_ANS_SOLD_OUT] = {"409 sold_out", "sold_out", 0, 0},
-    [LT_ANS_LIMIT] = {"409 limit_exceeded", "limit_exceeded", 0, 0},
-    [LT_ANS_NOT_ACTIVE] = {"409 sale_not_active", "sale_not_active", 0, 0},
-    [LT_ANS_CONFLICT] = {"409 other", "conflict_other", 0, 1},
-    [LT_ANS_IDEM_REUSED] = {"422 idempotency_key_reused", "idempotency_key_reused", 0, 1},
-    [LT_ANS_BAD_REQUEST] = {"400 invalid_request", "bad_request", 0, 1},
-    [LT_ANS_NOT_FOUND] = {"404 not found", "not_found", 0, 1},
-    [LT_ANS_UNAVAILABLE] = {"503 unavailable", "unavailable", 1, 0},
-    [LT_ANS_TIMEOUT] = {"no answer (timeout)", "timeout", 1, 0},
-    [LT_ANS_NET_ERROR] = {"no answer (connection)", "net_error", 1, 0},
-    [LT_ANS_OTHER] = {"other status", "other", 1, 1},
+    [LT_ANS_CONFIRMED] = {"201 confirmed", "confirmed", 0, 0, 1, 1},
+    [LT_ANS_ACCEPTED] = {"202 pending", "accepted", 0, 0, 1, 1},
+    [LT_ANS_REJECTED] = {"409 rejected (order id)", "rejected", 0, 0, 1, 1},
+    [LT_ANS_REPLAYED] = {"replayed (same order)", "replayed", 0, 0, 1, 1},
+    [LT_ANS_SOLD_OUT] = {"409 sold_out", "sold_out", 0, 0, 0, 1},
+    [LT_ANS_LIMIT] = {"409 limit_exceeded", "limit_exceeded", 0, 0, 0, 1},
+    [LT_ANS_NOT_ACTIVE] = {"409 sale_not_active", "sale_not_active", 0, 0, 0, 1},
+    [LT_ANS_CONFLICT] = {"409 other", "conflict_other", 0, 1, 0, 1},
+    [LT_ANS_IDEM_REUSED] = {"422 idempotency_key_reused", "idempotency_key_reused", 0, 1, 0, 1},
+    [LT_ANS_BAD_REQUEST] = {"400 invalid_request", "bad_request", 0, 1, 0, 1},
+    [LT_ANS_NOT_FOUND] = {"404 not found", "not_found", 0, 1, 0, 1},
+    [LT_ANS_UNAVAILABLE] = {"503 unavailable", "unavailable", 0, 0, 0, 0},
+    [LT_ANS_TIMEOUT] = {"no answer (timeout)", "timeout", 1, 0, 0, 0},
+    [LT_ANS_NET_ERROR] = {"no answer (connection)", "net_error", 1, 0, 0, 0},
+    [LT_ANS_OTHER] = {"other status", "other", 1, 1, 0, 0},
 };
 
 const char *lt_answer_name(enum lt_answer a)
@@ -37,6 +39,16 @@ const char *lt_answer_key(enum lt_answer a)
 int lt_answer_is_unknown(enum lt_answer a)
 {
     return answer_info[a].unknown;
+}
+
+int lt_answer_names_order(enum lt_answer a)
+{
+    return answer_info[a].order;
+}
+
+int lt_answer_settles(enum lt_answer a)
+{
+    return answer_info[a].settles;
 }
 
 int lt_answer_is_unexpected(enum lt_answer a)
@@ -104,6 +116,11 @@ void lt_stats_queue(struct lt_stats *st, uint64_t t_us, int64_t len)
         s->queue_len = len;
     if (len > st->queue_max)
         st->queue_max = len;
+}
+
+uint64_t lt_stats_new_orders(const uint64_t *counts)
+{
+    return counts[LT_ANS_CONFIRMED] + counts[LT_ANS_ACCEPTED] + counts[LT_ANS_REJECTED];
 }
 
 uint64_t lt_stats_total(const struct lt_stats *st, int all_answers)

@@ -14,8 +14,10 @@
 
 /* The kinds of answer a buyer can get. */
 enum lt_answer {
-    LT_ANS_ACCEPTED,    /* 202, a new order */
-    LT_ANS_REPLAYED,    /* 202 "replayed": same Idempotency-Key, same order */
+    LT_ANS_CONFIRMED,   /* 201, a new order committed in PostgreSQL (durable mode) */
+    LT_ANS_ACCEPTED,    /* 202, a new order reserved, not (yet) committed */
+    LT_ANS_REJECTED,    /* 409 with an order id: reserved, refused by the database */
+    LT_ANS_REPLAYED,    /* 201/202/409 "replayed": same Idempotency-Key, same order */
     LT_ANS_SOLD_OUT,    /* 409 sold_out */
     LT_ANS_LIMIT,       /* 409 limit_exceeded */
     LT_ANS_NOT_ACTIVE,  /* 409 sale_not_active */
@@ -23,7 +25,7 @@ enum lt_answer {
     LT_ANS_IDEM_REUSED, /* 422 idempotency_key_reused */
     LT_ANS_BAD_REQUEST, /* 400 */
     LT_ANS_NOT_FOUND,   /* 404 */
-    LT_ANS_UNAVAILABLE, /* 503: the outcome is unknown */
+    LT_ANS_UNAVAILABLE, /* 503: nothing was taken */
     LT_ANS_TIMEOUT,     /* no answer within --timeout-ms: unknown */
     LT_ANS_NET_ERROR,   /* connection refused/reset, bad reply: unknown */
     LT_ANS_OTHER,       /* any other status */
@@ -36,6 +38,11 @@ const char *lt_answer_name(enum lt_answer a);
 const char *lt_answer_key(enum lt_answer a);
 /* True for answers that leave open whether an order was made. */
 int lt_answer_is_unknown(enum lt_answer a);
+/* True for answers that name an order (201, 202, 409 with an order id). */
+int lt_answer_names_order(enum lt_answer a);
+/* True for answers that settle a request for good: an order or a refusal.  A
+ * 503 took nothing but settles nothing either: a retry may still succeed. */
+int lt_answer_settles(enum lt_answer a);
 /* True for answers a correct service and a correct generator never produce. */
 int lt_answer_is_unexpected(enum lt_answer a);
 
@@ -70,6 +77,10 @@ void lt_stats_record(struct lt_stats *st, uint64_t t_us, enum lt_answer a, uint6
 
 /* Records the order queue length seen t_us after the start. */
 void lt_stats_queue(struct lt_stats *st, uint64_t t_us, int64_t len);
+
+/* New orders among counts[LT_ANS_COUNT]: 201, 202 and 409 with an order id,
+ * replays left out. */
+uint64_t lt_stats_new_orders(const uint64_t *counts);
 
 /* Sum of measured[] (or all[] when all_answers). */
 uint64_t lt_stats_total(const struct lt_stats *st, int all_answers);

@@ -129,7 +129,7 @@ SECKILL_ADMIN_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
 
 # ---- 1. HTTP ceiling
 for ((try = 1; ; try++)); do
-    CPORT=$(lt_free_port) || die "no free port"
+    CPORT=$(se_free_port) || die "no free port"
     "$CEILING" --addr "127.0.0.1:$CPORT" --threads "$HTTP_THREADS" \
         --max-seconds $((RUN_SECS * 4 + 120)) >"$OUT/http-ceiling.log" 2>&1 &
     LT_EXTRA_PID=$!

@@ -13,6 +13,7 @@ PACKAGES=(
     redis-server postgresql
     curl ca-certificates
     iproute2 # ss, used by scripts/run-tests.sh to find free ports
+    jq procps # scripts/faults.sh reads the load generator's JSON, finds PostgreSQL's children
 )
 if [[ ${VALGRIND:-0} == 1 ]]; then
     PACKAGES+=(valgrind)

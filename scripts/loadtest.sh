@@ -48,7 +48,7 @@ lt_token "$VAR"
 if lt_healthy "$ADDR"; then
     say "reusing the seckilld answering on $ADDR"
 else
-    lt_port_busy "${ADDR##*:}" && die "$ADDR is taken by something that is not a healthy seckilld"
+    se_port_busy "${ADDR##*:}" && die "$ADDR is taken by something that is not a healthy seckilld"
     lt_daemon_start "$ADDR" "$OUT/seckilld.log" || die "seckilld could not start on $ADDR"
 fi
 

@@ -16,8 +16,6 @@
 set -euo pipefail
 
 PROG=run-tests.sh
-PORT_TRIES=50
-STACK_TRIES=3
 
 die() {
     printf '%s: error: %s\n' "$PROG" "$*" >&2
@@ -27,6 +25,8 @@ say() { printf '%s: %s\n' "$PROG" "$*"; }
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 STACK=$ROOT/scripts/stack.sh
+# shellcheck source=scripts/stack-env.sh
+source "$ROOT/scripts/stack-env.sh"
 
 (($# > 0)) || die "no test binaries given (usage: $0 BIN...)"
 
@@ -52,28 +52,6 @@ fi
 TEST_TIMEOUT=${SECKILL_TEST_TIMEOUT:-900}
 [[ $TEST_TIMEOUT =~ ^[0-9]+$ ]] || die "bad SECKILL_TEST_TIMEOUT: $TEST_TIMEOUT"
 
-port_busy() {
-    if command -v ss >/dev/null 2>&1; then
-        [[ -n $(ss -ltnH "sport = :$1" 2>/dev/null) ]]
-    else
-        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
-    fi
-}
-
-# pick_port [EXCLUDE]: a random port in 20000-45000 nobody listens on.
-pick_port() {
-    local i p
-    for ((i = 0; i < PORT_TRIES; i++)); do
-        p=$((20000 + (RANDOM * 32768 + RANDOM) % 25001))
-        [[ $p == "${1:-}" ]] && continue
-        port_busy "$p" || {
-            printf '%s\n' "$p"
-            return 0
-        }
-    done
-    return 1
-}
-
 rand_hex() { od -An -N"$1" -tx1 /dev/urandom | tr -d ' \n'; }
 
 TEST_DIR=
@@ -93,7 +71,7 @@ cleanup() {
             printf '%s: warning: stopping the stack in %s failed\n' "$PROG" "$TEST_DIR" >&2
         if [[ ${KEEP_TEST_STACK:-0} == 1 ]]; then
             printf '%s: KEEP_TEST_STACK=1: kept %s (stack stopped; restart with: SECKILL_REDIS_PORT=%s SECKILL_PG_PORT=%s %s start %s)\n' \
-                "$PROG" "$TEST_DIR" "${rport:-?}" "${pport:-?}" "$STACK" "$TEST_DIR" >&2
+                "$PROG" "$TEST_DIR" "${SE_REDIS_PORT:-?}" "${SE_PG_PORT:-?}" "$STACK" "$TEST_DIR" >&2
         else
             rm -rf "$TEST_DIR"
         fi
@@ -106,26 +84,11 @@ trap 'printf "%s: terminated\n" "$PROG" >&2; exit 143' TERM
 
 mkdir -p "$ROOT/var"
 
-# Start the stack; retry with other ports if one got taken meanwhile (exit 3).
-for ((attempt = 1; ; attempt++)); do
-    rport=$(pick_port) || die "no free port found in 20000-45000 after $PORT_TRIES tries"
-    pport=$(pick_port "$rport") || die "no free port found in 20000-45000 after $PORT_TRIES tries"
-    TEST_DIR=$ROOT/var/test-$$-$(rand_hex 4)
-    mkdir "$TEST_DIR"
-    say "stack in $TEST_DIR (redis :$rport, postgres :$pport)"
-    set +e
-    SECKILL_REDIS_PORT=$rport SECKILL_PG_PORT=$pport "$STACK" start "$TEST_DIR"
-    st=$?
-    set -e
-    ((st == 0)) && break
-    "$STACK" stop "$TEST_DIR" >/dev/null 2>&1 || true
-    if ((st == 3 && attempt < STACK_TRIES)); then
-        rm -rf "$TEST_DIR"
-        say "port clash, retrying with other ports"
-        continue
-    fi
-    die "could not start the test stack (see above)"
-done
+TEST_DIR=$ROOT/var/test-$$-$(rand_hex 4)
+mkdir "$TEST_DIR"
+say "stack in $TEST_DIR"
+se_stack_start_free "$TEST_DIR" || die "could not start the test stack (see above)"
+say "redis :$SE_REDIS_PORT, postgres :$SE_PG_PORT"
 
 # shellcheck source=/dev/null
 source "$TEST_DIR/env"

@@ -1,0 +1,678 @@
+#!/usr/bin/env bash
+# `make faults`: faults injected into a real local stack under load, each
+# judged by `seckill-loadtest --check-only` on what the buyers were answered,
+# plus the scenario's own assertions and the time the service took to heal by
+# itself (no admin call, no restart beyond what the fault did).
+#
+# Starts its own Redis + PostgreSQL on free loopback ports in var/faults-*,
+# its own seckilld instances, and removes all of it at the end.
+#
+# Scenarios (FAULTS_ONLY=name,... runs a subset, in this order):
+#   daemon-kill          kill -9 of the daemon mid-batch under load, restarted
+#   redis-restart-aof    kill -9 of Redis, restarted with its AOF
+#   redis-restart-empty  kill -9 of Redis, restarted without its data
+#   pg-stop              PostgreSQL stopped (immediate) under load, started again
+#   pg-freeze            PostgreSQL SIGSTOPped (postmaster and children), SIGCONT
+#   redis-freeze         Redis SIGSTOPped longer than redis_timeout_ms, SIGCONT
+#   two-daemons-kill-one two daemons share the load, kill -9 of one
+#   writer-frozen        two daemons, one SIGSTOPped longer than lock_ttl_ms
+#   adjust-crash         a daemon dies between the Redis step and COMMIT of a delta
+#
+# Env in: BUILD (build), FAULTS_SHORT=1 (small loads: the whole suite in a few
+#         minutes), FAULTS_ONLY, FAULTS_ORDER_ACK (durable; reserved judges
+#         healing by 202s), FAULTS_KEEP=1 (keep var/faults-* for a look),
+#         FAULTS_SEED (1); SECKILL_* settings reach every daemon (the short
+#         leases and intervals below are defaults only).
+set -euo pipefail
+
+PROG=faults.sh
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
+cd "$ROOT"
+BUILD_DIR=${BUILD:-build}
+[[ $BUILD_DIR == /* ]] || BUILD_DIR=$ROOT/$BUILD_DIR
+# shellcheck source=loadtest/lt-env.sh
+source "$ROOT/loadtest/lt-env.sh"
+
+DAEMON=$BUILD_DIR/seckilld
+LOADTEST=$BUILD_DIR/seckill-loadtest
+for b in "$DAEMON" "$LOADTEST"; do
+    [[ -x $b ]] || die "$b is missing; build it first (make all)"
+done
+for c in curl jq redis-cli ps; do
+    command -v "$c" >/dev/null 2>&1 || die "$c is not installed (run scripts/deps.sh)"
+done
+
+ALL_SCENARIOS=(daemon-kill redis-restart-aof redis-restart-empty pg-stop pg-freeze redis-freeze
+    two-daemons-kill-one writer-frozen adjust-crash)
+
+# ---------------------------------------------------------------- settings
+
+SHORT=${FAULTS_SHORT:-0}
+SEED=${FAULTS_SEED:-1}
+ACK=${FAULTS_ORDER_ACK:-durable}
+case $ACK in
+durable) OK_CODE=201 ;;
+reserved) OK_CODE=202 ;;
+*) die "FAULTS_ORDER_ACK must be durable or reserved, not '$ACK'" ;;
+esac
+if [[ $SHORT == 1 ]]; then
+    LOAD_S=8 CONCURRENCY=16
+else
+    LOAD_S=25 CONCURRENCY=64
+fi
+FAULT_AT_S=2           # into the load
+DOWN_S=2               # a killed or stopped part stays down this long
+FREEZE_S=8             # SIGSTOP of PostgreSQL or Redis
+WRITER_FREEZE_S=5      # SIGSTOP of a daemon: longer than its lock lease below
+HEALTHZ_BOUND_S=5      # /healthz must answer 503 this fast while PostgreSQL is frozen
+PROBE_EVERY_S=0.1      # healing probes
+REQUEST_TIMEOUT_MS=4000
+DRAIN_TIMEOUT_S=120
+STACK_WAIT_TENTHS=300 # a killed server must be gone within 30 s
+MID_BATCH_TRIES=100   # samples of the writer's pending entries before a kill
+ADMIN_MAX_TIME_S=10
+AFTER_USER_BASE=2000000000 # buyers of the "sales continue" run, apart from the load's
+PROBE_STOCK=1000000000 # never sold out during a scenario
+PROBE_LIMIT=1000
+
+# Short leases and intervals so that healing fits the bounds below; reserved
+# mode or durable mode as asked.  Unknown settings are ignored by a daemon
+# that does not have them yet.
+export SECKILL_LOG_LEVEL=${SECKILL_LOG_LEVEL:-info}
+export SECKILL_ORDER_ACK=${SECKILL_ORDER_ACK:-$ACK}
+export SECKILL_ORDER_ACK_WAIT_MS=${SECKILL_ORDER_ACK_WAIT_MS:-2000}
+export SECKILL_LOCK_TTL_MS=${SECKILL_LOCK_TTL_MS:-3000}
+export SECKILL_REDIS_TIMEOUT_MS=${SECKILL_REDIS_TIMEOUT_MS:-500}
+export SECKILL_PG_STATEMENT_TIMEOUT_MS=${SECKILL_PG_STATEMENT_TIMEOUT_MS:-2000}
+export SECKILL_PG_CLIENT_TIMEOUT_MS=${SECKILL_PG_CLIENT_TIMEOUT_MS:-2500} # between the two above
+export SECKILL_WRITER_CLAIM_IDLE_MS=${SECKILL_WRITER_CLAIM_IDLE_MS:-1000}
+export SECKILL_WRITER_REFRESH_MS=${SECKILL_WRITER_REFRESH_MS:-500}
+export SECKILL_RECONCILE_INTERVAL_MS=${SECKILL_RECONCILE_INTERVAL_MS:-2000}
+
+# Healing bounds (seconds), stated per scenario: the time from the end of the
+# fault (restart, SIGCONT, kill of one of two daemons) to the first order
+# answered OK_CODE again (or, for adjust-crash, Redis agreeing with skus.stock).
+declare -A HEAL_BOUND=(
+    [daemon-kill]=20 [redis-restart-aof]=15 [redis-restart-empty]=30 [pg-stop]=20
+    [pg-freeze]=15 [redis-freeze]=15 [two-daemons-kill-one]=20 [writer-frozen]=20
+    [adjust-crash]=15
+)
+
+# ---------------------------------------------------------------- bookkeeping
+
+SCRATCH=
+STACK_DIR=
+DAEMON_PIDS=() # every seckilld started here and not yet stopped
+FROZEN_PIDS=() # every process SIGSTOPped here and not yet continued
+LOAD_PID=
+SCEN=        # the scenario running
+SDIR=        # its directory
+REASONS=()   # why it failed
+HEAL_S=      # healing time observed
+NOTES=()     # what it observed besides
+RESULTS=()
+
+rand_hex() { od -An -N"$1" -tx1 /dev/urandom | tr -d ' \n'; }
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a <= b) }'; }
+
+fail() {
+    REASONS+=("$*")
+    printf '%s: [%s] FAIL: %s\n' "$PROG" "$SCEN" "$*" >&2
+}
+note() {
+    NOTES+=("$*")
+    say "[$SCEN] $*"
+}
+
+# thaw: SIGCONT everything frozen here (a frozen server must never be left).
+thaw() {
+    local p
+    for p in "${FROZEN_PIDS[@]}"; do
+        kill -CONT "$p" 2>/dev/null || true
+    done
+    FROZEN_PIDS=()
+}
+
+# freeze PID...: SIGSTOP, remembered for thaw.
+freeze() {
+    local p
+    for p in "$@"; do
+        FROZEN_PIDS+=("$p")
+        kill -STOP "$p" 2>/dev/null || true
+    done
+}
+
+stop_daemons() {
+    local p
+    for p in "${DAEMON_PIDS[@]}"; do
+        lt_stop "$p" seckilld
+    done
+    DAEMON_PIDS=()
+}
+
+faults_cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM
+    thaw
+    lt_stop "$LOAD_PID" seckill-loadtest
+    stop_daemons
+    if [[ -n $STACK_DIR ]]; then
+        "$LT_STACK" stop "$STACK_DIR" >/dev/null ||
+            printf '%s: warning: stopping the stack in %s failed\n' "$PROG" "$STACK_DIR" >&2
+    fi
+    if [[ -n $SCRATCH && -d $SCRATCH ]]; then
+        if [[ ${FAULTS_KEEP:-0} == 1 ]]; then
+            say "FAULTS_KEEP=1: kept $SCRATCH"
+        else
+            rm -rf "$SCRATCH"
+        fi
+    fi
+    exit "$rc"
+}
+trap faults_cleanup EXIT
+trap 'printf "\n%s: interrupted\n" "$PROG" >&2; exit 130' INT
+trap 'printf "%s: terminated\n" "$PROG" >&2; exit 143' TERM
+
+# ---------------------------------------------------------------- servers
+
+redis_pid() { tr -dc '0-9' <"$STACK_DIR/redis/redis.pid" 2>/dev/null || true; }
+pg_pid() { head -n1 "$STACK_DIR/pg/data/postmaster.pid" 2>/dev/null | tr -dc '0-9' || true; }
+
+# wait_gone PID: bounded wait until PID no longer runs.
+wait_gone() {
+    local i
+    for ((i = 0; i < STACK_WAIT_TENTHS; i++)); do
+        kill -0 "$1" 2>/dev/null || return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# start_daemon NAME [PORT]: seckilld with the caller's environment (add
+# settings as VAR=value before the call), on PORT or a free port.  Sets
+# D_PID and D_PORT; the log is SDIR/NAME.log.
+start_daemon() {
+    local name=$1 port=${2:-} i
+    for ((i = 0; i < LT_START_TRIES; i++)); do
+        [[ -n ${2:-} ]] || port=$(se_free_port) || die "no free port"
+        if lt_daemon_start "127.0.0.1:$port" "$SDIR/$name.log"; then
+            D_PID=$LT_DAEMON_PID D_PORT=$port
+            DAEMON_PIDS+=("$D_PID")
+            LT_DAEMON_PID=
+            return 0
+        fi
+        [[ -z ${2:-} ]] || break
+    done
+    fail "seckilld $name did not start (log $SDIR/$name.log)"
+    return 1
+}
+
+# forget_daemon PID: it was killed here; reap it.
+forget_daemon() {
+    local p keep=()
+    wait "$1" 2>/dev/null || true
+    for p in "${DAEMON_PIDS[@]}"; do
+        [[ $p == "$1" ]] || keep+=("$p")
+    done
+    DAEMON_PIDS=("${keep[@]}")
+}
+
+admin() { # admin METHOD URL [JSON]: prints the body, then the status on its own line
+    local args=(-sS --max-time "$ADMIN_MAX_TIME_S" -X "$1" -H "Authorization: Bearer $SECKILL_ADMIN_TOKEN"
+        -w '\n%{http_code}')
+    [[ -n ${3:-} ]] && args+=(-H 'Content-Type: application/json' -d "$3")
+    curl "${args[@]}" "$2" 2>/dev/null || printf '\n000'
+}
+
+# create_sku URL ID STOCK LIMIT
+create_sku() {
+    local out
+    out=$(admin POST "$1/admin/v1/skus" \
+        "{\"id\":$2,\"name\":\"faults $SCEN $2\",\"stock\":$3,\"per_user_limit\":$4}")
+    [[ ${out##*$'\n'} == 201 ]] || {
+        fail "creating SKU $2 answered ${out//$'\n'/ }"
+        return 1
+    }
+}
+
+# ---------------------------------------------------------------- load and checks
+
+# load_start SKU URL...: buyers in the background for LOAD_S seconds on a
+# new SKU, answers to SDIR/load.answers.
+load_start() {
+    local sku=$1 urls=() u
+    shift
+    for u in "$@"; do urls+=(--url "$u"); done
+    "$LOADTEST" --load-only "${urls[@]}" --sku "$sku" --create-sku --stock "$PROBE_STOCK" \
+        --limit 5 --qty 1:80,2:20 --users 100000000 --requests 100000000 \
+        --retry-share 0.1 --concurrency "$CONCURRENCY" --duration "$LOAD_S" \
+        --timeout-ms "$REQUEST_TIMEOUT_MS" --seed "$SEED" --label "$SCEN" \
+        --answers "$SDIR/load.answers" --json "$SDIR/load.json" \
+        </dev/null >"$SDIR/load.log" 2>&1 &
+    LOAD_PID=$!
+}
+
+# load_wait: the load ends by itself (duration + request timeout + grace).
+load_wait() {
+    local st=0 limit=$((LOAD_S + REQUEST_TIMEOUT_MS / 1000 + 30)) i
+    for ((i = 0; i < limit * 10; i++)); do
+        kill -0 "$LOAD_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    if kill -0 "$LOAD_PID" 2>/dev/null; then
+        fail "the load did not end within ${limit}s"
+        lt_stop "$LOAD_PID" seckill-loadtest
+    fi
+    wait "$LOAD_PID" || st=$?
+    LOAD_PID=
+    if ((st != 0)); then
+        fail "the load exited $st (log $SDIR/load.log)"
+        tail -n 5 "$SDIR/load.log" >&2 || true
+        return 1
+    fi
+    note "load: $(jq -r '.run.answers | to_entries | map(select(.value > 0) | "\(.key) \(.value)") | join(", ")' "$SDIR/load.json")"
+}
+
+# answers KEY: how many answers of that kind the load got.
+answers() { jq -r --arg k "$1" '.run.answers[$k] // 0' "$SDIR/load.json"; }
+
+# check SKU NAME [FLAGS...]: seckill-loadtest --check-only; its report in
+# SDIR/NAME.check.  Returns its exit status.
+check() {
+    local sku=$1 name=$2 st=0
+    shift 2
+    timeout -k 5 $((DRAIN_TIMEOUT_S + 60)) "$LOADTEST" --check-only --sku "$sku" \
+        --drain-timeout "$DRAIN_TIMEOUT_S" --json "$SDIR/$name.check.json" "$@" \
+        </dev/null >"$SDIR/$name.check" 2>&1 || st=$?
+    return "$st"
+}
+
+# judge SKU [FLAGS...]: the scenario's load checked with its answers.
+judge() {
+    local sku=$1 st=0
+    shift
+    check "$sku" load --answers "$SDIR/load.answers" "$@" || st=$?
+    if ((st != 0)); then
+        fail "invariants of the load on SKU $sku (check-only exit $st)"
+        return 1
+    fi
+    note "check: $(jq -r '.invariants.facts | "\(.run_orders) orders, \(.run_units_sold) units sold; answered 201 \(.answered.confirmed_201), 409+id \(.answered.rejected_409), 202 \(.answered.pending_202) (lost \(.answered.lost_202))"' "$SDIR/load.check.json")"
+}
+
+# probe URL SKU: one order of a new buyer on the probe SKU.  Prints
+# "CODE RETRY_AFTER" (RETRY_AFTER 1 when the header came).
+PROBE_USER=0
+probe() {
+    local code ra hdr=$SDIR/probe.headers
+    PROBE_USER=$((PROBE_USER + 1))
+    code=$(curl -s -o /dev/null -D "$hdr" --max-time 5 -w '%{http_code}' \
+        -H 'Content-Type: application/json' -d "{\"user_id\":$PROBE_USER,\"qty\":1}" \
+        "$1/api/v1/skus/$2/orders" 2>/dev/null) || code=${code:-000}
+    ra=$(grep -ci '^retry-after:' "$hdr" 2>/dev/null || true)
+    printf '%s %s\n' "$code" "${ra:-0}"
+}
+
+# heal URL SKU T0 WHAT: probes until an order is answered OK_CODE, at most
+# the scenario's bound after T0 (the moment WHAT happened).  Sets HEAL_S;
+# every probe answer goes to SDIR/probes.
+heal() {
+    local url=$1 sku=$2 t0=$3 what=$4 bound=${HEAL_BOUND[$SCEN]} out
+    while :; do
+        out=$(probe "$url" "$sku")
+        printf '%s %s\n' "$(since "$t0")" "$out" >>"$SDIR/probes"
+        if [[ ${out%% *} == "$OK_CODE" ]]; then
+            HEAL_S=$(since "$t0")
+            note "healed: an order answered $OK_CODE ${HEAL_S}s after $what (bound ${bound}s)"
+            return 0
+        fi
+        le "$(since "$t0")" "$bound" || break
+        sleep "$PROBE_EVERY_S"
+    done
+    fail "not healed within ${bound}s: last probe answered ${out%% *} (probes in $SDIR/probes)"
+    return 1
+}
+
+# sales_continue URL SKU: a short, checked run on the scenario's SKU.
+sales_continue() {
+    local st=0
+    timeout -k 5 $((DRAIN_TIMEOUT_S + 90)) "$LOADTEST" --url "$1" --sku "$2" \
+        --users 300 --user-base "$AFTER_USER_BASE" --requests 300 --concurrency 8 --duration 30 \
+        --timeout-ms "$REQUEST_TIMEOUT_MS" --drain-timeout "$DRAIN_TIMEOUT_S" --seed "$SEED" \
+        --label "$SCEN after" --progress-ms 0 --answers "$SDIR/after.answers" \
+        --json "$SDIR/after.json" </dev/null >"$SDIR/after.check" 2>&1 || st=$?
+    if ((st != 0)); then
+        fail "sales after the fault: seckill-loadtest exit $st ($SDIR/after.check)"
+        return 1
+    fi
+    local n
+    n=$(jq -r '.run.answers | (.confirmed // 0) + (.accepted // 0) + (.rejected // 0)' "$SDIR/after.json")
+    ((n > 0)) || fail "no order taken after the fault"
+    note "sales continue: $n new orders afterwards, every invariant held"
+}
+
+# pending_of PID SKU: stream entries the consumers of daemon PID still hold
+# (stream and group names: service/keys.c, docs/ARCHITECTURE.md).
+pending_of() {
+    redis-cli -h 127.0.0.1 -p "$SE_REDIS_PORT" XPENDING "seckill:{sku:$2}:orders" writers 2>/dev/null |
+        awk -v pid="-$1-" 'found { print; exit } index($0, pid) { found = 1 } END { if (!found) print 0 }'
+}
+
+# mid_batch PID SKU: waits (a few samples) until daemon PID's writer holds
+# entries of SKU's stream, so that a fault hits a batch in flight.  Sets HELD.
+mid_batch() {
+    local i
+    for ((i = 0; i < MID_BATCH_TRIES; i++)); do
+        HELD=$(pending_of "$1" "$2")
+        [[ $HELD == 0 ]] || break
+        sleep 0.02
+    done
+}
+
+# kill_mid_batch PID SKU: kill -9 of daemon PID mid-batch, reaped.
+kill_mid_batch() {
+    mid_batch "$1" "$2"
+    kill -KILL "$1"
+    forget_daemon "$1"
+}
+
+# ---------------------------------------------------------------- scenarios
+# Each uses SKU base+1 for the load and base+2 for the healing probes.
+
+# under_load SKU URL...: the probe SKU, then the load on SKU across URLs,
+# FAULT_AT_S into it.
+under_load() {
+    local sku=$1
+    shift
+    create_sku "$1" $((sku + 1)) "$PROBE_STOCK" "$PROBE_LIMIT" || return 1
+    load_start "$sku" "$@"
+    sleep "$FAULT_AT_S"
+}
+
+# after_fault URL SKU T0 WHAT [FLAGS...]: healing timed from T0 (WHAT), the
+# load's end, its check (with FLAGS), and sales afterwards.
+after_fault() {
+    local url=$1 sku=$2 t0=$3 what=$4
+    shift 4
+    heal "$url" $((sku + 1)) "$t0" "$what"
+    load_wait
+    judge "$sku" "$@"
+    sales_continue "$url" "$sku"
+}
+
+# down_and_back PID SIGNAL WHAT [PREPARE]: stops a server of the stack with
+# SIGNAL, runs PREPARE while it is down, and starts it again on its port.
+down_and_back() {
+    local pid=$1 sig=$2 what=$3 prepare=${4:-}
+    kill "-$sig" "$pid"
+    wait_gone "$pid" || {
+        fail "$what (pid $pid) survived SIG$sig"
+        return 1
+    }
+    [[ -z $prepare ]] || "$prepare"
+    sleep "$DOWN_S"
+    se_stack_restart "$STACK_DIR" >"$SDIR/restart.log" 2>&1 || {
+        fail "$what did not start again ($SDIR/restart.log)"
+        return 1
+    }
+}
+
+scenario_daemon_kill() {
+    local sku=$1 t0
+    start_daemon d1 || return
+    local port=$D_PORT pid=$D_PID url=http://127.0.0.1:$D_PORT
+    under_load "$sku" "$url" || return
+    kill_mid_batch "$pid" "$sku"
+    note "kill -9 of seckilld with $HELD stream entries in its writer's hands"
+    sleep "$DOWN_S"
+    t0=$(now)
+    start_daemon d1-restarted "$port" || return
+    after_fault "$url" "$sku" "$t0" "the restart began"
+}
+
+# Redis comes back empty: its AOF (and any RDB) removed.
+wipe_redis_data() { rm -rf "$STACK_DIR/redis/appendonlydir" "$STACK_DIR/redis/dump.rdb"; }
+
+scenario_redis_restart_aof() {
+    local sku=$1
+    start_daemon d1 || return
+    local url=http://127.0.0.1:$D_PORT
+    under_load "$sku" "$url" || return
+    note "kill -9 of Redis; restarted with its AOF"
+    down_and_back "$(redis_pid)" KILL Redis || return
+    after_fault "$url" "$sku" "$(now)" "Redis answered again"
+}
+
+scenario_redis_restart_empty() {
+    local sku=$1 bad
+    start_daemon d1 || return
+    local url=http://127.0.0.1:$D_PORT
+    under_load "$sku" "$url" || return
+    note "kill -9 of Redis; restarted without its AOF and RDB"
+    down_and_back "$(redis_pid)" KILL Redis wipe_redis_data || return
+    after_fault "$url" "$sku" "$(now)" "Redis answered again" --allow-lost-pending
+    # Until it is reloaded a SKU is unknown to Redis: 503 with Retry-After,
+    # never sold out, unknown or unlimited.
+    bad=$(awk -v ok="$OK_CODE" '$2 != ok && !($2 == 503 && $3 > 0)' "$SDIR/probes")
+    [[ -z $bad ]] || fail "while reloading, buyers got other than 503 with Retry-After: $(head -n 3 <<<"$bad" | tr '\n' ';')"
+    note "probes before the reload: $(awk -v ok="$OK_CODE" '$2 != ok' "$SDIR/probes" | wc -l) answered 503 with Retry-After"
+}
+
+scenario_pg_stop() {
+    local sku=$1
+    start_daemon d1 || return
+    local url=http://127.0.0.1:$D_PORT
+    under_load "$sku" "$url" || return
+    note "PostgreSQL stopped (immediate, as pg_ctl -m immediate) under load"
+    down_and_back "$(pg_pid)" QUIT PostgreSQL || return
+    after_fault "$url" "$sku" "$(now)" "PostgreSQL accepted connections again"
+}
+
+scenario_pg_freeze() {
+    local sku=$1 t0 ppid kids out code secs
+    start_daemon d1 || return
+    local url=http://127.0.0.1:$D_PORT
+    under_load "$sku" "$url" || return
+    ppid=$(pg_pid)
+    freeze "$ppid" # first, so that it forks no child we would miss
+    mapfile -t kids < <(ps -o pid= --ppid "$ppid" | tr -d ' ')
+    freeze "${kids[@]}"
+    t0=$(now)
+    note "PostgreSQL frozen: postmaster and ${#kids[@]} children"
+    sleep 1
+    # Bounded so that the freeze ends on time even when /healthz hangs.
+    out=$(curl -s -o /dev/null --max-time $((HEALTHZ_BOUND_S + 1)) -w '%{http_code} %{time_total}' \
+        "$url/healthz" 2>/dev/null) || true
+    code=${out%% *} secs=${out#* }
+    note "/healthz while frozen: ${code:-none} in ${secs:-?}s (bound ${HEALTHZ_BOUND_S}s)"
+    [[ $code == 503 ]] && le "$secs" "$HEALTHZ_BOUND_S" ||
+        fail "/healthz answered ${code:-nothing} in ${secs:-?}s while PostgreSQL was frozen (want 503 within ${HEALTHZ_BOUND_S}s)"
+    while ! le "$FREEZE_S" "$(since "$t0")"; do sleep 0.1; done
+    thaw
+    after_fault "$url" "$sku" "$(now)" "SIGCONT"
+}
+
+scenario_redis_freeze() {
+    local sku=$1
+    start_daemon d1 || return
+    local url=http://127.0.0.1:$D_PORT
+    under_load "$sku" "$url" || return
+    freeze "$(redis_pid)"
+    note "Redis frozen for ${FREEZE_S}s (redis_timeout_ms $SECKILL_REDIS_TIMEOUT_MS)"
+    sleep "$FREEZE_S"
+    thaw
+    # The check proves the 503s took nothing: no row without an answer beyond
+    # the requests that got none, units sold = what 201/202s account for.
+    after_fault "$url" "$sku" "$(now)" "SIGCONT"
+    (($(answers unavailable) > 0)) || fail "no buyer got a 503 while Redis was frozen: the fault was not felt"
+}
+
+# two_daemons SKU: D1 and D2 on one stack sharing the load on SKU.
+two_daemons() {
+    start_daemon d1 || return 1
+    D1_PID=$D_PID D1_URL=http://127.0.0.1:$D_PORT
+    start_daemon d2 || return 1
+    D2_PID=$D_PID D2_URL=http://127.0.0.1:$D_PORT
+    under_load "$1" "$D1_URL" "$D2_URL"
+}
+
+scenario_two_daemons_kill_one() {
+    local sku=$1 t0 left
+    two_daemons "$sku" || return
+    kill_mid_batch "$D1_PID" "$sku"
+    t0=$(now)
+    note "kill -9 of one of two daemons with $HELD stream entries in its writer's hands"
+    # The survivor's writers claim the dead one's entries (writer_claim_idle_ms).
+    while left=$(pending_of "$D1_PID" "$sku") && [[ $left != 0 ]]; do
+        le "$(since "$t0")" "${HEAL_BOUND[$SCEN]}" || {
+            fail "the dead daemon's $left entries were not taken over within ${HEAL_BOUND[$SCEN]}s"
+            break
+        }
+        sleep "$PROBE_EVERY_S"
+    done
+    [[ $left == 0 ]] && note "its entries taken over after $(since "$t0")s (writer_claim_idle_ms $SECKILL_WRITER_CLAIM_IDLE_MS)"
+    after_fault "$D2_URL" "$sku" "$t0" "the kill"
+}
+
+scenario_writer_frozen() {
+    local sku=$1 refused
+    two_daemons "$sku" || return
+    mid_batch "$D1_PID" "$sku"
+    freeze "$D1_PID"
+    note "one of two daemons frozen for ${WRITER_FREEZE_S}s with $HELD entries in its writer's hands (lock_ttl_ms $SECKILL_LOCK_TTL_MS)"
+    sleep "$WRITER_FREEZE_S"
+    thaw
+    after_fault "$D1_URL" "$sku" "$(now)" "SIGCONT of the frozen daemon"
+    refused=$(curl -s --max-time 5 "$D1_URL/metrics" 2>/dev/null |
+        awk '/^seckill_(lock_lost|lock_release_refused|writer_batches_failed)_total/ { printf "%s %s; ", $1, $2 }')
+    note "the frozen daemon afterwards: ${refused:-no metrics}"
+}
+
+scenario_adjust_crash() {
+    local sku=$1 t0 out st=0 i
+    SECKILL_FAULT=adjust_after_redis start_daemon d-fault || return
+    local fpid=$D_PID url=http://127.0.0.1:$D_PORT
+    create_sku "$url" "$sku" 100 1 || return
+    out=$(admin POST "$url/admin/v1/skus/$sku/stock-adjustments" '{"delta":10,"reason":"faults"}')
+    for ((i = 0; i < 100; i++)); do
+        kill -0 "$fpid" 2>/dev/null || break
+        sleep 0.1
+    done
+    if kill -0 "$fpid" 2>/dev/null; then
+        fail "SECKILL_FAULT=adjust_after_redis not honoured: the delta answered ${out##*$'\n'} and the daemon lives"
+        return
+    fi
+    wait "$fpid" || st=$?
+    forget_daemon "$fpid"
+    note "the daemon died in the delta (exit status $st), answer ${out##*$'\n'}"
+    # Redis took the delta, PostgreSQL did not: the check must see it.
+    check "$sku" crashed && st=0 || st=$?
+    if ((st == 1)) && [[ $(jq -r '.invariants.checks[] | select(.key == "i2_stock") | .state' "$SDIR/crashed.check.json") == FAIL ]]; then
+        note "before healing: $(jq -r '.invariants.checks[] | select(.key == "i2_stock") | .detail' "$SDIR/crashed.check.json")"
+    else
+        note "before healing the check exited $st (Redis already agreed: nothing to settle?)"
+    fi
+    t0=$(now)
+    start_daemon d-normal || return
+    while :; do
+        check "$sku" healed && break
+        le "$(since "$t0")" "${HEAL_BOUND[$SCEN]}" || {
+            fail "Redis stock did not come back to skus.stock within ${HEAL_BOUND[$SCEN]}s (reconcile_interval_ms $SECKILL_RECONCILE_INTERVAL_MS)"
+            return
+        }
+        sleep 0.5
+    done
+    HEAL_S=$(since "$t0")
+    note "Redis agrees with skus.stock ${HEAL_S}s after a normal daemon started (bound ${HEAL_BOUND[$SCEN]}s): $(jq -r '.invariants.checks[] | select(.key == "i2_stock") | .detail' "$SDIR/healed.check.json")"
+}
+
+# ---------------------------------------------------------------- runner
+
+# report_failure: the check's offending rows and the daemon logs' tails.
+report_failure() {
+    local f
+    for f in "$SDIR"/*.check; do
+        [[ -f $f ]] || continue
+        if grep -q '^  FAIL\|could not finish' "$f"; then
+            printf -- '--- %s: failed checks\n' "${f#"$SDIR"/}"
+            awk '/^  FAIL/ { p = 1; print; next } /^  (PASS|skip)/ { p = 0 } /could not finish/ { print } p && /^          / { print }' "$f"
+        fi
+    done
+    for f in "$SDIR"/d*.log; do
+        [[ -f $f ]] || continue
+        printf -- '--- last lines of %s\n' "${f#"$SDIR"/}"
+        tail -n 15 "$f"
+    done
+    [[ -f $SDIR/load.log ]] && {
+        printf -- '--- last lines of load.log\n'
+        tail -n 4 "$SDIR/load.log"
+    }
+    return 0
+}
+
+# stack_ok: both servers answer (a scenario may have left one down).
+stack_ok() {
+    thaw
+    "$LT_STACK" status "$STACK_DIR" >/dev/null 2>&1 && return 0
+    say "restarting the stack after $SCEN"
+    se_stack_restart "$STACK_DIR" >/dev/null 2>&1
+}
+
+run_scenario() {
+    local idx=$1 name=$2 t0 secs verdict
+    SCEN=$name SDIR=$SCRATCH/$name REASONS=() NOTES=() HEAL_S=- PROBE_USER=0
+    mkdir -p "$SDIR"
+    say "=== $name (heal bound ${HEAL_BOUND[$name]}s)"
+    t0=$SECONDS
+    "scenario_${name//-/_}" $((idx * 100 + 1)) || true
+    thaw
+    lt_stop "$LOAD_PID" seckill-loadtest
+    LOAD_PID=
+    ((${#REASONS[@]} == 0)) || report_failure
+    stop_daemons
+    stack_ok || fail "the stack could not be brought back"
+    secs=$((SECONDS - t0))
+    verdict=PASS
+    ((${#REASONS[@]} == 0)) || verdict=FAIL
+    RESULTS+=("$(printf '%-4s  %-21s %4ss  heal %6s  %s' "$verdict" "$name" "$secs" \
+        "${HEAL_S}s" "${REASONS[0]:-}")")
+    say "--- $name: $verdict in ${secs}s, healed in ${HEAL_S}s"
+}
+
+# ---------------------------------------------------------------- main
+
+SELECTED=("${ALL_SCENARIOS[@]}")
+if [[ -n ${FAULTS_ONLY:-} ]]; then
+    IFS=, read -r -a SELECTED <<<"$FAULTS_ONLY"
+    for s in "${SELECTED[@]}"; do
+        [[ " ${ALL_SCENARIOS[*]} " == *" $s "* ]] ||
+            die "unknown scenario '$s' in FAULTS_ONLY (known: ${ALL_SCENARIOS[*]})"
+    done
+fi
+
+mkdir -p "$ROOT/var"
+SCRATCH=$ROOT/var/faults-$$-$(rand_hex 4)
+mkdir "$SCRATCH"
+STACK_DIR=$SCRATCH/stack
+mkdir "$STACK_DIR"
+se_stack_start_free "$STACK_DIR" >"$SCRATCH/stack.log" 2>&1 || {
+    cat "$SCRATCH/stack.log" >&2
+    die "could not start the stack in $STACK_DIR"
+}
+lt_stack_up "$STACK_DIR" >/dev/null
+lt_token "$SCRATCH"
+say "stack in $STACK_DIR (redis :$SE_REDIS_PORT, postgres :$SE_PG_PORT), acknowledgement $ACK, loads of ${LOAD_S}s on $CONCURRENCY connections"
+
+start=$SECONDS
+for i in "${!ALL_SCENARIOS[@]}"; do
+    name=${ALL_SCENARIOS[$i]}
+    [[ " ${SELECTED[*]} " == *" $name "* ]] || continue
+    run_scenario $((i + 1)) "$name"
+done
+
+printf '\n%s: summary (%ss, acknowledgement %s)\n' "$PROG" $((SECONDS - start)) "$ACK"
+printf '  %s\n' "${RESULTS[@]}"
+failed=$(printf '%s\n' "${RESULTS[@]}" | grep -c '^FAIL' || true)
+printf '%s: %d passed, %d failed\n' "$PROG" $((${#RESULTS[@]} - failed)) "$failed"
+((failed == 0))

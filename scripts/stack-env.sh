@@ -1,0 +1,59 @@
+# shellcheck shell=bash
+# Sourced, not run: a private Redis + PostgreSQL on free loopback ports, for
+# scripts/run-tests.sh, loadtest/lt-env.sh and scripts/faults.sh.
+#
+# The caller sets ROOT before sourcing.
+
+SE_STACK=$ROOT/scripts/stack.sh
+SE_PORT_TRIES=50
+SE_START_TRIES=3
+SE_REDIS_PORT=
+SE_PG_PORT=
+
+# se_port_busy PORT: true if something listens on PORT.
+se_port_busy() {
+    if command -v ss >/dev/null 2>&1; then
+        [[ -n $(ss -ltnH "sport = :$1" 2>/dev/null) ]]
+    else
+        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+    fi
+}
+
+# se_free_port [EXCLUDE]: a random port in 20000-32000 nobody listens on
+# (below the kernel's ephemeral range, which client connections use).
+se_free_port() {
+    local i p
+    for ((i = 0; i < SE_PORT_TRIES; i++)); do
+        p=$((20000 + (RANDOM * 32768 + RANDOM) % 12001))
+        [[ $p == "${1:-}" ]] && continue
+        se_port_busy "$p" || {
+            printf '%s\n' "$p"
+            return 0
+        }
+    done
+    return 1
+}
+
+# se_stack_start_free DIR: starts a stack in DIR on two free ports, with other
+# ports when one was taken meanwhile (stack.sh exit 3).  Sets SE_REDIS_PORT
+# and SE_PG_PORT.  Returns 0, or 1 after stopping what it started.
+se_stack_start_free() {
+    local dir=$1 attempt st
+    for ((attempt = 1; attempt <= SE_START_TRIES; attempt++)); do
+        SE_REDIS_PORT=$(se_free_port) || return 1
+        SE_PG_PORT=$(se_free_port "$SE_REDIS_PORT") || return 1
+        st=0
+        SECKILL_REDIS_PORT=$SE_REDIS_PORT SECKILL_PG_PORT=$SE_PG_PORT "$SE_STACK" start "$dir" || st=$?
+        ((st == 0)) && return 0
+        "$SE_STACK" stop "$dir" >/dev/null 2>&1 || true
+        ((st == 3)) || return 1
+        printf 'stack-env: port clash, retrying with other ports\n' >&2
+    done
+    return 1
+}
+
+# se_stack_restart DIR: starts again whatever part of the stack in DIR is down,
+# on the ports se_stack_start_free chose.
+se_stack_restart() {
+    SECKILL_REDIS_PORT=$SE_REDIS_PORT SECKILL_PG_PORT=$SE_PG_PORT "$SE_STACK" start "$1"
+}
