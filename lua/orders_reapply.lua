@@ -1,27 +1,34 @@
 -- orders_reapply.lua: confirmed orders that were reserved before the SKU's
 -- last rebuild in Redis (which counted only what the database held) but
--- written after it take their units from the rebuilt state too, once each.
--- The database records in each order's row which load it must be taken from;
--- if Redis now holds a later load (it counted the order from the database) or
--- none, there is nothing to do.  Stock may go below zero: that fails closed
--- (sold out) until an admin delta or returns lift it.
--- KEYS: 1 journal, 2 stock, 3 bought, 4 meta.
+-- written after it are taken from the rebuilt state too, once each.  The
+-- database records in each order's row which load must take it ('epoch').
+--   Redis holds that load: take the units now.
+--   Redis holds an older load, or none (the rebuild committed in the database
+--   but its load into Redis has not run yet): leave a debt that sku_load.lua
+--   pays when it installs that load.
+--   Redis holds a later load: that load read the order from the database.
+-- Either way the journal marks the order, so a replay (also one by a writer
+-- that paused after the acknowledgement) does nothing twice.  Stock may go
+-- below zero: that fails closed (sold out) until returns or a delta lift it.
+-- KEYS: 1 journal, 2 stock, 3 bought, 4 meta, 5 debts (hash "<epoch>:<order>" -> "<user>:<qty>")
 -- ARGV: triples order id, user id, qty, then the load epoch last.
--- Returns the number applied now.
-local epoch = ARGV[#ARGV]
-local loaded = redis.call('HGET', KEYS[4], 'loaded') or redis.call('HGET', KEYS[4], 'epoch')
-if loaded ~= epoch then
-  return 0
-end
-local mark = 'reapplied:' .. epoch
+-- Returns the number taken or left as debts now.
+local epoch = tonumber(ARGV[#ARGV])
+local loaded = tonumber(redis.call('HGET', KEYS[4], 'loaded') or '0')
+local mark = 'reapplied:' .. ARGV[#ARGV]
 local applied = 0
 for i = 1, #ARGV - 1, 3 do
   local id, user, qty = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
   if redis.call('HGET', KEYS[1], id) ~= mark then
-    redis.call('DECRBY', KEYS[2], qty)
-    redis.call('HINCRBY', KEYS[3], user, qty)
+    if loaded == epoch then
+      redis.call('DECRBY', KEYS[2], qty)
+      redis.call('HINCRBY', KEYS[3], user, qty)
+      applied = applied + 1
+    elseif loaded < epoch then
+      redis.call('HSET', KEYS[5], ARGV[#ARGV] .. ':' .. id, user .. ':' .. qty)
+      applied = applied + 1
+    end
     redis.call('HSET', KEYS[1], id, mark)
-    applied = applied + 1
   end
 end
 return applied

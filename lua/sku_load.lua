@@ -5,7 +5,9 @@
 -- on; 'loaded' records that this state was built from the database at that
 -- epoch: orders reserved under an older epoch are not counted by it (their
 -- writer takes them again, orders_reapply.lua; their returns give nothing back).
--- KEYS: 1 meta, 2 stock, 3 seq, 4 stream, 5 bought
+-- Debts (orders_reapply.lua) owed to this load are paid here; debts owed to an
+-- older load are dropped, because this load read those orders from the database.
+-- KEYS: 1 meta, 2 stock, 3 seq, 4 stream, 5 bought, 6 debts
 -- ARGV: 1 epoch, 2 stock, 3 per-user limit, 4 starts_ms ('' none), 5 ends_ms ('' none),
 --       6 consumer group, 7 'new' (refused when loaded: a second load would double
 --       the stock) or 'rebuild' (replaces what Redis holds; the caller read the
@@ -22,6 +24,19 @@ for i = 9, #ARGV, 2 do
 end
 redis.call('SET', KEYS[2], ARGV[2])
 redis.call('SET', KEYS[3], 0)
+local this = tonumber(ARGV[1])
+local debts = redis.call('HGETALL', KEYS[6])
+for i = 1, #debts, 2 do
+  local epoch = tonumber(string.match(debts[i], '^(%d+):'))
+  local user, qty = string.match(debts[i + 1], '^(%d+):(%d+)$')
+  if epoch == this and user then
+    redis.call('DECRBY', KEYS[2], qty)
+    redis.call('HINCRBY', KEYS[5], user, qty)
+  end
+  if not epoch or epoch <= this then
+    redis.call('HDEL', KEYS[6], debts[i])
+  end
+end
 local ok = pcall(redis.call, 'XGROUP', 'CREATE', KEYS[4], ARGV[6], '0', 'MKSTREAM')
 if not ok and redis.call('EXISTS', KEYS[4]) == 0 then
   return redis.error_reply('SECKILL cannot create the order stream group')

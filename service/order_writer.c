@@ -106,10 +106,11 @@ static int is_rejected(const struct batch *b, size_t i)
     return b->dec[i] == DEC_REJECTED;
 }
 
-/* Runs a script over the SKU's journal, stock, bought and meta keys with ARGV
- * 'lead' (may be NULL), then per selected entry the order, user, qty and (with
- * 'reasons') its reason, then 'tail' (may be NULL).  Returns the script's
- * integer answer, or -1 when Redis failed. */
+/* Runs a script over the SKU's journal, stock, bought and meta keys (and,
+ * for the reapply of load 'epoch', its debts) with ARGV 'lead' (may be NULL),
+ * then per selected entry the order, user, qty and (with 'reasons') its
+ * reason, then 'tail' (may be NULL).  Returns the script's integer answer, or
+ * -1 when Redis failed. */
 static long long run_for(struct batch *b, const struct rlock_script *s, const char *lead,
                          int reasons, const char *tail, int (*want)(const struct batch *, size_t),
                          int32_t epoch)
@@ -119,14 +120,15 @@ static long long run_for(struct batch *b, const struct rlock_script *s, const ch
         n += want(b, i) && (!epoch || b->reapply[i] == epoch);
     if (n == 0)
         return 0;
-    char keys[4][KEYS_MAX];
-    static const enum keys_kind kinds[] = {KEY_JOURNAL, KEY_STOCK, KEY_BOUGHT, KEY_META};
-    const char **argv = calloc(6 + 4 * n, sizeof *argv);
+    char keys[5][KEYS_MAX];
+    static const enum keys_kind kinds[] = {KEY_JOURNAL, KEY_STOCK, KEY_BOUGHT, KEY_META, KEY_DEBTS};
+    int nkeys = epoch ? 5 : 4;
+    const char **argv = calloc(7 + 4 * n, sizeof *argv);
     char(*nums)[3][24] = calloc(n, sizeof *nums);
     if (!argv || !nums)
         abort();
     size_t argc = 0, k = 0;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < nkeys; i++) {
         keys_sku(keys[i], b->sku, kinds[i]);
         argv[argc++] = keys[i];
     }
@@ -146,7 +148,7 @@ static long long run_for(struct batch *b, const struct rlock_script *s, const ch
     }
     if (tail)
         argv[argc++] = tail;
-    redisReply *r = redis_conn_script(&b->w->ctx.redis, s, 4, (int)argc - 4, argv, NULL);
+    redisReply *r = redis_conn_script(&b->w->ctx.redis, s, nkeys, (int)argc - nkeys, argv, NULL);
     long long rc = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
     if (r && rc < 0)
         log_warn("%s: %s", s->name, r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");

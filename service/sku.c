@@ -138,25 +138,26 @@ static void load_on_commit(enum dbtx_outcome outcome, void *arg)
     i64s(stock, sizeof stock, lj->stock);
     i64s(limit, sizeof limit, lj->limit);
     int pairs = lj->bought ? PQntuples(lj->bought) : 0;
-    const char **argv = calloc(13 + 2 * (size_t)pairs, sizeof *argv);
+    const char **argv = calloc(14 + 2 * (size_t)pairs, sizeof *argv);
     if (!argv)
         abort();
-    char keys[5][KEYS_MAX];
-    static const enum keys_kind kinds[] = {KEY_META, KEY_STOCK, KEY_SEQ, KEY_STREAM, KEY_BOUGHT};
-    for (int i = 0; i < 5; i++) {
+    char keys[6][KEYS_MAX];
+    static const enum keys_kind kinds[] = {KEY_META,   KEY_STOCK,  KEY_SEQ,
+                                           KEY_STREAM, KEY_BOUGHT, KEY_DEBTS};
+    for (int i = 0; i < 6; i++) {
         keys_sku(keys[i], lj->id, kinds[i]);
         argv[i] = keys[i];
     }
     const char *args[] = {lj->epoch,         stock,    limit,  lj->starts_ms, lj->ends_ms,
                           KEYS_WRITER_GROUP, lj->mode, lj->run};
     for (int i = 0; i < 8; i++)
-        argv[5 + i] = args[i];
+        argv[6 + i] = args[i];
     for (int i = 0; i < pairs; i++) {
-        argv[13 + 2 * i] = PQgetvalue(lj->bought, i, 0);
-        argv[14 + 2 * i] = PQgetvalue(lj->bought, i, 1);
+        argv[14 + 2 * i] = PQgetvalue(lj->bought, i, 0);
+        argv[15 + 2 * i] = PQgetvalue(lj->bought, i, 1);
     }
     redisReply *r =
-        redis_conn_script(&lj->w->redis, &script_sku_load, 5, 8 + 2 * pairs, argv, NULL);
+        redis_conn_script(&lj->w->redis, &script_sku_load, 6, 8 + 2 * pairs, argv, NULL);
     free(argv);
     if (r && r->type == REDIS_REPLY_INTEGER) {
         lj->res = r->integer == 1 ? SKU_OK : SKU_EXISTS;

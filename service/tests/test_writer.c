@@ -588,6 +588,63 @@ START_TEST(test_database_guards_the_per_user_limit)
 }
 END_TEST
 
+/* A rebuild has committed in PostgreSQL (its epoch is drawn, its stock read)
+ * but its load into Redis has not run yet, when a writer commits an order
+ * reserved under the older epoch: the rebuild did not count it, and Redis
+ * does not hold the rebuild yet.  The order becomes a debt that the load
+ * pays when it installs; nothing is left pending in the journal. */
+START_TEST(test_order_written_before_a_rebuilds_load_is_paid_by_that_load)
+{
+    create_sku(12, 10, 5);
+    int64_t id = reserve(12, 1, 1);
+    struct writer_entry e;
+    ck_assert_uint_eq(read_entries(12, "w", &e, 1), 1);
+    /* What a rebuild's transaction leaves before its completion hook runs. */
+    long long epoch = q_int("INSERT INTO sku_epochs (epoch, sku_id) "
+                            "VALUES (nextval('redis_epoch_seq'), %lld) RETURNING epoch",
+                            12);
+    struct writer w;
+    char err[160];
+    ck_assert(writer_init(&w, &cfg, "w", err, sizeof err) == 0);
+    ck_assert_int_eq(writer_process_batch(&w, 12, &e, 1), 0);
+    writer_close(&w);
+    ck_assert_int_eq(q_int("SELECT reapply_epoch FROM orders WHERE sku_id = %lld", 12), epoch);
+
+    /* Now the load runs, with the stock the rebuild read before the order. */
+    char keys[6][KEYS_MAX], ep[24];
+    static const enum keys_kind kinds[] = {KEY_META,   KEY_STOCK,  KEY_SEQ,
+                                           KEY_STREAM, KEY_BOUGHT, KEY_DEBTS};
+    for (int i = 0; i < 6; i++)
+        keys_sku(keys[i], 12, kinds[i]);
+    snprintf(ep, sizeof ep, "%lld", epoch);
+    const char *argv[] = {keys[0], keys[1], keys[2], keys[3], keys[4],   keys[5],   ep,
+                          "10",    "5",     "",      "",      "writers", "rebuild", ""};
+    struct redis_conn rc;
+    ck_assert(redis_conn_init(&rc, &cfg, err, sizeof err) == 0);
+    redisReply *rep = redis_conn_script(&rc, &script_sku_load, 6, 8, argv, NULL);
+    ck_assert(rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 1);
+    freeReplyObject(rep);
+    redis_conn_close(&rc);
+
+    redisContext *r = th_redis();
+    ck_assert_int_eq(th_redis_int(r, keys[1]), 9); /* 10 read before the order, minus it */
+    rep = redisCommand(r, "HGET %s 1", keys[4]);
+    ck_assert(rep->type == REDIS_REPLY_STRING && strcmp(rep->str, "1") == 0);
+    freeReplyObject(rep);
+    rep = redisCommand(r, "HLEN %s", keys[5]);
+    ck_assert_int_eq(rep->integer, 0);
+    freeReplyObject(rep);
+    char journal[KEYS_MAX];
+    keys_sku(journal, 12, KEY_JOURNAL);
+    rep = redisCommand(r, "HGET %s %lld", journal, (long long)id);
+    ck_assert_msg(rep->type != REDIS_REPLY_STRING || strcmp(rep->str, "pending") != 0,
+                  "a written order is still pending in the journal");
+    freeReplyObject(rep);
+    redisFree(r);
+    th_assert_invariants(12);
+}
+END_TEST
+
 static Suite *writer_suite(void)
 {
     Suite *s = suite_create("writer");
@@ -604,6 +661,7 @@ static Suite *writer_suite(void)
     tcase_add_test(tc, test_id_conflict_isolates_the_entry_and_the_rest_goes_on);
     tcase_add_test(tc, test_malformed_entry_goes_to_the_dead_letters);
     tcase_add_test(tc, test_database_guards_the_per_user_limit);
+    tcase_add_test(tc, test_order_written_before_a_rebuilds_load_is_paid_by_that_load);
     tcase_add_test(tc, test_lock_released_before_commit_admits_duplicate);
     tcase_add_test(tc, test_lock_released_in_completion_hook_prevents_duplicate);
     suite_add_tcase(s, tc);
