@@ -12,10 +12,12 @@
 --       script must take nothing), 7 orders per epoch (2^seq bits), 8 '1' to
 --       remember a refusal under the idempotency key (the buyer's own key), '0'
 --       not (a key the service made up: refusals are most of a sale's traffic)
--- Returns {'ok', order_id, remaining} | {'dup', order_id, state} |
+-- Returns {'ok', order_id, remaining, entry} | {'dup', order_id, state, entry} |
 --   {'dup_refused', verdict} | {'idem_mismatch'} | {'not_loaded'} |
 --   {'expired'} | {'sale_not_active'} | {'limit_exceeded', held} |
 --   {'sold_out', remaining} | {'exhausted'}
+-- 'entry' is the order's stream entry id: unlike the order id, Redis can never
+-- issue it twice, so buyers waiting for a decision match on both.
 local meta = redis.call('HMGET', KEYS[1], 'epoch', 'starts_ms', 'ends_ms', 'limit')
 if not meta[1] then
   return {'not_loaded'}
@@ -38,7 +40,8 @@ if ARGV[3] ~= '' then
     if refused then
       return {'dup_refused', refused}
     end
-    return {'dup', what, redis.call('HGET', KEYS[5], what) or 'confirmed'}
+    local id, entry = string.match(what, '^(%d+)@?(.*)$')
+    return {'dup', id, redis.call('HGET', KEYS[5], id) or 'confirmed', entry}
   end
 end
 
@@ -85,8 +88,8 @@ local id = string.format('%.0f', tonumber(meta[1]) * per_epoch + seq)
 redis.call('DECRBY', KEYS[2], qty)
 redis.call('HINCRBY', KEYS[4], ARGV[1], qty)
 redis.call('HSET', KEYS[5], id, 'pending')
+local entry = redis.call('XADD', KEYS[6], '*', 'o', id, 'u', ARGV[1], 'q', ARGV[2], 'k', ARGV[3])
 if ARGV[3] ~= '' then
-  redis.call('SET', KEYS[7], ARGV[4] .. '|' .. id, 'EX', ARGV[5])
+  redis.call('SET', KEYS[7], ARGV[4] .. '|' .. id .. '@' .. entry, 'EX', ARGV[5])
 end
-redis.call('XADD', KEYS[6], '*', 'o', id, 'u', ARGV[1], 'q', ARGV[2], 'k', ARGV[3])
-return {'ok', id, stock - qty}
+return {'ok', id, stock - qty, entry}

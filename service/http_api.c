@@ -400,7 +400,7 @@ static void answer_order(struct order_call *oc, const struct order_decision *d)
     if (!po)
         abort();
     *po = (struct pending_order){oc, d->order_id};
-    order_wait_add(ow, d->order_id, on_decided, po);
+    order_wait_add(ow, d->order_id, d->entry, on_decided, po);
 }
 
 /* 503 for a reservation whose outcome is unknown: the connection broke after

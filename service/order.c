@@ -22,6 +22,22 @@ static int64_t parse_id(const char *s)
     return *end == '\0' && v > 0 ? (int64_t)v : 0;
 }
 
+/* Copies a stream entry id ("" when absent or not of its form). */
+static void copy_entry(char *out, const char *s)
+{
+    size_t n = s ? strspn(s, "0123456789-") : 0;
+    if (!s || n == 0 || s[n] != '\0' || n >= ORDER_ENTRY_MAX)
+        n = 0;
+    if (n)
+        memcpy(out, s, n);
+    out[n] = '\0';
+}
+
+int order_decision_is_for(const struct order_decision *d, int64_t id, const char *entry)
+{
+    return d->order_id == id && (!d->entry[0] || !entry[0] || strcmp(d->entry, entry) == 0);
+}
+
 static const struct {
     const char *word;
     enum order_verdict v;
@@ -68,10 +84,12 @@ void order_parse_reply(const redisReply *r, struct order_reply *out)
     case ORDER_RESERVED:
         out->d.order_id = parse_id(str_at(r, 1));
         out->d.status = ORDER_PENDING;
+        copy_entry(out->d.entry, str_at(r, 3));
         break;
     case ORDER_REPLAYED:
         out->d.order_id = parse_id(str_at(r, 1));
         order_parse_state(str_at(r, 2), &out->d);
+        copy_entry(out->d.entry, str_at(r, 3));
         break;
     case ORDER_REFUSED_AGAIN:
         out->again = verdict_of(str_at(r, 1));
@@ -87,11 +105,11 @@ void order_parse_reply(const redisReply *r, struct order_reply *out)
 
 int order_decision_append(char *buf, size_t cap, size_t *len, const struct order_decision *d)
 {
-    int n =
-        d->status == ORDER_REJECTED
-            ? snprintf(buf + *len, cap - *len, "%s%lld:r:%s", *len ? " " : "",
-                       (long long)d->order_id, d->reason)
-            : snprintf(buf + *len, cap - *len, "%s%lld:c", *len ? " " : "", (long long)d->order_id);
+    int n = d->status == ORDER_REJECTED
+                ? snprintf(buf + *len, cap - *len, "%s%lld@%s:r:%s", *len ? " " : "",
+                           (long long)d->order_id, d->entry, d->reason)
+                : snprintf(buf + *len, cap - *len, "%s%lld@%s:c", *len ? " " : "",
+                           (long long)d->order_id, d->entry);
     if (n < 0 || (size_t)n >= cap - *len) {
         buf[*len] = '\0';
         return -1;
@@ -110,24 +128,32 @@ int order_decision_next(const char **p, struct order_decision *d)
         return 0;
     }
     size_t tok = strcspn(s, " ");
-    *p = s + tok;
+    const char *stop = s + tok;
+    *p = stop;
     memset(d, 0, sizeof *d);
     char *end;
     long long id = strtoll(s, &end, 10);
-    if (id <= 0 || end >= s + tok || *end != ':')
+    if (id <= 0 || end >= stop || (*end != ':' && *end != '@'))
         return -1;
     d->order_id = id;
-    if (end + 2 == s + tok && end[1] == 'c') {
+    if (*end == '@') { /* the reservation's stream entry */
+        size_t n = strspn(end + 1, "0123456789-");
+        if (n >= sizeof d->entry || end + 1 + n >= stop || end[1 + n] != ':')
+            return -1;
+        memcpy(d->entry, end + 1, n);
+        d->entry[n] = '\0';
+        end += 1 + n;
+    }
+    if (end + 2 == stop && end[1] == 'c') {
         d->status = ORDER_CONFIRMED;
         return 1;
     }
-    size_t rlen = (size_t)(s + tok - (end + 3));
-    if (end + 3 > s + tok || end[1] != 'r' || end[2] != ':' || rlen == 0 ||
-        rlen >= sizeof d->reason)
+    if (end + 3 >= stop || end[1] != 'r' || end[2] != ':' ||
+        (size_t)(stop - (end + 3)) >= sizeof d->reason)
         return -1;
     d->status = ORDER_REJECTED;
-    memcpy(d->reason, end + 3, rlen);
-    d->reason[rlen] = '\0';
+    memcpy(d->reason, end + 3, (size_t)(stop - (end + 3)));
+    d->reason[stop - (end + 3)] = '\0';
     return 1;
 }
 

@@ -25,11 +25,20 @@
 
 enum order_status { ORDER_PENDING, ORDER_CONFIRMED, ORDER_REJECTED };
 
+#define ORDER_ENTRY_MAX 32 /* a stream entry id, "<ms>-<seq>" */
+
 struct order_decision {
     int64_t order_id;
+    /* The reservation's stream entry id ("" unknown): Redis may issue an order
+     * id twice after losing writes, never an entry id. */
+    char entry[ORDER_ENTRY_MAX];
     enum order_status status;
     char reason[ORDER_REASON_MAX]; /* "" unless rejected */
 };
+
+/* Whether decision d is about the reservation 'entry' of order 'id' (an
+ * unknown entry on either side matches any). */
+int order_decision_is_for(const struct order_decision *d, int64_t id, const char *entry);
 
 /* What reserve.lua answered. */
 enum order_verdict {
@@ -79,7 +88,7 @@ void order_parse_reply(const redisReply *r, struct order_reply *out);
 void order_parse_state(const char *state, struct order_decision *d);
 
 /* Appends one decision to a decision message (space-separated tokens
- * "<id>:c" or "<id>:r:<reason>") in buf of cap bytes at *len.  Returns 0, or
+ * "<id>@<entry>:c" or "<id>@<entry>:r:<reason>") in buf of cap bytes at *len.  Returns 0, or
  * -1 when it does not fit (nothing appended). */
 int order_decision_append(char *buf, size_t cap, size_t *len, const struct order_decision *d)
     __attribute__((warn_unused_result));

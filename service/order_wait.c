@@ -1,5 +1,6 @@
 #include "order_wait.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -15,7 +16,8 @@
 struct ow_entry {
     struct order_wait *ow;
     int64_t id;
-    struct ow_entry *chain; /* bucket */
+    char entry[ORDER_ENTRY_MAX]; /* waiters: the reservation's stream entry, "" unknown */
+    struct ow_entry *chain;      /* bucket */
     order_wait_fn *fn;
     void *arg;
     struct event *timer;
@@ -90,24 +92,25 @@ static void expire_early(struct order_wait *ow, int64_t now)
     }
 }
 
+/* Wakes every waiter of d's reservation (a retry with the same key may have
+ * added a second) and keeps d for waiters still to come: the reserve reply of
+ * this very order, or of a retry, may reach the loop after the decision. */
 static void decided(struct order_wait *ow, const struct order_decision *d, int64_t now)
 {
-    int woke = 0, known = 0;
+    int known = 0;
     struct ow_entry **p = slot(ow, d->order_id);
     while (*p) {
         struct ow_entry *e = *p;
-        if (e->id != d->order_id) {
-            p = &e->chain;
-        } else if (e->fn) { /* a waiter (a replayed request may add a second one) */
+        if (e->fn && order_decision_is_for(d, e->id, e->entry)) {
             wake(e, d);
-            woke = 1;
             p = slot(ow, d->order_id); /* the chain changed under us */
         } else {
-            known = 1; /* already kept: a replayed batch published it again */
+            /* already kept: a replayed batch published it again */
+            known |= !e->fn && e->id == d->order_id && strcmp(e->d.entry, d->entry) == 0;
             p = &e->chain;
         }
     }
-    if (woke || known)
+    if (known)
         return;
     struct ow_entry *e = calloc(1, sizeof *e);
     if (!e)
@@ -166,12 +169,12 @@ struct order_wait *order_wait_new(struct event_base *base, const struct cfg *c, 
     return ow;
 }
 
-void order_wait_add(struct order_wait *ow, int64_t order_id, order_wait_fn *fn, void *arg)
+void order_wait_add(struct order_wait *ow, int64_t order_id, const char *entry, order_wait_fn *fn,
+                    void *arg)
 {
     for (struct ow_entry *e = *slot(ow, order_id); e; e = e->chain)
-        if (e->id == order_id && !e->fn) { /* the decision came first */
+        if (!e->fn && order_decision_is_for(&e->d, order_id, entry)) { /* it came first */
             struct order_decision d = e->d;
-            unlink_entry(ow, e); /* the FIFO still owns it until it expires */
             fn(&d, arg);
             return;
         }
@@ -180,6 +183,7 @@ void order_wait_add(struct order_wait *ow, int64_t order_id, order_wait_fn *fn, 
         abort();
     e->ow = ow;
     e->id = order_id;
+    snprintf(e->entry, sizeof e->entry, "%s", entry);
     e->fn = fn;
     e->arg = arg;
     e->timer = evtimer_new(ow->base, on_timeout, e);

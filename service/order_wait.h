@@ -33,9 +33,11 @@ typedef void order_wait_fn(const struct order_decision *d, void *arg);
 struct order_wait *order_wait_new(struct event_base *base, const struct cfg *c, char *err,
                                   size_t errlen);
 
-/* Waits for order_id's decision; fn may run before this returns (the
- * decision had already arrived). */
-void order_wait_add(struct order_wait *ow, int64_t order_id, order_wait_fn *fn, void *arg);
+/* Waits for the decision on the reservation 'entry' (its stream entry id, ""
+ * when unknown) of order_id; fn may run before this returns (the decision had
+ * already arrived). */
+void order_wait_add(struct order_wait *ow, int64_t order_id, const char *entry, order_wait_fn *fn,
+                    void *arg);
 
 /* Answers every waiter with NULL, disconnects and frees.  NULL is a no-op. */
 void order_wait_free(struct order_wait *ow);

@@ -241,7 +241,7 @@ static int dead_letter(struct writer *w, int64_t sku, const char *const *entry_i
 /* Builds the decisions message of the batch (see order.h) into a heap string. */
 static char *decisions_message(const struct batch *b)
 {
-    size_t cap = 1 + b->n * (24 + 4 + ORDER_REASON_MAX), len = 0;
+    size_t cap = 1 + b->n * (24 + 1 + ORDER_ENTRY_MAX + 4 + ORDER_REASON_MAX), len = 0;
     char *msg = malloc(cap);
     if (!msg)
         abort();
@@ -250,6 +250,7 @@ static char *decisions_message(const struct batch *b)
         struct order_decision d = {.order_id = b->e[i].order_id,
                                    .status = b->dec[i] == DEC_CONFIRMED ? ORDER_CONFIRMED
                                                                         : ORDER_REJECTED};
+        snprintf(d.entry, sizeof d.entry, "%s", b->e[i].stream_id);
         if (d.status == ORDER_REJECTED)
             snprintf(d.reason, sizeof d.reason, "%s", b->reason[i]);
         if (order_decision_append(msg, cap, &len, &d) != 0)
