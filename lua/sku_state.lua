@@ -1,5 +1,7 @@
 -- sku_state.lua: one consistent view of a SKU's Redis side, for reconciliation.
 -- KEYS: 1 meta, 2 stock, 3 stream, 4 bought, 5 adjustments, 6 dead letters, 7 journal
+-- ARGV: 1 '1' to count the journal's pending entries (reads the whole journal:
+--       only for the locked check, not for every pass's peek), '0' not
 -- Returns {loaded (0/1), stock ('' when missing), entries in flight, open
 --   adjustment records, dead letters, run the state was built on ('' unknown),
 --   load epoch ('' unknown), bought as a flat user, units list, journal
@@ -7,9 +9,11 @@
 local loaded = redis.call('EXISTS', KEYS[1])
 local meta = redis.call('HMGET', KEYS[1], 'built_run', 'loaded', 'epoch')
 local pending = 0
-for _, state in ipairs(redis.call('HVALS', KEYS[7])) do
-  if state == 'pending' then
-    pending = pending + 1
+if ARGV[1] == '1' then
+  for _, state in ipairs(redis.call('HVALS', KEYS[7])) do
+    if state == 'pending' then
+      pending = pending + 1
+    end
   end
 end
 return {loaded, redis.call('GET', KEYS[2]) or '', redis.call('XLEN', KEYS[3]),

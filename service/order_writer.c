@@ -646,9 +646,9 @@ static int process_once(struct writer *w, int64_t sku, const struct writer_entry
         metrics_add(M_WRITER_ORDERS_REJECTED, rejected);
         *conflicts = b.conflicts;
         /* The database refused what Redis sold: Redis is ahead of it (an
-         * adjustment left by a dead process, lost writes).  Reconcile now. */
+         * adjustment left by a dead process, lost writes). */
         if (rejected)
-            reconcile_kick();
+            reconcile_refused(sku);
     }
 out:
     free(ids.p);

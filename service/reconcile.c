@@ -68,7 +68,9 @@ static int pass_one(struct worker_ctx *w, int64_t sku, enum sku_check_mode mode,
     t->settled += c.settled;
     t->dead_letters += c.dead_letters;
     t->invariant_broken += !c.invariant_ok;
-    if (!c.loaded || c.drift_units || c.users_differing || (c.quiescent && c.journal_pending)) {
+    /* What is left after this check's repairs (a rebuild leaves nothing). */
+    if (!c.rebuilt &&
+        (!c.loaded || c.drift_units || c.users_differing || (c.quiescent && c.journal_pending))) {
         t->drifted++;
         t->drift_units += c.drift_units;
     }
@@ -99,6 +101,10 @@ int reconcile_pass(struct worker_ctx *w, int64_t sku, enum sku_check_mode mode, 
 
 /* ---- the daemon's thread ------------------------------------------------ */
 
+struct rebuilt_at {
+    int64_t sku, mono_ms;
+};
+
 struct reconciler {
     const struct cfg *cfg;
     struct worker_ctx ctx;
@@ -106,7 +112,18 @@ struct reconciler {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int stopping, kicked;
+    int64_t *refused; /* under mu: SKUs whose orders the database refused */
+    size_t nrefused, caprefused;
+    struct rebuilt_at *rebuilt; /* the thread's own: last refusal rebuild per SKU */
+    size_t nrebuilt;
 };
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 static _Atomic(struct reconciler *) running;
 
@@ -121,16 +138,76 @@ void reconcile_kick(void)
     pthread_mutex_unlock(&r->mu);
 }
 
+void reconcile_refused(int64_t sku)
+{
+    struct reconciler *r = atomic_load(&running);
+    if (!r)
+        return;
+    pthread_mutex_lock(&r->mu);
+    size_t i = 0;
+    while (i < r->nrefused && r->refused[i] != sku)
+        i++;
+    if (i == r->nrefused) {
+        if (r->nrefused == r->caprefused) {
+            r->caprefused = r->caprefused ? 2 * r->caprefused : 8;
+            r->refused = realloc(r->refused, r->caprefused * sizeof *r->refused);
+            if (!r->refused)
+                abort();
+        }
+        r->refused[r->nrefused++] = sku;
+    }
+    r->kicked = 1;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* Rebuilds the SKUs the database refused orders of, each at most once per
+ * interval.  Returns -1 when one could not be done (retried soon). */
+static int rebuild_refused(struct reconciler *r, struct reconcile_totals *t)
+{
+    pthread_mutex_lock(&r->mu);
+    int64_t *skus = r->refused;
+    size_t n = r->nrefused;
+    r->refused = NULL;
+    r->nrefused = r->caprefused = 0;
+    pthread_mutex_unlock(&r->mu);
+    int rc = 0;
+    int64_t now = mono_ms();
+    for (size_t i = 0; i < n; i++) {
+        size_t j = 0;
+        while (j < r->nrebuilt && r->rebuilt[j].sku != skus[i])
+            j++;
+        if (j < r->nrebuilt && now - r->rebuilt[j].mono_ms < r->cfg->reconcile_interval_ms)
+            continue;
+        int64_t before = t->rebuilt;
+        if (pass_one(&r->ctx, skus[i], SKU_CHECK_RELOAD, 1, NULL, t) != 0) {
+            rc = -1;
+            continue;
+        }
+        if (t->rebuilt == before)
+            continue;
+        if (j == r->nrebuilt) {
+            r->rebuilt = realloc(r->rebuilt, (r->nrebuilt + 1) * sizeof *r->rebuilt);
+            if (!r->rebuilt)
+                abort();
+            r->nrebuilt++;
+        }
+        r->rebuilt[j] = (struct rebuilt_at){skus[i], now};
+    }
+    free(skus);
+    return rc;
+}
+
 static void *reconcile_main(void *arg)
 {
     struct reconciler *r = arg;
     for (;;) {
         struct reconcile_totals t = {0};
-        int failed = reconcile_pass(&r->ctx, 0, SKU_CHECK_REPAIR, NULL, &t) != 0;
-        if (!failed) {
-            /* The gauges describe what is left after this pass's repairs. */
-            metrics_set(M_DRIFT_SKUS, (long)(t.drifted - t.rebuilt));
-            metrics_set(M_DRIFT_UNITS, t.rebuilt ? 0 : (long)t.drift_units);
+        int failed = rebuild_refused(r, &t) != 0;
+        failed |= reconcile_pass(&r->ctx, 0, SKU_CHECK_REPAIR, NULL, &t) != 0;
+        if (!failed) { /* what is left after this pass's repairs */
+            metrics_set(M_DRIFT_SKUS, (long)t.drifted);
+            metrics_set(M_DRIFT_UNITS, (long)t.drift_units);
         }
         metrics_add(M_RECONCILE_RUNS, 1);
         if (t.rebuilt || t.settled)
@@ -199,6 +276,8 @@ void reconcile_stop(struct reconciler *r)
     pthread_mutex_unlock(&r->mu);
     pthread_join(r->tid, NULL);
     worker_ctx_close(&r->ctx);
+    free(r->refused);
+    free(r->rebuilt);
     pthread_cond_destroy(&r->cv);
     pthread_mutex_destroy(&r->mu);
     free(r);

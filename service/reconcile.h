@@ -44,6 +44,15 @@ struct reconciler *reconcile_start(const struct cfg *c, char *err, size_t errlen
 /* Asks the running reconciler, if any, for a pass now.  Any thread. */
 void reconcile_kick(void);
 
+/* Tells the running reconciler, if any, that the database refused orders of
+ * 'sku' that Redis had reserved: Redis is ahead of it.  Waiting for a quiet
+ * moment to compare could take the whole sale, with every phantom unit sold
+ * and refused again; a rebuild is safe while orders are in flight, so the
+ * SKU is rebuilt now, at most once per reconcile_interval_ms (the refusals a
+ * rebuild itself causes, of orders already in flight, do not start another
+ * at once).  Any thread. */
+void reconcile_refused(int64_t sku);
+
 /* Stops and joins the thread; NULL is a no-op. */
 void reconcile_stop(struct reconciler *r);
 

@@ -530,18 +530,19 @@ enum sku_result sku_adjust(struct worker_ctx *w, int64_t sku, int64_t delta, con
 
 /* Reads sku_state.lua's view into c.  *bought gets the reply (caller frees):
  * its element 7 is the flat user, units list.  Returns 0 or -1. */
-static int read_redis_state(struct worker_ctx *w, int64_t sku, struct sku_check *c,
-                            redisReply **bought)
+static int read_redis_state(struct worker_ctx *w, int64_t sku, int count_pending,
+                            struct sku_check *c, redisReply **bought)
 {
     char keys[7][KEYS_MAX];
     static const enum keys_kind kinds[] = {KEY_META,   KEY_STOCK, KEY_STREAM, KEY_BOUGHT,
                                            KEY_ADJUST, KEY_DEAD,  KEY_JOURNAL};
-    const char *argv[7];
+    const char *argv[8];
     for (int i = 0; i < 7; i++) {
         keys_sku(keys[i], sku, kinds[i]);
         argv[i] = keys[i];
     }
-    redisReply *r = redis_conn_script(&w->redis, &script_sku_state, 7, 0, argv, NULL);
+    argv[7] = count_pending ? "1" : "0";
+    redisReply *r = redis_conn_script(&w->redis, &script_sku_state, 7, 1, argv, NULL);
     if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 9 ||
         r->element[7]->type != REDIS_REPLY_ARRAY) {
         if (r)
@@ -671,7 +672,7 @@ static enum sku_result check_once(struct worker_ctx *w, int64_t sku, enum sku_ch
     redisReply *state = NULL;
     PGresult *bought = NULL, *bad = NULL;
     enum sku_result res = SKU_UNAVAILABLE;
-    if (read_redis_state(w, sku, c, &state) != 0)
+    if (read_redis_state(w, sku, 1, c, &state) != 0)
         goto fail;
     bought = tx_query(tx, "sku_bought", 1, (const char *[]){sid});
     bad = bought ? tx_query(tx, "invariant_check", 1, (const char *[]){sid}) : NULL;
@@ -749,7 +750,7 @@ enum sku_result sku_peek(struct worker_ctx *w, int64_t sku, struct sku_check *c)
     if (!known)
         return SKU_UNKNOWN;
     redisReply *state;
-    if (redis_run_id(w, run, sizeof run) != 0 || read_redis_state(w, sku, c, &state) != 0)
+    if (redis_run_id(w, run, sizeof run) != 0 || read_redis_state(w, sku, 0, c, &state) != 0)
         return SKU_UNAVAILABLE;
     freeReplyObject(state);
     c->stale_run = c->loaded && strcmp(run, c->built_run) != 0;
