@@ -190,8 +190,14 @@ static enum lt_answer classify(struct lt_slot *s, struct evhttp_request *req, st
         return LT_ANS_BAD_REQUEST;
     case 404:
         return LT_ANS_NOT_FOUND;
-    case 503:
-        return LT_ANS_UNAVAILABLE;
+    case 503: {
+        /* One that names an Idempotency-Key says the outcome is unknown (Redis
+         * went away, or stalled, after the reserve script was sent). */
+        json_t *j = order_body(req, n, &replayed);
+        int named = j && json_is_string(json_object_get(j, "idempotency_key"));
+        json_decref(j);
+        return named ? LT_ANS_UNCERTAIN : LT_ANS_UNAVAILABLE;
+    }
     default:
         return LT_ANS_OTHER;
     }

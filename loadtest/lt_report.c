@@ -396,8 +396,8 @@ static void svg_bars(FILE *f, const struct lt_stats *st)
         [LT_ANS_NOT_ACTIVE] = "#9ecae1",  [LT_ANS_CONFLICT] = "#d62728",
         [LT_ANS_IDEM_REUSED] = "#d62728", [LT_ANS_BAD_REQUEST] = "#d62728",
         [LT_ANS_NOT_FOUND] = "#d62728",   [LT_ANS_UNAVAILABLE] = "#ff9f1c",
-        [LT_ANS_TIMEOUT] = "#ff7f0e",     [LT_ANS_NET_ERROR] = "#ff7f0e",
-        [LT_ANS_OTHER] = "#d62728",
+        [LT_ANS_UNCERTAIN] = "#ff7f0e",   [LT_ANS_TIMEOUT] = "#ff7f0e",
+        [LT_ANS_NET_ERROR] = "#ff7f0e",   [LT_ANS_OTHER] = "#d62728",
     };
     uint64_t max = 0;
     int rows = 0;

@@ -26,6 +26,7 @@ enum lt_answer {
     LT_ANS_BAD_REQUEST, /* 400 */
     LT_ANS_NOT_FOUND,   /* 404 */
     LT_ANS_UNAVAILABLE, /* 503: nothing was taken */
+    LT_ANS_UNCERTAIN,   /* 503 naming an Idempotency-Key: the outcome is unknown */
     LT_ANS_TIMEOUT,     /* no answer within --timeout-ms: unknown */
     LT_ANS_NET_ERROR,   /* connection refused/reset, bad reply: unknown */
     LT_ANS_OTHER,       /* any other status */

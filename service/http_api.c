@@ -403,14 +403,14 @@ static void answer_order(struct order_call *oc, const struct order_decision *d)
     order_wait_add(ow, d->order_id, d->entry, on_decided, po);
 }
 
-/* 503 for a reservation whose outcome is unknown: the connection broke after
- * the script was sent, and Redis may have run it.  The Idempotency-Key (the
- * buyer's, or the one the service made up for this request) finds out. */
-static void reply_outcome_unknown(struct order_call *oc)
+/* 503 for a reservation whose outcome is not certain: the connection broke
+ * after the script was sent (Redis may have run it), or no reply came in time
+ * (the script refuses past its deadline, unless Redis stalled between running
+ * it and replying).  The Idempotency-Key (the buyer's, or the one the service
+ * made up for this request) finds out. */
+static void reply_outcome_unknown(struct order_call *oc, const char *detail)
 {
-    json_t *o = json_pack("{s:s, s:s, s:s}", "error", "unavailable", "detail",
-                          "Redis went away while reserving: retry with this Idempotency-Key to "
-                          "learn whether the order was taken",
+    json_t *o = json_pack("{s:s, s:s, s:s}", "error", "unavailable", "detail", detail,
                           "idempotency_key", oc->idem);
     evhttp_add_header(evhttp_request_get_output_headers(oc->req), "Retry-After", "1");
     reply_json(oc->req, 503, o);
@@ -422,9 +422,14 @@ static void on_reserved(redisReply *r, enum redis_async_status st, void *arg)
 {
     struct order_call *oc = arg;
     struct evhttp_request *req = oc->req;
-    if (st == REDIS_ASYNC_LOST) {
+    if (st == REDIS_ASYNC_LOST || st == REDIS_ASYNC_TIMEOUT) {
         metrics_add(M_ORDERS_UNAVAILABLE, 1);
-        reply_outcome_unknown(oc);
+        reply_outcome_unknown(oc, st == REDIS_ASYNC_LOST
+                                      ? "Redis went away while reserving: retry with this "
+                                        "Idempotency-Key to learn whether the order was taken"
+                                      : "Redis did not answer in time: the reservation was "
+                                        "refused past its deadline unless Redis stalled after "
+                                        "taking it; retry with this Idempotency-Key to be sure");
         free(oc);
         return;
     }
@@ -484,9 +489,7 @@ static void on_reserved(redisReply *r, enum redis_async_status st, void *arg)
         else if (r)
             log_error("reserve.lua: unexpected answer");
         metrics_add(M_ORDERS_UNAVAILABLE, 1);
-        /* Not sent, an error, or no answer by the deadline the script itself
-         * refuses to pass: nothing was taken. */
-        reply_unavailable(req);
+        reply_unavailable(req); /* not sent, or an error reply: nothing was taken */
         break;
     }
     free(oc);
@@ -509,6 +512,22 @@ static int64_t wall_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A reserve reply that came after its buyer was told 503: Redis stalled
+ * between running the script and replying.  The order is real; its buyer has
+ * the Idempotency-Key that finds it.  Counted, so that it is never silent. */
+static void on_late_reply(redisReply *r, void *arg)
+{
+    (void)arg;
+    struct order_reply rep;
+    order_parse_reply(r, &rep);
+    if (rep.verdict != ORDER_RESERVED)
+        return;
+    metrics_add(M_ORDERS_LATE_RESERVED, 1);
+    log_warn("order %" PRId64 " was reserved, but its reply came after the buyer's 503 (Redis "
+             "stalled); the Idempotency-Key in that 503 finds it",
+             rep.d.order_id);
 }
 
 static void handle_order(struct http_thread *th, struct evhttp_request *req, int64_t sku)
@@ -787,6 +806,8 @@ static int thread_init(struct http_thread *th, struct http_server *s, char *err,
                                              EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_PATCH);
     evhttp_set_gencb(th->http, on_request, th);
     th->redis = redis_async_new(th->base, c, err, errlen);
+    if (th->redis)
+        redis_async_on_late(th->redis, on_late_reply, th);
     if (th->redis && strcmp(c->order_ack, "durable") == 0)
         th->waits = order_wait_new(th->base, c, err, errlen);
     return th->redis && (th->waits || strcmp(c->order_ack, "durable") != 0) ? 0 : -1;

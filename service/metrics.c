@@ -25,6 +25,9 @@ static const struct {
     [M_ORDERS_UNAVAILABLE] = {"seckill_orders_unavailable_total", "orders answered 503"},
     [M_ORDERS_EXPIRED] = {"seckill_orders_expired_total",
                           "reservations refused by Redis after their deadline"},
+    [M_ORDERS_LATE_RESERVED] = {"seckill_orders_late_reserved_total",
+                                "reservations whose reply came after the buyer's 503 (Redis "
+                                "stalled between running the script and replying)"},
     [M_WRITER_BATCHES_COMMITTED] = {"seckill_writer_batches_committed_total",
                                     "order batches committed"},
     [M_WRITER_BATCHES_FAILED] = {"seckill_writer_batches_failed_total",

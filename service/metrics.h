@@ -17,9 +17,10 @@ enum metric {
     M_ORDERS_SOLD_OUT,
     M_ORDERS_LIMIT,
     M_ORDERS_NOT_ACTIVE,
-    M_ORDERS_INVALID,     /* 400 on the order endpoint */
-    M_ORDERS_UNAVAILABLE, /* 503 on the order endpoint */
-    M_ORDERS_EXPIRED,     /* reserve.lua ran past the request's deadline: nothing taken */
+    M_ORDERS_INVALID,       /* 400 on the order endpoint */
+    M_ORDERS_UNAVAILABLE,   /* 503 on the order endpoint */
+    M_ORDERS_EXPIRED,       /* reserve.lua ran past the request's deadline: nothing taken */
+    M_ORDERS_LATE_RESERVED, /* reserved, but Redis replied after the buyer's 503 */
     M_WRITER_BATCHES_COMMITTED,
     M_WRITER_BATCHES_FAILED,
     M_WRITER_ORDERS_CONFIRMED,

@@ -22,6 +22,8 @@ struct redis_async {
     int stalled;           /* the connection answered nothing since a command that timed out */
     int64_t last_reply_ms; /* the latest reply */
     char *channel;         /* subscribed channel, or NULL */
+    redis_async_late_fn *on_late;
+    void *late_arg;
     redis_async_message_fn *on_message;
     void *message_arg;
 };
@@ -217,6 +219,8 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
     }
     if (op->state == OP_WAITING)
         op_answer(op, r, r ? REDIS_ASYNC_REPLIED : REDIS_ASYNC_LOST);
+    else if (r && ra->on_late)
+        ra->on_late(r, ra->late_arg);
     op_free(op);
 }
 
@@ -267,6 +271,12 @@ void redis_async_script(struct redis_async *ra, const struct rlock_script *s, in
     struct timeval tv = {ra->timeout_ms / 1000, (ra->timeout_ms % 1000) * 1000};
     evtimer_add(op->timer, &tv);
     ra->pending++;
+}
+
+void redis_async_on_late(struct redis_async *ra, redis_async_late_fn *fn, void *arg)
+{
+    ra->on_late = fn;
+    ra->late_arg = arg;
 }
 
 int redis_async_pending(const struct redis_async *ra)

@@ -51,6 +51,13 @@ typedef void redis_async_message_fn(const char *payload, size_t len, void *arg);
 void redis_async_subscribe(struct redis_async *ra, const char *channel, redis_async_message_fn *fn,
                            void *arg);
 
+/* Called with a reply that came after its command's caller was told of a
+ * timeout (valid only during the call): what Redis did after all. */
+typedef void redis_async_late_fn(redisReply *reply, void *arg);
+
+/* Sets the handler of late replies (none by default). */
+void redis_async_on_late(struct redis_async *ra, redis_async_late_fn *fn, void *arg);
+
 /* Commands sent whose callback has not run yet. */
 int redis_async_pending(const struct redis_async *ra);
 
