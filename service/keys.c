@@ -5,10 +5,11 @@
 
 void keys_sku(char *out, int64_t sku, enum keys_kind kind)
 {
-    static const char *suffix[] = {
+    static const char *const suffix[KEY_COUNT] = {
         [KEY_META] = "meta",          [KEY_STOCK] = "stock",       [KEY_SEQ] = "seq",
         [KEY_BOUGHT] = "bought",      [KEY_JOURNAL] = "journal",   [KEY_STREAM] = "orders",
         [KEY_ADJUST] = "adjustments", [KEY_SKU_LOCK] = "lock:sku", [KEY_DEAD] = "dead",
+        [KEY_DEBTS] = "debts",
     };
     snprintf(out, KEYS_MAX, "seckill:{sku:%" PRId64 "}:%s", sku, suffix[kind]);
 }

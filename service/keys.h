@@ -31,7 +31,8 @@ enum keys_kind {
     KEY_ADJUST,
     KEY_SKU_LOCK,
     KEY_DEAD, /* stream of entries no writer could write */
-    KEY_DEBTS /* orders a rebuild's pending load must take (orders_reapply.lua) */
+    KEY_DEBTS, /* orders a rebuild's pending load must take (orders_reapply.lua) */
+    KEY_COUNT
 };
 
 /* Writes the name of key 'kind' of SKU 'sku' into out (KEYS_MAX bytes). */

@@ -90,6 +90,16 @@ START_TEST(test_every_key_of_a_sku_shares_its_hash_tag)
     ck_assert_ptr_nonnull(strstr(k, "{sku:42}"));
     keys_sku(k, 42, KEY_SKU_LOCK);
     ck_assert_ptr_nonnull(strstr(k, "{sku:42}"));
+    /* every kind has its own, named key */
+    char all[KEY_COUNT][KEYS_MAX];
+    for (int kind = 0; kind < KEY_COUNT; kind++) {
+        keys_sku(all[kind], 42, (enum keys_kind)kind);
+        ck_assert_msg(strncmp(all[kind], "seckill:{sku:42}:", 17) == 0 && all[kind][17] &&
+                          !strstr(all[kind], "(null)"),
+                      "kind %d: \"%s\"", kind, all[kind]);
+        for (int other = 0; other < kind; other++)
+            ck_assert_str_ne(all[kind], all[other]);
+    }
 }
 END_TEST
 
