@@ -1,4 +1,8 @@
--- confirmed units of SKU $1 held by each of the users $2 (the per-user limit's state)
-SELECT user_id, sum(qty) FROM orders
-WHERE sku_id = $1 AND status = 'confirmed' AND user_id = ANY ($2::bigint[])
-GROUP BY user_id
+-- confirmed units of SKU $1 held by each of the users $2 (the per-user limit's
+-- state).  One probe of orders_sku_user per user, whatever the statistics say:
+-- during a sale they lag far behind the table, and a join lets the planner
+-- read every order of the SKU instead, a cost that grows with each order sold.
+SELECT u.user_id,
+       (SELECT coalesce(sum(o.qty), 0) FROM orders o
+        WHERE o.sku_id = $1 AND o.user_id = u.user_id AND o.status = 'confirmed')
+FROM unnest($2::bigint[]) AS u (user_id)
