@@ -266,8 +266,8 @@ static void job_done(struct job *j)
     case SKU_NOT_LOADED:
         evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
         reply_error(req, 503, "unavailable",
-                    "the SKU is in the database but not loaded into Redis; an operator "
-                    "reloads it with POST /admin/v1/skus/{id}/reload");
+                    "the SKU is in the database but Redis did not take it; the service "
+                    "restores it by itself, retry shortly");
         break;
     case SKU_IDEM_MISMATCH:
         reply_error(req, 422, "idempotency_key_reused",

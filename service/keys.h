@@ -30,7 +30,7 @@ enum keys_kind {
     KEY_STREAM,
     KEY_ADJUST,
     KEY_SKU_LOCK,
-    KEY_DEAD, /* stream of entries no writer could write */
+    KEY_DEAD,  /* stream of entries no writer could write */
     KEY_DEBTS, /* orders a rebuild's pending load must take (orders_reapply.lua) */
     KEY_COUNT
 };

@@ -46,8 +46,6 @@ static const struct {
     [M_SKU_RELOADS] = {"seckill_sku_reloads_total", "SKUs rebuilt in Redis from PostgreSQL"},
     [M_ADJUSTMENTS_SETTLED] = {"seckill_adjustments_settled_total",
                                "adjustment records of dead processes settled"},
-    [M_EPOCH_ROTATIONS] = {"seckill_epoch_rotations_total",
-                           "new order-id epochs after Redis went back in time"},
     [M_RECONCILE_RUNS] = {"seckill_reconcile_runs_total", "reconciliation passes"},
     [M_DRIFT_SKUS] = {"seckill_drift_skus", "SKUs whose Redis and PostgreSQL disagree"},
     [M_DRIFT_UNITS] = {"seckill_drift_units", "units by which Redis and PostgreSQL disagree"},

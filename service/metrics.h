@@ -31,7 +31,6 @@ enum metric {
     M_WRITER_REAPPLIED,    /* orders taken again from a Redis rebuilt without them */
     M_SKU_RELOADS,         /* SKUs (re)built in Redis from PostgreSQL */
     M_ADJUSTMENTS_SETTLED, /* adjustment records left by a dead process, settled */
-    M_EPOCH_ROTATIONS,     /* new order-id epochs after Redis went back in time */
     M_RECONCILE_RUNS,      /* reconciliation passes */
     /* gauges, from the last reconciliation pass */
     M_DRIFT_SKUS,  /* SKUs whose Redis and PostgreSQL disagree */

@@ -23,7 +23,6 @@ struct ow_entry {
     struct event *timer;
     struct order_decision d; /* early decisions only */
     int64_t at_ms;
-    int in_table;
     struct ow_entry *later; /* early decisions, oldest first */
 };
 
@@ -56,7 +55,6 @@ static void unlink_entry(struct order_wait *ow, struct ow_entry *e)
             *p = e->chain;
             break;
         }
-    e->in_table = 0;
 }
 
 /* Wakes waiter e with d (NULL: none came) and frees it. */
@@ -86,8 +84,7 @@ static void expire_early(struct order_wait *ow, int64_t now)
         ow->oldest = e->later;
         if (!ow->oldest)
             ow->newest = NULL;
-        if (e->in_table)
-            unlink_entry(ow, e);
+        unlink_entry(ow, e); /* kept decisions stay in the table until they expire */
         free(e);
     }
 }
@@ -119,7 +116,6 @@ static void decided(struct order_wait *ow, const struct order_decision *d, int64
     e->id = d->order_id;
     e->d = *d;
     e->at_ms = now;
-    e->in_table = 1;
     e->chain = *slot(ow, e->id);
     *slot(ow, e->id) = e;
     if (ow->newest)
@@ -189,7 +185,6 @@ void order_wait_add(struct order_wait *ow, int64_t order_id, const char *entry, 
     e->timer = evtimer_new(ow->base, on_timeout, e);
     if (!e->timer)
         abort();
-    e->in_table = 1;
     e->chain = *slot(ow, order_id);
     *slot(ow, order_id) = e;
     evtimer_add(e->timer, ow->wait_tv);

@@ -368,12 +368,12 @@ static int load_existing(struct dbtx *tx, struct batch *b, const char *ids)
                 continue;
             }
             b->dec[i] = rejected ? DEC_REJECTED : DEC_CONFIRMED;
-            /* the row's reason string dies with r: map it to our constants */
+            /* the row's reason string dies with r: map it to our constants
+             * (a rejected row says one of the two guards; an id conflict is
+             * never a row) */
             b->reason[i] = !rejected ? ""
                            : strcmp(PQgetvalue(r, row, 4), ORDER_REASON_LIMIT) == 0
                                ? ORDER_REASON_LIMIT
-                           : strcmp(PQgetvalue(r, row, 4), ORDER_REASON_ID_CONFLICT) == 0
-                               ? ORDER_REASON_ID_CONFLICT
                                : ORDER_REASON_NO_STOCK;
             b->reapply[i] = PQgetisnull(r, row, 5) ? 0 : (int32_t)atol(PQgetvalue(r, row, 5));
         }

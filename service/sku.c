@@ -94,8 +94,8 @@ static PGresult *tx_query(struct dbtx *tx, const char *name, int n, const char *
  * A SKU becomes sellable in Redis only after PostgreSQL committed it: the load
  * runs in a completion hook (registered after the lock's, so it runs while the
  * lock is still held).  If the load fails, the SKU is known but not loaded,
- * which buyers see as 503 until an operator reloads it: nothing is sold that
- * the database does not know, and nothing sold is lost by an undo.
+ * which buyers see as 503 until the reconciler rebuilds it: nothing is sold
+ * that the database does not know, and nothing sold is lost by an undo.
  */
 struct load_job {
     struct worker_ctx *w;
@@ -367,7 +367,8 @@ static int settle_adjustments(struct worker_ctx *w, struct dbtx *tx, int64_t sku
             const char *argv[] = {stock, adj, id};
             done = redis_conn_script(&w->redis, &script_stock_adjust_undo, 2, 1, argv, NULL);
         } else {
-            log_error("sku %" PRId64 ": adjustment %s is %s; left for an operator", sku, id, fate);
+            log_error("sku %" PRId64 ": adjustment %s is %s; the next reconciliation asks again",
+                      sku, id, fate);
         }
         if (done && done->type != REDIS_REPLY_ERROR) {
             log_warn("sku %" PRId64 ": settled adjustment %s (%s)", sku, id, fate);
