@@ -15,7 +15,7 @@ endif
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null || echo -I/usr/include/postgresql)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lhiredis -levent_pthreads -levent -ljansson -lpq)
 CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck)
-CPPFLAGS += -D_GNU_SOURCE -Iservice -Iservice/rlock -Iloadtest
+CPPFLAGS += -D_GNU_SOURCE -Iservice -Iservice/rlock/include -Iloadtest
 CFLAGS   += $(OPT) $(WARN) $(PKG_CFLAGS) -pthread
 LDFLAGS  += $(OPT) -pthread
 
@@ -67,6 +67,8 @@ $(BUILD)/gen/%.o: $(BUILD)/gen/%.c
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
+# The lock library sees its own headers only: reaching into the service fails the build.
+$(BUILD)/service/rlock/%.o: CPPFLAGS := -D_GNU_SOURCE -Iservice/rlock/include
 
 $(BUILD)/librlock.a: $(RLOCK_OBJ)
 	$(AR) rcs $@ $^

@@ -42,10 +42,10 @@
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 
-#include "rlock.h"
-#include "rlock_async.h"
-#include "rlock_notify.h"
-#include "rlock_script.h"
+#include <rlock/async.h>
+#include <rlock/notify.h>
+#include <rlock/rlock.h>
+#include <rlock/script.h>
 
 /* Generated from lua/rlock_release.lua into librlock.a. */
 extern const char lua_rlock_release[];

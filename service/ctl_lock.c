@@ -17,9 +17,9 @@
 #include <time.h>
 
 #include "log.h"
-#include "rlock.h"
-#include "rlock_fence.h"
-#include "rlock_notify.h"
+#include <rlock/fence.h>
+#include <rlock/notify.h>
+#include <rlock/rlock.h>
 
 #define SCAN_COUNT "1000"      /* keys examined per SCAN call */
 #define OWNER_SHOWN_MAX 512    /* longest owner description printed */

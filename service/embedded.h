@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-#include "rlock_script.h"
+#include <rlock/script.h>
 
 /* The service's scripts, initialised once by embedded_init(). */
 extern struct rlock_script script_reserve, script_sku_load, script_stock_adjust,

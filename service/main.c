@@ -23,10 +23,10 @@
 #include "pgwait.h"
 #include "reconcile.h"
 #include "redis_conn.h"
-#include "rlock_notify.h"
-#include "rlock_watch.h"
 #include "txlock.h"
 #include "workers.h"
+#include <rlock/notify.h>
+#include <rlock/watch.h>
 
 static void usage(FILE *out)
 {

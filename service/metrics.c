@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "rlock_metrics.h"
+#include <rlock/metrics.h>
 
 static atomic_long counters[M_COUNT];
 

@@ -15,7 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "rlock.h"
+#include <rlock/rlock.h>
 
 /* How often an abort flag is looked at while waiting: the "at once" of a
  * lost lock, at the cost of a few wake-ups a second during a statement. */

@@ -16,7 +16,7 @@
 #include <hiredis.h>
 
 #include "cfg.h"
-#include "rlock_script.h"
+#include <rlock/script.h>
 
 struct redis_async;
 

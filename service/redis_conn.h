@@ -11,7 +11,7 @@
 #include <stddef.h>
 
 #include "cfg.h"
-#include "rlock_script.h"
+#include <rlock/script.h>
 
 struct redis_target {
     char host[256];

@@ -8,7 +8,7 @@
 #include "embedded.h"
 #include "keys.h"
 #include "log.h"
-#include "rlock_fence.h"
+#include <rlock/fence.h>
 
 static struct rlock_watchdog *watchdog;
 

@@ -24,8 +24,8 @@
 #include "cfg.h"
 #include "dbtx.h"
 #include "redis_conn.h"
-#include "rlock.h"
-#include "rlock_watch.h"
+#include <rlock/rlock.h>
+#include <rlock/watch.h>
 
 struct txlock {
     struct redis_conn *redis;

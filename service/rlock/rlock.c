@@ -1,7 +1,7 @@
 /*
  * rlock: lease locks on Redis (see rlock.h for the protocol and contract).
  */
-#include "rlock.h"
+#include "rlock/rlock.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -13,11 +13,11 @@
 #include <sys/random.h>
 #include <time.h>
 
-#include "rlock_metrics.h"
-#include "rlock_notify.h"
-#include "rlock_reentrant.h"
-#include "rlock_script.h"
-#include "rlock_watch.h"
+#include "rlock/metrics.h"
+#include "rlock/notify.h"
+#include "rlock/reentrant.h"
+#include "rlock/script.h"
+#include "rlock/watch.h"
 
 /* Generated from lua/rlock_*.lua by service/tools/embed.c. */
 extern const char lua_rlock_release[];

@@ -12,7 +12,7 @@
  *  - struct rlock_async_lock: a held lock, reference counted: the user holds
  *    one reference until release/forget, every cmd about it holds one.
  */
-#include "rlock_async.h"
+#include "rlock/async.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -20,11 +20,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rlock_metrics.h"
-#include "rlock_notify.h"
-#include "rlock_reentrant.h"
-#include "rlock_script.h"
-#include "rlock_watch.h"
+#include "rlock/metrics.h"
+#include "rlock/notify.h"
+#include "rlock/reentrant.h"
+#include "rlock/script.h"
+#include "rlock/watch.h"
 
 /* Generated from lua/rlock_*.lua by service/tools/embed.c. */
 extern const char lua_rlock_multi_acquire[];

@@ -1,7 +1,7 @@
 /*
  * rlock_fair: FIFO lock with server-clock waiter deadlines (see rlock_fair.h).
  */
-#include "rlock_fair.h"
+#include "rlock/fair.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rlock_metrics.h"
-#include "rlock_notify.h"
-#include "rlock_script.h"
-#include "rlock_watch.h"
+#include "rlock/metrics.h"
+#include "rlock/notify.h"
+#include "rlock/script.h"
+#include "rlock/watch.h"
 
 /* Generated from lua/rlock_*.lua by service/tools/embed.c. */
 extern const char lua_rlock_fair_acquire[];

@@ -2,7 +2,7 @@
  * rlock_fence: fenced acquisition, counter floor and replica check (see
  * rlock_fence.h for the design and the store-side contract).
  */
-#include "rlock_fence.h"
+#include "rlock/fence.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rlock_notify.h"
-#include "rlock_script.h"
+#include "rlock/notify.h"
+#include "rlock/script.h"
 
 /* Generated from lua/rlock_fence_*.lua by service/tools/embed.c. */
 extern const char lua_rlock_fence_acquire[];

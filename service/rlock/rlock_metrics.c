@@ -1,7 +1,7 @@
 /*
  * rlock_metrics: relaxed atomic counters (see rlock_metrics.h).
  */
-#include "rlock_metrics.h"
+#include "rlock/metrics.h"
 
 #include <stdatomic.h>
 

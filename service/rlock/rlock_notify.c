@@ -9,7 +9,7 @@
  * blocking (only after poll() said the socket is readable), so the thread
  * never hangs on Redis and stopping it is bounded.
  */
-#include "rlock_notify.h"
+#include "rlock/notify.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "rlock_metrics.h"
+#include "rlock/metrics.h"
 
 /* Back-off between reconnect attempts, and the longest poll() sleep (a
  * safety net: the pipe wakes the thread whenever there is work). */

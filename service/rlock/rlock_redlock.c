@@ -7,7 +7,7 @@
  * reads when it is readable, so no call can block past the deadline (the
  * commands are a few hundred bytes, which a writable socket always takes).
  */
-#include "rlock_redlock.h"
+#include "rlock/redlock.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -18,8 +18,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "rlock_notify.h"
-#include "rlock_script.h"
+#include "rlock/notify.h"
+#include "rlock/script.h"
 
 /* Generated from lua/rlock_*.lua by service/tools/embed.c. */
 extern const char lua_rlock_release[];

@@ -1,7 +1,7 @@
 /*
  * rlock_reentrant: Redisson-format reentrant lock (see rlock_reentrant.h).
  */
-#include "rlock_reentrant.h"
+#include "rlock/reentrant.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -13,11 +13,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "rlock_fair.h"
-#include "rlock_metrics.h"
-#include "rlock_notify.h"
-#include "rlock_script.h"
-#include "rlock_watch.h"
+#include "rlock/fair.h"
+#include "rlock/metrics.h"
+#include "rlock/notify.h"
+#include "rlock/script.h"
+#include "rlock/watch.h"
 
 /* Generated from lua/rlock_*.lua by service/tools/embed.c. */
 extern const char lua_rlock_reentrant_acquire[];

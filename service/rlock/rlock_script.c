@@ -2,7 +2,7 @@
  * rlock_script: EVALSHA with a one-shot EVAL fallback, sync and async, plus
  * the small SHA-1 needed to name scripts the way Redis does.
  */
-#include "rlock_script.h"
+#include "rlock/script.h"
 
 #include <limits.h>
 #include <stdint.h>

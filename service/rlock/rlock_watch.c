@@ -7,7 +7,7 @@
  * its watch is busy, which is what guarantees that no renewal and no lost
  * callback follows a release.
  */
-#include "rlock_watch.h"
+#include "rlock/watch.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -17,8 +17,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "rlock_metrics.h"
-#include "rlock_script.h"
+#include "rlock/metrics.h"
+#include "rlock/script.h"
 
 /* Generated from lua/rlock_*.lua by service/tools/embed.c. */
 extern const char lua_rlock_extend[];

@@ -16,8 +16,8 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "rlock.h"
-#include "rlock_fence.h"
+#include <rlock/fence.h>
+#include <rlock/rlock.h>
 
 #define RUN_TIMEOUT_MS 20000 /* any single seckillctl run */
 #define OUT_MAX 16384

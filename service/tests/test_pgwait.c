@@ -31,9 +31,9 @@
 #include "keys.h"
 #include "pgwait.h"
 #include "redis_conn.h"
-#include "rlock.h"
-#include "rlock_watch.h"
 #include "txlock.h"
+#include <rlock/rlock.h>
+#include <rlock/watch.h>
 
 /* The client deadline of the frozen tests, and the multiple of it within
  * which a wait must have ended ("returned at all"). */

@@ -20,8 +20,8 @@
 #include <hiredis/hiredis.h>
 
 #include "harness_rlock.h"
-#include "rlock.h"
-#include "rlock_script.h"
+#include <rlock/rlock.h>
+#include <rlock/script.h>
 
 /* ---- helpers ---- */
 

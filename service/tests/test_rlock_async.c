@@ -19,11 +19,11 @@
 #include <hiredis/hiredis.h>
 
 #include "harness_rlock.h"
-#include "rlock.h"
-#include "rlock_async.h"
-#include "rlock_metrics.h"
-#include "rlock_notify.h"
-#include "rlock_reentrant.h"
+#include <rlock/async.h>
+#include <rlock/metrics.h>
+#include <rlock/notify.h>
+#include <rlock/reentrant.h>
+#include <rlock/rlock.h>
 
 #define TEST_PREFIX "test_rlock_async"
 

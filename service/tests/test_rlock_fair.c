@@ -14,10 +14,10 @@
 #include <hiredis/hiredis.h>
 
 #include "harness_rlock.h"
-#include "rlock.h"
-#include "rlock_fair.h"
-#include "rlock_notify.h"
-#include "rlock_reentrant.h"
+#include <rlock/fair.h>
+#include <rlock/notify.h>
+#include <rlock/reentrant.h>
+#include <rlock/rlock.h>
 
 #define TEST_PREFIX "test_rlock_fair"
 

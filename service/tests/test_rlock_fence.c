@@ -21,8 +21,8 @@
 #include "harness.h"
 #include "harness_redis.h"
 #include "redis_conn.h"
-#include "rlock.h"
-#include "rlock_fence.h"
+#include <rlock/fence.h>
+#include <rlock/rlock.h>
 
 #define NO_PERSISTENCE NULL /* harness_redis servers never persist */
 

@@ -10,8 +10,8 @@
 #include <string.h>
 
 #include "harness_redis.h"
-#include "rlock.h"
-#include "rlock_redlock.h"
+#include <rlock/redlock.h>
+#include <rlock/rlock.h>
 
 #define NODES 5
 #define QUORUM (NODES / 2 + 1)

@@ -15,10 +15,10 @@
 #include <hiredis/hiredis.h>
 
 #include "harness_rlock.h"
-#include "rlock.h"
-#include "rlock_metrics.h"
-#include "rlock_reentrant.h"
-#include "rlock_watch.h"
+#include <rlock/metrics.h>
+#include <rlock/reentrant.h>
+#include <rlock/rlock.h>
+#include <rlock/watch.h>
 
 #define TEST_PREFIX "test_rlock_watch"
 #define LEASE_MS 300

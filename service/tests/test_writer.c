@@ -16,9 +16,9 @@
 #include "keys.h"
 #include "order.h"
 #include "order_writer.h"
-#include "rlock.h"
 #include "sku.h"
 #include "txlock.h"
+#include <rlock/rlock.h>
 
 static struct cfg cfg;
 

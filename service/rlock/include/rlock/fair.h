@@ -38,8 +38,8 @@
 
 #include <stdint.h>
 
-#include "rlock.h"
-#include "rlock_reentrant.h"
+#include "rlock/reentrant.h"
+#include "rlock/rlock.h"
 
 #define RLOCK_FAIR_QUEUE_PREFIX "rlock_fair_queue"
 #define RLOCK_FAIR_TIMEOUT_PREFIX "rlock_fair_timeout"

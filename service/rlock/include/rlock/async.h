@@ -40,7 +40,7 @@
 #include <event2/event.h>
 #include <hiredis/async.h>
 
-#include "rlock.h"
+#include "rlock/rlock.h"
 
 struct rlock_async;      /* opaque: one client per event loop */
 struct rlock_async_lock; /* opaque: one held lock */

@@ -32,7 +32,7 @@
 
 #include <hiredis/hiredis.h>
 
-#include "rlock.h"
+#include "rlock/rlock.h"
 
 #define RLOCK_REDLOCK_DEFAULT_NODE_TIMEOUT_MS 50 /* cap of the default node timeout */
 #define RLOCK_REDLOCK_NODE_TIMEOUT_DIVISOR 10    /* default node timeout <= ttl / this */

@@ -43,7 +43,7 @@
 
 #include <hiredis/hiredis.h>
 
-#include "rlock.h"
+#include "rlock/rlock.h"
 
 #define RLOCK_FENCE_SUFFIX ":fence"
 #define RLOCK_FENCE_MAX ((int64_t)1 << 53) /* tokens and floors stay below this */

@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "rlock.h"
+#include "rlock/rlock.h"
 
 struct rlock_notifier;    /* opaque: the subscriber thread and its channels */
 struct rlock_notify_wait; /* opaque: one waiter's interest in one channel */

@@ -31,7 +31,7 @@
 
 #include <hiredis/hiredis.h>
 
-#include "rlock.h"
+#include "rlock/rlock.h"
 
 #define RLOCK_UUID_LEN 36 /* "xxxxxxxx-xxxx-4xxx-yxxx-xxxxxxxxxxxx", without the NUL */
 /* Longest owner field: a uuid (or caller-chosen id of up to 63 chars), ':', a uint64. */

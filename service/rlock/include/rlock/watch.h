@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "rlock.h"
+#include "rlock/rlock.h"
 
 #define RLOCK_WATCHDOG_LEASE_MS 30000 /* Redisson's lockWatchdogTimeout */
 
