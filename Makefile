@@ -24,8 +24,11 @@ RLOCK_LUA   := $(sort $(wildcard lua/rlock_*.lua))
 SVC_LUA     := $(sort $(filter-out $(RLOCK_LUA),$(wildcard lua/*.lua)))
 SVC_SQL     := $(sort $(wildcard sql/*.sql))
 MIGRATIONS  := $(sort $(wildcard migrations/*.sql))
-SVC_SRC     := $(filter-out service/main.c $(wildcard service/ctl*.c),$(wildcard service/*.c))
-CTL_SRC     := $(wildcard service/ctl*.c)
+# The service's modules, one folder per layer (see docs/ARCHITECTURE.md); the
+# daemon's and the CLI's entry points link them from libseckill.a.
+SVC_DIRS    := core store sku order http
+SVC_SRC     := $(foreach d,$(SVC_DIRS),$(wildcard service/$(d)/*.c))
+CTL_SRC     := $(wildcard service/ctl/*.c)
 LOAD_SRC    := $(filter-out loadtest/http_ceiling.c loadtest/rlock_bench.c,$(wildcard loadtest/*.c))
 TEST_SRC    := $(wildcard service/tests/test_*.c)
 TEST_HELPERS:= $(filter-out $(TEST_SRC),$(wildcard service/tests/*.c))
@@ -75,7 +78,7 @@ $(BUILD)/librlock.a: $(RLOCK_OBJ)
 $(BUILD)/libseckill.a: $(SVC_OBJ)
 	$(AR) rcs $@ $^
 
-$(BUILD)/seckilld: $(BUILD)/service/main.o $(BUILD)/libseckill.a $(BUILD)/librlock.a
+$(BUILD)/seckilld: $(BUILD)/service/daemon/main.o $(BUILD)/libseckill.a $(BUILD)/librlock.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS)
 
 $(BUILD)/seckillctl: $(CTL_SRC:%.c=$(BUILD)/%.o) $(BUILD)/libseckill.a $(BUILD)/librlock.a

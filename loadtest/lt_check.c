@@ -9,10 +9,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "embedded.h"
-#include "keys.h"
+#include "core/embedded.h"
+#include "core/keys.h"
 #include "lt_load.h"
-#include "redis_conn.h"
+#include "store/redis_conn.h"
 
 #define PG_CONNECT_TIMEOUT_S "10"
 #define PG_STATEMENT_TIMEOUT "SET statement_timeout = '120s'"

@@ -14,8 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "keys.h"
-#include "redis_conn.h"
+#include "core/keys.h"
+#include "store/redis_conn.h"
 
 #define US_PER_S 1000000ULL
 #define US_PER_MS 1000ULL

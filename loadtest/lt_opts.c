@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "redis_conn.h"
+#include "store/redis_conn.h"
 
 #define DEFAULT_URL "http://127.0.0.1:8080"
 #define DEFAULT_STOCK 1000

@@ -14,10 +14,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "embedded.h"
-#include "keys.h"
-#include "pgwait.h"
-#include "redis_conn.h"
+#include "core/embedded.h"
+#include "core/keys.h"
+#include "store/pgwait.h"
+#include "store/redis_conn.h"
 
 const char *th_env(const char *name)
 {

@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "cfg.h"
+#include "core/cfg.h"
 
 #define TH_ADMIN_TOKEN "test-admin-token-0123456789abcdef"
 

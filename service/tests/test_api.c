@@ -16,8 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/keys.h"
 #include "harness.h"
-#include "keys.h"
 
 #define CT_JSON "Content-Type: application/json\r\n"
 #define DRAIN_MS 15000

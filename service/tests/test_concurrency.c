@@ -12,8 +12,8 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "core/keys.h"
 #include "harness.h"
-#include "keys.h"
 
 #define BUYERS 1000
 

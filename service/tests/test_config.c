@@ -3,11 +3,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cfg.h"
-#include "embedded.h"
-#include "keys.h"
-#include "pgwait.h"
-#include "redis_conn.h"
+#include "core/cfg.h"
+#include "core/embedded.h"
+#include "core/keys.h"
+#include "store/pgwait.h"
+#include "store/redis_conn.h"
 
 START_TEST(test_defaults_match_the_local_stack)
 {

@@ -7,7 +7,7 @@
  * All tests share one scratch table named after the runner's pid, created
  * once before the tests and dropped after them, and use their own keys.
  */
-#include "dbtx.h"
+#include "store/dbtx.h"
 
 #include <check.h>
 #include <libpq-fe.h>

@@ -14,11 +14,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "embedded.h"
+#include "core/embedded.h"
+#include "core/keys.h"
 #include "harness.h"
-#include "keys.h"
-#include "order.h"
-#include "redis_conn.h"
+#include "order/order.h"
+#include "store/redis_conn.h"
 
 #define CT_JSON "Content-Type: application/json\r\n"
 #define BOUND_MS 15000 /* liveness bound of every poll below, never a speed claim */

@@ -16,8 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/keys.h"
 #include "harness.h"
-#include "keys.h"
 #include "lt_hist.h"
 
 #define RUN_TIMEOUT_MS 120000 /* one loadtest process, however slow the machine */

@@ -2,7 +2,7 @@
 #include <check.h>
 #include <string.h>
 
-#include "order.h"
+#include "order/order.h"
 
 START_TEST(test_decisions_round_trip_through_a_message)
 {

@@ -24,14 +24,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "db.h"
-#include "dbtx.h"
+#include "core/keys.h"
 #include "harness.h"
 #include "harness_rlock.h"
-#include "keys.h"
-#include "pgwait.h"
-#include "redis_conn.h"
-#include "txlock.h"
+#include "store/db.h"
+#include "store/dbtx.h"
+#include "store/pgwait.h"
+#include "store/redis_conn.h"
+#include "store/txlock.h"
 #include <rlock/rlock.h>
 #include <rlock/watch.h>
 

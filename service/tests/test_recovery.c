@@ -7,8 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/keys.h"
 #include "harness.h"
-#include "keys.h"
 
 static int order(int port, int64_t user, struct th_response *r)
 {

@@ -20,7 +20,7 @@
 
 #include "harness.h"
 #include "harness_redis.h"
-#include "redis_conn.h"
+#include "store/redis_conn.h"
 #include <rlock/fence.h>
 #include <rlock/rlock.h>
 

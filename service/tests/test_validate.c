@@ -1,5 +1,5 @@
 /* validate: pure unit tests, no services needed. */
-#include "validate.h"
+#include "core/validate.h"
 
 #include <check.h>
 #include <stdint.h>

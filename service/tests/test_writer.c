@@ -10,14 +10,14 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dbtx.h"
-#include "embedded.h"
+#include "core/embedded.h"
+#include "core/keys.h"
 #include "harness.h"
-#include "keys.h"
-#include "order.h"
-#include "order_writer.h"
-#include "sku.h"
-#include "txlock.h"
+#include "order/order.h"
+#include "order/order_writer.h"
+#include "sku/sku.h"
+#include "store/dbtx.h"
+#include "store/txlock.h"
 #include <rlock/rlock.h>
 
 static struct cfg cfg;

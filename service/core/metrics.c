@@ -1,0 +1,113 @@
+#include "core/metrics.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <rlock/metrics.h>
+
+static atomic_long counters[M_COUNT];
+
+static const struct {
+    const char *name, *help;
+} info[M_COUNT] = {
+    [M_ORDERS_ACCEPTED] = {"seckill_orders_accepted_total", "orders reserved in Redis"},
+    [M_ORDERS_CONFIRMED] = {"seckill_orders_confirmed_total", "orders answered 201 (committed)"},
+    [M_ORDERS_REJECTED] = {"seckill_orders_rejected_total",
+                           "reserved orders the database refused (409 with order id)"},
+    [M_ORDERS_ACK_TIMEOUTS] = {"seckill_orders_ack_timeouts_total",
+                               "durable answers that fell back to 202 pending"},
+    [M_ORDERS_REPLAYED] = {"seckill_orders_replayed_total", "idempotent repeats answered again"},
+    [M_ORDERS_SOLD_OUT] = {"seckill_orders_sold_out_total", "orders refused: sold out"},
+    [M_ORDERS_LIMIT] = {"seckill_orders_limit_exceeded_total", "orders refused: per-user limit"},
+    [M_ORDERS_NOT_ACTIVE] = {"seckill_orders_sale_not_active_total", "orders outside the sale"},
+    [M_ORDERS_INVALID] = {"seckill_orders_invalid_total", "malformed order requests (400)"},
+    [M_ORDERS_UNAVAILABLE] = {"seckill_orders_unavailable_total", "orders answered 503"},
+    [M_ORDERS_EXPIRED] = {"seckill_orders_expired_total",
+                          "reservations refused by Redis after their deadline"},
+    [M_ORDERS_LATE_RESERVED] = {"seckill_orders_late_reserved_total",
+                                "reservations whose reply came after the buyer's 503 (Redis "
+                                "stalled between running the script and replying)"},
+    [M_WRITER_BATCHES_COMMITTED] = {"seckill_writer_batches_committed_total",
+                                    "order batches committed"},
+    [M_WRITER_BATCHES_FAILED] = {"seckill_writer_batches_failed_total",
+                                 "order batches left for replay"},
+    [M_WRITER_ORDERS_CONFIRMED] = {"seckill_writer_orders_confirmed_total", "orders confirmed"},
+    [M_WRITER_ORDERS_REJECTED] = {"seckill_writer_orders_rejected_total",
+                                  "orders refused by the database guard"},
+    [M_WRITER_ORDERS_RECLAIMED] = {"seckill_writer_orders_reclaimed_total",
+                                   "stream entries reclaimed from idle writers"},
+    [M_WRITER_ID_CONFLICTS] = {"seckill_writer_order_id_conflicts_total",
+                               "order ids reused after Redis lost writes (needs a reload)"},
+    [M_WRITER_DEAD_LETTERS] = {"seckill_writer_dead_letters_total",
+                               "stream entries moved to a dead-letter stream"},
+    [M_WRITER_REAPPLIED] = {"seckill_writer_reapplied_total",
+                            "orders taken again from a Redis rebuilt without them"},
+    [M_SKU_RELOADS] = {"seckill_sku_reloads_total", "SKUs rebuilt in Redis from PostgreSQL"},
+    [M_ADJUSTMENTS_SETTLED] = {"seckill_adjustments_settled_total",
+                               "adjustment records of dead processes settled"},
+    [M_RECONCILE_RUNS] = {"seckill_reconcile_runs_total", "reconciliation passes"},
+    [M_DRIFT_SKUS] = {"seckill_drift_skus", "SKUs whose Redis and PostgreSQL disagree"},
+    [M_DRIFT_UNITS] = {"seckill_drift_units", "units by which Redis and PostgreSQL disagree"},
+    [M_STOCK_ADJUSTMENTS] = {"seckill_stock_adjustments_total", "admin stock deltas applied"},
+    [M_REDIS_TIMEOUTS] = {"seckill_redis_timeouts_total", "async Redis commands timed out"},
+};
+
+void metrics_add(enum metric m, long n)
+{
+    atomic_fetch_add_explicit(&counters[m], n, memory_order_relaxed);
+}
+
+void metrics_set(enum metric m, long v)
+{
+    atomic_store_explicit(&counters[m], v, memory_order_relaxed);
+}
+
+static int is_gauge(int m)
+{
+    return m == M_DRIFT_SKUS || m == M_DRIFT_UNITS;
+}
+
+char *metrics_render(size_t *len)
+{
+    size_t cap = 256 * (M_COUNT + 8);
+    char *out = malloc(cap);
+    if (!out)
+        abort();
+    size_t n = 0;
+    for (int i = 0; i < M_COUNT; i++) {
+        int w = snprintf(out + n, cap - n, "# HELP %s %s\n# TYPE %s %s\n%s %ld\n", info[i].name,
+                         info[i].help, info[i].name, is_gauge(i) ? "gauge" : "counter",
+                         info[i].name, atomic_load_explicit(&counters[i], memory_order_relaxed));
+        if (w < 0 || (size_t)w >= cap - n)
+            break;
+        n += (size_t)w;
+    }
+    /* The lock library keeps its own counters. */
+    struct rlock_metrics lm;
+    rlock_metrics_snapshot(&lm);
+    const struct {
+        const char *name, *help;
+        uint64_t v;
+    } locks[] = {
+        {"seckill_lock_acquired_total", "lock acquisitions", lm.acquired},
+        {"seckill_lock_waited_total", "acquisitions that waited for a busy lock", lm.waited},
+        {"seckill_lock_wait_ms_total", "milliseconds spent waiting for locks", lm.wait_ms_total},
+        {"seckill_lock_busy_total", "acquisitions that gave up on a busy lock", lm.busy},
+        {"seckill_lock_renewed_total", "watchdog renewals", lm.renewed},
+        {"seckill_lock_lost_total", "locks found lost while held", lm.lost},
+        {"seckill_lock_released_total", "lock releases", lm.released},
+        {"seckill_lock_release_refused_total", "releases refused (not the owner)",
+         lm.release_refused},
+    };
+    for (size_t i = 0; i < sizeof locks / sizeof locks[0]; i++) {
+        int w =
+            snprintf(out + n, cap - n, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", locks[i].name,
+                     locks[i].help, locks[i].name, locks[i].name, (unsigned long long)locks[i].v);
+        if (w < 0 || (size_t)w >= cap - n)
+            break;
+        n += (size_t)w;
+    }
+    *len = n;
+    return out;
+}

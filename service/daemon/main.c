@@ -1,0 +1,186 @@
+/*
+ * seckilld: the flash-sale reservation daemon.
+ *
+ *   seckilld [--setting=value ...] serve     run the HTTP API and the order writer
+ *   seckilld [--setting=value ...] migrate   apply database migrations and exit
+ *   seckilld --help
+ */
+#include <event2/event.h>
+#include <event2/thread.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "core/cfg.h"
+#include "core/embedded.h"
+#include "core/log.h"
+#include "http/http_api.h"
+#include "order/order_writer.h"
+#include "sku/reconcile.h"
+#include "store/migrate.h"
+#include "store/pgwait.h"
+#include "store/redis_conn.h"
+#include "store/txlock.h"
+#include "store/workers.h"
+#include <rlock/notify.h>
+#include <rlock/watch.h>
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: seckilld [--config FILE] [--setting value ...] serve|migrate\n\n");
+    cfg_print_help(out);
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+    (void)what;
+    log_info("signal %d: shutting down", (int)sig);
+    event_base_loopbreak(arg);
+}
+
+/* A flash sale is thousands of simultaneous connections: use the hard limit. */
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            log_warn("cannot raise the open file limit");
+    }
+}
+
+static int serve(const struct cfg *c)
+{
+    char err[256];
+    raise_fd_limit();
+    if (!c->admin_token[0])
+        log_warn("admin_token is empty: the admin API refuses every request");
+
+    /* Initialise subsystems; order matters: workers before the HTTP loops that
+     * submit to them, the writer last.  Teardown runs in reverse. */
+    struct event_base *base = event_base_new();
+    if (!base) {
+        fprintf(stderr, "seckilld: cannot create the main event loop\n");
+        return 1;
+    }
+    struct event *sigint = evsignal_new(base, SIGINT, on_signal, base);
+    struct event *sigterm = evsignal_new(base, SIGTERM, on_signal, base);
+    evsignal_add(sigint, NULL);
+    evsignal_add(sigterm, NULL);
+
+    int rc = 1;
+    struct http_server *http = NULL;
+    struct order_writer *writer = NULL;
+    struct reconciler *reconciler = NULL;
+    struct workers *ws = NULL;
+    /* The lock library's two background threads: one subscriber connection
+     * that wakes every waiting lock on release, and the watchdog that renews
+     * held locks and flags lost ones.  Both open their own connections. */
+    struct redis_conn lock_conn;
+    struct rlock_notifier *notifier = NULL;
+    struct rlock_watchdog *watchdog = NULL;
+    if (redis_conn_init(&lock_conn, c, err, sizeof err) != 0)
+        goto out;
+    notifier = rlock_notifier_new(redis_conn_open, &lock_conn, err, sizeof err);
+    struct rlock_watchdog_opts wo = {.lease_ms = (int)c->lock_ttl_ms,
+                                     .op_timeout_ms = (int)c->redis_timeout_ms};
+    watchdog =
+        notifier ? rlock_watchdog_new(redis_conn_open, &lock_conn, &wo, err, sizeof err) : NULL;
+    if (!watchdog)
+        goto out;
+    rlock_notifier_set_default(notifier);
+    txlock_set_watchdog(watchdog);
+    ws = workers_start(c, err, sizeof err);
+    if (!ws)
+        goto out;
+    /* Its first pass settles what a dead predecessor left and restores SKUs
+     * Redis lost, before buyers arrive. */
+    reconciler = reconcile_start(c, err, sizeof err);
+    if (!reconciler)
+        goto out;
+    http = http_server_start(c, ws, err, sizeof err);
+    if (!http)
+        goto out;
+    writer = order_writer_start(c, err, sizeof err);
+    if (!writer)
+        goto out;
+    log_info("seckilld listening on %s (%" PRId64 " HTTP threads, %" PRId64 " writers)",
+             c->http_addr, c->http_threads, c->writer_threads);
+    event_base_dispatch(base);
+    rc = 0;
+out:
+    if (rc)
+        fprintf(stderr, "seckilld: %s\n", err);
+    /* Teardown, reverse order: writers; then the workers, whose last answers
+     * still reach running loops; then each loop answers what waits on Redis
+     * (503) and exits; the pool's memory goes last, as loops may still submit
+     * (and be refused) until they exit. */
+    order_writer_stop(writer);
+    workers_drain(ws);
+    http_server_stop(http);
+    workers_free(ws);
+    /* After everything that may ask it for a pass (writers, workers). */
+    reconcile_stop(reconciler);
+    /* Every lock is released or cleared by now. */
+    txlock_set_watchdog(NULL);
+    rlock_notifier_set_default(NULL);
+    rlock_watchdog_free(watchdog);
+    rlock_notifier_free(notifier);
+    event_free(sigint);
+    event_free(sigterm);
+    event_base_free(base);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(stdout);
+            return 0;
+        }
+    /* libevent must know about threads before any base exists. */
+    if (evthread_use_pthreads() != 0) {
+        fprintf(stderr, "seckilld: libevent has no pthreads support\n");
+        return 1;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    struct cfg c;
+    cfg_defaults(&c);
+    char err[256];
+    int first = argc;
+    if (cfg_load(&c, argc, argv, &first, err, sizeof err) != 0) {
+        fprintf(stderr, "seckilld: %s\n", err);
+        cfg_free(&c);
+        return 2;
+    }
+    if (cfg_check(&c, err, sizeof err) != 0) {
+        fprintf(stderr, "seckilld: %s\n", err);
+        cfg_free(&c);
+        return 2;
+    }
+    if (log_set_level(c.log_level) != 0) {
+        fprintf(stderr, "seckilld: log_level must be debug, info, warn or error\n");
+        cfg_free(&c);
+        return 2;
+    }
+    const char *cmd = first < argc ? argv[first] : "serve";
+    /* Before any thread starts: every transaction's wait is bounded by it. */
+    pgwait_set_default_timeout_ms((int)c.pg_client_timeout_ms);
+    embedded_init();
+    int rc;
+    if (strcmp(cmd, "migrate") == 0) {
+        rc = migrate_run(&c) < 0 ? 1 : 0;
+    } else if (strcmp(cmd, "serve") == 0) {
+        rc = serve(&c);
+    } else {
+        fprintf(stderr, "seckilld: unknown command \"%s\"\n", cmd);
+        usage(stderr);
+        rc = 2;
+    }
+    cfg_free(&c);
+    return rc;
+}

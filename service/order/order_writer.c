@@ -1,0 +1,998 @@
+#include "order/order_writer.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/embedded.h"
+#include "core/keys.h"
+#include "core/log.h"
+#include "core/metrics.h"
+#include "order/order.h"
+#include "sku/reconcile.h"
+#include "sku/sku.h"
+#include "store/dbtx.h"
+#include "store/txlock.h"
+
+/* ---- small buffers ------------------------------------------------------- */
+
+struct sbuf {
+    char *p;
+    size_t len, cap;
+};
+
+static void sb_add(struct sbuf *b, const char *s, size_t n)
+{
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p)
+            abort();
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void sb_str(struct sbuf *b, const char *s)
+{
+    sb_add(b, s, strlen(s));
+}
+
+static void sb_i64(struct sbuf *b, int64_t v)
+{
+    char num[24];
+    sb_add(b, num, (size_t)snprintf(num, sizeof num, "%" PRId64, v));
+}
+
+/* Appends s as a quoted element of a PostgreSQL array literal, or NULL. */
+static void sb_array_text(struct sbuf *b, const char *s)
+{
+    if (!s) {
+        sb_str(b, "NULL");
+        return;
+    }
+    sb_str(b, "\"");
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            sb_str(b, "\\");
+        sb_add(b, s, 1);
+    }
+    sb_str(b, "\"");
+}
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- one batch ----------------------------------------------------------- */
+
+enum decision {
+    DEC_NONE,
+    DEC_CONFIRMED,
+    DEC_REJECTED,
+    DEC_DEAD /* its id belongs to another order in the database: dead letter */
+};
+
+struct batch {
+    struct writer *w;
+    int64_t sku;
+    const struct writer_entry *e;
+    size_t n;
+    enum decision *dec;  /* what the database holds for each entry after commit */
+    const char **reason; /* of rejections and dead letters */
+    int32_t *reapply;    /* load epoch the confirmed order must be taken from, or 0 */
+    int64_t limit;       /* per-user limit, from skus */
+    int64_t load_epoch;  /* the SKU's last load into Redis, from sku_epochs */
+    int conflicts;       /* dead letters: Redis went back in time, rebuild the SKU */
+    int finished;        /* stock returned, reapplied, dead letters moved, acknowledged */
+};
+
+static int is_rejected(const struct batch *b, size_t i)
+{
+    return b->dec[i] == DEC_REJECTED;
+}
+
+/* Runs a script over the SKU's journal, stock, bought and meta keys (and,
+ * for the reapply of load 'epoch', its debts) with ARGV 'lead' (may be NULL),
+ * then per selected entry the order, user, qty and (with 'reasons') its
+ * reason, then 'tail' (may be NULL).  Returns the script's integer answer, or
+ * -1 when Redis failed. */
+static long long run_for(struct batch *b, const struct rlock_script *s, const char *lead,
+                         int reasons, const char *tail, int (*want)(const struct batch *, size_t),
+                         int32_t epoch)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < b->n; i++)
+        n += want(b, i) && (!epoch || b->reapply[i] == epoch);
+    if (n == 0)
+        return 0;
+    char keys[5][KEYS_MAX];
+    static const enum keys_kind kinds[] = {KEY_JOURNAL, KEY_STOCK, KEY_BOUGHT, KEY_META, KEY_DEBTS};
+    int nkeys = epoch ? 5 : 4;
+    const char **argv = calloc(7 + 4 * n, sizeof *argv);
+    char(*nums)[3][24] = calloc(n, sizeof *nums);
+    if (!argv || !nums)
+        abort();
+    size_t argc = 0, k = 0;
+    for (int i = 0; i < nkeys; i++) {
+        keys_sku(keys[i], b->sku, kinds[i]);
+        argv[argc++] = keys[i];
+    }
+    if (lead)
+        argv[argc++] = lead;
+    for (size_t i = 0; i < b->n; i++) {
+        if (!want(b, i) || (epoch && b->reapply[i] != epoch))
+            continue;
+        snprintf(nums[k][0], sizeof nums[k][0], "%" PRId64, b->e[i].order_id);
+        snprintf(nums[k][1], sizeof nums[k][1], "%" PRId64, b->e[i].user_id);
+        snprintf(nums[k][2], sizeof nums[k][2], "%" PRId64, b->e[i].qty);
+        for (int j = 0; j < 3; j++)
+            argv[argc++] = nums[k][j];
+        if (reasons)
+            argv[argc++] = b->reason[i];
+        k++;
+    }
+    if (tail)
+        argv[argc++] = tail;
+    redisReply *r = redis_conn_script(&b->w->ctx.redis, s, nkeys, (int)argc - nkeys, argv, NULL);
+    long long rc = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+    if (r && rc < 0)
+        log_warn("%s: %s", s->name, r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
+    if (r)
+        freeReplyObject(r);
+    free(argv);
+    free(nums);
+    return rc;
+}
+
+static int wants_reapply(const struct batch *b, size_t i)
+{
+    return b->dec[i] == DEC_CONFIRMED && b->reapply[i] > 0;
+}
+
+/* Takes every confirmed order that a rebuild of Redis did not count from the
+ * rebuilt state (once each, orders_reapply.lua), one call per load epoch.
+ * The duty is in the orders' rows, so a replay repeats it harmlessly. */
+static int reapply_orders(struct batch *b)
+{
+    for (size_t i = 0; i < b->n; i++) {
+        if (!wants_reapply(b, i))
+            continue;
+        int32_t epoch = b->reapply[i];
+        int seen = 0; /* handled with an earlier entry of the same epoch */
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = wants_reapply(b, j) && b->reapply[j] == epoch;
+        if (seen)
+            continue;
+        char ep[24];
+        snprintf(ep, sizeof ep, "%" PRId32, epoch);
+        long long n = run_for(b, &script_orders_reapply, NULL, 0, ep, wants_reapply, epoch);
+        if (n < 0)
+            return -1;
+        if (n > 0) {
+            log_warn("sku %" PRId64 ": %lld orders written after a rebuild taken from Redis",
+                     b->sku, n);
+            metrics_add(M_WRITER_REAPPLIED, n);
+        }
+    }
+    return 0;
+}
+
+/* Moves the dead entries to the dead-letter stream, giving their units back
+ * (orders_dead_letter.lua, exactly once by the entry's presence).  Returns 0
+ * or -1. */
+static int dead_letter(struct writer *w, int64_t sku, const char *const *entry_ids,
+                       const char *const *reasons, int give_back, size_t n)
+{
+    if (n == 0)
+        return 0;
+    char keys[6][KEYS_MAX], max[24], per_epoch[24];
+    static const enum keys_kind kinds[] = {KEY_STREAM, KEY_DEAD,   KEY_JOURNAL,
+                                           KEY_STOCK,  KEY_BOUGHT, KEY_META};
+    const char **argv = calloc(9 + 3 * n, sizeof *argv);
+    if (!argv)
+        abort();
+    size_t argc = 0;
+    for (int i = 0; i < 6; i++) {
+        keys_sku(keys[i], sku, kinds[i]);
+        argv[argc++] = keys[i];
+    }
+    snprintf(max, sizeof max, "%" PRId64, w->ctx.cfg->dead_letter_max);
+    snprintf(per_epoch, sizeof per_epoch, "%" PRId64, KEYS_ORDERS_PER_EPOCH);
+    argv[argc++] = KEYS_WRITER_GROUP;
+    argv[argc++] = max;
+    argv[argc++] = per_epoch;
+    for (size_t i = 0; i < n; i++) {
+        argv[argc++] = entry_ids[i];
+        argv[argc++] = reasons[i];
+        argv[argc++] = give_back ? "1" : "0";
+    }
+    redisReply *r =
+        redis_conn_script(&w->ctx.redis, &script_orders_dead_letter, 6, (int)argc - 6, argv, NULL);
+    int ok = r && r->type == REDIS_REPLY_INTEGER;
+    if (ok && r->integer > 0) {
+        for (size_t i = 0; i < n; i++)
+            log_error("sku %" PRId64 ": stream entry %s moved to the dead letters (%s)", sku,
+                      entry_ids[i], reasons[i]);
+        metrics_add(M_WRITER_DEAD_LETTERS, (long)r->integer);
+    } else if (r && !ok) {
+        log_warn("orders_dead_letter: %s", r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
+    }
+    if (r)
+        freeReplyObject(r);
+    free(argv);
+    return ok ? 0 : -1;
+}
+
+/* Builds the decisions message of the batch (see order.h) into a heap string. */
+static char *decisions_message(const struct batch *b)
+{
+    size_t cap = 1 + b->n * (24 + 1 + ORDER_ENTRY_MAX + 4 + ORDER_REASON_MAX), len = 0;
+    char *msg = malloc(cap);
+    if (!msg)
+        abort();
+    msg[0] = '\0';
+    for (size_t i = 0; i < b->n; i++) {
+        struct order_decision d = {.order_id = b->e[i].order_id,
+                                   .status = b->dec[i] == DEC_CONFIRMED ? ORDER_CONFIRMED
+                                                                        : ORDER_REJECTED};
+        snprintf(d.entry, sizeof d.entry, "%s", b->e[i].stream_id);
+        if (d.status == ORDER_REJECTED)
+            snprintf(d.reason, sizeof d.reason, "%s", b->reason[i]);
+        if (order_decision_append(msg, cap, &len, &d) != 0)
+            abort(); /* cap covers the longest token of every entry */
+    }
+    return msg;
+}
+
+/* Gives back the units of rejected orders (order_return.lua is idempotent by
+ * the journal), takes reapplied ones, moves dead entries, then acknowledges
+ * the batch and publishes its decisions.  Returns 0, or -1 on Redis failure
+ * (the entries stay pending; a replay repeats all of this harmlessly). */
+static int finish_batch(struct batch *b)
+{
+    char per_epoch[24];
+    snprintf(per_epoch, sizeof per_epoch, "%" PRId64, KEYS_ORDERS_PER_EPOCH);
+    if (run_for(b, &script_order_return, per_epoch, 1, NULL, is_rejected, 0) < 0 ||
+        reapply_orders(b) != 0)
+        return -1;
+    const char **dead_ids = calloc(b->n, sizeof *dead_ids);
+    const char **dead_why = calloc(b->n, sizeof *dead_why);
+    if (!dead_ids || !dead_why)
+        abort();
+    size_t ndead = 0;
+    for (size_t i = 0; i < b->n; i++)
+        if (b->dec[i] == DEC_DEAD) {
+            dead_ids[ndead] = b->e[i].stream_id;
+            dead_why[ndead++] = b->reason[i];
+        }
+    int rc = dead_letter(b->w, b->sku, dead_ids, dead_why, 1, ndead);
+    free(dead_ids);
+    free(dead_why);
+    if (rc != 0)
+        return -1;
+
+    char journal[KEYS_MAX], stream[KEYS_MAX], count[24];
+    keys_sku(journal, b->sku, KEY_JOURNAL);
+    keys_sku(stream, b->sku, KEY_STREAM);
+    char *msg = decisions_message(b);
+    size_t argc = 0, nack = b->n - ndead;
+    const char **argv = calloc(6 + 2 * b->n, sizeof *argv);
+    char(*ids)[24] = calloc(b->n, sizeof *ids);
+    if (!argv || !ids)
+        abort();
+    snprintf(count, sizeof count, "%zu", nack);
+    argv[argc++] = stream;
+    argv[argc++] = journal;
+    argv[argc++] = KEYS_WRITER_GROUP;
+    argv[argc++] = count;
+    argv[argc++] = KEYS_DECISIONS_CHANNEL;
+    argv[argc++] = msg;
+    for (size_t i = 0; i < b->n; i++)
+        if (b->dec[i] != DEC_DEAD)
+            argv[argc++] = b->e[i].stream_id;
+    /* A reapplied order keeps its marker: a writer that paused with this
+     * batch in hand and replays it after this acknowledgement must find it. */
+    for (size_t i = 0; i < b->n; i++)
+        if (b->dec[i] == DEC_CONFIRMED && !b->reapply[i]) {
+            snprintf(ids[i], sizeof ids[i], "%" PRId64, b->e[i].order_id);
+            argv[argc++] = ids[i];
+        }
+    redisReply *r =
+        redis_conn_script(&b->w->ctx.redis, &script_orders_ack, 2, (int)argc - 2, argv, NULL);
+    int ok = r && r->type == REDIS_REPLY_INTEGER;
+    if (r && !ok)
+        log_warn("orders_ack: %s", r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
+    if (r)
+        freeReplyObject(r);
+    free(argv);
+    free(ids);
+    free(msg);
+    return ok ? 0 : -1;
+}
+
+/* Completion hook, registered after the lock's: runs while the lock is held. */
+static void on_batch_complete(enum dbtx_outcome outcome, void *arg)
+{
+    struct batch *b = arg;
+    if (outcome == DBTX_COMMITTED)
+        b->finished = finish_batch(b) == 0;
+    else if (outcome == DBTX_UNKNOWN)
+        log_error("sku %" PRId64 ": batch outcome unknown; it will be replayed", b->sku);
+}
+
+/* Reads which of the batch's orders the database already holds (a replay),
+ * and what each row says.  An entry whose id the database holds for another
+ * order (Redis went back in time and issued the id again) becomes a dead
+ * letter: it is never merged with the row. */
+static int load_existing(struct dbtx *tx, struct batch *b, const char *ids)
+{
+    PGresult *r = dbtx_exec(tx, sql_text("orders_existing"), 1, (const char *[]){ids});
+    if (!r)
+        return -1;
+    for (int row = 0; row < PQntuples(r); row++) {
+        int64_t id = atoll(PQgetvalue(r, row, 0));
+        int rejected = strcmp(PQgetvalue(r, row, 1), "rejected") == 0;
+        int64_t user = atoll(PQgetvalue(r, row, 2)), qty = atoll(PQgetvalue(r, row, 3));
+        int64_t reserved_ms = atoll(PQgetvalue(r, row, 6));
+        for (size_t i = 0; i < b->n; i++) {
+            if (b->e[i].order_id != id || b->dec[i] == DEC_DEAD)
+                continue;
+            /* Same buyer and qty is not enough: the buyer may have ordered the
+             * same again under the reissued id.  The stream entry's time is
+             * the reservation's own. */
+            if (b->e[i].user_id != user || b->e[i].qty != qty ||
+                b->e[i].reserved_ms != reserved_ms) {
+                log_error("sku %" PRId64 ": order id %" PRId64
+                          " reused by a different order: Redis lost writes; the entry goes to "
+                          "the dead letters and the SKU is rebuilt",
+                          b->sku, id);
+                metrics_add(M_WRITER_ID_CONFLICTS, 1);
+                b->dec[i] = DEC_DEAD;
+                b->reason[i] = ORDER_REASON_ID_CONFLICT;
+                b->conflicts++;
+                continue;
+            }
+            b->dec[i] = rejected ? DEC_REJECTED : DEC_CONFIRMED;
+            /* the row's reason string dies with r: map it to our constants
+             * (a rejected row says one of the two guards; an id conflict is
+             * never a row) */
+            b->reason[i] = !rejected ? ""
+                           : strcmp(PQgetvalue(r, row, 4), ORDER_REASON_LIMIT) == 0
+                               ? ORDER_REASON_LIMIT
+                               : ORDER_REASON_NO_STOCK;
+            b->reapply[i] = PQgetisnull(r, row, 5) ? 0 : (int32_t)atol(PQgetvalue(r, row, 5));
+        }
+    }
+    PQclear(r);
+    return 0;
+}
+
+/* Reads the per-user limit and the SKU's last load epoch.  Returns 0 or -1. */
+static int load_rules(struct dbtx *tx, struct batch *b, const char *sid)
+{
+    PGresult *r = dbtx_exec(tx, sql_text("sku_write_rules"), 1, (const char *[]){sid});
+    int ok = r && PQntuples(r) == 1;
+    if (ok) {
+        b->limit = atoll(PQgetvalue(r, 0, 0));
+        b->load_epoch = PQgetisnull(r, 0, 1) ? 0 : atoll(PQgetvalue(r, 0, 1));
+    }
+    PQclear(r);
+    return ok ? 0 : -1;
+}
+
+/* Units each user of the batch holds: confirmed rows, then this batch's
+ * confirmations as they are decided.  A small open-addressing table. */
+struct user_units {
+    size_t cap;
+    int64_t *user, *units;
+};
+
+static int64_t *units_of(struct user_units *u, int64_t user)
+{
+    size_t i = (size_t)((uint64_t)user * UINT64_C(0x9E3779B97F4A7C15) >> 32) & (u->cap - 1);
+    while (u->user[i] && u->user[i] != user)
+        i = (i + 1) & (u->cap - 1);
+    u->user[i] = user;
+    return &u->units[i];
+}
+
+/* Decides the new orders first come first served in stream order: the
+ * database's stock and per-user limit are the last word (I1, I3), whatever
+ * Redis believed when it reserved them. */
+static int decide_new(struct dbtx *tx, struct batch *b, const char *sid, int64_t stock,
+                      int64_t *take, size_t *fresh)
+{
+    *take = 0;
+    *fresh = 0;
+    size_t todo = 0;
+    for (size_t i = 0; i < b->n; i++)
+        todo += b->dec[i] == DEC_NONE;
+    if (todo == 0) /* a replay: everything is decided already */
+        return 0;
+    struct user_units u = {.cap = 16};
+    while (u.cap < 2 * b->n)
+        u.cap *= 2;
+    u.user = calloc(u.cap, sizeof *u.user);
+    u.units = calloc(u.cap, sizeof *u.units);
+    struct sbuf users = {0};
+    if (!u.user || !u.units)
+        abort();
+    const char *sep = "{";
+    for (size_t i = 0; i < b->n; i++)
+        if (b->dec[i] == DEC_NONE) {
+            sb_str(&users, sep), sb_i64(&users, b->e[i].user_id);
+            sep = ",";
+        }
+    sb_str(&users, "}");
+    PGresult *r = dbtx_exec(tx, sql_text("orders_user_units"), 2, (const char *[]){sid, users.p});
+    free(users.p);
+    int rc = -1;
+    if (!r)
+        goto out;
+    for (int row = 0; row < PQntuples(r); row++)
+        *units_of(&u, atoll(PQgetvalue(r, row, 0))) = atoll(PQgetvalue(r, row, 1));
+    PQclear(r);
+    for (size_t i = 0; i < b->n; i++) {
+        if (b->dec[i] != DEC_NONE)
+            continue;
+        (*fresh)++;
+        int64_t *held = units_of(&u, b->e[i].user_id);
+        if (b->e[i].qty > stock - *take) {
+            b->dec[i] = DEC_REJECTED;
+            b->reason[i] = ORDER_REASON_NO_STOCK;
+        } else if (*held + b->e[i].qty > b->limit) {
+            b->dec[i] = DEC_REJECTED;
+            b->reason[i] = ORDER_REASON_LIMIT;
+        } else {
+            b->dec[i] = DEC_CONFIRMED;
+            *take += b->e[i].qty;
+            *held += b->e[i].qty;
+            /* reserved before the SKU's last rebuild: that rebuild did not count it */
+            if (keys_order_epoch(b->e[i].order_id) < b->load_epoch)
+                b->reapply[i] = (int32_t)b->load_epoch;
+        }
+    }
+    rc = 0;
+out:
+    free(u.user);
+    free(u.units);
+    return rc;
+}
+
+/* Decides, writes and checks the new orders of the batch inside tx. */
+static int write_new_orders(struct dbtx *tx, struct batch *b, const char *sid, int64_t stock)
+{
+    enum decision *was = calloc(b->n, sizeof *was);
+    if (!was)
+        abort();
+    memcpy(was, b->dec, b->n * sizeof *was);
+    int rc = -1;
+    struct sbuf ids = {0}, users = {0}, qtys = {0}, status = {0}, reasons = {0}, idems = {0},
+                ms = {0}, reapply = {0}, kinds = {0}, deltas = {0}, afters = {0}, lids = {0};
+    PGresult *r;
+    int64_t take;
+    size_t fresh;
+    if (decide_new(tx, b, sid, stock, &take, &fresh) != 0)
+        goto out;
+    if (fresh == 0) {
+        rc = 0;
+        goto out;
+    }
+    int64_t after = stock;
+    if (take > 0) {
+        char n[24];
+        snprintf(n, sizeof n, "%" PRId64, take);
+        r = dbtx_exec(tx, sql_text("sku_take_stock"), 2, (const char *[]){sid, n});
+        /* The guard is the last word: no row means the stock is not there. */
+        if (!r || PQntuples(r) != 1) {
+            log_error("sku %s: guarded stock update refused %s units", sid, n);
+            PQclear(r);
+            goto out;
+        }
+        after = atoll(PQgetvalue(r, 0, 0));
+        PQclear(r);
+    }
+    const char *sep = "{";
+    int64_t ledger_after = after + take; /* walk forward from the stock before the batch */
+    for (size_t i = 0; i < b->n; i++) {
+        if (was[i] != DEC_NONE)
+            continue;
+        const struct writer_entry *e = &b->e[i];
+        int ok = b->dec[i] == DEC_CONFIRMED;
+        sb_str(&ids, sep), sb_i64(&ids, e->order_id);
+        sb_str(&users, sep), sb_i64(&users, e->user_id);
+        sb_str(&qtys, sep), sb_i64(&qtys, e->qty);
+        sb_str(&status, sep), sb_str(&status, ok ? "confirmed" : "rejected");
+        sb_str(&reasons, sep), sb_array_text(&reasons, ok ? NULL : b->reason[i]);
+        sb_str(&idems, sep), sb_array_text(&idems, e->idem[0] ? e->idem : NULL);
+        sb_str(&ms, sep), sb_i64(&ms, e->reserved_ms);
+        sb_str(&reapply, sep);
+        if (b->reapply[i])
+            sb_i64(&reapply, b->reapply[i]);
+        else
+            sb_str(&reapply, "NULL");
+        if (ok)
+            ledger_after -= e->qty;
+        sb_str(&kinds, sep), sb_str(&kinds, ok ? "order" : "rejection");
+        sb_str(&deltas, sep), sb_i64(&deltas, ok ? -e->qty : 0);
+        sb_str(&afters, sep), sb_i64(&afters, ledger_after);
+        sb_str(&lids, sep), sb_i64(&lids, e->order_id);
+        sep = ",";
+    }
+    struct sbuf *all[] = {&ids, &users,   &qtys,  &status, &reasons, &idems,
+                          &ms,  &reapply, &kinds, &deltas, &afters,  &lids};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        sb_str(all[i], "}");
+    const char *ins[] = {sid,       ids.p,   users.p, qtys.p,   status.p,
+                         reasons.p, idems.p, ms.p,    reapply.p};
+    r = dbtx_exec(tx, sql_text("orders_insert_batch"), 9, ins);
+    /* Under the lock nobody else writes these ids: every new row must land. */
+    if (!r || (size_t)PQntuples(r) != fresh) {
+        log_error("sku %s: inserted %d of %zu orders", sid, r ? PQntuples(r) : -1, fresh);
+        PQclear(r);
+        goto out;
+    }
+    PQclear(r);
+    const char *led[] = {sid, kinds.p, deltas.p, afters.p, lids.p};
+    r = dbtx_exec(tx, sql_text("ledger_insert_batch"), 5, led);
+    if (!r)
+        goto out;
+    PQclear(r);
+    rc = 0;
+out:
+    free(ids.p), free(users.p), free(qtys.p), free(status.p), free(reasons.p), free(idems.p);
+    free(ms.p), free(reapply.p), free(kinds.p), free(deltas.p), free(afters.p), free(lids.p);
+    free(was);
+    return rc;
+}
+
+/* One attempt of writer_process_batch; *stale is set when the fencing token
+ * was refused because another holder wrote the SKU first. */
+static int process_once(struct writer *w, int64_t sku, const struct writer_entry *e, size_t n,
+                        const char *const *dup_reason, int *stale, int *conflicts)
+{
+    *stale = 0;
+    const struct cfg *c = w->ctx.cfg;
+    struct batch b = {.w = w, .sku = sku, .e = e, .n = n};
+    b.dec = calloc(n, sizeof *b.dec);
+    b.reason = calloc(n, sizeof *b.reason);
+    b.reapply = calloc(n, sizeof *b.reapply);
+    char(*lock_keys)[KEYS_MAX] = calloc(n, sizeof *lock_keys);
+    const char **lock_ptrs = calloc(n, sizeof *lock_ptrs);
+    if (!b.dec || !b.reason || !b.reapply || !lock_keys || !lock_ptrs)
+        abort();
+    size_t nlocks = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (dup_reason[i]) { /* a second entry with an id seen earlier in the batch */
+            b.dec[i] = DEC_DEAD;
+            b.reason[i] = dup_reason[i];
+            b.conflicts++;
+            continue;
+        }
+        keys_order_lock(lock_keys[nlocks], sku, e[i].order_id);
+        lock_ptrs[nlocks] = lock_keys[nlocks];
+        nlocks++;
+    }
+    int rc = -1;
+    struct sbuf ids = {0};
+    struct txlock t;
+    enum rlock_status st = txlock_acquire(&t, &w->ctx.redis, c, sku, lock_ptrs, nlocks);
+    if (st != RLOCK_OK) {
+        /* Busy: another writer holds these orders right now; it decides them. */
+        log_debug("sku %" PRId64 ": batch lock: %s", sku, rlock_status_str(st));
+        goto out;
+    }
+    PGconn *conn = db_conn_get(&w->ctx.db);
+    struct dbtx *tx = conn ? dbtx_begin(conn, c->pg_dsn, DBTX_ISO_READ_COMMITTED, NULL, 0) : NULL;
+    /* Hooks run in reverse: finish the batch first, release the lock last. */
+    if (!tx || txlock_bind(&t, tx) != 0) {
+        if (tx)
+            (void)dbtx_rollback(tx);
+        txlock_release(&t);
+        goto out;
+    }
+    if (dbtx_on_complete(tx, on_batch_complete, &b) != 0) {
+        (void)dbtx_rollback(tx);
+        goto out;
+    }
+    char sid[24];
+    snprintf(sid, sizeof sid, "%" PRId64, sku);
+    const char *sep = "{";
+    for (size_t i = 0; i < n; i++) {
+        sb_str(&ids, sep), sb_i64(&ids, e[i].order_id);
+        sep = ",";
+    }
+    sb_str(&ids, "}");
+    /* The fenced row lock comes first: a writer whose lease ran out while it
+     * was paused is refused here by PostgreSQL, before it writes anything. */
+    int64_t stock;
+    int fenced = txlock_fence(&t, tx, &stock);
+    *stale = fenced == TXLOCK_STALE;
+    if (fenced != 1 || load_existing(tx, &b, ids.p) != 0 || load_rules(tx, &b, sid) != 0 ||
+        write_new_orders(tx, &b, sid, stock) != 0) {
+        log_warn("sku %" PRId64 ": batch of %zu rolled back: %s", sku, n, dbtx_error(tx));
+        (void)dbtx_rollback(tx);
+        goto out;
+    }
+    if (!txlock_still_valid(&t, c->lock_commit_margin_ms)) {
+        /* Our lease may be over: another writer may hold these orders now. */
+        log_warn("sku %" PRId64 ": lock lease too short to commit; rolling back", sku);
+        (void)dbtx_rollback(tx);
+        goto out;
+    }
+    if (dbtx_commit(tx, NULL, 0, NULL) == DBTX_COMMITTED && b.finished)
+        rc = 0;
+    if (rc == 0) {
+        long confirmed = 0, rejected = 0;
+        for (size_t i = 0; i < n; i++)
+            confirmed += b.dec[i] == DEC_CONFIRMED, rejected += b.dec[i] == DEC_REJECTED;
+        metrics_add(M_WRITER_BATCHES_COMMITTED, 1);
+        metrics_add(M_WRITER_ORDERS_CONFIRMED, confirmed);
+        metrics_add(M_WRITER_ORDERS_REJECTED, rejected);
+        *conflicts = b.conflicts;
+        /* The database refused what Redis sold: Redis is ahead of it (an
+         * adjustment left by a dead process, lost writes). */
+        if (rejected)
+            reconcile_refused(sku);
+    }
+out:
+    free(ids.p);
+    free(b.reapply);
+    free(b.reason);
+    free(b.dec);
+    free(lock_keys);
+    free(lock_ptrs);
+    return rc;
+}
+
+int writer_process_batch(struct writer *w, int64_t sku, const struct writer_entry *e, size_t n)
+{
+    if (n == 0)
+        return 0;
+    /* One id twice in the stream: Redis went back in time and reissued it.
+     * The first entry is the order; a later one is a dead letter. */
+    const char **dup = calloc(n, sizeof *dup);
+    if (!dup)
+        abort();
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < i && !dup[i]; j++)
+            if (e[i].order_id == e[j].order_id && !dup[j]) {
+                log_error("sku %" PRId64 ": order id %" PRId64
+                          " appears twice in the stream: Redis lost writes",
+                          sku, e[i].order_id);
+                metrics_add(M_WRITER_ID_CONFLICTS, 1);
+                dup[i] = ORDER_REASON_ID_CONFLICT;
+            }
+    int rc = -1, stale = 1, conflicts = 0;
+    for (int i = 0; i < TXLOCK_FENCE_ATTEMPTS && rc != 0 && stale; i++)
+        rc = process_once(w, sku, e, n, dup, &stale, &conflicts);
+    free(dup);
+    if (rc != 0) {
+        metrics_add(M_WRITER_BATCHES_FAILED, 1);
+        return rc;
+    }
+    /* Redis issued an id again: its state is behind the database.  Rebuild it
+     * from the database (a fresh epoch, so no id repeats) now, not when an
+     * operator notices. */
+    if (conflicts > 0 && sku_rebuild(&w->ctx, sku, "order id issued twice") != SKU_OK)
+        log_warn("sku %" PRId64 ": rebuild after an id conflict failed; reconciliation retries",
+                 sku);
+    return 0;
+}
+
+/* ---- reading the streams ------------------------------------------------ */
+
+/* A strictly decimal value in 1..max, or 0. */
+static int64_t field_i64(const char *v, int64_t max)
+{
+    if (!v || *v < '1' || *v > '9')
+        return 0;
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    return errno == 0 && *end == '\0' && x <= max ? (int64_t)x : 0;
+}
+
+static int parse_entry(const redisReply *r, struct writer_entry *e)
+{
+    memset(e, 0, sizeof *e);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_ARRAY)
+        return -1;
+    snprintf(e->stream_id, sizeof e->stream_id, "%s", r->element[0]->str);
+    e->reserved_ms = atoll(e->stream_id);
+    const redisReply *f = r->element[1];
+    int have = 0;
+    for (size_t i = 0; i + 1 < f->elements; i += 2) {
+        const char *k = f->element[i]->str, *v = f->element[i + 1]->str;
+        if (!k || !v)
+            return -1;
+        if (strcmp(k, "o") == 0)
+            e->order_id = field_i64(v, (KEYS_EPOCH_MAX + 1) * KEYS_ORDERS_PER_EPOCH), have |= 1;
+        else if (strcmp(k, "u") == 0)
+            e->user_id = field_i64(v, INT64_MAX), have |= 2;
+        else if (strcmp(k, "q") == 0)
+            e->qty = field_i64(v, INT32_MAX), have |= 4;
+        else if (strcmp(k, "k") == 0)
+            snprintf(e->idem, sizeof e->idem, "%s", v);
+    }
+    return have == 7 && e->order_id > 0 && e->user_id > 0 && e->qty > 0 ? 0 : -1;
+}
+
+/* Writes the entries of one stream reply (array of [id, fields]).  Entries
+ * reserve.lua did not write go to the dead letters, never guessed at.
+ * Returns the number decided or -1. */
+static int process_entries(struct writer *w, int64_t sku, const redisReply *list)
+{
+    if (list->type != REDIS_REPLY_ARRAY || list->elements == 0)
+        return 0;
+    struct writer_entry *e = calloc(list->elements, sizeof *e);
+    const char **bad = calloc(list->elements, sizeof *bad);
+    const char **why = calloc(list->elements, sizeof *why);
+    if (!e || !bad || !why)
+        abort();
+    size_t n = 0, nbad = 0;
+    for (size_t i = 0; i < list->elements; i++) {
+        const redisReply *en = list->element[i];
+        if (parse_entry(en, &e[n]) == 0) {
+            n++;
+        } else if (en->type == REDIS_REPLY_ARRAY && en->elements >= 1 &&
+                   en->element[0]->type == REDIS_REPLY_STRING) {
+            bad[nbad] = en->element[0]->str;
+            why[nbad++] = "malformed";
+        }
+    }
+    int rc = dead_letter(w, sku, bad, why, 0, nbad) == 0 && writer_process_batch(w, sku, e, n) == 0
+                 ? (int)(n + nbad)
+                 : -1;
+    free(e);
+    free(bad);
+    free(why);
+    return rc;
+}
+
+static int64_t stream_sku(const char *name)
+{
+    const char *p = strstr(name, "{sku:");
+    return p ? atoll(p + 5) : 0;
+}
+
+static int refresh_skus(struct writer *w)
+{
+    PGresult *r = db_query(&w->ctx.db, "sku_ids_active", 0, NULL);
+    if (!r)
+        return -1;
+    free(w->skus);
+    w->nskus = (size_t)PQntuples(r);
+    w->skus = calloc(w->nskus ? w->nskus : 1, sizeof *w->skus);
+    if (!w->skus)
+        abort();
+    for (size_t i = 0; i < w->nskus; i++)
+        w->skus[i] = atoll(PQgetvalue(r, (int)i, 0));
+    PQclear(r);
+    return 0;
+}
+
+/* A stream of a SKU that was never loaded (or lost) has no group: create it. */
+static void ensure_groups(struct writer *w)
+{
+    for (size_t i = 0; i < w->nskus; i++) {
+        char stream[KEYS_MAX];
+        keys_sku(stream, w->skus[i], KEY_STREAM);
+        const char *argv[] = {"XGROUP", "CREATE", stream, KEYS_WRITER_GROUP, "0", "MKSTREAM"};
+        redisReply *r = redis_conn_cmd(&w->ctx.redis, 6, argv, NULL);
+        if (r)
+            freeReplyObject(r);
+    }
+}
+
+static int reclaim(struct writer *w)
+{
+    int total = 0;
+    char idle[24];
+    snprintf(idle, sizeof idle, "%" PRId64, w->ctx.cfg->writer_claim_idle_ms);
+    char count[24];
+    snprintf(count, sizeof count, "%" PRId64, w->ctx.cfg->writer_batch);
+    for (size_t i = 0; i < w->nskus; i++) {
+        char stream[KEYS_MAX];
+        keys_sku(stream, w->skus[i], KEY_STREAM);
+        const char *argv[] = {"XAUTOCLAIM", stream, KEYS_WRITER_GROUP, w->consumer,
+                              idle,         "0-0",  "COUNT",           count};
+        redisReply *r = redis_conn_cmd(&w->ctx.redis, 8, argv, NULL);
+        if (!r)
+            return -1;
+        if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2) {
+            int n = process_entries(w, w->skus[i], r->element[1]);
+            if (n > 0) {
+                log_info("sku %" PRId64 ": replayed %d reclaimed orders", w->skus[i], n);
+                metrics_add(M_WRITER_ORDERS_RECLAIMED, n);
+            }
+            total += n > 0 ? n : 0;
+        }
+        freeReplyObject(r);
+    }
+    return total;
+}
+
+int writer_poll(struct writer *w)
+{
+    const struct cfg *c = w->ctx.cfg;
+    int64_t now = mono_ms();
+    if (now >= w->next_refresh_ms) {
+        if (refresh_skus(w) != 0)
+            return -1;
+        w->next_refresh_ms = now + c->writer_refresh_ms;
+    }
+    if (w->nskus == 0) {
+        usleep((useconds_t)c->writer_block_ms * 1000);
+        return 0;
+    }
+    int total = 0;
+    if (now >= w->next_claim_ms) {
+        int n = reclaim(w);
+        if (n < 0)
+            return -1;
+        total += n;
+        w->next_claim_ms = now + c->writer_claim_idle_ms / 2;
+    }
+    size_t argc = 0, max = 9 + 2 * w->nskus; /* head below + 2 per stream */
+    const char **argv = calloc(max, sizeof *argv);
+    char(*names)[KEYS_MAX] = calloc(w->nskus, sizeof *names);
+    if (!argv || !names)
+        abort();
+    char count[24], block[24];
+    snprintf(count, sizeof count, "%" PRId64, c->writer_batch);
+    snprintf(block, sizeof block, "%" PRId64, c->writer_block_ms);
+    const char *head[] = {"XREADGROUP", "GROUP", KEYS_WRITER_GROUP, w->consumer, "COUNT", count,
+                          "BLOCK",      block,   "STREAMS"};
+    for (size_t i = 0; i < sizeof head / sizeof head[0]; i++)
+        argv[argc++] = head[i];
+    for (size_t i = 0; i < w->nskus; i++) {
+        keys_sku(names[i], w->skus[i], KEY_STREAM);
+        argv[argc++] = names[i];
+    }
+    for (size_t i = 0; i < w->nskus; i++)
+        argv[argc++] = ">";
+    redisReply *r = redis_conn_cmd(&w->ctx.redis, (int)argc, argv, NULL);
+    free(argv);
+    free(names);
+    if (!r)
+        return -1;
+    if (r->type == REDIS_REPLY_ERROR) {
+        if (strncmp(r->str, "NOGROUP", 7) == 0)
+            ensure_groups(w);
+        else
+            log_warn("XREADGROUP: %s", r->str);
+        freeReplyObject(r);
+        return -1;
+    }
+    int failed = 0;
+    if (r->type == REDIS_REPLY_ARRAY)
+        for (size_t i = 0; i < r->elements; i++) {
+            const redisReply *s = r->element[i];
+            if (s->type != REDIS_REPLY_ARRAY || s->elements != 2 ||
+                s->element[0]->type != REDIS_REPLY_STRING)
+                continue;
+            int n = process_entries(w, stream_sku(s->element[0]->str), s->element[1]);
+            if (n < 0)
+                failed = 1;
+            else
+                total += n;
+        }
+    freeReplyObject(r);
+    return failed ? -1 : total;
+}
+
+int writer_init(struct writer *w, const struct cfg *c, const char *consumer, char *err,
+                size_t errlen)
+{
+    memset(w, 0, sizeof *w);
+    if (worker_ctx_init(&w->ctx, c, err, errlen) != 0)
+        return -1;
+    /* A blocking XREADGROUP legitimately takes up to writer_block_ms. */
+    w->ctx.redis.timeout_ms = (int)(c->redis_timeout_ms + c->writer_block_ms);
+    snprintf(w->consumer, sizeof w->consumer, "%s", consumer);
+    return 0;
+}
+
+void writer_close(struct writer *w)
+{
+    worker_ctx_close(&w->ctx);
+    free(w->skus);
+    w->skus = NULL;
+}
+
+/* ---- threads ------------------------------------------------------------- */
+
+struct order_writer {
+    atomic_int stopping;
+    size_t n;
+    pthread_t *tids;
+    struct writer *writers;
+};
+
+struct writer_arg {
+    struct order_writer *ow;
+    struct writer *w;
+};
+
+static void *writer_main(void *arg)
+{
+    struct writer_arg *a = arg;
+    struct order_writer *ow = a->ow;
+    struct writer *w = a->w;
+    free(a);
+    while (!atomic_load(&ow->stopping))
+        if (writer_poll(w) < 0)
+            usleep((useconds_t)w->ctx.cfg->writer_retry_ms * 1000);
+    return NULL;
+}
+
+struct order_writer *order_writer_start(const struct cfg *c, char *err, size_t errlen)
+{
+    struct order_writer *ow = calloc(1, sizeof *ow);
+    if (!ow)
+        abort();
+    ow->n = (size_t)c->writer_threads;
+    ow->tids = calloc(ow->n ? ow->n : 1, sizeof *ow->tids);
+    ow->writers = calloc(ow->n ? ow->n : 1, sizeof *ow->writers);
+    if (!ow->tids || !ow->writers)
+        abort();
+    char host[64] = "host";
+    gethostname(host, sizeof host - 1);
+    size_t started = 0;
+    for (; started < ow->n; started++) {
+        size_t i = started;
+        char consumer[96];
+        snprintf(consumer, sizeof consumer, "%s-%d-%zu", host, (int)getpid(), i);
+        if (writer_init(&ow->writers[i], c, consumer, err, errlen) != 0)
+            break;
+        struct writer_arg *a = malloc(sizeof *a);
+        if (!a)
+            abort();
+        *a = (struct writer_arg){ow, &ow->writers[i]};
+        if (pthread_create(&ow->tids[i], NULL, writer_main, a) != 0) {
+            snprintf(err, errlen, "cannot start writer thread");
+            free(a);
+            writer_close(&ow->writers[i]);
+            break;
+        }
+    }
+    if (started < ow->n) {
+        /* Stop the threads already running before the caller frees what
+         * they use (the config, the lock library's threads). */
+        ow->n = started;
+        order_writer_stop(ow);
+        return NULL;
+    }
+    return ow;
+}
+
+void order_writer_stop(struct order_writer *ow)
+{
+    if (!ow)
+        return;
+    atomic_store(&ow->stopping, 1);
+    for (size_t i = 0; i < ow->n; i++) {
+        pthread_join(ow->tids[i], NULL);
+        writer_close(&ow->writers[i]);
+    }
+    free(ow->tids);
+    free(ow->writers);
+    free(ow);
+}

@@ -1,0 +1,284 @@
+#include "sku/reconcile.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/log.h"
+#include "core/metrics.h"
+#include "store/db.h"
+
+void reconcile_print(FILE *out, const struct sku_check *c)
+{
+    if (!c->loaded) {
+        fprintf(out, "sku %" PRId64 ": not in Redis; database stock %" PRId64 "\n", c->sku,
+                c->db_stock);
+        return;
+    }
+    fprintf(out,
+            "sku %" PRId64 ": redis %" PRId64 " database %" PRId64 " in_flight %" PRId64
+            " %s drift %" PRId64 " users_differing %" PRId64 " adjustments_open %" PRId64
+            " settled %" PRId64 " dead_letters %" PRId64 " journal_pending %" PRId64
+            " epoch %" PRId64 "%s%s%s\n",
+            c->sku, c->redis_stock, c->db_stock, c->in_flight, c->quiescent ? "quiescent" : "busy",
+            c->drift_units, c->users_differing, c->adjustments_open, c->settled, c->dead_letters,
+            c->journal_pending, c->loaded_epoch, c->stale_run ? " redis_restarted" : "",
+            c->invariant_ok ? "" : " INVARIANT_BROKEN", c->rebuilt ? " rebuilt" : "");
+}
+
+/* Whether a peek saw something a locked check should look at. */
+static int looks_off(const struct sku_check *c)
+{
+    return !c->loaded || c->stale_run || c->adjustments_open > 0 || c->drift_units > 0;
+}
+
+static int pass_one(struct worker_ctx *w, int64_t sku, enum sku_check_mode mode, int always,
+                    FILE *out, struct reconcile_totals *t)
+{
+    struct sku_check c;
+    t->skus++;
+    if (!always) {
+        enum sku_result res = sku_peek(w, sku, &c);
+        if (res == SKU_UNKNOWN)
+            return 0;
+        if (res != SKU_OK) {
+            t->failed++;
+            return -1;
+        }
+        t->dead_letters += c.dead_letters;
+        if (!looks_off(&c))
+            return 0;
+        t->dead_letters -= c.dead_letters; /* counted again below */
+    }
+    enum sku_result res = sku_check(w, sku, mode, "reconciliation", &c);
+    if (res == SKU_UNKNOWN)
+        return 0;
+    if (res != SKU_OK) {
+        log_warn("sku %" PRId64 ": reconciliation failed (%s)", sku,
+                 res == SKU_NOT_LOADED ? "Redis refused the rebuild" : "a store failed");
+        t->failed++;
+        return -1;
+    }
+    t->checked++;
+    t->rebuilt += c.rebuilt;
+    t->settled += c.settled;
+    t->dead_letters += c.dead_letters;
+    t->invariant_broken += !c.invariant_ok;
+    /* What is left after this check's repairs (a rebuild leaves nothing). */
+    if (!c.rebuilt &&
+        (!c.loaded || c.drift_units || c.users_differing || (c.quiescent && c.journal_pending))) {
+        t->drifted++;
+        t->drift_units += c.drift_units;
+    }
+    if (!c.invariant_ok)
+        log_error("sku %" PRId64 ": the database's own invariant check fails (I1)", sku);
+    if (out)
+        reconcile_print(out, &c);
+    return 0;
+}
+
+int reconcile_pass(struct worker_ctx *w, int64_t sku, enum sku_check_mode mode, FILE *out,
+                   struct reconcile_totals *t)
+{
+    if (sku > 0)
+        return pass_one(w, sku, mode, 1, out, t);
+    PGresult *r = db_query(&w->db, "sku_ids_active", 0, NULL);
+    if (!r) {
+        t->failed++;
+        return -1;
+    }
+    int rc = 0;
+    for (int i = 0; i < PQntuples(r); i++)
+        if (pass_one(w, atoll(PQgetvalue(r, i, 0)), mode, mode == SKU_CHECK_ONLY, out, t) != 0)
+            rc = -1;
+    PQclear(r);
+    return rc;
+}
+
+/* ---- the daemon's thread ------------------------------------------------ */
+
+struct rebuilt_at {
+    int64_t sku, mono_ms;
+};
+
+struct reconciler {
+    const struct cfg *cfg;
+    struct worker_ctx ctx;
+    pthread_t tid;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stopping, kicked;
+    int64_t *refused; /* under mu: SKUs whose orders the database refused */
+    size_t nrefused, caprefused;
+    struct rebuilt_at *rebuilt; /* the thread's own: last refusal rebuild per SKU */
+    size_t nrebuilt;
+};
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static _Atomic(struct reconciler *) running;
+
+void reconcile_kick(void)
+{
+    struct reconciler *r = atomic_load(&running);
+    if (!r)
+        return;
+    pthread_mutex_lock(&r->mu);
+    r->kicked = 1;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+void reconcile_refused(int64_t sku)
+{
+    struct reconciler *r = atomic_load(&running);
+    if (!r)
+        return;
+    pthread_mutex_lock(&r->mu);
+    size_t i = 0;
+    while (i < r->nrefused && r->refused[i] != sku)
+        i++;
+    if (i == r->nrefused) {
+        if (r->nrefused == r->caprefused) {
+            r->caprefused = r->caprefused ? 2 * r->caprefused : 8;
+            r->refused = realloc(r->refused, r->caprefused * sizeof *r->refused);
+            if (!r->refused)
+                abort();
+        }
+        r->refused[r->nrefused++] = sku;
+    }
+    r->kicked = 1;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* Rebuilds the SKUs the database refused orders of, each at most once per
+ * interval.  Returns -1 when one could not be done (retried soon). */
+static int rebuild_refused(struct reconciler *r, struct reconcile_totals *t)
+{
+    pthread_mutex_lock(&r->mu);
+    int64_t *skus = r->refused;
+    size_t n = r->nrefused;
+    r->refused = NULL;
+    r->nrefused = r->caprefused = 0;
+    pthread_mutex_unlock(&r->mu);
+    int rc = 0;
+    int64_t now = mono_ms();
+    for (size_t i = 0; i < n; i++) {
+        size_t j = 0;
+        while (j < r->nrebuilt && r->rebuilt[j].sku != skus[i])
+            j++;
+        if (j < r->nrebuilt && now - r->rebuilt[j].mono_ms < r->cfg->reconcile_interval_ms)
+            continue;
+        int64_t before = t->rebuilt;
+        if (pass_one(&r->ctx, skus[i], SKU_CHECK_RELOAD, 1, NULL, t) != 0) {
+            rc = -1;
+            continue;
+        }
+        if (t->rebuilt == before)
+            continue;
+        if (j == r->nrebuilt) {
+            r->rebuilt = realloc(r->rebuilt, (r->nrebuilt + 1) * sizeof *r->rebuilt);
+            if (!r->rebuilt)
+                abort();
+            r->nrebuilt++;
+        }
+        r->rebuilt[j] = (struct rebuilt_at){skus[i], now};
+    }
+    free(skus);
+    return rc;
+}
+
+static void *reconcile_main(void *arg)
+{
+    struct reconciler *r = arg;
+    for (;;) {
+        struct reconcile_totals t = {0};
+        int failed = rebuild_refused(r, &t) != 0;
+        failed |= reconcile_pass(&r->ctx, 0, SKU_CHECK_REPAIR, NULL, &t) != 0;
+        if (!failed) { /* what is left after this pass's repairs */
+            metrics_set(M_DRIFT_SKUS, (long)t.drifted);
+            metrics_set(M_DRIFT_UNITS, (long)t.drift_units);
+        }
+        metrics_add(M_RECONCILE_RUNS, 1);
+        if (t.rebuilt || t.settled)
+            log_info("reconciliation: %" PRId64 " SKUs rebuilt, %" PRId64
+                     " adjustment records settled",
+                     t.rebuilt, t.settled);
+        /* A pass that could not finish (a lock a dead process still holds
+         * until its lease ends, a store down) is tried again soon. */
+        int64_t pause = failed && r->cfg->reconcile_retry_ms < r->cfg->reconcile_interval_ms
+                            ? r->cfg->reconcile_retry_ms
+                            : r->cfg->reconcile_interval_ms;
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        int64_t ns = until.tv_nsec + (pause % 1000) * 1000000;
+        until.tv_sec += pause / 1000 + ns / 1000000000;
+        until.tv_nsec = ns % 1000000000;
+        pthread_mutex_lock(&r->mu);
+        while (!r->stopping && !r->kicked)
+            if (pthread_cond_timedwait(&r->cv, &r->mu, &until) == ETIMEDOUT)
+                break;
+        int stop = r->stopping;
+        r->kicked = 0;
+        pthread_mutex_unlock(&r->mu);
+        if (stop)
+            break;
+    }
+    return NULL;
+}
+
+struct reconciler *reconcile_start(const struct cfg *c, char *err, size_t errlen)
+{
+    struct reconciler *r = calloc(1, sizeof *r);
+    if (!r)
+        abort();
+    r->cfg = c;
+    if (worker_ctx_init(&r->ctx, c, err, errlen) != 0) {
+        free(r);
+        return NULL;
+    }
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&r->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&r->mu, NULL);
+    if (pthread_create(&r->tid, NULL, reconcile_main, r) != 0) {
+        snprintf(err, errlen, "cannot start the reconciler thread");
+        worker_ctx_close(&r->ctx);
+        pthread_cond_destroy(&r->cv);
+        pthread_mutex_destroy(&r->mu);
+        free(r);
+        return NULL;
+    }
+    atomic_store(&running, r);
+    return r;
+}
+
+void reconcile_stop(struct reconciler *r)
+{
+    if (!r)
+        return;
+    atomic_store(&running, NULL);
+    pthread_mutex_lock(&r->mu);
+    r->stopping = 1;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    pthread_join(r->tid, NULL);
+    worker_ctx_close(&r->ctx);
+    free(r->refused);
+    free(r->rebuilt);
+    pthread_cond_destroy(&r->cv);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}

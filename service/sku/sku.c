@@ -1,0 +1,962 @@
+#include "sku/sku.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/embedded.h"
+#include "core/fault.h"
+#include "core/keys.h"
+#include "core/log.h"
+#include "core/metrics.h"
+#include "store/dbtx.h"
+#include "store/txlock.h"
+
+void sku_format_time(int64_t ms, char *out, size_t cap)
+{
+    time_t s = (time_t)(ms / 1000);
+    struct tm tm;
+    gmtime_r(&s, &tm);
+    snprintf(out, cap, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
+}
+
+/* Sets key of o to the RFC 3339 time of column col, or null. */
+static void set_time(json_t *o, const char *key, const PGresult *r, int col)
+{
+    long long ms;
+    if (db_get_i64(r, 0, col, &ms) != 0) {
+        json_object_set_new(o, key, json_null());
+        return;
+    }
+    char buf[40];
+    sku_format_time(ms, buf, sizeof buf);
+    json_object_set_new(o, key, json_string(buf));
+}
+
+static void i64s(char *buf, size_t cap, int64_t v)
+{
+    snprintf(buf, cap, "%" PRId64, v);
+}
+
+/* Takes the SKU's lock.  Returns 0, or -1 (logged) when busy or Redis failed. */
+static int lock_sku(struct worker_ctx *w, struct txlock *t, int64_t sku)
+{
+    char key[KEYS_MAX];
+    keys_sku(key, sku, KEY_SKU_LOCK);
+    const char *keys[] = {key};
+    enum rlock_status st = txlock_acquire(t, &w->redis, w->cfg, sku, keys, 1);
+    if (st != RLOCK_OK) {
+        log_warn("lock %s: %s", key, rlock_status_str(st));
+        return -1;
+    }
+    return 0;
+}
+
+/* Takes the SKU's lock and begins a transaction that owns it (released by
+ * the transaction's completion), with hook(outcome, arg) registered to run
+ * before that release.  Returns the transaction, or NULL (logged) with the
+ * lock released and the hook never run. */
+static struct dbtx *begin_sku(struct worker_ctx *w, struct txlock *t, int64_t sku,
+                              dbtx_hook_fn *hook, void *arg)
+{
+    if (lock_sku(w, t, sku) != 0)
+        return NULL;
+    PGconn *conn = db_conn_get(&w->db);
+    struct dbtx *tx =
+        conn ? dbtx_begin(conn, w->cfg->pg_dsn, DBTX_ISO_READ_COMMITTED, NULL, 0) : NULL;
+    if (tx && txlock_bind(t, tx) == 0) {
+        if (dbtx_on_complete(tx, hook, arg) == 0)
+            return tx;
+        (void)dbtx_rollback(tx); /* releases the lock through its hook */
+        return NULL;
+    }
+    if (tx)
+        (void)dbtx_rollback(tx);
+    txlock_release(t);
+    return NULL;
+}
+
+/* Runs sql/<name>.sql in tx and returns the result, or NULL on failure. */
+static PGresult *tx_query(struct dbtx *tx, const char *name, int n, const char *const *params)
+{
+    PGresult *r = dbtx_exec(tx, sql_text(name), n, params);
+    if (!r)
+        log_warn("query %s failed: %s", name, dbtx_error(tx));
+    return r;
+}
+
+/* ---- loading into Redis ------------------------------------------------ */
+
+/*
+ * A SKU becomes sellable in Redis only after PostgreSQL committed it: the load
+ * runs in a completion hook (registered after the lock's, so it runs while the
+ * lock is still held).  If the load fails, the SKU is known but not loaded,
+ * which buyers see as 503 until the reconciler rebuilds it: nothing is sold
+ * that the database does not know, and nothing sold is lost by an undo.
+ */
+struct load_job {
+    struct worker_ctx *w;
+    int wanted;       /* load on commit (a check that decided not to rebuild leaves it 0) */
+    const char *mode; /* "new" (refused when Redis holds the SKU) or "rebuild" */
+    int64_t id, stock, limit;
+    char starts_ms[24], ends_ms[24]; /* "" when open-ended */
+    char epoch[24];
+    char run[48];     /* Redis run id read before the load, "" unknown */
+    PGresult *bought; /* rows (user_id, units) to restore, or NULL */
+    enum sku_result res;
+};
+
+/* Reads the Redis server's run id (it changes on every restart and failover)
+ * into out.  Returns 0, or -1 with out "". */
+static int redis_run_id(struct worker_ctx *w, char *out, size_t cap)
+{
+    out[0] = '\0';
+    const char *argv[] = {"INFO", "server"};
+    redisReply *r = redis_conn_cmd(&w->redis, 2, argv, NULL);
+    const char *p = r && r->type == REDIS_REPLY_STRING ? strstr(r->str, "run_id:") : NULL;
+    if (p) {
+        p += 7;
+        size_t n = strcspn(p, "\r\n");
+        snprintf(out, cap, "%.*s", (int)(n < cap ? n : cap - 1), p);
+    }
+    if (r)
+        freeReplyObject(r);
+    return out[0] ? 0 : -1;
+}
+
+/* Completion hook: loads the SKU when the transaction committed. */
+static void load_on_commit(enum dbtx_outcome outcome, void *arg)
+{
+    struct load_job *lj = arg;
+    lj->res = SKU_UNAVAILABLE;
+    if (outcome != DBTX_COMMITTED || !lj->wanted)
+        return;
+    char stock[24], limit[24];
+    i64s(stock, sizeof stock, lj->stock);
+    i64s(limit, sizeof limit, lj->limit);
+    int pairs = lj->bought ? PQntuples(lj->bought) : 0;
+    const char **argv = calloc(14 + 2 * (size_t)pairs, sizeof *argv);
+    if (!argv)
+        abort();
+    char keys[6][KEYS_MAX];
+    static const enum keys_kind kinds[] = {KEY_META,   KEY_STOCK,  KEY_SEQ,
+                                           KEY_STREAM, KEY_BOUGHT, KEY_DEBTS};
+    for (int i = 0; i < 6; i++) {
+        keys_sku(keys[i], lj->id, kinds[i]);
+        argv[i] = keys[i];
+    }
+    const char *args[] = {lj->epoch,         stock,    limit,  lj->starts_ms, lj->ends_ms,
+                          KEYS_WRITER_GROUP, lj->mode, lj->run};
+    for (int i = 0; i < 8; i++)
+        argv[6 + i] = args[i];
+    for (int i = 0; i < pairs; i++) {
+        argv[14 + 2 * i] = PQgetvalue(lj->bought, i, 0);
+        argv[15 + 2 * i] = PQgetvalue(lj->bought, i, 1);
+    }
+    redisReply *r =
+        redis_conn_script(&lj->w->redis, &script_sku_load, 6, 8 + 2 * pairs, argv, NULL);
+    free(argv);
+    if (r && r->type == REDIS_REPLY_INTEGER) {
+        lj->res = r->integer == 1 ? SKU_OK : SKU_EXISTS;
+        if (r->integer == 1)
+            metrics_add(M_SKU_RELOADS, 1);
+    } else
+        log_warn("sku %" PRId64 ": load into Redis failed: %s", lj->id,
+                 r && r->type == REDIS_REPLY_ERROR ? r->str : "no answer");
+    if (r)
+        freeReplyObject(r);
+}
+
+/* Draws the epoch of the next load in tx.  Returns 0 or -1. */
+static int draw_epoch(struct dbtx *tx, struct load_job *lj)
+{
+    char sid[24];
+    i64s(sid, sizeof sid, lj->id);
+    PGresult *r = tx_query(tx, "epoch_new", 1, (const char *[]){sid});
+    int ok = r && PQntuples(r) == 1;
+    if (ok)
+        snprintf(lj->epoch, sizeof lj->epoch, "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    return ok ? 0 : -1;
+}
+
+/* Commits tx after the lease check; returns SKU_OK or SKU_UNAVAILABLE. */
+static enum sku_result commit_locked(struct worker_ctx *w, struct dbtx *tx, const struct txlock *t,
+                                     int64_t sku)
+{
+    if (!txlock_still_valid(t, w->cfg->lock_commit_margin_ms)) {
+        log_warn("sku %" PRId64 ": lock lease too short to commit", sku);
+        (void)dbtx_rollback(tx);
+        return SKU_UNAVAILABLE;
+    }
+    return dbtx_commit(tx, NULL, 0, NULL) == DBTX_COMMITTED ? SKU_OK : SKU_UNAVAILABLE;
+}
+
+/* ---- create ------------------------------------------------------------ */
+
+/* Creates the SKU with the given id (see sku_create). */
+static enum sku_result create_with_id(struct worker_ctx *w, const struct validate_sku *spec,
+                                      int64_t id, json_t **out)
+{
+    struct load_job lj = {.w = w,
+                          .wanted = 1,
+                          .mode = "new",
+                          .id = id,
+                          .stock = spec->stock,
+                          .limit = spec->per_user_limit};
+    (void)redis_run_id(w, lj.run, sizeof lj.run); /* "" only costs a rebuild later */
+    if (spec->has_starts)
+        i64s(lj.starts_ms, sizeof lj.starts_ms, spec->starts_ms);
+    if (spec->has_ends)
+        i64s(lj.ends_ms, sizeof lj.ends_ms, spec->ends_ms);
+    struct txlock t;
+    struct dbtx *tx = begin_sku(w, &t, id, load_on_commit, &lj);
+    if (!tx)
+        return SKU_UNAVAILABLE;
+    char sid[24], stock[24], limit[24];
+    i64s(sid, sizeof sid, id);
+    i64s(stock, sizeof stock, spec->stock);
+    i64s(limit, sizeof limit, spec->per_user_limit);
+    char fence[24];
+    i64s(fence, sizeof fence, t.fence);
+    const char *ins[] = {sid,
+                         spec->name,
+                         stock,
+                         limit,
+                         spec->has_starts ? lj.starts_ms : NULL,
+                         spec->has_ends ? lj.ends_ms : NULL,
+                         fence};
+    PGresult *r = tx_query(tx, "sku_insert", 7, ins);
+    if (!r || PQntuples(r) == 0) {
+        enum sku_result res = r ? SKU_EXISTS : SKU_UNAVAILABLE;
+        PQclear(r);
+        (void)dbtx_rollback(tx);
+        return res;
+    }
+    PQclear(r);
+    const char *led[] = {sid, "initial", stock, stock, NULL, NULL, NULL};
+    r = tx_query(tx, "ledger_insert", 7, led);
+    PQclear(r);
+    if (!r || draw_epoch(tx, &lj) != 0) {
+        (void)dbtx_rollback(tx);
+        return SKU_UNAVAILABLE;
+    }
+    if (commit_locked(w, tx, &t, id) != SKU_OK)
+        return SKU_UNAVAILABLE;
+    if (lj.res != SKU_OK)
+        return SKU_NOT_LOADED; /* in the database; Redis refused or failed */
+
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_integer(id));
+    json_object_set_new(o, "name", json_string(spec->name));
+    json_object_set_new(o, "stock", json_integer(spec->stock));
+    json_object_set_new(o, "available", json_integer(spec->stock));
+    json_object_set_new(o, "per_user_limit", json_integer(spec->per_user_limit));
+    char buf[40];
+    if (spec->has_starts)
+        sku_format_time(spec->starts_ms, buf, sizeof buf);
+    json_object_set_new(o, "sale_starts_at", spec->has_starts ? json_string(buf) : json_null());
+    if (spec->has_ends)
+        sku_format_time(spec->ends_ms, buf, sizeof buf);
+    json_object_set_new(o, "sale_ends_at", spec->has_ends ? json_string(buf) : json_null());
+    *out = o;
+    return SKU_OK;
+}
+
+/* Ids drawn from the sequence may already be taken by SKUs created with an
+ * explicit id; a taken one is skipped, a bounded number of times. */
+#define SKU_ID_ATTEMPTS 16
+
+enum sku_result sku_create(struct worker_ctx *w, const struct validate_sku *spec, json_t **out)
+{
+    *out = NULL;
+    if (spec->has_id)
+        return create_with_id(w, spec, spec->id, out);
+    enum sku_result res = SKU_EXISTS;
+    for (int i = 0; i < SKU_ID_ATTEMPTS && res == SKU_EXISTS; i++) {
+        PGresult *r = db_query(&w->db, "sku_next_id", 0, NULL);
+        long long id;
+        int ok = r && db_get_i64(r, 0, 0, &id) == 0;
+        PQclear(r);
+        if (!ok)
+            return SKU_UNAVAILABLE;
+        res = create_with_id(w, spec, id, out);
+    }
+    return res;
+}
+
+/* ---- adjust ------------------------------------------------------------ */
+
+struct adjust_job {
+    struct worker_ctx *w;
+    int64_t sku;
+    char id[24]; /* the adjustment's record in Redis: the transaction id */
+    int sent;    /* stock_adjust.lua was sent: Redis may carry the delta */
+};
+
+/* Completion hook, before the lock's release.  Committed: drop the record.
+ * Rolled back: take the delta back if (and only if) Redis applied it, also
+ * when its reply never arrived.  Unknown: keep the record for reconciliation. */
+static void adjust_on_complete(enum dbtx_outcome outcome, void *arg)
+{
+    struct adjust_job *a = arg;
+    if (!a->sent)
+        return;
+    char stock[KEYS_MAX], adj[KEYS_MAX];
+    keys_sku(stock, a->sku, KEY_STOCK);
+    keys_sku(adj, a->sku, KEY_ADJUST);
+    redisReply *r = NULL;
+    if (outcome == DBTX_COMMITTED) {
+        const char *argv[] = {"HDEL", adj, a->id};
+        r = redis_conn_cmd(&a->w->redis, 3, argv, NULL);
+    } else if (outcome == DBTX_ROLLED_BACK) {
+        const char *argv[] = {stock, adj, a->id};
+        r = redis_conn_script(&a->w->redis, &script_stock_adjust_undo, 2, 1, argv, NULL);
+    } else {
+        log_error("sku %" PRId64 ": adjustment %s outcome unknown; Redis record kept", a->sku,
+                  a->id);
+        return;
+    }
+    if (!r || r->type == REDIS_REPLY_ERROR)
+        log_error("sku %" PRId64 ": adjustment %s: cannot settle Redis (%s): reconcile", a->sku,
+                  a->id, dbtx_outcome_str(outcome));
+    if (r)
+        freeReplyObject(r);
+}
+
+/*
+ * Settles the Redis records of earlier adjustments that never settled (their
+ * process died between the Redis step and its completion hook, or its commit
+ * outcome was unknown).  Called under the SKU lock with the SKU row locked by
+ * the fence, so every earlier adjustment's transaction has ended and
+ * txid_status() is final: committed, drop the record; aborted, take the delta
+ * back.  Returns 0, or -1 when Redis or PostgreSQL failed (nothing assumed).
+ */
+static int settle_adjustments(struct worker_ctx *w, struct dbtx *tx, int64_t sku, const char *own,
+                              int64_t *settled)
+{
+    char stock[KEYS_MAX], adj[KEYS_MAX];
+    keys_sku(stock, sku, KEY_STOCK);
+    keys_sku(adj, sku, KEY_ADJUST);
+    const char *all[] = {"HKEYS", adj};
+    redisReply *ids = redis_conn_cmd(&w->redis, 2, all, NULL);
+    if (!ids || ids->type != REDIS_REPLY_ARRAY) {
+        if (ids)
+            freeReplyObject(ids);
+        return -1;
+    }
+    int rc = 0;
+    for (size_t i = 0; i < ids->elements && rc == 0; i++) {
+        const char *id = ids->element[i]->str;
+        if (!id || strcmp(id, own) == 0)
+            continue;
+        PGresult *r = tx_query(tx, "txid_status", 1, (const char *[]){id});
+        if (!r) {
+            rc = -1;
+            break;
+        }
+        const char *fate = PQgetisnull(r, 0, 0) ? "unknown" : PQgetvalue(r, 0, 0);
+        redisReply *done = NULL;
+        if (strcmp(fate, "committed") == 0) {
+            const char *argv[] = {"HDEL", adj, id};
+            done = redis_conn_cmd(&w->redis, 3, argv, NULL);
+        } else if (strcmp(fate, "aborted") == 0) {
+            const char *argv[] = {stock, adj, id};
+            done = redis_conn_script(&w->redis, &script_stock_adjust_undo, 2, 1, argv, NULL);
+        } else {
+            log_error("sku %" PRId64 ": adjustment %s is %s; the next reconciliation asks again",
+                      sku, id, fate);
+        }
+        if (done && done->type != REDIS_REPLY_ERROR) {
+            log_warn("sku %" PRId64 ": settled adjustment %s (%s)", sku, id, fate);
+            metrics_add(M_ADJUSTMENTS_SETTLED, 1);
+            if (settled)
+                (*settled)++;
+        } else if (done)
+            rc = -1;
+        if (done)
+            freeReplyObject(done);
+        PQclear(r);
+    }
+    freeReplyObject(ids);
+    return rc;
+}
+
+/* One attempt of sku_adjust; *stale is set when the fencing token was refused
+ * because an order writer wrote the SKU with a newer token first. */
+static int redis_sku_state(struct worker_ctx *w, int64_t sku, long long *available,
+                           long long *queued);
+
+/* Looks up the delta an Idempotency-Key already applied.  Returns 1 with the
+ * earlier answer in *out (SKU_OK) or SKU_IDEM_MISMATCH in *res, 0 when the
+ * key is new, -1 on failure. */
+static int adjust_replayed(struct worker_ctx *w, struct dbtx *tx, int64_t sku, int64_t delta,
+                           const char *idem, json_t **out, enum sku_result *res)
+{
+    char sid[24];
+    i64s(sid, sizeof sid, sku);
+    PGresult *r = tx_query(tx, "ledger_admin_by_key", 2, (const char *[]){sid, idem});
+    if (!r)
+        return -1;
+    int found = PQntuples(r) == 1;
+    if (found && atoll(PQgetvalue(r, 0, 0)) != delta) {
+        *res = SKU_IDEM_MISMATCH;
+    } else if (found) {
+        long long available = -1;
+        (void)redis_sku_state(w, sku, &available, NULL);
+        *out = json_pack("{s:I, s:I, s:I, s:o, s:b}", "sku_id", (json_int_t)sku, "delta",
+                         (json_int_t)delta, "stock", (json_int_t)atoll(PQgetvalue(r, 0, 1)),
+                         "available", available >= 0 ? json_integer(available) : json_null(),
+                         "replayed", 1);
+        *res = SKU_OK;
+    }
+    PQclear(r);
+    return found;
+}
+
+static enum sku_result adjust_once(struct worker_ctx *w, int64_t sku, int64_t delta,
+                                   const char *reason, const char *idem, json_t **out, int *stale)
+{
+    *out = NULL;
+    *stale = 0;
+    struct adjust_job a = {.w = w, .sku = sku};
+    struct txlock t;
+    struct dbtx *tx = begin_sku(w, &t, sku, adjust_on_complete, &a);
+    if (!tx)
+        return SKU_UNAVAILABLE;
+    snprintf(a.id, sizeof a.id, "%lld", dbtx_txid(tx));
+    char sid[24], d[24];
+    i64s(sid, sizeof sid, sku);
+    i64s(d, sizeof d, delta);
+    int64_t before; /* the stock under the fenced row lock */
+    int fenced = txlock_fence(&t, tx, &before);
+    if (fenced != 1) {
+        *stale = fenced == TXLOCK_STALE;
+        (void)dbtx_rollback(tx);
+        return fenced == 0 ? SKU_UNKNOWN : SKU_UNAVAILABLE;
+    }
+    if (settle_adjustments(w, tx, sku, a.id, NULL) != 0) {
+        (void)dbtx_rollback(tx);
+        return SKU_UNAVAILABLE;
+    }
+    /* Under the SKU lock and row: a retry of a delta that committed is answered
+     * from the ledger, never applied twice. */
+    enum sku_result replay = SKU_OK;
+    int seen = idem ? adjust_replayed(w, tx, sku, delta, idem, out, &replay) : 0;
+    if (seen != 0) {
+        (void)dbtx_rollback(tx);
+        return seen < 0 ? SKU_UNAVAILABLE : replay;
+    }
+
+    /* Database first, guarded: stock + delta >= 0. */
+    PGresult *r = tx_query(tx, "sku_adjust", 2, (const char *[]){sid, d});
+    if (!r) {
+        (void)dbtx_rollback(tx);
+        return SKU_UNAVAILABLE;
+    }
+    if (PQntuples(r) == 0) { /* the fence found the row: the guard refused */
+        PQclear(r);
+        (void)dbtx_rollback(tx);
+        *out = json_pack("{s:I}", "stock", (json_int_t)before);
+        return SKU_INSUFFICIENT;
+    }
+    int64_t db_stock = atoll(PQgetvalue(r, 0, 0));
+    PQclear(r);
+    char after[24];
+    i64s(after, sizeof after, db_stock);
+    const char *led[] = {sid, "admin", d, after, NULL, reason, idem};
+    r = tx_query(tx, "ledger_insert", 7, led);
+    if (!r) {
+        (void)dbtx_rollback(tx);
+        return SKU_UNAVAILABLE;
+    }
+    PQclear(r);
+
+    /* Then Redis, guarded the same way against what buyers can still take. */
+    char meta[KEYS_MAX], stock[KEYS_MAX], adj[KEYS_MAX];
+    keys_sku(meta, sku, KEY_META);
+    keys_sku(stock, sku, KEY_STOCK);
+    keys_sku(adj, sku, KEY_ADJUST);
+    const char *argv[] = {meta, stock, adj, d, a.id};
+    a.sent = 1;
+    redisReply *rr = redis_conn_script(&w->redis, &script_stock_adjust, 3, 2, argv, NULL);
+    const char *verdict = rr && rr->type == REDIS_REPLY_ARRAY && rr->elements >= 1 &&
+                                  rr->element[0]->type == REDIS_REPLY_STRING
+                              ? rr->element[0]->str
+                              : NULL;
+    long long available = verdict && rr->elements > 1 ? rr->element[1]->integer : 0;
+    enum sku_result res = !verdict                               ? SKU_UNAVAILABLE
+                          : strcmp(verdict, "ok") == 0           ? SKU_OK
+                          : strcmp(verdict, "insufficient") == 0 ? SKU_INSUFFICIENT
+                                                                 : SKU_NOT_LOADED;
+    if (rr && rr->type == REDIS_REPLY_ERROR)
+        log_warn("stock_adjust: %s", rr->str);
+    if (rr)
+        freeReplyObject(rr);
+    if (res == SKU_OK)
+        fault_point("adjust_after_redis");
+    if (res != SKU_OK) {
+        (void)dbtx_rollback(tx);
+        if (res == SKU_INSUFFICIENT)
+            *out = json_pack("{s:I, s:I}", "stock", (json_int_t)before, "available",
+                             (json_int_t)available);
+        return res;
+    }
+    if (commit_locked(w, tx, &t, sku) != SKU_OK)
+        return SKU_UNAVAILABLE;
+    metrics_add(M_STOCK_ADJUSTMENTS, 1);
+    json_t *o = json_object();
+    json_object_set_new(o, "sku_id", json_integer(sku));
+    json_object_set_new(o, "delta", json_integer(delta));
+    json_object_set_new(o, "stock", json_integer(db_stock));
+    json_object_set_new(o, "available", json_integer(available));
+    *out = o;
+    return SKU_OK;
+}
+
+enum sku_result sku_adjust(struct worker_ctx *w, int64_t sku, int64_t delta, const char *reason,
+                           const char *idem, json_t **out)
+{
+    enum sku_result res = SKU_UNAVAILABLE;
+    int stale = 1;
+    for (int i = 0; i < TXLOCK_FENCE_ATTEMPTS && stale; i++)
+        res = adjust_once(w, sku, delta, reason, idem, out, &stale);
+    return res;
+}
+
+/* ---- check, rebuild, reload ------------------------------------------- */
+
+/* Reads sku_state.lua's view into c.  *bought gets the reply (caller frees):
+ * its element 7 is the flat user, units list.  Returns 0 or -1. */
+static int read_redis_state(struct worker_ctx *w, int64_t sku, int count_pending,
+                            struct sku_check *c, redisReply **bought)
+{
+    char keys[7][KEYS_MAX];
+    static const enum keys_kind kinds[] = {KEY_META,   KEY_STOCK, KEY_STREAM, KEY_BOUGHT,
+                                           KEY_ADJUST, KEY_DEAD,  KEY_JOURNAL};
+    const char *argv[8];
+    for (int i = 0; i < 7; i++) {
+        keys_sku(keys[i], sku, kinds[i]);
+        argv[i] = keys[i];
+    }
+    argv[7] = count_pending ? "1" : "0";
+    redisReply *r = redis_conn_script(&w->redis, &script_sku_state, 7, 1, argv, NULL);
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 9 ||
+        r->element[7]->type != REDIS_REPLY_ARRAY) {
+        if (r)
+            freeReplyObject(r);
+        return -1;
+    }
+    c->loaded = r->element[0]->integer == 1;
+    c->redis_stock = r->element[1]->len ? atoll(r->element[1]->str) : 0;
+    c->in_flight = r->element[2]->integer;
+    c->adjustments_open = r->element[3]->integer;
+    c->dead_letters = r->element[4]->integer;
+    snprintf(c->built_run, sizeof c->built_run, "%s", r->element[5]->str);
+    c->loaded_epoch = r->element[6]->len ? atoll(r->element[6]->str) : 0;
+    c->journal_pending = r->element[8]->integer;
+    c->loaded = c->loaded && r->element[1]->len; /* a meta without stock is data loss */
+    *bought = r;
+    return 0;
+}
+
+static int cmp_pair(const void *a, const void *b)
+{
+    const int64_t *x = a, *y = b;
+    return x[0] < y[0] ? -1 : x[0] > y[0];
+}
+
+/* Counts the users whose units Redis and PostgreSQL disagree on. */
+static int64_t users_differing(const redisReply *flat, const PGresult *db)
+{
+    size_t nr = flat->elements / 2, nd = (size_t)PQntuples(db);
+    int64_t(*r)[2] = calloc(nr + 1, sizeof *r), (*d)[2] = calloc(nd + 1, sizeof *d);
+    if (!r || !d)
+        abort();
+    for (size_t i = 0; i < nr; i++) {
+        r[i][0] = atoll(flat->element[2 * i]->str);
+        r[i][1] = atoll(flat->element[2 * i + 1]->str);
+    }
+    for (size_t i = 0; i < nd; i++) {
+        d[i][0] = atoll(PQgetvalue(db, (int)i, 0));
+        d[i][1] = atoll(PQgetvalue(db, (int)i, 1));
+    }
+    qsort(r, nr, sizeof *r, cmp_pair);
+    qsort(d, nd, sizeof *d, cmp_pair);
+    int64_t differ = 0;
+    size_t i = 0, j = 0;
+    while (i < nr || j < nd) {
+        if (j == nd || (i < nr && r[i][0] < d[j][0]))
+            differ += r[i++][1] != 0; /* a user Redis holds units for, the database none */
+        else if (i == nr || d[j][0] < r[i][0])
+            differ++, j++;
+        else
+            differ += r[i++][1] != d[j++][1];
+    }
+    free(r);
+    free(d);
+    return differ;
+}
+
+/* Fills lj from the SKU row and the bought rows (ownership of bought passes
+ * to lj) and draws the epoch of the rebuild.  Returns 0 or -1. */
+static int prepare_rebuild(struct dbtx *tx, struct load_job *lj, const char *sid, int64_t stock,
+                           PGresult *bought)
+{
+    lj->bought = bought;
+    PGresult *info = tx_query(tx, "sku_get", 1, (const char *[]){sid});
+    int ok = info && PQntuples(info) == 1;
+    if (ok) {
+        lj->stock = stock; /* read under the fenced row lock */
+        lj->limit = atoll(PQgetvalue(info, 0, 4));
+        snprintf(lj->starts_ms, sizeof lj->starts_ms, "%s", PQgetvalue(info, 0, 5));
+        snprintf(lj->ends_ms, sizeof lj->ends_ms, "%s", PQgetvalue(info, 0, 6));
+    }
+    PQclear(info);
+    if (!ok || draw_epoch(tx, lj) != 0)
+        return -1;
+    lj->wanted = 1;
+    lj->mode = "rebuild";
+    return 0;
+}
+
+/* Whether mode asks for a rebuild of what c found. */
+static int needs_rebuild(enum sku_check_mode mode, const struct sku_check *c)
+{
+    int quiet_drift = c->quiescent && (c->drift_units || c->users_differing);
+    switch (mode) {
+    case SKU_CHECK_ONLY:
+        return 0;
+    case SKU_CHECK_REPAIR:
+        return !c->loaded || c->stale_run || quiet_drift;
+    case SKU_CHECK_RELOAD:
+        /* In flight, the numbers cannot be compared; a rebuild is safe anyway
+         * (writers take those orders from the rebuilt state). */
+        return !c->loaded || c->stale_run || quiet_drift || !c->quiescent;
+    case SKU_CHECK_REBUILD:
+        return 1;
+    }
+    return 0;
+}
+
+/* One attempt of sku_check; *stale as in adjust_once. */
+static enum sku_result check_once(struct worker_ctx *w, int64_t sku, enum sku_check_mode mode,
+                                  const char *why, struct sku_check *c, int *stale)
+{
+    *stale = 0;
+    memset(c, 0, sizeof *c);
+    c->sku = sku;
+    char run[48];
+    (void)redis_run_id(w, run, sizeof run);
+    struct load_job lj = {.w = w, .id = sku};
+    snprintf(lj.run, sizeof lj.run, "%s", run);
+    struct txlock t;
+    struct dbtx *tx = begin_sku(w, &t, sku, load_on_commit, &lj);
+    if (!tx)
+        return SKU_UNAVAILABLE;
+    char sid[24];
+    i64s(sid, sizeof sid, sku);
+    int fenced = txlock_fence(&t, tx, &c->db_stock);
+    if (fenced != 1) {
+        *stale = fenced == TXLOCK_STALE;
+        (void)dbtx_rollback(tx);
+        return fenced == 0 ? SKU_UNKNOWN : SKU_UNAVAILABLE;
+    }
+    /* Under the SKU lock and its row: every earlier adjustment has ended. */
+    if (mode != SKU_CHECK_ONLY && settle_adjustments(w, tx, sku, "", &c->settled) != 0) {
+        (void)dbtx_rollback(tx);
+        return SKU_UNAVAILABLE;
+    }
+    redisReply *state = NULL;
+    PGresult *bought = NULL, *bad = NULL;
+    enum sku_result res = SKU_UNAVAILABLE;
+    if (read_redis_state(w, sku, 1, c, &state) != 0)
+        goto fail;
+    bought = tx_query(tx, "sku_bought", 1, (const char *[]){sid});
+    bad = bought ? tx_query(tx, "invariant_check", 1, (const char *[]){sid}) : NULL;
+    if (!bad)
+        goto fail;
+    c->invariant_ok = PQntuples(bad) == 0;
+    c->stale_run = c->loaded && run[0] && strcmp(run, c->built_run) != 0;
+    c->quiescent = c->loaded && c->in_flight == 0 && c->adjustments_open == 0;
+    if (c->quiescent) {
+        c->drift_units = llabs((long long)(c->redis_stock - c->db_stock));
+        c->users_differing = users_differing(state->element[7], bought);
+    }
+    if (needs_rebuild(mode, c)) {
+        if (prepare_rebuild(tx, &lj, sid, c->db_stock, bought) != 0) {
+            bought = NULL; /* owned by lj now */
+            goto fail;
+        }
+        bought = NULL;
+        log_warn("sku %" PRId64 ": rebuilding Redis from PostgreSQL (%s): redis %s, stock %" PRId64
+                 " vs %" PRId64 ", %" PRId64 " in flight, %" PRId64 " users differ",
+                 sku, why,
+                 !c->loaded     ? "lost it"
+                 : c->stale_run ? "restarted"
+                                : "holds it",
+                 c->redis_stock, c->db_stock, c->in_flight, c->users_differing);
+    }
+    freeReplyObject(state);
+    PQclear(bought);
+    PQclear(bad);
+    res = commit_locked(w, tx, &t, sku);
+    PQclear(lj.bought);
+    if (res == SKU_OK && lj.wanted) {
+        if (lj.res != SKU_OK)
+            return SKU_NOT_LOADED;
+        c->rebuilt = 1;
+        c->loaded = 1;
+        c->loaded_epoch = atoll(lj.epoch);
+        c->redis_stock = lj.stock;
+        c->drift_units = c->users_differing = 0;
+    }
+    return res;
+fail:
+    if (state)
+        freeReplyObject(state);
+    PQclear(bought);
+    PQclear(bad);
+    (void)dbtx_rollback(tx);
+    PQclear(lj.bought);
+    return SKU_UNAVAILABLE;
+}
+
+enum sku_result sku_check(struct worker_ctx *w, int64_t sku, enum sku_check_mode mode,
+                          const char *why, struct sku_check *c)
+{
+    enum sku_result res = SKU_UNAVAILABLE;
+    int stale = 1;
+    for (int i = 0; i < TXLOCK_FENCE_ATTEMPTS && stale; i++)
+        res = check_once(w, sku, mode, why, c, &stale);
+    return res;
+}
+
+enum sku_result sku_peek(struct worker_ctx *w, int64_t sku, struct sku_check *c)
+{
+    memset(c, 0, sizeof *c);
+    c->sku = sku;
+    char sid[24], run[48];
+    i64s(sid, sizeof sid, sku);
+    PGresult *r = db_query(&w->db, "sku_get", 1, (const char *[]){sid});
+    if (!r)
+        return SKU_UNAVAILABLE;
+    int known = PQntuples(r) == 1;
+    if (known)
+        c->db_stock = atoll(PQgetvalue(r, 0, 2));
+    PQclear(r);
+    if (!known)
+        return SKU_UNKNOWN;
+    redisReply *state;
+    if (redis_run_id(w, run, sizeof run) != 0 || read_redis_state(w, sku, 0, c, &state) != 0)
+        return SKU_UNAVAILABLE;
+    freeReplyObject(state);
+    c->stale_run = c->loaded && strcmp(run, c->built_run) != 0;
+    c->quiescent = c->loaded && c->in_flight == 0 && c->adjustments_open == 0;
+    if (c->quiescent)
+        c->drift_units = llabs((long long)(c->redis_stock - c->db_stock));
+    c->invariant_ok = 1; /* not looked at without the lock */
+    return SKU_OK;
+}
+
+enum sku_result sku_rebuild(struct worker_ctx *w, int64_t sku, const char *why)
+{
+    struct sku_check c;
+    return sku_check(w, sku, SKU_CHECK_REBUILD, why, &c);
+}
+
+enum sku_result sku_reload(struct worker_ctx *w, int64_t sku, json_t **out)
+{
+    *out = NULL;
+    struct sku_check c;
+    enum sku_result res = sku_check(w, sku, SKU_CHECK_RELOAD, "admin reload", &c);
+    if (res != SKU_OK)
+        return res;
+    if (!c.rebuilt)
+        return SKU_EXISTS; /* loaded, nothing in flight, and it agrees with the database */
+    *out = json_pack("{s:I, s:I, s:I, s:b}", "id", (json_int_t)sku, "available",
+                     (json_int_t)c.redis_stock, "epoch", (json_int_t)c.loaded_epoch, "rebuilt", 1);
+    return SKU_OK;
+}
+
+/* ---- reads ------------------------------------------------------------- */
+
+/* Reads the Redis side of a SKU.  Returns 0, or -1 when Redis failed.
+ * *available is -1 when the SKU is not loaded. */
+static int redis_sku_state(struct worker_ctx *w, int64_t sku, long long *available,
+                           long long *queued)
+{
+    char stock[KEYS_MAX], stream[KEYS_MAX];
+    keys_sku(stock, sku, KEY_STOCK);
+    keys_sku(stream, sku, KEY_STREAM);
+    const char *get[] = {"GET", stock};
+    redisReply *r = redis_conn_cmd(&w->redis, 2, get, NULL);
+    if (!r || r->type == REDIS_REPLY_ERROR) {
+        if (r)
+            freeReplyObject(r);
+        return -1;
+    }
+    *available = r->type == REDIS_REPLY_STRING ? atoll(r->str) : -1;
+    freeReplyObject(r);
+    if (!queued)
+        return 0;
+    const char *xlen[] = {"XLEN", stream};
+    r = redis_conn_cmd(&w->redis, 2, xlen, NULL);
+    if (!r || r->type != REDIS_REPLY_INTEGER) {
+        if (r)
+            freeReplyObject(r);
+        return -1;
+    }
+    *queued = r->integer;
+    freeReplyObject(r);
+    return 0;
+}
+
+enum sku_result sku_view(struct worker_ctx *w, int64_t sku, int admin, json_t **out)
+{
+    *out = NULL;
+    char sid[24];
+    i64s(sid, sizeof sid, sku);
+    PGresult *r = db_query(&w->db, "sku_get", 1, (const char *[]){sid});
+    if (!r)
+        return SKU_UNAVAILABLE;
+    if (PQntuples(r) == 0) {
+        PQclear(r);
+        return SKU_UNKNOWN;
+    }
+    long long available, queued;
+    if (redis_sku_state(w, sku, &available, admin ? &queued : NULL) != 0) {
+        PQclear(r);
+        return SKU_UNAVAILABLE;
+    }
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_integer(sku));
+    json_object_set_new(o, "name", json_string(PQgetvalue(r, 0, 1)));
+    json_object_set_new(o, "per_user_limit", json_integer(atoll(PQgetvalue(r, 0, 4))));
+    set_time(o, "sale_starts_at", r, 5);
+    set_time(o, "sale_ends_at", r, 6);
+    /* An unloaded SKU has no known availability; it is never reported as stock. */
+    json_object_set_new(o, "available", available >= 0 ? json_integer(available) : json_null());
+    if (admin) {
+        long long db_stock = atoll(PQgetvalue(r, 0, 2));
+        json_object_set_new(o, "initial_stock", json_integer(atoll(PQgetvalue(r, 0, 3))));
+        json_object_set_new(o, "db_stock", json_integer(db_stock));
+        json_object_set_new(o, "redis_available",
+                            available >= 0 ? json_integer(available) : json_null());
+        json_object_set_new(o, "in_flight_units",
+                            available >= 0 ? json_integer(db_stock - available) : json_null());
+        json_object_set_new(o, "pending_orders", json_integer(queued));
+        PGresult *s = db_query(&w->db, "sku_stats", 1, (const char *[]){sid});
+        if (!s || PQntuples(s) != 1) {
+            PQclear(s);
+            PQclear(r);
+            json_decref(o);
+            return SKU_UNAVAILABLE;
+        }
+        json_object_set_new(o, "confirmed_units", json_integer(atoll(PQgetvalue(s, 0, 1))));
+        json_object_set_new(o, "confirmed_orders", json_integer(atoll(PQgetvalue(s, 0, 2))));
+        json_object_set_new(o, "rejected_orders", json_integer(atoll(PQgetvalue(s, 0, 3))));
+        PQclear(s);
+    }
+    PQclear(r);
+    *out = o;
+    return SKU_OK;
+}
+
+/* Reads a decided order from PostgreSQL: SKU_OK with *out, SKU_UNKNOWN when
+ * there is no row (yet), SKU_UNAVAILABLE. */
+static enum sku_result order_row(struct worker_ctx *w, int64_t order_id, json_t **out)
+{
+    char oid[24];
+    i64s(oid, sizeof oid, order_id);
+    PGresult *r = db_query(&w->db, "order_get", 1, (const char *[]){oid});
+    if (!r)
+        return SKU_UNAVAILABLE;
+    if (PQntuples(r) != 1) {
+        PQclear(r);
+        return SKU_UNKNOWN;
+    }
+    json_t *o = json_object();
+    json_object_set_new(o, "order_id", json_integer(order_id));
+    json_object_set_new(o, "sku_id", json_integer(atoll(PQgetvalue(r, 0, 1))));
+    json_object_set_new(o, "user_id", json_integer(atoll(PQgetvalue(r, 0, 2))));
+    json_object_set_new(o, "qty", json_integer(atoll(PQgetvalue(r, 0, 3))));
+    json_object_set_new(o, "status", json_string(PQgetvalue(r, 0, 4)));
+    if (!PQgetisnull(r, 0, 5))
+        json_object_set_new(o, "reason", json_string(PQgetvalue(r, 0, 5)));
+    set_time(o, "reserved_at", r, 6);
+    PQclear(r);
+    *out = o;
+    return SKU_OK;
+}
+
+enum sku_result order_view(struct worker_ctx *w, int64_t order_id, json_t **out)
+{
+    *out = NULL;
+    enum sku_result res = order_row(w, order_id, out);
+    if (res != SKU_UNKNOWN)
+        return res;
+    /* Beyond the largest epoch the id was never issued (and would overflow the query). */
+    if (keys_order_epoch(order_id) > KEYS_EPOCH_MAX)
+        return SKU_UNKNOWN;
+    /* Not decided yet?  The epoch names the SKU load, the journal the state. */
+    char epoch[24], oid[24];
+    i64s(epoch, sizeof epoch, keys_order_epoch(order_id));
+    i64s(oid, sizeof oid, order_id);
+    PGresult *r = db_query(&w->db, "epoch_sku", 1, (const char *[]){epoch});
+    if (!r)
+        return SKU_UNAVAILABLE;
+    long long sku;
+    int found = db_get_i64(r, 0, 0, &sku) == 0;
+    PQclear(r);
+    if (!found)
+        return SKU_UNKNOWN;
+    char journal[KEYS_MAX];
+    keys_sku(journal, sku, KEY_JOURNAL);
+    const char *argv[] = {"HGET", journal, oid};
+    redisReply *rr = redis_conn_cmd(&w->redis, 3, argv, NULL);
+    if (!rr || rr->type == REDIS_REPLY_ERROR) {
+        if (rr)
+            freeReplyObject(rr);
+        return SKU_UNAVAILABLE;
+    }
+    int pending = rr->type == REDIS_REPLY_STRING && strcmp(rr->str, "pending") == 0;
+    freeReplyObject(rr);
+    if (pending) {
+        *out = json_pack("{s:I, s:I, s:s}", "order_id", (json_int_t)order_id, "sku_id",
+                         (json_int_t)sku, "status", "pending");
+        return SKU_OK;
+    }
+    /* The writer commits before it drops the journal entry, so a miss in both
+     * reads can be a commit that landed between them: read the row again. */
+    return order_row(w, order_id, out);
+}
+
+enum sku_result sku_exists(struct worker_ctx *w, int64_t sku)
+{
+    char sid[24];
+    i64s(sid, sizeof sid, sku);
+    PGresult *r = db_query(&w->db, "sku_get", 1, (const char *[]){sid});
+    if (!r)
+        return SKU_UNAVAILABLE;
+    enum sku_result res = PQntuples(r) ? SKU_OK : SKU_UNKNOWN;
+    PQclear(r);
+    return res;
+}
+
+enum sku_result sku_health(struct worker_ctx *w, json_t **out)
+{
+    const char *ping[] = {"PING"};
+    redisReply *rr = redis_conn_cmd(&w->redis, 1, ping, NULL);
+    int redis_ok = rr && rr->type != REDIS_REPLY_ERROR;
+    if (rr)
+        freeReplyObject(rr);
+    /* Bounded: a frozen PostgreSQL makes this 503, never a hang. */
+    int pg_ok = db_ping(&w->db) == 0;
+    *out = json_pack("{s:s, s:s, s:s}", "status", redis_ok && pg_ok ? "ok" : "unavailable", "redis",
+                     redis_ok ? "ok" : "down", "postgres", pg_ok ? "ok" : "down");
+    return redis_ok && pg_ok ? SKU_OK : SKU_UNAVAILABLE;
+}

@@ -1,0 +1,123 @@
+#include "store/db.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "core/embedded.h"
+#include "core/log.h"
+#include "store/pgwait.h"
+
+void db_conn_init(struct db_conn *d, const struct cfg *c)
+{
+    d->cfg = c;
+    d->conn = NULL;
+}
+
+PGconn *db_conn_get(struct db_conn *d)
+{
+    if (d->conn && PQstatus(d->conn) == CONNECTION_OK)
+        return d->conn;
+    db_conn_close(d);
+    struct pgwait w;
+    pgwait_start(&w, (int)d->cfg->pg_client_timeout_ms, NULL);
+    /* TCP keepalives and tcp_user_timeout drop a connection whose peer
+     * vanished (a partition) even while nobody waits on it; the client
+     * deadline covers the waits themselves. */
+    char user_timeout[24];
+    snprintf(user_timeout, sizeof user_timeout, "%" PRId64, d->cfg->pg_client_timeout_ms);
+    const char *keys[] = {"dbname",
+                          "keepalives",
+                          "keepalives_idle",
+                          "keepalives_interval",
+                          "keepalives_count",
+                          "tcp_user_timeout",
+                          NULL};
+    const char *vals[] = {d->cfg->pg_dsn, "1", "5", "2", "3", user_timeout, NULL};
+    d->conn = pgwait_connect(&w, keys, vals);
+    if (!d->conn) {
+        log_warn("postgres %s", w.err);
+        return NULL;
+    }
+    /* Every statement is bounded on the server too, so no request or batch
+     * waits forever on a row lock.  A session stuck inside a transaction (its
+     * process paused or cut off) must not hold the SKU row lock for longer
+     * than a lock lease or two.  A statement whose client gave up (pgwait
+     * closed the connection) is ended within the check interval instead of
+     * running to its end. */
+    char set[256];
+    snprintf(
+        set, sizeof set,
+        "SET statement_timeout = %" PRId64 "; SET idle_in_transaction_session_timeout = %" PRId64
+        "; SET client_connection_check_interval = %" PRId64 "; SET application_name = 'seckilld'",
+        d->cfg->pg_statement_timeout_ms, 2 * d->cfg->lock_ttl_ms,
+        d->cfg->pg_client_check_interval_ms);
+    PGresult *r = pgwait_query(&w, d->conn, set);
+    int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    if (!ok) {
+        char why[256];
+        if (r)
+            pgwait_message(why, sizeof why, d->conn, r);
+        log_warn("postgres session setup failed: %s", r ? why : w.err);
+    }
+    PQclear(r);
+    if (!ok) {
+        db_conn_close(d);
+        return NULL;
+    }
+    return d->conn;
+}
+
+/* Runs sql with its own deadline; 'label' names it in the log. */
+static PGresult *run(struct db_conn *d, const char *label, const char *sql, int nparams,
+                     const char *const *params)
+{
+    PGconn *c = db_conn_get(d);
+    if (!c)
+        return NULL;
+    struct pgwait w;
+    pgwait_start(&w, (int)d->cfg->pg_client_timeout_ms, NULL);
+    PGresult *r = pgwait_params(&w, c, sql, nparams, params);
+    ExecStatusType st = PQresultStatus(r);
+    if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK)
+        return r;
+    if (r) {
+        char why[256];
+        pgwait_message(why, sizeof why, c, r);
+        log_warn("query %s failed: %s", label, why);
+    } else {
+        log_warn("query %s failed: %s", label, w.err);
+    }
+    PQclear(r);
+    if (PQstatus(c) != CONNECTION_OK)
+        db_conn_close(d);
+    return NULL;
+}
+
+PGresult *db_query(struct db_conn *d, const char *name, int nparams, const char *const *params)
+{
+    return run(d, name, sql_text(name), nparams, params);
+}
+
+int db_ping(struct db_conn *d)
+{
+    PGresult *r = run(d, "ping", "SELECT 1", 0, NULL);
+    int ok = r != NULL;
+    PQclear(r);
+    return ok ? 0 : -1;
+}
+
+void db_conn_close(struct db_conn *d)
+{
+    if (d->conn)
+        PQfinish(d->conn);
+    d->conn = NULL;
+}
+
+int db_get_i64(const PGresult *r, int row, int col, long long *out)
+{
+    if (row >= PQntuples(r) || col >= PQnfields(r) || PQgetisnull(r, row, col))
+        return -1;
+    *out = strtoll(PQgetvalue(r, row, col), NULL, 10);
+    return 0;
+}

@@ -1,0 +1,43 @@
+/*
+ * db: PostgreSQL connections for workers and the order writer.  One db_conn
+ * per thread; reconnects lazily after the server went away.  Every wait,
+ * the connect included, ends within pg_client_timeout_ms (pgwait); a
+ * connection that did not answer in time is dropped, so a frozen server
+ * costs each caller one timeout, never a hang.
+ */
+#ifndef SECKILL_DB_H
+#define SECKILL_DB_H
+
+#include <libpq-fe.h>
+
+#include "core/cfg.h"
+
+struct db_conn {
+    const struct cfg *cfg;
+    PGconn *conn;
+};
+
+void db_conn_init(struct db_conn *d, const struct cfg *c);
+
+/* Returns a healthy connection owned by d (session settings applied), or
+ * NULL when PostgreSQL cannot be reached or did not answer within
+ * pg_client_timeout_ms (logged).  Connect and set-up share one deadline. */
+PGconn *db_conn_get(struct db_conn *d);
+
+/* Runs sql/<name>.sql outside a transaction within pg_client_timeout_ms.
+ * Returns the result (caller PQclear) when it succeeded, NULL on failure or
+ * no answer in time (logged; a broken connection is dropped so the next call
+ * reconnects). */
+PGresult *db_query(struct db_conn *d, const char *name, int nparams, const char *const *params);
+
+/* SELECT 1 within pg_client_timeout_ms (after a reconnect, if needed, with
+ * its own deadline).  Returns 0 when PostgreSQL answered, -1 otherwise
+ * (logged; the connection is dropped if it is broken). */
+int db_ping(struct db_conn *d) __attribute__((warn_unused_result));
+
+void db_conn_close(struct db_conn *d);
+
+/* Copies column 'col' of row 0 as int64 into out; returns 0, or -1 if NULL/absent. */
+int db_get_i64(const PGresult *r, int row, int col, long long *out);
+
+#endif

@@ -1,0 +1,465 @@
+/*
+ * dbtx: PostgreSQL transaction with completion hooks.  See dbtx.h for the
+ * contract; the comments here say why the code is shaped the way it is.
+ */
+#include "store/dbtx.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "store/pgwait.h"
+
+/*
+ * How long a lost COMMIT is looked up while the server still reports the
+ * transaction as 'in progress'.  A backend whose client went away aborts
+ * within milliseconds once it notices; if it has not after this, the client
+ * side is partitioned from a backend that is still alive, and the honest
+ * answer is "unknown".
+ */
+#define RECONCILE_ATTEMPTS 30
+#define RECONCILE_SLEEP_MS 100
+
+struct dbtx_hook {
+    struct dbtx_hook *next;
+    dbtx_hook_fn *fn;
+    void *arg;
+};
+
+struct dbtx {
+    PGconn *conn;   /* borrowed from the caller */
+    char *conninfo; /* own copy, NULL if none was given */
+    long long txid; /* txid_current() of this transaction */
+    char txid_text[24];
+    int failed;              /* a statement failed: COMMIT would only roll back */
+    int escaped;             /* a statement ended the transaction block behind our back */
+    struct dbtx_hook *hooks; /* newest first, which is the order they run in */
+    const atomic_int *abort; /* dbtx_set_abort_flag(), NULL if none */
+    char err[512];
+    char sqlstate[6];
+};
+
+static void copy_text(char *dst, size_t cap, const char *src)
+{
+    if (dst == NULL || cap == 0)
+        return;
+    snprintf(dst, cap, "%s", src != NULL ? src : "");
+}
+
+static void set_err(struct dbtx *tx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_err(struct dbtx *tx, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(tx->err, sizeof(tx->err), fmt, ap);
+    va_end(ap);
+}
+
+static void set_sqlstate(struct dbtx *tx, const PGresult *res)
+{
+    const char *state = res != NULL ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+
+    copy_text(tx->sqlstate, sizeof(tx->sqlstate), state);
+}
+
+/* Why a round trip failed: the result's message, or pgwait's when there was
+ * no result (no answer in time, abandoned, not sent). */
+static void wait_message(char *dst, size_t cap, PGconn *conn, const PGresult *res,
+                         const struct pgwait *w)
+{
+    if (res == NULL && w->err[0] != '\0')
+        copy_text(dst, cap, w->err);
+    else
+        pgwait_message(dst, cap, conn, res);
+}
+
+/* ROLLBACK when the session is still in a block; nothing to do otherwise.
+ * Bounded, but not by the abort flag: a ROLLBACK is what an abort wants, and
+ * one that gets no answer closes the connection, which rolls back too. */
+static void rollback_if_open(PGconn *conn)
+{
+    PGTransactionStatusType ts;
+    struct pgwait w;
+
+    if (PQstatus(conn) != CONNECTION_OK)
+        return;
+    ts = PQtransactionStatus(conn);
+    if (ts != PQTRANS_INTRANS && ts != PQTRANS_INERROR)
+        return;
+    pgwait_start(&w, 0, NULL);
+    PQclear(pgwait_query(&w, conn, "ROLLBACK"));
+}
+
+static const char *begin_sql(enum dbtx_isolation iso)
+{
+    /*
+     * txid_current() in the same simple-query string as BEGIN: one round trip,
+     * and it runs inside the block BEGIN just opened.  It also forces an xid
+     * to be assigned now, which txid_status() needs later.
+     */
+    switch (iso) {
+    case DBTX_ISO_READ_COMMITTED:
+        return "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT txid_current()";
+    case DBTX_ISO_REPEATABLE_READ:
+        return "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT txid_current()";
+    case DBTX_ISO_SERIALIZABLE:
+        return "BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT txid_current()";
+    case DBTX_ISO_DEFAULT:
+        break;
+    }
+    return "BEGIN; SELECT txid_current()";
+}
+
+struct dbtx *dbtx_begin(PGconn *conn, const char *conninfo, enum dbtx_isolation iso, char *err,
+                        size_t errcap)
+{
+    struct dbtx *tx;
+    struct pgwait w;
+    PGresult *res;
+    char *end;
+
+    copy_text(err, errcap, "");
+    if (conn == NULL || PQstatus(conn) != CONNECTION_OK) {
+        copy_text(err, errcap, "dbtx_begin: connection is not usable");
+        return NULL;
+    }
+    if (PQtransactionStatus(conn) != PQTRANS_IDLE) {
+        /* Nesting would make our COMMIT end someone else's transaction. */
+        copy_text(err, errcap, "dbtx_begin: connection is already in a transaction");
+        return NULL;
+    }
+    /* Allocate before BEGIN so that running out of memory leaves nothing open. */
+    tx = calloc(1, sizeof(*tx));
+    if (tx == NULL) {
+        copy_text(err, errcap, "dbtx_begin: out of memory");
+        return NULL;
+    }
+    if (conninfo != NULL) {
+        tx->conninfo = strdup(conninfo);
+        if (tx->conninfo == NULL) {
+            free(tx);
+            copy_text(err, errcap, "dbtx_begin: out of memory");
+            return NULL;
+        }
+    }
+    tx->conn = conn;
+
+    pgwait_start(&w, 0, NULL);
+    res = pgwait_query(&w, conn, begin_sql(iso));
+    if (res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1 ||
+        PQgetisnull(res, 0, 0)) {
+        char msg[400];
+
+        wait_message(msg, sizeof(msg), conn, res, &w);
+        if (err != NULL && errcap > 0)
+            snprintf(err, errcap, "BEGIN failed: %s", msg);
+        PQclear(res);
+        goto undo;
+    }
+    errno = 0;
+    tx->txid = strtoll(PQgetvalue(res, 0, 0), &end, 10);
+    if (errno != 0 || *end != '\0' || tx->txid <= 0) {
+        if (err != NULL && errcap > 0)
+            snprintf(err, errcap, "BEGIN failed: bad txid_current() value '%s'",
+                     PQgetvalue(res, 0, 0));
+        PQclear(res);
+        goto undo;
+    }
+    PQclear(res);
+    snprintf(tx->txid_text, sizeof(tx->txid_text), "%lld", tx->txid);
+    return tx;
+
+undo:
+    /* BEGIN may have worked while the SELECT failed: do not leave it open.
+     * (No answer in time closed the connection, which ends it too.) */
+    rollback_if_open(conn);
+    free(tx->conninfo);
+    free(tx);
+    return NULL;
+}
+
+int dbtx_on_complete(struct dbtx *tx, dbtx_hook_fn *fn, void *arg)
+{
+    struct dbtx_hook *h;
+
+    if (tx == NULL || fn == NULL)
+        return -1;
+    h = malloc(sizeof(*h));
+    if (h == NULL)
+        return -1;
+    h->fn = fn;
+    h->arg = arg;
+    h->next = tx->hooks;
+    tx->hooks = h;
+    return 0;
+}
+
+void dbtx_set_abort_flag(struct dbtx *tx, const atomic_int *flag)
+{
+    tx->abort = flag;
+}
+
+PGresult *dbtx_exec(struct dbtx *tx, const char *sql, int nparams, const char *const *params)
+{
+    struct pgwait w;
+    PGresult *res;
+    ExecStatusType st;
+
+    if (tx->failed) {
+        /* Keep the first message: it says why; the server would only say "aborted". */
+        if (tx->err[0] == '\0')
+            set_err(tx, "transaction has already failed");
+        return NULL;
+    }
+    pgwait_start(&w, 0, tx->abort);
+    res = pgwait_params(&w, tx->conn, sql, nparams, params);
+    if (res == NULL) {
+        /*
+         * No answer in time, or the abort flag was raised: pgwait closed the
+         * connection, so the transaction can never commit (or, when nothing
+         * was sent, the ROLLBACK at the end ends it).
+         */
+        copy_text(tx->err, sizeof(tx->err), w.err);
+        tx->sqlstate[0] = '\0';
+        tx->failed = 1;
+        return NULL;
+    }
+    st = PQresultStatus(res);
+    if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) {
+        if (PQtransactionStatus(tx->conn) == PQTRANS_IDLE) {
+            /*
+             * The statement was COMMIT, ROLLBACK or the like.  We no longer
+             * know the outcome from here; it is looked up at the end so the
+             * hooks still get the truth.
+             */
+            PQclear(res);
+            tx->failed = 1;
+            tx->escaped = 1;
+            tx->sqlstate[0] = '\0';
+            set_err(tx, "statement ended the transaction block; use dbtx_commit/dbtx_rollback");
+            return NULL;
+        }
+        return res;
+    }
+    if (st == PGRES_FATAL_ERROR || st == PGRES_NONFATAL_ERROR || st == PGRES_BAD_RESPONSE)
+        pgwait_message(tx->err, sizeof(tx->err), tx->conn, res);
+    else
+        set_err(tx, "unexpected result status %s", PQresStatus(st));
+    set_sqlstate(tx, res);
+    tx->failed = 1;
+    PQclear(res);
+    return NULL;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
+
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/*
+ * Asks the server how transaction tx->txid ended, over a fresh connection:
+ * the one the transaction ran on is broken or in an unknown state.
+ * txid_status() answers from the commit log, so it is right even after the
+ * backend that ran the transaction is gone.
+ */
+static enum dbtx_outcome reconcile(struct dbtx *tx)
+{
+    const char *keys[] = {"dbname", NULL};
+    const char *vals[] = {tx->conninfo, NULL};
+    const char *params[1] = {tx->txid_text};
+    enum dbtx_outcome outcome = DBTX_UNKNOWN;
+    char why[400] = "";
+    struct pgwait w;
+    PGconn *c;
+
+    if (tx->conninfo == NULL) {
+        copy_text(why, sizeof(why), "no conninfo to look it up");
+        c = NULL;
+        goto out;
+    }
+    /* Each step has the client deadline: the server that did not answer the
+     * COMMIT may not answer this either. */
+    pgwait_start(&w, 0, NULL);
+    c = pgwait_connect(&w, keys, vals);
+    if (c == NULL) {
+        copy_text(why, sizeof(why), w.err);
+        goto out;
+    }
+    for (int attempt = 0; attempt < RECONCILE_ATTEMPTS; attempt++) {
+        PGresult *res;
+        const char *status;
+
+        pgwait_start(&w, 0, NULL);
+        res = pgwait_params(&w, c, "SELECT txid_status($1::bigint)", 1, params);
+        if (res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
+            wait_message(why, sizeof(why), c, res, &w);
+            PQclear(res);
+            break;
+        }
+        if (PQgetisnull(res, 0, 0)) {
+            /* Too old for the commit log: cannot happen seconds after BEGIN. */
+            copy_text(why, sizeof(why), "txid_status() is NULL");
+            PQclear(res);
+            break;
+        }
+        status = PQgetvalue(res, 0, 0);
+        if (strcmp(status, "committed") == 0)
+            outcome = DBTX_COMMITTED;
+        else if (strcmp(status, "aborted") == 0)
+            outcome = DBTX_ROLLED_BACK;
+        else if (strcmp(status, "in progress") == 0)
+            copy_text(why, sizeof(why), "still in progress");
+        else
+            snprintf(why, sizeof(why), "txid_status() says '%s'", status);
+        PQclear(res);
+        if (outcome != DBTX_UNKNOWN || strcmp(why, "still in progress") != 0)
+            break;
+        sleep_ms(RECONCILE_SLEEP_MS);
+    }
+out:
+    if (c != NULL)
+        PQfinish(c);
+    if (outcome == DBTX_UNKNOWN) {
+        char prev[sizeof(tx->err)];
+
+        copy_text(prev, sizeof(prev), tx->err);
+        set_err(tx, "%s%soutcome of txid %s unknown: %s", prev, prev[0] != '\0' ? "; " : "",
+                tx->txid_text, why);
+    }
+    return outcome;
+}
+
+/* Frees tx, then runs the hooks: they must not see a half-torn-down tx. */
+static enum dbtx_outcome finish(struct dbtx *tx, enum dbtx_outcome outcome)
+{
+    struct dbtx_hook *h = tx->hooks;
+
+    free(tx->conninfo);
+    free(tx);
+    while (h != NULL) {
+        struct dbtx_hook *next = h->next;
+
+        h->fn(outcome, h->arg);
+        free(h);
+        h = next;
+    }
+    return outcome;
+}
+
+enum dbtx_outcome dbtx_commit(struct dbtx *tx, char *err, size_t errcap, char *sqlstate)
+{
+    enum dbtx_outcome outcome;
+    struct pgwait w;
+    PGresult *res;
+
+    if (tx->escaped) {
+        outcome = reconcile(tx);
+    } else if (tx->failed) {
+        /* The server would answer COMMIT with ROLLBACK; say what we mean. */
+        rollback_if_open(tx->conn);
+        outcome = DBTX_ROLLED_BACK;
+    } else if (PQstatus(tx->conn) != CONNECTION_OK) {
+        /* COMMIT was never sent, so the transaction can never commit. */
+        set_err(tx, "connection lost before COMMIT");
+        outcome = DBTX_ROLLED_BACK;
+    } else {
+        pgwait_start(&w, 0, NULL);
+        res = pgwait_query(&w, tx->conn, "COMMIT");
+        if (res == NULL && PQstatus(tx->conn) == CONNECTION_OK) {
+            /* pgwait sent nothing (once it has, a failure closes the connection). */
+            set_err(tx, "COMMIT not sent: %s", w.err);
+            rollback_if_open(tx->conn);
+            outcome = DBTX_ROLLED_BACK;
+        } else if (res == NULL || PQstatus(tx->conn) != CONNECTION_OK) {
+            /* The COMMIT may or may not have reached the server, or been
+             * carried out without its answer reaching us in time: ask. */
+            char msg[400];
+
+            wait_message(msg, sizeof(msg), tx->conn, res, &w);
+            if (res == NULL)
+                set_err(tx, "COMMIT: %s", msg);
+            else
+                set_err(tx, "connection lost during COMMIT: %s", msg);
+            PQclear(res);
+            outcome = reconcile(tx);
+        } else if (PQresultStatus(res) == PGRES_COMMAND_OK) {
+            /* An aborted block answers COMMIT with the tag ROLLBACK. */
+            if (strcmp(PQcmdStatus(res), "COMMIT") == 0) {
+                outcome = DBTX_COMMITTED;
+            } else if (strcmp(PQcmdStatus(res), "ROLLBACK") == 0) {
+                set_err(tx, "server rolled back the transaction at COMMIT");
+                outcome = DBTX_ROLLED_BACK;
+            } else {
+                set_err(tx, "unexpected COMMIT tag '%s'", PQcmdStatus(res));
+                outcome = reconcile(tx);
+            }
+            PQclear(res);
+        } else {
+            PGTransactionStatusType ts = PQtransactionStatus(tx->conn);
+
+            pgwait_message(tx->err, sizeof(tx->err), tx->conn, res);
+            set_sqlstate(tx, res);
+            PQclear(res);
+            if (ts == PQTRANS_IDLE) {
+                /* Refused COMMIT (e.g. 40001): the server ended the block without committing. */
+                outcome = DBTX_ROLLED_BACK;
+            } else if (ts == PQTRANS_INTRANS || ts == PQTRANS_INERROR) {
+                rollback_if_open(tx->conn);
+                outcome = DBTX_ROLLED_BACK;
+            } else {
+                outcome = reconcile(tx);
+            }
+        }
+    }
+    if (outcome == DBTX_COMMITTED) {
+        copy_text(err, errcap, "");
+        copy_text(sqlstate, 6, "");
+    } else {
+        copy_text(err, errcap, tx->err[0] != '\0' ? tx->err : "rolled back");
+        copy_text(sqlstate, 6, tx->sqlstate);
+    }
+    return finish(tx, outcome);
+}
+
+enum dbtx_outcome dbtx_rollback(struct dbtx *tx)
+{
+    if (tx->escaped)
+        return finish(tx, reconcile(tx));
+    rollback_if_open(tx->conn);
+    return finish(tx, DBTX_ROLLED_BACK);
+}
+
+const char *dbtx_error(const struct dbtx *tx)
+{
+    return tx->err;
+}
+
+const char *dbtx_sqlstate(const struct dbtx *tx)
+{
+    return tx->sqlstate;
+}
+
+long long dbtx_txid(const struct dbtx *tx)
+{
+    return tx->txid;
+}
+
+const char *dbtx_outcome_str(enum dbtx_outcome outcome)
+{
+    switch (outcome) {
+    case DBTX_COMMITTED:
+        return "committed";
+    case DBTX_ROLLED_BACK:
+        return "rolled_back";
+    case DBTX_UNKNOWN:
+        break;
+    }
+    return "unknown";
+}

@@ -1,0 +1,268 @@
+/*
+ * pgwait: bounded PostgreSQL round trips.  See pgwait.h for the contract; the
+ * comments here say why the code is shaped the way it is.  The loop is
+ * libpq's documented non-blocking pattern (pgbouncer's test/asynctest.c):
+ * send, PQflush until done, then PQconsumeInput / PQisBusy / PQgetResult
+ * until NULL, never calling a libpq function that could block.
+ */
+#include "store/pgwait.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <rlock/rlock.h>
+
+/* How often an abort flag is looked at while waiting: the "at once" of a
+ * lost lock, at the cost of a few wake-ups a second during a statement. */
+#define ABORT_CHECK_MS 20
+/* PQconsumeInput calls that may be needed to read the EOF of a connection we
+ * closed when the fallback (shutdown) had to be used: data already queued
+ * is read first.  Each call empties libpq's buffer of it. */
+#define ABANDON_READS 64
+
+static atomic_int default_timeout_ms = PGWAIT_FALLBACK_TIMEOUT_MS;
+
+void pgwait_set_default_timeout_ms(int ms)
+{
+    if (ms > 0)
+        atomic_store(&default_timeout_ms, ms);
+}
+
+int pgwait_default_timeout_ms(void)
+{
+    return atomic_load(&default_timeout_ms);
+}
+
+void pgwait_start(struct pgwait *w, int timeout_ms, const atomic_int *abort)
+{
+    w->timeout_ms = timeout_ms > 0 ? timeout_ms : pgwait_default_timeout_ms();
+    w->deadline_ms = rlock_mono_ms() + w->timeout_ms;
+    w->abort = abort;
+    w->err[0] = '\0';
+}
+
+static void set_err(struct pgwait *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_err(struct pgwait *w, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(w->err, sizeof(w->err), fmt, ap);
+    va_end(ap);
+}
+
+/* libpq messages end in '\n' and a lost connection gives several indented
+ * lines; one line with single spaces reads better in logs. */
+static void flatten(char *s)
+{
+    char *out = s;
+
+    for (const char *p = s; *p != '\0'; p++) {
+        int space = *p == '\n' || *p == '\r' || *p == '\t' || *p == ' ';
+
+        if (!space)
+            *out++ = *p;
+        else if (out > s && out[-1] != ' ')
+            *out++ = ' ';
+    }
+    if (out > s && out[-1] == ' ')
+        out--;
+    *out = '\0';
+}
+
+void pgwait_message(char *dst, size_t cap, PGconn *conn, const PGresult *res)
+{
+    const char *msg = res != NULL ? PQresultErrorMessage(res) : "";
+
+    if (dst == NULL || cap == 0)
+        return;
+    if ((msg == NULL || msg[0] == '\0') && conn != NULL)
+        msg = PQerrorMessage(conn);
+    if (msg == NULL || msg[0] == '\0')
+        msg = "unknown libpq error";
+    snprintf(dst, cap, "%s", msg);
+    flatten(dst);
+}
+
+static int aborted(const struct pgwait *w)
+{
+    return w->abort != NULL && atomic_load(w->abort) != 0;
+}
+
+/*
+ * Waits until fd is ready for 'events' (or has an error or hang-up, which
+ * libpq then reports).  Returns 0, or -1 with w->err set when the deadline
+ * passed, the abort flag was raised, or poll() failed.
+ */
+static int wait_ready(struct pgwait *w, int fd, short events)
+{
+    for (;;) {
+        if (aborted(w)) {
+            set_err(w, "abandoned on request after %d ms",
+                    w->timeout_ms - (int)(w->deadline_ms - rlock_mono_ms()));
+            return -1;
+        }
+        int64_t left = w->deadline_ms - rlock_mono_ms();
+        if (left <= 0) {
+            set_err(w, "no answer within %d ms", w->timeout_ms);
+            return -1;
+        }
+        if (w->abort != NULL && left > ABORT_CHECK_MS)
+            left = ABORT_CHECK_MS;
+        struct pollfd p = {.fd = fd, .events = events};
+        int n = poll(&p, 1, (int)left);
+        if (n > 0)
+            return 0;
+        if (n < 0 && errno != EINTR) {
+            set_err(w, "poll: %s", strerror(errno));
+            return -1;
+        }
+    }
+}
+
+/*
+ * Closes conn's socket under libpq, which owns it, without waiting for the
+ * server.  A socket whose peer is already gone is put in its place with
+ * dup2(): that closes the server connection (the server sees EOF or a reset
+ * when it next looks) and libpq's next read finds EOF, drops the descriptor
+ * and marks the connection CONNECTION_BAD, so nothing is closed twice and
+ * the owner's PQfinish() stays the one that frees it.
+ */
+static void abandon(PGconn *conn)
+{
+    int fd = PQsocket(conn);
+    int pair[2];
+
+    if (fd >= 0) {
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) == 0) {
+            close(pair[1]);
+            if (dup2(pair[0], fd) < 0)
+                (void)shutdown(fd, SHUT_RDWR);
+            close(pair[0]);
+        } else {
+            (void)shutdown(fd, SHUT_RDWR);
+        }
+    }
+    for (int i = 0; i < ABANDON_READS && PQstatus(conn) == CONNECTION_OK; i++)
+        (void)PQconsumeInput(conn);
+}
+
+PGconn *pgwait_connect(struct pgwait *w, const char *const *keys, const char *const *vals)
+{
+    PGconn *c;
+    PostgresPollingStatusType st = PGRES_POLLING_WRITING;
+
+    w->err[0] = '\0';
+    if (aborted(w)) {
+        set_err(w, "abandoned on request before connecting");
+        return NULL;
+    }
+    c = PQconnectStartParams(keys, vals, 1);
+    if (c == NULL) {
+        set_err(w, "out of memory");
+        return NULL;
+    }
+    while (PQstatus(c) != CONNECTION_BAD && st != PGRES_POLLING_OK && st != PGRES_POLLING_FAILED) {
+        /* The socket may change between calls (several hosts, SSL retry). */
+        short events = st == PGRES_POLLING_READING ? POLLIN : POLLOUT;
+        if (wait_ready(w, PQsocket(c), events) != 0) {
+            char why[sizeof(w->err)];
+
+            snprintf(why, sizeof(why), "%s", w->err);
+            set_err(w, "connect: %s", why);
+            PQfinish(c); /* sends nothing on a connection still being made */
+            return NULL;
+        }
+        st = PQconnectPoll(c);
+    }
+    if (PQstatus(c) != CONNECTION_OK) {
+        char why[200];
+
+        pgwait_message(why, sizeof(why), c, NULL);
+        set_err(w, "connect: %s", why);
+        PQfinish(c);
+        return NULL;
+    }
+    return c;
+}
+
+/* Sends, then collects every result as PQexec would (see pgwait.h). */
+static PGresult *run(struct pgwait *w, PGconn *conn, const char *sql, int simple, int nparams,
+                     const char *const *params)
+{
+    PGresult *last = NULL;
+    int was_nonblocking;
+    int f;
+
+    w->err[0] = '\0';
+    if (conn == NULL || PQstatus(conn) != CONNECTION_OK) {
+        set_err(w, "connection is not usable");
+        return NULL;
+    }
+    if (aborted(w)) {
+        set_err(w, "abandoned on request before sending");
+        return NULL;
+    }
+    /* Non-blocking, or PQsendQuery could block on a full send buffer. */
+    was_nonblocking = PQisnonblocking(conn);
+    if (!was_nonblocking && PQsetnonblocking(conn, 1) != 0) {
+        pgwait_message(w->err, sizeof(w->err), conn, NULL);
+        return NULL;
+    }
+    if (!(simple ? PQsendQuery(conn, sql)
+                 : PQsendQueryParams(conn, sql, nparams, NULL, params, NULL, NULL, 0))) {
+        pgwait_message(w->err, sizeof(w->err), conn, NULL);
+        if (!was_nonblocking && PQstatus(conn) == CONNECTION_OK)
+            (void)PQsetnonblocking(conn, 0);
+        return NULL;
+    }
+    /* The server may answer before it read everything (an error): read too. */
+    while ((f = PQflush(conn)) == 1) {
+        if (wait_ready(w, PQsocket(conn), POLLIN | POLLOUT) != 0)
+            goto give_up;
+        if (!PQconsumeInput(conn))
+            break;
+    }
+    for (;;) {
+        while (PQisBusy(conn) && PQstatus(conn) == CONNECTION_OK) {
+            if (wait_ready(w, PQsocket(conn), POLLIN) != 0)
+                goto give_up;
+            if (!PQconsumeInput(conn) && PQstatus(conn) == CONNECTION_OK)
+                abandon(conn); /* a read error libpq did not count as fatal */
+        }
+        /* Not busy, or the connection is gone: PQgetResult cannot block. */
+        PGresult *r = PQgetResult(conn);
+        if (r == NULL)
+            break;
+        PQclear(last);
+        last = r;
+        ExecStatusType st = PQresultStatus(r);
+        if (st == PGRES_COPY_IN || st == PGRES_COPY_OUT || st == PGRES_COPY_BOTH ||
+            PQstatus(conn) == CONNECTION_BAD)
+            break;
+    }
+    if (!was_nonblocking && PQstatus(conn) == CONNECTION_OK)
+        (void)PQsetnonblocking(conn, 0);
+    return last;
+
+give_up:
+    PQclear(last);
+    abandon(conn);
+    return NULL;
+}
+
+PGresult *pgwait_query(struct pgwait *w, PGconn *conn, const char *sql)
+{
+    return run(w, conn, sql, 1, 0, NULL);
+}
+
+PGresult *pgwait_params(struct pgwait *w, PGconn *conn, const char *sql, int nparams,
+                        const char *const *params)
+{
+    return run(w, conn, sql, 0, nparams, params);
+}

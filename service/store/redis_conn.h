@@ -1,0 +1,61 @@
+/*
+ * redis_conn: the blocking Redis client of workers and the order writer.
+ * One redis_conn per thread.  Connects lazily with a connect timeout, sets a
+ * per-command timeout, authenticates and selects the database; after an I/O
+ * error the connection is dropped and the next call reconnects.
+ */
+#ifndef SECKILL_REDIS_CONN_H
+#define SECKILL_REDIS_CONN_H
+
+#include <hiredis.h>
+#include <stddef.h>
+
+#include "core/cfg.h"
+#include <rlock/script.h>
+
+struct redis_target {
+    char host[256];
+    int port;
+    int db;
+    char password[256];
+};
+
+/* Parses redis://[:password@]host[:port][/db].  Returns 0, or -1 with err set. */
+int redis_parse_url(const char *url, struct redis_target *t, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+
+struct redis_conn {
+    struct redis_target target;
+    int connect_timeout_ms;
+    int timeout_ms;
+    redisContext *ctx;
+};
+
+/* Prepares rc from the config (does not connect).  Returns 0, or -1 on a bad URL. */
+int redis_conn_init(struct redis_conn *rc, const struct cfg *c, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+
+/* Opens a new connection with the settings of the redis_conn 'template'
+ * (timeouts, AUTH, SELECT); the caller owns it.  NULL when Redis cannot be
+ * reached.  Its signature is rlock_connect_fn's, for the lock library's
+ * notifier and watchdog threads. */
+redisContext *redis_conn_open(void *template);
+
+/* Returns a connected context (owned by rc), or NULL when Redis cannot be
+ * reached.  A kept connection the server has closed meanwhile (it became
+ * readable) is replaced first, so a restart of Redis fails no call; a
+ * command that failed on I/O is never re-sent (scripts are not all
+ * idempotent). */
+redisContext *redis_conn_get(struct redis_conn *rc);
+
+/* Runs a command by argv.  Returns the reply (caller frees) or NULL on I/O error,
+ * after which the connection is dropped.  Error replies are returned as replies. */
+redisReply *redis_conn_cmd(struct redis_conn *rc, int argc, const char **argv, const size_t *lens);
+
+/* Runs a script (EVALSHA, EVAL on NOSCRIPT); same contract as redis_conn_cmd. */
+redisReply *redis_conn_script(struct redis_conn *rc, const struct rlock_script *s, int nkeys,
+                              int nargs, const char **argv, const size_t *lens);
+
+void redis_conn_close(struct redis_conn *rc);
+
+#endif

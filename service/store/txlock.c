@@ -1,0 +1,179 @@
+#include "store/txlock.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/embedded.h"
+#include "core/keys.h"
+#include "core/log.h"
+#include <rlock/fence.h>
+
+static struct rlock_watchdog *watchdog;
+
+void txlock_set_watchdog(struct rlock_watchdog *wd)
+{
+    watchdog = wd;
+}
+
+/* The lock options of the service's locks, from the config. */
+static struct rlock_opts txlock_opts(const struct cfg *c)
+{
+    struct rlock_opts o = {.ttl_ms = (int)c->lock_ttl_ms,
+                           .wait_ms = (int)c->lock_wait_ms,
+                           .retry_ms = (int)c->lock_retry_ms};
+    return o;
+}
+
+/* On the watchdog thread.  t stays valid while this can run: the watch is
+ * stopped (rlock_watch_stop, which waits for a callback in flight) by the
+ * release or clear of t->lock before the caller may let t go. */
+static void on_lost(const char *key, void *arg)
+{
+    struct txlock *t = arg;
+    atomic_store(&t->lost, 1);
+    log_warn("lock %s lost while held: its transaction is rolled back", key);
+}
+
+enum rlock_status txlock_acquire(struct txlock *t, struct redis_conn *rc, const struct cfg *c,
+                                 int64_t sku, const char *const *keys, size_t n)
+{
+    memset(t, 0, sizeof *t);
+    atomic_init(&t->lost, 0);
+    t->redis = rc;
+    t->sku = sku;
+    char sku_lock[KEYS_MAX], fence_key[KEYS_MAX + 8];
+    keys_sku(sku_lock, sku, KEY_SKU_LOCK);
+    if (rlock_fence_key(fence_key, sizeof fence_key, sku_lock) != 0)
+        return RLOCK_ERR;
+    struct rlock_opts o = txlock_opts(c);
+    redisContext *ctx = redis_conn_get(rc);
+    enum rlock_status st =
+        !ctx ? RLOCK_ERR
+        : n == 1 && strcmp(keys[0], sku_lock) == 0
+            ? rlock_acquire_fenced(ctx, &t->lock, sku_lock, &o, &t->fence)
+            : rlock_acquire_multi_fenced(ctx, &t->lock, keys, n, fence_key, &o, &t->fence);
+    /* Optionally, a lock counts only once replicas hold it too: a failover to
+     * a replica that never saw it would hand it to a second owner. */
+    if (st == RLOCK_OK && c->lock_min_replicas > 0)
+        st = rlock_require_replicas(ctx, &t->lock, (int)c->lock_min_replicas,
+                                    (int)c->lock_replica_timeout_ms);
+    if (st != RLOCK_OK) {
+        if (ctx && ctx->err)
+            redis_conn_close(rc);
+        rlock_clear(&t->lock);
+        return st;
+    }
+    /* Fenced locks carry an explicit lease; the watchdog renews it while the
+     * transaction runs and flags the lock the moment a renewal finds it gone. */
+    /* The watch renews with the watchdog's lease; only a lease equal to the
+     * lock's own keeps rlock_remaining_ms() truthful (main sets them equal). */
+    if (watchdog && rlock_watchdog_lease_ms(watchdog) == (int)c->lock_ttl_ms) {
+        t->lock.watch =
+            rlock_watch_tokens(watchdog, (const char *const *)t->lock.keys, t->lock.nkeys,
+                               t->lock.token, t->lock.acquired_mono_ms, on_lost, t);
+        if (!t->lock.watch)
+            log_warn("lock on sku %" PRId64 ": watchdog unavailable; lease not renewed", sku);
+    }
+    return RLOCK_OK;
+}
+
+void txlock_release(struct txlock *t)
+{
+    redisContext *c = redis_conn_get(t->redis);
+    if (!c || rlock_release(c, &t->lock) != RLOCK_OK)
+        log_debug("lock release: left to expire with its lease");
+    rlock_clear(&t->lock);
+}
+
+static void release_on_complete(enum dbtx_outcome outcome, void *arg)
+{
+    struct txlock *t = arg;
+    if (outcome == DBTX_UNKNOWN) {
+        /* The transaction may still commit: keep excluding others until the
+         * lease ends rather than let a second writer act on a guess. */
+        log_warn("lock kept until its lease ends: transaction outcome unknown");
+        rlock_clear(&t->lock);
+        return;
+    }
+    redisContext *c = redis_conn_get(t->redis);
+    enum rlock_status st = c ? rlock_release(c, &t->lock) : RLOCK_ERR;
+    if (st != RLOCK_OK)
+        /* The lease still bounds how long the key lives. */
+        log_warn("lock release after %s: %s", dbtx_outcome_str(outcome), rlock_status_str(st));
+    rlock_clear(&t->lock);
+}
+
+int txlock_bind(struct txlock *t, struct dbtx *tx)
+{
+    if (dbtx_on_complete(tx, release_on_complete, t) != 0)
+        return -1;
+    dbtx_set_abort_flag(tx, &t->lost);
+    return 0;
+}
+
+/* Runs sku_fence.sql once.  Returns 1 (accepted, *stock set), 0 (no row), -1. */
+static int fence_once(struct txlock *t, struct dbtx *tx, const char *sid, int64_t *stock)
+{
+    char tok[24];
+    snprintf(tok, sizeof tok, "%" PRId64, t->fence);
+    PGresult *r = dbtx_exec(tx, sql_text("sku_fence"), 2, (const char *[]){sid, tok});
+    if (!r) {
+        log_warn("sku %s: fenced row lock failed: %s", sid, dbtx_error(tx));
+        return -1;
+    }
+    int got = PQntuples(r) == 1;
+    if (got)
+        *stock = atoll(PQgetvalue(r, 0, 0));
+    PQclear(r);
+    return got;
+}
+
+int txlock_fence(struct txlock *t, struct dbtx *tx, int64_t *stock)
+{
+    char sid[24], sku_lock[KEYS_MAX], fence_key[KEYS_MAX + 8];
+    snprintf(sid, sizeof sid, "%" PRId64, t->sku);
+    keys_sku(sku_lock, t->sku, KEY_SKU_LOCK);
+    if (rlock_fence_key(fence_key, sizeof fence_key, sku_lock) != 0)
+        return -1;
+    /* Holders of different locks of one SKU (the SKU lock, batches of order
+     * locks) draw from one counter but reach the row in any order: a refused
+     * holder that still holds its lock draws a newer token and tries again in
+     * the same transaction.  One whose lock is gone must not. */
+    for (int attempt = 0; attempt < TXLOCK_RENEWALS; attempt++) {
+        int got = fence_once(t, tx, sid, stock);
+        if (got != 0)
+            return got;
+        PGresult *r = dbtx_exec(tx, sql_text("sku_fence_seen"), 1, (const char *[]){sid});
+        if (!r)
+            return -1;
+        if (PQntuples(r) == 0) {
+            PQclear(r);
+            return 0; /* no such SKU */
+        }
+        int64_t seen = atoll(PQgetvalue(r, 0, 0));
+        PQclear(r);
+        log_debug("sku %s: fencing token %" PRId64 " refused, PostgreSQL has seen %" PRId64, sid,
+                  t->fence, seen);
+        if (!txlock_still_valid(t, 0))
+            return TXLOCK_STALE;
+        redisContext *c = redis_conn_get(t->redis);
+        int64_t fresh;
+        enum rlock_status st =
+            c ? rlock_fence_renew(c, &t->lock, fence_key, seen, &fresh) : RLOCK_ERR;
+        if (st == RLOCK_NOT_OWNER) {
+            log_warn("sku %s: lock lost while its token was refused", sid);
+            return TXLOCK_STALE;
+        }
+        if (st != RLOCK_OK)
+            return -1;
+        t->fence = fresh;
+    }
+    return TXLOCK_STALE;
+}
+
+int txlock_still_valid(const struct txlock *t, int64_t margin_ms)
+{
+    return !rlock_lost(&t->lock) && rlock_remaining_ms(&t->lock) > margin_ms;
+}
