@@ -39,7 +39,7 @@ SVC_OBJ   := $(SVC_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/lua_svc.o $(BUILD)/gen/sql
 TESTS     := $(TEST_SRC:service/tests/%.c=$(BUILD)/tests/%)
 TEST_HOBJ := $(TEST_HELPERS:%.c=$(BUILD)/%.o)
 
-.PHONY: all run test unit deps stack-start stack-stop format check-format loadtest bench faults clean
+.PHONY: all run test unit deps check-includes stack-start stack-stop format check-format loadtest bench faults clean
 PROGRAMS  := $(BUILD)/seckilld \
              $(if $(CTL_SRC),$(BUILD)/seckillctl) \
              $(if $(LOAD_SRC),$(BUILD)/seckill-loadtest) \
@@ -127,6 +127,10 @@ bench: deps
 	$(MAKE) all
 	rc=0; BUILD=$(BUILD) scripts/bench.sh || rc=$$?; \
 	BUILD=$(BUILD) scripts/bench-rlock.sh || rc=$$?; exit $$rc
+
+# No two modules or folders include each other in a circle.
+check-includes:
+	scripts/check-includes.sh
 
 stack-start:
 	scripts/stack.sh start var
