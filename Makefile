@@ -76,6 +76,7 @@ $(BUILD)/service/rlock/%.o: CPPFLAGS := -D_GNU_SOURCE -Iservice/rlock/include
 $(BUILD)/librlock.a: $(RLOCK_OBJ)
 	$(AR) rcs $@ $^
 $(BUILD)/libseckill.a: $(SVC_OBJ)
+	@rm -f $@ # a fresh archive: members of removed sources must not linger
 	$(AR) rcs $@ $^
 
 $(BUILD)/seckilld: $(BUILD)/service/daemon/main.o $(BUILD)/libseckill.a $(BUILD)/librlock.a

@@ -6,13 +6,16 @@
 -- (or `seckillctl reconcile`) reads the dead letters.
 -- KEYS: 1 stream, 2 dead-letter stream, 3 journal, 4 stock, 5 bought, 6 meta.
 -- ARGV: 1 group, 2 dead letters kept (approximately), 3 orders per epoch,
---       then triples entry id, reason, '1' to give the units back or '0'.
+--       4-6 the entry's field names for the order id, user and qty (named
+--       once, in service/order/order.c), then triples entry id, reason, '1' to
+--       give the units back or '0'.
 -- Returns the number moved now.
 local per_epoch = tonumber(ARGV[3])
+local f_id, f_user, f_qty = ARGV[4], ARGV[5], ARGV[6]
 local loaded = tonumber(redis.call('HGET', KEYS[6], 'loaded') or
                         redis.call('HGET', KEYS[6], 'epoch') or '0')
 local moved = 0
-for i = 4, #ARGV, 3 do
+for i = 7, #ARGV, 3 do
   local e = redis.call('XRANGE', KEYS[1], ARGV[i], ARGV[i])
   if e[1] then
     local fields = {'entry', ARGV[i], 'reason', ARGV[i + 1]}
@@ -22,15 +25,15 @@ for i = 4, #ARGV, 3 do
       fields[#fields + 1] = e[1][2][j]
       fields[#fields + 1] = e[1][2][j + 1]
     end
-    local id, qty = tonumber(f.o), tonumber(f.q)
+    local id, qty, user = tonumber(f[f_id]), tonumber(f[f_qty]), f[f_user]
     -- only a reservation this Redis state counted is given back
-    if ARGV[i + 2] == '1' and id and qty and f.u and math.floor(id / per_epoch) >= loaded then
+    if ARGV[i + 2] == '1' and id and qty and user and math.floor(id / per_epoch) >= loaded then
       redis.call('INCRBY', KEYS[4], qty)
-      if redis.call('HINCRBY', KEYS[5], f.u, -qty) <= 0 then
-        redis.call('HDEL', KEYS[5], f.u)
+      if redis.call('HINCRBY', KEYS[5], user, -qty) <= 0 then
+        redis.call('HDEL', KEYS[5], user)
       end
-      if redis.call('HGET', KEYS[3], f.o) == 'pending' then
-        redis.call('HSET', KEYS[3], f.o, 'returned:' .. ARGV[i + 1])
+      if redis.call('HGET', KEYS[3], f[f_id]) == 'pending' then
+        redis.call('HSET', KEYS[3], f[f_id], 'returned:' .. ARGV[i + 1])
       end
     end
     redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', unpack(fields))

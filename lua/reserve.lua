@@ -11,7 +11,9 @@
 --       Redis clock; past it the caller has answered "unavailable", so the
 --       script must take nothing), 7 orders per epoch (2^seq bits), 8 '1' to
 --       remember a refusal under the idempotency key (the buyer's own key), '0'
---       not (a key the service made up: refusals are most of a sale's traffic)
+--       not (a key the service made up: refusals are most of a sale's traffic),
+--       9-12 the stream entry's field names for the order id, user, qty and
+--       idempotency key (named once, in service/order/order.c)
 -- Returns {'ok', order_id, remaining, entry} | {'dup', order_id, state, entry} |
 --   {'dup_refused', verdict} | {'idem_mismatch'} | {'not_loaded'} |
 --   {'expired'} | {'sale_not_active'} | {'limit_exceeded', held} |
@@ -88,7 +90,8 @@ local id = string.format('%.0f', tonumber(meta[1]) * per_epoch + seq)
 redis.call('DECRBY', KEYS[2], qty)
 redis.call('HINCRBY', KEYS[4], ARGV[1], qty)
 redis.call('HSET', KEYS[5], id, 'pending')
-local entry = redis.call('XADD', KEYS[6], '*', 'o', id, 'u', ARGV[1], 'q', ARGV[2], 'k', ARGV[3])
+local entry = redis.call('XADD', KEYS[6], '*', ARGV[9], id, ARGV[10], ARGV[1], ARGV[11], ARGV[2],
+                         ARGV[12], ARGV[3])
 if ARGV[3] ~= '' then
   redis.call('SET', KEYS[7], ARGV[4] .. '|' .. id .. '@' .. entry, 'EX', ARGV[5])
 end

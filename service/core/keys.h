@@ -3,7 +3,6 @@
  *
  * Every key of SKU 42 starts with "seckill:{sku:42}:" so that they share one
  * hash tag, and a script touching several of them stays valid on Redis Cluster.
- * Order id = epoch * 2^30 + per-epoch sequence (see migrations/0001_init.sql).
  */
 #ifndef SECKILL_KEYS_H
 #define SECKILL_KEYS_H
@@ -11,15 +10,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KEYS_MAX 320 /* longest key we build, idempotency key included */
-#define KEYS_ORDER_SEQ_BITS 30
-#define KEYS_EPOCH_MAX 8388607      /* redis_epoch_seq MAXVALUE: ids stay below 2^53 */
+#define KEYS_MAX 320                /* longest key we build, idempotency key included */
 #define KEYS_WRITER_GROUP "writers" /* consumer group of every order stream */
 /* Writers publish every committed decision here; every instance listens, so
  * a buyer waiting on one instance learns what another instance's writer
  * committed.  Not a key: PUBLISH reaches every node of a cluster. */
 #define KEYS_DECISIONS_CHANNEL "seckill:decisions"
-#define KEYS_ORDERS_PER_EPOCH (INT64_C(1) << KEYS_ORDER_SEQ_BITS)
 
 enum keys_kind {
     KEY_META,
@@ -47,11 +43,5 @@ void keys_idem(char *out, int64_t sku, int64_t user, const char *idem);
 void keys_reserve(char keys[KEYS_RESERVE_N][KEYS_MAX], int64_t sku, int64_t user, const char *idem);
 /* The lock name guarding one order's database write. */
 void keys_order_lock(char *out, int64_t sku, int64_t order_id);
-
-/* The epoch part of an order id (which SKU load produced it). */
-static inline int64_t keys_order_epoch(int64_t order_id)
-{
-    return order_id >> KEYS_ORDER_SEQ_BITS;
-}
 
 #endif

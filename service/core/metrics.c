@@ -51,6 +51,8 @@ static const struct {
     [M_DRIFT_UNITS] = {"seckill_drift_units", "units by which Redis and PostgreSQL disagree"},
     [M_STOCK_ADJUSTMENTS] = {"seckill_stock_adjustments_total", "admin stock deltas applied"},
     [M_REDIS_TIMEOUTS] = {"seckill_redis_timeouts_total", "async Redis commands timed out"},
+    [M_HTTP_UNDECLARED] = {"seckill_http_undeclared_answers_total",
+                           "answers not in their route's declared list (docs/openapi.json)"},
 };
 
 void metrics_add(enum metric m, long n)

@@ -37,6 +37,7 @@ enum metric {
     M_DRIFT_UNITS, /* sum over SKUs of |Redis stock + in flight - skus.stock| */
     M_STOCK_ADJUSTMENTS,
     M_REDIS_TIMEOUTS,
+    M_HTTP_UNDECLARED, /* answers a route did not declare (a bug: see http/routes.c) */
     M_COUNT
 };
 

@@ -17,7 +17,8 @@
 #include "core/cfg.h"
 #include "core/embedded.h"
 #include "core/log.h"
-#include "http/http_api.h"
+#include "http/routes.h"
+#include "http/server.h"
 #include "order/order_writer.h"
 #include "sku/reconcile.h"
 #include "store/migrate.h"
@@ -101,7 +102,7 @@ static int serve(const struct cfg *c)
     reconciler = reconcile_start(c, err, sizeof err);
     if (!reconciler)
         goto out;
-    http = http_server_start(c, ws, err, sizeof err);
+    http = http_server_start(c, ws, routes_dispatch, err, sizeof err);
     if (!http)
         goto out;
     writer = order_writer_start(c, err, sizeof err);

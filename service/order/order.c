@@ -38,28 +38,59 @@ int order_decision_is_for(const struct order_decision *d, int64_t id, const char
     return d->order_id == id && (!d->entry[0] || !entry[0] || strcmp(d->entry, entry) == 0);
 }
 
-static const struct {
-    const char *word;
-    enum order_verdict v;
-} verdicts[] = {
-    {"ok", ORDER_RESERVED},
-    {"dup", ORDER_REPLAYED},
-    {"dup_refused", ORDER_REFUSED_AGAIN},
-    {"idem_mismatch", ORDER_IDEM_MISMATCH},
-    {"not_loaded", ORDER_NOT_LOADED},
-    {"expired", ORDER_EXPIRED},
-    {"sale_not_active", ORDER_NOT_ACTIVE},
-    {"limit_exceeded", ORDER_LIMIT_EXCEEDED},
-    {"sold_out", ORDER_SOLD_OUT},
-    {"exhausted", ORDER_EXHAUSTED},
+const char *const order_fields[ORDER_NFIELDS] = {
+    [ORDER_FIELD_ID] = "o",
+    [ORDER_FIELD_USER] = "u",
+    [ORDER_FIELD_QTY] = "q",
+    [ORDER_FIELD_IDEM] = "k",
 };
 
-static enum order_verdict verdict_of(const char *word)
+const char *order_result_name(enum order_result r)
+{
+    static const char *const names[] = {
+        [ORDER_PENDING] = "pending",
+        [ORDER_CONFIRMED] = "confirmed",
+        [ORDER_REJECTED] = "rejected",
+        [ORDER_SOLD_OUT] = "sold_out",
+        [ORDER_LIMIT_EXCEEDED] = "limit_exceeded",
+        [ORDER_SALE_NOT_ACTIVE] = "sale_not_active",
+        [ORDER_IDEM_MISMATCH] = "idempotency_key_reused",
+        [ORDER_SKU_UNKNOWN] = "unknown_sku",
+        [ORDER_SKU_NOT_LOADED] = "sku_not_loaded",
+        [ORDER_OUTCOME_LOST] = "outcome_lost",
+        [ORDER_OUTCOME_TIMEOUT] = "outcome_timeout",
+        [ORDER_DEADLINE_PASSED] = "deadline_passed",
+        [ORDER_IDS_EXHAUSTED] = "ids_exhausted",
+        [ORDER_UNAVAILABLE] = "unavailable",
+        [ORDER_NOT_FOUND] = "unknown_order",
+        [ORDER_FOUND] = "found",
+    };
+    return (size_t)r < sizeof names / sizeof names[0] && names[r] ? names[r] : "unknown";
+}
+
+/* reserve.lua's first word, the one place its verdicts are read. */
+static const struct {
+    const char *word;
+    enum order_result r;
+} verdicts[] = {
+    {"ok", ORDER_PENDING},
+    {"not_loaded", ORDER_SKU_NOT_LOADED},
+    {"expired", ORDER_DEADLINE_PASSED},
+    {"sale_not_active", ORDER_SALE_NOT_ACTIVE},
+    {"limit_exceeded", ORDER_LIMIT_EXCEEDED},
+    {"sold_out", ORDER_SOLD_OUT},
+    {"exhausted", ORDER_IDS_EXHAUSTED},
+    {"idem_mismatch", ORDER_IDEM_MISMATCH},
+};
+#define VERDICT_REPLAYED "dup"              /* same key and body: the order, as it is now */
+#define VERDICT_REFUSED_AGAIN "dup_refused" /* same key as an earlier refusal: that refusal */
+
+static enum order_result verdict_of(const char *word)
 {
     for (size_t i = 0; word && i < sizeof verdicts / sizeof verdicts[0]; i++)
         if (strcmp(word, verdicts[i].word) == 0)
-            return verdicts[i].v;
-    return ORDER_FAILED;
+            return verdicts[i].r;
+    return ORDER_UNAVAILABLE;
 }
 
 void order_parse_state(const char *state, struct order_decision *d)
@@ -79,28 +110,33 @@ void order_parse_reply(const redisReply *r, struct order_reply *out)
 {
     memset(out, 0, sizeof *out);
     const char *word = r && r->type == REDIS_REPLY_ARRAY ? str_at(r, 0) : NULL;
-    out->verdict = verdict_of(word);
-    switch (out->verdict) {
-    case ORDER_RESERVED:
-        out->d.order_id = parse_id(str_at(r, 1));
-        out->d.status = ORDER_PENDING;
-        copy_entry(out->d.entry, str_at(r, 3));
-        break;
-    case ORDER_REPLAYED:
+    if (word && strcmp(word, VERDICT_REPLAYED) == 0) {
+        out->replayed = 1;
         out->d.order_id = parse_id(str_at(r, 1));
         order_parse_state(str_at(r, 2), &out->d);
         copy_entry(out->d.entry, str_at(r, 3));
-        break;
-    case ORDER_REFUSED_AGAIN:
-        out->again = verdict_of(str_at(r, 1));
-        if (out->again != ORDER_SOLD_OUT && out->again != ORDER_LIMIT_EXCEEDED)
-            out->verdict = ORDER_FAILED;
-        break;
-    default:
-        break;
+        out->result = out->d.order_id ? out->d.status : ORDER_UNAVAILABLE;
+        out->replayed = out->d.order_id != 0;
+        return;
     }
-    if ((out->verdict == ORDER_RESERVED || out->verdict == ORDER_REPLAYED) && !out->d.order_id)
-        out->verdict = ORDER_FAILED;
+    if (word && strcmp(word, VERDICT_REFUSED_AGAIN) == 0) {
+        out->replayed = 1;
+        out->result = verdict_of(str_at(r, 1));
+        /* only refusals are remembered under a key */
+        if (out->result != ORDER_SOLD_OUT && out->result != ORDER_LIMIT_EXCEEDED) {
+            out->result = ORDER_UNAVAILABLE;
+            out->replayed = 0;
+        }
+        return;
+    }
+    out->result = verdict_of(word);
+    if (out->result == ORDER_PENDING) {
+        out->d.order_id = parse_id(str_at(r, 1));
+        out->d.status = ORDER_PENDING;
+        copy_entry(out->d.entry, str_at(r, 3));
+        if (!out->d.order_id)
+            out->result = ORDER_UNAVAILABLE;
+    }
 }
 
 int order_decision_append(char *buf, size_t cap, size_t *len, const struct order_decision *d)
@@ -157,13 +193,13 @@ int order_decision_next(const char **p, struct order_decision *d)
     return 1;
 }
 
-const char *order_rejection_error(const char *reason)
+enum order_result order_rejection_result(const char *reason)
 {
     if (strcmp(reason, ORDER_REASON_NO_STOCK) == 0)
-        return "sold_out";
+        return ORDER_SOLD_OUT;
     if (strcmp(reason, ORDER_REASON_LIMIT) == 0)
-        return "limit_exceeded";
-    return "order_rejected";
+        return ORDER_LIMIT_EXCEEDED;
+    return ORDER_REJECTED;
 }
 
 void order_reserve_prepare(struct order_reserve_call *c, int64_t sku, int64_t user, int64_t qty,
@@ -177,13 +213,22 @@ void order_reserve_prepare(struct order_reserve_call *c, int64_t sku, int64_t us
     snprintf(c->fp, sizeof c->fp, "%" PRId64 ":%" PRId64, user, qty);
     snprintf(c->ttl, sizeof c->ttl, "%" PRId64, idem_ttl_s);
     snprintf(c->deadline, sizeof c->deadline, "%" PRId64, deadline_ms);
-    snprintf(c->per_epoch, sizeof c->per_epoch, "%" PRId64, KEYS_ORDERS_PER_EPOCH);
+    snprintf(c->per_epoch, sizeof c->per_epoch, "%" PRId64, ORDER_IDS_PER_EPOCH);
     size_t n = 0;
     for (size_t i = 0; i < KEYS_RESERVE_N; i++)
         c->argv[n++] = c->keys[i];
-    const char *args[ORDER_RESERVE_NARGS] = {
-        c->user, c->qty,      idem ? idem : "", c->fp,
-        c->ttl,  c->deadline, c->per_epoch,     buyers_key ? "1" : "0"};
+    const char *args[ORDER_RESERVE_NARGS] = {c->user,
+                                             c->qty,
+                                             idem ? idem : "",
+                                             c->fp,
+                                             c->ttl,
+                                             c->deadline,
+                                             c->per_epoch,
+                                             buyers_key ? "1" : "0",
+                                             order_fields[ORDER_FIELD_ID],
+                                             order_fields[ORDER_FIELD_USER],
+                                             order_fields[ORDER_FIELD_QTY],
+                                             order_fields[ORDER_FIELD_IDEM]};
     for (size_t i = 0; i < ORDER_RESERVE_NARGS; i++)
         c->argv[n++] = args[i];
 }

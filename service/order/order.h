@@ -3,9 +3,11 @@
  *
  * An order is first a reservation in Redis (reserve.lua), then a row in
  * PostgreSQL decided by a writer: confirmed, or rejected with a reason (its
- * units went back to Redis).  This module turns reserve.lua's replies, the
- * journal's states and the writers' decision messages into enums, in one
- * place, so that no other module compares script strings.
+ * units went back to Redis).  This module names what the order's steps share
+ * (the id layout, the stream entry's fields, the outcomes) and turns
+ * reserve.lua's replies, the journal's states and the writers' decision
+ * messages into them, in one place, so that no other module compares script
+ * strings.  Pure code: no I/O.
  */
 #ifndef SECKILL_ORDER_H
 #define SECKILL_ORDER_H
@@ -16,6 +18,37 @@
 
 #include "core/keys.h"
 
+/*
+ * Order ids: epoch * 2^ORDER_SEQ_BITS + a per-epoch sequence.  Epochs come
+ * from a PostgreSQL sequence (migrations/0001_init.sql, whose MAXVALUE is
+ * ORDER_EPOCH_MAX so ids stay below 2^53, exact in Lua's doubles); the
+ * sequence from reserve.lua, which is given ORDER_IDS_PER_EPOCH.
+ */
+#define ORDER_SEQ_BITS 30
+#define ORDER_EPOCH_MAX 8388607
+#define ORDER_IDS_PER_EPOCH (INT64_C(1) << ORDER_SEQ_BITS)
+#define ORDER_ID_MAX ((ORDER_EPOCH_MAX + 1) * ORDER_IDS_PER_EPOCH - 1)
+
+/* The epoch part of an order id (which SKU load produced it). */
+static inline int64_t order_id_epoch(int64_t order_id)
+{
+    return order_id >> ORDER_SEQ_BITS;
+}
+
+/*
+ * The fields of a reservation's entry on its SKU's order stream.  reserve.lua
+ * writes them and orders_dead_letter.lua reads them; both are given these
+ * names as arguments, so they are written here only.
+ */
+enum order_field {
+    ORDER_FIELD_ID,
+    ORDER_FIELD_USER,
+    ORDER_FIELD_QTY,
+    ORDER_FIELD_IDEM,
+    ORDER_NFIELDS
+};
+extern const char *const order_fields[ORDER_NFIELDS];
+
 #define ORDER_REASON_MAX 48
 
 /* Why the database refused an order Redis had reserved. */
@@ -23,16 +56,43 @@
 #define ORDER_REASON_LIMIT "limit_exceeded"
 #define ORDER_REASON_ID_CONFLICT "id_conflict"
 
-enum order_status { ORDER_PENDING, ORDER_CONFIRMED, ORDER_REJECTED };
+/*
+ * Every outcome of asking for an order, in one enum: placing it (what
+ * reserve.lua and then the writer answered), and looking it up.  The first
+ * three are also the states of an order that exists.  The HTTP layer maps
+ * them to answers in one switch.
+ */
+enum order_result {
+    ORDER_PENDING,         /* reserved in Redis, not written yet */
+    ORDER_CONFIRMED,       /* written: stock taken in PostgreSQL */
+    ORDER_REJECTED,        /* the database refused it; its units went back */
+    ORDER_SOLD_OUT,        /* not enough stock: nothing taken */
+    ORDER_LIMIT_EXCEEDED,  /* the buyer would hold more than the SKU's limit */
+    ORDER_SALE_NOT_ACTIVE, /* outside the sale window */
+    ORDER_IDEM_MISMATCH,   /* the Idempotency-Key was used with another request */
+    ORDER_SKU_UNKNOWN,     /* neither Redis nor PostgreSQL knows the SKU */
+    ORDER_SKU_NOT_LOADED,  /* PostgreSQL knows it, Redis does not (yet): being restored */
+    ORDER_OUTCOME_LOST,    /* the connection broke after the script was sent: may be taken */
+    ORDER_OUTCOME_TIMEOUT, /* no reply in time: taken only if Redis stalled after running it */
+    ORDER_DEADLINE_PASSED, /* the script ran after the request's deadline: nothing taken */
+    ORDER_IDS_EXHAUSTED,   /* the SKU's epoch has no order ids left: it needs a reload */
+    ORDER_UNAVAILABLE,     /* Redis or PostgreSQL failed, or shutting down: nothing taken */
+    ORDER_NOT_FOUND,       /* lookup: no such order */
+    ORDER_FOUND,           /* lookup: here it is */
+};
+
+/* Returns a static snake_case name for r ("sold_out"), for logs and tests. */
+const char *order_result_name(enum order_result r);
 
 #define ORDER_ENTRY_MAX 32 /* a stream entry id, "<ms>-<seq>" */
 
+/* What a writer decided about one reservation. */
 struct order_decision {
     int64_t order_id;
     /* The reservation's stream entry id ("" unknown): Redis may issue an order
      * id twice after losing writes, never an entry id. */
     char entry[ORDER_ENTRY_MAX];
-    enum order_status status;
+    enum order_result status;      /* ORDER_PENDING, ORDER_CONFIRMED or ORDER_REJECTED */
     char reason[ORDER_REASON_MAX]; /* "" unless rejected */
 };
 
@@ -40,31 +100,17 @@ struct order_decision {
  * unknown entry on either side matches any). */
 int order_decision_is_for(const struct order_decision *d, int64_t id, const char *entry);
 
-/* What reserve.lua answered. */
-enum order_verdict {
-    ORDER_RESERVED,       /* stock taken, order queued: order_id set */
-    ORDER_REPLAYED,       /* same Idempotency-Key and body: order_id and decision set */
-    ORDER_REFUSED_AGAIN,  /* same key as an earlier refusal: refused set */
-    ORDER_IDEM_MISMATCH,  /* same key, other body */
-    ORDER_NOT_LOADED,     /* Redis does not hold the SKU */
-    ORDER_EXPIRED,        /* the script ran after the request's deadline: nothing taken */
-    ORDER_NOT_ACTIVE,     /* outside the sale window */
-    ORDER_LIMIT_EXCEEDED, /* the user would hold more than the limit */
-    ORDER_SOLD_OUT,       /* not enough stock */
-    ORDER_EXHAUSTED,      /* the epoch ran out of order ids: the SKU needs a reload */
-    ORDER_FAILED          /* an error reply or an answer this code does not know */
-};
-
+/* What reserve.lua answered, as an outcome. */
 struct order_reply {
-    enum order_verdict verdict;
-    struct order_decision d;  /* ORDER_RESERVED (pending), ORDER_REPLAYED */
-    enum order_verdict again; /* ORDER_REFUSED_AGAIN: the first refusal's verdict */
+    enum order_result result;
+    int replayed;            /* the answer to an earlier request with the same Idempotency-Key */
+    struct order_decision d; /* the order, when result is PENDING, CONFIRMED or REJECTED */
 };
 
 /* The arguments of one reserve.lua call (see lua/reserve.lua), in one place
  * for the HTTP path and the tests. */
 #define ORDER_RESERVE_NKEYS KEYS_RESERVE_N
-#define ORDER_RESERVE_NARGS 8
+#define ORDER_RESERVE_NARGS (8 + ORDER_NFIELDS)
 struct order_reserve_call {
     char keys[KEYS_RESERVE_N][KEYS_MAX];
     char user[24], qty[24], fp[48], ttl[24], deadline[24], per_epoch[24];
@@ -79,8 +125,9 @@ void order_reserve_prepare(struct order_reserve_call *c, int64_t sku, int64_t us
                            const char *idem, int buyers_key, int64_t idem_ttl_s,
                            int64_t deadline_ms);
 
-/* Parses reserve.lua's reply (NULL when none came).  Never fails: an
- * unexpected reply becomes ORDER_FAILED. */
+/* Parses reserve.lua's reply (NULL when none came).  Never fails: an error
+ * reply or an answer this code does not know becomes ORDER_UNAVAILABLE (the
+ * script refuses before its first write, so nothing was taken). */
 void order_parse_reply(const redisReply *r, struct order_reply *out);
 
 /* Parses a journal state ("pending", "returned:<reason>"; NULL or absent
@@ -97,8 +144,9 @@ int order_decision_append(char *buf, size_t cap, size_t *len, const struct order
  * d set, 0 at the end, -1 on a malformed token (*p moves past it). */
 int order_decision_next(const char **p, struct order_decision *d);
 
-/* The refusal code a buyer sees for a rejection reason: "sold_out",
- * "limit_exceeded" or "order_rejected". */
-const char *order_rejection_error(const char *reason);
+/* The outcome a rejection reason stands for: ORDER_SOLD_OUT for
+ * insufficient_stock, ORDER_LIMIT_EXCEEDED for limit_exceeded, else
+ * ORDER_REJECTED. */
+enum order_result order_rejection_result(const char *reason);
 
 #endif

@@ -203,7 +203,7 @@ static int dead_letter(struct writer *w, int64_t sku, const char *const *entry_i
     char keys[6][KEYS_MAX], max[24], per_epoch[24];
     static const enum keys_kind kinds[] = {KEY_STREAM, KEY_DEAD,   KEY_JOURNAL,
                                            KEY_STOCK,  KEY_BOUGHT, KEY_META};
-    const char **argv = calloc(9 + 3 * n, sizeof *argv);
+    const char **argv = calloc(12 + 3 * n, sizeof *argv);
     if (!argv)
         abort();
     size_t argc = 0;
@@ -212,10 +212,13 @@ static int dead_letter(struct writer *w, int64_t sku, const char *const *entry_i
         argv[argc++] = keys[i];
     }
     snprintf(max, sizeof max, "%" PRId64, w->ctx.cfg->dead_letter_max);
-    snprintf(per_epoch, sizeof per_epoch, "%" PRId64, KEYS_ORDERS_PER_EPOCH);
+    snprintf(per_epoch, sizeof per_epoch, "%" PRId64, ORDER_IDS_PER_EPOCH);
     argv[argc++] = KEYS_WRITER_GROUP;
     argv[argc++] = max;
     argv[argc++] = per_epoch;
+    argv[argc++] = order_fields[ORDER_FIELD_ID];
+    argv[argc++] = order_fields[ORDER_FIELD_USER];
+    argv[argc++] = order_fields[ORDER_FIELD_QTY];
     for (size_t i = 0; i < n; i++) {
         argv[argc++] = entry_ids[i];
         argv[argc++] = reasons[i];
@@ -266,7 +269,7 @@ static char *decisions_message(const struct batch *b)
 static int finish_batch(struct batch *b)
 {
     char per_epoch[24];
-    snprintf(per_epoch, sizeof per_epoch, "%" PRId64, KEYS_ORDERS_PER_EPOCH);
+    snprintf(per_epoch, sizeof per_epoch, "%" PRId64, ORDER_IDS_PER_EPOCH);
     if (run_for(b, &script_order_return, per_epoch, 1, NULL, is_rejected, 0) < 0 ||
         reapply_orders(b) != 0)
         return -1;
@@ -463,7 +466,7 @@ static int decide_new(struct dbtx *tx, struct batch *b, const char *sid, int64_t
             *take += b->e[i].qty;
             *held += b->e[i].qty;
             /* reserved before the SKU's last rebuild: that rebuild did not count it */
-            if (keys_order_epoch(b->e[i].order_id) < b->load_epoch)
+            if (order_id_epoch(b->e[i].order_id) < b->load_epoch)
                 b->reapply[i] = (int32_t)b->load_epoch;
         }
     }
@@ -722,13 +725,13 @@ static int parse_entry(const redisReply *r, struct writer_entry *e)
         const char *k = f->element[i]->str, *v = f->element[i + 1]->str;
         if (!k || !v)
             return -1;
-        if (strcmp(k, "o") == 0)
-            e->order_id = field_i64(v, (KEYS_EPOCH_MAX + 1) * KEYS_ORDERS_PER_EPOCH), have |= 1;
-        else if (strcmp(k, "u") == 0)
+        if (strcmp(k, order_fields[ORDER_FIELD_ID]) == 0)
+            e->order_id = field_i64(v, ORDER_ID_MAX), have |= 1;
+        else if (strcmp(k, order_fields[ORDER_FIELD_USER]) == 0)
             e->user_id = field_i64(v, INT64_MAX), have |= 2;
-        else if (strcmp(k, "q") == 0)
+        else if (strcmp(k, order_fields[ORDER_FIELD_QTY]) == 0)
             e->qty = field_i64(v, INT32_MAX), have |= 4;
-        else if (strcmp(k, "k") == 0)
+        else if (strcmp(k, order_fields[ORDER_FIELD_IDEM]) == 0)
             snprintf(e->idem, sizeof e->idem, "%s", v);
     }
     return have == 7 && e->order_id > 0 && e->user_id > 0 && e->qty > 0 ? 0 : -1;

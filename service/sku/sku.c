@@ -11,30 +11,9 @@
 #include "core/keys.h"
 #include "core/log.h"
 #include "core/metrics.h"
+#include "core/timefmt.h"
 #include "store/dbtx.h"
 #include "store/txlock.h"
-
-void sku_format_time(int64_t ms, char *out, size_t cap)
-{
-    time_t s = (time_t)(ms / 1000);
-    struct tm tm;
-    gmtime_r(&s, &tm);
-    snprintf(out, cap, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
-             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
-}
-
-/* Sets key of o to the RFC 3339 time of column col, or null. */
-static void set_time(json_t *o, const char *key, const PGresult *r, int col)
-{
-    long long ms;
-    if (db_get_i64(r, 0, col, &ms) != 0) {
-        json_object_set_new(o, key, json_null());
-        return;
-    }
-    char buf[40];
-    sku_format_time(ms, buf, sizeof buf);
-    json_object_set_new(o, key, json_string(buf));
-}
 
 static void i64s(char *buf, size_t cap, int64_t v)
 {
@@ -257,10 +236,10 @@ static enum sku_result create_with_id(struct worker_ctx *w, const struct validat
     json_object_set_new(o, "per_user_limit", json_integer(spec->per_user_limit));
     char buf[40];
     if (spec->has_starts)
-        sku_format_time(spec->starts_ms, buf, sizeof buf);
+        timefmt_rfc3339(spec->starts_ms, buf, sizeof buf);
     json_object_set_new(o, "sale_starts_at", spec->has_starts ? json_string(buf) : json_null());
     if (spec->has_ends)
-        sku_format_time(spec->ends_ms, buf, sizeof buf);
+        timefmt_rfc3339(spec->ends_ms, buf, sizeof buf);
     json_object_set_new(o, "sale_ends_at", spec->has_ends ? json_string(buf) : json_null());
     *out = o;
     return SKU_OK;
@@ -836,8 +815,8 @@ enum sku_result sku_view(struct worker_ctx *w, int64_t sku, int admin, json_t **
     json_object_set_new(o, "id", json_integer(sku));
     json_object_set_new(o, "name", json_string(PQgetvalue(r, 0, 1)));
     json_object_set_new(o, "per_user_limit", json_integer(atoll(PQgetvalue(r, 0, 4))));
-    set_time(o, "sale_starts_at", r, 5);
-    set_time(o, "sale_ends_at", r, 6);
+    db_json_time(o, "sale_starts_at", r, 5);
+    db_json_time(o, "sale_ends_at", r, 6);
     /* An unloaded SKU has no known availability; it is never reported as stock. */
     json_object_set_new(o, "available", available >= 0 ? json_integer(available) : json_null());
     if (admin) {
@@ -864,75 +843,6 @@ enum sku_result sku_view(struct worker_ctx *w, int64_t sku, int admin, json_t **
     PQclear(r);
     *out = o;
     return SKU_OK;
-}
-
-/* Reads a decided order from PostgreSQL: SKU_OK with *out, SKU_UNKNOWN when
- * there is no row (yet), SKU_UNAVAILABLE. */
-static enum sku_result order_row(struct worker_ctx *w, int64_t order_id, json_t **out)
-{
-    char oid[24];
-    i64s(oid, sizeof oid, order_id);
-    PGresult *r = db_query(&w->db, "order_get", 1, (const char *[]){oid});
-    if (!r)
-        return SKU_UNAVAILABLE;
-    if (PQntuples(r) != 1) {
-        PQclear(r);
-        return SKU_UNKNOWN;
-    }
-    json_t *o = json_object();
-    json_object_set_new(o, "order_id", json_integer(order_id));
-    json_object_set_new(o, "sku_id", json_integer(atoll(PQgetvalue(r, 0, 1))));
-    json_object_set_new(o, "user_id", json_integer(atoll(PQgetvalue(r, 0, 2))));
-    json_object_set_new(o, "qty", json_integer(atoll(PQgetvalue(r, 0, 3))));
-    json_object_set_new(o, "status", json_string(PQgetvalue(r, 0, 4)));
-    if (!PQgetisnull(r, 0, 5))
-        json_object_set_new(o, "reason", json_string(PQgetvalue(r, 0, 5)));
-    set_time(o, "reserved_at", r, 6);
-    PQclear(r);
-    *out = o;
-    return SKU_OK;
-}
-
-enum sku_result order_view(struct worker_ctx *w, int64_t order_id, json_t **out)
-{
-    *out = NULL;
-    enum sku_result res = order_row(w, order_id, out);
-    if (res != SKU_UNKNOWN)
-        return res;
-    /* Beyond the largest epoch the id was never issued (and would overflow the query). */
-    if (keys_order_epoch(order_id) > KEYS_EPOCH_MAX)
-        return SKU_UNKNOWN;
-    /* Not decided yet?  The epoch names the SKU load, the journal the state. */
-    char epoch[24], oid[24];
-    i64s(epoch, sizeof epoch, keys_order_epoch(order_id));
-    i64s(oid, sizeof oid, order_id);
-    PGresult *r = db_query(&w->db, "epoch_sku", 1, (const char *[]){epoch});
-    if (!r)
-        return SKU_UNAVAILABLE;
-    long long sku;
-    int found = db_get_i64(r, 0, 0, &sku) == 0;
-    PQclear(r);
-    if (!found)
-        return SKU_UNKNOWN;
-    char journal[KEYS_MAX];
-    keys_sku(journal, sku, KEY_JOURNAL);
-    const char *argv[] = {"HGET", journal, oid};
-    redisReply *rr = redis_conn_cmd(&w->redis, 3, argv, NULL);
-    if (!rr || rr->type == REDIS_REPLY_ERROR) {
-        if (rr)
-            freeReplyObject(rr);
-        return SKU_UNAVAILABLE;
-    }
-    int pending = rr->type == REDIS_REPLY_STRING && strcmp(rr->str, "pending") == 0;
-    freeReplyObject(rr);
-    if (pending) {
-        *out = json_pack("{s:I, s:I, s:s}", "order_id", (json_int_t)order_id, "sku_id",
-                         (json_int_t)sku, "status", "pending");
-        return SKU_OK;
-    }
-    /* The writer commits before it drops the journal entry, so a miss in both
-     * reads can be a commit that landed between them: read the row again. */
-    return order_row(w, order_id, out);
 }
 
 enum sku_result sku_exists(struct worker_ctx *w, int64_t sku)

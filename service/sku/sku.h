@@ -14,10 +14,11 @@
 #include "core/validate.h"
 #include "store/workers.h"
 
-/* Business outcomes; http_api maps them to status codes in one switch. */
+/* Business outcomes of the SKU operations; the HTTP handlers map them to
+ * answers in one switch. */
 enum sku_result {
     SKU_OK,
-    SKU_UNKNOWN,       /* no such SKU (or order) */
+    SKU_UNKNOWN,       /* no such SKU */
     SKU_EXISTS,        /* create: id taken, or Redis already holds the SKU */
     SKU_INSUFFICIENT,  /* negative delta larger than what is available */
     SKU_UNAVAILABLE,   /* Redis or PostgreSQL failed; nothing was changed */
@@ -92,13 +93,9 @@ enum sku_result sku_reload(struct worker_ctx *w, int64_t sku, json_t **out);
 enum sku_result sku_adjust(struct worker_ctx *w, int64_t sku, int64_t delta, const char *reason,
                            const char *idem, json_t **out);
 enum sku_result sku_view(struct worker_ctx *w, int64_t sku, int admin, json_t **out);
-enum sku_result order_view(struct worker_ctx *w, int64_t order_id, json_t **out);
 /* SKU_OK if the SKU exists in PostgreSQL, SKU_UNKNOWN if not. */
 enum sku_result sku_exists(struct worker_ctx *w, int64_t sku);
 /* SKU_OK when both Redis and PostgreSQL answer. */
 enum sku_result sku_health(struct worker_ctx *w, json_t **out);
-
-/* Formats Unix milliseconds as RFC 3339 UTC ("2026-11-22T10:00:00.000Z"). */
-void sku_format_time(int64_t ms, char *out, size_t cap);
 
 #endif

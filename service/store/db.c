@@ -6,6 +6,7 @@
 
 #include "core/embedded.h"
 #include "core/log.h"
+#include "core/timefmt.h"
 #include "store/pgwait.h"
 
 void db_conn_init(struct db_conn *d, const struct cfg *c)
@@ -120,4 +121,16 @@ int db_get_i64(const PGresult *r, int row, int col, long long *out)
         return -1;
     *out = strtoll(PQgetvalue(r, row, col), NULL, 10);
     return 0;
+}
+
+void db_json_time(json_t *o, const char *key, const PGresult *r, int col)
+{
+    long long ms;
+    if (db_get_i64(r, 0, col, &ms) != 0) {
+        json_object_set_new(o, key, json_null());
+        return;
+    }
+    char buf[40];
+    timefmt_rfc3339(ms, buf, sizeof buf);
+    json_object_set_new(o, key, json_string(buf));
 }

@@ -8,6 +8,7 @@
 #ifndef SECKILL_DB_H
 #define SECKILL_DB_H
 
+#include <jansson.h>
 #include <libpq-fe.h>
 
 #include "core/cfg.h"
@@ -39,5 +40,9 @@ void db_conn_close(struct db_conn *d);
 
 /* Copies column 'col' of row 0 as int64 into out; returns 0, or -1 if NULL/absent. */
 int db_get_i64(const PGresult *r, int row, int col, long long *out);
+
+/* Sets key of o to the RFC 3339 time of row 0's column col (Unix ms), or to
+ * null when the column is NULL. */
+void db_json_time(json_t *o, const char *key, const PGresult *r, int col);
 
 #endif

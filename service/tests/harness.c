@@ -148,11 +148,28 @@ void th_daemon_start(struct th_daemon *d, const char *const *extra_env)
     ck_abort_msg("seckilld did not start listening on port %d", d->port);
 }
 
+/* Every answer a test provoked must be one its route declares: the route
+ * table is what docs/openapi.json is checked against. */
+static void assert_answers_declared(const struct th_daemon *d)
+{
+    struct th_response m;
+    if (th_http(d->port, "GET", "/metrics", NULL, NULL, &m) != 0)
+        return; /* the daemon is not answering (a test froze or broke it) */
+    const char *name = "\nseckill_http_undeclared_answers_total ";
+    const char *p = strstr(m.body, name);
+    ck_assert_msg(p, "/metrics lacks seckill_http_undeclared_answers_total");
+    ck_assert_msg(atoll(p + strlen(name)) == 0,
+                  "seckilld gave answers its routes do not declare (see its log: \"does not "
+                  "declare\"); add them to http/routes.c and docs/openapi.json, or fix the answer");
+}
+
 int th_daemon_stop(struct th_daemon *d)
 {
     int st = 0;
     if (d->pid <= 0)
         return 0;
+    if (kill(d->pid, 0) == 0)
+        assert_answers_declared(d);
     kill(d->pid, SIGTERM);
     for (int i = 0; i < 200; i++) {
         if (waitpid(d->pid, &st, WNOHANG) == d->pid) {

@@ -49,12 +49,14 @@ struct th_daemon {
  * "NAME=value" environment entries (NULL-terminated, may be NULL); waits until
  * it listens.  Aborts the test on failure. */
 void th_daemon_start(struct th_daemon *d, const char *const *extra_env);
-/* SIGTERM, bounded wait; asserts a clean exit (status 0), SIGKILL and failure otherwise. */
+/* Asserts that every answer the daemon gave was one its route declares
+ * (seckill_http_undeclared_answers_total is 0: http/routes.c), then SIGTERM,
+ * bounded wait; asserts a clean exit (status 0), SIGKILL and failure otherwise. */
 int th_daemon_stop(struct th_daemon *d);
 
 struct th_response {
     int status;
-    char body[8192];
+    char body[32768]; /* /metrics fits */
 };
 
 /* One blocking HTTP/1.1 request on a fresh connection.  'headers' is extra

@@ -229,7 +229,7 @@ static void wait_order_status(int port, long long id, const char *want)
         req(port, "GET", path, NULL, NULL, &r);
         ck_assert_msg(r.status != 404,
                       "order %lld was accepted, yet GET answered 404 while it was being decided "
-                      "(order_view reads the database, then the journal: see sku.c): %s",
+                      "(order_lookup reads the database, then the journal: see order_lookup.c): %s",
                       id, r.body);
         expect(&r, 200, NULL, "GET order");
         expect_int(r.body, "order_id", id);

@@ -6,6 +6,7 @@
 #include "core/cfg.h"
 #include "core/embedded.h"
 #include "core/keys.h"
+#include "order/order.h"
 #include "store/pgwait.h"
 #include "store/redis_conn.h"
 
@@ -105,10 +106,11 @@ END_TEST
 
 START_TEST(test_order_id_names_its_epoch)
 {
-    int64_t id = (int64_t)5 * (1 << KEYS_ORDER_SEQ_BITS) + 17;
-    ck_assert_int_eq(keys_order_epoch(id), 5);
+    int64_t id = (int64_t)5 * (1 << ORDER_SEQ_BITS) + 17;
+    ck_assert_int_eq(order_id_epoch(id), 5);
     /* the largest epoch and sequence stay below 2^53, exact in Lua and JSON */
-    int64_t max = ((int64_t)8388607 << KEYS_ORDER_SEQ_BITS) + ((1 << KEYS_ORDER_SEQ_BITS) - 1);
+    int64_t max = ((int64_t)ORDER_EPOCH_MAX << ORDER_SEQ_BITS) + ((1 << ORDER_SEQ_BITS) - 1);
+    ck_assert_int_eq(max, ORDER_ID_MAX);
     ck_assert(max < ((int64_t)1 << 53));
 }
 END_TEST

@@ -93,8 +93,89 @@ START_TEST(test_journal_states_map_to_statuses)
     ck_assert_int_eq(d.status, ORDER_CONFIRMED);
     order_parse_state(NULL, &d); /* acknowledged: the database is its record */
     ck_assert_int_eq(d.status, ORDER_CONFIRMED);
-    ck_assert_str_eq(order_rejection_error(ORDER_REASON_NO_STOCK), "sold_out");
-    ck_assert_str_eq(order_rejection_error(ORDER_REASON_ID_CONFLICT), "order_rejected");
+    ck_assert_int_eq(order_rejection_result(ORDER_REASON_NO_STOCK), ORDER_SOLD_OUT);
+    ck_assert_int_eq(order_rejection_result(ORDER_REASON_LIMIT), ORDER_LIMIT_EXCEEDED);
+    ck_assert_int_eq(order_rejection_result(ORDER_REASON_ID_CONFLICT), ORDER_REJECTED);
+}
+END_TEST
+
+/* A reserve.lua reply built by hand: an array of strings (NULL ends it). */
+struct fake_reply {
+    redisReply top, items[4];
+    redisReply *ptrs[4];
+};
+
+static const redisReply *fake(struct fake_reply *f, const char *const *words)
+{
+    memset(f, 0, sizeof *f);
+    f->top.type = REDIS_REPLY_ARRAY;
+    f->top.element = f->ptrs;
+    for (size_t i = 0; words[i] && i < 4; i++) {
+        f->items[i].type = REDIS_REPLY_STRING;
+        f->items[i].str = (char *)words[i];
+        f->items[i].len = strlen(words[i]);
+        f->ptrs[i] = &f->items[i];
+        f->top.elements = i + 1;
+    }
+    return &f->top;
+}
+
+START_TEST(test_every_reserve_verdict_maps_to_one_outcome)
+{
+    static const struct {
+        const char *words[4];
+        enum order_result result;
+        int replayed;
+    } cases[] = {
+        {{"ok", "1073741825", "9", "1-0"}, ORDER_PENDING, 0},
+        {{"dup", "1073741825", "pending", "1-0"}, ORDER_PENDING, 1},
+        {{"dup", "1073741825", NULL}, ORDER_CONFIRMED, 1}, /* acknowledged: no journal state */
+        {{"dup", "1073741825", "returned:insufficient_stock", "1-0"}, ORDER_REJECTED, 1},
+        {{"dup_refused", "sold_out", NULL}, ORDER_SOLD_OUT, 1},
+        {{"dup_refused", "limit_exceeded", NULL}, ORDER_LIMIT_EXCEEDED, 1},
+        {{"dup_refused", "exhausted", NULL}, ORDER_UNAVAILABLE, 0}, /* never remembered */
+        {{"idem_mismatch", NULL}, ORDER_IDEM_MISMATCH, 0},
+        {{"not_loaded", NULL}, ORDER_SKU_NOT_LOADED, 0},
+        {{"expired", NULL}, ORDER_DEADLINE_PASSED, 0},
+        {{"sale_not_active", NULL}, ORDER_SALE_NOT_ACTIVE, 0},
+        {{"limit_exceeded", "3", NULL}, ORDER_LIMIT_EXCEEDED, 0},
+        {{"sold_out", "0", NULL}, ORDER_SOLD_OUT, 0},
+        {{"exhausted", NULL}, ORDER_IDS_EXHAUSTED, 0},
+        {{"ok", "not-a-number", "9", "1-0"}, ORDER_UNAVAILABLE, 0},
+        {{"something_new", NULL}, ORDER_UNAVAILABLE, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct fake_reply f;
+        struct order_reply out;
+        order_parse_reply(fake(&f, cases[i].words), &out);
+        ck_assert_msg(out.result == cases[i].result, "case %zu (%s): %s, want %s", i,
+                      cases[i].words[0], order_result_name(out.result),
+                      order_result_name(cases[i].result));
+        ck_assert_int_eq(out.replayed, cases[i].replayed);
+        if (out.result == ORDER_PENDING)
+            ck_assert_str_eq(out.d.entry, "1-0");
+    }
+    redisReply err = {.type = REDIS_REPLY_ERROR, .str = (char *)"ERR boom", .len = 8};
+    struct order_reply out;
+    order_parse_reply(&err, &out);
+    ck_assert_int_eq(out.result, ORDER_UNAVAILABLE); /* an error reply: nothing was taken */
+    order_parse_reply(NULL, &out);
+    ck_assert_int_eq(out.result, ORDER_UNAVAILABLE);
+}
+END_TEST
+
+START_TEST(test_stream_fields_are_named_once_and_distinct)
+{
+    for (int i = 0; i < ORDER_NFIELDS; i++) {
+        ck_assert_ptr_nonnull(order_fields[i]);
+        for (int j = 0; j < i; j++)
+            ck_assert_str_ne(order_fields[i], order_fields[j]);
+    }
+    /* reserve.lua gets them after its 8 other arguments */
+    struct order_reserve_call c;
+    order_reserve_prepare(&c, 42, 7, 1, NULL, 0, 60, 0);
+    for (int i = 0; i < ORDER_NFIELDS; i++)
+        ck_assert_str_eq(c.argv[ORDER_RESERVE_NKEYS + 8 + i], order_fields[i]);
 }
 END_TEST
 
@@ -107,6 +188,8 @@ int main(void)
     tcase_add_test(tc, test_malformed_tokens_are_refused_and_skipped);
     tcase_add_test(tc, test_decision_is_for_its_own_reservation_only);
     tcase_add_test(tc, test_journal_states_map_to_statuses);
+    tcase_add_test(tc, test_every_reserve_verdict_maps_to_one_outcome);
+    tcase_add_test(tc, test_stream_fields_are_named_once_and_distinct);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

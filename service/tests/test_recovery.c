@@ -9,6 +9,7 @@
 
 #include "core/keys.h"
 #include "harness.h"
+#include "order/order.h"
 
 static int order(int port, int64_t user, struct th_response *r)
 {
@@ -47,7 +48,7 @@ START_TEST(test_lost_redis_data_fails_closed_until_restored_and_ids_never_repeat
     ck_assert_msg(r.status == 201, "after the restore: %d %s", r.status, r.body);
     long long third = th_json_int(r.body, "order_id", 0);
     ck_assert(third != first && third != second);
-    ck_assert_int_gt(keys_order_epoch(third), keys_order_epoch(first));
+    ck_assert_int_gt(order_id_epoch(third), order_id_epoch(first));
     ck_assert_int_eq(order(d.port, 1, &r), 0); /* user 1 already holds the limit */
     ck_assert_int_eq(r.status, 409);
     ck_assert_ptr_nonnull(strstr(r.body, "limit_exceeded"));

@@ -516,7 +516,7 @@ START_TEST(test_id_conflict_isolates_the_entry_and_the_rest_goes_on)
     freeReplyObject(rep);
     /* Rebuilt: 10 - 3 confirmed units in both stores, a fresh epoch. */
     ck_assert_int_eq(th_redis_int(r, stock), 7);
-    ck_assert_int_gt(keys_order_epoch(reserve(8, 6, 1)), keys_order_epoch(first));
+    ck_assert_int_gt(order_id_epoch(reserve(8, 6, 1)), order_id_epoch(first));
     redisFree(r);
     ck_assert_int_eq(q_int("SELECT stock FROM skus WHERE id = %lld", 8), 7);
 }

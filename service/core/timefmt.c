@@ -1,0 +1,13 @@
+#include "core/timefmt.h"
+
+#include <stdio.h>
+#include <time.h>
+
+void timefmt_rfc3339(int64_t ms, char *out, size_t cap)
+{
+    time_t s = (time_t)(ms / 1000);
+    struct tm tm;
+    gmtime_r(&s, &tm);
+    snprintf(out, cap, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
+}

@@ -1,0 +1,218 @@
+#include "http/handle_order.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/metrics.h"
+#include "core/validate.h"
+#include "order/order_desk.h"
+#include "order/order_lookup.h"
+
+/* One order request between the handler and its outcome. */
+struct order_req {
+    struct http_req req;
+    int64_t sku, user, qty;
+};
+
+/* An order lookup: run on a worker, answered on the loop. */
+struct lookup_job {
+    struct job job; /* first: the pool hands back this pointer */
+    struct http_req req;
+    int64_t order_id;
+    enum order_result res;
+    json_t *out;
+};
+
+/* The order's own answer: 201 confirmed, 202 otherwise.  The hot answer of a
+ * sale, formatted directly: all of it integers and fixed text. */
+static void reply_order(const struct order_req *q, int status, const struct order_outcome *o)
+{
+    char body[224];
+    int n = snprintf(body, sizeof body,
+                     "{\"order_id\":%" PRId64 ",\"status\":\"%s\",\"sku_id\":%" PRId64
+                     ",\"user_id\":%" PRId64 ",\"qty\":%" PRId64 "%s}",
+                     o->d.order_id, order_result_name(o->d.status), q->sku, q->user, q->qty,
+                     o->replayed ? ",\"replayed\":true" : "");
+    http_reply_text(&q->req, status, body, (size_t)n);
+}
+
+/* 409 for an order Redis reserved and the database refused (its units went back). */
+static void reply_rejected(const struct order_req *q, const struct order_outcome *o)
+{
+    enum order_result why = order_rejection_result(o->d.reason);
+    json_t *body = json_pack(
+        "{s:s, s:s, s:I, s:s, s:s, s:I, s:I, s:I}", "error",
+        why == ORDER_REJECTED ? "order_rejected" : order_result_name(why), "detail",
+        "the database refused this order; nothing was taken", "order_id",
+        (json_int_t)o->d.order_id, "status", "rejected", "reason", o->d.reason, "sku_id",
+        (json_int_t)q->sku, "user_id", (json_int_t)q->user, "qty", (json_int_t)q->qty);
+    if (o->replayed)
+        json_object_set_new(body, "replayed", json_true());
+    http_reply_json(&q->req, 409, body);
+}
+
+/* 503 for a reservation whose outcome is not certain: the Idempotency-Key
+ * (the buyer's, or the one made up for this request) finds out. */
+static void reply_outcome_open(const struct http_req *r, const char *idem, const char *detail)
+{
+    json_t *o = json_pack("{s:s, s:s, s:s}", "error", "unavailable", "detail", detail,
+                          "idempotency_key", idem);
+    http_add_header(r, "Retry-After", "1");
+    http_reply_json(r, 503, o);
+}
+
+/* The one place where order outcomes become HTTP answers (and are counted).
+ * q is NULL for a lookup; 'found' is the looked-up order. */
+static void answer(const struct http_req *r, const struct order_req *q,
+                   const struct order_outcome *o, json_t *found)
+{
+    int durable = strcmp(http_loop_cfg(r->loop)->order_ack, "durable") == 0;
+    int names_order = o->result == ORDER_PENDING || o->result == ORDER_CONFIRMED ||
+                      o->result == ORDER_REJECTED;
+    if (q && o->replayed)
+        metrics_add(M_ORDERS_REPLAYED, 1);
+    else if (q && names_order)
+        metrics_add(M_ORDERS_ACCEPTED, 1); /* a new reservation */
+    switch (o->result) {
+    case ORDER_PENDING:
+        reply_order(q, 202, o);
+        break;
+    case ORDER_CONFIRMED:
+        /* reserved mode answers 202 and names the state, as it always has */
+        if (durable)
+            metrics_add(M_ORDERS_CONFIRMED, 1);
+        reply_order(q, durable ? 201 : 202, o);
+        break;
+    case ORDER_REJECTED:
+        if (!durable) {
+            reply_order(q, 202, o);
+            break;
+        }
+        metrics_add(M_ORDERS_REJECTED, 1);
+        reply_rejected(q, o);
+        break;
+    case ORDER_SOLD_OUT:
+        metrics_add(M_ORDERS_SOLD_OUT, 1);
+        http_reply_error(r, 409, "sold_out", o->replayed ? "sold out (an earlier answer)" : NULL);
+        break;
+    case ORDER_LIMIT_EXCEEDED:
+        metrics_add(M_ORDERS_LIMIT, 1);
+        http_reply_error(r, 409, "limit_exceeded", "this order would exceed the per-user limit");
+        break;
+    case ORDER_SALE_NOT_ACTIVE:
+        metrics_add(M_ORDERS_NOT_ACTIVE, 1);
+        http_reply_error(r, 409, "sale_not_active", NULL);
+        break;
+    case ORDER_IDEM_MISMATCH:
+        http_reply_error(r, 422, "idempotency_key_reused",
+                         "this Idempotency-Key was used with a different request");
+        break;
+    case ORDER_SKU_UNKNOWN:
+        http_reply_error(r, 404, "unknown_sku", NULL);
+        break;
+    case ORDER_SKU_NOT_LOADED:
+        http_add_header(r, "Retry-After", "1");
+        http_reply_error(r, 503, "unavailable",
+                         "this SKU is being restored into Redis from the database; retry shortly");
+        break;
+    case ORDER_OUTCOME_LOST:
+        metrics_add(M_ORDERS_UNAVAILABLE, 1);
+        reply_outcome_open(r, o->idem,
+                           "Redis went away while reserving: retry with this Idempotency-Key to "
+                           "learn whether the order was taken");
+        break;
+    case ORDER_OUTCOME_TIMEOUT:
+        metrics_add(M_ORDERS_UNAVAILABLE, 1);
+        reply_outcome_open(r, o->idem,
+                           "Redis did not answer in time: the reservation was refused past its "
+                           "deadline unless Redis stalled after taking it; retry with this "
+                           "Idempotency-Key to be sure");
+        break;
+    case ORDER_DEADLINE_PASSED: /* the script ran after we would have given up: it took nothing */
+        metrics_add(M_ORDERS_EXPIRED, 1);
+        metrics_add(M_ORDERS_UNAVAILABLE, 1);
+        http_reply_unavailable(r);
+        break;
+    case ORDER_IDS_EXHAUSTED:
+    case ORDER_UNAVAILABLE:
+        if (q)
+            metrics_add(M_ORDERS_UNAVAILABLE, 1);
+        http_reply_unavailable(r);
+        break;
+    case ORDER_NOT_FOUND:
+        http_reply_error(r, 404, "unknown_order", NULL);
+        break;
+    case ORDER_FOUND:
+        http_reply_json(r, 200, found);
+        break;
+    }
+}
+
+static void on_placed(const struct order_outcome *o, void *arg)
+{
+    struct order_req *q = arg;
+    answer(&q->req, q, o, NULL);
+    free(q);
+}
+
+void handle_order_place(struct http_req *r, int64_t sku)
+{
+    const struct cfg *c = http_loop_cfg(r->loop);
+    if (http_require_json(r) != 0)
+        return;
+    size_t len;
+    char *body = http_take_body(r, &len);
+    if (!body)
+        return;
+    char detail[160];
+    int64_t user, qty;
+    int bad =
+        validate_order_body(body, len, c->max_qty_per_order, &user, &qty, detail, sizeof detail);
+    free(body);
+    if (bad) {
+        metrics_add(M_ORDERS_INVALID, 1);
+        http_reply_error(r, 400, "invalid_request", detail);
+        return;
+    }
+    const char *idem = http_header(r, "Idempotency-Key");
+    if (idem && validate_idempotency_key(idem, (size_t)c->max_idempotency_key_bytes, detail,
+                                         sizeof detail) != 0) {
+        http_reply_error(r, 400, "invalid_request", detail);
+        return;
+    }
+    struct order_req *q = malloc(sizeof *q);
+    if (!q)
+        abort();
+    *q = (struct order_req){.req = *r, .sku = sku, .user = user, .qty = qty};
+    struct order_request rq = {.sku = sku, .user = user, .qty = qty, .idem = idem};
+    order_desk_place(http_loop_desk(r->loop), &rq, on_placed, q);
+}
+
+static void lookup_run(struct job *j, struct worker_ctx *w)
+{
+    struct lookup_job *lj = (struct lookup_job *)j;
+    lj->res = order_lookup(w, lj->order_id, &lj->out);
+}
+
+static void lookup_done(struct job *j)
+{
+    struct lookup_job *lj = (struct lookup_job *)j;
+    struct order_outcome o = {.result = lj->res};
+    answer(&lj->req, NULL, &o, lj->out); /* takes lj->out */
+    free(lj);
+}
+
+void handle_order_get(struct http_req *r, int64_t order_id)
+{
+    struct lookup_job *lj = calloc(1, sizeof *lj);
+    if (!lj)
+        abort();
+    lj->req = *r;
+    lj->order_id = order_id;
+    lj->job.run = lookup_run;
+    lj->job.done = lookup_done;
+    if (http_submit(r, &lj->job, 0) != 0)
+        free(lj);
+}

@@ -1,0 +1,19 @@
+/*
+ * handle_order: the buyer's order endpoints, over the order module.
+ *
+ *   POST /api/v1/skus/{sku_id}/orders   place an order (order_desk, on the loop)
+ *   GET  /api/v1/orders/{order_id}      look one up (order_lookup, on a worker)
+ *
+ * Both end in one switch that maps an order_result to the HTTP answer.
+ */
+#ifndef SECKILL_HANDLE_ORDER_H
+#define SECKILL_HANDLE_ORDER_H
+
+#include <stdint.h>
+
+#include "http/server.h"
+
+void handle_order_place(struct http_req *r, int64_t sku);
+void handle_order_get(struct http_req *r, int64_t order_id);
+
+#endif

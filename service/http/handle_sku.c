@@ -1,0 +1,189 @@
+#include "http/handle_sku.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "core/validate.h"
+#include "sku/sku.h"
+
+enum sku_op { OP_VIEW, OP_VIEW_ADMIN, OP_CREATE, OP_ADJUST, OP_RELOAD, OP_HEALTH };
+
+/* One blocking SKU operation: run on a worker, answered on the loop. */
+struct sku_job {
+    struct job job; /* first: the pool hands back this pointer */
+    struct http_req req;
+    enum sku_op op;
+    int64_t id, delta;
+    struct validate_sku spec;
+    char reason[501];
+    char idem[201]; /* adjustments: the Idempotency-Key, "" for none */
+    enum sku_result res;
+    json_t *out;
+};
+
+static void job_run(struct job *j, struct worker_ctx *w)
+{
+    struct sku_job *sj = (struct sku_job *)j;
+    switch (sj->op) {
+    case OP_VIEW:
+    case OP_VIEW_ADMIN:
+        sj->res = sku_view(w, sj->id, sj->op == OP_VIEW_ADMIN, &sj->out);
+        break;
+    case OP_CREATE:
+        sj->res = sku_create(w, &sj->spec, &sj->out);
+        break;
+    case OP_ADJUST:
+        sj->res =
+            sku_adjust(w, sj->id, sj->delta, sj->reason, sj->idem[0] ? sj->idem : NULL, &sj->out);
+        break;
+    case OP_RELOAD:
+        sj->res = sku_reload(w, sj->id, &sj->out);
+        break;
+    case OP_HEALTH:
+        sj->res = sku_health(w, &sj->out);
+        break;
+    }
+}
+
+/* The one place where SKU outcomes become HTTP answers. */
+static void job_done(struct job *j)
+{
+    struct sku_job *sj = (struct sku_job *)j;
+    const struct http_req *r = &sj->req;
+    json_t *out = sj->out;
+    switch (sj->res) {
+    case SKU_OK:
+        http_reply_json(r, sj->op == OP_CREATE ? 201 : 200, out), out = NULL;
+        break;
+    case SKU_UNKNOWN:
+        http_reply_error(r, 404, "unknown_sku", NULL);
+        break;
+    case SKU_EXISTS:
+        if (sj->op == OP_RELOAD)
+            http_reply_error(r, 409, "already_loaded",
+                             "Redis holds this SKU, nothing is in flight and it agrees with the "
+                             "database");
+        else
+            http_reply_error(r, 409, "sku_exists", "a SKU with this id already exists");
+        break;
+    case SKU_INSUFFICIENT: {
+        json_t *o = json_pack("{s:s, s:s}", "error", "insufficient_stock", "detail",
+                              "the negative delta is larger than the stock available");
+        if (out)
+            json_object_update(o, out);
+        http_reply_json(r, 409, o);
+        break;
+    }
+    case SKU_NOT_LOADED:
+        http_add_header(r, "Retry-After", "1");
+        http_reply_error(r, 503, "unavailable",
+                         "the SKU is in the database but Redis did not take it; the service "
+                         "restores it by itself, retry shortly");
+        break;
+    case SKU_IDEM_MISMATCH:
+        http_reply_error(r, 422, "idempotency_key_reused",
+                         "this Idempotency-Key was used with a different request");
+        break;
+    case SKU_UNAVAILABLE:
+        if (sj->op == OP_HEALTH && out)
+            http_reply_json(r, 503, out), out = NULL;
+        else
+            http_reply_unavailable(r);
+        break;
+    }
+    json_decref(out);
+    free(sj);
+}
+
+static struct sku_job *new_job(const struct http_req *r, enum sku_op op, int64_t id)
+{
+    struct sku_job *sj = calloc(1, sizeof *sj);
+    if (!sj)
+        abort();
+    sj->req = *r;
+    sj->op = op;
+    sj->id = id;
+    sj->job.run = job_run;
+    sj->job.done = job_done;
+    return sj;
+}
+
+/* Buyer lookups wait behind admin and health jobs: a flood of them must not
+ * starve operators or the load balancer. */
+static void submit(struct sku_job *sj)
+{
+    if (http_submit(&sj->req, &sj->job, sj->op != OP_VIEW) != 0)
+        free(sj);
+}
+
+void handle_sku_get(struct http_req *r, int64_t sku)
+{
+    submit(new_job(r, OP_VIEW, sku));
+}
+
+void handle_sku_get_admin(struct http_req *r, int64_t sku)
+{
+    submit(new_job(r, OP_VIEW_ADMIN, sku));
+}
+
+void handle_sku_reload(struct http_req *r, int64_t sku)
+{
+    submit(new_job(r, OP_RELOAD, sku));
+}
+
+void handle_sku_health(struct http_req *r, int64_t unused)
+{
+    (void)unused;
+    submit(new_job(r, OP_HEALTH, 0));
+}
+
+void handle_sku_create(struct http_req *r, int64_t unused)
+{
+    (void)unused;
+    if (http_require_json(r) != 0)
+        return;
+    size_t len;
+    char *body = http_take_body(r, &len);
+    if (!body)
+        return;
+    struct sku_job *sj = new_job(r, OP_CREATE, 0);
+    char detail[160];
+    int bad = validate_sku_body(body, len, &sj->spec, detail, sizeof detail);
+    free(body);
+    if (bad) {
+        free(sj);
+        http_reply_error(r, 400, "invalid_request", detail);
+        return;
+    }
+    submit(sj);
+}
+
+void handle_sku_adjust(struct http_req *r, int64_t sku)
+{
+    if (http_require_json(r) != 0)
+        return;
+    size_t len;
+    char *body = http_take_body(r, &len);
+    if (!body)
+        return;
+    const struct cfg *c = http_loop_cfg(r->loop);
+    char detail[160];
+    const char *idem = http_header(r, "Idempotency-Key");
+    if (idem && validate_idempotency_key(idem, (size_t)c->max_idempotency_key_bytes, detail,
+                                         sizeof detail) != 0) {
+        free(body);
+        http_reply_error(r, 400, "invalid_request", detail);
+        return;
+    }
+    struct sku_job *sj = new_job(r, OP_ADJUST, sku);
+    snprintf(sj->idem, sizeof sj->idem, "%s", idem ? idem : "");
+    int bad = validate_adjust_body(body, len, &sj->delta, sj->reason, sizeof sj->reason, detail,
+                                   sizeof detail);
+    free(body);
+    if (bad) {
+        free(sj);
+        http_reply_error(r, 400, "invalid_request", detail);
+        return;
+    }
+    submit(sj);
+}

@@ -1,0 +1,203 @@
+#include "http/routes.h"
+
+#include <event2/http.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/validate.h"
+#include "http/handle_metrics.h"
+#include "http/handle_order.h"
+#include "http/handle_sku.h"
+
+/* The longest path the router splits, in segments and bytes per segment;
+ * anything longer is no route of ours. */
+#define MAX_SEGMENTS 6
+#define MAX_SEGMENT_BYTES 64
+
+/* What every route can answer besides its own. */
+#define ANSWER_405 {405, "method_not_allowed"}
+#define ANSWER_BAD {400, "invalid_request"}
+#define ANSWER_401 {401, "unauthorized"}
+#define ANSWER_503 {503, "unavailable"}
+#define ANSWERS_END {0, NULL}
+
+static const struct http_answer metrics_answers[] = {{200, NULL}, ANSWER_405, ANSWERS_END};
+
+static const struct http_answer health_answers[] = {
+    {200, NULL}, {503, NULL}, /* the health body names what is down */
+    ANSWER_503,               /* the worker pool is full or stopping */
+    ANSWER_405,  ANSWERS_END};
+
+static const struct http_answer place_order_answers[] = {
+    {201, NULL},                      /* durable: committed */
+    {202, NULL},                      /* pending; or any state in reserved mode */
+    ANSWER_BAD,                       /* id, Content-Type, body, Idempotency-Key */
+    {404, "unknown_sku"},             /* neither Redis nor PostgreSQL knows it */
+    {409, "sold_out"},                /* also a rejected order (insufficient_stock) */
+    {409, "limit_exceeded"},          /* also a rejected order (limit_exceeded) */
+    {409, "sale_not_active"},         /* outside the sale window */
+    {409, "order_rejected"},          /* a rejected order for another reason */
+    {422, "idempotency_key_reused"},  /* the key was used with another body */
+    ANSWER_503,                       /* nothing taken, being restored, or outcome open */
+    ANSWER_405,
+    ANSWERS_END};
+
+static const struct http_answer get_sku_answers[] = {
+    {200, NULL}, ANSWER_BAD, {404, "unknown_sku"}, ANSWER_503, ANSWER_405, ANSWERS_END};
+
+static const struct http_answer get_order_answers[] = {
+    {200, NULL}, ANSWER_BAD, {404, "unknown_order"}, ANSWER_503, ANSWER_405, ANSWERS_END};
+
+static const struct http_answer create_sku_answers[] = {
+    {201, NULL}, ANSWER_BAD, ANSWER_401, {409, "sku_exists"}, ANSWER_503, ANSWER_405, ANSWERS_END};
+
+static const struct http_answer get_sku_admin_answers[] = {
+    {200, NULL}, ANSWER_BAD, ANSWER_401, {404, "unknown_sku"}, ANSWER_503, ANSWER_405, ANSWERS_END};
+
+static const struct http_answer reload_sku_answers[] = {
+    {200, NULL},           ANSWER_BAD, ANSWER_401, {404, "unknown_sku"}, {409, "already_loaded"},
+    ANSWER_503,            ANSWER_405, ANSWERS_END};
+
+static const struct http_answer adjust_stock_answers[] = {
+    {200, NULL},       ANSWER_BAD, ANSWER_401, {404, "unknown_sku"}, {409, "insufficient_stock"},
+    {422, "idempotency_key_reused"},   ANSWER_503, ANSWER_405,   ANSWERS_END};
+
+const struct http_answer routes_unrouted_answers[] = {
+    {404, "not_found"}, ANSWER_401, /* anything under /admin/ needs the token first */
+    ANSWERS_END};
+
+#define ROUTE(m, p) .method = m, .path = p, .label = m " " p
+
+/* The order route first: it is most of a sale's traffic. */
+const struct routes_route routes_table[] = {
+    {ROUTE("POST", "/api/v1/skus/{sku_id}/orders"), .operation = "placeOrder",
+     .handle = handle_order_place, .answers = place_order_answers},
+    {ROUTE("GET", "/api/v1/skus/{sku_id}"), .operation = "getSku", .handle = handle_sku_get,
+     .answers = get_sku_answers},
+    {ROUTE("GET", "/api/v1/orders/{order_id}"), .operation = "getOrder",
+     .handle = handle_order_get, .answers = get_order_answers},
+    {ROUTE("POST", "/admin/v1/skus"), .operation = "createSku", .admin = 1,
+     .handle = handle_sku_create, .answers = create_sku_answers},
+    {ROUTE("GET", "/admin/v1/skus/{sku_id}"), .operation = "getSkuAdmin", .admin = 1,
+     .handle = handle_sku_get_admin, .answers = get_sku_admin_answers},
+    {ROUTE("POST", "/admin/v1/skus/{sku_id}/reload"), .operation = "reloadSku", .admin = 1,
+     .handle = handle_sku_reload, .answers = reload_sku_answers},
+    {ROUTE("POST", "/admin/v1/skus/{sku_id}/stock-adjustments"), .operation = "adjustStock",
+     .admin = 1, .handle = handle_sku_adjust, .answers = adjust_stock_answers},
+    {ROUTE("GET", "/healthz"), .operation = "getHealth", .handle = handle_sku_health,
+     .answers = health_answers},
+    {ROUTE("GET", "/metrics"), .operation = "getMetrics", .handle = handle_metrics_get,
+     .answers = metrics_answers},
+};
+const size_t routes_count = sizeof routes_table / sizeof routes_table[0];
+
+/* Splits path into at most MAX_SEGMENTS segments (empty ones dropped);
+ * returns the count, or -1 if there are more or one is too long. */
+static int split_path(const char *path, char seg[][MAX_SEGMENT_BYTES])
+{
+    int n = 0;
+    const char *p = path;
+    while (*p == '/')
+        p++;
+    while (*p) {
+        size_t len = strcspn(p, "/");
+        if (n == MAX_SEGMENTS || len >= MAX_SEGMENT_BYTES)
+            return -1;
+        memcpy(seg[n], p, len);
+        seg[n][len] = '\0';
+        n++;
+        p += len;
+        while (*p == '/')
+            p++;
+    }
+    return n;
+}
+
+/* Whether the n segments match route t's template; *param gets the index of
+ * its "{…}" segment (-1 when it has none). */
+static int path_matches(const struct routes_route *t, char seg[][MAX_SEGMENT_BYTES], int n,
+                        int *param)
+{
+    const char *p = t->path;
+    *param = -1;
+    for (int i = 0; i < n; i++) {
+        if (*p != '/')
+            return 0;
+        p++;
+        size_t len = strcspn(p, "/");
+        if (p[0] == '{')
+            *param = i;
+        else if (len != strlen(seg[i]) || memcmp(p, seg[i], len) != 0)
+            return 0;
+        p += len;
+    }
+    return *p == '\0';
+}
+
+static int method_matches(const struct routes_route *t, enum evhttp_cmd_type got)
+{
+    if (strcmp(t->method, "POST") == 0)
+        return got == EVHTTP_REQ_POST;
+    return got == EVHTTP_REQ_GET || got == EVHTTP_REQ_HEAD;
+}
+
+/* 405 for a path we serve with another method. */
+static void method_not_allowed(struct http_req *r, const struct routes_route *t)
+{
+    http_add_header(r, "Allow", strcmp(t->method, "GET") == 0 ? "GET, HEAD" : t->method);
+    http_reply_error(r, 405, "method_not_allowed", NULL);
+}
+
+/* Returns 1 when the request carries the admin token, else answers 401. */
+static int admin_ok(struct http_req *r)
+{
+    if (validate_bearer(http_header(r, "Authorization"), http_loop_cfg(r->loop)->admin_token))
+        return 1;
+    http_add_header(r, "WWW-Authenticate", "Bearer realm=\"seckill-admin\"");
+    http_reply_error(r, 401, "unauthorized", "a valid admin bearer token is required");
+    return 0;
+}
+
+void routes_dispatch(struct http_req *r)
+{
+    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(r->ev);
+    const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
+    char seg[MAX_SEGMENTS][MAX_SEGMENT_BYTES];
+    int n = path ? split_path(path, seg) : -1;
+    enum evhttp_cmd_type method = evhttp_request_get_command(r->ev);
+    const struct routes_route *found = NULL, *same_path = NULL;
+    int param = -1;
+    for (size_t i = 0; n >= 0 && i < routes_count && !found; i++) {
+        int p;
+        if (!path_matches(&routes_table[i], seg, n, &p))
+            continue;
+        if (!same_path)
+            same_path = &routes_table[i];
+        if (method_matches(&routes_table[i], method))
+            found = &routes_table[i], param = p;
+    }
+    const struct routes_route *t = found ? found : same_path;
+    r->answers = t ? t->answers : routes_unrouted_answers;
+    r->route = t ? t->label : NULL;
+    /* The admin area asks for the token before it says what exists. */
+    if (n >= 1 && strcmp(seg[0], "admin") == 0 && !admin_ok(r))
+        return;
+    if (!t) {
+        http_reply_error(r, 404, "not_found", NULL);
+        return;
+    }
+    if (!found) {
+        method_not_allowed(r, t);
+        return;
+    }
+    int64_t id = 0;
+    if (param >= 0 && validate_id_segment(seg[param], strlen(seg[param]), &id) != 0) {
+        char d[96];
+        const char *name = strchr(t->path, '{') + 1;
+        snprintf(d, sizeof d, "%.*s must be an integer between 1 and 2^63-1",
+                 (int)strcspn(name, "}"), name);
+        http_reply_error(r, 400, "invalid_request", d);
+        return;
+    }
+    found->handle(r, id);
+}

@@ -1,0 +1,92 @@
+/*
+ * server: the HTTP front of seckilld, without knowing any route.
+ *
+ * cfg->http_threads libevent loops share one listening socket; each has its
+ * own evhttp and its own order desk (order/order_desk.h: the async Redis
+ * client of the order path).  Every request is handed to the dispatch
+ * function given at start; it ends in exactly one reply through the
+ * functions below, on the loop that owns it.  Blocking work (admin, lookups)
+ * goes to the worker pool and comes back to that loop (http_submit).
+ *
+ * Each reply is checked against the answers its route declared (struct
+ * http_req.answers, set by the router): one it did not declare is logged and
+ * counted (seckill_http_undeclared_answers_total), so the route table, and
+ * the OpenAPI document checked against it, stay true.
+ */
+#ifndef SECKILL_HTTP_SERVER_H
+#define SECKILL_HTTP_SERVER_H
+
+#include <event2/http.h>
+#include <jansson.h>
+#include <stddef.h>
+
+#include "core/cfg.h"
+#include "order/order_desk.h"
+#include "store/workers.h"
+
+struct http_server;
+struct http_loop; /* one event-loop thread */
+
+/* An answer a route can give: a status and, for an error, its code (NULL
+ * for a body without "error").  Lists end with {0, NULL}. */
+struct http_answer {
+    int status;
+    const char *error;
+};
+
+/* One request being answered.  Copy it freely: it owns nothing. */
+struct http_req {
+    struct evhttp_request *ev;
+    struct http_loop *loop;
+    const struct http_answer *answers; /* the route's, or the router's own when none matched */
+    const char *route;                 /* "POST /api/v1/skus/{sku_id}/orders", for logs */
+};
+
+/* Routes one request; runs on its loop. */
+typedef void http_dispatch_fn(struct http_req *req);
+
+/* Binds cfg->http_addr and starts the loops.  Returns NULL (err set) on failure. */
+struct http_server *http_server_start(const struct cfg *c, struct workers *ws,
+                                      http_dispatch_fn *dispatch, char *err, size_t errlen);
+
+/* Refuses new orders, lets reservations in flight get their answer, joins
+ * the threads and frees s.  NULL is a no-op. */
+void http_server_stop(struct http_server *s);
+
+const struct cfg *http_loop_cfg(const struct http_loop *l);
+/* The loop's order desk; NULL once the loop is shutting down. */
+struct order_desk *http_loop_desk(struct http_loop *l);
+
+/* ---- replies: exactly one per request ---- */
+
+/* Adds an answer header (call before the reply). */
+void http_add_header(const struct http_req *r, const char *name, const char *value);
+/* Sends JSON text (len bytes, a success body) with 'status'. */
+void http_reply_text(const struct http_req *r, int status, const char *json, size_t len);
+/* Sends 'body' (reference stolen; its "error" member, if any, is its code). */
+void http_reply_json(const struct http_req *r, int status, json_t *body);
+/* Sends {"error": error, "detail": detail}; detail may be NULL. */
+void http_reply_error(const struct http_req *r, int status, const char *error, const char *detail);
+/* 503 unavailable with Retry-After: a backing store did not answer. */
+void http_reply_unavailable(const struct http_req *r);
+/* Sends a non-JSON success body (e.g. the Prometheus text). */
+void http_reply_raw(const struct http_req *r, int status, const char *content_type,
+                    const char *body, size_t len);
+
+/* ---- request intake ---- */
+
+/* A request header's value, or NULL. */
+const char *http_header(const struct http_req *r, const char *name);
+/* Returns 0 if the Content-Type is JSON, else replies 400 and returns -1. */
+int http_require_json(const struct http_req *r);
+/* Copies the body (NUL-terminated, caller frees) and its length.  Returns
+ * NULL after replying 400 when it is larger than max_body_bytes. */
+char *http_take_body(const struct http_req *r, size_t *len);
+
+/* Queues j on the worker pool; its 'done' runs on r's loop.  'urgent' jobs
+ * (admin, health) pass buyer lookups.  Returns 0; -1 after replying 503 (the
+ * pool is full or stopping): the caller still owns j. */
+int http_submit(const struct http_req *r, struct job *j, int urgent)
+    __attribute__((warn_unused_result));
+
+#endif

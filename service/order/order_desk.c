@@ -1,0 +1,263 @@
+#include "order/order_desk.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/embedded.h"
+#include "core/log.h"
+#include "core/metrics.h"
+#include "order/order_wait.h"
+#include "sku/reconcile.h"
+#include "sku/sku.h"
+#include "store/redis_async.h"
+
+struct order_desk {
+    const struct cfg *cfg;
+    struct event_base *base;
+    struct workers *workers;
+    struct redis_async *redis;
+    struct order_wait *waits; /* durable mode only */
+    int closing;
+    uint64_t rng; /* made-up idempotency keys */
+};
+
+/* One order in flight, from the script call to the outcome. */
+struct order_call {
+    struct order_desk *od;
+    order_desk_fn *fn;
+    void *arg;
+    int64_t sku;
+    int replayed;
+    int64_t order_id;             /* while waiting for the writer */
+    char idem[KEYS_IDEM_MAX + 1]; /* the buyer's key, or one made up for them */
+};
+
+/* The SKU look-up of a reservation that found the SKU missing in Redis. */
+struct sku_probe {
+    struct job job; /* first: the pool hands back this pointer */
+    struct order_call *call;
+    enum sku_result res;
+};
+
+/* Gives the outcome to the caller and frees the call. */
+static void finish(struct order_call *oc, enum order_result r, const struct order_decision *d)
+{
+    struct order_outcome o = {.result = r, .replayed = oc->replayed, .idem = oc->idem};
+    if (d)
+        o.d = *d;
+    oc->fn(&o, oc->arg);
+    free(oc);
+}
+
+/* xorshift64*, seeded per desk from the kernel: made-up idempotency keys are
+ * scoped to their buyer, so they need to be unique, not secret. */
+static uint64_t next_random(struct order_desk *od)
+{
+    uint64_t x = od->rng;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    od->rng = x;
+    return x * UINT64_C(0x2545F4914F6CDD1D);
+}
+
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- a SKU Redis does not hold ----------------------------------------- */
+
+static void probe_run(struct job *j, struct worker_ctx *w)
+{
+    struct sku_probe *p = (struct sku_probe *)j;
+    p->res = sku_exists(w, p->call->sku);
+    if (p->res == SKU_OK) /* known, not in Redis: restore it now, not at the next pass */
+        reconcile_kick();
+}
+
+static void probe_done(struct job *j)
+{
+    struct sku_probe *p = (struct sku_probe *)j;
+    struct order_call *oc = p->call;
+    enum sku_result res = p->res;
+    free(p);
+    finish(oc,
+           res == SKU_OK        ? ORDER_SKU_NOT_LOADED
+           : res == SKU_UNKNOWN ? ORDER_SKU_UNKNOWN
+                                : ORDER_UNAVAILABLE,
+           NULL);
+}
+
+/* Unknown to Redis: unknown, or being restored, as PostgreSQL says. */
+static void probe_sku(struct order_call *oc)
+{
+    struct sku_probe *p = calloc(1, sizeof *p);
+    if (!p)
+        abort();
+    p->call = oc;
+    p->job.run = probe_run;
+    p->job.done = probe_done;
+    p->job.base = oc->od->base;
+    if (workers_submit(oc->od->workers, &p->job) != 0) {
+        free(p);
+        finish(oc, ORDER_UNAVAILABLE, NULL);
+    }
+}
+
+/* ---- the reservation ----------------------------------------------------- */
+
+/* order_wait's answer: the writer's decision, or NULL when it did not come
+ * within order_ack_wait_ms (an honest pending). */
+static void on_decided(const struct order_decision *d, void *arg)
+{
+    struct order_call *oc = arg;
+    struct order_decision pending = {.order_id = oc->order_id, .status = ORDER_PENDING};
+    if (!d)
+        d = &pending;
+    finish(oc, d->status, d);
+}
+
+/* Durable mode waits for a pending order's commit; reserved mode answers now. */
+static void settle(struct order_call *oc, const struct order_decision *d)
+{
+    if (d->status != ORDER_PENDING || !oc->od->waits) {
+        finish(oc, d->status, d);
+        return;
+    }
+    oc->order_id = d->order_id;
+    order_wait_add(oc->od->waits, d->order_id, d->entry, on_decided, oc);
+}
+
+/* reserve.lua's reply, on the loop. */
+static void on_reserved(redisReply *r, enum redis_async_status st, void *arg)
+{
+    struct order_call *oc = arg;
+    if (st == REDIS_ASYNC_LOST || st == REDIS_ASYNC_TIMEOUT) {
+        finish(oc, st == REDIS_ASYNC_LOST ? ORDER_OUTCOME_LOST : ORDER_OUTCOME_TIMEOUT, NULL);
+        return;
+    }
+    struct order_reply rep;
+    order_parse_reply(r, &rep);
+    oc->replayed = rep.replayed;
+    switch (rep.result) {
+    case ORDER_PENDING:
+    case ORDER_CONFIRMED:
+    case ORDER_REJECTED:
+        settle(oc, &rep.d);
+        return;
+    case ORDER_SKU_NOT_LOADED:
+        probe_sku(oc);
+        return;
+    case ORDER_IDS_EXHAUSTED:
+        log_error("sku %" PRId64 ": the epoch has no order ids left", oc->sku);
+        break;
+    case ORDER_UNAVAILABLE: /* not sent, or an error reply: nothing was taken */
+        if (r && r->type == REDIS_REPLY_ERROR)
+            log_error("reserve.lua: %s", r->str);
+        else if (r)
+            log_error("reserve.lua: unexpected answer");
+        break;
+    default:
+        break;
+    }
+    finish(oc, rep.result, NULL);
+}
+
+/* A reserve reply that came after its buyer was told the outcome is open:
+ * Redis stalled between running the script and replying.  The order is real;
+ * its buyer has the Idempotency-Key that finds it.  Counted, so that it is
+ * never silent. */
+static void on_late_reply(redisReply *r, void *arg)
+{
+    (void)arg;
+    struct order_reply rep;
+    order_parse_reply(r, &rep);
+    if (rep.result != ORDER_PENDING || rep.replayed)
+        return;
+    metrics_add(M_ORDERS_LATE_RESERVED, 1);
+    log_warn("order %" PRId64 " was reserved, but its reply came after the buyer's 503 (Redis "
+             "stalled); the Idempotency-Key in that 503 finds it",
+             rep.d.order_id);
+}
+
+void order_desk_place(struct order_desk *od, const struct order_request *rq, order_desk_fn *fn,
+                      void *arg)
+{
+    struct order_call *oc = calloc(1, sizeof *oc);
+    if (!oc)
+        abort();
+    *oc = (struct order_call){.od = od, .fn = fn, .arg = arg, .sku = rq->sku};
+    if (!od || od->closing || !od->redis) {
+        finish(oc, ORDER_UNAVAILABLE, NULL);
+        return;
+    }
+    if (rq->idem)
+        snprintf(oc->idem, sizeof oc->idem, "%s", rq->idem);
+    else
+        snprintf(oc->idem, sizeof oc->idem, "auto-%016" PRIx64 "%016" PRIx64, next_random(od),
+                 next_random(od));
+    /* Past this instant (Redis clock) the script takes nothing: the outcome
+     * is reported at redis_timeout_ms, so a refusal never hides a reservation. */
+    const struct cfg *c = od->cfg;
+    struct order_reserve_call rc;
+    order_reserve_prepare(&rc, rq->sku, rq->user, rq->qty, oc->idem, rq->idem != NULL,
+                          c->idempotency_ttl_s,
+                          wall_ms() + c->redis_timeout_ms - c->reserve_deadline_margin_ms);
+    redis_async_script(od->redis, &script_reserve, ORDER_RESERVE_NKEYS, ORDER_RESERVE_NARGS,
+                       rc.argv, NULL, on_reserved, oc);
+}
+
+/* ---- the desk ------------------------------------------------------------ */
+
+struct order_desk *order_desk_new(struct event_base *base, const struct cfg *c, struct workers *ws,
+                                  char *err, size_t errlen)
+{
+    struct order_desk *od = calloc(1, sizeof *od);
+    if (!od)
+        abort();
+    od->cfg = c;
+    od->base = base;
+    od->workers = ws;
+    if (getentropy(&od->rng, sizeof od->rng) != 0 || od->rng == 0)
+        od->rng = (uint64_t)time(NULL) * UINT64_C(0x9E3779B97F4A7C15) + (uint64_t)(uintptr_t)od;
+    od->redis = redis_async_new(base, c, err, errlen);
+    if (od->redis)
+        redis_async_on_late(od->redis, on_late_reply, od);
+    if (od->redis && strcmp(c->order_ack, "durable") == 0)
+        od->waits = order_wait_new(base, c, err, errlen);
+    if (!od->redis || (!od->waits && strcmp(c->order_ack, "durable") == 0)) {
+        order_desk_free(od);
+        return NULL;
+    }
+    return od;
+}
+
+void order_desk_close(struct order_desk *od)
+{
+    od->closing = 1;
+}
+
+int order_desk_pending(const struct order_desk *od)
+{
+    return od && od->redis ? redis_async_pending(od->redis) : 0;
+}
+
+void order_desk_free(struct order_desk *od)
+{
+    if (!od)
+        return;
+    /* Scripts still in flight are answered first (their callbacks may hand
+     * orders to the waiters), then the waiters learn their order is pending. */
+    redis_async_free(od->redis);
+    od->redis = NULL;
+    order_wait_free(od->waits);
+    od->waits = NULL;
+    free(od);
+}
