@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Install the Debian packages this project needs, if any are missing.
+# Install the Debian packages this project needs, if any are missing, and the
+# OpenAPI validator's npm packages (scripts/openapi, from its package-lock.json).
 # Prints one line when everything is already present.
 #
 # Env: VALGRIND=1 also requires valgrind (used by `VALGRIND=1 make test`).
 set -euo pipefail
 
 PROG=deps.sh
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+OPENAPI_DIR=$ROOT/scripts/openapi
 PACKAGES=(
     build-essential pkg-config
     libhiredis-dev libevent-dev libpq-dev libjansson-dev
@@ -17,6 +20,18 @@ PACKAGES=(
 )
 if [[ ${VALGRIND:-0} == 1 ]]; then
     PACKAGES+=(valgrind)
+fi
+# The OpenAPI validator (scripts/openapi/validate.js) runs on Node.js.  Debian's
+# nodejs and npm are required only when the node / npm commands are missing, not
+# as packages: a machine that already has Node.js from elsewhere keeps it.
+# NodeSource's nodejs package bundles npm and conflicts with Debian's npm package
+# (installing it would fail or replace their Node), and nvm's Node is no package
+# at all, so dpkg-query cannot be the test here.
+if ! command -v node >/dev/null 2>&1; then
+    PACKAGES+=(nodejs)
+fi
+if ! command -v npm >/dev/null 2>&1; then
+    PACKAGES+=(npm)
 fi
 
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
@@ -33,8 +48,34 @@ for p in "${PACKAGES[@]}"; do
     fi
 done
 
+# The validator's npm packages: `npm ci` (exactly the lock file's versions) when
+# node_modules is missing or older than package-lock.json (a pull changed it).
+# Sets openapi_installed=1 when it installed them.
+openapi_installed=0
+openapi_deps() {
+    local modules=$OPENAPI_DIR/node_modules lock=$OPENAPI_DIR/package-lock.json
+    if [[ -d $modules && ! $lock -nt $modules ]]; then
+        return 0
+    fi
+    if ! node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 18 ? 0 : 1)'; then
+        printf '%s: error: the OpenAPI validator needs Node.js 18 or newer, not %s\n' "$PROG" \
+            "$(node --version)" >&2
+        exit 1
+    fi
+    printf '%s: installing the OpenAPI validator (npm ci in scripts/openapi)\n' "$PROG"
+    (cd "$OPENAPI_DIR" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+    touch "$modules" # npm ci may reuse the directory: mark it newer than the lock file
+    openapi_installed=1
+}
+
 if ((${#missing[@]} == 0)); then
-    printf '%s: all %d required packages are installed\n' "$PROG" "${#PACKAGES[@]}"
+    openapi_deps
+    if ((openapi_installed)); then
+        printf '%s: done\n' "$PROG"
+    else
+        printf '%s: all %d required packages and the OpenAPI validator are installed\n' "$PROG" \
+            "${#PACKAGES[@]}"
+    fi
     exit 0
 fi
 
@@ -75,4 +116,5 @@ APT=("${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get)
 "${APT[@]}" update
 "${APT[@]}" install -y --no-install-recommends "${missing[@]}"
 
+openapi_deps
 printf '%s: done\n' "$PROG"
