@@ -42,12 +42,12 @@ static void reply_order(const struct order_req *q, int status, const struct orde
 static void reply_rejected(const struct order_req *q, const struct order_outcome *o)
 {
     enum order_result why = order_rejection_result(o->d.reason);
-    json_t *body = json_pack(
-        "{s:s, s:s, s:I, s:s, s:s, s:I, s:I, s:I}", "error",
-        why == ORDER_REJECTED ? "order_rejected" : order_result_name(why), "detail",
-        "the database refused this order; nothing was taken", "order_id",
-        (json_int_t)o->d.order_id, "status", "rejected", "reason", o->d.reason, "sku_id",
-        (json_int_t)q->sku, "user_id", (json_int_t)q->user, "qty", (json_int_t)q->qty);
+    json_t *body =
+        json_pack("{s:s, s:s, s:I, s:s, s:s, s:I, s:I, s:I}", "error",
+                  why == ORDER_REJECTED ? "order_rejected" : order_result_name(why), "detail",
+                  "the database refused this order; nothing was taken", "order_id",
+                  (json_int_t)o->d.order_id, "status", "rejected", "reason", o->d.reason, "sku_id",
+                  (json_int_t)q->sku, "user_id", (json_int_t)q->user, "qty", (json_int_t)q->qty);
     if (o->replayed)
         json_object_set_new(body, "replayed", json_true());
     http_reply_json(&q->req, 409, body);
@@ -69,8 +69,8 @@ static void answer(const struct http_req *r, const struct order_req *q,
                    const struct order_outcome *o, json_t *found)
 {
     int durable = strcmp(http_loop_cfg(r->loop)->order_ack, "durable") == 0;
-    int names_order = o->result == ORDER_PENDING || o->result == ORDER_CONFIRMED ||
-                      o->result == ORDER_REJECTED;
+    int names_order =
+        o->result == ORDER_PENDING || o->result == ORDER_CONFIRMED || o->result == ORDER_REJECTED;
     if (q && o->replayed)
         metrics_add(M_ORDERS_REPLAYED, 1);
     else if (q && names_order)

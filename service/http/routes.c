@@ -15,35 +15,52 @@
 #define MAX_SEGMENT_BYTES 64
 
 /* What every route can answer besides its own. */
-#define ANSWER_405 {405, "method_not_allowed"}
-#define ANSWER_BAD {400, "invalid_request"}
-#define ANSWER_401 {401, "unauthorized"}
-#define ANSWER_503 {503, "unavailable"}
-#define ANSWERS_END {0, NULL}
+#define ANSWER_405                                                                                 \
+    {                                                                                              \
+        405, "method_not_allowed"                                                                  \
+    }
+#define ANSWER_BAD                                                                                 \
+    {                                                                                              \
+        400, "invalid_request"                                                                     \
+    }
+#define ANSWER_401                                                                                 \
+    {                                                                                              \
+        401, "unauthorized"                                                                        \
+    }
+#define ANSWER_503                                                                                 \
+    {                                                                                              \
+        503, "unavailable"                                                                         \
+    }
+#define ANSWERS_END                                                                                \
+    {                                                                                              \
+        0, NULL                                                                                    \
+    }
 
 static const struct http_answer metrics_answers[] = {{200, NULL}, ANSWER_405, ANSWERS_END};
 
 static const struct http_answer health_answers[] = {
-    {200, NULL}, {503, NULL}, /* the health body names what is down */
-    ANSWER_503,               /* the worker pool is full or stopping */
-    ANSWER_405,  ANSWERS_END};
-
-static const struct http_answer place_order_answers[] = {
-    {201, NULL},                      /* durable: committed */
-    {202, NULL},                      /* pending; or any state in reserved mode */
-    ANSWER_BAD,                       /* id, Content-Type, body, Idempotency-Key */
-    {404, "unknown_sku"},             /* neither Redis nor PostgreSQL knows it */
-    {409, "sold_out"},                /* also a rejected order (insufficient_stock) */
-    {409, "limit_exceeded"},          /* also a rejected order (limit_exceeded) */
-    {409, "sale_not_active"},         /* outside the sale window */
-    {409, "order_rejected"},          /* a rejected order for another reason */
-    {422, "idempotency_key_reused"},  /* the key was used with another body */
-    ANSWER_503,                       /* nothing taken, being restored, or outcome open */
+    {200, NULL},
+    {503, NULL}, /* the health body names what is down */
+    ANSWER_503,  /* the worker pool is full or stopping */
     ANSWER_405,
     ANSWERS_END};
 
-static const struct http_answer get_sku_answers[] = {
-    {200, NULL}, ANSWER_BAD, {404, "unknown_sku"}, ANSWER_503, ANSWER_405, ANSWERS_END};
+static const struct http_answer place_order_answers[] = {
+    {201, NULL},                     /* durable: committed */
+    {202, NULL},                     /* pending; or any state in reserved mode */
+    ANSWER_BAD,                      /* id, Content-Type, body, Idempotency-Key */
+    {404, "unknown_sku"},            /* neither Redis nor PostgreSQL knows it */
+    {409, "sold_out"},               /* also a rejected order (insufficient_stock) */
+    {409, "limit_exceeded"},         /* also a rejected order (limit_exceeded) */
+    {409, "sale_not_active"},        /* outside the sale window */
+    {409, "order_rejected"},         /* a rejected order for another reason */
+    {422, "idempotency_key_reused"}, /* the key was used with another body */
+    ANSWER_503,                      /* nothing taken, being restored, or outcome open */
+    ANSWER_405,
+    ANSWERS_END};
+
+static const struct http_answer get_sku_answers[] = {{200, NULL}, ANSWER_BAD, {404, "unknown_sku"},
+                                                     ANSWER_503,  ANSWER_405, ANSWERS_END};
 
 static const struct http_answer get_order_answers[] = {
     {200, NULL}, ANSWER_BAD, {404, "unknown_order"}, ANSWER_503, ANSWER_405, ANSWERS_END};
@@ -55,15 +72,22 @@ static const struct http_answer get_sku_admin_answers[] = {
     {200, NULL}, ANSWER_BAD, ANSWER_401, {404, "unknown_sku"}, ANSWER_503, ANSWER_405, ANSWERS_END};
 
 static const struct http_answer reload_sku_answers[] = {
-    {200, NULL},           ANSWER_BAD, ANSWER_401, {404, "unknown_sku"}, {409, "already_loaded"},
-    ANSWER_503,            ANSWER_405, ANSWERS_END};
+    {200, NULL}, ANSWER_BAD, ANSWER_401, {404, "unknown_sku"}, {409, "already_loaded"},
+    ANSWER_503,  ANSWER_405, ANSWERS_END};
 
-static const struct http_answer adjust_stock_answers[] = {
-    {200, NULL},       ANSWER_BAD, ANSWER_401, {404, "unknown_sku"}, {409, "insufficient_stock"},
-    {422, "idempotency_key_reused"},   ANSWER_503, ANSWER_405,   ANSWERS_END};
+static const struct http_answer adjust_stock_answers[] = {{200, NULL},
+                                                          ANSWER_BAD,
+                                                          ANSWER_401,
+                                                          {404, "unknown_sku"},
+                                                          {409, "insufficient_stock"},
+                                                          {422, "idempotency_key_reused"},
+                                                          ANSWER_503,
+                                                          ANSWER_405,
+                                                          ANSWERS_END};
 
 const struct http_answer routes_unrouted_answers[] = {
-    {404, "not_found"}, ANSWER_401, /* anything under /admin/ needs the token first */
+    {404, "not_found"},
+    ANSWER_401, /* anything under /admin/ needs the token first */
     ANSWERS_END};
 
 #define ROUTE(m, p) .method = m, .path = p, .label = m " " p
@@ -74,8 +98,8 @@ const struct routes_route routes_table[] = {
      .handle = handle_order_place, .answers = place_order_answers},
     {ROUTE("GET", "/api/v1/skus/{sku_id}"), .operation = "getSku", .handle = handle_sku_get,
      .answers = get_sku_answers},
-    {ROUTE("GET", "/api/v1/orders/{order_id}"), .operation = "getOrder",
-     .handle = handle_order_get, .answers = get_order_answers},
+    {ROUTE("GET", "/api/v1/orders/{order_id}"), .operation = "getOrder", .handle = handle_order_get,
+     .answers = get_order_answers},
     {ROUTE("POST", "/admin/v1/skus"), .operation = "createSku", .admin = 1,
      .handle = handle_sku_create, .answers = create_sku_answers},
     {ROUTE("GET", "/admin/v1/skus/{sku_id}"), .operation = "getSkuAdmin", .admin = 1,
