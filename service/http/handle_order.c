@@ -160,10 +160,8 @@ static void on_placed(const struct order_outcome *o, void *arg)
 void handle_order_place(struct http_req *r, int64_t sku)
 {
     const struct cfg *c = http_loop_cfg(r->loop);
-    if (http_require_json(r) != 0)
-        return;
     size_t len;
-    char *body = http_take_body(r, &len);
+    char *body = http_take_json(r, &len);
     if (!body)
         return;
     char detail[160];

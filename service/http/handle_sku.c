@@ -140,10 +140,8 @@ void handle_sku_health(struct http_req *r, int64_t unused)
 void handle_sku_create(struct http_req *r, int64_t unused)
 {
     (void)unused;
-    if (http_require_json(r) != 0)
-        return;
     size_t len;
-    char *body = http_take_body(r, &len);
+    char *body = http_take_json(r, &len);
     if (!body)
         return;
     struct sku_job *sj = new_job(r, OP_CREATE, 0);
@@ -160,10 +158,8 @@ void handle_sku_create(struct http_req *r, int64_t unused)
 
 void handle_sku_adjust(struct http_req *r, int64_t sku)
 {
-    if (http_require_json(r) != 0)
-        return;
     size_t len;
-    char *body = http_take_body(r, &len);
+    char *body = http_take_json(r, &len);
     if (!body)
         return;
     const struct cfg *c = http_loop_cfg(r->loop);

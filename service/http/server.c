@@ -96,6 +96,7 @@ void http_add_header(const struct http_req *r, const char *name, const char *val
 void http_reply_raw(const struct http_req *r, int status, const char *content_type,
                     const char *body, size_t len)
 {
+    check_answer(r, status, NULL);
     struct evhttp_request *req = r->ev;
     struct evbuffer *buf = evbuffer_new();
     if (!buf)
@@ -165,8 +166,12 @@ const char *http_header(const struct http_req *r, const char *name)
     return evhttp_find_header(evhttp_request_get_input_headers(r->ev), name);
 }
 
-char *http_take_body(const struct http_req *r, size_t *len)
+char *http_take_json(const struct http_req *r, size_t *len)
 {
+    if (validate_json_content_type(http_header(r, "Content-Type")) != 0) {
+        http_reply_error(r, 400, "invalid_request", "Content-Type must be application/json");
+        return NULL;
+    }
     const struct cfg *c = r->loop->srv->cfg;
     struct evbuffer *in = evhttp_request_get_input_buffer(r->ev);
     *len = evbuffer_get_length(in);
@@ -182,14 +187,6 @@ char *http_take_body(const struct http_req *r, size_t *len)
     evbuffer_copyout(in, b, *len);
     b[*len] = '\0';
     return b;
-}
-
-int http_require_json(const struct http_req *r)
-{
-    if (validate_json_content_type(http_header(r, "Content-Type")) == 0)
-        return 0;
-    http_reply_error(r, 400, "invalid_request", "Content-Type must be application/json");
-    return -1;
 }
 
 int http_submit(const struct http_req *r, struct job *j, int urgent)

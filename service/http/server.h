@@ -77,11 +77,10 @@ void http_reply_raw(const struct http_req *r, int status, const char *content_ty
 
 /* A request header's value, or NULL. */
 const char *http_header(const struct http_req *r, const char *name);
-/* Returns 0 if the Content-Type is JSON, else replies 400 and returns -1. */
-int http_require_json(const struct http_req *r);
-/* Copies the body (NUL-terminated, caller frees) and its length.  Returns
- * NULL after replying 400 when it is larger than max_body_bytes. */
-char *http_take_body(const struct http_req *r, size_t *len);
+/* Copies a JSON body (NUL-terminated, caller frees) and its length.  Returns
+ * NULL after replying 400 when the Content-Type is not JSON or the body is
+ * larger than max_body_bytes. */
+char *http_take_json(const struct http_req *r, size_t *len);
 
 /* Queues j on the worker pool; its 'done' runs on r's loop.  'urgent' jobs
  * (admin, health) pass buyer lookups.  Returns 0; -1 after replying 503 (the

@@ -65,7 +65,8 @@ static void collect_codes(json_t *s, json_t *codes)
     s = deref(s);
     if (!json_is_object(s))
         return;
-    json_t *en = json_object_get(json_object_get(json_object_get(s, "properties"), "error"), "enum");
+    json_t *en =
+        json_object_get(json_object_get(json_object_get(s, "properties"), "error"), "enum");
     size_t i;
     json_t *v;
     json_array_foreach(en, i, v) json_object_set(codes, json_string_value(v), json_true());
@@ -143,10 +144,10 @@ START_TEST(test_every_route_is_documented_with_its_operation_id)
         const struct routes_route *t = &routes_table[i];
         json_t *op = doc_operation(t);
         ck_assert_msg(op, "%s is not in docs/openapi.json", t->label);
-        ck_assert_msg(json_is_string(json_object_get(op, "operationId")) &&
-                          strcmp(json_string_value(json_object_get(op, "operationId")),
-                                 t->operation) == 0,
-                      "%s: operationId is not %s", t->label, t->operation);
+        ck_assert_msg(
+            json_is_string(json_object_get(op, "operationId")) &&
+                strcmp(json_string_value(json_object_get(op, "operationId")), t->operation) == 0,
+            "%s: operationId is not %s", t->label, t->operation);
         int secured = json_array_size(json_object_get(op, "security")) > 0;
         ck_assert_msg(secured == t->admin, "%s: security is %s in the document", t->label,
                       secured ? "set" : "missing");
