@@ -19,7 +19,7 @@ CPPFLAGS += -D_GNU_SOURCE -Iservice -Iservice/rlock/include -Iloadtest
 CFLAGS   += $(OPT) $(WARN) $(PKG_CFLAGS) -pthread
 LDFLAGS  += $(OPT) -pthread
 
-RLOCK_SRC   := $(wildcard service/rlock/*.c)
+RLOCK_SRC   := $(wildcard service/rlock/src/*.c)
 RLOCK_LUA   := $(sort $(wildcard lua/rlock_*.lua))
 SVC_LUA     := $(sort $(filter-out $(RLOCK_LUA),$(wildcard lua/*.lua)))
 SVC_SQL     := $(sort $(wildcard sql/*.sql))
@@ -68,7 +68,7 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
 # The lock library sees its own headers only: reaching into the service fails the build.
-$(BUILD)/service/rlock/%.o: CPPFLAGS := -D_GNU_SOURCE -Iservice/rlock/include
+$(BUILD)/service/rlock/%.o: CPPFLAGS := -D_GNU_SOURCE -Iservice/rlock/include -Iservice/rlock/src
 
 $(BUILD)/librlock.a: $(RLOCK_OBJ)
 	$(AR) rcs $@ $^
