@@ -1,5 +1,5 @@
 /*
- * rlock_async: locks on a libevent loop (see rlock_async.h).
+ * async: locks on a libevent loop (see rlock/async.h).
  *
  * Three kinds of objects:
  *  - struct cmd: one script call in flight.  Its completion function runs
@@ -15,11 +15,11 @@
 #include "rlock/async.h"
 
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "internal.h"
 #include "rlock/metrics.h"
 #include "rlock/notify.h"
 #include "rlock/reentrant.h"
@@ -159,11 +159,6 @@ static struct timeval ms_tv(int64_t ms)
     return tv;
 }
 
-static int64_t drift_ms(int ttl_ms)
-{
-    return ((int64_t)ttl_ms + 99) / 100 + 2;
-}
-
 /* ---- commands ---- */
 
 static void cmd_free(struct cmd *c)
@@ -249,7 +244,7 @@ static void cmd_on_timeout(evutil_socket_t fd, short what, void *arg)
     (void)what;
     struct cmd *c = arg;
     char err[64];
-    snprintf(err, sizeof err, "timed out after %d ms", c->a ? c->a->op_timeout_ms : 0);
+    rlock_err_set(err, sizeof err, "timed out after %d ms", c->a ? c->a->op_timeout_ms : 0);
     cmd_finish(c, NULL, err);
 }
 
@@ -339,16 +334,16 @@ static void renew_done(void *owner, redisReply *r, const char *err)
     enum rlock_status st = RLOCK_ERR;
     char msg[128] = "";
     if (err)
-        snprintf(msg, sizeof msg, "extend: %s", err);
+        rlock_err_set(msg, sizeof msg, "extend: %s", err);
     else if (r->type == REDIS_REPLY_ERROR)
-        snprintf(msg, sizeof msg, "extend: %.100s", r->str);
+        rlock_err_set(msg, sizeof msg, "extend: %s", r->str);
     else if (r->type != REDIS_REPLY_INTEGER)
-        snprintf(msg, sizeof msg, "extend: unexpected reply type %d", r->type);
+        rlock_err_set(msg, sizeof msg, "extend: unexpected reply type %d", r->type);
     else if (r->integer == 1)
         st = RLOCK_OK;
     else {
         st = RLOCK_NOT_OWNER;
-        snprintf(msg, sizeof msg, "extend: the lock expired or has another owner");
+        rlock_err_set(msg, sizeof msg, "extend: the lock expired or has another owner");
     }
 
     if (x->watchdog)
@@ -430,22 +425,6 @@ static void renew_timer_cb(evutil_socket_t fd, short what, void *arg)
 static void acq_try(struct acq *q);
 static void acq_notified(void *arg);
 
-/* Fills out with a fresh 128-bit hex token (the simple lock's format).
- * Returns 0, or -1 when the kernel CSPRNG fails. */
-static int token_new(char *out)
-{
-    static const char hex[] = "0123456789abcdef";
-    unsigned char rnd[RLOCK_TOKEN_LEN / 2];
-    if (rlock_random_bytes(rnd, sizeof rnd) < 0)
-        return -1;
-    for (size_t i = 0; i < sizeof rnd; i++) {
-        out[2 * i] = hex[rnd[i] >> 4];
-        out[2 * i + 1] = hex[rnd[i] & 0xf];
-    }
-    out[RLOCK_TOKEN_LEN] = '\0';
-    return 0;
-}
-
 static void acq_finish(struct acq *q, enum rlock_status st, const char *err)
 {
     struct rlock_async *a = q->a;
@@ -454,21 +433,15 @@ static void acq_finish(struct acq *q, enum rlock_status st, const char *err)
     q->w = NULL;
     event_free(q->wake);
 
-    if (q->waited)
-        rlock_metrics_add(RLOCK_M_WAIT_MS, (uint64_t)(rlock_mono_ms() - q->start));
+    rlock_count_acquire(st, q->waited, rlock_mono_ms() - q->start);
     struct rlock_async_lock *l = q->l;
     if (st == RLOCK_OK) {
-        rlock_metrics_add(RLOCK_M_ACQUIRED, 1);
-        if (q->waited)
-            rlock_metrics_add(RLOCK_M_WAITED, 1);
         l->user = 1;
         l->refs++;
         LIST_ADD(a->locks, l);
         l->a = a;
         if (l->watched)
             renew_schedule(l, l->ttl_ms / 3);
-    } else if (st == RLOCK_BUSY) {
-        rlock_metrics_add(RLOCK_M_BUSY, 1);
     }
     rlock_async_acquire_fn *fn = q->fn;
     void *arg = q->arg;
@@ -484,7 +457,7 @@ static void acq_reply(void *owner, redisReply *r, const char *err)
     q->inflight = NULL;
     char msg[160];
     if (err) {
-        snprintf(msg, sizeof msg, "acquire: %s", err);
+        rlock_err_set(msg, sizeof msg, "acquire: %s", err);
         acq_finish(q, RLOCK_ERR, msg);
         return;
     }
@@ -497,9 +470,9 @@ static void acq_reply(void *owner, redisReply *r, const char *err)
     } else {
         st = RLOCK_ERR;
         if (r->type == REDIS_REPLY_ERROR)
-            snprintf(msg, sizeof msg, "acquire: %.140s", r->str);
+            rlock_err_set(msg, sizeof msg, "acquire: %s", r->str);
         else
-            snprintf(msg, sizeof msg, "acquire: unexpected reply type %d", r->type);
+            rlock_err_set(msg, sizeof msg, "acquire: unexpected reply type %d", r->type);
     }
     if (st == RLOCK_OK) {
         l->acquired_mono_ms = q->sent_at;
@@ -673,7 +646,7 @@ int rlock_async_acquire(struct rlock_async *a, const struct rlock_async_req *r,
     if (l->reentrant) {
         if (rlock_owner_field(l->owner, a->uuid, r->thread_id) < 0)
             goto fail;
-    } else if (token_new(l->owner) < 0) {
+    } else if (rlock_token_new(l->owner) < 0) {
         goto fail;
     }
     l->renew_timer = evtimer_new(a->base, renew_timer_cb, l);
@@ -737,21 +710,18 @@ static void release_done(void *owner, redisReply *r, const char *err)
     enum rlock_status st = RLOCK_ERR;
     char msg[160] = "";
     if (err)
-        snprintf(msg, sizeof msg, "release: %s", err);
+        rlock_err_set(msg, sizeof msg, "release: %s", err);
     else if (r->type == REDIS_REPLY_ERROR)
-        snprintf(msg, sizeof msg, "release: %.140s", r->str);
+        rlock_err_set(msg, sizeof msg, "release: %s", r->str);
     else if (r->type != REDIS_REPLY_INTEGER)
-        snprintf(msg, sizeof msg, "release: unexpected reply type %d", r->type);
+        rlock_err_set(msg, sizeof msg, "release: unexpected reply type %d", r->type);
     else if (l->reentrant ? r->integer >= 0 : r->integer == 1)
         st = RLOCK_OK;
     else {
         st = RLOCK_NOT_OWNER;
-        snprintf(msg, sizeof msg, "release: not held any more (expired or another owner's)");
+        rlock_err_set(msg, sizeof msg, "release: not held any more (expired or another owner's)");
     }
-    if (st == RLOCK_OK)
-        rlock_metrics_add(RLOCK_M_RELEASED, 1);
-    else if (st == RLOCK_NOT_OWNER)
-        rlock_metrics_add(RLOCK_M_RELEASE_REFUSED, 1);
+    rlock_count_release(st);
     if (x->fn)
         x->fn(st, msg, x->arg);
     free(x);
@@ -805,9 +775,7 @@ int64_t rlock_async_remaining_ms(const struct rlock_async_lock *l)
 {
     if (l->lost)
         return 0;
-    int64_t left =
-        (int64_t)l->ttl_ms - (rlock_mono_ms() - l->acquired_mono_ms) - drift_ms(l->ttl_ms);
-    return left > 0 ? left : 0;
+    return rlock_lease_left_ms(l->ttl_ms, l->acquired_mono_ms);
 }
 
 const char *rlock_async_key(const struct rlock_async_lock *l)

@@ -1,15 +1,14 @@
 /*
- * rlock_fair: FIFO lock with server-clock waiter deadlines (see rlock_fair.h).
+ * fair: FIFO lock with server-clock waiter deadlines (see rlock/fair.h).
  */
 #include "rlock/fair.h"
 
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "rlock/metrics.h"
+#include "internal.h"
 #include "rlock/notify.h"
 #include "rlock/script.h"
 #include "rlock/watch.h"
@@ -35,15 +34,6 @@ static void scripts_init(void)
                       lua_rlock_fair_release_len);
     rlock_script_init(&script_cancel, "rlock_fair_cancel", lua_rlock_fair_cancel,
                       lua_rlock_fair_cancel_len);
-}
-
-__attribute__((format(printf, 3, 4))) static void set_err(char *err, size_t len, const char *fmt,
-                                                          ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, len, fmt, ap);
-    va_end(ap);
 }
 
 /* The derived names of one fair lock; free with names_free(). */
@@ -122,7 +112,7 @@ enum rlock_status rlock_fair_acquire(redisContext *c, struct rlock_reentrant *l,
     if (rlock_reentrant_check_args(l, key, uuid, thread_id, o, owner) < 0)
         return RLOCK_ERR;
     if (l->holds > 0 && !l->fair) {
-        set_err(l->err, sizeof l->err, "acquire: struct holds a non-fair lock");
+        RLOCK_SET_ERR(l, "acquire: struct holds a non-fair lock");
         return RLOCK_ERR;
     }
     l->err[0] = '\0';
@@ -130,7 +120,7 @@ enum rlock_status rlock_fair_acquire(redisContext *c, struct rlock_reentrant *l,
 
     struct fair_names names;
     if (names_make(&names, key) < 0) {
-        set_err(l->err, sizeof l->err, "acquire: out of memory");
+        RLOCK_SET_ERR(l, "acquire: out of memory");
         return RLOCK_ERR;
     }
     int retry = o->retry_ms > 0 ? o->retry_ms : RLOCK_DEFAULT_RETRY_MS;
@@ -160,7 +150,7 @@ enum rlock_status rlock_fair_acquire(redisContext *c, struct rlock_reentrant *l,
         snprintf(tmp.owner, sizeof tmp.owner, "%s", owner);
         tmp.key = (char *)key;
         (void)rlock_fair_release_hold(c, &tmp, &freed);
-        set_err(l->err, sizeof l->err, "acquire: out of memory");
+        RLOCK_SET_ERR(l, "acquire: out of memory");
         st = RLOCK_ERR;
     } else if (st != RLOCK_OK && t.queued && !(c->err)) {
         /* Give our place up now rather than making the waiters behind us
@@ -169,7 +159,7 @@ enum rlock_status rlock_fair_acquire(redisContext *c, struct rlock_reentrant *l,
         freeReplyObject(rlock_script_run(c, &script_cancel, 3, 2, argv, NULL));
     }
     if (st == RLOCK_BUSY)
-        set_err(l->err, sizeof l->err, "acquire: still queued after waiting %d ms", o->wait_ms);
+        RLOCK_SET_ERR(l, "acquire: still queued after waiting %d ms", o->wait_ms);
     names_free(&names);
     return st;
 }
@@ -179,7 +169,7 @@ enum rlock_status rlock_fair_release_hold(redisContext *c, struct rlock_reentran
     (void)pthread_once(&scripts_once, scripts_init);
     struct fair_names names;
     if (names_make(&names, l->key) < 0) {
-        set_err(l->err, sizeof l->err, "release: out of memory");
+        RLOCK_SET_ERR(l, "release: out of memory");
         return RLOCK_ERR;
     }
     char ttl[16];
@@ -188,25 +178,18 @@ enum rlock_status rlock_fair_release_hold(redisContext *c, struct rlock_reentran
                           ttl,    l->owner,    names.prefix};
     redisReply *r = rlock_script_run(c, &script_release, 4, 3, argv, NULL);
     names_free(&names);
+    long long n = 0;
     enum rlock_status st = RLOCK_ERR;
-    if (!r)
-        set_err(l->err, sizeof l->err, "release: %s", c->errstr[0] ? c->errstr : "I/O error");
-    else if (r->type == REDIS_REPLY_ERROR)
-        set_err(l->err, sizeof l->err, "release: %s", r->str);
-    else if (r->type != REDIS_REPLY_INTEGER)
-        set_err(l->err, sizeof l->err, "release: unexpected reply type %d", r->type);
-    else if (r->integer < 0) {
-        set_err(l->err, sizeof l->err, "release: not held by %s (expired or another owner's)",
-                l->owner);
+    if (rlock_reply_int(c, r, "release", &n, l->err, sizeof l->err) < 0) {
+        st = RLOCK_ERR;
+    } else if (n < 0) {
+        RLOCK_SET_ERR(l, "release: not held by %s (expired or another owner's)", l->owner);
         st = RLOCK_NOT_OWNER;
     } else {
-        *freed = r->integer == 1;
+        *freed = n == 1;
         st = RLOCK_OK;
     }
     freeReplyObject(r);
-    if (st == RLOCK_OK)
-        rlock_metrics_add(RLOCK_M_RELEASED, 1);
-    else if (st == RLOCK_NOT_OWNER)
-        rlock_metrics_add(RLOCK_M_RELEASE_REFUSED, 1);
+    rlock_count_release(st);
     return st;
 }

@@ -1,19 +1,17 @@
 /*
- * rlock: lease locks on Redis (see rlock.h for the protocol and contract).
+ * lock: the simple and multi-key lease lock on Redis (see rlock/rlock.h for
+ * the protocol and contract).
  */
 #include "rlock/rlock.h"
 
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <time.h>
 
-#include "rlock/metrics.h"
+#include "internal.h"
 #include "rlock/notify.h"
 #include "rlock/reentrant.h"
 #include "rlock/script.h"
@@ -53,36 +51,6 @@ static void scripts_ensure(void)
     (void)pthread_once(&scripts_once, scripts_init);
 }
 
-int64_t rlock_mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-const char *rlock_status_str(enum rlock_status st)
-{
-    switch (st) {
-    case RLOCK_OK:
-        return "RLOCK_OK";
-    case RLOCK_BUSY:
-        return "RLOCK_BUSY";
-    case RLOCK_NOT_OWNER:
-        return "RLOCK_NOT_OWNER";
-    case RLOCK_ERR:
-        return "RLOCK_ERR";
-    }
-    return "RLOCK_UNKNOWN";
-}
-
-__attribute__((format(printf, 2, 3))) static void set_err(struct rlock *l, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(l->err, sizeof l->err, fmt, ap);
-    va_end(ap);
-}
-
 /* Frees the keys and resets every field except err, which explains to the
  * caller why the lock ended up empty.  Stops the watchdog first, so no
  * renewal can follow a release. */
@@ -105,44 +73,13 @@ void rlock_clear(struct rlock *l)
     l->err[0] = '\0';
 }
 
-int rlock_random_bytes(void *buf, size_t len)
-{
-    unsigned char *p = buf;
-    while (len > 0) {
-        ssize_t n = getrandom(p, len, 0);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
-/* Copies keys into one allocation (pointer vector followed by the strings),
- * so the lock frees them with a single free().  Returns 0 or -1 on OOM. */
+/* Copies keys into l in one allocation, freed with a single free().
+ * Returns 0 or -1 on OOM. */
 static int copy_keys(struct rlock *l, const char *const *keys, size_t nkeys)
 {
-    size_t total = nkeys * sizeof(char *);
-    for (size_t i = 0; i < nkeys; i++) {
-        size_t len = strlen(keys[i]) + 1;
-        if (len > SIZE_MAX - total)
-            return -1;
-        total += len;
-    }
-    char **v = malloc(total);
-    if (!v)
+    l->keys = rlock_strv_dup(keys, nkeys);
+    if (!l->keys)
         return -1;
-    char *p = (char *)(v + nkeys);
-    for (size_t i = 0; i < nkeys; i++) {
-        size_t len = strlen(keys[i]) + 1;
-        memcpy(p, keys[i], len);
-        v[i] = p;
-        p += len;
-    }
-    l->keys = v;
     l->nkeys = nkeys;
     return 0;
 }
@@ -159,7 +96,7 @@ static enum rlock_status run_lock_script(redisContext *c, struct rlock *l,
     int nargs = 1 + (int)nargs_extra;
     const char **argv = malloc((l->nkeys + 1 + nargs_extra) * sizeof *argv);
     if (!argv) {
-        set_err(l, "%s: out of memory", op);
+        RLOCK_SET_ERR(l, "%s: out of memory", op);
         return RLOCK_ERR;
     }
     for (size_t i = 0; i < l->nkeys; i++)
@@ -170,20 +107,9 @@ static enum rlock_status run_lock_script(redisContext *c, struct rlock *l,
 
     redisReply *r = rlock_script_run(c, s, (int)l->nkeys, nargs, argv, NULL);
     free(argv);
-
-    enum rlock_status st = RLOCK_ERR;
-    if (!r)
-        set_err(l, "%s: %s", op, c->errstr[0] ? c->errstr : "I/O error");
-    else if (r->type == REDIS_REPLY_ERROR)
-        set_err(l, "%s: %s", op, r->str);
-    else if (r->type != REDIS_REPLY_INTEGER)
-        set_err(l, "%s: unexpected reply type %d from %s", op, r->type, s->name);
-    else {
-        *out = r->integer;
-        st = RLOCK_OK;
-    }
+    int rc = rlock_reply_int(c, r, op, out, l->err, sizeof l->err);
     freeReplyObject(r);
-    return st;
+    return rc == 0 ? RLOCK_OK : RLOCK_ERR;
 }
 
 /* One attempt to take every key of l.  Returns RLOCK_OK, RLOCK_BUSY, or
@@ -204,61 +130,17 @@ static enum rlock_status try_acquire(redisContext *c, struct rlock *l, const cha
     redisReply *r = redisCommandArgv(c, 6, argv, NULL);
     enum rlock_status st = RLOCK_ERR;
     if (!r)
-        set_err(l, "acquire: %s", c->errstr[0] ? c->errstr : "I/O error");
+        RLOCK_SET_ERR(l, "acquire: %s", c->errstr[0] ? c->errstr : "I/O error");
     else if (r->type == REDIS_REPLY_NIL)
         st = RLOCK_BUSY;
     else if (r->type == REDIS_REPLY_STATUS && strcmp(r->str, "OK") == 0)
         st = RLOCK_OK;
     else if (r->type == REDIS_REPLY_ERROR)
-        set_err(l, "acquire: %s", r->str);
+        RLOCK_SET_ERR(l, "acquire: %s", r->str);
     else
-        set_err(l, "acquire: unexpected reply type %d to SET", r->type);
+        RLOCK_SET_ERR(l, "acquire: unexpected reply type %d to SET", r->type);
     freeReplyObject(r);
     return st;
-}
-
-/* The name kept for the building blocks below (rlock_token_new). */
-static int fill_random(void *buf, size_t len)
-{
-    return rlock_random_bytes(buf, len);
-}
-
-char *rlock_channel_name(const char *prefix, const char *key)
-{
-    int braced = strchr(key, '{') != NULL;
-    size_t len = strlen(prefix) + strlen(key) + 4;
-    char *s = malloc(len);
-    if (s)
-        snprintf(s, len, braced ? "%s:%s" : "%s:{%s}", prefix, key);
-    return s;
-}
-
-/* Builds the release channel of each key of l.  Returns a vector of nkeys
- * strings (free with free_channels), or NULL when out of memory. */
-static char **make_channels(const struct rlock *l)
-{
-    char **v = calloc(l->nkeys, sizeof *v);
-    if (!v)
-        return NULL;
-    for (size_t i = 0; i < l->nkeys; i++) {
-        v[i] = rlock_channel_name(RLOCK_RELEASE_CHANNEL_PREFIX, l->keys[i]);
-        if (!v[i]) {
-            for (size_t j = 0; j < i; j++)
-                free(v[j]);
-            free(v);
-            return NULL;
-        }
-    }
-    return v;
-}
-
-static void free_channels(char **v, size_t n)
-{
-    if (!v)
-        return;
-    for (size_t i = 0; i < n; i++)
-        free(v[i]);
-    free(v);
 }
 
 struct simple_try {
@@ -284,21 +166,21 @@ static int check_acquire_args(struct rlock *l, const char *const *keys, size_t n
                               const struct rlock_opts *o)
 {
     if (l->keys || l->nkeys) {
-        set_err(l, "acquire: lock struct already in use (release or clear it first)");
+        RLOCK_SET_ERR(l, "acquire: lock struct already in use (release or clear it first)");
         return -1;
     }
     if (!o || o->ttl_ms < 0 || (o->ttl_ms == 0 && !o->watchdog) || o->wait_ms < 0) {
-        set_err(l, "acquire: invalid options (need ttl_ms > 0 or a watchdog, wait_ms >= 0)");
+        RLOCK_SET_ERR(l, "acquire: invalid options (need ttl_ms > 0 or a watchdog, wait_ms >= 0)");
         return -1;
     }
     /* A script call sends nkeys + 5 words and hiredis counts them in an int. */
     if (!keys || nkeys == 0 || nkeys > (size_t)INT_MAX - 5) {
-        set_err(l, "acquire: need between 1 and INT_MAX-5 keys");
+        RLOCK_SET_ERR(l, "acquire: need between 1 and INT_MAX-5 keys");
         return -1;
     }
     for (size_t i = 0; i < nkeys; i++) {
         if (!keys[i]) {
-            set_err(l, "acquire: key %zu is NULL", i);
+            RLOCK_SET_ERR(l, "acquire: key %zu is NULL", i);
             return -1;
         }
     }
@@ -308,7 +190,7 @@ static int check_acquire_args(struct rlock *l, const char *const *keys, size_t n
     for (size_t i = 0; i < nkeys; i++) {
         for (size_t j = i + 1; j < nkeys; j++) {
             if (strcmp(keys[i], keys[j]) == 0) {
-                set_err(l, "acquire: duplicate key \"%s\"", keys[i]);
+                RLOCK_SET_ERR(l, "acquire: duplicate key \"%s\"", keys[i]);
                 return -1;
             }
         }
@@ -323,22 +205,14 @@ enum rlock_status rlock_acquire_multi(redisContext *c, struct rlock *l, const ch
         return RLOCK_ERR;
     l->err[0] = '\0';
 
-    /* 16 bytes make the token, 8 more seed this call's retry jitter. */
-    unsigned char rnd[24];
-    if (rlock_random_bytes(rnd, sizeof rnd) < 0) {
-        set_err(l, "acquire: getrandom: %s", strerror(errno));
+    if (rlock_token_new(l->token) < 0) {
+        RLOCK_SET_ERR(l, "acquire: getrandom: %s", strerror(errno));
         return RLOCK_ERR;
     }
-    static const char hex[] = "0123456789abcdef";
-    for (int i = 0; i < RLOCK_TOKEN_LEN / 2; i++) {
-        l->token[2 * i] = hex[rnd[i] >> 4];
-        l->token[2 * i + 1] = hex[rnd[i] & 0xf];
-    }
-    l->token[RLOCK_TOKEN_LEN] = '\0';
 
     if (copy_keys(l, keys, nkeys) < 0) {
         rlock_empty(l);
-        set_err(l, "acquire: out of memory");
+        RLOCK_SET_ERR(l, "acquire: out of memory");
         return RLOCK_ERR;
     }
     scripts_ensure();
@@ -348,11 +222,12 @@ enum rlock_status rlock_acquire_multi(redisContext *c, struct rlock *l, const ch
     snprintf(ttl, sizeof ttl, "%d", lease);
     /* Release channels are only needed by a waiter; without them (out of
      * memory) it still polls. */
-    char **channels = o->wait_ms > 0 ? make_channels(l) : NULL;
+    char **channels =
+        o->wait_ms > 0 ? rlock_release_channels((const char *const *)l->keys, l->nkeys) : NULL;
     struct simple_try t = {.c = c, .l = l, .ttl = ttl};
     enum rlock_status st = rlock_wait_acquire(o, (const char *const *)channels,
                                               channels ? l->nkeys : 0, simple_try_once, &t);
-    free_channels(channels, l->nkeys);
+    free(channels);
     if (st == RLOCK_OK) {
         l->ttl_ms = lease;
         l->acquired_mono_ms = t.start;
@@ -365,11 +240,11 @@ enum rlock_status rlock_acquire_multi(redisContext *c, struct rlock *l, const ch
             return RLOCK_OK;
         /* Unrenewed, the lock would silently expire under its holder. */
         (void)rlock_release(c, l);
-        set_err(l, "acquire: cannot start the watchdog (out of memory)");
+        RLOCK_SET_ERR(l, "acquire: cannot start the watchdog (out of memory)");
         return RLOCK_ERR;
     }
     if (st == RLOCK_BUSY)
-        set_err(l, "acquire: held by another owner after waiting %d ms", o->wait_ms);
+        RLOCK_SET_ERR(l, "acquire: held by another owner after waiting %d ms", o->wait_ms);
     rlock_empty(l);
     return st;
 }
@@ -384,8 +259,8 @@ enum rlock_status rlock_release(redisContext *c, struct rlock *l)
 {
     l->err[0] = '\0';
     if (l->nkeys == 0) {
-        set_err(l, "release: lock is not held");
-        rlock_metrics_add(RLOCK_M_RELEASE_REFUSED, 1);
+        RLOCK_SET_ERR(l, "release: lock is not held");
+        rlock_count_release(RLOCK_NOT_OWNER);
         return RLOCK_NOT_OWNER;
     }
     scripts_ensure();
@@ -395,24 +270,21 @@ enum rlock_status rlock_release(redisContext *c, struct rlock *l)
     l->watch = NULL;
 
     const struct rlock_script *s = l->nkeys == 1 ? &script_release : &script_multi_release;
-    char **channels = make_channels(l);
+    char **channels = rlock_release_channels((const char *const *)l->keys, l->nkeys);
     long long deleted = 0;
     enum rlock_status st;
     if (!channels) {
-        set_err(l, "release: out of memory");
+        RLOCK_SET_ERR(l, "release: out of memory");
         st = RLOCK_ERR;
     } else {
         st = run_lock_script(c, l, s, (const char *const *)channels, l->nkeys, "release", &deleted);
     }
-    free_channels(channels, l->nkeys);
+    free(channels);
     if (st == RLOCK_OK && (deleted < 0 || (unsigned long long)deleted != l->nkeys)) {
-        set_err(l, "release: only %lld of %zu keys still held our token", deleted, l->nkeys);
+        RLOCK_SET_ERR(l, "release: only %lld of %zu keys still held our token", deleted, l->nkeys);
         st = RLOCK_NOT_OWNER;
     }
-    if (st == RLOCK_OK)
-        rlock_metrics_add(RLOCK_M_RELEASED, 1);
-    else if (st == RLOCK_NOT_OWNER)
-        rlock_metrics_add(RLOCK_M_RELEASE_REFUSED, 1);
+    rlock_count_release(st);
     rlock_empty(l);
     return st;
 }
@@ -421,11 +293,11 @@ enum rlock_status rlock_extend(redisContext *c, struct rlock *l, int ttl_ms)
 {
     l->err[0] = '\0';
     if (ttl_ms <= 0) {
-        set_err(l, "extend: ttl_ms must be > 0");
+        RLOCK_SET_ERR(l, "extend: ttl_ms must be > 0");
         return RLOCK_ERR;
     }
     if (!l->held || l->nkeys == 0) {
-        set_err(l, "extend: lock is not held");
+        RLOCK_SET_ERR(l, "extend: lock is not held");
         return RLOCK_NOT_OWNER;
     }
     scripts_ensure();
@@ -439,7 +311,7 @@ enum rlock_status rlock_extend(redisContext *c, struct rlock *l, int ttl_ms)
     if (st != RLOCK_OK)
         return st;
     if (ok != 1) {
-        set_err(l, "extend: a key expired or is held by another owner");
+        RLOCK_SET_ERR(l, "extend: a key expired or is held by another owner");
         l->held = 0;
         return RLOCK_NOT_OWNER;
     }
@@ -454,49 +326,31 @@ int64_t rlock_remaining_ms(const struct rlock *l)
         return l->held ? rlock_watch_remaining_ms(l->watch) : 0;
     if (!l->held)
         return 0;
-    /* Allowance for the Redis clock running faster than ours (as Redlock
-     * does), rounded up so short leases are never overestimated. */
-    int64_t drift = ((int64_t)l->ttl_ms + 99) / 100 + 2;
-    int64_t left = (int64_t)l->ttl_ms - (rlock_mono_ms() - l->acquired_mono_ms) - drift;
-    return left > 0 ? left : 0;
+    return rlock_lease_left_ms(l->ttl_ms, l->acquired_mono_ms);
 }
 
 /* ---- building blocks for the other lock kinds ---- */
-
-int rlock_token_new(char out[RLOCK_TOKEN_LEN + 1])
-{
-    static const char hex[] = "0123456789abcdef";
-    unsigned char rnd[RLOCK_TOKEN_LEN / 2];
-    if (fill_random(rnd, sizeof rnd) < 0)
-        return -1;
-    for (size_t i = 0; i < sizeof rnd; i++) {
-        out[2 * i] = hex[rnd[i] >> 4];
-        out[2 * i + 1] = hex[rnd[i] & 0xf];
-    }
-    out[RLOCK_TOKEN_LEN] = '\0';
-    return 0;
-}
 
 int rlock_adopt(struct rlock *l, const char *const *keys, size_t nkeys, const char *token,
                 int ttl_ms, int64_t acquired_mono_ms)
 {
     if (l->keys || l->nkeys) {
-        set_err(l, "adopt: lock struct already in use (release or clear it first)");
+        RLOCK_SET_ERR(l, "adopt: lock struct already in use (release or clear it first)");
         return -1;
     }
     if (!keys || nkeys == 0 || nkeys > (size_t)INT_MAX - 5 || !token ||
         strlen(token) != RLOCK_TOKEN_LEN || ttl_ms <= 0) {
-        set_err(l, "adopt: invalid arguments");
+        RLOCK_SET_ERR(l, "adopt: invalid arguments");
         return -1;
     }
     for (size_t i = 0; i < nkeys; i++) {
         if (!keys[i]) {
-            set_err(l, "adopt: key %zu is NULL", i);
+            RLOCK_SET_ERR(l, "adopt: key %zu is NULL", i);
             return -1;
         }
     }
     if (copy_keys(l, keys, nkeys) < 0) {
-        set_err(l, "adopt: out of memory");
+        RLOCK_SET_ERR(l, "adopt: out of memory");
         return -1;
     }
     memcpy(l->token, token, RLOCK_TOKEN_LEN + 1);

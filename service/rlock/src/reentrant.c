@@ -1,20 +1,19 @@
 /*
- * rlock_reentrant: Redisson-format reentrant lock (see rlock_reentrant.h).
+ * reentrant: Redisson-format reentrant lock (see rlock/reentrant.h).
  */
 #include "rlock/reentrant.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "internal.h"
 #include "rlock/fair.h"
-#include "rlock/metrics.h"
 #include "rlock/notify.h"
 #include "rlock/script.h"
 #include "rlock/watch.h"
@@ -47,17 +46,6 @@ static void scripts_ensure(void)
     (void)pthread_once(&scripts_once, scripts_init);
 }
 
-__attribute__((format(printf, 3, 4))) static void set_err(char *err, size_t len, const char *fmt,
-                                                          ...)
-{
-    if (!err || len == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, len, fmt, ap);
-    va_end(ap);
-}
-
 /* ---- identity ---- */
 
 int rlock_uuid_new(char out[RLOCK_UUID_LEN + 1])
@@ -67,15 +55,10 @@ int rlock_uuid_new(char out[RLOCK_UUID_LEN + 1])
         return -1;
     b[6] = (unsigned char)((b[6] & 0x0f) | 0x40); /* version 4: random */
     b[8] = (unsigned char)((b[8] & 0x3f) | 0x80); /* RFC 4122 variant */
-    static const char hex[] = "0123456789abcdef";
-    char *p = out;
-    for (int i = 0; i < 16; i++) {
-        if (i == 4 || i == 6 || i == 8 || i == 10)
-            *p++ = '-';
-        *p++ = hex[b[i] >> 4];
-        *p++ = hex[b[i] & 0xf];
-    }
-    *p = '\0';
+    char hex[2 * sizeof b + 1];
+    rlock_hex(hex, b, sizeof b);
+    snprintf(out, RLOCK_UUID_LEN + 1, "%.8s-%.4s-%.4s-%.4s-%.12s", hex, hex + 8, hex + 12, hex + 16,
+             hex + 20);
     return 0;
 }
 
@@ -150,16 +133,16 @@ enum rlock_status rlock_parse_acquire_reply(const redisReply *r, const char *err
                                             char *err, size_t errlen)
 {
     if (!r) {
-        set_err(err, errlen, "acquire: %s", errstr && errstr[0] ? errstr : "I/O error");
+        rlock_err_set(err, errlen, "acquire: %s", errstr && errstr[0] ? errstr : "I/O error");
         return RLOCK_ERR;
     }
     if (r->type == REDIS_REPLY_ERROR) {
-        set_err(err, errlen, "acquire: %s", r->str);
+        rlock_err_set(err, errlen, "acquire: %s", r->str);
         return RLOCK_ERR;
     }
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
         r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER) {
-        set_err(err, errlen, "acquire: unexpected reply type %d", r->type);
+        rlock_err_set(err, errlen, "acquire: unexpected reply type %d", r->type);
         return RLOCK_ERR;
     }
     *n = r->element[1]->integer;
@@ -188,17 +171,16 @@ int rlock_reentrant_check_args(struct rlock_reentrant *l, const char *key, const
                                char owner[RLOCK_OWNER_MAX])
 {
     if (!key || !o || o->ttl_ms < 0 || (o->ttl_ms == 0 && !o->watchdog) || o->wait_ms < 0) {
-        set_err(l->err, sizeof l->err,
-                "acquire: invalid arguments (need a key, ttl_ms > 0 or a watchdog, wait_ms >= 0)");
+        RLOCK_SET_ERR(
+            l, "acquire: invalid arguments (need a key, ttl_ms > 0 or a watchdog, wait_ms >= 0)");
         return -1;
     }
     if (rlock_owner_field(owner, uuid, thread_id) < 0) {
-        set_err(l->err, sizeof l->err, "acquire: no instance uuid (getrandom failed or too long)");
+        RLOCK_SET_ERR(l, "acquire: no instance uuid (getrandom failed or too long)");
         return -1;
     }
     if (l->holds > 0 && (strcmp(l->key, key) != 0 || strcmp(l->owner, owner) != 0)) {
-        set_err(l->err, sizeof l->err,
-                "acquire: struct already holds another key or owner (release it first)");
+        RLOCK_SET_ERR(l, "acquire: struct already holds another key or owner (release it first)");
         return -1;
     }
     return 0;
@@ -255,8 +237,7 @@ enum rlock_status rlock_reentrant_acquire(redisContext *c, struct rlock_reentran
     enum rlock_status st = rlock_wait_acquire(o, chv, channel ? 1 : 0, reentrant_try_once, &t);
     free(channel);
     if (st == RLOCK_BUSY) {
-        set_err(l->err, sizeof l->err, "acquire: held by another owner after waiting %d ms",
-                o->wait_ms);
+        RLOCK_SET_ERR(l, "acquire: held by another owner after waiting %d ms", o->wait_ms);
         return st;
     }
     if (st != RLOCK_OK)
@@ -271,7 +252,7 @@ enum rlock_status rlock_reentrant_acquire(redisContext *c, struct rlock_reentran
         freeReplyObject(rlock_script_run(c, &script_release, 2, 3, argv, NULL));
         free(ch);
     }
-    set_err(l->err, sizeof l->err, "acquire: out of memory");
+    RLOCK_SET_ERR(l, "acquire: out of memory");
     return RLOCK_ERR;
 }
 
@@ -284,7 +265,7 @@ static enum rlock_status release_script(redisContext *c, const char *key, const 
     scripts_ensure();
     char *channel = rlock_channel_name(RLOCK_REDISSON_CHANNEL_PREFIX, key);
     if (!channel) {
-        set_err(err, errlen, "release: out of memory");
+        rlock_err_set(err, errlen, "release: out of memory");
         return RLOCK_ERR;
     }
     char ttl[16];
@@ -292,25 +273,19 @@ static enum rlock_status release_script(redisContext *c, const char *key, const 
     const char *argv[] = {key, channel, "0", ttl, owner};
     redisReply *r = rlock_script_run(c, &script_release, 2, 3, argv, NULL);
     free(channel);
+    long long n = 0;
     enum rlock_status st = RLOCK_ERR;
-    if (!r)
-        set_err(err, errlen, "release: %s", c->errstr[0] ? c->errstr : "I/O error");
-    else if (r->type == REDIS_REPLY_ERROR)
-        set_err(err, errlen, "release: %s", r->str);
-    else if (r->type != REDIS_REPLY_INTEGER)
-        set_err(err, errlen, "release: unexpected reply type %d", r->type);
-    else if (r->integer < 0) {
-        set_err(err, errlen, "release: not held by %s (expired or another owner's)", owner);
+    if (rlock_reply_int(c, r, "release", &n, err, errlen) < 0) {
+        st = RLOCK_ERR;
+    } else if (n < 0) {
+        rlock_err_set(err, errlen, "release: not held by %s (expired or another owner's)", owner);
         st = RLOCK_NOT_OWNER;
     } else {
-        *freed = r->integer == 1;
+        *freed = n == 1;
         st = RLOCK_OK;
     }
     freeReplyObject(r);
-    if (st == RLOCK_OK)
-        rlock_metrics_add(RLOCK_M_RELEASED, 1);
-    else if (st == RLOCK_NOT_OWNER)
-        rlock_metrics_add(RLOCK_M_RELEASE_REFUSED, 1);
+    rlock_count_release(st);
     return st;
 }
 
@@ -318,8 +293,8 @@ enum rlock_status rlock_reentrant_release(redisContext *c, struct rlock_reentran
 {
     l->err[0] = '\0';
     if (l->holds <= 0 || !l->key) {
-        set_err(l->err, sizeof l->err, "release: lock is not held");
-        rlock_metrics_add(RLOCK_M_RELEASE_REFUSED, 1);
+        RLOCK_SET_ERR(l, "release: lock is not held");
+        rlock_count_release(RLOCK_NOT_OWNER);
         return RLOCK_NOT_OWNER;
     }
     /* The last hold: stop renewing before the delete, so no renewal races
@@ -343,10 +318,10 @@ enum rlock_status rlock_reentrant_release_owner(redisContext *c, const char *key
 {
     char owner[RLOCK_OWNER_MAX];
     if (!key || rlock_owner_field(owner, uuid, thread_id) < 0) {
-        set_err(err, errlen, "release: invalid key or owner");
+        rlock_err_set(err, errlen, "release: invalid key or owner");
         return RLOCK_ERR;
     }
-    set_err(err, errlen, "%s", "");
+    rlock_err_set(err, errlen, "%s", "");
     int freed = 0;
     return release_script(c, key, owner, 0, &freed, err, errlen);
 }
@@ -355,11 +330,11 @@ enum rlock_status rlock_reentrant_extend(redisContext *c, struct rlock_reentrant
 {
     l->err[0] = '\0';
     if (ttl_ms <= 0) {
-        set_err(l->err, sizeof l->err, "extend: ttl_ms must be > 0");
+        RLOCK_SET_ERR(l, "extend: ttl_ms must be > 0");
         return RLOCK_ERR;
     }
     if (!l->held || !l->key) {
-        set_err(l->err, sizeof l->err, "extend: lock is not held");
+        RLOCK_SET_ERR(l, "extend: lock is not held");
         return RLOCK_NOT_OWNER;
     }
     scripts_ensure();
@@ -368,15 +343,12 @@ enum rlock_status rlock_reentrant_extend(redisContext *c, struct rlock_reentrant
     const char *argv[] = {l->key, ttl, l->owner};
     int64_t start = rlock_mono_ms();
     redisReply *r = rlock_script_run(c, &script_renew, 1, 2, argv, NULL);
+    long long ok = 0;
     enum rlock_status st = RLOCK_ERR;
-    if (!r)
-        set_err(l->err, sizeof l->err, "extend: %s", c->errstr[0] ? c->errstr : "I/O error");
-    else if (r->type == REDIS_REPLY_ERROR)
-        set_err(l->err, sizeof l->err, "extend: %s", r->str);
-    else if (r->type != REDIS_REPLY_INTEGER)
-        set_err(l->err, sizeof l->err, "extend: unexpected reply type %d", r->type);
-    else if (r->integer != 1) {
-        set_err(l->err, sizeof l->err, "extend: the lock expired or has another owner");
+    if (rlock_reply_int(c, r, "extend", &ok, l->err, sizeof l->err) < 0) {
+        st = RLOCK_ERR;
+    } else if (ok != 1) {
+        RLOCK_SET_ERR(l, "extend: the lock expired or has another owner");
         l->held = 0;
         st = RLOCK_NOT_OWNER;
     } else {
@@ -394,9 +366,7 @@ int64_t rlock_reentrant_remaining_ms(const struct rlock_reentrant *l)
         return 0;
     if (l->watch)
         return rlock_watch_remaining_ms(l->watch);
-    int64_t drift = ((int64_t)l->ttl_ms + 99) / 100 + 2;
-    int64_t left = (int64_t)l->ttl_ms - (rlock_mono_ms() - l->acquired_mono_ms) - drift;
-    return left > 0 ? left : 0;
+    return rlock_lease_left_ms(l->ttl_ms, l->acquired_mono_ms);
 }
 
 int rlock_reentrant_lost(const struct rlock_reentrant *l)

@@ -1,0 +1,108 @@
+/*
+ * internal.h: what the lock library's sources share and its public headers
+ * do not show.  The library's only private header: any source in src/ may
+ * include it, no public header does, and it is not installed.
+ *
+ * The base module, internal.c, sits under every other one: it uses nothing
+ * of the library but the declarations of <rlock/rlock.h> and the counters of
+ * metrics.c, a leaf.  The public helpers every module needs (rlock_mono_ms(),
+ * rlock_random_bytes(), rlock_token_new(), rlock_channel_name(),
+ * rlock_status_str(), declared in rlock.h) are implemented there too, so no
+ * module calls back into the lock that uses it.
+ *
+ * Everything declared here has hidden visibility: the shared library
+ * exports the public API only.
+ */
+#ifndef RLOCK_INTERNAL_H
+#define RLOCK_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include <hiredis/hiredis.h>
+
+#include "rlock/rlock.h"
+
+#pragma GCC visibility push(hidden)
+
+#define RLOCK_PRINTF(fmt, first) __attribute__((format(printf, fmt, first)))
+
+/* ---- internal.c: errors ---- */
+
+/*
+ * Writes a printf-style message into err[0..errlen), truncated to fit: the
+ * library's one way to record why a call failed, in a lock's err field or a
+ * caller's buffer.  Writes nothing when err is NULL or errlen is 0.
+ */
+void rlock_err_set(char *err, size_t errlen, const char *fmt, ...) RLOCK_PRINTF(3, 4);
+
+/* rlock_err_set() into the err array of a lock struct. */
+#define RLOCK_SET_ERR(l, ...) rlock_err_set((l)->err, sizeof(l)->err, __VA_ARGS__)
+
+/*
+ * Reads the integer reply r of a call named op (e.g. "release") into *out.
+ * Returns 0; or -1 with "op: <why>" in err when there is no reply (c's I/O
+ * error), r is an error reply, or r is not an integer.  Does not free r.
+ */
+int rlock_reply_int(const redisContext *c, const redisReply *r, const char *op, long long *out,
+                    char *err, size_t errlen);
+
+/* Returns 1 if r is a NOSCRIPT error reply (the server lacks the script). */
+int rlock_is_noscript(const redisReply *r);
+
+/* ---- internal.c: time ---- */
+
+/*
+ * The allowance for the Redis server's clock running faster than ours, as
+ * Redlock reckons it: ttl/100 + 2 ms, rounded up so that short leases are
+ * never overestimated.
+ */
+int64_t rlock_drift_ms(int ttl_ms);
+
+/*
+ * Returns how many ms of a lease of ttl_ms requested at since_mono_ms
+ * (rlock_mono_ms() before the request was sent) are surely left:
+ * ttl - elapsed - drift, or 0 if that is not positive.
+ */
+int64_t rlock_lease_left_ms(int ttl_ms, int64_t since_mono_ms);
+
+/* Returns the CLOCK_MONOTONIC time mono_ms as a timespec (absolute deadlines). */
+struct timespec rlock_mono_timespec(int64_t mono_ms);
+
+/* Sleeps until CLOCK_MONOTONIC reaches until_mono_ms, resuming after signals. */
+void rlock_sleep_until(int64_t until_mono_ms);
+
+/* ---- internal.c: bytes and strings ---- */
+
+/* Writes len bytes of in as 2*len lowercase hex characters plus a NUL into out. */
+void rlock_hex(char *out, const void *in, size_t len);
+
+/*
+ * Copies the n strings of v into one allocation (the vector of n pointers,
+ * then the strings), so the copy is freed with a single free().
+ * Returns the copy, or NULL when out of memory (or n is 0).
+ */
+char **rlock_strv_dup(const char *const *v, size_t n);
+
+/*
+ * Returns the release channels of n simple-lock keys,
+ * rlock_channel_name(RLOCK_RELEASE_CHANNEL_PREFIX, key) each, in one
+ * allocation freed with free(); NULL when out of memory (or n is 0).
+ */
+char **rlock_release_channels(const char *const *keys, size_t n);
+
+/* ---- internal.c: metrics every lock kind counts the same way ---- */
+
+/*
+ * Counts how an acquisition ended: acquired (and waited, when it did) on
+ * RLOCK_OK, busy on RLOCK_BUSY; waited_ms into the wait time when it waited.
+ */
+void rlock_count_acquire(enum rlock_status st, int waited, int64_t waited_ms);
+
+/* Counts a release: released on RLOCK_OK, release_refused on RLOCK_NOT_OWNER. */
+void rlock_count_release(enum rlock_status st);
+
+#pragma GCC visibility pop
+
+#endif /* RLOCK_INTERNAL_H */
