@@ -14,7 +14,6 @@
  */
 #include "rlock/async.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,38 +24,6 @@
 #include "rlock/reentrant.h"
 #include "rlock/script.h"
 #include "rlock/watch.h"
-
-/* Generated from lua/rlock_*.lua by service/tools/embed.c. */
-extern const char lua_rlock_multi_acquire[];
-extern const size_t lua_rlock_multi_acquire_len;
-extern const char lua_rlock_release[];
-extern const size_t lua_rlock_release_len;
-extern const char lua_rlock_extend[];
-extern const size_t lua_rlock_extend_len;
-extern const char lua_rlock_reentrant_acquire[];
-extern const size_t lua_rlock_reentrant_acquire_len;
-extern const char lua_rlock_reentrant_release[];
-extern const size_t lua_rlock_reentrant_release_len;
-extern const char lua_rlock_reentrant_renew[];
-extern const size_t lua_rlock_reentrant_renew_len;
-
-static struct rlock_script s_acquire, s_release, s_extend;
-static struct rlock_script s_r_acquire, s_r_release, s_r_renew;
-static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
-
-static void scripts_init(void)
-{
-    rlock_script_init(&s_acquire, "rlock_multi_acquire", lua_rlock_multi_acquire,
-                      lua_rlock_multi_acquire_len);
-    rlock_script_init(&s_release, "rlock_release", lua_rlock_release, lua_rlock_release_len);
-    rlock_script_init(&s_extend, "rlock_extend", lua_rlock_extend, lua_rlock_extend_len);
-    rlock_script_init(&s_r_acquire, "rlock_reentrant_acquire", lua_rlock_reentrant_acquire,
-                      lua_rlock_reentrant_acquire_len);
-    rlock_script_init(&s_r_release, "rlock_reentrant_release", lua_rlock_reentrant_release,
-                      lua_rlock_reentrant_release_len);
-    rlock_script_init(&s_r_renew, "rlock_reentrant_renew", lua_rlock_reentrant_renew,
-                      lua_rlock_reentrant_renew_len);
-}
 
 #define UUID_MAX 64
 /* A failed renewal is retried after lease / this, while the lease lasts. */
@@ -214,10 +181,12 @@ static void undo_acquire(redisAsyncContext *ac, const struct cmd *c)
         char ttl[16];
         snprintf(ttl, sizeof ttl, "%d", RLOCK_WATCHDOG_LEASE_MS);
         const char *argv[] = {c->undo_key, channel, "0", ttl, c->undo_owner};
-        rc = rlock_script_run_async(ac, &s_r_release, ignore_reply, NULL, 2, 3, argv, NULL);
+        rc = rlock_script_run_async(ac, rlock_lua(RLOCK_LUA_REENTRANT_RELEASE), ignore_reply, NULL,
+                                    2, 3, argv, NULL);
     } else {
         const char *argv[] = {c->undo_key, c->undo_owner, channel};
-        rc = rlock_script_run_async(ac, &s_release, ignore_reply, NULL, 1, 2, argv, NULL);
+        rc = rlock_script_run_async(ac, rlock_lua(RLOCK_LUA_RELEASE), ignore_reply, NULL, 1, 2,
+                                    argv, NULL);
     }
     (void)rc; /* not sent: the lease expires it */
     free(channel);
@@ -391,10 +360,10 @@ static int renew_send(struct rlock_async_lock *l, int ttl_ms, int watchdog, rloc
     struct cmd *c;
     if (l->reentrant) {
         const char *argv[] = {l->key, ttl, l->owner};
-        c = cmd_send(l->a, &s_r_renew, 1, 2, argv, renew_done, x);
+        c = cmd_send(l->a, rlock_lua(RLOCK_LUA_REENTRANT_RENEW), 1, 2, argv, renew_done, x);
     } else {
         const char *argv[] = {l->key, l->owner, ttl};
-        c = cmd_send(l->a, &s_extend, 1, 2, argv, renew_done, x);
+        c = cmd_send(l->a, rlock_lua(RLOCK_LUA_EXTEND), 1, 2, argv, renew_done, x);
     }
     if (!c) {
         free(x);
@@ -519,10 +488,10 @@ static void acq_try(struct acq *q)
     struct cmd *c;
     if (l->reentrant) {
         const char *argv[] = {l->key, ttl, l->owner};
-        c = cmd_send(q->a, &s_r_acquire, 1, 2, argv, acq_reply, q);
+        c = cmd_send(q->a, rlock_lua(RLOCK_LUA_REENTRANT_ACQUIRE), 1, 2, argv, acq_reply, q);
     } else {
         const char *argv[] = {l->key, l->owner, ttl};
-        c = cmd_send(q->a, &s_acquire, 1, 2, argv, acq_reply, q);
+        c = cmd_send(q->a, rlock_lua(RLOCK_LUA_MULTI_ACQUIRE), 1, 2, argv, acq_reply, q);
     }
     if (!c) {
         acq_finish(q, RLOCK_ERR, "acquire: cannot send (disconnected or out of memory)");
@@ -568,7 +537,6 @@ struct rlock_async *rlock_async_new(struct event_base *base, const struct rlock_
     struct rlock_async *a = calloc(1, sizeof *a);
     if (!a)
         return NULL;
-    (void)pthread_once(&scripts_once, scripts_init);
     a->base = base;
     a->notifier = o->notifier;
     a->op_timeout_ms = o->op_timeout_ms;
@@ -669,10 +637,10 @@ int rlock_async_acquire(struct rlock_async *a, const struct rlock_async_req *r,
     q->sent_at = q->start;
     if (l->reentrant) {
         const char *argv[] = {l->key, ttl, l->owner};
-        c = cmd_send(a, &s_r_acquire, 1, 2, argv, acq_reply, q);
+        c = cmd_send(a, rlock_lua(RLOCK_LUA_REENTRANT_ACQUIRE), 1, 2, argv, acq_reply, q);
     } else {
         const char *argv[] = {l->key, l->owner, ttl};
-        c = cmd_send(a, &s_acquire, 1, 2, argv, acq_reply, q);
+        c = cmd_send(a, rlock_lua(RLOCK_LUA_MULTI_ACQUIRE), 1, 2, argv, acq_reply, q);
     }
     if (!c)
         goto fail;
@@ -743,10 +711,10 @@ int rlock_async_release(struct rlock_async_lock *l, rlock_async_done_fn *fn, voi
         char ttl[16];
         snprintf(ttl, sizeof ttl, "%d", l->ttl_ms);
         const char *argv[] = {l->key, l->channel, "0", ttl, l->owner};
-        c = cmd_send(l->a, &s_r_release, 2, 3, argv, release_done, x);
+        c = cmd_send(l->a, rlock_lua(RLOCK_LUA_REENTRANT_RELEASE), 2, 3, argv, release_done, x);
     } else {
         const char *argv[] = {l->key, l->owner, l->channel};
-        c = cmd_send(l->a, &s_release, 1, 2, argv, release_done, x);
+        c = cmd_send(l->a, rlock_lua(RLOCK_LUA_RELEASE), 1, 2, argv, release_done, x);
     }
     if (!c) {
         free(x);

@@ -3,7 +3,6 @@
  */
 #include "rlock/fair.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,29 +11,6 @@
 #include "rlock/notify.h"
 #include "rlock/script.h"
 #include "rlock/watch.h"
-
-/* Generated from lua/rlock_*.lua by service/tools/embed.c. */
-extern const char lua_rlock_fair_acquire[];
-extern const size_t lua_rlock_fair_acquire_len;
-extern const char lua_rlock_fair_release[];
-extern const size_t lua_rlock_fair_release_len;
-extern const char lua_rlock_fair_cancel[];
-extern const size_t lua_rlock_fair_cancel_len;
-
-static struct rlock_script script_acquire;
-static struct rlock_script script_release;
-static struct rlock_script script_cancel;
-static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
-
-static void scripts_init(void)
-{
-    rlock_script_init(&script_acquire, "rlock_fair_acquire", lua_rlock_fair_acquire,
-                      lua_rlock_fair_acquire_len);
-    rlock_script_init(&script_release, "rlock_fair_release", lua_rlock_fair_release,
-                      lua_rlock_fair_release_len);
-    rlock_script_init(&script_cancel, "rlock_fair_cancel", lua_rlock_fair_cancel,
-                      lua_rlock_fair_cancel_len);
-}
 
 /* The derived names of one fair lock; free with names_free(). */
 struct fair_names {
@@ -92,7 +68,7 @@ static enum rlock_status fair_try_once(void *arg, int64_t *busy_ms)
     struct fair_try *t = arg;
     const char *argv[] = {t->key, t->names->queue, t->names->timeout, t->ttl, t->owner, t->keep};
     t->start = rlock_mono_ms();
-    redisReply *r = rlock_script_run(t->c, &script_acquire, 3, 3, argv, NULL);
+    redisReply *r = rlock_script_run(t->c, rlock_lua(RLOCK_LUA_FAIR_ACQUIRE), 3, 3, argv, NULL);
     long long n = 0;
     enum rlock_status st =
         rlock_parse_acquire_reply(r, t->c->errstr, &n, t->l->err, sizeof t->l->err);
@@ -116,7 +92,6 @@ enum rlock_status rlock_fair_acquire(redisContext *c, struct rlock_reentrant *l,
         return RLOCK_ERR;
     }
     l->err[0] = '\0';
-    (void)pthread_once(&scripts_once, scripts_init);
 
     struct fair_names names;
     if (names_make(&names, key) < 0) {
@@ -156,7 +131,7 @@ enum rlock_status rlock_fair_acquire(redisContext *c, struct rlock_reentrant *l,
         /* Give our place up now rather than making the waiters behind us
          * wait for our deadline to pass on the server. */
         const char *argv[] = {key, names.queue, names.timeout, owner, names.prefix};
-        freeReplyObject(rlock_script_run(c, &script_cancel, 3, 2, argv, NULL));
+        freeReplyObject(rlock_script_run(c, rlock_lua(RLOCK_LUA_FAIR_CANCEL), 3, 2, argv, NULL));
     }
     if (st == RLOCK_BUSY)
         RLOCK_SET_ERR(l, "acquire: still queued after waiting %d ms", o->wait_ms);
@@ -166,7 +141,6 @@ enum rlock_status rlock_fair_acquire(redisContext *c, struct rlock_reentrant *l,
 
 enum rlock_status rlock_fair_release_hold(redisContext *c, struct rlock_reentrant *l, int *freed)
 {
-    (void)pthread_once(&scripts_once, scripts_init);
     struct fair_names names;
     if (names_make(&names, l->key) < 0) {
         RLOCK_SET_ERR(l, "release: out of memory");
@@ -176,7 +150,7 @@ enum rlock_status rlock_fair_release_hold(redisContext *c, struct rlock_reentran
     snprintf(ttl, sizeof ttl, "%d", l->ttl_ms > 0 ? l->ttl_ms : RLOCK_WATCHDOG_LEASE_MS);
     const char *argv[] = {l->key, names.queue, names.timeout, names.redisson,
                           ttl,    l->owner,    names.prefix};
-    redisReply *r = rlock_script_run(c, &script_release, 4, 3, argv, NULL);
+    redisReply *r = rlock_script_run(c, rlock_lua(RLOCK_LUA_FAIR_RELEASE), 4, 3, argv, NULL);
     names_free(&names);
     long long n = 0;
     enum rlock_status st = RLOCK_ERR;

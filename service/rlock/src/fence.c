@@ -7,7 +7,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,34 +14,6 @@
 #include "internal.h"
 #include "rlock/notify.h"
 #include "rlock/script.h"
-
-/* Generated from lua/rlock_fence_*.lua by service/tools/embed.c. */
-extern const char lua_rlock_fence_acquire[];
-extern const size_t lua_rlock_fence_acquire_len;
-extern const char lua_rlock_fence_floor[];
-extern const size_t lua_rlock_fence_floor_len;
-extern const char lua_rlock_fence_renew[];
-extern const size_t lua_rlock_fence_renew_len;
-
-static struct rlock_script script_acquire;
-static struct rlock_script script_floor;
-static struct rlock_script script_renew;
-static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
-
-static void scripts_init(void)
-{
-    rlock_script_init(&script_acquire, "rlock_fence_acquire", lua_rlock_fence_acquire,
-                      lua_rlock_fence_acquire_len);
-    rlock_script_init(&script_floor, "rlock_fence_floor", lua_rlock_fence_floor,
-                      lua_rlock_fence_floor_len);
-    rlock_script_init(&script_renew, "rlock_fence_renew", lua_rlock_fence_renew,
-                      lua_rlock_fence_renew_len);
-}
-
-static void scripts_ensure(void)
-{
-    (void)pthread_once(&scripts_once, scripts_init);
-}
 
 int rlock_fence_key(char *out, size_t cap, const char *lock_key)
 {
@@ -143,7 +114,8 @@ static enum rlock_status try_fenced(redisContext *c, struct rlock *l, const char
     argv[l->nkeys] = fence_key;
     argv[l->nkeys + 1] = l->token;
     argv[l->nkeys + 2] = ttl;
-    redisReply *r = rlock_script_run(c, &script_acquire, (int)l->nkeys + 1, 2, argv, NULL);
+    redisReply *r =
+        rlock_script_run(c, rlock_lua(RLOCK_LUA_FENCE_ACQUIRE), (int)l->nkeys + 1, 2, argv, NULL);
     free(argv);
 
     long long n = 0;
@@ -151,7 +123,8 @@ static enum rlock_status try_fenced(redisContext *c, struct rlock *l, const char
     if (rlock_reply_int(c, r, "acquire", &n, l->err, sizeof l->err) < 0)
         st = RLOCK_ERR;
     else if (n < 0 || n >= RLOCK_FENCE_MAX)
-        RLOCK_SET_ERR(l, "acquire: unexpected token %lld from %s", n, script_acquire.name);
+        RLOCK_SET_ERR(l, "acquire: unexpected token %lld from %s", n,
+                      rlock_lua(RLOCK_LUA_FENCE_ACQUIRE)->name);
     else if (n == 0)
         st = RLOCK_BUSY;
     else {
@@ -218,7 +191,6 @@ enum rlock_status rlock_acquire_multi_fenced(redisContext *c, struct rlock *l,
         return RLOCK_ERR;
     }
     l->held = 0;
-    scripts_ensure();
 
     char ttl[16];
     snprintf(ttl, sizeof ttl, "%d", o->ttl_ms);
@@ -259,12 +231,11 @@ enum rlock_status rlock_fence_floor(redisContext *c, const char *lock_key, const
     char *fname = fence_name(lock_key, fence_key, err, errlen);
     if (!fname)
         return RLOCK_ERR;
-    scripts_ensure();
 
     char arg[24];
     snprintf(arg, sizeof arg, "%" PRId64, seen);
     const char *argv[] = {fname, arg};
-    redisReply *r = rlock_script_run(c, &script_floor, 1, 1, argv, NULL);
+    redisReply *r = rlock_script_run(c, rlock_lua(RLOCK_LUA_FENCE_FLOOR), 1, 1, argv, NULL);
     long long now = 0;
     enum rlock_status st = RLOCK_ERR;
     if (rlock_reply_int(c, r, "fence floor", &now, err, errlen) < 0)
@@ -289,7 +260,6 @@ enum rlock_status rlock_fence_renew(redisContext *c, struct rlock *l, const char
     char *fname = fence_name(l->keys[0], fence_key, l->err, sizeof l->err);
     if (!fname)
         return RLOCK_ERR;
-    scripts_ensure();
     const char **argv = calloc(l->nkeys + 3, sizeof *argv);
     if (!argv) {
         free(fname);
@@ -303,7 +273,8 @@ enum rlock_status rlock_fence_renew(redisContext *c, struct rlock *l, const char
     argv[l->nkeys] = fname;
     argv[l->nkeys + 1] = l->token;
     argv[l->nkeys + 2] = floor_s;
-    redisReply *r = rlock_script_run(c, &script_renew, (int)l->nkeys + 1, 2, argv, NULL);
+    redisReply *r =
+        rlock_script_run(c, rlock_lua(RLOCK_LUA_FENCE_RENEW), (int)l->nkeys + 1, 2, argv, NULL);
     long long n = 0;
     enum rlock_status st = RLOCK_ERR;
     if (rlock_reply_int(c, r, "fence renew", &n, l->err, sizeof l->err) < 0)

@@ -103,6 +103,48 @@ void rlock_count_acquire(enum rlock_status st, int waited, int64_t waited_ms);
 /* Counts a release: released on RLOCK_OK, release_refused on RLOCK_NOT_OWNER. */
 void rlock_count_release(enum rlock_status st);
 
+/* ---- registry.c: the library's Lua scripts ---- */
+
+struct rlock_script; /* rlock/script.h */
+
+/*
+ * Every script of the library, named once: X(ID, file) makes
+ * lua/rlock/<file>.lua the script RLOCK_LUA_<ID>.  The build embeds the
+ * files (service/tools/embed.c) as rlock_lua_<file>[] and _len.
+ */
+#define RLOCK_LUA_SCRIPTS(X)                                                                       \
+    X(RELEASE, release)                                                                            \
+    X(EXTEND, extend)                                                                              \
+    X(MULTI_ACQUIRE, multi_acquire)                                                                \
+    X(MULTI_RELEASE, multi_release)                                                                \
+    X(REENTRANT_ACQUIRE, reentrant_acquire)                                                        \
+    X(REENTRANT_RELEASE, reentrant_release)                                                        \
+    X(REENTRANT_RENEW, reentrant_renew)                                                            \
+    X(FAIR_ACQUIRE, fair_acquire)                                                                  \
+    X(FAIR_RELEASE, fair_release)                                                                  \
+    X(FAIR_CANCEL, fair_cancel)                                                                    \
+    X(FENCE_ACQUIRE, fence_acquire)                                                                \
+    X(FENCE_FLOOR, fence_floor)                                                                    \
+    X(FENCE_RENEW, fence_renew)
+
+/* (clang-format cannot tell that the X-list expands to enumerators.) */
+/* clang-format off */
+enum rlock_lua {
+#define RLOCK_LUA_ENUM(id, file) RLOCK_LUA_##id,
+    RLOCK_LUA_SCRIPTS(RLOCK_LUA_ENUM)
+#undef RLOCK_LUA_ENUM
+    RLOCK_LUA_COUNT
+};
+/* clang-format on */
+
+/*
+ * Returns the library's script id, ready for rlock_script_run() (its SHA1 is
+ * computed on the first call, for the whole table at once, under one
+ * pthread_once: no init call needed, safe from any thread).  The script is
+ * static and immutable; never NULL for id < RLOCK_LUA_COUNT.
+ */
+const struct rlock_script *rlock_lua(enum rlock_lua id);
+
 #pragma GCC visibility pop
 
 #endif /* RLOCK_INTERNAL_H */

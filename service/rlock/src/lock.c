@@ -6,7 +6,6 @@
 
 #include <errno.h>
 #include <limits.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,40 +15,6 @@
 #include "rlock/reentrant.h"
 #include "rlock/script.h"
 #include "rlock/watch.h"
-
-/* Generated from lua/rlock_*.lua by service/tools/embed.c. */
-extern const char lua_rlock_release[];
-extern const size_t lua_rlock_release_len;
-extern const char lua_rlock_extend[];
-extern const size_t lua_rlock_extend_len;
-extern const char lua_rlock_multi_acquire[];
-extern const size_t lua_rlock_multi_acquire_len;
-extern const char lua_rlock_multi_release[];
-extern const size_t lua_rlock_multi_release_len;
-
-/* The only shared state: immutable once scripts_init() has run. */
-static struct rlock_script script_release;
-static struct rlock_script script_extend;
-static struct rlock_script script_multi_acquire;
-static struct rlock_script script_multi_release;
-static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
-
-static void scripts_init(void)
-{
-    rlock_script_init(&script_release, "rlock_release", lua_rlock_release, lua_rlock_release_len);
-    rlock_script_init(&script_extend, "rlock_extend", lua_rlock_extend, lua_rlock_extend_len);
-    rlock_script_init(&script_multi_acquire, "rlock_multi_acquire", lua_rlock_multi_acquire,
-                      lua_rlock_multi_acquire_len);
-    rlock_script_init(&script_multi_release, "rlock_multi_release", lua_rlock_multi_release,
-                      lua_rlock_multi_release_len);
-}
-
-/* Lazily computes the script SHAs; pthread_once makes the first use from
- * several threads at once safe without a library init call. */
-static void scripts_ensure(void)
-{
-    (void)pthread_once(&scripts_once, scripts_init);
-}
 
 /* Frees the keys and resets every field except err, which explains to the
  * caller why the lock ended up empty.  Stops the watchdog first, so no
@@ -119,7 +84,8 @@ static enum rlock_status try_acquire(redisContext *c, struct rlock *l, const cha
     if (l->nkeys > 1) {
         long long n = 0;
         const char *arg[] = {ttl};
-        enum rlock_status st = run_lock_script(c, l, &script_multi_acquire, arg, 1, "acquire", &n);
+        enum rlock_status st =
+            run_lock_script(c, l, rlock_lua(RLOCK_LUA_MULTI_ACQUIRE), arg, 1, "acquire", &n);
         if (st != RLOCK_OK)
             return st;
         return n == 1 ? RLOCK_OK : RLOCK_BUSY;
@@ -215,7 +181,6 @@ enum rlock_status rlock_acquire_multi(redisContext *c, struct rlock *l, const ch
         RLOCK_SET_ERR(l, "acquire: out of memory");
         return RLOCK_ERR;
     }
-    scripts_ensure();
 
     int lease = o->ttl_ms > 0 ? o->ttl_ms : rlock_watchdog_lease_ms(o->watchdog);
     char ttl[16];
@@ -263,13 +228,13 @@ enum rlock_status rlock_release(redisContext *c, struct rlock *l)
         rlock_count_release(RLOCK_NOT_OWNER);
         return RLOCK_NOT_OWNER;
     }
-    scripts_ensure();
     /* Stop renewing before deleting: a renewal racing the release would be
      * refused anyway, but then report a loss that never happened. */
     rlock_watch_stop(l->watch);
     l->watch = NULL;
 
-    const struct rlock_script *s = l->nkeys == 1 ? &script_release : &script_multi_release;
+    const struct rlock_script *s =
+        l->nkeys == 1 ? rlock_lua(RLOCK_LUA_RELEASE) : rlock_lua(RLOCK_LUA_MULTI_RELEASE);
     char **channels = rlock_release_channels((const char *const *)l->keys, l->nkeys);
     long long deleted = 0;
     enum rlock_status st;
@@ -300,14 +265,14 @@ enum rlock_status rlock_extend(redisContext *c, struct rlock *l, int ttl_ms)
         RLOCK_SET_ERR(l, "extend: lock is not held");
         return RLOCK_NOT_OWNER;
     }
-    scripts_ensure();
 
     char ttl[16];
     snprintf(ttl, sizeof ttl, "%d", ttl_ms);
     int64_t start = rlock_mono_ms();
     const char *arg[] = {ttl};
     long long ok = 0;
-    enum rlock_status st = run_lock_script(c, l, &script_extend, arg, 1, "extend", &ok);
+    enum rlock_status st =
+        run_lock_script(c, l, rlock_lua(RLOCK_LUA_EXTEND), arg, 1, "extend", &ok);
     if (st != RLOCK_OK)
         return st;
     if (ok != 1) {

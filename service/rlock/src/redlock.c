@@ -11,7 +11,6 @@
 
 #include <errno.h>
 #include <poll.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,27 +18,6 @@
 #include "internal.h"
 #include "rlock/notify.h"
 #include "rlock/script.h"
-
-/* Generated from lua/rlock_*.lua by service/tools/embed.c. */
-extern const char lua_rlock_release[];
-extern const size_t lua_rlock_release_len;
-extern const char lua_rlock_extend[];
-extern const size_t lua_rlock_extend_len;
-
-static struct rlock_script script_release;
-static struct rlock_script script_extend;
-static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
-
-static void scripts_init(void)
-{
-    rlock_script_init(&script_release, "rlock_release", lua_rlock_release, lua_rlock_release_len);
-    rlock_script_init(&script_extend, "rlock_extend", lua_rlock_extend, lua_rlock_extend_len);
-}
-
-static void scripts_ensure(void)
-{
-    (void)pthread_once(&scripts_once, scripts_init);
-}
 
 /* ---- one command to many nodes, one deadline ---- */
 
@@ -203,13 +181,12 @@ static void count_int_ones(redisReply **replies, size_t n, size_t *ones, size_t 
 static size_t release_all(redisContext *const *nodes, size_t nnodes, const char *key,
                           const char *token, int timeout_ms, redisReply **replies, size_t *answered)
 {
-    scripts_ensure();
     const char *args[] = {token};
     size_t deleted = 0;
     *answered = 0;
     int64_t deadline = rlock_mono_ms() + timeout_ms;
-    if (fanout_script(nodes, nnodes, &script_release, key, args, 1, deadline, timeout_ms,
-                      replies) == 0)
+    if (fanout_script(nodes, nnodes, rlock_lua(RLOCK_LUA_RELEASE), key, args, 1, deadline,
+                      timeout_ms, replies) == 0)
         count_int_ones(replies, nnodes, &deleted, answered);
     free_replies(replies, nnodes);
     return deleted;
@@ -379,13 +356,12 @@ enum rlock_status rlock_redlock_extend(redisContext *const *nodes, size_t nnodes
         RLOCK_SET_ERR(l, "extend: no nodes or out of memory");
         return RLOCK_ERR;
     }
-    scripts_ensure();
     char ttl[16];
     snprintf(ttl, sizeof ttl, "%d", ttl_ms);
     const char *args[] = {l->token, ttl};
     int64_t start = rlock_mono_ms();
     size_t extended = 0, answered = 0;
-    int rc = fanout_script(nodes, nnodes, &script_extend, l->key, args, 2,
+    int rc = fanout_script(nodes, nnodes, rlock_lua(RLOCK_LUA_EXTEND), l->key, args, 2,
                            start + l->node_timeout_ms, l->node_timeout_ms, replies);
     if (rc == 0)
         count_int_ones(replies, nnodes, &extended, &answered);

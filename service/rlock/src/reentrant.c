@@ -18,34 +18,6 @@
 #include "rlock/script.h"
 #include "rlock/watch.h"
 
-/* Generated from lua/rlock_*.lua by service/tools/embed.c. */
-extern const char lua_rlock_reentrant_acquire[];
-extern const size_t lua_rlock_reentrant_acquire_len;
-extern const char lua_rlock_reentrant_release[];
-extern const size_t lua_rlock_reentrant_release_len;
-extern const char lua_rlock_reentrant_renew[];
-extern const size_t lua_rlock_reentrant_renew_len;
-
-static struct rlock_script script_acquire;
-static struct rlock_script script_release;
-static struct rlock_script script_renew;
-static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
-
-static void scripts_init(void)
-{
-    rlock_script_init(&script_acquire, "rlock_reentrant_acquire", lua_rlock_reentrant_acquire,
-                      lua_rlock_reentrant_acquire_len);
-    rlock_script_init(&script_release, "rlock_reentrant_release", lua_rlock_reentrant_release,
-                      lua_rlock_reentrant_release_len);
-    rlock_script_init(&script_renew, "rlock_reentrant_renew", lua_rlock_reentrant_renew,
-                      lua_rlock_reentrant_renew_len);
-}
-
-static void scripts_ensure(void)
-{
-    (void)pthread_once(&scripts_once, scripts_init);
-}
-
 /* ---- identity ---- */
 
 int rlock_uuid_new(char out[RLOCK_UUID_LEN + 1])
@@ -154,7 +126,8 @@ static enum rlock_status reentrant_try_once(void *arg, int64_t *busy_ms)
     struct reentrant_try *t = arg;
     const char *argv[] = {t->key, t->ttl, t->owner};
     t->start = rlock_mono_ms();
-    redisReply *r = rlock_script_run(t->c, &script_acquire, 1, 2, argv, NULL);
+    redisReply *r =
+        rlock_script_run(t->c, rlock_lua(RLOCK_LUA_REENTRANT_ACQUIRE), 1, 2, argv, NULL);
     long long n = 0;
     enum rlock_status st =
         rlock_parse_acquire_reply(r, t->c->errstr, &n, t->l->err, sizeof t->l->err);
@@ -226,7 +199,6 @@ enum rlock_status rlock_reentrant_acquire(redisContext *c, struct rlock_reentran
     if (l->fair)
         return rlock_fair_acquire(c, l, key, uuid, thread_id, o, NULL);
     l->err[0] = '\0';
-    scripts_ensure();
 
     int lease = o->ttl_ms > 0 ? o->ttl_ms : rlock_watchdog_lease_ms(o->watchdog);
     char ttl[16];
@@ -249,7 +221,8 @@ enum rlock_status rlock_reentrant_acquire(redisContext *c, struct rlock_reentran
     char *ch = rlock_channel_name(RLOCK_REDISSON_CHANNEL_PREFIX, key);
     if (ch) {
         argv[1] = ch;
-        freeReplyObject(rlock_script_run(c, &script_release, 2, 3, argv, NULL));
+        freeReplyObject(
+            rlock_script_run(c, rlock_lua(RLOCK_LUA_REENTRANT_RELEASE), 2, 3, argv, NULL));
         free(ch);
     }
     RLOCK_SET_ERR(l, "acquire: out of memory");
@@ -262,7 +235,6 @@ enum rlock_status rlock_reentrant_acquire(redisContext *c, struct rlock_reentran
 static enum rlock_status release_script(redisContext *c, const char *key, const char *owner,
                                         int lease, int *freed, char *err, size_t errlen)
 {
-    scripts_ensure();
     char *channel = rlock_channel_name(RLOCK_REDISSON_CHANNEL_PREFIX, key);
     if (!channel) {
         rlock_err_set(err, errlen, "release: out of memory");
@@ -271,7 +243,7 @@ static enum rlock_status release_script(redisContext *c, const char *key, const 
     char ttl[16];
     snprintf(ttl, sizeof ttl, "%d", lease > 0 ? lease : RLOCK_WATCHDOG_LEASE_MS);
     const char *argv[] = {key, channel, "0", ttl, owner};
-    redisReply *r = rlock_script_run(c, &script_release, 2, 3, argv, NULL);
+    redisReply *r = rlock_script_run(c, rlock_lua(RLOCK_LUA_REENTRANT_RELEASE), 2, 3, argv, NULL);
     free(channel);
     long long n = 0;
     enum rlock_status st = RLOCK_ERR;
@@ -337,12 +309,11 @@ enum rlock_status rlock_reentrant_extend(redisContext *c, struct rlock_reentrant
         RLOCK_SET_ERR(l, "extend: lock is not held");
         return RLOCK_NOT_OWNER;
     }
-    scripts_ensure();
     char ttl[16];
     snprintf(ttl, sizeof ttl, "%d", ttl_ms);
     const char *argv[] = {l->key, ttl, l->owner};
     int64_t start = rlock_mono_ms();
-    redisReply *r = rlock_script_run(c, &script_renew, 1, 2, argv, NULL);
+    redisReply *r = rlock_script_run(c, rlock_lua(RLOCK_LUA_REENTRANT_RENEW), 1, 2, argv, NULL);
     long long ok = 0;
     enum rlock_status st = RLOCK_ERR;
     if (rlock_reply_int(c, r, "extend", &ok, l->err, sizeof l->err) < 0) {

@@ -21,23 +21,6 @@
 #include "rlock/metrics.h"
 #include "rlock/script.h"
 
-/* Generated from lua/rlock_*.lua by service/tools/embed.c. */
-extern const char lua_rlock_extend[];
-extern const size_t lua_rlock_extend_len;
-extern const char lua_rlock_reentrant_renew[];
-extern const size_t lua_rlock_reentrant_renew_len;
-
-static struct rlock_script script_extend;
-static struct rlock_script script_renew;
-static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
-
-static void scripts_init(void)
-{
-    rlock_script_init(&script_extend, "rlock_extend", lua_rlock_extend, lua_rlock_extend_len);
-    rlock_script_init(&script_renew, "rlock_reentrant_renew", lua_rlock_reentrant_renew,
-                      lua_rlock_reentrant_renew_len);
-}
-
 /* After a failed round trip the next try comes after lease / this, so a
  * short outage is ridden out while the lease still has time. */
 #define RETRY_DIVISOR 10
@@ -291,7 +274,6 @@ struct rlock_watch *rlock_watch_tokens(struct rlock_watchdog *wd, const char *co
 {
     if (!wd || !keys || nkeys == 0 || nkeys > 1024 * 1024 || !token)
         return NULL;
-    (void)pthread_once(&scripts_once, scripts_init);
     char lease[16];
     snprintf(lease, sizeof lease, "%d", wd->lease_ms);
     const char **argv = malloc((nkeys + 2) * sizeof *argv);
@@ -301,7 +283,8 @@ struct rlock_watch *rlock_watch_tokens(struct rlock_watchdog *wd, const char *co
         argv[i] = keys[i];
     argv[nkeys] = token;
     argv[nkeys + 1] = lease;
-    struct rlock_watch *w = watch_start(wd, &script_extend, (int)nkeys, 2, argv, since_ms, fn, arg);
+    struct rlock_watch *w =
+        watch_start(wd, rlock_lua(RLOCK_LUA_EXTEND), (int)nkeys, 2, argv, since_ms, fn, arg);
     free(argv);
     return w;
 }
@@ -311,11 +294,10 @@ struct rlock_watch *rlock_watch_owner(struct rlock_watchdog *wd, const char *key
 {
     if (!wd || !key || !owner)
         return NULL;
-    (void)pthread_once(&scripts_once, scripts_init);
     char lease[16];
     snprintf(lease, sizeof lease, "%d", wd->lease_ms);
     const char *argv[] = {key, lease, owner};
-    return watch_start(wd, &script_renew, 1, 2, argv, since_ms, fn, arg);
+    return watch_start(wd, rlock_lua(RLOCK_LUA_REENTRANT_RENEW), 1, 2, argv, since_ms, fn, arg);
 }
 
 int rlock_watch_lost(const struct rlock_watch *w)
