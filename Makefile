@@ -20,8 +20,8 @@ CFLAGS   += $(OPT) $(WARN) $(PKG_CFLAGS) -pthread
 LDFLAGS  += $(OPT) -pthread
 
 RLOCK_SRC   := $(wildcard service/rlock/src/*.c)
-RLOCK_LUA   := $(sort $(wildcard lua/rlock_*.lua))
-SVC_LUA     := $(sort $(filter-out $(RLOCK_LUA),$(wildcard lua/*.lua)))
+RLOCK_LUA   := $(sort $(wildcard lua/rlock/*.lua))
+SVC_LUA     := $(sort $(wildcard lua/*.lua))
 SVC_SQL     := $(sort $(wildcard sql/*.sql))
 MIGRATIONS  := $(sort $(wildcard migrations/*.sql))
 SVC_SRC     := $(filter-out service/main.c $(wildcard service/ctl*.c),$(wildcard service/*.c))
@@ -30,7 +30,7 @@ LOAD_SRC    := $(filter-out loadtest/http_ceiling.c loadtest/rlock_bench.c,$(wil
 TEST_SRC    := $(wildcard service/tests/test_*.c)
 TEST_HELPERS:= $(filter-out $(TEST_SRC),$(wildcard service/tests/*.c))
 
-RLOCK_OBJ := $(RLOCK_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/lua_rlock.o
+RLOCK_OBJ := $(RLOCK_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/rlock_lua.o
 SVC_OBJ   := $(SVC_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/lua_svc.o $(BUILD)/gen/sql_svc.o \
              $(BUILD)/gen/migrations.o
 TESTS     := $(TEST_SRC:service/tests/%.c=$(BUILD)/tests/%)
@@ -48,9 +48,9 @@ $(BUILD)/tools/embed: service/tools/embed.c
 	@mkdir -p $(@D)
 	$(CC) -O2 -Wall -Wextra -Werror -o $@ $<
 
-$(BUILD)/gen/lua_rlock.c: $(RLOCK_LUA) $(BUILD)/tools/embed
+$(BUILD)/gen/rlock_lua.c: $(RLOCK_LUA) $(BUILD)/tools/embed
 	@mkdir -p $(@D)
-	$(BUILD)/tools/embed lua_ $@ $(RLOCK_LUA)
+	$(BUILD)/tools/embed rlock_lua_ $@ $(RLOCK_LUA)
 $(BUILD)/gen/lua_svc.c: $(SVC_LUA) $(BUILD)/tools/embed
 	@mkdir -p $(@D)
 	$(BUILD)/tools/embed svclua_ $@ $(SVC_LUA)

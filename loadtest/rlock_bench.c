@@ -21,7 +21,7 @@
  * (rlock_async.h: per-command timers, waiting, and in contended mode early
  * wake-ups from a notifier on the release channel, as the daemon runs it).
  * --client raw sends the same kind of operations by hand (SET NX PX; EVALSHA
- * of lua/rlock_release.lua, EVAL on NOSCRIPT, via rlock_script_run_async()):
+ * of lua/rlock/release.lua, EVAL on NOSCRIPT, via rlock_script_run_async()):
  * the floor of what one connection can do, to see the library's own cost.
  *
  * Prints one line of key=value pairs on stdout; exits 1 on errors.
@@ -47,9 +47,9 @@
 #include <rlock/rlock.h>
 #include <rlock/script.h>
 
-/* Generated from lua/rlock_release.lua into librlock.a. */
-extern const char lua_rlock_release[];
-extern const size_t lua_rlock_release_len;
+/* Generated from lua/rlock/release.lua into librlock.a. */
+extern const char rlock_lua_release[];
+extern const size_t rlock_lua_release_len;
 
 #define MAX_CONCURRENCY 10000
 #define DRAIN_GRACE_MS 5000 /* after the run, how long in-flight pairs may take */
@@ -539,7 +539,7 @@ int main(int argc, char **argv)
     static struct bench b;
     if (parse_opts(argc, argv, &b.o) < 0)
         return 2;
-    rlock_script_init(&b.release, "rlock_release", lua_rlock_release, lua_rlock_release_len);
+    rlock_script_init(&b.release, "rlock_release", rlock_lua_release, rlock_lua_release_len);
     b.rng = (uint64_t)now_ns() | 1;
 
     /* Retry pauses are a few ms: with the default millisecond epoll timeouts,

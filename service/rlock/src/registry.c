@@ -8,10 +8,10 @@
 #include "internal.h"
 #include "rlock/script.h"
 
-/* Embedded by the build from lua/rlock_<file>.lua (service/tools/embed.c). */
+/* Embedded by the build from lua/rlock/<file>.lua (service/tools/embed.c). */
 #define RLOCK_LUA_EXTERN(id, file)                                                                 \
-    extern const char lua_rlock_##file[];                                                          \
-    extern const size_t lua_rlock_##file##_len;
+    extern const char rlock_lua_##file[];                                                          \
+    extern const size_t rlock_lua_##file##_len;
 RLOCK_LUA_SCRIPTS(RLOCK_LUA_EXTERN)
 #undef RLOCK_LUA_EXTERN
 
@@ -23,7 +23,7 @@ static const struct {
     const size_t *len;
 } sources[RLOCK_LUA_COUNT] = {
 #define RLOCK_LUA_SOURCE(id, file)                                                                 \
-    [RLOCK_LUA_##id] = {"rlock/" #file, lua_rlock_##file, &lua_rlock_##file##_len},
+    [RLOCK_LUA_##id] = {"rlock/" #file, rlock_lua_##file, &rlock_lua_##file##_len},
     RLOCK_LUA_SCRIPTS(RLOCK_LUA_SOURCE)
 #undef RLOCK_LUA_SOURCE
 };

@@ -8,7 +8,7 @@
  *   release  decrements the count; the last release deletes the hash and
  *            publishes "0" on "redisson_lock__channel:{key}" (Redisson's
  *            channel name rule: without braces if key already has a hash tag)
- * Scripts: lua/rlock_reentrant_acquire.lua, _release.lua, _renew.lua.
+ * Scripts: lua/rlock/reentrant_acquire.lua, _release.lua, _renew.lua.
  *
  * The instance uuid is 128 random bits formatted as a UUID (version 4), one
  * per process (rlock_process_uuid()) unless the caller names its own, e.g.
