@@ -12,6 +12,19 @@
 #include "rlock/script.h"
 #include "rlock/watch.h"
 
+static enum rlock_status fair_reenter(redisContext *c, struct rlock_reentrant *l, const char *key,
+                                      const char *uuid, uint64_t thread_id,
+                                      const struct rlock_opts *o)
+{
+    return rlock_fair_acquire(c, l, key, uuid, thread_id, o, NULL);
+}
+
+/* How rlock_reentrant_acquire() and _release() handle a struct taken here. */
+static const struct rlock_fair_ops fair_ops = {
+    .reenter = fair_reenter,
+    .release_hold = rlock_fair_release_hold,
+};
+
 /* The derived names of one fair lock; free with names_free(). */
 struct fair_names {
     char *queue;
@@ -119,7 +132,7 @@ enum rlock_status rlock_fair_acquire(redisContext *c, struct rlock_reentrant *l,
     enum rlock_status st = rlock_wait_acquire(o, chv, channel ? 1 : 0, fair_try_once, &t);
     free(channel);
 
-    if (st == RLOCK_OK && rlock_reentrant_record(l, key, owner, o, lease, t.start, 1) < 0) {
+    if (st == RLOCK_OK && rlock_reentrant_record(l, key, owner, o, lease, t.start, &fair_ops) < 0) {
         int freed;
         struct rlock_reentrant tmp = {.fair = 1, .ttl_ms = lease};
         snprintf(tmp.owner, sizeof tmp.owner, "%s", owner);

@@ -135,15 +135,6 @@ static enum rlock_status try_fenced(redisContext *c, struct rlock *l, const char
     return st;
 }
 
-/* Empties l but keeps its error message for the caller. */
-static void clear_keep_err(struct rlock *l)
-{
-    char err[sizeof l->err];
-    memcpy(err, l->err, sizeof err);
-    rlock_clear(l);
-    memcpy(l->err, err, sizeof err);
-}
-
 /* What one attempt of the shared waiting loop needs. */
 struct fenced_attempt {
     redisContext *c;
@@ -210,7 +201,7 @@ enum rlock_status rlock_acquire_multi_fenced(redisContext *c, struct rlock *l,
     if (st == RLOCK_BUSY)
         RLOCK_SET_ERR(l, "acquire: held by another owner after waiting %d ms", o->wait_ms);
     *fence = 0;
-    clear_keep_err(l);
+    rlock_empty(l);
     return st;
 }
 
@@ -311,7 +302,7 @@ enum rlock_status rlock_require_replicas(redisContext *c, struct rlock *l, int n
     redisReply *r = redisCommand(c, "WAIT %d %d", numreplicas, timeout_ms);
     if (!r) {
         RLOCK_SET_ERR(l, "replicas: %s", c->errstr[0] ? c->errstr : "I/O error");
-        clear_keep_err(l);
+        rlock_empty(l);
         return RLOCK_ERR;
     }
     char why[sizeof l->err];

@@ -103,6 +103,59 @@ void rlock_count_acquire(enum rlock_status st, int waited, int64_t waited_ms);
 /* Counts a release: released on RLOCK_OK, release_refused on RLOCK_NOT_OWNER. */
 void rlock_count_release(enum rlock_status st);
 
+/* ---- lock.c: the simple lock, for fence.c and binding.c ---- */
+
+/*
+ * Empties l as rlock_clear() does (stops its watchdog, frees its keys) but
+ * keeps l->err, which tells the caller why the lock ended up empty.
+ */
+void rlock_empty(struct rlock *l);
+
+/* ---- reentrant.c: the Redisson hash lock, for fair.c and async.c ---- */
+
+struct rlock_reentrant; /* rlock/reentrant.h */
+
+/*
+ * What reentrant.c needs of the fair lock to re-enter or release a struct
+ * rlock_reentrant that rlock_fair_acquire() took (l->fair == 1).  fair.c
+ * passes its ops with every fair hold it records, so reentrant.c reaches
+ * the fair lock without including it: fair builds on reentrant, never the
+ * other way round.
+ */
+struct rlock_fair_ops {
+    /* rlock_fair_acquire() with default fair options: one more hold of l. */
+    enum rlock_status (*reenter)(redisContext *c, struct rlock_reentrant *l, const char *key,
+                                 const char *uuid, uint64_t thread_id, const struct rlock_opts *o);
+    /* rlock_fair_release_hold(). */
+    enum rlock_status (*release_hold)(redisContext *c, struct rlock_reentrant *l, int *freed);
+};
+
+/*
+ * Parses an acquire script's reply {1, holds} / {0, busy ms}.  errstr is the
+ * context's error for a NULL reply (may be NULL).  Returns RLOCK_OK or
+ * RLOCK_BUSY with *n set, or RLOCK_ERR with "acquire: <why>" in err.
+ */
+enum rlock_status rlock_parse_acquire_reply(const redisReply *r, const char *errstr, long long *n,
+                                            char *err, size_t errlen);
+
+/*
+ * Validates the arguments of a reentrant or fair acquire and formats the
+ * owner field into owner (RLOCK_OWNER_MAX bytes).  Returns 0, or -1 with
+ * l->err set.
+ */
+int rlock_reentrant_check_args(struct rlock_reentrant *l, const char *key, const char *uuid,
+                               uint64_t thread_id, const struct rlock_opts *o, char *owner);
+
+/*
+ * Records one more hold in l, taken with a lease of lease ms requested at
+ * start; the first hold copies key and owner and starts the watchdog when
+ * o->ttl_ms == 0.  fair is NULL for a reentrant hold, the fair lock's ops
+ * for a fair one.  Returns 0, or -1 when out of memory with l unchanged.
+ */
+int rlock_reentrant_record(struct rlock_reentrant *l, const char *key, const char *owner,
+                           const struct rlock_opts *o, int lease, int64_t start,
+                           const struct rlock_fair_ops *fair);
+
 /* ---- registry.c: the library's Lua scripts ---- */
 
 struct rlock_script; /* rlock/script.h */

@@ -12,14 +12,10 @@
 
 #include "internal.h"
 #include "rlock/notify.h"
-#include "rlock/reentrant.h"
 #include "rlock/script.h"
 #include "rlock/watch.h"
 
-/* Frees the keys and resets every field except err, which explains to the
- * caller why the lock ended up empty.  Stops the watchdog first, so no
- * renewal can follow a release. */
-static void rlock_empty(struct rlock *l)
+void rlock_empty(struct rlock *l)
 {
     rlock_watch_stop(l->watch);
     l->watch = NULL;
@@ -333,21 +329,4 @@ int rlock_lost(const struct rlock *l)
     if (l->watch)
         return rlock_watch_lost(l->watch);
     return rlock_remaining_ms(l) == 0;
-}
-
-void rlock_release_on_complete(int outcome, void *binding)
-{
-    struct rlock_binding *b = binding;
-    redisContext *c = b->conn ? b->conn(b->conn_arg) : NULL;
-    b->outcome = outcome;
-    if (b->kind == RLOCK_KIND_REENTRANT) {
-        struct rlock_reentrant *l = b->lock;
-        b->status = c ? rlock_reentrant_release(c, l) : RLOCK_ERR;
-        if (l->holds > 0 && b->status != RLOCK_OK)
-            rlock_reentrant_clear(l);
-    } else {
-        struct rlock *l = b->lock;
-        b->status = c ? rlock_release(c, l) : RLOCK_ERR;
-        rlock_empty(l);
-    }
 }

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +14,6 @@
 #include <unistd.h>
 
 #include "internal.h"
-#include "rlock/fair.h"
 #include "rlock/notify.h"
 #include "rlock/script.h"
 #include "rlock/watch.h"
@@ -137,11 +137,23 @@ static enum rlock_status reentrant_try_once(void *arg, int64_t *busy_ms)
     return st;
 }
 
-/* Checks what acquire and fair acquire share; fills owner.  Returns 0, or
- * -1 with l->err set. */
+/* The fair lock's ops, set with its first hold (see rlock_reentrant_record):
+ * a struct with l->fair == 1 exists only after that.  There is one fair lock
+ * implementation, so every fair hold passes the same constant. */
+static _Atomic(const struct rlock_fair_ops *) fair_ops;
+
+/* Returns the fair lock's ops for l (l->fair == 1), or NULL with l->err set
+ * if l claims to be fair without the fair lock having taken it. */
+static const struct rlock_fair_ops *fair_ops_for(struct rlock_reentrant *l, const char *op)
+{
+    const struct rlock_fair_ops *f = atomic_load_explicit(&fair_ops, memory_order_acquire);
+    if (!f)
+        RLOCK_SET_ERR(l, "%s: struct marked fair but never taken by rlock_fair_acquire()", op);
+    return f;
+}
+
 int rlock_reentrant_check_args(struct rlock_reentrant *l, const char *key, const char *uuid,
-                               uint64_t thread_id, const struct rlock_opts *o,
-                               char owner[RLOCK_OWNER_MAX])
+                               uint64_t thread_id, const struct rlock_opts *o, char *owner)
 {
     if (!key || !o || o->ttl_ms < 0 || (o->ttl_ms == 0 && !o->watchdog) || o->wait_ms < 0) {
         RLOCK_SET_ERR(
@@ -159,11 +171,9 @@ int rlock_reentrant_check_args(struct rlock_reentrant *l, const char *key, const
     return 0;
 }
 
-/* Records a successful acquisition in l; on the first hold copies the key
- * and starts the watchdog for a lock without explicit lease.  Returns 0, or
- * -1 (out of memory) with l unchanged. */
 int rlock_reentrant_record(struct rlock_reentrant *l, const char *key, const char *owner,
-                           const struct rlock_opts *o, int lease, int64_t start, int fair)
+                           const struct rlock_opts *o, int lease, int64_t start,
+                           const struct rlock_fair_ops *fair)
 {
     if (l->holds == 0) {
         char *k = strdup(key);
@@ -180,7 +190,9 @@ int rlock_reentrant_record(struct rlock_reentrant *l, const char *key, const cha
         l->key = k;
         snprintf(l->owner, sizeof l->owner, "%s", owner);
         l->watch = w;
-        l->fair = fair;
+        l->fair = fair != NULL;
+        if (fair)
+            atomic_store_explicit(&fair_ops, fair, memory_order_release);
     }
     l->holds++;
     l->ttl_ms = lease;
@@ -196,8 +208,10 @@ enum rlock_status rlock_reentrant_acquire(redisContext *c, struct rlock_reentran
     char owner[RLOCK_OWNER_MAX];
     if (rlock_reentrant_check_args(l, key, uuid, thread_id, o, owner) < 0)
         return RLOCK_ERR;
-    if (l->fair)
-        return rlock_fair_acquire(c, l, key, uuid, thread_id, o, NULL);
+    if (l->fair) {
+        const struct rlock_fair_ops *f = fair_ops_for(l, "acquire");
+        return f ? f->reenter(c, l, key, uuid, thread_id, o) : RLOCK_ERR;
+    }
     l->err[0] = '\0';
 
     int lease = o->ttl_ms > 0 ? o->ttl_ms : rlock_watchdog_lease_ms(o->watchdog);
@@ -214,7 +228,7 @@ enum rlock_status rlock_reentrant_acquire(redisContext *c, struct rlock_reentran
     }
     if (st != RLOCK_OK)
         return st;
-    if (rlock_reentrant_record(l, key, owner, o, lease, t.start, 0) == 0)
+    if (rlock_reentrant_record(l, key, owner, o, lease, t.start, NULL) == 0)
         return RLOCK_OK;
     /* Cannot track (or renew) the hold: give it back rather than leak it. */
     const char *argv[] = {key, RLOCK_REDISSON_CHANNEL_PREFIX, "0", ttl, owner};
@@ -276,9 +290,13 @@ enum rlock_status rlock_reentrant_release(redisContext *c, struct rlock_reentran
         l->watch = NULL;
     }
     int freed = 0;
-    enum rlock_status st =
-        l->fair ? rlock_fair_release_hold(c, l, &freed)
-                : release_script(c, l->key, l->owner, l->ttl_ms, &freed, l->err, sizeof l->err);
+    enum rlock_status st;
+    if (l->fair) {
+        const struct rlock_fair_ops *f = fair_ops_for(l, "release");
+        st = f ? f->release_hold(c, l, &freed) : RLOCK_ERR;
+    } else {
+        st = release_script(c, l->key, l->owner, l->ttl_ms, &freed, l->err, sizeof l->err);
+    }
     if (st == RLOCK_OK && --l->holds > 0)
         return RLOCK_OK;
     empty(l);
