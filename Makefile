@@ -15,12 +15,15 @@ endif
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null || echo -I/usr/include/postgresql)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lhiredis -levent_pthreads -levent -ljansson -lpq)
 CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck)
-CPPFLAGS += -D_GNU_SOURCE -Iservice -Iservice/rlock/include -Iloadtest
-CFLAGS   += $(OPT) $(WARN) $(PKG_CFLAGS) -pthread
 LDFLAGS  += $(OPT) -pthread
 
-RLOCK_SRC   := $(wildcard service/rlock/src/*.c)
-RLOCK_LUA   := $(sort $(wildcard lua/rlock/*.lua))
+# The lock library builds by its own rules ($(BUILD)/librlock.a and more).
+include service/rlock/rlock.mk
+.DEFAULT_GOAL := all
+
+CPPFLAGS += -D_GNU_SOURCE -Iservice $(RLOCK_CPPFLAGS) -Iloadtest
+CFLAGS   += $(OPT) $(WARN) $(PKG_CFLAGS) -pthread
+
 SVC_LUA     := $(sort $(wildcard lua/*.lua))
 SVC_SQL     := $(sort $(wildcard sql/*.sql))
 MIGRATIONS  := $(sort $(wildcard migrations/*.sql))
@@ -30,7 +33,6 @@ LOAD_SRC    := $(filter-out loadtest/http_ceiling.c loadtest/rlock_bench.c,$(wil
 TEST_SRC    := $(wildcard service/tests/test_*.c)
 TEST_HELPERS:= $(filter-out $(TEST_SRC),$(wildcard service/tests/*.c))
 
-RLOCK_OBJ := $(RLOCK_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/rlock_lua.o
 SVC_OBJ   := $(SVC_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/lua_svc.o $(BUILD)/gen/sql_svc.o \
              $(BUILD)/gen/migrations.o
 TESTS     := $(TEST_SRC:service/tests/%.c=$(BUILD)/tests/%)
@@ -48,9 +50,6 @@ $(BUILD)/tools/embed: service/tools/embed.c
 	@mkdir -p $(@D)
 	$(CC) -O2 -Wall -Wextra -Werror -o $@ $<
 
-$(BUILD)/gen/rlock_lua.c: $(RLOCK_LUA) $(BUILD)/tools/embed
-	@mkdir -p $(@D)
-	$(BUILD)/tools/embed rlock_lua_ $@ $(RLOCK_LUA)
 $(BUILD)/gen/lua_svc.c: $(SVC_LUA) $(BUILD)/tools/embed
 	@mkdir -p $(@D)
 	$(BUILD)/tools/embed svclua_ $@ $(SVC_LUA)
@@ -67,11 +66,7 @@ $(BUILD)/gen/%.o: $(BUILD)/gen/%.c
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
-# The lock library sees its own headers only: reaching into the service fails the build.
-$(BUILD)/service/rlock/%.o: CPPFLAGS := -D_GNU_SOURCE -Iservice/rlock/include -Iservice/rlock/src
 
-$(BUILD)/librlock.a: $(RLOCK_OBJ)
-	$(AR) rcs $@ $^
 $(BUILD)/libseckill.a: $(SVC_OBJ)
 	$(AR) rcs $@ $^
 

@@ -1,0 +1,49 @@
+# rlock.mk: the build of the lock library, service/rlock/, included by the
+# top-level Makefile.
+#
+# The library is a room of its own: its objects are compiled with its own
+# include/ and src/ and the flags of hiredis and libevent only (no -Iservice,
+# no PostgreSQL or jansson), so any reach into the service fails the build.
+#
+# The including Makefile provides CC, AR, BUILD, OPT, WARN and LDFLAGS,
+# and the embedding tool $(BUILD)/tools/embed (service/tools/embed.c).
+#
+# Provides:
+#   $(RLOCK_LIB)        $(BUILD)/librlock.a, what the service links
+#   RLOCK_CPPFLAGS      how code outside the library finds <rlock/...>
+
+RLOCK_DIR      := service/rlock
+RLOCK_PKGS     := hiredis libevent
+RLOCK_PKG_CFLAGS := $(shell pkg-config --cflags $(RLOCK_PKGS) 2>/dev/null || \
+                      echo -I/usr/include/hiredis)
+RLOCK_PKG_LIBS := $(shell pkg-config --libs $(RLOCK_PKGS) 2>/dev/null || echo -lhiredis -levent)
+
+# Its sources see the public headers and the one private header, nothing else.
+RLOCK_SRC_CPPFLAGS := -D_GNU_SOURCE -I$(RLOCK_DIR)/include -I$(RLOCK_DIR)/src
+RLOCK_CFLAGS       := $(OPT) $(WARN) $(RLOCK_PKG_CFLAGS) -pthread
+# What a consumer of the library (the service, its tests) needs.
+RLOCK_CPPFLAGS     := -I$(RLOCK_DIR)/include
+
+RLOCK_SRC := $(sort $(wildcard $(RLOCK_DIR)/src/*.c))
+RLOCK_LUA := $(sort $(wildcard lua/rlock/*.lua))
+RLOCK_OBJ := $(RLOCK_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/rlock_lua.o
+RLOCK_LIB := $(BUILD)/librlock.a
+
+.PHONY: rlock
+rlock: $(RLOCK_LIB)
+
+# The scripts, embedded as rlock_lua_<file>[] (src/registry.c names them).
+$(BUILD)/gen/rlock_lua.c: $(RLOCK_LUA) $(BUILD)/tools/embed
+	@mkdir -p $(@D)
+	$(BUILD)/tools/embed rlock_lua_ $@ $(RLOCK_LUA)
+$(BUILD)/gen/rlock_lua.o: $(BUILD)/gen/rlock_lua.c
+	$(CC) $(OPT) -c -o $@ $<
+
+$(RLOCK_SRC:%.c=$(BUILD)/%.o): $(BUILD)/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(RLOCK_SRC_CPPFLAGS) $(RLOCK_CFLAGS) -MMD -MP -c -o $@ $<
+
+# Recreated, not updated: ar would keep the members of removed sources.
+$(RLOCK_LIB): $(RLOCK_OBJ)
+	@rm -f $@
+	$(AR) rcs $@ $^
