@@ -44,7 +44,7 @@ PROGRAMS  := $(BUILD)/seckilld \
              $(if $(LOAD_SRC),$(BUILD)/seckill-loadtest) \
              $(if $(wildcard loadtest/http_ceiling.c),$(BUILD)/http-ceiling) \
              $(if $(wildcard loadtest/rlock_bench.c),$(BUILD)/rlock-bench)
-all: $(PROGRAMS) $(TESTS)
+all: $(PROGRAMS) $(TESTS) $(RLOCK_TESTS)
 
 $(BUILD)/tools/embed: service/tools/embed.c
 	@mkdir -p $(@D)
@@ -92,6 +92,9 @@ $(BUILD)/tests/%: $(BUILD)/service/tests/%.o $(TEST_HOBJ) $(BUILD)/libseckill.a 
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) $(CHECK_LIBS)
 # test_loadtest also unit-tests the load generator's latency histogram.
 $(BUILD)/tests/test_loadtest: $(BUILD)/loadtest/lt_hist.o
+# test_pgwait borrows the lock library's test harness (th_sleep_ms).
+$(BUILD)/tests/test_pgwait: $(BUILD)/service/rlock/tests/harness_rlock.o
+$(BUILD)/service/tests/test_pgwait.o: CPPFLAGS += -Iservice/rlock/tests
 
 deps:
 	scripts/deps.sh
@@ -104,7 +107,7 @@ run: deps
 # make test: a fresh stack on free ports, every test binary, then teardown.
 test: deps
 	$(MAKE) all
-	BUILD=$(BUILD) scripts/run-tests.sh $(TESTS)
+	BUILD=$(BUILD) scripts/run-tests.sh $(TESTS) $(RLOCK_TESTS) $(RLOCK_TEST_SCRIPTS)
 
 # Long runs, never part of `make test`.
 loadtest: deps

@@ -11,12 +11,23 @@
 # Provides:
 #   $(RLOCK_LIB)        $(BUILD)/librlock.a, what the service links
 #   RLOCK_CPPFLAGS      how code outside the library finds <rlock/...>
+#   $(RLOCK_TESTS)      the library's Check tests, $(BUILD)/tests/test_rlock*
+#   $(RLOCK_TEST_SCRIPTS) its executable test scripts (tests/test_*.sh)
+# Both kinds of test run under scripts/run-tests.sh, which provides the
+# test Redis (SECKILL_TEST_REDIS_URL) and PostgreSQL (SECKILL_TEST_PG_DSN).
 
 RLOCK_DIR      := service/rlock
 RLOCK_PKGS     := hiredis libevent
 RLOCK_PKG_CFLAGS := $(shell pkg-config --cflags $(RLOCK_PKGS) 2>/dev/null || \
                       echo -I/usr/include/hiredis)
 RLOCK_PKG_LIBS := $(shell pkg-config --libs $(RLOCK_PKGS) 2>/dev/null || echo -lhiredis -levent)
+# The tests also use libevent's threads, Check, and libpq for the fenced
+# store (a test dependency only: fencing is checked by the database).
+RLOCK_TEST_PKGS := $(RLOCK_PKGS) libevent_pthreads check libpq
+RLOCK_TEST_PKG_CFLAGS := $(shell pkg-config --cflags $(RLOCK_TEST_PKGS) 2>/dev/null || \
+                           echo -I/usr/include/hiredis -I/usr/include/postgresql)
+RLOCK_TEST_PKG_LIBS := $(shell pkg-config --libs $(RLOCK_TEST_PKGS) 2>/dev/null || \
+                         echo -lhiredis -levent_pthreads -levent -lcheck -lpq)
 
 # Its sources see the public headers and the one private header, nothing else.
 RLOCK_SRC_CPPFLAGS := -D_GNU_SOURCE -I$(RLOCK_DIR)/include -I$(RLOCK_DIR)/src
@@ -29,8 +40,16 @@ RLOCK_LUA := $(sort $(wildcard lua/rlock/*.lua))
 RLOCK_OBJ := $(RLOCK_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/rlock_lua.o
 RLOCK_LIB := $(BUILD)/librlock.a
 
+# The tests use the public headers and their own harness, nothing else.
+RLOCK_TEST_SRC     := $(sort $(wildcard $(RLOCK_DIR)/tests/test_*.c))
+RLOCK_TEST_HELPERS := $(filter-out $(RLOCK_TEST_SRC),$(wildcard $(RLOCK_DIR)/tests/*.c))
+RLOCK_TEST_OBJ     := $(RLOCK_TEST_SRC:%.c=$(BUILD)/%.o) $(RLOCK_TEST_HELPERS:%.c=$(BUILD)/%.o)
+RLOCK_TEST_HOBJ    := $(RLOCK_TEST_HELPERS:%.c=$(BUILD)/%.o)
+RLOCK_TESTS        := $(RLOCK_TEST_SRC:$(RLOCK_DIR)/tests/%.c=$(BUILD)/tests/%)
+RLOCK_TEST_SCRIPTS := $(sort $(wildcard $(RLOCK_DIR)/tests/test_*.sh))
+
 .PHONY: rlock
-rlock: $(RLOCK_LIB)
+rlock: $(RLOCK_LIB) $(RLOCK_TESTS)
 
 # The scripts, embedded as rlock_lua_<file>[] (src/registry.c names them).
 $(BUILD)/gen/rlock_lua.c: $(RLOCK_LUA) $(BUILD)/tools/embed
@@ -47,3 +66,12 @@ $(RLOCK_SRC:%.c=$(BUILD)/%.o): $(BUILD)/%.o: %.c
 $(RLOCK_LIB): $(RLOCK_OBJ)
 	@rm -f $@
 	$(AR) rcs $@ $^
+
+$(RLOCK_TEST_OBJ): $(BUILD)/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) -D_GNU_SOURCE $(RLOCK_CPPFLAGS) -I$(RLOCK_DIR)/tests $(OPT) $(WARN) \
+	    $(RLOCK_TEST_PKG_CFLAGS) -pthread -MMD -MP -c -o $@ $<
+
+$(RLOCK_TESTS): $(BUILD)/tests/%: $(BUILD)/$(RLOCK_DIR)/tests/%.o $(RLOCK_TEST_HOBJ) $(RLOCK_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(RLOCK_TEST_PKG_LIBS)
