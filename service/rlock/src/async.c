@@ -402,7 +402,7 @@ static void acq_finish(struct acq *q, enum rlock_status st, const char *err)
     q->w = NULL;
     event_free(q->wake);
 
-    rlock_count_acquire(st, q->waited, rlock_mono_ms() - q->start);
+    rlock_count_acquire(st, q->waited, q->waited ? rlock_mono_ms() - q->start : 0);
     struct rlock_async_lock *l = q->l;
     if (st == RLOCK_OK) {
         l->user = 1;

@@ -542,6 +542,6 @@ enum rlock_status rlock_wait_acquire(const struct rlock_opts *o, const char *con
             rlock_sleep_until(until);
     }
     rlock_notify_unwatch(w);
-    rlock_count_acquire(st, waited, rlock_mono_ms() - start);
+    rlock_count_acquire(st, waited, waited ? rlock_mono_ms() - start : 0);
     return st;
 }
