@@ -29,7 +29,7 @@ SVC_SQL     := $(sort $(wildcard sql/*.sql))
 MIGRATIONS  := $(sort $(wildcard migrations/*.sql))
 SVC_SRC     := $(filter-out service/main.c $(wildcard service/ctl*.c),$(wildcard service/*.c))
 CTL_SRC     := $(wildcard service/ctl*.c)
-LOAD_SRC    := $(filter-out loadtest/http_ceiling.c loadtest/rlock_bench.c,$(wildcard loadtest/*.c))
+LOAD_SRC    := $(filter-out loadtest/http_ceiling.c,$(wildcard loadtest/*.c))
 TEST_SRC    := $(wildcard service/tests/test_*.c)
 TEST_HELPERS:= $(filter-out $(TEST_SRC),$(wildcard service/tests/*.c))
 
@@ -43,7 +43,7 @@ PROGRAMS  := $(BUILD)/seckilld \
              $(if $(CTL_SRC),$(BUILD)/seckillctl) \
              $(if $(LOAD_SRC),$(BUILD)/seckill-loadtest) \
              $(if $(wildcard loadtest/http_ceiling.c),$(BUILD)/http-ceiling) \
-             $(if $(wildcard loadtest/rlock_bench.c),$(BUILD)/rlock-bench)
+             $(RLOCK_BENCH)
 all: $(PROGRAMS) $(TESTS) $(RLOCK_TESTS)
 
 $(BUILD)/tools/embed: service/tools/embed.c
@@ -84,9 +84,6 @@ $(BUILD)/seckill-loadtest: $(LOAD_SRC:%.c=$(BUILD)/%.o) $(BUILD)/libseckill.a $(
 $(BUILD)/http-ceiling: $(BUILD)/loadtest/http_ceiling.o
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS)
 
-$(BUILD)/rlock-bench: $(BUILD)/loadtest/rlock_bench.o $(BUILD)/librlock.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) -lm
-
 $(BUILD)/tests/%: $(BUILD)/service/tests/%.o $(TEST_HOBJ) $(BUILD)/libseckill.a $(BUILD)/librlock.a
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) $(CHECK_LIBS)
@@ -121,7 +118,7 @@ faults: deps
 bench: deps
 	$(MAKE) all
 	rc=0; BUILD=$(BUILD) scripts/bench.sh || rc=$$?; \
-	BUILD=$(BUILD) scripts/bench-rlock.sh || rc=$$?; exit $$rc
+	BUILD=$(BUILD) service/rlock/bench/bench-rlock.sh || rc=$$?; exit $$rc
 
 stack-start:
 	scripts/stack.sh start var

@@ -13,6 +13,7 @@
 #   RLOCK_CPPFLAGS      how code outside the library finds <rlock/...>
 #   $(RLOCK_TESTS)      the library's Check tests, $(BUILD)/tests/test_rlock*
 #   $(RLOCK_TEST_SCRIPTS) its executable test scripts (tests/test_*.sh)
+#   $(RLOCK_BENCH)      $(BUILD)/rlock-bench, run by bench/bench-rlock.sh
 # Both kinds of test run under scripts/run-tests.sh, which provides the
 # test Redis (SECKILL_TEST_REDIS_URL) and PostgreSQL (SECKILL_TEST_PG_DSN).
 
@@ -48,8 +49,13 @@ RLOCK_TEST_HOBJ    := $(RLOCK_TEST_HELPERS:%.c=$(BUILD)/%.o)
 RLOCK_TESTS        := $(RLOCK_TEST_SRC:$(RLOCK_DIR)/tests/%.c=$(BUILD)/tests/%)
 RLOCK_TEST_SCRIPTS := $(sort $(wildcard $(RLOCK_DIR)/tests/test_*.sh))
 
+# The bench measures what the library sends, so it may use the private
+# header (the script registry) as the library's own sources do.
+RLOCK_BENCH_SRC := $(RLOCK_DIR)/bench/rlock_bench.c
+RLOCK_BENCH     := $(BUILD)/rlock-bench
+
 .PHONY: rlock
-rlock: $(RLOCK_LIB) $(RLOCK_TESTS)
+rlock: $(RLOCK_LIB) $(RLOCK_TESTS) $(RLOCK_BENCH)
 
 # The scripts, embedded as rlock_lua_<file>[] (src/registry.c names them).
 $(BUILD)/gen/rlock_lua.c: $(RLOCK_LUA) $(BUILD)/tools/embed
@@ -75,3 +81,10 @@ $(RLOCK_TEST_OBJ): $(BUILD)/%.o: %.c
 $(RLOCK_TESTS): $(BUILD)/tests/%: $(BUILD)/$(RLOCK_DIR)/tests/%.o $(RLOCK_TEST_HOBJ) $(RLOCK_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(RLOCK_TEST_PKG_LIBS)
+
+$(RLOCK_BENCH_SRC:%.c=$(BUILD)/%.o): $(BUILD)/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(RLOCK_SRC_CPPFLAGS) $(RLOCK_CFLAGS) -MMD -MP -c -o $@ $<
+
+$(RLOCK_BENCH): $(RLOCK_BENCH_SRC:%.c=$(BUILD)/%.o) $(RLOCK_LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(RLOCK_PKG_LIBS) -levent_pthreads -lm
