@@ -38,13 +38,14 @@ SVC_OBJ   := $(SVC_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/lua_svc.o $(BUILD)/gen/sql
 TESTS     := $(TEST_SRC:service/tests/%.c=$(BUILD)/tests/%)
 TEST_HOBJ := $(TEST_HELPERS:%.c=$(BUILD)/%.o)
 
-.PHONY: all run test unit deps stack-start stack-stop format check-format loadtest bench faults clean
+.PHONY: all run test unit deps stack-start stack-stop format check-format loadtest bench faults clean \
+        install uninstall
 PROGRAMS  := $(BUILD)/seckilld \
              $(if $(CTL_SRC),$(BUILD)/seckillctl) \
              $(if $(LOAD_SRC),$(BUILD)/seckill-loadtest) \
              $(if $(wildcard loadtest/http_ceiling.c),$(BUILD)/http-ceiling) \
              $(RLOCK_BENCH)
-all: $(PROGRAMS) $(TESTS) $(RLOCK_TESTS)
+all: $(PROGRAMS) $(TESTS) $(RLOCK_ALL)
 
 $(BUILD)/tools/embed: service/tools/embed.c
 	@mkdir -p $(@D)
@@ -119,6 +120,11 @@ bench: deps
 	$(MAKE) all
 	rc=0; BUILD=$(BUILD) scripts/bench.sh || rc=$$?; \
 	BUILD=$(BUILD) service/rlock/bench/bench-rlock.sh || rc=$$?; exit $$rc
+
+# make install [PREFIX=/usr/local] [DESTDIR=]: the lock library, for other
+# projects (pkg-config rlock); the daemon is not installed.
+install: rlock-install
+uninstall: rlock-uninstall
 
 stack-start:
 	scripts/stack.sh start var
