@@ -15,13 +15,16 @@ endif
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null || echo -I/usr/include/postgresql)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lhiredis -levent_pthreads -levent -ljansson -lpq)
 CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck)
-CPPFLAGS += -D_GNU_SOURCE -Iservice -Iservice/rlock/include -Iloadtest
-CFLAGS   += $(OPT) $(WARN) $(PKG_CFLAGS) -pthread
 LDFLAGS  += $(OPT) -pthread
 
-RLOCK_SRC   := $(wildcard service/rlock/*.c)
-RLOCK_LUA   := $(sort $(wildcard lua/rlock_*.lua))
-SVC_LUA     := $(sort $(filter-out $(RLOCK_LUA),$(wildcard lua/*.lua)))
+# The lock library builds by its own rules ($(BUILD)/librlock.a and more).
+include service/rlock/rlock.mk
+.DEFAULT_GOAL := all
+
+CPPFLAGS += -D_GNU_SOURCE -Iservice $(RLOCK_CPPFLAGS) -Iloadtest
+CFLAGS   += $(OPT) $(WARN) $(PKG_CFLAGS) -pthread
+
+SVC_LUA     := $(sort $(wildcard lua/*.lua))
 SVC_SQL     := $(sort $(wildcard sql/*.sql))
 MIGRATIONS  := $(sort $(wildcard migrations/*.sql))
 # The service's modules, one folder per layer (see docs/ARCHITECTURE.md); the
@@ -29,31 +32,28 @@ MIGRATIONS  := $(sort $(wildcard migrations/*.sql))
 SVC_DIRS    := core store sku order http
 SVC_SRC     := $(foreach d,$(SVC_DIRS),$(wildcard service/$(d)/*.c))
 CTL_SRC     := $(wildcard service/ctl/*.c)
-LOAD_SRC    := $(filter-out loadtest/http_ceiling.c loadtest/rlock_bench.c,$(wildcard loadtest/*.c))
+LOAD_SRC    := $(filter-out loadtest/http_ceiling.c,$(wildcard loadtest/*.c))
 TEST_SRC    := $(wildcard service/tests/test_*.c)
 TEST_HELPERS:= $(filter-out $(TEST_SRC),$(wildcard service/tests/*.c))
 
-RLOCK_OBJ := $(RLOCK_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/lua_rlock.o
 SVC_OBJ   := $(SVC_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/lua_svc.o $(BUILD)/gen/sql_svc.o \
              $(BUILD)/gen/migrations.o
 TESTS     := $(TEST_SRC:service/tests/%.c=$(BUILD)/tests/%)
 TEST_HOBJ := $(TEST_HELPERS:%.c=$(BUILD)/%.o)
 
-.PHONY: all run test unit deps check-includes stack-start stack-stop format check-format loadtest bench faults clean
+.PHONY: all run test unit deps check-includes stack-start stack-stop format check-format loadtest \
+        bench faults clean install uninstall
 PROGRAMS  := $(BUILD)/seckilld \
              $(if $(CTL_SRC),$(BUILD)/seckillctl) \
              $(if $(LOAD_SRC),$(BUILD)/seckill-loadtest) \
              $(if $(wildcard loadtest/http_ceiling.c),$(BUILD)/http-ceiling) \
-             $(if $(wildcard loadtest/rlock_bench.c),$(BUILD)/rlock-bench)
-all: $(PROGRAMS) $(TESTS)
+             $(RLOCK_BENCH)
+all: $(PROGRAMS) $(TESTS) $(RLOCK_ALL)
 
 $(BUILD)/tools/embed: service/tools/embed.c
 	@mkdir -p $(@D)
 	$(CC) -O2 -Wall -Wextra -Werror -o $@ $<
 
-$(BUILD)/gen/lua_rlock.c: $(RLOCK_LUA) $(BUILD)/tools/embed
-	@mkdir -p $(@D)
-	$(BUILD)/tools/embed lua_ $@ $(RLOCK_LUA)
 $(BUILD)/gen/lua_svc.c: $(SVC_LUA) $(BUILD)/tools/embed
 	@mkdir -p $(@D)
 	$(BUILD)/tools/embed svclua_ $@ $(SVC_LUA)
@@ -70,11 +70,7 @@ $(BUILD)/gen/%.o: $(BUILD)/gen/%.c
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
-# The lock library sees its own headers only: reaching into the service fails the build.
-$(BUILD)/service/rlock/%.o: CPPFLAGS := -D_GNU_SOURCE -Iservice/rlock/include
 
-$(BUILD)/librlock.a: $(RLOCK_OBJ)
-	$(AR) rcs $@ $^
 $(BUILD)/libseckill.a: $(SVC_OBJ)
 	@rm -f $@ # a fresh archive: members of removed sources must not linger
 	$(AR) rcs $@ $^
@@ -93,14 +89,14 @@ $(BUILD)/seckill-loadtest: $(LOAD_SRC:%.c=$(BUILD)/%.o) $(BUILD)/libseckill.a $(
 $(BUILD)/http-ceiling: $(BUILD)/loadtest/http_ceiling.o
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS)
 
-$(BUILD)/rlock-bench: $(BUILD)/loadtest/rlock_bench.o $(BUILD)/librlock.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) -lm
-
 $(BUILD)/tests/%: $(BUILD)/service/tests/%.o $(TEST_HOBJ) $(BUILD)/libseckill.a $(BUILD)/librlock.a
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) $(CHECK_LIBS)
 # test_loadtest also unit-tests the load generator's latency histogram.
 $(BUILD)/tests/test_loadtest: $(BUILD)/loadtest/lt_hist.o
+# test_pgwait borrows the lock library's test harness (th_sleep_ms).
+$(BUILD)/tests/test_pgwait: $(BUILD)/service/rlock/tests/harness_rlock.o
+$(BUILD)/service/tests/test_pgwait.o: CPPFLAGS += -Iservice/rlock/tests
 
 deps:
 	scripts/deps.sh
@@ -113,7 +109,8 @@ run: deps
 # make test: a fresh stack on free ports, every test binary, then teardown.
 test: deps
 	$(MAKE) all
-	BUILD=$(BUILD) scripts/run-tests.sh $(TESTS)
+	scripts/check-includes.sh
+	BUILD=$(BUILD) scripts/run-tests.sh $(TESTS) $(RLOCK_TESTS) $(RLOCK_TEST_SCRIPTS)
 
 # Long runs, never part of `make test`.
 loadtest: deps
@@ -127,7 +124,12 @@ faults: deps
 bench: deps
 	$(MAKE) all
 	rc=0; BUILD=$(BUILD) scripts/bench.sh || rc=$$?; \
-	BUILD=$(BUILD) scripts/bench-rlock.sh || rc=$$?; exit $$rc
+	BUILD=$(BUILD) service/rlock/bench/bench-rlock.sh || rc=$$?; exit $$rc
+
+# make install [PREFIX=/usr/local] [DESTDIR=]: the lock library, for other
+# projects (pkg-config rlock); the daemon is not installed.
+install: rlock-install
+uninstall: rlock-uninstall
 
 # No two modules or folders include each other in a circle.
 check-includes:

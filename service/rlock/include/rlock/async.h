@@ -2,10 +2,10 @@
  * rlock_async: the lock API for a libevent loop, on a hiredis
  * redisAsyncContext attached to that loop.  Same scripts and on-Redis
  * formats as the sync API, so sync and async holders exclude each other:
- *   simple lock     SET-NX-PX format (lua/rlock_multi_acquire.lua with one
+ *   simple lock     SET-NX-PX format (lua/rlock/multi_acquire.lua with one
  *                   key, release/extend by token), released with a wake-up
  *                   on "rlock:release:{key}"
- *   reentrant lock  Redisson's hash format (lua/rlock_reentrant_*.lua); the
+ *   reentrant lock  Redisson's hash format (lua/rlock/reentrant_*.lua); the
  *                   owner is "<uuid>:<thread_id>", where on an event loop the
  *                   "thread id" names a task, e.g. a request id
  *

@@ -9,7 +9,7 @@
  *   rlock_fair_queue:{key}    list of waiting owner fields, oldest first
  *   rlock_fair_timeout:{key}  zset  owner field -> deadline (server ms)
  *
- * Design (lua/rlock_fair_acquire.lua, _release.lua, _cancel.lua):
+ * Design (lua/rlock/fair_acquire.lua, _release.lua, _cancel.lua):
  *  - Every acquire attempt reads the Redis server's clock (TIME) inside the
  *    script and first prunes every waiter whose deadline has passed, wherever
  *    it stands in the queue.  No client clock is ever compared with another:

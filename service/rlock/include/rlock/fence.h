@@ -10,7 +10,7 @@
  * holder of the same lock; the store remembers the largest token it accepted
  * and refuses smaller ones, in the same transaction as the protected write.
  *
- * How the token is made (lua/rlock_fence_acquire.lua): the lock keys are set
+ * How the token is made (lua/rlock/fence_acquire.lua): the lock keys are set
  * exactly as SET NX PX sets them (so plain rlock_release()/rlock_extend(),
  * redsync and node-redlock all still work on them) and, in the same script,
  *     token = max(counter + 1, Redis server time in microseconds)

@@ -8,7 +8,7 @@
  *   release  decrements the count; the last release deletes the hash and
  *            publishes "0" on "redisson_lock__channel:{key}" (Redisson's
  *            channel name rule: without braces if key already has a hash tag)
- * Scripts: lua/rlock_reentrant_acquire.lua, _release.lua, _renew.lua.
+ * Scripts: lua/rlock/reentrant_acquire.lua, _release.lua, _renew.lua.
  *
  * The instance uuid is 128 random bits formatted as a UUID (version 4), one
  * per process (rlock_process_uuid()) unless the caller names its own, e.g.
@@ -133,27 +133,5 @@ void rlock_reentrant_clear(struct rlock_reentrant *l);
  */
 RLOCK_MUST_CHECK int rlock_owner_field(char out[RLOCK_OWNER_MAX], const char *uuid,
                                        uint64_t thread_id);
-
-/* ---- shared with the fair lock and the async API (same library) ---- */
-
-/*
- * Parses an acquire script's reply {1, holds} / {0, busy ms}.  errstr is the
- * context's error for a NULL reply.  Returns RLOCK_OK or RLOCK_BUSY with *n
- * set, or RLOCK_ERR with err filled.
- */
-enum rlock_status rlock_parse_acquire_reply(const redisReply *r, const char *errstr, long long *n,
-                                            char *err, size_t errlen);
-
-/* Validates acquire arguments and formats the owner field.  Returns 0, or
- * -1 with l->err set. */
-int rlock_reentrant_check_args(struct rlock_reentrant *l, const char *key, const char *uuid,
-                               uint64_t thread_id, const struct rlock_opts *o,
-                               char owner[RLOCK_OWNER_MAX]);
-
-/* Records one more hold in l (the first copies key and owner and starts the
- * watchdog when o->ttl_ms == 0).  Returns 0, or -1 when out of memory with l
- * unchanged. */
-int rlock_reentrant_record(struct rlock_reentrant *l, const char *key, const char *owner,
-                           const struct rlock_opts *o, int lease, int64_t start, int fair);
 
 #endif /* RLOCK_REENTRANT_H */

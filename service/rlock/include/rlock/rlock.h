@@ -4,12 +4,12 @@
  * On-Redis format (shared with redsync, node-redlock and redis-py, so those
  * clients and this one exclude each other on the same key):
  *   acquire  SET key token NX PX ttl
- *   release  if GET key == token then DEL key            (lua/rlock_release.lua)
- *   extend   if GET key == token then PEXPIRE key ttl    (lua/rlock_extend.lua)
+ *   release  if GET key == token then DEL key            (lua/rlock/release.lua)
+ *   extend   if GET key == token then PEXPIRE key ttl    (lua/rlock/extend.lua)
  * The token is 128 random bits from getrandom() as 32 lowercase hex chars.
  *
  * A multi-lock takes several keys with one token in one round trip, all or
- * nothing (lua/rlock_multi_acquire.lua); on Redis Cluster the keys must share
+ * nothing (lua/rlock/multi_acquire.lua); on Redis Cluster the keys must share
  * one hash tag, e.g. "lock:{sku42}:stock" and "lock:{sku42}:price".
  *
  * A lock is a lease: it disappears by itself after ttl_ms, whether or not

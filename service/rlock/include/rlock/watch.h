@@ -14,9 +14,9 @@
  * back on 1: work done under a lost lock must not be committed.
  *
  * Renewal scripts: a simple or multi-lock is extended only while every key
- * still holds its token (lua/rlock_extend.lua, compare-token PEXPIRE); a
+ * still holds its token (lua/rlock/extend.lua, compare-token PEXPIRE); a
  * reentrant or fair lock only while its owner field is still in the hash
- * (lua/rlock_reentrant_renew.lua).
+ * (lua/rlock/reentrant_renew.lua).
  *
  * Thread-safety: every function may be called from any thread.  Lease
  * arithmetic uses CLOCK_MONOTONIC only.

@@ -1,5 +1,5 @@
 -- rlock reentrant release (Redisson's RLock format, see
--- rlock_reentrant_acquire.lua): drop one hold; the last one deletes the hash
+-- reentrant_acquire.lua): drop one hold; the last one deletes the hash
 -- and publishes "0" on the lock's channel to wake waiters, as Redisson does.
 -- KEYS[1] = lock key, KEYS[2] = wake-up channel (same hash tag as the key),
 -- ARGV[1] = message ("0"), ARGV[2] = lease in ms (reset while holds remain),

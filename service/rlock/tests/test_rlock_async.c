@@ -1,5 +1,5 @@
 /*
- * Tests for the libevent lock API (service/rlock/rlock_async.h) against a
+ * Tests for the libevent lock API (rlock/async.h) against a
  * real Redis named by SECKILL_TEST_REDIS_URL: acquire, release, extend and
  * the watchdog on a loop, callbacks exactly once, wake-ups through the
  * shared notifier, and per-operation timeouts while Redis is paused.

@@ -1,5 +1,5 @@
 /*
- * Tests for the watchdog (service/rlock/rlock_watch.h) and the transaction
+ * Tests for the watchdog (rlock/watch.h) and the transaction
  * completion hook (rlock_release_on_complete) against a real Redis named by
  * SECKILL_TEST_REDIS_URL.  Leases are 300 ms so the tests stay fast; every
  * wait for an effect is bounded and generous.

@@ -1,5 +1,5 @@
 -- rlock fair acquire: FIFO hand-over of a Redisson-format lock hash (see
--- rlock_reentrant_acquire.lua) among waiters.
+-- reentrant_acquire.lua) among waiters.
 -- KEYS[1] = lock key, KEYS[2] = waiter queue (list of owner fields, oldest
 -- first), KEYS[3] = waiter deadlines (zset: owner field -> server-time ms
 -- after which the waiter counts as gone).

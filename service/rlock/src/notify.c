@@ -1,6 +1,6 @@
 /*
- * rlock_notify: one subscriber thread per notifier, channels subscribed on
- * demand (see rlock_notify.h).
+ * notify: one subscriber thread per notifier, channels subscribed on
+ * demand (see rlock/notify.h).
  *
  * The thread alone touches its redisContext: it poll()s the socket and a
  * wake-up pipe; other threads change the channel table under the mutex and
@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "rlock/metrics.h"
+#include "internal.h"
 
 /* Back-off between reconnect attempts, and the longest poll() sleep (a
  * safety net: the pipe wakes the thread whenever there is work). */
@@ -72,11 +72,6 @@ struct rlock_notifier {
 };
 
 static _Atomic(struct rlock_notifier *) default_notifier;
-
-static int64_t now_ms(void)
-{
-    return rlock_mono_ms();
-}
 
 /* Wakes one waiter: its condition variable or its callback. */
 static void do_wake(struct rlock_notify_wait *w)
@@ -288,25 +283,25 @@ struct rlock_notifier *rlock_notifier_new(rlock_connect_fn *connect, void *conne
                                           size_t errlen)
 {
     if (!connect) {
-        snprintf(err, errlen, "notifier: no connect function");
+        rlock_err_set(err, errlen, "notifier: no connect function");
         return NULL;
     }
     struct rlock_notifier *n = calloc(1, sizeof *n);
     if (!n) {
-        snprintf(err, errlen, "notifier: out of memory");
+        rlock_err_set(err, errlen, "notifier: out of memory");
         return NULL;
     }
     n->connect = connect;
     n->connect_arg = connect_arg;
     if (pipe2(n->pipe_fd, O_NONBLOCK | O_CLOEXEC) < 0) {
-        snprintf(err, errlen, "notifier: pipe: %s", strerror(errno));
+        rlock_err_set(err, errlen, "notifier: pipe: %s", strerror(errno));
         free(n);
         return NULL;
     }
     pthread_mutex_init(&n->mu, NULL);
     int rc = pthread_create(&n->thread, NULL, notifier_main, n);
     if (rc != 0) {
-        snprintf(err, errlen, "notifier: pthread_create: %s", strerror(rc));
+        rlock_err_set(err, errlen, "notifier: pthread_create: %s", strerror(rc));
         pthread_mutex_destroy(&n->mu);
         close(n->pipe_fd[0]);
         close(n->pipe_fd[1]);
@@ -452,9 +447,9 @@ struct rlock_notify_wait *rlock_notify_watch(struct rlock_notifier *n, const cha
 int rlock_notify_wait_until(struct rlock_notify_wait *w, int64_t until_ms)
 {
     struct rlock_notifier *n = w->n;
-    struct timespec ts = {.tv_sec = until_ms / 1000, .tv_nsec = (until_ms % 1000) * 1000000};
+    struct timespec ts = rlock_mono_timespec(until_ms);
     pthread_mutex_lock(&n->mu);
-    while (w->events == w->seen && now_ms() < until_ms) {
+    while (w->events == w->seen && rlock_mono_ms() < until_ms) {
         int rc = pthread_cond_timedwait(&w->cond, &n->mu, &ts);
         if (rc == ETIMEDOUT)
             break;
@@ -507,15 +502,8 @@ uint64_t rlock_jitter_seed(void)
     static atomic_uint_fast64_t counter;
     uint64_t seed;
     if (rlock_random_bytes(&seed, sizeof seed) < 0)
-        seed = (uint64_t)now_ms() * 0x9e3779b97f4a7c15ULL + atomic_fetch_add(&counter, 1);
+        seed = (uint64_t)rlock_mono_ms() * 0x9e3779b97f4a7c15ULL + atomic_fetch_add(&counter, 1);
     return seed | 1;
-}
-
-static void sleep_until(int64_t until_ms)
-{
-    struct timespec ts = {.tv_sec = until_ms / 1000, .tv_nsec = (until_ms % 1000) * 1000000};
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
-        ;
 }
 
 enum rlock_status rlock_wait_acquire(const struct rlock_opts *o, const char *const *channels,
@@ -524,7 +512,7 @@ enum rlock_status rlock_wait_acquire(const struct rlock_opts *o, const char *con
     struct rlock_notifier *n = o->notifier ? o->notifier : rlock_notifier_default();
     struct rlock_notify_wait *w = NULL;
     uint64_t seed = rlock_jitter_seed();
-    int64_t start = now_ms();
+    int64_t start = rlock_mono_ms();
     int64_t deadline = start + (o->wait_ms > 0 ? o->wait_ms : 0);
     int waited = 0;
     enum rlock_status st;
@@ -534,7 +522,7 @@ enum rlock_status rlock_wait_acquire(const struct rlock_opts *o, const char *con
         st = try_once(arg, &busy_ms);
         if (st != RLOCK_BUSY)
             break;
-        int64_t now = now_ms();
+        int64_t now = rlock_mono_ms();
         if (now >= deadline)
             break;
         waited = 1;
@@ -551,18 +539,9 @@ enum rlock_status rlock_wait_acquire(const struct rlock_opts *o, const char *con
         if (w)
             (void)rlock_notify_wait_until(w, until);
         else
-            sleep_until(until);
+            rlock_sleep_until(until);
     }
     rlock_notify_unwatch(w);
-
-    if (waited)
-        rlock_metrics_add(RLOCK_M_WAIT_MS, (uint64_t)(now_ms() - start));
-    if (st == RLOCK_OK) {
-        rlock_metrics_add(RLOCK_M_ACQUIRED, 1);
-        if (waited)
-            rlock_metrics_add(RLOCK_M_WAITED, 1);
-    } else if (st == RLOCK_BUSY) {
-        rlock_metrics_add(RLOCK_M_BUSY, 1);
-    }
+    rlock_count_acquire(st, waited, waited ? rlock_mono_ms() - start : 0);
     return st;
 }

@@ -1,50 +1,29 @@
 /*
- * rlock_fair: FIFO lock with server-clock waiter deadlines (see rlock_fair.h).
+ * fair: FIFO lock with server-clock waiter deadlines (see rlock/fair.h).
  */
 #include "rlock/fair.h"
 
-#include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "rlock/metrics.h"
+#include "internal.h"
 #include "rlock/notify.h"
 #include "rlock/script.h"
 #include "rlock/watch.h"
 
-/* Generated from lua/rlock_*.lua by service/tools/embed.c. */
-extern const char lua_rlock_fair_acquire[];
-extern const size_t lua_rlock_fair_acquire_len;
-extern const char lua_rlock_fair_release[];
-extern const size_t lua_rlock_fair_release_len;
-extern const char lua_rlock_fair_cancel[];
-extern const size_t lua_rlock_fair_cancel_len;
-
-static struct rlock_script script_acquire;
-static struct rlock_script script_release;
-static struct rlock_script script_cancel;
-static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
-
-static void scripts_init(void)
+static enum rlock_status fair_reenter(redisContext *c, struct rlock_reentrant *l, const char *key,
+                                      const char *uuid, uint64_t thread_id,
+                                      const struct rlock_opts *o)
 {
-    rlock_script_init(&script_acquire, "rlock_fair_acquire", lua_rlock_fair_acquire,
-                      lua_rlock_fair_acquire_len);
-    rlock_script_init(&script_release, "rlock_fair_release", lua_rlock_fair_release,
-                      lua_rlock_fair_release_len);
-    rlock_script_init(&script_cancel, "rlock_fair_cancel", lua_rlock_fair_cancel,
-                      lua_rlock_fair_cancel_len);
+    return rlock_fair_acquire(c, l, key, uuid, thread_id, o, NULL);
 }
 
-__attribute__((format(printf, 3, 4))) static void set_err(char *err, size_t len, const char *fmt,
-                                                          ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, len, fmt, ap);
-    va_end(ap);
-}
+/* How rlock_reentrant_acquire() and _release() handle a struct taken here. */
+static const struct rlock_fair_ops fair_ops = {
+    .reenter = fair_reenter,
+    .release_hold = rlock_fair_release_hold,
+};
 
 /* The derived names of one fair lock; free with names_free(). */
 struct fair_names {
@@ -102,7 +81,7 @@ static enum rlock_status fair_try_once(void *arg, int64_t *busy_ms)
     struct fair_try *t = arg;
     const char *argv[] = {t->key, t->names->queue, t->names->timeout, t->ttl, t->owner, t->keep};
     t->start = rlock_mono_ms();
-    redisReply *r = rlock_script_run(t->c, &script_acquire, 3, 3, argv, NULL);
+    redisReply *r = rlock_script_run(t->c, rlock_lua(RLOCK_LUA_FAIR_ACQUIRE), 3, 3, argv, NULL);
     long long n = 0;
     enum rlock_status st =
         rlock_parse_acquire_reply(r, t->c->errstr, &n, t->l->err, sizeof t->l->err);
@@ -122,15 +101,14 @@ enum rlock_status rlock_fair_acquire(redisContext *c, struct rlock_reentrant *l,
     if (rlock_reentrant_check_args(l, key, uuid, thread_id, o, owner) < 0)
         return RLOCK_ERR;
     if (l->holds > 0 && !l->fair) {
-        set_err(l->err, sizeof l->err, "acquire: struct holds a non-fair lock");
+        RLOCK_SET_ERR(l, "acquire: struct holds a non-fair lock");
         return RLOCK_ERR;
     }
     l->err[0] = '\0';
-    (void)pthread_once(&scripts_once, scripts_init);
 
     struct fair_names names;
     if (names_make(&names, key) < 0) {
-        set_err(l->err, sizeof l->err, "acquire: out of memory");
+        RLOCK_SET_ERR(l, "acquire: out of memory");
         return RLOCK_ERR;
     }
     int retry = o->retry_ms > 0 ? o->retry_ms : RLOCK_DEFAULT_RETRY_MS;
@@ -154,59 +132,51 @@ enum rlock_status rlock_fair_acquire(redisContext *c, struct rlock_reentrant *l,
     enum rlock_status st = rlock_wait_acquire(o, chv, channel ? 1 : 0, fair_try_once, &t);
     free(channel);
 
-    if (st == RLOCK_OK && rlock_reentrant_record(l, key, owner, o, lease, t.start, 1) < 0) {
+    if (st == RLOCK_OK && rlock_reentrant_record(l, key, owner, o, lease, t.start, &fair_ops) < 0) {
         int freed;
         struct rlock_reentrant tmp = {.fair = 1, .ttl_ms = lease};
         snprintf(tmp.owner, sizeof tmp.owner, "%s", owner);
         tmp.key = (char *)key;
         (void)rlock_fair_release_hold(c, &tmp, &freed);
-        set_err(l->err, sizeof l->err, "acquire: out of memory");
+        RLOCK_SET_ERR(l, "acquire: out of memory");
         st = RLOCK_ERR;
     } else if (st != RLOCK_OK && t.queued && !(c->err)) {
         /* Give our place up now rather than making the waiters behind us
          * wait for our deadline to pass on the server. */
         const char *argv[] = {key, names.queue, names.timeout, owner, names.prefix};
-        freeReplyObject(rlock_script_run(c, &script_cancel, 3, 2, argv, NULL));
+        freeReplyObject(rlock_script_run(c, rlock_lua(RLOCK_LUA_FAIR_CANCEL), 3, 2, argv, NULL));
     }
     if (st == RLOCK_BUSY)
-        set_err(l->err, sizeof l->err, "acquire: still queued after waiting %d ms", o->wait_ms);
+        RLOCK_SET_ERR(l, "acquire: still queued after waiting %d ms", o->wait_ms);
     names_free(&names);
     return st;
 }
 
 enum rlock_status rlock_fair_release_hold(redisContext *c, struct rlock_reentrant *l, int *freed)
 {
-    (void)pthread_once(&scripts_once, scripts_init);
     struct fair_names names;
     if (names_make(&names, l->key) < 0) {
-        set_err(l->err, sizeof l->err, "release: out of memory");
+        RLOCK_SET_ERR(l, "release: out of memory");
         return RLOCK_ERR;
     }
     char ttl[16];
     snprintf(ttl, sizeof ttl, "%d", l->ttl_ms > 0 ? l->ttl_ms : RLOCK_WATCHDOG_LEASE_MS);
     const char *argv[] = {l->key, names.queue, names.timeout, names.redisson,
                           ttl,    l->owner,    names.prefix};
-    redisReply *r = rlock_script_run(c, &script_release, 4, 3, argv, NULL);
+    redisReply *r = rlock_script_run(c, rlock_lua(RLOCK_LUA_FAIR_RELEASE), 4, 3, argv, NULL);
     names_free(&names);
+    long long n = 0;
     enum rlock_status st = RLOCK_ERR;
-    if (!r)
-        set_err(l->err, sizeof l->err, "release: %s", c->errstr[0] ? c->errstr : "I/O error");
-    else if (r->type == REDIS_REPLY_ERROR)
-        set_err(l->err, sizeof l->err, "release: %s", r->str);
-    else if (r->type != REDIS_REPLY_INTEGER)
-        set_err(l->err, sizeof l->err, "release: unexpected reply type %d", r->type);
-    else if (r->integer < 0) {
-        set_err(l->err, sizeof l->err, "release: not held by %s (expired or another owner's)",
-                l->owner);
+    if (rlock_reply_int(c, r, "release", &n, l->err, sizeof l->err) < 0) {
+        st = RLOCK_ERR;
+    } else if (n < 0) {
+        RLOCK_SET_ERR(l, "release: not held by %s (expired or another owner's)", l->owner);
         st = RLOCK_NOT_OWNER;
     } else {
-        *freed = r->integer == 1;
+        *freed = n == 1;
         st = RLOCK_OK;
     }
     freeReplyObject(r);
-    if (st == RLOCK_OK)
-        rlock_metrics_add(RLOCK_M_RELEASED, 1);
-    else if (st == RLOCK_NOT_OWNER)
-        rlock_metrics_add(RLOCK_M_RELEASE_REFUSED, 1);
+    rlock_count_release(st);
     return st;
 }

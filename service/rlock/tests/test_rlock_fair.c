@@ -1,5 +1,5 @@
 /*
- * Tests for the fair lock (service/rlock/rlock_fair.h) against a real Redis
+ * Tests for the fair lock (rlock/fair.h) against a real Redis
  * named by SECKILL_TEST_REDIS_URL: FIFO hand-over, waiters that give up or
  * vanish are pruned by the server's clock, and fair locks are reentrant.
  */

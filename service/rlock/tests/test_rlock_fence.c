@@ -1,8 +1,10 @@
 /*
- * Fencing tokens (service/rlock/rlock_fence.h) against real servers: the
+ * Fencing tokens (rlock/fence.h) against real servers: the
  * shared test Redis (SECKILL_TEST_REDIS_URL), private redis-servers to lose
  * data on purpose (harness_redis.h), and the test PostgreSQL
  * (SECKILL_TEST_PG_DSN) as the store that refuses superseded holders.
+ * PostgreSQL is reached with plain libpq: fencing is the store's check, and
+ * the library's tests need nothing of the service.
  */
 #include <check.h>
 #include <errno.h>
@@ -18,9 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "harness.h"
 #include "harness_redis.h"
-#include "store/redis_conn.h"
+#include "harness_rlock.h"
 #include <rlock/fence.h>
 #include <rlock/rlock.h>
 
@@ -81,6 +82,30 @@ static int64_t token_of_one_acquisition(redisContext *c, const char *key)
 
 /* ---- the PostgreSQL side ---- */
 
+/* A new connection to the test PostgreSQL; the caller PQfinish()es it.
+ * An unset SECKILL_TEST_PG_DSN or a refused connection fails the test. */
+static PGconn *pg_connect(void)
+{
+    const char *dsn = getenv("SECKILL_TEST_PG_DSN");
+    ck_assert_msg(dsn != NULL, "SECKILL_TEST_PG_DSN is not set (run through scripts/run-tests.sh)");
+    PGconn *pg = PQconnectdb(dsn);
+    ck_assert_msg(PQstatus(pg) == CONNECTION_OK, "cannot connect to the test PostgreSQL: %s",
+                  PQerrorMessage(pg));
+    return pg;
+}
+
+/* Runs a query and returns its single integer value (NULL reads as 0);
+ * anything else fails the test. */
+static long long pg_int(PGconn *pg, const char *sql)
+{
+    PGresult *r = PQexec(pg, sql);
+    ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1, "query failed: %s: %s",
+                  sql, PQerrorMessage(pg));
+    long long v = PQgetisnull(r, 0, 0) ? 0 : atoll(PQgetvalue(r, 0, 0));
+    PQclear(r);
+    return v;
+}
+
 /* A scratch table shaped like the service's fenced rows. */
 static void scratch_create(PGconn *pg, char *table, size_t len)
 {
@@ -135,7 +160,7 @@ static long long scratch_token(PGconn *pg, const char *table)
 {
     char sql[128];
     snprintf(sql, sizeof sql, "SELECT last_token FROM %s WHERE id = 1", table);
-    return th_pg_int(pg, sql);
+    return pg_int(pg, sql);
 }
 
 /* ---- tests ---- */
@@ -159,7 +184,7 @@ START_TEST(test_fenced_tokens_strictly_increase_and_keep_the_lock_format)
     char key[128], fence[160];
     key_name(key, sizeof key, "inc");
     ck_assert_int_eq(rlock_fence_key(fence, sizeof fence, key), 0);
-    redisContext *c = th_redis();
+    redisContext *c = th_rl_connect_or_fail();
     del_keys(c, key, fence);
 
     int64_t last = 0;
@@ -204,7 +229,7 @@ START_TEST(test_multi_lock_draws_one_token_from_a_named_fence_key)
     snprintf(k2, sizeof k2, "%s:b", k1);
     snprintf(named, sizeof named, "%s:orders-fence", k1);
     ck_assert_int_eq(rlock_fence_key(dflt, sizeof dflt, k1), 0);
-    redisContext *c = th_redis();
+    redisContext *c = th_rl_connect_or_fail();
     del_keys(c, k1, k2);
     del_keys(c, named, dflt);
     const char *keys[] = {k1, k2};
@@ -288,7 +313,7 @@ START_TEST(test_floor_raises_the_counter_and_never_lowers_it)
     char key[128], fence[160], err[128];
     key_name(key, sizeof key, "floor");
     ck_assert_int_eq(rlock_fence_key(fence, sizeof fence, key), 0);
-    redisContext *c = th_redis();
+    redisContext *c = th_rl_connect_or_fail();
     del_keys(c, key, fence);
 
     int64_t t = token_of_one_acquisition(c, key);
@@ -318,9 +343,9 @@ START_TEST(test_refused_token_recovers_after_one_floor)
     char key[128], fence[160], table[64], err[128];
     key_name(key, sizeof key, "recover");
     ck_assert_int_eq(rlock_fence_key(fence, sizeof fence, key), 0);
-    redisContext *c = th_redis();
+    redisContext *c = th_rl_connect_or_fail();
     del_keys(c, key, fence);
-    PGconn *pg = th_pg();
+    PGconn *pg = pg_connect();
     scratch_create(pg, table, sizeof table);
 
     /* The store saw a token from before a data loss, ahead of this server's
@@ -376,12 +401,9 @@ static int read_within(int fd, void *buf, size_t len, int timeout_ms)
  */
 static void paused_holder(const char *key, const char *table, int report_fd, int go_fd)
 {
-    struct redis_target t;
-    char err[160];
-    if (redis_parse_url(getenv("SECKILL_TEST_REDIS_URL"), &t, err, sizeof err) != 0)
-        _exit(10);
-    redisContext *c = redisConnect(t.host, t.port);
-    if (!c || c->err)
+    char why[256];
+    redisContext *c = th_rl_connect(why, sizeof why);
+    if (!c)
         _exit(11);
     struct rlock l = {0};
     int64_t token = 0;
@@ -418,9 +440,9 @@ START_TEST(test_paused_holder_write_is_refused_by_postgres)
     char key[128], fence[160], table[64];
     key_name(key, sizeof key, "paused");
     ck_assert_int_eq(rlock_fence_key(fence, sizeof fence, key), 0);
-    redisContext *c = th_redis();
+    redisContext *c = th_rl_connect_or_fail();
     del_keys(c, key, fence);
-    PGconn *pg = th_pg();
+    PGconn *pg = pg_connect();
     parent_pg = pg;
     parent_redis = c;
     scratch_create(pg, table, sizeof table);
@@ -467,7 +489,7 @@ START_TEST(test_paused_holder_write_is_refused_by_postgres)
     ck_assert_int_eq(scratch_token(pg, table), new_token);
     char sql[128];
     snprintf(sql, sizeof sql, "SELECT count(*) FROM %s WHERE value = 'new holder'", table);
-    ck_assert_int_eq(th_pg_int(pg, sql), 1);
+    ck_assert_int_eq(pg_int(pg, sql), 1);
     char val[64];
     get_str(c, key, val, sizeof val);
     ck_assert_str_eq(val, l.token); /* the old holder's release left it alone */
@@ -524,7 +546,7 @@ START_TEST(test_replica_check_without_replica_fails_and_leaves_no_key)
 {
     char key[128];
     key_name(key, sizeof key, "noreplica");
-    redisContext *c = th_redis();
+    redisContext *c = th_rl_connect_or_fail();
     freeReplyObject(must(c, "DEL %s", key));
 
     struct rlock l = {0};

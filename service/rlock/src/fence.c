@@ -1,59 +1,19 @@
 /*
- * rlock_fence: fenced acquisition, counter floor and replica check (see
- * rlock_fence.h for the design and the store-side contract).
+ * fence: fenced acquisition, counter floor and replica check (see
+ * rlock/fence.h for the design and the store-side contract).
  */
 #include "rlock/fence.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "internal.h"
 #include "rlock/notify.h"
 #include "rlock/script.h"
-
-/* Generated from lua/rlock_fence_*.lua by service/tools/embed.c. */
-extern const char lua_rlock_fence_acquire[];
-extern const size_t lua_rlock_fence_acquire_len;
-extern const char lua_rlock_fence_floor[];
-extern const size_t lua_rlock_fence_floor_len;
-extern const char lua_rlock_fence_renew[];
-extern const size_t lua_rlock_fence_renew_len;
-
-static struct rlock_script script_acquire;
-static struct rlock_script script_floor;
-static struct rlock_script script_renew;
-static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
-
-static void scripts_init(void)
-{
-    rlock_script_init(&script_acquire, "rlock_fence_acquire", lua_rlock_fence_acquire,
-                      lua_rlock_fence_acquire_len);
-    rlock_script_init(&script_floor, "rlock_fence_floor", lua_rlock_fence_floor,
-                      lua_rlock_fence_floor_len);
-    rlock_script_init(&script_renew, "rlock_fence_renew", lua_rlock_fence_renew,
-                      lua_rlock_fence_renew_len);
-}
-
-static void scripts_ensure(void)
-{
-    (void)pthread_once(&scripts_once, scripts_init);
-}
-
-__attribute__((format(printf, 3, 4))) static void fmt_err(char *err, size_t errlen, const char *fmt,
-                                                          ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 int rlock_fence_key(char *out, size_t cap, const char *lock_key)
 {
@@ -80,21 +40,22 @@ static char *fence_name(const char *lock_key, const char *fence_key, char *err, 
     if (fence_key) {
         char *s = strdup(fence_key);
         if (!s)
-            fmt_err(err, errlen, "out of memory");
+            rlock_err_set(err, errlen, "out of memory");
         return s;
     }
     if (!lock_key) {
-        fmt_err(err, errlen, "no lock key");
+        rlock_err_set(err, errlen, "no lock key");
         return NULL;
     }
     size_t cap = strlen(lock_key) + sizeof RLOCK_FENCE_SUFFIX + 2;
     char *s = malloc(cap);
     if (!s) {
-        fmt_err(err, errlen, "out of memory");
+        rlock_err_set(err, errlen, "out of memory");
         return NULL;
     }
     if (rlock_fence_key(s, cap, lock_key) < 0) {
-        fmt_err(err, errlen, "no fence key for \"%s\": it has a brace but no hash tag", lock_key);
+        rlock_err_set(err, errlen, "no fence key for \"%s\": it has a brace but no hash tag",
+                      lock_key);
         free(s);
         return NULL;
     }
@@ -113,21 +74,21 @@ static int check_args(struct rlock *l, const char *const *keys, size_t nkeys, co
     else if (!keys || nkeys == 0 || nkeys > (size_t)INT_MAX - 8)
         why = "need at least one key";
     if (why) {
-        fmt_err(l->err, sizeof l->err, "acquire: %s", why);
+        RLOCK_SET_ERR(l, "acquire: %s", why);
         return -1;
     }
     for (size_t i = 0; i < nkeys; i++) {
         if (!keys[i]) {
-            fmt_err(l->err, sizeof l->err, "acquire: key %zu is NULL", i);
+            RLOCK_SET_ERR(l, "acquire: key %zu is NULL", i);
             return -1;
         }
         if (strcmp(keys[i], fence) == 0) {
-            fmt_err(l->err, sizeof l->err, "acquire: fence key \"%s\" is also a lock key", fence);
+            RLOCK_SET_ERR(l, "acquire: fence key \"%s\" is also a lock key", fence);
             return -1;
         }
         for (size_t j = i + 1; j < nkeys; j++) {
             if (keys[j] && strcmp(keys[i], keys[j]) == 0) {
-                fmt_err(l->err, sizeof l->err, "acquire: duplicate key \"%s\"", keys[i]);
+                RLOCK_SET_ERR(l, "acquire: duplicate key \"%s\"", keys[i]);
                 return -1;
             }
         }
@@ -145,7 +106,7 @@ static enum rlock_status try_fenced(redisContext *c, struct rlock *l, const char
     size_t argc = l->nkeys + 3;
     const char **argv = malloc(argc * sizeof *argv);
     if (!argv) {
-        fmt_err(l->err, sizeof l->err, "acquire: out of memory");
+        RLOCK_SET_ERR(l, "acquire: out of memory");
         return RLOCK_ERR;
     }
     for (size_t i = 0; i < l->nkeys; i++)
@@ -153,33 +114,25 @@ static enum rlock_status try_fenced(redisContext *c, struct rlock *l, const char
     argv[l->nkeys] = fence_key;
     argv[l->nkeys + 1] = l->token;
     argv[l->nkeys + 2] = ttl;
-    redisReply *r = rlock_script_run(c, &script_acquire, (int)l->nkeys + 1, 2, argv, NULL);
+    redisReply *r =
+        rlock_script_run(c, rlock_lua(RLOCK_LUA_FENCE_ACQUIRE), (int)l->nkeys + 1, 2, argv, NULL);
     free(argv);
 
+    long long n = 0;
     enum rlock_status st = RLOCK_ERR;
-    if (!r)
-        fmt_err(l->err, sizeof l->err, "acquire: %s", c->errstr[0] ? c->errstr : "I/O error");
-    else if (r->type == REDIS_REPLY_ERROR)
-        fmt_err(l->err, sizeof l->err, "acquire: %s", r->str);
-    else if (r->type != REDIS_REPLY_INTEGER || r->integer < 0 || r->integer >= RLOCK_FENCE_MAX)
-        fmt_err(l->err, sizeof l->err, "acquire: unexpected reply from %s", script_acquire.name);
-    else if (r->integer == 0)
+    if (rlock_reply_int(c, r, "acquire", &n, l->err, sizeof l->err) < 0)
+        st = RLOCK_ERR;
+    else if (n < 0 || n >= RLOCK_FENCE_MAX)
+        RLOCK_SET_ERR(l, "acquire: unexpected token %lld from %s", n,
+                      rlock_lua(RLOCK_LUA_FENCE_ACQUIRE)->name);
+    else if (n == 0)
         st = RLOCK_BUSY;
     else {
-        *fence = r->integer;
+        *fence = n;
         st = RLOCK_OK;
     }
     freeReplyObject(r);
     return st;
-}
-
-/* Empties l but keeps its error message for the caller. */
-static void clear_keep_err(struct rlock *l)
-{
-    char err[sizeof l->err];
-    memcpy(err, l->err, sizeof err);
-    rlock_clear(l);
-    memcpy(l->err, err, sizeof err);
 }
 
 /* What one attempt of the shared waiting loop needs. */
@@ -201,30 +154,6 @@ static enum rlock_status fenced_attempt(void *arg, int64_t *busy_ms)
     return try_fenced(a->c, a->l, a->fence_key, a->ttl, a->fence);
 }
 
-/* Frees the channel names made by release_channels(). */
-static void free_channels(char **ch, size_t n)
-{
-    for (size_t i = 0; ch && i < n; i++)
-        free(ch[i]);
-    free(ch);
-}
-
-/* The release channels of the lock keys, so that a waiter is woken when the
- * holder releases (rlock_release() publishes on them).  NULL on OOM: the
- * waiter then only polls. */
-static char **release_channels(const char *const *keys, size_t nkeys)
-{
-    char **ch = calloc(nkeys, sizeof *ch);
-    for (size_t i = 0; ch && i < nkeys; i++) {
-        ch[i] = rlock_channel_name(RLOCK_RELEASE_CHANNEL_PREFIX, keys[i]);
-        if (!ch[i]) {
-            free_channels(ch, nkeys);
-            return NULL;
-        }
-    }
-    return ch;
-}
-
 enum rlock_status rlock_acquire_multi_fenced(redisContext *c, struct rlock *l,
                                              const char *const *keys, size_t nkeys,
                                              const char *fence_key, const struct rlock_opts *o,
@@ -244,7 +173,7 @@ enum rlock_status rlock_acquire_multi_fenced(redisContext *c, struct rlock *l,
      * the keys nothing can fail any more (no allocation after success). */
     char token[RLOCK_TOKEN_LEN + 1];
     if (rlock_token_new(token) < 0) {
-        fmt_err(l->err, sizeof l->err, "acquire: getrandom: %s", strerror(errno));
+        RLOCK_SET_ERR(l, "acquire: getrandom: %s", strerror(errno));
         free(fname);
         return RLOCK_ERR;
     }
@@ -253,15 +182,16 @@ enum rlock_status rlock_acquire_multi_fenced(redisContext *c, struct rlock *l,
         return RLOCK_ERR;
     }
     l->held = 0;
-    scripts_ensure();
 
     char ttl[16];
     snprintf(ttl, sizeof ttl, "%d", o->ttl_ms);
     struct fenced_attempt a = {.c = c, .l = l, .fence_key = fname, .ttl = ttl, .fence = fence};
-    char **channels = release_channels(keys, nkeys);
+    /* A waiter is woken when the holder releases (rlock_release() publishes
+     * on these); without them (out of memory) it only polls. */
+    char **channels = rlock_release_channels(keys, nkeys);
     enum rlock_status st = rlock_wait_acquire(o, (const char *const *)channels,
                                               channels ? nkeys : 0, fenced_attempt, &a);
-    free_channels(channels, nkeys);
+    free(channels);
     free(fname);
     if (st == RLOCK_OK) {
         l->acquired_mono_ms = a.start;
@@ -269,10 +199,9 @@ enum rlock_status rlock_acquire_multi_fenced(redisContext *c, struct rlock *l,
         return RLOCK_OK;
     }
     if (st == RLOCK_BUSY)
-        fmt_err(l->err, sizeof l->err, "acquire: held by another owner after waiting %d ms",
-                o->wait_ms);
+        RLOCK_SET_ERR(l, "acquire: held by another owner after waiting %d ms", o->wait_ms);
     *fence = 0;
-    clear_keep_err(l);
+    rlock_empty(l);
     return st;
 }
 
@@ -285,27 +214,25 @@ enum rlock_status rlock_acquire_fenced(redisContext *c, struct rlock *l, const c
 enum rlock_status rlock_fence_floor(redisContext *c, const char *lock_key, const char *fence_key,
                                     int64_t seen, char *err, size_t errlen)
 {
-    fmt_err(err, errlen, "%s", "");
+    rlock_err_set(err, errlen, "%s", "");
     if (seen < 0 || seen >= RLOCK_FENCE_MAX) {
-        fmt_err(err, errlen, "fence floor: token %" PRId64 " out of range", seen);
+        rlock_err_set(err, errlen, "fence floor: token %" PRId64 " out of range", seen);
         return RLOCK_ERR;
     }
     char *fname = fence_name(lock_key, fence_key, err, errlen);
     if (!fname)
         return RLOCK_ERR;
-    scripts_ensure();
 
     char arg[24];
     snprintf(arg, sizeof arg, "%" PRId64, seen);
     const char *argv[] = {fname, arg};
-    redisReply *r = rlock_script_run(c, &script_floor, 1, 1, argv, NULL);
+    redisReply *r = rlock_script_run(c, rlock_lua(RLOCK_LUA_FENCE_FLOOR), 1, 1, argv, NULL);
+    long long now = 0;
     enum rlock_status st = RLOCK_ERR;
-    if (!r)
-        fmt_err(err, errlen, "fence floor: %s", c->errstr[0] ? c->errstr : "I/O error");
-    else if (r->type == REDIS_REPLY_ERROR)
-        fmt_err(err, errlen, "fence floor: %s", r->str);
-    else if (r->type != REDIS_REPLY_INTEGER || r->integer < seen)
-        fmt_err(err, errlen, "fence floor: unexpected reply for %s", fname);
+    if (rlock_reply_int(c, r, "fence floor", &now, err, errlen) < 0)
+        st = RLOCK_ERR;
+    else if (now < seen)
+        rlock_err_set(err, errlen, "fence floor: %s is still below %" PRId64, fname, seen);
     else
         st = RLOCK_OK;
     freeReplyObject(r);
@@ -318,17 +245,16 @@ enum rlock_status rlock_fence_renew(redisContext *c, struct rlock *l, const char
 {
     *fence = 0;
     if (!l->held || l->nkeys == 0 || floor < 0 || floor >= RLOCK_FENCE_MAX) {
-        fmt_err(l->err, sizeof l->err, "%s", "fence renew: lock not held or floor out of range");
+        RLOCK_SET_ERR(l, "fence renew: lock not held or floor out of range");
         return RLOCK_ERR;
     }
     char *fname = fence_name(l->keys[0], fence_key, l->err, sizeof l->err);
     if (!fname)
         return RLOCK_ERR;
-    scripts_ensure();
     const char **argv = calloc(l->nkeys + 3, sizeof *argv);
     if (!argv) {
         free(fname);
-        fmt_err(l->err, sizeof l->err, "%s", "fence renew: out of memory");
+        RLOCK_SET_ERR(l, "fence renew: out of memory");
         return RLOCK_ERR;
     }
     char floor_s[24];
@@ -338,18 +264,16 @@ enum rlock_status rlock_fence_renew(redisContext *c, struct rlock *l, const char
     argv[l->nkeys] = fname;
     argv[l->nkeys + 1] = l->token;
     argv[l->nkeys + 2] = floor_s;
-    redisReply *r = rlock_script_run(c, &script_renew, (int)l->nkeys + 1, 2, argv, NULL);
+    redisReply *r =
+        rlock_script_run(c, rlock_lua(RLOCK_LUA_FENCE_RENEW), (int)l->nkeys + 1, 2, argv, NULL);
+    long long n = 0;
     enum rlock_status st = RLOCK_ERR;
-    if (!r)
-        fmt_err(l->err, sizeof l->err, "fence renew: %s", c->errstr[0] ? c->errstr : "I/O error");
-    else if (r->type == REDIS_REPLY_ERROR)
-        fmt_err(l->err, sizeof l->err, "fence renew: %s", r->str);
-    else if (r->type != REDIS_REPLY_INTEGER)
-        fmt_err(l->err, sizeof l->err, "%s", "fence renew: unexpected reply");
-    else if (r->integer == 0)
+    if (rlock_reply_int(c, r, "fence renew", &n, l->err, sizeof l->err) < 0)
+        st = RLOCK_ERR;
+    else if (n == 0)
         st = RLOCK_NOT_OWNER;
     else {
-        *fence = r->integer;
+        *fence = n;
         st = RLOCK_OK;
     }
     freeReplyObject(r);
@@ -365,31 +289,31 @@ enum rlock_status rlock_require_replicas(redisContext *c, struct rlock *l, int n
     if (numreplicas <= 0)
         return RLOCK_OK;
     if (!l->held || l->nkeys == 0) {
-        fmt_err(l->err, sizeof l->err, "replicas: lock is not held");
+        RLOCK_SET_ERR(l, "replicas: lock is not held");
         return RLOCK_ERR;
     }
     if (timeout_ms <= 0) {
         /* WAIT 0 would never return without replicas: refuse, and keep the
          * promise that a failed check leaves no lock behind. */
         (void)rlock_release(c, l);
-        fmt_err(l->err, sizeof l->err, "replicas: timeout_ms must be > 0; lock released");
+        RLOCK_SET_ERR(l, "replicas: timeout_ms must be > 0; lock released");
         return RLOCK_ERR;
     }
     redisReply *r = redisCommand(c, "WAIT %d %d", numreplicas, timeout_ms);
     if (!r) {
-        fmt_err(l->err, sizeof l->err, "replicas: %s", c->errstr[0] ? c->errstr : "I/O error");
-        clear_keep_err(l);
+        RLOCK_SET_ERR(l, "replicas: %s", c->errstr[0] ? c->errstr : "I/O error");
+        rlock_empty(l);
         return RLOCK_ERR;
     }
     char why[sizeof l->err];
     why[0] = '\0';
     if (r->type == REDIS_REPLY_ERROR)
-        fmt_err(why, sizeof why, "replicas: %s", r->str);
+        rlock_err_set(why, sizeof why, "replicas: %s", r->str);
     else if (r->type != REDIS_REPLY_INTEGER)
-        fmt_err(why, sizeof why, "replicas: unexpected reply type %d to WAIT", r->type);
+        rlock_err_set(why, sizeof why, "replicas: unexpected reply type %d to WAIT", r->type);
     else if (r->integer < numreplicas)
-        fmt_err(why, sizeof why, "replicas: %lld of %d acknowledged within %d ms", r->integer,
-                numreplicas, timeout_ms);
+        rlock_err_set(why, sizeof why, "replicas: %lld of %d acknowledged within %d ms", r->integer,
+                      numreplicas, timeout_ms);
     freeReplyObject(r);
     if (!why[0])
         return RLOCK_OK;
@@ -397,7 +321,6 @@ enum rlock_status rlock_require_replicas(redisContext *c, struct rlock *l, int n
     /* Too few copies: a failover could hand the lock to someone else, so we
      * give it up rather than work under it. */
     enum rlock_status st = rlock_release(c, l);
-    fmt_err(l->err, sizeof l->err, "%.100s; lock %s", why,
-            st == RLOCK_OK ? "released" : "release failed");
+    RLOCK_SET_ERR(l, "%.100s; lock %s", why, st == RLOCK_OK ? "released" : "release failed");
     return RLOCK_ERR;
 }

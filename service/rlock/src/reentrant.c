@@ -1,62 +1,22 @@
 /*
- * rlock_reentrant: Redisson-format reentrant lock (see rlock_reentrant.h).
+ * reentrant: Redisson-format reentrant lock (see rlock/reentrant.h).
  */
 #include "rlock/reentrant.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "rlock/fair.h"
-#include "rlock/metrics.h"
+#include "internal.h"
 #include "rlock/notify.h"
 #include "rlock/script.h"
 #include "rlock/watch.h"
-
-/* Generated from lua/rlock_*.lua by service/tools/embed.c. */
-extern const char lua_rlock_reentrant_acquire[];
-extern const size_t lua_rlock_reentrant_acquire_len;
-extern const char lua_rlock_reentrant_release[];
-extern const size_t lua_rlock_reentrant_release_len;
-extern const char lua_rlock_reentrant_renew[];
-extern const size_t lua_rlock_reentrant_renew_len;
-
-static struct rlock_script script_acquire;
-static struct rlock_script script_release;
-static struct rlock_script script_renew;
-static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
-
-static void scripts_init(void)
-{
-    rlock_script_init(&script_acquire, "rlock_reentrant_acquire", lua_rlock_reentrant_acquire,
-                      lua_rlock_reentrant_acquire_len);
-    rlock_script_init(&script_release, "rlock_reentrant_release", lua_rlock_reentrant_release,
-                      lua_rlock_reentrant_release_len);
-    rlock_script_init(&script_renew, "rlock_reentrant_renew", lua_rlock_reentrant_renew,
-                      lua_rlock_reentrant_renew_len);
-}
-
-static void scripts_ensure(void)
-{
-    (void)pthread_once(&scripts_once, scripts_init);
-}
-
-__attribute__((format(printf, 3, 4))) static void set_err(char *err, size_t len, const char *fmt,
-                                                          ...)
-{
-    if (!err || len == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, len, fmt, ap);
-    va_end(ap);
-}
 
 /* ---- identity ---- */
 
@@ -67,15 +27,10 @@ int rlock_uuid_new(char out[RLOCK_UUID_LEN + 1])
         return -1;
     b[6] = (unsigned char)((b[6] & 0x0f) | 0x40); /* version 4: random */
     b[8] = (unsigned char)((b[8] & 0x3f) | 0x80); /* RFC 4122 variant */
-    static const char hex[] = "0123456789abcdef";
-    char *p = out;
-    for (int i = 0; i < 16; i++) {
-        if (i == 4 || i == 6 || i == 8 || i == 10)
-            *p++ = '-';
-        *p++ = hex[b[i] >> 4];
-        *p++ = hex[b[i] & 0xf];
-    }
-    *p = '\0';
+    char hex[2 * sizeof b + 1];
+    rlock_hex(hex, b, sizeof b);
+    snprintf(out, RLOCK_UUID_LEN + 1, "%.8s-%.4s-%.4s-%.4s-%.12s", hex, hex + 8, hex + 12, hex + 16,
+             hex + 20);
     return 0;
 }
 
@@ -150,16 +105,16 @@ enum rlock_status rlock_parse_acquire_reply(const redisReply *r, const char *err
                                             char *err, size_t errlen)
 {
     if (!r) {
-        set_err(err, errlen, "acquire: %s", errstr && errstr[0] ? errstr : "I/O error");
+        rlock_err_set(err, errlen, "acquire: %s", errstr && errstr[0] ? errstr : "I/O error");
         return RLOCK_ERR;
     }
     if (r->type == REDIS_REPLY_ERROR) {
-        set_err(err, errlen, "acquire: %s", r->str);
+        rlock_err_set(err, errlen, "acquire: %s", r->str);
         return RLOCK_ERR;
     }
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
         r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER) {
-        set_err(err, errlen, "acquire: unexpected reply type %d", r->type);
+        rlock_err_set(err, errlen, "acquire: unexpected reply type %d", r->type);
         return RLOCK_ERR;
     }
     *n = r->element[1]->integer;
@@ -171,7 +126,8 @@ static enum rlock_status reentrant_try_once(void *arg, int64_t *busy_ms)
     struct reentrant_try *t = arg;
     const char *argv[] = {t->key, t->ttl, t->owner};
     t->start = rlock_mono_ms();
-    redisReply *r = rlock_script_run(t->c, &script_acquire, 1, 2, argv, NULL);
+    redisReply *r =
+        rlock_script_run(t->c, rlock_lua(RLOCK_LUA_REENTRANT_ACQUIRE), 1, 2, argv, NULL);
     long long n = 0;
     enum rlock_status st =
         rlock_parse_acquire_reply(r, t->c->errstr, &n, t->l->err, sizeof t->l->err);
@@ -181,34 +137,43 @@ static enum rlock_status reentrant_try_once(void *arg, int64_t *busy_ms)
     return st;
 }
 
-/* Checks what acquire and fair acquire share; fills owner.  Returns 0, or
- * -1 with l->err set. */
+/* The fair lock's ops, set with its first hold (see rlock_reentrant_record):
+ * a struct with l->fair == 1 exists only after that.  There is one fair lock
+ * implementation, so every fair hold passes the same constant. */
+static _Atomic(const struct rlock_fair_ops *) fair_ops;
+
+/* Returns the fair lock's ops for l (l->fair == 1), or NULL with l->err set
+ * if l claims to be fair without the fair lock having taken it. */
+static const struct rlock_fair_ops *fair_ops_for(struct rlock_reentrant *l, const char *op)
+{
+    const struct rlock_fair_ops *f = atomic_load_explicit(&fair_ops, memory_order_acquire);
+    if (!f)
+        RLOCK_SET_ERR(l, "%s: struct marked fair but never taken by rlock_fair_acquire()", op);
+    return f;
+}
+
 int rlock_reentrant_check_args(struct rlock_reentrant *l, const char *key, const char *uuid,
-                               uint64_t thread_id, const struct rlock_opts *o,
-                               char owner[RLOCK_OWNER_MAX])
+                               uint64_t thread_id, const struct rlock_opts *o, char *owner)
 {
     if (!key || !o || o->ttl_ms < 0 || (o->ttl_ms == 0 && !o->watchdog) || o->wait_ms < 0) {
-        set_err(l->err, sizeof l->err,
-                "acquire: invalid arguments (need a key, ttl_ms > 0 or a watchdog, wait_ms >= 0)");
+        RLOCK_SET_ERR(
+            l, "acquire: invalid arguments (need a key, ttl_ms > 0 or a watchdog, wait_ms >= 0)");
         return -1;
     }
     if (rlock_owner_field(owner, uuid, thread_id) < 0) {
-        set_err(l->err, sizeof l->err, "acquire: no instance uuid (getrandom failed or too long)");
+        RLOCK_SET_ERR(l, "acquire: no instance uuid (getrandom failed or too long)");
         return -1;
     }
     if (l->holds > 0 && (strcmp(l->key, key) != 0 || strcmp(l->owner, owner) != 0)) {
-        set_err(l->err, sizeof l->err,
-                "acquire: struct already holds another key or owner (release it first)");
+        RLOCK_SET_ERR(l, "acquire: struct already holds another key or owner (release it first)");
         return -1;
     }
     return 0;
 }
 
-/* Records a successful acquisition in l; on the first hold copies the key
- * and starts the watchdog for a lock without explicit lease.  Returns 0, or
- * -1 (out of memory) with l unchanged. */
 int rlock_reentrant_record(struct rlock_reentrant *l, const char *key, const char *owner,
-                           const struct rlock_opts *o, int lease, int64_t start, int fair)
+                           const struct rlock_opts *o, int lease, int64_t start,
+                           const struct rlock_fair_ops *fair)
 {
     if (l->holds == 0) {
         char *k = strdup(key);
@@ -225,7 +190,9 @@ int rlock_reentrant_record(struct rlock_reentrant *l, const char *key, const cha
         l->key = k;
         snprintf(l->owner, sizeof l->owner, "%s", owner);
         l->watch = w;
-        l->fair = fair;
+        l->fair = fair != NULL;
+        if (fair)
+            atomic_store_explicit(&fair_ops, fair, memory_order_release);
     }
     l->holds++;
     l->ttl_ms = lease;
@@ -241,10 +208,11 @@ enum rlock_status rlock_reentrant_acquire(redisContext *c, struct rlock_reentran
     char owner[RLOCK_OWNER_MAX];
     if (rlock_reentrant_check_args(l, key, uuid, thread_id, o, owner) < 0)
         return RLOCK_ERR;
-    if (l->fair)
-        return rlock_fair_acquire(c, l, key, uuid, thread_id, o, NULL);
+    if (l->fair) {
+        const struct rlock_fair_ops *f = fair_ops_for(l, "acquire");
+        return f ? f->reenter(c, l, key, uuid, thread_id, o) : RLOCK_ERR;
+    }
     l->err[0] = '\0';
-    scripts_ensure();
 
     int lease = o->ttl_ms > 0 ? o->ttl_ms : rlock_watchdog_lease_ms(o->watchdog);
     char ttl[16];
@@ -255,23 +223,23 @@ enum rlock_status rlock_reentrant_acquire(redisContext *c, struct rlock_reentran
     enum rlock_status st = rlock_wait_acquire(o, chv, channel ? 1 : 0, reentrant_try_once, &t);
     free(channel);
     if (st == RLOCK_BUSY) {
-        set_err(l->err, sizeof l->err, "acquire: held by another owner after waiting %d ms",
-                o->wait_ms);
+        RLOCK_SET_ERR(l, "acquire: held by another owner after waiting %d ms", o->wait_ms);
         return st;
     }
     if (st != RLOCK_OK)
         return st;
-    if (rlock_reentrant_record(l, key, owner, o, lease, t.start, 0) == 0)
+    if (rlock_reentrant_record(l, key, owner, o, lease, t.start, NULL) == 0)
         return RLOCK_OK;
     /* Cannot track (or renew) the hold: give it back rather than leak it. */
     const char *argv[] = {key, RLOCK_REDISSON_CHANNEL_PREFIX, "0", ttl, owner};
     char *ch = rlock_channel_name(RLOCK_REDISSON_CHANNEL_PREFIX, key);
     if (ch) {
         argv[1] = ch;
-        freeReplyObject(rlock_script_run(c, &script_release, 2, 3, argv, NULL));
+        freeReplyObject(
+            rlock_script_run(c, rlock_lua(RLOCK_LUA_REENTRANT_RELEASE), 2, 3, argv, NULL));
         free(ch);
     }
-    set_err(l->err, sizeof l->err, "acquire: out of memory");
+    RLOCK_SET_ERR(l, "acquire: out of memory");
     return RLOCK_ERR;
 }
 
@@ -281,36 +249,29 @@ enum rlock_status rlock_reentrant_acquire(redisContext *c, struct rlock_reentran
 static enum rlock_status release_script(redisContext *c, const char *key, const char *owner,
                                         int lease, int *freed, char *err, size_t errlen)
 {
-    scripts_ensure();
     char *channel = rlock_channel_name(RLOCK_REDISSON_CHANNEL_PREFIX, key);
     if (!channel) {
-        set_err(err, errlen, "release: out of memory");
+        rlock_err_set(err, errlen, "release: out of memory");
         return RLOCK_ERR;
     }
     char ttl[16];
     snprintf(ttl, sizeof ttl, "%d", lease > 0 ? lease : RLOCK_WATCHDOG_LEASE_MS);
     const char *argv[] = {key, channel, "0", ttl, owner};
-    redisReply *r = rlock_script_run(c, &script_release, 2, 3, argv, NULL);
+    redisReply *r = rlock_script_run(c, rlock_lua(RLOCK_LUA_REENTRANT_RELEASE), 2, 3, argv, NULL);
     free(channel);
+    long long n = 0;
     enum rlock_status st = RLOCK_ERR;
-    if (!r)
-        set_err(err, errlen, "release: %s", c->errstr[0] ? c->errstr : "I/O error");
-    else if (r->type == REDIS_REPLY_ERROR)
-        set_err(err, errlen, "release: %s", r->str);
-    else if (r->type != REDIS_REPLY_INTEGER)
-        set_err(err, errlen, "release: unexpected reply type %d", r->type);
-    else if (r->integer < 0) {
-        set_err(err, errlen, "release: not held by %s (expired or another owner's)", owner);
+    if (rlock_reply_int(c, r, "release", &n, err, errlen) < 0) {
+        st = RLOCK_ERR;
+    } else if (n < 0) {
+        rlock_err_set(err, errlen, "release: not held by %s (expired or another owner's)", owner);
         st = RLOCK_NOT_OWNER;
     } else {
-        *freed = r->integer == 1;
+        *freed = n == 1;
         st = RLOCK_OK;
     }
     freeReplyObject(r);
-    if (st == RLOCK_OK)
-        rlock_metrics_add(RLOCK_M_RELEASED, 1);
-    else if (st == RLOCK_NOT_OWNER)
-        rlock_metrics_add(RLOCK_M_RELEASE_REFUSED, 1);
+    rlock_count_release(st);
     return st;
 }
 
@@ -318,8 +279,8 @@ enum rlock_status rlock_reentrant_release(redisContext *c, struct rlock_reentran
 {
     l->err[0] = '\0';
     if (l->holds <= 0 || !l->key) {
-        set_err(l->err, sizeof l->err, "release: lock is not held");
-        rlock_metrics_add(RLOCK_M_RELEASE_REFUSED, 1);
+        RLOCK_SET_ERR(l, "release: lock is not held");
+        rlock_count_release(RLOCK_NOT_OWNER);
         return RLOCK_NOT_OWNER;
     }
     /* The last hold: stop renewing before the delete, so no renewal races
@@ -329,9 +290,13 @@ enum rlock_status rlock_reentrant_release(redisContext *c, struct rlock_reentran
         l->watch = NULL;
     }
     int freed = 0;
-    enum rlock_status st =
-        l->fair ? rlock_fair_release_hold(c, l, &freed)
-                : release_script(c, l->key, l->owner, l->ttl_ms, &freed, l->err, sizeof l->err);
+    enum rlock_status st;
+    if (l->fair) {
+        const struct rlock_fair_ops *f = fair_ops_for(l, "release");
+        st = f ? f->release_hold(c, l, &freed) : RLOCK_ERR;
+    } else {
+        st = release_script(c, l->key, l->owner, l->ttl_ms, &freed, l->err, sizeof l->err);
+    }
     if (st == RLOCK_OK && --l->holds > 0)
         return RLOCK_OK;
     empty(l);
@@ -343,10 +308,10 @@ enum rlock_status rlock_reentrant_release_owner(redisContext *c, const char *key
 {
     char owner[RLOCK_OWNER_MAX];
     if (!key || rlock_owner_field(owner, uuid, thread_id) < 0) {
-        set_err(err, errlen, "release: invalid key or owner");
+        rlock_err_set(err, errlen, "release: invalid key or owner");
         return RLOCK_ERR;
     }
-    set_err(err, errlen, "%s", "");
+    rlock_err_set(err, errlen, "%s", "");
     int freed = 0;
     return release_script(c, key, owner, 0, &freed, err, errlen);
 }
@@ -355,28 +320,24 @@ enum rlock_status rlock_reentrant_extend(redisContext *c, struct rlock_reentrant
 {
     l->err[0] = '\0';
     if (ttl_ms <= 0) {
-        set_err(l->err, sizeof l->err, "extend: ttl_ms must be > 0");
+        RLOCK_SET_ERR(l, "extend: ttl_ms must be > 0");
         return RLOCK_ERR;
     }
     if (!l->held || !l->key) {
-        set_err(l->err, sizeof l->err, "extend: lock is not held");
+        RLOCK_SET_ERR(l, "extend: lock is not held");
         return RLOCK_NOT_OWNER;
     }
-    scripts_ensure();
     char ttl[16];
     snprintf(ttl, sizeof ttl, "%d", ttl_ms);
     const char *argv[] = {l->key, ttl, l->owner};
     int64_t start = rlock_mono_ms();
-    redisReply *r = rlock_script_run(c, &script_renew, 1, 2, argv, NULL);
+    redisReply *r = rlock_script_run(c, rlock_lua(RLOCK_LUA_REENTRANT_RENEW), 1, 2, argv, NULL);
+    long long ok = 0;
     enum rlock_status st = RLOCK_ERR;
-    if (!r)
-        set_err(l->err, sizeof l->err, "extend: %s", c->errstr[0] ? c->errstr : "I/O error");
-    else if (r->type == REDIS_REPLY_ERROR)
-        set_err(l->err, sizeof l->err, "extend: %s", r->str);
-    else if (r->type != REDIS_REPLY_INTEGER)
-        set_err(l->err, sizeof l->err, "extend: unexpected reply type %d", r->type);
-    else if (r->integer != 1) {
-        set_err(l->err, sizeof l->err, "extend: the lock expired or has another owner");
+    if (rlock_reply_int(c, r, "extend", &ok, l->err, sizeof l->err) < 0) {
+        st = RLOCK_ERR;
+    } else if (ok != 1) {
+        RLOCK_SET_ERR(l, "extend: the lock expired or has another owner");
         l->held = 0;
         st = RLOCK_NOT_OWNER;
     } else {
@@ -394,9 +355,7 @@ int64_t rlock_reentrant_remaining_ms(const struct rlock_reentrant *l)
         return 0;
     if (l->watch)
         return rlock_watch_remaining_ms(l->watch);
-    int64_t drift = ((int64_t)l->ttl_ms + 99) / 100 + 2;
-    int64_t left = (int64_t)l->ttl_ms - (rlock_mono_ms() - l->acquired_mono_ms) - drift;
-    return left > 0 ? left : 0;
+    return rlock_lease_left_ms(l->ttl_ms, l->acquired_mono_ms);
 }
 
 int rlock_reentrant_lost(const struct rlock_reentrant *l)

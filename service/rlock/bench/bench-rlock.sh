@@ -6,9 +6,9 @@
 # ratio is about) and as hand-made commands ("raw": the same kind of Redis
 # operations without the library), which shows what the library itself costs.
 #
-#   scripts/bench-rlock.sh [--duration-ms MS] [--concurrency N] [--retry-ms MS]
+#   service/rlock/bench/bench-rlock.sh [--duration-ms MS] [--concurrency N] [--retry-ms MS]
 #
-# Workloads (see loadtest/rlock_bench.c):
+# Workloads (see rlock_bench.c beside this script):
 #   uncontended  N loops, one key each: acquire, release, again
 #   contended    N waiters on one key, a jittered retry_ms between attempts;
 #                hand-over = release reply -> next holder's acquire reply
@@ -24,7 +24,7 @@
 set -euo pipefail
 
 PROG=bench-rlock.sh
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd -P)
 BUILD_DIR=${BUILD:-build}
 [[ $BUILD_DIR == /* ]] || BUILD_DIR=$ROOT/$BUILD_DIR
 BENCH=$BUILD_DIR/rlock-bench
@@ -119,7 +119,7 @@ if ! (cd "$NODE_DIR" && node -e "
         "redlock@$REDLOCK_VERSION" "ioredis@$IOREDIS_VERSION" >&2) || die "npm install failed"
 fi
 
-# The node side of the workloads, the same loops as loadtest/rlock_bench.c.
+# The node side of the workloads, the same loops as rlock_bench.c.
 cat >"$NODE_DIR/bench.js" <<'EOF'
 'use strict';
 // node-redlock under the rlock-bench workloads; prints the same key=value line.

@@ -1,5 +1,5 @@
 /*
- * rlock_async: locks on a libevent loop (see rlock_async.h).
+ * async: locks on a libevent loop (see rlock/async.h).
  *
  * Three kinds of objects:
  *  - struct cmd: one script call in flight.  Its completion function runs
@@ -14,49 +14,16 @@
  */
 #include "rlock/async.h"
 
-#include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "internal.h"
 #include "rlock/metrics.h"
 #include "rlock/notify.h"
 #include "rlock/reentrant.h"
 #include "rlock/script.h"
 #include "rlock/watch.h"
-
-/* Generated from lua/rlock_*.lua by service/tools/embed.c. */
-extern const char lua_rlock_multi_acquire[];
-extern const size_t lua_rlock_multi_acquire_len;
-extern const char lua_rlock_release[];
-extern const size_t lua_rlock_release_len;
-extern const char lua_rlock_extend[];
-extern const size_t lua_rlock_extend_len;
-extern const char lua_rlock_reentrant_acquire[];
-extern const size_t lua_rlock_reentrant_acquire_len;
-extern const char lua_rlock_reentrant_release[];
-extern const size_t lua_rlock_reentrant_release_len;
-extern const char lua_rlock_reentrant_renew[];
-extern const size_t lua_rlock_reentrant_renew_len;
-
-static struct rlock_script s_acquire, s_release, s_extend;
-static struct rlock_script s_r_acquire, s_r_release, s_r_renew;
-static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
-
-static void scripts_init(void)
-{
-    rlock_script_init(&s_acquire, "rlock_multi_acquire", lua_rlock_multi_acquire,
-                      lua_rlock_multi_acquire_len);
-    rlock_script_init(&s_release, "rlock_release", lua_rlock_release, lua_rlock_release_len);
-    rlock_script_init(&s_extend, "rlock_extend", lua_rlock_extend, lua_rlock_extend_len);
-    rlock_script_init(&s_r_acquire, "rlock_reentrant_acquire", lua_rlock_reentrant_acquire,
-                      lua_rlock_reentrant_acquire_len);
-    rlock_script_init(&s_r_release, "rlock_reentrant_release", lua_rlock_reentrant_release,
-                      lua_rlock_reentrant_release_len);
-    rlock_script_init(&s_r_renew, "rlock_reentrant_renew", lua_rlock_reentrant_renew,
-                      lua_rlock_reentrant_renew_len);
-}
 
 #define UUID_MAX 64
 /* A failed renewal is retried after lease / this, while the lease lasts. */
@@ -159,11 +126,6 @@ static struct timeval ms_tv(int64_t ms)
     return tv;
 }
 
-static int64_t drift_ms(int ttl_ms)
-{
-    return ((int64_t)ttl_ms + 99) / 100 + 2;
-}
-
 /* ---- commands ---- */
 
 static void cmd_free(struct cmd *c)
@@ -219,10 +181,12 @@ static void undo_acquire(redisAsyncContext *ac, const struct cmd *c)
         char ttl[16];
         snprintf(ttl, sizeof ttl, "%d", RLOCK_WATCHDOG_LEASE_MS);
         const char *argv[] = {c->undo_key, channel, "0", ttl, c->undo_owner};
-        rc = rlock_script_run_async(ac, &s_r_release, ignore_reply, NULL, 2, 3, argv, NULL);
+        rc = rlock_script_run_async(ac, rlock_lua(RLOCK_LUA_REENTRANT_RELEASE), ignore_reply, NULL,
+                                    2, 3, argv, NULL);
     } else {
         const char *argv[] = {c->undo_key, c->undo_owner, channel};
-        rc = rlock_script_run_async(ac, &s_release, ignore_reply, NULL, 1, 2, argv, NULL);
+        rc = rlock_script_run_async(ac, rlock_lua(RLOCK_LUA_RELEASE), ignore_reply, NULL, 1, 2,
+                                    argv, NULL);
     }
     (void)rc; /* not sent: the lease expires it */
     free(channel);
@@ -249,7 +213,7 @@ static void cmd_on_timeout(evutil_socket_t fd, short what, void *arg)
     (void)what;
     struct cmd *c = arg;
     char err[64];
-    snprintf(err, sizeof err, "timed out after %d ms", c->a ? c->a->op_timeout_ms : 0);
+    rlock_err_set(err, sizeof err, "timed out after %d ms", c->a ? c->a->op_timeout_ms : 0);
     cmd_finish(c, NULL, err);
 }
 
@@ -339,16 +303,16 @@ static void renew_done(void *owner, redisReply *r, const char *err)
     enum rlock_status st = RLOCK_ERR;
     char msg[128] = "";
     if (err)
-        snprintf(msg, sizeof msg, "extend: %s", err);
+        rlock_err_set(msg, sizeof msg, "extend: %s", err);
     else if (r->type == REDIS_REPLY_ERROR)
-        snprintf(msg, sizeof msg, "extend: %.100s", r->str);
+        rlock_err_set(msg, sizeof msg, "extend: %s", r->str);
     else if (r->type != REDIS_REPLY_INTEGER)
-        snprintf(msg, sizeof msg, "extend: unexpected reply type %d", r->type);
+        rlock_err_set(msg, sizeof msg, "extend: unexpected reply type %d", r->type);
     else if (r->integer == 1)
         st = RLOCK_OK;
     else {
         st = RLOCK_NOT_OWNER;
-        snprintf(msg, sizeof msg, "extend: the lock expired or has another owner");
+        rlock_err_set(msg, sizeof msg, "extend: the lock expired or has another owner");
     }
 
     if (x->watchdog)
@@ -396,10 +360,10 @@ static int renew_send(struct rlock_async_lock *l, int ttl_ms, int watchdog, rloc
     struct cmd *c;
     if (l->reentrant) {
         const char *argv[] = {l->key, ttl, l->owner};
-        c = cmd_send(l->a, &s_r_renew, 1, 2, argv, renew_done, x);
+        c = cmd_send(l->a, rlock_lua(RLOCK_LUA_REENTRANT_RENEW), 1, 2, argv, renew_done, x);
     } else {
         const char *argv[] = {l->key, l->owner, ttl};
-        c = cmd_send(l->a, &s_extend, 1, 2, argv, renew_done, x);
+        c = cmd_send(l->a, rlock_lua(RLOCK_LUA_EXTEND), 1, 2, argv, renew_done, x);
     }
     if (!c) {
         free(x);
@@ -430,22 +394,6 @@ static void renew_timer_cb(evutil_socket_t fd, short what, void *arg)
 static void acq_try(struct acq *q);
 static void acq_notified(void *arg);
 
-/* Fills out with a fresh 128-bit hex token (the simple lock's format).
- * Returns 0, or -1 when the kernel CSPRNG fails. */
-static int token_new(char *out)
-{
-    static const char hex[] = "0123456789abcdef";
-    unsigned char rnd[RLOCK_TOKEN_LEN / 2];
-    if (rlock_random_bytes(rnd, sizeof rnd) < 0)
-        return -1;
-    for (size_t i = 0; i < sizeof rnd; i++) {
-        out[2 * i] = hex[rnd[i] >> 4];
-        out[2 * i + 1] = hex[rnd[i] & 0xf];
-    }
-    out[RLOCK_TOKEN_LEN] = '\0';
-    return 0;
-}
-
 static void acq_finish(struct acq *q, enum rlock_status st, const char *err)
 {
     struct rlock_async *a = q->a;
@@ -454,21 +402,15 @@ static void acq_finish(struct acq *q, enum rlock_status st, const char *err)
     q->w = NULL;
     event_free(q->wake);
 
-    if (q->waited)
-        rlock_metrics_add(RLOCK_M_WAIT_MS, (uint64_t)(rlock_mono_ms() - q->start));
+    rlock_count_acquire(st, q->waited, q->waited ? rlock_mono_ms() - q->start : 0);
     struct rlock_async_lock *l = q->l;
     if (st == RLOCK_OK) {
-        rlock_metrics_add(RLOCK_M_ACQUIRED, 1);
-        if (q->waited)
-            rlock_metrics_add(RLOCK_M_WAITED, 1);
         l->user = 1;
         l->refs++;
         LIST_ADD(a->locks, l);
         l->a = a;
         if (l->watched)
             renew_schedule(l, l->ttl_ms / 3);
-    } else if (st == RLOCK_BUSY) {
-        rlock_metrics_add(RLOCK_M_BUSY, 1);
     }
     rlock_async_acquire_fn *fn = q->fn;
     void *arg = q->arg;
@@ -484,7 +426,7 @@ static void acq_reply(void *owner, redisReply *r, const char *err)
     q->inflight = NULL;
     char msg[160];
     if (err) {
-        snprintf(msg, sizeof msg, "acquire: %s", err);
+        rlock_err_set(msg, sizeof msg, "acquire: %s", err);
         acq_finish(q, RLOCK_ERR, msg);
         return;
     }
@@ -497,9 +439,9 @@ static void acq_reply(void *owner, redisReply *r, const char *err)
     } else {
         st = RLOCK_ERR;
         if (r->type == REDIS_REPLY_ERROR)
-            snprintf(msg, sizeof msg, "acquire: %.140s", r->str);
+            rlock_err_set(msg, sizeof msg, "acquire: %s", r->str);
         else
-            snprintf(msg, sizeof msg, "acquire: unexpected reply type %d", r->type);
+            rlock_err_set(msg, sizeof msg, "acquire: unexpected reply type %d", r->type);
     }
     if (st == RLOCK_OK) {
         l->acquired_mono_ms = q->sent_at;
@@ -546,10 +488,10 @@ static void acq_try(struct acq *q)
     struct cmd *c;
     if (l->reentrant) {
         const char *argv[] = {l->key, ttl, l->owner};
-        c = cmd_send(q->a, &s_r_acquire, 1, 2, argv, acq_reply, q);
+        c = cmd_send(q->a, rlock_lua(RLOCK_LUA_REENTRANT_ACQUIRE), 1, 2, argv, acq_reply, q);
     } else {
         const char *argv[] = {l->key, l->owner, ttl};
-        c = cmd_send(q->a, &s_acquire, 1, 2, argv, acq_reply, q);
+        c = cmd_send(q->a, rlock_lua(RLOCK_LUA_MULTI_ACQUIRE), 1, 2, argv, acq_reply, q);
     }
     if (!c) {
         acq_finish(q, RLOCK_ERR, "acquire: cannot send (disconnected or out of memory)");
@@ -595,7 +537,6 @@ struct rlock_async *rlock_async_new(struct event_base *base, const struct rlock_
     struct rlock_async *a = calloc(1, sizeof *a);
     if (!a)
         return NULL;
-    (void)pthread_once(&scripts_once, scripts_init);
     a->base = base;
     a->notifier = o->notifier;
     a->op_timeout_ms = o->op_timeout_ms;
@@ -673,7 +614,7 @@ int rlock_async_acquire(struct rlock_async *a, const struct rlock_async_req *r,
     if (l->reentrant) {
         if (rlock_owner_field(l->owner, a->uuid, r->thread_id) < 0)
             goto fail;
-    } else if (token_new(l->owner) < 0) {
+    } else if (rlock_token_new(l->owner) < 0) {
         goto fail;
     }
     l->renew_timer = evtimer_new(a->base, renew_timer_cb, l);
@@ -696,10 +637,10 @@ int rlock_async_acquire(struct rlock_async *a, const struct rlock_async_req *r,
     q->sent_at = q->start;
     if (l->reentrant) {
         const char *argv[] = {l->key, ttl, l->owner};
-        c = cmd_send(a, &s_r_acquire, 1, 2, argv, acq_reply, q);
+        c = cmd_send(a, rlock_lua(RLOCK_LUA_REENTRANT_ACQUIRE), 1, 2, argv, acq_reply, q);
     } else {
         const char *argv[] = {l->key, l->owner, ttl};
-        c = cmd_send(a, &s_acquire, 1, 2, argv, acq_reply, q);
+        c = cmd_send(a, rlock_lua(RLOCK_LUA_MULTI_ACQUIRE), 1, 2, argv, acq_reply, q);
     }
     if (!c)
         goto fail;
@@ -737,21 +678,18 @@ static void release_done(void *owner, redisReply *r, const char *err)
     enum rlock_status st = RLOCK_ERR;
     char msg[160] = "";
     if (err)
-        snprintf(msg, sizeof msg, "release: %s", err);
+        rlock_err_set(msg, sizeof msg, "release: %s", err);
     else if (r->type == REDIS_REPLY_ERROR)
-        snprintf(msg, sizeof msg, "release: %.140s", r->str);
+        rlock_err_set(msg, sizeof msg, "release: %s", r->str);
     else if (r->type != REDIS_REPLY_INTEGER)
-        snprintf(msg, sizeof msg, "release: unexpected reply type %d", r->type);
+        rlock_err_set(msg, sizeof msg, "release: unexpected reply type %d", r->type);
     else if (l->reentrant ? r->integer >= 0 : r->integer == 1)
         st = RLOCK_OK;
     else {
         st = RLOCK_NOT_OWNER;
-        snprintf(msg, sizeof msg, "release: not held any more (expired or another owner's)");
+        rlock_err_set(msg, sizeof msg, "release: not held any more (expired or another owner's)");
     }
-    if (st == RLOCK_OK)
-        rlock_metrics_add(RLOCK_M_RELEASED, 1);
-    else if (st == RLOCK_NOT_OWNER)
-        rlock_metrics_add(RLOCK_M_RELEASE_REFUSED, 1);
+    rlock_count_release(st);
     if (x->fn)
         x->fn(st, msg, x->arg);
     free(x);
@@ -773,10 +711,10 @@ int rlock_async_release(struct rlock_async_lock *l, rlock_async_done_fn *fn, voi
         char ttl[16];
         snprintf(ttl, sizeof ttl, "%d", l->ttl_ms);
         const char *argv[] = {l->key, l->channel, "0", ttl, l->owner};
-        c = cmd_send(l->a, &s_r_release, 2, 3, argv, release_done, x);
+        c = cmd_send(l->a, rlock_lua(RLOCK_LUA_REENTRANT_RELEASE), 2, 3, argv, release_done, x);
     } else {
         const char *argv[] = {l->key, l->owner, l->channel};
-        c = cmd_send(l->a, &s_release, 1, 2, argv, release_done, x);
+        c = cmd_send(l->a, rlock_lua(RLOCK_LUA_RELEASE), 1, 2, argv, release_done, x);
     }
     if (!c) {
         free(x);
@@ -805,9 +743,7 @@ int64_t rlock_async_remaining_ms(const struct rlock_async_lock *l)
 {
     if (l->lost)
         return 0;
-    int64_t left =
-        (int64_t)l->ttl_ms - (rlock_mono_ms() - l->acquired_mono_ms) - drift_ms(l->ttl_ms);
-    return left > 0 ? left : 0;
+    return rlock_lease_left_ms(l->ttl_ms, l->acquired_mono_ms);
 }
 
 const char *rlock_async_key(const struct rlock_async_lock *l)

@@ -1,5 +1,5 @@
 /*
- * rlock_script: EVALSHA with a one-shot EVAL fallback, sync and async, plus
+ * script: EVALSHA with a one-shot EVAL fallback, sync and async, plus
  * the small SHA-1 needed to name scripts the way Redis does.
  */
 #include "rlock/script.h"
@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "internal.h"
 
 /* ---- SHA-1 (FIPS 180-4), only used to name scripts, never for security ---- */
 
@@ -59,7 +61,6 @@ static void sha1_block(uint32_t h[5], const unsigned char *p)
 
 void rlock_sha1_hex(const void *data, size_t len, char out[RLOCK_SHA1_HEX_LEN + 1])
 {
-    static const char hex[] = "0123456789abcdef";
     uint32_t h[5] = {0x67452301, 0xefcdab89, 0x98badcfe, 0x10325476, 0xc3d2e1f0};
     const unsigned char *p = data;
     size_t left = len;
@@ -80,10 +81,11 @@ void rlock_sha1_hex(const void *data, size_t len, char out[RLOCK_SHA1_HEX_LEN + 
     if (tail_len == 128)
         sha1_block(h, tail + 64);
 
+    unsigned char digest[RLOCK_SHA1_HEX_LEN / 2];
     for (int i = 0; i < 5; i++)
-        for (int j = 0; j < 8; j++)
-            out[i * 8 + j] = hex[(h[i] >> (28 - 4 * j)) & 0xf];
-    out[RLOCK_SHA1_HEX_LEN] = '\0';
+        for (int j = 0; j < 4; j++)
+            digest[4 * i + j] = (unsigned char)(h[i] >> (24 - 8 * j));
+    rlock_hex(out, digest, sizeof digest);
 }
 
 void rlock_script_init(struct rlock_script *s, const char *name, const char *text, size_t len)
@@ -99,11 +101,6 @@ void rlock_script_init(struct rlock_script *s, const char *name, const char *tex
 /* Argument vectors up to this size live on the stack in the sync path. */
 #define SCRIPT_STACK_ARGS 32
 
-static int is_noscript(const redisReply *r)
-{
-    return r && r->type == REDIS_REPLY_ERROR && r->len >= 8 && memcmp(r->str, "NOSCRIPT", 8) == 0;
-}
-
 /* Returns 3 + nkeys + nargs (EVALSHA, sha, numkeys, ...), or -1 if the counts
  * are negative or would overflow an int (hiredis takes argc as int). */
 static int script_argc(int nkeys, int nargs)
@@ -118,7 +115,7 @@ static int script_argc(int nkeys, int nargs)
 static void set_context_error(redisContext *c, int err, const char *msg)
 {
     c->err = err;
-    snprintf(c->errstr, sizeof c->errstr, "%s", msg);
+    rlock_err_set(c->errstr, sizeof c->errstr, "%s", msg);
 }
 
 redisReply *rlock_script_run(redisContext *c, const struct rlock_script *s, int nkeys, int nargs,
@@ -159,7 +156,7 @@ redisReply *rlock_script_run(redisContext *c, const struct rlock_script *s, int 
     }
 
     redisReply *r = redisCommandArgv(c, argc, v, l);
-    if (is_noscript(r)) {
+    if (rlock_is_noscript(r)) {
         freeReplyObject(r);
         v[0] = "EVAL";
         l[0] = 4;
@@ -198,7 +195,7 @@ static void script_call_done(redisAsyncContext *ac, void *r, void *privdata)
     struct script_call *call = privdata;
     redisReply *reply = r;
 
-    if (!call->retried && is_noscript(reply)) {
+    if (!call->retried && rlock_is_noscript(reply)) {
         call->retried = 1;
         call->argv[0] = "EVAL";
         call->argvlen[0] = 4;

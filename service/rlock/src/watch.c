@@ -1,5 +1,5 @@
 /*
- * rlock_watch: one thread renews every watched lock (see rlock_watch.h).
+ * watch: one thread renews every watched lock (see rlock/watch.h).
  *
  * The thread sleeps on a CLOCK_MONOTONIC condition variable until the next
  * renewal is due, marks that watch busy, drops the mutex for the round trip
@@ -17,25 +17,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "internal.h"
 #include "rlock/metrics.h"
 #include "rlock/script.h"
-
-/* Generated from lua/rlock_*.lua by service/tools/embed.c. */
-extern const char lua_rlock_extend[];
-extern const size_t lua_rlock_extend_len;
-extern const char lua_rlock_reentrant_renew[];
-extern const size_t lua_rlock_reentrant_renew_len;
-
-static struct rlock_script script_extend;
-static struct rlock_script script_renew;
-static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
-
-static void scripts_init(void)
-{
-    rlock_script_init(&script_extend, "rlock_extend", lua_rlock_extend, lua_rlock_extend_len);
-    rlock_script_init(&script_renew, "rlock_reentrant_renew", lua_rlock_reentrant_renew,
-                      lua_rlock_reentrant_renew_len);
-}
 
 /* After a failed round trip the next try comes after lease / this, so a
  * short outage is ridden out while the lease still has time. */
@@ -49,7 +33,7 @@ struct rlock_watch {
     const struct rlock_script *script;
     int nkeys;
     int nargs;
-    char **argv;     /* KEYS then ARGV, owned; the lease is argv[lease_arg] */
+    char **argv;     /* KEYS then ARGV, one allocation (rlock_strv_dup), owned */
     int64_t next_ms; /* when the next renewal is due */
     _Atomic int64_t valid_until_ms;
     atomic_int lost;
@@ -73,17 +57,10 @@ struct rlock_watchdog {
     struct rlock_watch *watches;
 };
 
-static int64_t drift_ms(int lease_ms)
-{
-    return ((int64_t)lease_ms + 99) / 100 + 2;
-}
-
 static void free_watch(struct rlock_watch *w)
 {
     if (!w)
         return;
-    for (int i = 0; w->argv && i < w->nkeys + w->nargs; i++)
-        free(w->argv[i]);
     free(w->argv);
     free(w);
 }
@@ -96,12 +73,6 @@ static void do_unlink(struct rlock_watchdog *wd, struct rlock_watch *w)
             return;
         }
     }
-}
-
-static struct timespec abs_ts(int64_t ms)
-{
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
-    return ts;
 }
 
 /* Marks w lost once and runs its callback with the mutex released (w stays
@@ -169,7 +140,7 @@ static void *watchdog_main(void *arg)
                 next = w->next_ms;
         }
         if (!due) {
-            struct timespec ts = abs_ts(next);
+            struct timespec ts = rlock_mono_timespec(next);
             (void)pthread_cond_timedwait(&wd->wake, &wd->mu, &ts);
             continue;
         }
@@ -186,7 +157,8 @@ static void *watchdog_main(void *arg)
             atomic_store(&due->valid_until_ms, start + wd->lease_ms);
             due->next_ms = start + wd->lease_ms / 3;
             rlock_metrics_add(RLOCK_M_RENEWED, 1);
-        } else if (gone || atomic_load(&due->valid_until_ms) - drift_ms(wd->lease_ms) <= now) {
+        } else if (gone ||
+                   atomic_load(&due->valid_until_ms) - rlock_drift_ms(wd->lease_ms) <= now) {
             do_report_lost(wd, due);
         } else {
             due->next_ms = now + wd->lease_ms / RETRY_DIVISOR;
@@ -211,12 +183,12 @@ struct rlock_watchdog *rlock_watchdog_new(rlock_connect_fn *connect, void *conne
     int lease = o && o->lease_ms > 0 ? o->lease_ms : RLOCK_WATCHDOG_LEASE_MS;
     int timeout = o && o->op_timeout_ms > 0 ? o->op_timeout_ms : lease / 3;
     if (!connect || lease < 30 || timeout <= 0) {
-        snprintf(err, errlen, "watchdog: need a connect function and lease_ms >= 30");
+        rlock_err_set(err, errlen, "watchdog: need a connect function and lease_ms >= 30");
         return NULL;
     }
     struct rlock_watchdog *wd = calloc(1, sizeof *wd);
     if (!wd) {
-        snprintf(err, errlen, "watchdog: out of memory");
+        rlock_err_set(err, errlen, "watchdog: out of memory");
         return NULL;
     }
     wd->lease_ms = lease;
@@ -232,7 +204,7 @@ struct rlock_watchdog *rlock_watchdog_new(rlock_connect_fn *connect, void *conne
     pthread_condattr_destroy(&ca);
     int rc = pthread_create(&wd->thread, NULL, watchdog_main, wd);
     if (rc != 0) {
-        snprintf(err, errlen, "watchdog: pthread_create: %s", strerror(rc));
+        rlock_err_set(err, errlen, "watchdog: pthread_create: %s", strerror(rc));
         pthread_cond_destroy(&wd->wake);
         pthread_cond_destroy(&wd->idle);
         pthread_mutex_destroy(&wd->mu);
@@ -274,20 +246,13 @@ static struct rlock_watch *watch_start(struct rlock_watchdog *wd, const struct r
     struct rlock_watch *w = calloc(1, sizeof *w);
     if (!w)
         return NULL;
-    w->argv = calloc((size_t)(nkeys + nargs), sizeof *w->argv);
+    w->argv = rlock_strv_dup(argv, (size_t)(nkeys + nargs));
     if (!w->argv) {
         free(w);
         return NULL;
     }
     w->nkeys = nkeys;
     w->nargs = nargs;
-    for (int i = 0; i < nkeys + nargs; i++) {
-        w->argv[i] = strdup(argv[i]);
-        if (!w->argv[i]) {
-            free_watch(w);
-            return NULL;
-        }
-    }
     w->wd = wd;
     w->script = s;
     w->fn = fn;
@@ -309,7 +274,6 @@ struct rlock_watch *rlock_watch_tokens(struct rlock_watchdog *wd, const char *co
 {
     if (!wd || !keys || nkeys == 0 || nkeys > 1024 * 1024 || !token)
         return NULL;
-    (void)pthread_once(&scripts_once, scripts_init);
     char lease[16];
     snprintf(lease, sizeof lease, "%d", wd->lease_ms);
     const char **argv = malloc((nkeys + 2) * sizeof *argv);
@@ -319,7 +283,8 @@ struct rlock_watch *rlock_watch_tokens(struct rlock_watchdog *wd, const char *co
         argv[i] = keys[i];
     argv[nkeys] = token;
     argv[nkeys + 1] = lease;
-    struct rlock_watch *w = watch_start(wd, &script_extend, (int)nkeys, 2, argv, since_ms, fn, arg);
+    struct rlock_watch *w =
+        watch_start(wd, rlock_lua(RLOCK_LUA_EXTEND), (int)nkeys, 2, argv, since_ms, fn, arg);
     free(argv);
     return w;
 }
@@ -329,11 +294,10 @@ struct rlock_watch *rlock_watch_owner(struct rlock_watchdog *wd, const char *key
 {
     if (!wd || !key || !owner)
         return NULL;
-    (void)pthread_once(&scripts_once, scripts_init);
     char lease[16];
     snprintf(lease, sizeof lease, "%d", wd->lease_ms);
     const char *argv[] = {key, lease, owner};
-    return watch_start(wd, &script_renew, 1, 2, argv, since_ms, fn, arg);
+    return watch_start(wd, rlock_lua(RLOCK_LUA_REENTRANT_RENEW), 1, 2, argv, since_ms, fn, arg);
 }
 
 int rlock_watch_lost(const struct rlock_watch *w)
@@ -345,7 +309,8 @@ int64_t rlock_watch_remaining_ms(const struct rlock_watch *w)
 {
     if (atomic_load(&w->lost))
         return 0;
-    int64_t left = atomic_load(&w->valid_until_ms) - drift_ms(w->wd->lease_ms) - rlock_mono_ms();
+    int64_t left =
+        atomic_load(&w->valid_until_ms) - rlock_drift_ms(w->wd->lease_ms) - rlock_mono_ms();
     return left > 0 ? left : 0;
 }
 

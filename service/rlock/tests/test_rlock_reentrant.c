@@ -1,6 +1,6 @@
 /*
- * Tests for the reentrant lock (service/rlock/rlock_reentrant.h) and the
- * shared pub/sub wake-up (rlock_notify.h) against a real Redis named by
+ * Tests for the reentrant lock (rlock/reentrant.h) and the
+ * shared pub/sub wake-up (rlock/notify.h) against a real Redis named by
  * SECKILL_TEST_REDIS_URL.  Keys carry the pid so runs do not collide.
  */
 #include <check.h>

@@ -1,5 +1,5 @@
 /*
- * rlock_redlock: Redlock over independent masters (see rlock_redlock.h).
+ * redlock: Redlock over independent masters (see rlock/redlock.h).
  *
  * The only non-obvious part is talking to N blocking hiredis contexts at
  * once with one deadline: commands are appended to each context's output
@@ -11,58 +11,13 @@
 
 #include <errno.h>
 #include <poll.h>
-#include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "internal.h"
 #include "rlock/notify.h"
 #include "rlock/script.h"
-
-/* Generated from lua/rlock_*.lua by service/tools/embed.c. */
-extern const char lua_rlock_release[];
-extern const size_t lua_rlock_release_len;
-extern const char lua_rlock_extend[];
-extern const size_t lua_rlock_extend_len;
-
-static struct rlock_script script_release;
-static struct rlock_script script_extend;
-static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
-
-static void scripts_init(void)
-{
-    rlock_script_init(&script_release, "rlock_release", lua_rlock_release, lua_rlock_release_len);
-    rlock_script_init(&script_extend, "rlock_extend", lua_rlock_extend, lua_rlock_extend_len);
-}
-
-static void scripts_ensure(void)
-{
-    (void)pthread_once(&scripts_once, scripts_init);
-}
-
-__attribute__((format(printf, 2, 3))) static void set_err(struct rlock_redlock *l, const char *fmt,
-                                                          ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(l->err, sizeof l->err, fmt, ap);
-    va_end(ap);
-}
-
-static void sleep_until(int64_t until_ms)
-{
-    struct timespec ts = {.tv_sec = until_ms / 1000, .tv_nsec = (until_ms % 1000) * 1000000};
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
-        ;
-}
-
-/* Same allowance as rlock_remaining_ms(): the server clock may run faster. */
-static int64_t drift_ms(int ttl_ms)
-{
-    return ((int64_t)ttl_ms + 99) / 100 + 2;
-}
 
 /* ---- one command to many nodes, one deadline ---- */
 
@@ -73,7 +28,7 @@ enum node_state { NODE_DONE, NODE_WRITING, NODE_READING };
 static void fail_late_node(redisContext *c, int timeout_ms)
 {
     c->err = REDIS_ERR_IO;
-    snprintf(c->errstr, sizeof c->errstr, "rlock_redlock: no reply within %d ms", timeout_ms);
+    rlock_err_set(c->errstr, sizeof c->errstr, "rlock_redlock: no reply within %d ms", timeout_ms);
 }
 
 /*
@@ -155,11 +110,6 @@ static int fanout(redisContext *const *nodes, size_t nnodes, const unsigned char
     return 0;
 }
 
-static int is_noscript(const redisReply *r)
-{
-    return r && r->type == REDIS_REPLY_ERROR && r->len >= 8 && memcmp(r->str, "NOSCRIPT", 8) == 0;
-}
-
 /*
  * Runs script s with KEYS[1] = key and ARGV = args on every node, EVALSHA
  * first and EVAL again on the nodes that answered NOSCRIPT, all within
@@ -185,7 +135,7 @@ static int fanout_script(redisContext *const *nodes, size_t nnodes, const struct
         return -1;
     size_t nagain = 0;
     for (size_t i = 0; i < nnodes; i++) {
-        if (is_noscript(replies[i])) {
+        if (rlock_is_noscript(replies[i])) {
             freeReplyObject(replies[i]);
             replies[i] = NULL;
             again[i] = 1;
@@ -231,13 +181,12 @@ static void count_int_ones(redisReply **replies, size_t n, size_t *ones, size_t 
 static size_t release_all(redisContext *const *nodes, size_t nnodes, const char *key,
                           const char *token, int timeout_ms, redisReply **replies, size_t *answered)
 {
-    scripts_ensure();
     const char *args[] = {token};
     size_t deleted = 0;
     *answered = 0;
     int64_t deadline = rlock_mono_ms() + timeout_ms;
-    if (fanout_script(nodes, nnodes, &script_release, key, args, 1, deadline, timeout_ms,
-                      replies) == 0)
+    if (fanout_script(nodes, nnodes, rlock_lua(RLOCK_LUA_RELEASE), key, args, 1, deadline,
+                      timeout_ms, replies) == 0)
         count_int_ones(replies, nnodes, &deleted, answered);
     free_replies(replies, nnodes);
     return deleted;
@@ -276,19 +225,20 @@ enum rlock_status rlock_redlock_acquire(redisContext *const *nodes, size_t nnode
                                         const struct rlock_redlock_opts *o)
 {
     if (l->key) {
-        set_err(l, "acquire: redlock struct already in use (release or clear it first)");
+        RLOCK_SET_ERR(l, "acquire: redlock struct already in use (release or clear it first)");
         return RLOCK_ERR;
     }
     rlock_redlock_clear(l);
     int timeout = o ? node_timeout(o) : -1;
     if (!nodes || nnodes == 0 || !key || !o || o->ttl_ms <= 0 || o->retry_count < 0 ||
         timeout < 0) {
-        set_err(l, "acquire: invalid arguments (need nodes, a key, ttl_ms > 0, retry_count >= "
-                   "0, node_timeout_ms < ttl_ms)");
+        RLOCK_SET_ERR(l,
+                      "acquire: invalid arguments (need nodes, a key, ttl_ms > 0, retry_count >= "
+                      "0, node_timeout_ms < ttl_ms)");
         return RLOCK_ERR;
     }
     if (rlock_token_new(l->token) < 0) {
-        set_err(l, "acquire: getrandom: %s", strerror(errno));
+        RLOCK_SET_ERR(l, "acquire: getrandom: %s", strerror(errno));
         return RLOCK_ERR;
     }
     l->key = strdup(key);
@@ -296,7 +246,7 @@ enum rlock_status rlock_redlock_acquire(redisContext *const *nodes, size_t nnode
     if (!l->key || !replies) {
         free(replies);
         rlock_redlock_clear(l);
-        set_err(l, "acquire: out of memory");
+        RLOCK_SET_ERR(l, "acquire: out of memory");
         return RLOCK_ERR;
     }
     l->node_timeout_ms = timeout;
@@ -309,11 +259,11 @@ enum rlock_status rlock_redlock_acquire(redisContext *const *nodes, size_t nnode
     enum rlock_status st = RLOCK_ERR;
     for (int attempt = 0; attempt <= o->retry_count; attempt++) {
         if (attempt > 0)
-            sleep_until(rlock_mono_ms() + rlock_jitter_pause(&seed, o->retry_ms));
+            rlock_sleep_until(rlock_mono_ms() + rlock_jitter_pause(&seed, o->retry_ms));
 
         int64_t start = rlock_mono_ms();
         if (fanout(nodes, nnodes, NULL, 6, argv, NULL, start + timeout, timeout, replies) < 0) {
-            set_err(l, "acquire: out of memory");
+            RLOCK_SET_ERR(l, "acquire: out of memory");
             st = RLOCK_ERR;
             break;
         }
@@ -328,7 +278,7 @@ enum rlock_status rlock_redlock_acquire(redisContext *const *nodes, size_t nnode
         }
         free_replies(replies, nnodes);
         int64_t elapsed = rlock_mono_ms() - start;
-        int64_t validity = o->ttl_ms - elapsed - drift_ms(o->ttl_ms);
+        int64_t validity = o->ttl_ms - elapsed - rlock_drift_ms(o->ttl_ms);
         if (granted >= quorum && validity > 0) {
             l->ttl_ms = o->ttl_ms;
             l->acquired_mono_ms = start;
@@ -346,12 +296,12 @@ enum rlock_status rlock_redlock_acquire(redisContext *const *nodes, size_t nnode
         (void)release_all(nodes, nnodes, key, l->token, timeout, replies, &released_answers);
         if (answered < quorum) {
             st = RLOCK_ERR;
-            set_err(l, "acquire: only %zu of %zu nodes answered within %d ms", answered, nnodes,
-                    timeout);
+            RLOCK_SET_ERR(l, "acquire: only %zu of %zu nodes answered within %d ms", answered,
+                          nnodes, timeout);
         } else {
             st = RLOCK_BUSY;
-            set_err(l, "acquire: %zu of %zu nodes granted (quorum %zu), validity %lld ms", granted,
-                    nnodes, quorum, (long long)validity);
+            RLOCK_SET_ERR(l, "acquire: %zu of %zu nodes granted (quorum %zu), validity %lld ms",
+                          granted, nnodes, quorum, (long long)validity);
         }
     }
     free(replies);
@@ -363,13 +313,13 @@ enum rlock_status rlock_redlock_release(redisContext *const *nodes, size_t nnode
                                         struct rlock_redlock *l)
 {
     if (!l->key) {
-        set_err(l, "release: redlock is not held");
+        RLOCK_SET_ERR(l, "release: redlock is not held");
         return RLOCK_NOT_OWNER;
     }
     redisReply **replies = nodes && nnodes ? calloc(nnodes, sizeof *replies) : NULL;
     if (!replies) {
         rlock_redlock_clear(l);
-        set_err(l, "release: no nodes or out of memory");
+        RLOCK_SET_ERR(l, "release: no nodes or out of memory");
         return RLOCK_ERR;
     }
     size_t quorum = nnodes / 2 + 1, answered = 0;
@@ -380,10 +330,10 @@ enum rlock_status rlock_redlock_release(redisContext *const *nodes, size_t nnode
     l->err[0] = '\0';
     if (answered < quorum) {
         st = RLOCK_ERR;
-        set_err(l, "release: only %zu of %zu nodes answered", answered, nnodes);
+        RLOCK_SET_ERR(l, "release: only %zu of %zu nodes answered", answered, nnodes);
     } else if (deleted < quorum) {
         st = RLOCK_NOT_OWNER;
-        set_err(l, "release: only %zu of %zu nodes still held our token", deleted, nnodes);
+        RLOCK_SET_ERR(l, "release: only %zu of %zu nodes still held our token", deleted, nnodes);
     }
     clear_keep_err(l);
     return st;
@@ -394,25 +344,24 @@ enum rlock_status rlock_redlock_extend(redisContext *const *nodes, size_t nnodes
 {
     l->err[0] = '\0';
     if (ttl_ms <= 0 || l->node_timeout_ms >= ttl_ms) {
-        set_err(l, "extend: ttl_ms must be > 0 and above the node timeout");
+        RLOCK_SET_ERR(l, "extend: ttl_ms must be > 0 and above the node timeout");
         return RLOCK_ERR;
     }
     if (!l->held || !l->key) {
-        set_err(l, "extend: redlock is not held");
+        RLOCK_SET_ERR(l, "extend: redlock is not held");
         return RLOCK_NOT_OWNER;
     }
     redisReply **replies = nodes && nnodes ? calloc(nnodes, sizeof *replies) : NULL;
     if (!replies) {
-        set_err(l, "extend: no nodes or out of memory");
+        RLOCK_SET_ERR(l, "extend: no nodes or out of memory");
         return RLOCK_ERR;
     }
-    scripts_ensure();
     char ttl[16];
     snprintf(ttl, sizeof ttl, "%d", ttl_ms);
     const char *args[] = {l->token, ttl};
     int64_t start = rlock_mono_ms();
     size_t extended = 0, answered = 0;
-    int rc = fanout_script(nodes, nnodes, &script_extend, l->key, args, 2,
+    int rc = fanout_script(nodes, nnodes, rlock_lua(RLOCK_LUA_EXTEND), l->key, args, 2,
                            start + l->node_timeout_ms, l->node_timeout_ms, replies);
     if (rc == 0)
         count_int_ones(replies, nnodes, &extended, &answered);
@@ -420,7 +369,7 @@ enum rlock_status rlock_redlock_extend(redisContext *const *nodes, size_t nnodes
     free(replies);
 
     size_t quorum = nnodes / 2 + 1;
-    int64_t validity = ttl_ms - (rlock_mono_ms() - start) - drift_ms(ttl_ms);
+    int64_t validity = ttl_ms - (rlock_mono_ms() - start) - rlock_drift_ms(ttl_ms);
     if (extended >= quorum && validity > 0) {
         l->ttl_ms = ttl_ms;
         l->acquired_mono_ms = start;
@@ -429,10 +378,10 @@ enum rlock_status rlock_redlock_extend(redisContext *const *nodes, size_t nnodes
         return RLOCK_OK;
     }
     if (rc < 0 || answered < quorum) {
-        set_err(l, "extend: only %zu of %zu nodes answered", answered, nnodes);
+        RLOCK_SET_ERR(l, "extend: only %zu of %zu nodes answered", answered, nnodes);
         return RLOCK_ERR;
     }
-    set_err(l, "extend: only %zu of %zu nodes still held our token", extended, nnodes);
+    RLOCK_SET_ERR(l, "extend: only %zu of %zu nodes still held our token", extended, nnodes);
     l->held = 0;
     return RLOCK_NOT_OWNER;
 }
@@ -441,7 +390,5 @@ int64_t rlock_redlock_remaining_ms(const struct rlock_redlock *l)
 {
     if (!l->held)
         return 0;
-    int64_t left =
-        (int64_t)l->ttl_ms - (rlock_mono_ms() - l->acquired_mono_ms) - drift_ms(l->ttl_ms);
-    return left > 0 ? left : 0;
+    return rlock_lease_left_ms(l->ttl_ms, l->acquired_mono_ms);
 }

@@ -1,5 +1,5 @@
 /*
- * Redlock (service/rlock/rlock_redlock.h) over five independent redis-server
+ * Redlock (rlock/redlock.h) over five independent redis-server
  * processes started by each test (harness_redis.h): quorum 3.
  */
 #include <check.h>

@@ -11,7 +11,7 @@
 #ifndef SECKILL_TEST_HARNESS_REDIS_H
 #define SECKILL_TEST_HARNESS_REDIS_H
 
-#include <hiredis.h>
+#include <hiredis/hiredis.h>
 #include <sys/types.h>
 
 struct th_redis_server {

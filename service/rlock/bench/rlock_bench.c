@@ -1,8 +1,8 @@
 /*
  * rlock-bench: acquire+release pairs per second of the rlock simple lock,
  * driven through one hiredis async connection on one libevent loop, the way
- * the service's event loops use Redis.  scripts/bench-rlock.sh runs it next
- * to the same workload on node-redlock and prints the ratio.
+ * the service's event loops use Redis.  bench-rlock.sh (beside it) runs it
+ * next to the same workload on node-redlock and prints the ratio.
  *
  *   rlock-bench --redis-url redis://127.0.0.1:6379/0 --mode uncontended|contended
  *               [--client library|raw] [--concurrency 50] [--duration-ms 5000]
@@ -21,8 +21,10 @@
  * (rlock_async.h: per-command timers, waiting, and in contended mode early
  * wake-ups from a notifier on the release channel, as the daemon runs it).
  * --client raw sends the same kind of operations by hand (SET NX PX; EVALSHA
- * of lua/rlock_release.lua, EVAL on NOSCRIPT, via rlock_script_run_async()):
+ * of lua/rlock/release.lua, EVAL on NOSCRIPT, via rlock_script_run_async()):
  * the floor of what one connection can do, to see the library's own cost.
+ * It takes the script from the library's registry (src/internal.h): the
+ * bench sits beside the library and measures exactly what it sends.
  *
  * Prints one line of key=value pairs on stdout; exits 1 on errors.
  */
@@ -47,9 +49,7 @@
 #include <rlock/rlock.h>
 #include <rlock/script.h>
 
-/* Generated from lua/rlock_release.lua into librlock.a. */
-extern const char lua_rlock_release[];
-extern const size_t lua_rlock_release_len;
+#include "internal.h"
 
 #define MAX_CONCURRENCY 10000
 #define DRAIN_GRACE_MS 5000 /* after the run, how long in-flight pairs may take */
@@ -89,9 +89,9 @@ struct bench {
     struct opts o;
     struct event_base *base;
     redisAsyncContext *ac;
-    struct rlock_async *lib;         /* library client, or NULL with --client raw */
-    struct rlock_notifier *notifier; /* library client: release wake-ups */
-    struct rlock_script release;
+    struct rlock_async *lib;            /* library client, or NULL with --client raw */
+    struct rlock_notifier *notifier;    /* library client: release wake-ups */
+    const struct rlock_script *release; /* raw client: the library's release script */
     struct loop *loops;
     struct event *stop, *give_up;
     int stopping;
@@ -237,7 +237,7 @@ static void on_acquire(redisAsyncContext *ac, void *r, void *privdata)
     if (b->o.contended && b->last_release_ns > 0)
         sample_add(&b->handover_us, now_ns() - b->last_release_ns);
     const char *argv[] = {l->key, l->token};
-    if (rlock_script_run_async(b->ac, &b->release, on_release, l, 1, 1, argv, NULL) != 0) {
+    if (rlock_script_run_async(b->ac, b->release, on_release, l, 1, 1, argv, NULL) != 0) {
         fail(b, "release", "could not queue");
         loop_done(l);
     }
@@ -539,7 +539,7 @@ int main(int argc, char **argv)
     static struct bench b;
     if (parse_opts(argc, argv, &b.o) < 0)
         return 2;
-    rlock_script_init(&b.release, "rlock_release", lua_rlock_release, lua_rlock_release_len);
+    b.release = rlock_lua(RLOCK_LUA_RELEASE);
     b.rng = (uint64_t)now_ns() | 1;
 
     /* Retry pauses are a few ms: with the default millisecond epoll timeouts,
