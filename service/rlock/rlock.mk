@@ -8,20 +8,22 @@
 # The including Makefile provides CC, AR, BUILD, OPT, WARN and LDFLAGS,
 # and the embedding tool $(BUILD)/tools/embed (service/tools/embed.c).
 #
-# Provides:
-#   $(RLOCK_LIB)        $(BUILD)/librlock.a, what the service links
-#   $(RLOCK_SO)         $(BUILD)/librlock.so.$(RLOCK_VERSION), soname librlock.so.$(RLOCK_SOVERSION),
-#                       from separate -fPIC objects; exports the public API only
-#   RLOCK_CPPFLAGS      how code outside the library finds <rlock/...>
-#   $(RLOCK_TESTS)      the library's Check tests, $(BUILD)/tests/test_rlock*
-#   $(RLOCK_TEST_SCRIPTS) its executable test scripts (tests/test_*.sh)
-#   $(RLOCK_BENCH)      $(BUILD)/rlock-bench, run by bench/bench-rlock.sh
-# Both kinds of test run under scripts/run-tests.sh, which provides the
-# test Redis (SECKILL_TEST_REDIS_URL) and PostgreSQL (SECKILL_TEST_PG_DSN).
-#   rlock               all of the above
-#   rlock-install       lib/librlock.a, lib/librlock.so*, include/rlock/*.h and
-#                       lib/pkgconfig/rlock.pc under $(DESTDIR)$(PREFIX)
-#   rlock-uninstall     removes exactly those files
+# Provides these files and variables:
+#   $(RLOCK_LIB)          $(BUILD)/librlock.a, what the service links
+#   $(RLOCK_SO)           $(BUILD)/librlock.so.$(RLOCK_VERSION), soname librlock.so.0,
+#                         from separate -fPIC objects; exports the public API only
+#   $(RLOCK_TESTS)        the library's Check tests, $(BUILD)/tests/test_rlock*
+#   $(RLOCK_TEST_SCRIPTS) its executable test scripts, tests/test_*.sh
+#   $(RLOCK_BENCH)        $(BUILD)/rlock-bench, run by bench/bench-rlock.sh
+#   $(RLOCK_ALL)          all of the above
+#   RLOCK_CPPFLAGS        how code outside the library finds <rlock/...>
+# and these targets:
+#   rlock                 $(RLOCK_ALL)
+#   rlock-install         lib/librlock.a, lib/librlock.so*, include/rlock/*.h and
+#                         lib/pkgconfig/rlock.pc under $(DESTDIR)$(PREFIX)
+#   rlock-uninstall       removes exactly those files
+# The tests run under scripts/run-tests.sh, which provides the test Redis
+# (SECKILL_TEST_REDIS_URL) and PostgreSQL (SECKILL_TEST_PG_DSN).
 
 RLOCK_VERSION   := 0.1.0
 RLOCK_SOVERSION := 0
@@ -103,6 +105,22 @@ $(RLOCK_SO): $(RLOCK_PIC_OBJ)
 	$(CC) -shared -Wl,-soname,$(RLOCK_SONAME) -Wl,--no-undefined $(LDFLAGS) -o $@ $^ \
 	    $(RLOCK_PKG_LIBS)
 
+$(RLOCK_TEST_OBJ): $(BUILD)/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) -D_GNU_SOURCE $(RLOCK_CPPFLAGS) -I$(RLOCK_DIR)/tests $(OPT) $(WARN) \
+	    $(RLOCK_TEST_PKG_CFLAGS) -pthread -MMD -MP -c -o $@ $<
+
+$(RLOCK_TESTS): $(BUILD)/tests/%: $(BUILD)/$(RLOCK_DIR)/tests/%.o $(RLOCK_TEST_HOBJ) $(RLOCK_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(RLOCK_TEST_PKG_LIBS)
+
+$(RLOCK_BENCH_SRC:%.c=$(BUILD)/%.o): $(BUILD)/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(RLOCK_SRC_CPPFLAGS) $(RLOCK_CFLAGS) -MMD -MP -c -o $@ $<
+
+$(RLOCK_BENCH): $(RLOCK_BENCH_SRC:%.c=$(BUILD)/%.o) $(RLOCK_LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(RLOCK_PKG_LIBS) -levent_pthreads -lm
+
 # ---- install: make install [PREFIX=/usr/local] [DESTDIR=] (LIBDIR, INCLUDEDIR)
 
 PREFIX     ?= /usr/local
@@ -138,19 +156,3 @@ rlock-uninstall:
 
 .PHONY: FORCE
 FORCE:
-
-$(RLOCK_TEST_OBJ): $(BUILD)/%.o: %.c
-	@mkdir -p $(@D)
-	$(CC) -D_GNU_SOURCE $(RLOCK_CPPFLAGS) -I$(RLOCK_DIR)/tests $(OPT) $(WARN) \
-	    $(RLOCK_TEST_PKG_CFLAGS) -pthread -MMD -MP -c -o $@ $<
-
-$(RLOCK_TESTS): $(BUILD)/tests/%: $(BUILD)/$(RLOCK_DIR)/tests/%.o $(RLOCK_TEST_HOBJ) $(RLOCK_LIB)
-	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $^ $(RLOCK_TEST_PKG_LIBS)
-
-$(RLOCK_BENCH_SRC:%.c=$(BUILD)/%.o): $(BUILD)/%.o: %.c
-	@mkdir -p $(@D)
-	$(CC) $(RLOCK_SRC_CPPFLAGS) $(RLOCK_CFLAGS) -MMD -MP -c -o $@ $<
-
-$(RLOCK_BENCH): $(RLOCK_BENCH_SRC:%.c=$(BUILD)/%.o) $(RLOCK_LIB)
-	$(CC) $(LDFLAGS) -o $@ $^ $(RLOCK_PKG_LIBS) -levent_pthreads -lm

@@ -149,7 +149,7 @@ static enum rlock_status fenced_attempt(void *arg, int64_t *busy_ms)
 {
     struct fenced_attempt *a = arg;
     (void)busy_ms; /* unknown: the script does not report the holder's ttl */
-    /* The lease counts from before the request is sent (see rlock.c). */
+    /* The lease counts from before the request is sent (see lock.c). */
     a->start = rlock_mono_ms();
     return try_fenced(a->c, a->l, a->fence_key, a->ttl, a->fence);
 }

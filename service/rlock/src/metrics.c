@@ -1,5 +1,5 @@
 /*
- * rlock_metrics: relaxed atomic counters (see rlock_metrics.h).
+ * metrics: relaxed atomic counters (see rlock/metrics.h).
  */
 #include "rlock/metrics.h"
 

@@ -18,7 +18,7 @@
  *
  * Waiting: a busy lock is retried after a jittered retry_ms (capped by the
  * holder's remaining lease and the deadline), and earlier when the process's
- * notifier (rlock_notify.h) sees a release on the key's channel.  The
+ * notifier (rlock/notify.h) sees a release on the key's channel.  The
  * notifier wakes the loop with event_active() from its own thread, which
  * libevent allows only after evthread_use_pthreads() was called before the
  * base was created (the daemon does so); without a notifier it just polls.

@@ -1,7 +1,7 @@
 /*
  * rlock_fair: a fair (FIFO) reentrant lock, sync API.
  *
- * The lock itself is the Redisson-format hash of rlock_reentrant.h, so a
+ * The lock itself is the Redisson-format hash of rlock/reentrant.h, so a
  * fair holder and a plain reentrant holder (ours or Redisson's) of the same
  * key exclude each other.  Fairness adds two keys beside it, named with
  * Redisson's hash-tag rule so all three share one cluster slot:

@@ -39,7 +39,7 @@
 #define RLOCK_REDISSON_CHANNEL_PREFIX "redisson_lock__channel"
 
 /*
- * One reentrant (or fair, see rlock_fair.h) lock on one key, as held by one
+ * One reentrant (or fair, see rlock/fair.h) lock on one key, as held by one
  * owner.  Zero-initialise before first use.  Acquiring again through the same
  * struct re-enters (holds + 1); each release drops one hold, and the struct
  * is empty again after the last.  Fields are readable; do not write.

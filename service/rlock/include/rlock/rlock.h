@@ -20,18 +20,18 @@
  *
  * Waiting: a busy lock is retried every retry_ms (with +-50% jitter so many
  * waiters do not stampede together) until wait_ms has passed, measured on
- * CLOCK_MONOTONIC.  With a notifier (rlock_notify.h: one pub/sub connection
+ * CLOCK_MONOTONIC.  With a notifier (rlock/notify.h: one pub/sub connection
  * per process) a waiter is also woken as soon as the holder releases:
  * release publishes "0" on the key's channel, rlock_channel_name(
  * RLOCK_RELEASE_CHANNEL_PREFIX, key), e.g. "rlock:release:{lock:a}".
  *
  * Watchdog: with opts.ttl_ms == 0 and opts.watchdog set, the lease is the
  * watchdog's and a background thread renews it every lease/3 until release
- * (rlock_watch.h); rlock_lost() and opts.on_lost report a lock found lost.
+ * (rlock/watch.h); rlock_lost() and opts.on_lost report a lock found lost.
  *
  * Thread-safety: a redisContext and a struct rlock are each used by one
  * thread at a time (rlock_lost() and rlock_remaining_ms() of a watched lock
- * may be called from any thread).  Shared state: the script tables
+ * may be called from any thread).  Shared state: the script table
  * (pthread_once), the metrics (atomics) and the default notifier.
  */
 #ifndef RLOCK_H
@@ -51,9 +51,9 @@
 /* Channel prefix of simple-lock release notices (see rlock_channel_name). */
 #define RLOCK_RELEASE_CHANNEL_PREFIX "rlock:release"
 
-struct rlock_notifier; /* rlock_notify.h */
-struct rlock_watchdog; /* rlock_watch.h */
-struct rlock_watch;    /* rlock_watch.h */
+struct rlock_notifier; /* rlock/notify.h */
+struct rlock_watchdog; /* rlock/watch.h */
+struct rlock_watch;    /* rlock/watch.h */
 
 /*
  * Called once when a watched lock is found lost: a renewal found the key gone
