@@ -92,8 +92,8 @@ $(BUILD)/http-ceiling: $(BUILD)/loadtest/http_ceiling.o
 $(BUILD)/tests/%: $(BUILD)/service/tests/%.o $(TEST_HOBJ) $(BUILD)/libseckill.a $(BUILD)/librlock.a
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) $(CHECK_LIBS)
-# test_loadtest also unit-tests the load generator's latency histogram.
-$(BUILD)/tests/test_loadtest: $(BUILD)/loadtest/lt_hist.o
+# test_loadtest also unit-tests the load generator's latency histogram and buyer tokens.
+$(BUILD)/tests/test_loadtest: $(BUILD)/loadtest/lt_hist.o $(BUILD)/loadtest/lt_buyers.o
 # test_pgwait borrows the lock library's test harness (th_sleep_ms).
 $(BUILD)/tests/test_pgwait: $(BUILD)/service/rlock/tests/harness_rlock.o
 $(BUILD)/service/tests/test_pgwait.o: CPPFLAGS += -Iservice/rlock/tests
