@@ -103,7 +103,7 @@ deps:
 
 # make run: everything a newcomer needs, in the foreground; Ctrl-C stops it all.
 run: deps
-	$(MAKE) $(BUILD)/seckilld
+	$(MAKE) $(BUILD)/seckilld $(BUILD)/seckillctl
 	BUILD=$(BUILD) scripts/run.sh
 
 # make test: a fresh stack on free ports, every test binary, then teardown.

@@ -43,12 +43,10 @@ lt_stack_up() {
     }
 }
 
-# lt_token DIR: SECKILL_ADMIN_TOKEN, else DIR/admin-token (generated if missing).
-lt_token() {
-    local file=$1/admin-token
-    if [[ -n ${SECKILL_ADMIN_TOKEN:-} ]]; then
-        return 0
-    fi
+# lt_secret_file FILE: prints FILE's secret, made first (32 random bytes in
+# hex, mode 600) when FILE is missing or empty.
+lt_secret_file() {
+    local file=$1
     if [[ ! -s $file ]]; then
         (
             umask 077
@@ -56,8 +54,25 @@ lt_token() {
             mv -f "$file.tmp" "$file"
         )
     fi
-    SECKILL_ADMIN_TOKEN=$(tr -d ' \r\n' <"$file")
+    tr -d ' \r\n' <"$file"
+}
+
+# lt_token DIR: SECKILL_ADMIN_TOKEN, else DIR/admin-token (generated if missing).
+lt_token() {
+    if [[ -z ${SECKILL_ADMIN_TOKEN:-} ]]; then
+        SECKILL_ADMIN_TOKEN=$(lt_secret_file "$1/admin-token")
+    fi
     export SECKILL_ADMIN_TOKEN
+}
+
+# lt_buyer_secret DIR: SECKILL_BUYER_TOKEN_SECRET, else DIR/buyer-secret
+# (generated if missing, as `make run` does), exported: seckilld verifies the
+# buyers' tokens with it, seckill-loadtest and seckillctl token sign them.
+lt_buyer_secret() {
+    if [[ -z ${SECKILL_BUYER_TOKEN_SECRET:-} ]]; then
+        SECKILL_BUYER_TOKEN_SECRET=$(lt_secret_file "$1/buyer-secret")
+    fi
+    export SECKILL_BUYER_TOKEN_SECRET
 }
 
 # lt_healthy ADDR: true when http://ADDR/healthz answers 200.
