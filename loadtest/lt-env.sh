@@ -43,24 +43,10 @@ lt_stack_up() {
     }
 }
 
-# lt_secret_file FILE: prints FILE's secret, made first (32 random bytes in
-# hex, mode 600) when FILE is missing or empty.
-lt_secret_file() {
-    local file=$1
-    if [[ ! -s $file ]]; then
-        (
-            umask 077
-            od -An -N32 -tx1 /dev/urandom | tr -d ' \n' >"$file.tmp"
-            mv -f "$file.tmp" "$file"
-        )
-    fi
-    tr -d ' \r\n' <"$file"
-}
-
 # lt_token DIR: SECKILL_ADMIN_TOKEN, else DIR/admin-token (generated if missing).
 lt_token() {
     if [[ -z ${SECKILL_ADMIN_TOKEN:-} ]]; then
-        SECKILL_ADMIN_TOKEN=$(lt_secret_file "$1/admin-token")
+        SECKILL_ADMIN_TOKEN=$(se_secret_file "$1/admin-token")
     fi
     export SECKILL_ADMIN_TOKEN
 }
@@ -70,7 +56,7 @@ lt_token() {
 # buyers' tokens with it, seckill-loadtest and seckillctl token sign them.
 lt_buyer_secret() {
     if [[ -z ${SECKILL_BUYER_TOKEN_SECRET:-} ]]; then
-        SECKILL_BUYER_TOKEN_SECRET=$(lt_secret_file "$1/buyer-secret")
+        SECKILL_BUYER_TOKEN_SECRET=$(se_secret_file "$1/buyer-secret")
     fi
     export SECKILL_BUYER_TOKEN_SECRET
 }

@@ -22,6 +22,8 @@ say() { printf '%s: %s\n' "$PROG" "$*"; }
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 cd "$ROOT"
 STACK=$ROOT/scripts/stack.sh
+# shellcheck source=scripts/stack-env.sh
+source "$ROOT/scripts/stack-env.sh"
 VAR=$ROOT/var
 LOG=$VAR/seckilld.log
 BUILD_DIR=${BUILD:-build}
@@ -95,20 +97,10 @@ source "$VAR/env"
 say "migrating: $DAEMON migrate"
 "$DAEMON" migrate || die "'$DAEMON migrate' failed"
 
-# secret_file FILE WHAT: prints FILE's secret; makes one first (32 random
-# bytes in hex, mode 600) when FILE is missing.
+# secret_file FILE WHAT: prints FILE's secret, generated (and said so) when missing.
 secret_file() {
-    local file=$1
-    if [[ ! -s $file ]]; then
-        (
-            umask 077
-            od -An -N32 -tx1 /dev/urandom | tr -d ' \n' >"$file.tmp"
-            mv -f "$file.tmp" "$file"
-        )
-        say "generated $2 in $file" >&2
-    fi
-    chmod 600 "$file"
-    tr -d ' \r\n' <"$file"
+    [[ -s $1 ]] || say "generating the $2 in $1" >&2
+    se_secret_file "$1"
 }
 
 # ---- admin token
