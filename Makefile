@@ -6,14 +6,14 @@ CC       ?= cc
 BUILD    ?= build
 OPT      ?= -O2 -g
 SAN      ?=
-PKGS     := hiredis libevent libevent_pthreads jansson libpq
+PKGS     := hiredis libevent libevent_pthreads jansson libpq libcrypto
 WARN     := -std=c11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
             -Wformat=2 -Wno-format-nonliteral
 ifeq ($(SAN),1)
 OPT      := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 endif
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null || echo -I/usr/include/postgresql)
-PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lhiredis -levent_pthreads -levent -ljansson -lpq)
+PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lhiredis -levent_pthreads -levent -ljansson -lpq -lcrypto)
 CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck)
 LDFLAGS  += $(OPT) -pthread
 
@@ -92,8 +92,8 @@ $(BUILD)/http-ceiling: $(BUILD)/loadtest/http_ceiling.o
 $(BUILD)/tests/%: $(BUILD)/service/tests/%.o $(TEST_HOBJ) $(BUILD)/libseckill.a $(BUILD)/librlock.a
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) $(CHECK_LIBS)
-# test_loadtest also unit-tests the load generator's latency histogram.
-$(BUILD)/tests/test_loadtest: $(BUILD)/loadtest/lt_hist.o
+# test_loadtest also unit-tests the load generator's latency histogram and buyer tokens.
+$(BUILD)/tests/test_loadtest: $(BUILD)/loadtest/lt_hist.o $(BUILD)/loadtest/lt_buyers.o
 # test_pgwait borrows the lock library's test harness (th_sleep_ms).
 $(BUILD)/tests/test_pgwait: $(BUILD)/service/rlock/tests/harness_rlock.o
 $(BUILD)/service/tests/test_pgwait.o: CPPFLAGS += -Iservice/rlock/tests
@@ -103,7 +103,7 @@ deps:
 
 # make run: everything a newcomer needs, in the foreground; Ctrl-C stops it all.
 run: deps
-	$(MAKE) $(BUILD)/seckilld
+	$(MAKE) $(BUILD)/seckilld $(BUILD)/seckillctl
 	BUILD=$(BUILD) scripts/run.sh
 
 # make test: a fresh stack on free ports, every test binary, then teardown.

@@ -45,19 +45,20 @@ lt_stack_up() {
 
 # lt_token DIR: SECKILL_ADMIN_TOKEN, else DIR/admin-token (generated if missing).
 lt_token() {
-    local file=$1/admin-token
-    if [[ -n ${SECKILL_ADMIN_TOKEN:-} ]]; then
-        return 0
+    if [[ -z ${SECKILL_ADMIN_TOKEN:-} ]]; then
+        SECKILL_ADMIN_TOKEN=$(se_secret_file "$1/admin-token")
     fi
-    if [[ ! -s $file ]]; then
-        (
-            umask 077
-            od -An -N32 -tx1 /dev/urandom | tr -d ' \n' >"$file.tmp"
-            mv -f "$file.tmp" "$file"
-        )
-    fi
-    SECKILL_ADMIN_TOKEN=$(tr -d ' \r\n' <"$file")
     export SECKILL_ADMIN_TOKEN
+}
+
+# lt_buyer_secret DIR: SECKILL_BUYER_TOKEN_SECRET, else DIR/buyer-secret
+# (generated if missing, as `make run` does), exported: seckilld verifies the
+# buyers' tokens with it, seckill-loadtest and seckillctl token sign them.
+lt_buyer_secret() {
+    if [[ -z ${SECKILL_BUYER_TOKEN_SECRET:-} ]]; then
+        SECKILL_BUYER_TOKEN_SECRET=$(se_secret_file "$1/buyer-secret")
+    fi
+    export SECKILL_BUYER_TOKEN_SECRET
 }
 
 # lt_healthy ADDR: true when http://ADDR/healthz answers 200.

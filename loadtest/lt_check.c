@@ -12,6 +12,7 @@
 #include "core/embedded.h"
 #include "core/keys.h"
 #include "lt_load.h"
+#include "order/order.h"
 #include "store/redis_conn.h"
 
 #define PG_CONNECT_TIMEOUT_S "10"
@@ -423,12 +424,14 @@ static int scan_journal(struct ctx *c, struct lt_check_item *it, int64_t *pendin
         snprintf(cursor, sizeof cursor, "%s", rep->element[0]->str);
         redisReply *kv = rep->element[1];
         for (size_t i = 0; i + 1 < kv->elements; i += 2) {
-            if (strcmp(kv->element[i + 1]->str, "pending") != 0)
+            struct order_decision d;
+            order_parse_state(kv->element[i + 1]->str, &d);
+            if (d.status != ORDER_PENDING)
                 continue;
             if (*pending == 0)
                 item_line(it, "order_id\tjournal\n");
             if (*pending < LT_CHECK_MAX_ROWS)
-                item_line(it, "%s\tpending\n", kv->element[i]->str);
+                item_line(it, "%s\t%s\n", kv->element[i]->str, kv->element[i + 1]->str);
             (*pending)++;
         }
         freeReplyObject(rep);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "core/keys.h"
+#include "lt_buyers.h"
 #include "store/redis_conn.h"
 
 #define US_PER_S 1000000ULL
@@ -26,6 +27,8 @@
 #define IDEM_KEY_MAX 64
 #define PATH_MAX_LEN 128
 #define ADMIN_REASON "seckill-loadtest delta"
+/* Buyer tokens outlive any run: its duration, drain and check are bounded. */
+#define TOKEN_TTL_S (2 * LT_MAX_DURATION_S)
 
 struct lt_load;
 
@@ -83,6 +86,7 @@ struct lt_load {
     int stop_issuing;
     struct event *tick, *end_timer, *sig_int, *sig_term;
     struct lt_admin admin;
+    struct lt_buyers *buyers; /* NULL: no secret (raw mode against the ceiling) */
     struct redis_conn redis;
     int have_redis;
     int tty;
@@ -346,9 +350,12 @@ static void send_attempt(struct lt_slot *s)
     evhttp_add_header(h, "Content-Type", "application/json");
     if (r->retry)
         evhttp_add_header(h, "Idempotency-Key", r->key);
-    char body[96];
-    int n = snprintf(body, sizeof body, "{\"user_id\":%" PRId64 ",\"qty\":%" PRId64 "}", r->user,
-                     r->qty);
+    /* The buyer is whom the token names; the body says only how many. */
+    const char *auth = ld->buyers ? lt_buyers_auth(ld->buyers, r->user) : NULL;
+    if (auth)
+        evhttp_add_header(h, "Authorization", auth);
+    char body[64];
+    int n = snprintf(body, sizeof body, "{\"qty\":%" PRId64 "}", r->qty);
     evbuffer_add(evhttp_request_get_output_buffer(req), body, (size_t)n);
     s->busy = 1;
     s->failed = 0;
@@ -615,6 +622,7 @@ static void teardown(struct lt_load *ld)
         event_free(ld->sig_term);
     if (ld->have_redis)
         redis_conn_close(&ld->redis);
+    lt_buyers_free(ld->buyers);
     if (ld->base)
         event_base_free(ld->base);
 }
@@ -636,6 +644,7 @@ int lt_load_run(const struct lt_opts *o, int64_t sku, struct lt_stats *st, struc
     snprintf(ld.admin_path, sizeof ld.admin_path, "/admin/v1/skus/%" PRId64 "/stock-adjustments",
              sku);
     snprintf(ld.auth, sizeof ld.auth, "Bearer %s", o->token);
+    ld.buyers = lt_buyers_new(o->buyer_secret, o->user_base, o->users, TOKEN_TTL_S);
     int rc = -1;
     if (setup(&ld, err, errlen) != 0)
         goto out;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/buyer_token.h"
 #include "store/redis_conn.h"
 
 #define DEFAULT_URL "http://127.0.0.1:8080"
@@ -38,6 +39,7 @@ enum {
     OPT_URL = 256,
     OPT_TOKEN,
     OPT_TOKEN_FILE,
+    OPT_BUYER_SECRET_FILE,
     OPT_SKU,
     OPT_CREATE_SKU,
     OPT_STOCK,
@@ -76,6 +78,7 @@ static const struct option long_opts[] = {
     {"url", required_argument, NULL, OPT_URL},
     {"token", required_argument, NULL, OPT_TOKEN},
     {"token-file", required_argument, NULL, OPT_TOKEN_FILE},
+    {"buyer-secret-file", required_argument, NULL, OPT_BUYER_SECRET_FILE},
     {"sku", required_argument, NULL, OPT_SKU},
     {"create-sku", no_argument, NULL, OPT_CREATE_SKU},
     {"stock", required_argument, NULL, OPT_STOCK},
@@ -125,6 +128,9 @@ void lt_opts_usage(FILE *out)
             "                         %d times, the buyers' connections are split evenly\n"
             "  --token TOKEN          admin bearer token (default $SECKILL_ADMIN_TOKEN)\n"
             "  --token-file FILE      read the admin token from FILE\n"
+            "  --buyer-secret-file FILE  the service's buyer_token_secret, which signs a\n"
+            "                         token per buyer (default $SECKILL_BUYER_TOKEN_SECRET;\n"
+            "                         never a flag: it would show in ps)\n"
             "  --sku ID               SKU to buy; without it a new SKU is created\n"
             "  --create-sku           create the SKU (with --sku: under that id)\n"
             "  --stock N              stock of a created SKU (default %d)\n"
@@ -229,24 +235,26 @@ static int copy_str(const char *name, char *dst, size_t cap, const char *s, char
     return 0;
 }
 
-static int read_token_file(struct lt_opts *o, const char *path, char *err, size_t errlen)
+/* Reads the first word of FILE (a token or secret, given by --flag) into dst
+ * of cap bytes. */
+static int read_word_file(const char *flag, const char *path, char *dst, size_t cap, char *err,
+                          size_t errlen)
 {
     FILE *f = fopen(path, "r");
     if (!f) {
-        snprintf(err, errlen, "--token-file %s: %s", path, strerror(errno));
+        snprintf(err, errlen, "--%s %s: %s", flag, path, strerror(errno));
         return -1;
     }
-    char buf[LT_TOKEN_MAX + 2];
+    char buf[LT_SECRET_MAX + 2];
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);
     buf[n] = '\0';
     buf[strcspn(buf, " \r\n\t")] = '\0';
-    if (!buf[0] || strlen(buf) >= LT_TOKEN_MAX) {
-        snprintf(err, errlen, "--token-file %s: empty or longer than %d bytes", path,
-                 LT_TOKEN_MAX - 1);
+    if (!buf[0] || strlen(buf) >= cap) {
+        snprintf(err, errlen, "--%s %s: empty or longer than %zu bytes", flag, path, cap - 1);
         return -1;
     }
-    memcpy(o->token, buf, strlen(buf) + 1);
+    memcpy(dst, buf, strlen(buf) + 1);
     return 0;
 }
 
@@ -334,6 +342,8 @@ static void set_defaults(struct lt_opts *o)
     const char *e;
     if ((e = getenv("SECKILL_ADMIN_TOKEN")) && strlen(e) < sizeof o->token)
         snprintf(o->token, sizeof o->token, "%s", e);
+    if ((e = getenv("SECKILL_BUYER_TOKEN_SECRET")) && strlen(e) < sizeof o->buyer_secret)
+        snprintf(o->buyer_secret, sizeof o->buyer_secret, "%s", e);
     if ((e = getenv("SECKILL_PG_DSN")) && strlen(e) < sizeof o->pg_dsn)
         snprintf(o->pg_dsn, sizeof o->pg_dsn, "%s", e);
     if ((e = getenv("SECKILL_REDIS_URL")) && strlen(e) < sizeof o->redis_url)
@@ -353,7 +363,10 @@ static int apply(struct lt_opts *o, int c, const char *arg, char *err, size_t er
     case OPT_TOKEN:
         return copy_str("token", o->token, sizeof o->token, arg, err, errlen);
     case OPT_TOKEN_FILE:
-        return read_token_file(o, arg, err, errlen);
+        return read_word_file("token-file", arg, o->token, sizeof o->token, err, errlen);
+    case OPT_BUYER_SECRET_FILE:
+        return read_word_file("buyer-secret-file", arg, o->buyer_secret, sizeof o->buyer_secret,
+                              err, errlen);
     case OPT_SKU:
         return parse_i64("sku", arg, 1, INT64_MAX, &o->sku, err, errlen);
     case OPT_CREATE_SKU:
@@ -528,6 +541,13 @@ int lt_opts_parse(struct lt_opts *o, int argc, char **argv, char *err, size_t er
     }
     if (!o->sku)
         o->create_sku = 1;
+    if (strlen(o->buyer_secret) < BUYER_TOKEN_SECRET_MIN_BYTES) {
+        snprintf(err, errlen,
+                 "buyers need tokens signed with the service's buyer_token_secret: "
+                 "--buyer-secret-file or SECKILL_BUYER_TOKEN_SECRET (at least %d bytes)",
+                 BUYER_TOKEN_SECRET_MIN_BYTES);
+        return -1;
+    }
     if ((o->create_sku || o->admin_deltas) && !o->token[0]) {
         snprintf(err, errlen,
                  "creating a SKU and admin deltas need --token, --token-file or "

@@ -31,6 +31,7 @@ enum lt_user_pick { LT_PICK_SEQ, LT_PICK_RANDOM };
 #define LT_URL_MAX 256
 #define LT_HOST_MAX 64
 #define LT_TOKEN_MAX 256
+#define LT_SECRET_MAX 512
 #define LT_DSN_MAX 1024
 #define LT_LABEL_MAX 64
 #define LT_MAX_QTY 1000         /* the service's default max_qty_per_order */
@@ -52,7 +53,8 @@ struct lt_opts {
     struct lt_target targets[LT_MAX_TARGETS]; /* buyers' connection i goes to i mod n */
     int ntargets;
     char token[LT_TOKEN_MAX];
-    int64_t sku; /* 0: none given */
+    char buyer_secret[LT_SECRET_MAX]; /* signs the buyers' tokens ("" none: raw mode only) */
+    int64_t sku;                      /* 0: none given */
     int create_sku;
     int64_t stock, limit;
     int64_t users, user_base;
@@ -80,8 +82,9 @@ struct lt_opts {
     char label[LT_LABEL_MAX];
 };
 
-/* Parses argv into o (defaults first, then SECKILL_ADMIN_TOKEN, SECKILL_PG_DSN and
- * SECKILL_REDIS_URL from the environment, then flags).  Returns 0, 1 when
+/* Parses argv into o (defaults first, then SECKILL_ADMIN_TOKEN,
+ * SECKILL_BUYER_TOKEN_SECRET, SECKILL_PG_DSN and SECKILL_REDIS_URL from the
+ * environment, then flags).  Returns 0, 1 when
  * --help was asked (usage already printed), or -1 with a message in err. */
 int lt_opts_parse(struct lt_opts *o, int argc, char **argv, char *err, size_t errlen)
     __attribute__((warn_unused_result));

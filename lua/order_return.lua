@@ -12,7 +12,8 @@ local loaded = tonumber(redis.call('HGET', KEYS[4], 'loaded') or
 local returned = 0
 for i = 2, #ARGV, 4 do
   local id, user, qty = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
-  if redis.call('HGET', KEYS[1], id) == 'pending' then
+  local state = redis.call('HGET', KEYS[1], id)
+  if state and string.match(state, '^pending') then
     if math.floor(tonumber(id) / per_epoch) >= loaded then
       redis.call('INCRBY', KEYS[2], qty)
       if redis.call('HINCRBY', KEYS[3], user, -qty) <= 0 then

@@ -32,7 +32,8 @@ for i = 7, #ARGV, 3 do
       if redis.call('HINCRBY', KEYS[5], user, -qty) <= 0 then
         redis.call('HDEL', KEYS[5], user)
       end
-      if redis.call('HGET', KEYS[3], f[f_id]) == 'pending' then
+      local state = redis.call('HGET', KEYS[3], f[f_id])
+      if state and string.match(state, '^pending') then
         redis.call('HSET', KEYS[3], f[f_id], 'returned:' .. ARGV[i + 1])
       end
     end

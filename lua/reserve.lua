@@ -4,7 +4,8 @@
 -- one script leaves no "reserved but never queued" window.
 --
 -- KEYS: 1 meta (hash epoch, starts_ms, ends_ms, limit), 2 stock, 3 seq,
---       4 bought (hash user -> units held), 5 journal (hash order -> state),
+--       4 bought (hash user -> units held), 5 journal (hash order -> state,
+--       'pending:<user>' until the writer decides),
 --       6 stream, 7 idempotency key (used only when ARGV[3] ~= '')
 -- ARGV: 1 user_id, 2 qty, 3 idempotency key ('' for none), 4 request
 --       fingerprint, 5 idempotency ttl in seconds, 6 deadline (Unix ms on the
@@ -89,7 +90,8 @@ redis.call('SET', KEYS[3], seq)
 local id = string.format('%.0f', tonumber(meta[1]) * per_epoch + seq)
 redis.call('DECRBY', KEYS[2], qty)
 redis.call('HINCRBY', KEYS[4], ARGV[1], qty)
-redis.call('HSET', KEYS[5], id, 'pending')
+-- the journal names the buyer: only they may read the order while it is pending
+redis.call('HSET', KEYS[5], id, 'pending:' .. ARGV[1])
 local entry = redis.call('XADD', KEYS[6], '*', ARGV[9], id, ARGV[10], ARGV[1], ARGV[11], ARGV[2],
                          ARGV[12], ARGV[3])
 if ARGV[3] ~= '' then

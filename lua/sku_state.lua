@@ -11,7 +11,7 @@ local meta = redis.call('HMGET', KEYS[1], 'built_run', 'loaded', 'epoch')
 local pending = 0
 if ARGV[1] == '1' then
   for _, state in ipairs(redis.call('HVALS', KEYS[7])) do
-    if state == 'pending' then
+    if string.match(state, '^pending') then
       pending = pending + 1
     end
   end

@@ -124,8 +124,10 @@ if [[ ${BENCH_WRK:-1} == 1 ]]; then
 fi
 
 lt_stack_up "$VAR"
-export SECKILL_ADMIN_TOKEN
+export SECKILL_ADMIN_TOKEN SECKILL_BUYER_TOKEN_SECRET
 SECKILL_ADMIN_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+# Every buyer, against the ceiling too (same request bytes), carries a token.
+SECKILL_BUYER_TOKEN_SECRET=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
 
 # ---- 1. HTTP ceiling
 for ((try = 1; ; try++)); do
@@ -155,6 +157,7 @@ WRK_RPS='' WRK_P99=''
 if [[ -n $WRK ]]; then
     say "=== 1b. HTTP ceiling: wrk, 1 thread, $CONNS connections, ${SECS}s"
     "$WRK" -t1 -c"$CONNS" -d"${SECS}s" --timeout 5s --latency -s "$ROOT/loadtest/wrk_order.lua" \
+        -H "Authorization: Bearer $("$BUILD_DIR/seckillctl" token --user 1)" \
         "http://127.0.0.1:$CPORT/api/v1/skus/1/orders" >"$OUT/wrk.txt" 2>&1 || say "wrk failed; see $OUT/wrk.txt"
     WRK_RPS=$(awk '/^Requests\/sec:/ { print $2 }' "$OUT/wrk.txt")
     WRK_P99=$(awk '$1 == "99%" { v = $2; u = v; gsub(/[0-9.]/, "", u); sub(/[a-z]+$/, "", v);

@@ -12,6 +12,7 @@ OPENAPI_DIR=$ROOT/scripts/openapi
 PACKAGES=(
     build-essential pkg-config
     libhiredis-dev libevent-dev libpq-dev libjansson-dev
+    libssl-dev # libcrypto: HMAC-SHA256 of buyer tokens
     check libsubunit-dev
     redis-server postgresql
     curl ca-certificates

@@ -307,9 +307,11 @@ PROBE_USER=0
 probe() {
     local code ra hdr=$SDIR/probe.headers
     PROBE_USER=$((PROBE_USER + 1))
-    code=$(curl -s -o /dev/null -D "$hdr" --max-time 5 -w '%{http_code}' \
-        -H 'Content-Type: application/json' -d "{\"user_id\":$PROBE_USER,\"qty\":1}" \
-        "$1/api/v1/skus/$2/orders" 2>/dev/null) || code=${code:-000}
+    code=$("$BUILD_DIR/seckillctl" token --user "$PROBE_USER" |
+        sed 's/^/Authorization: Bearer /' |
+        curl -s -o /dev/null -D "$hdr" --max-time 5 -w '%{http_code}' -H @- \
+            -H 'Content-Type: application/json' -d '{"qty":1}' \
+            "$1/api/v1/skus/$2/orders" 2>/dev/null) || code=${code:-000}
     ra=$(grep -ci '^retry-after:' "$hdr" 2>/dev/null || true)
     printf '%s %s\n' "$code" "${ra:-0}"
 }
@@ -663,6 +665,7 @@ se_stack_start_free "$STACK_DIR" >"$SCRATCH/stack.log" 2>&1 || {
 }
 lt_stack_up "$STACK_DIR" >/dev/null
 lt_token "$SCRATCH"
+lt_buyer_secret "$SCRATCH"
 say "stack in $STACK_DIR (redis :$SE_REDIS_PORT, postgres :$SE_PG_PORT), acknowledgement $ACK, loads of ${LOAD_S}s on $CONCURRENCY connections"
 
 start=$SECONDS

@@ -14,7 +14,8 @@
 # Env in: BUILD (build), LT_VAR (var: the stack's directory), SECKILL_REDIS_PORT /
 #         SECKILL_PG_PORT (6380 / 5433, for a stack started here),
 #         SECKILL_HTTP_ADDR (127.0.0.1:8080), SECKILL_ADMIN_TOKEN (default
-#         LT_VAR/admin-token, as `make run`), LT_OUT (LT_VAR/loadtest),
+#         LT_VAR/admin-token, as `make run`), SECKILL_BUYER_TOKEN_SECRET
+#         (default LT_VAR/buyer-secret, as `make run`), LT_OUT (LT_VAR/loadtest),
 #         LT_SEED (1), LT_ARGS (extra flags for both runs).
 set -euo pipefail
 
@@ -45,6 +46,7 @@ mkdir -p "$OUT"
 
 lt_stack_up "$VAR"
 lt_token "$VAR"
+lt_buyer_secret "$VAR"
 if lt_healthy "$ADDR"; then
     say "reusing the seckilld answering on $ADDR"
 else

@@ -4,8 +4,9 @@
 #
 # Env in: BUILD (default build), SECKILL_REDIS_PORT (6380), SECKILL_PG_PORT
 #         (5433), SECKILL_HTTP_ADDR (127.0.0.1:8080), SECKILL_ADMIN_TOKEN
-#         (default: var/admin-token, generated on first use); any other
-#         SECKILL_* setting is passed through to the daemon.
+#         (default: var/admin-token, generated on first use),
+#         SECKILL_BUYER_TOKEN_SECRET (default: var/buyer-secret, likewise);
+#         any other SECKILL_* setting is passed through to the daemon.
 set -euo pipefail
 
 PROG=run.sh
@@ -21,12 +22,16 @@ say() { printf '%s: %s\n' "$PROG" "$*"; }
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 cd "$ROOT"
 STACK=$ROOT/scripts/stack.sh
+# shellcheck source=scripts/stack-env.sh
+source "$ROOT/scripts/stack-env.sh"
 VAR=$ROOT/var
 LOG=$VAR/seckilld.log
 BUILD_DIR=${BUILD:-build}
 [[ $BUILD_DIR == /* ]] || BUILD_DIR=$ROOT/$BUILD_DIR
 DAEMON=$BUILD_DIR/seckilld
+CTL=$BUILD_DIR/seckillctl
 [[ -f $DAEMON && -x $DAEMON ]] || die "$DAEMON is missing; build it first (make $BUILD_DIR/seckilld)"
+[[ -f $CTL && -x $CTL ]] || die "$CTL is missing; build it first (make $BUILD_DIR/seckillctl)"
 command -v curl >/dev/null 2>&1 || die "curl is not installed (run scripts/deps.sh)"
 
 DPID=
@@ -92,25 +97,33 @@ source "$VAR/env"
 say "migrating: $DAEMON migrate"
 "$DAEMON" migrate || die "'$DAEMON migrate' failed"
 
+# secret_file FILE WHAT: prints FILE's secret, generated (and said so) when missing.
+secret_file() {
+    [[ -s $1 ]] || say "generating the $2 in $1" >&2
+    se_secret_file "$1"
+}
+
 # ---- admin token
 TOKEN_FILE=$VAR/admin-token
 if [[ -n ${SECKILL_ADMIN_TOKEN+set} ]]; then
     TOKEN_FROM=environment
 else
-    if [[ ! -s $TOKEN_FILE ]]; then
-        (
-            umask 077
-            od -An -N32 -tx1 /dev/urandom | tr -d ' \n' >"$TOKEN_FILE.tmp"
-            mv -f "$TOKEN_FILE.tmp" "$TOKEN_FILE"
-        )
-        say "generated admin token in $TOKEN_FILE"
-    fi
-    chmod 600 "$TOKEN_FILE"
-    SECKILL_ADMIN_TOKEN=$(tr -d ' \r\n' <"$TOKEN_FILE")
+    SECKILL_ADMIN_TOKEN=$(secret_file "$TOKEN_FILE" "admin token")
     [[ -n $SECKILL_ADMIN_TOKEN ]] || die "$TOKEN_FILE is empty; delete it to regenerate"
     TOKEN_FROM=$TOKEN_FILE
 fi
 export SECKILL_ADMIN_TOKEN
+
+# ---- buyer token secret: the daemon verifies buyers' tokens with it,
+# seckillctl token signs them (both read it from the environment).
+SECRET_FILE=$VAR/buyer-secret
+if [[ -n ${SECKILL_BUYER_TOKEN_SECRET:-} ]]; then
+    SECRET_FROM=environment
+else
+    SECKILL_BUYER_TOKEN_SECRET=$(secret_file "$SECRET_FILE" "buyer token secret")
+    SECRET_FROM=$SECRET_FILE
+fi
+export SECKILL_BUYER_TOKEN_SECRET
 
 # ---- daemon
 export SECKILL_HTTP_ADDR=${SECKILL_HTTP_ADDR:-127.0.0.1:8080}
@@ -184,13 +197,22 @@ if [[ $TOKEN_FROM == environment ]]; then
 else
     token_hint="export SECKILL_ADMIN_TOKEN=\$(cat $TOKEN_FROM)"
 fi
+if [[ $SECRET_FROM == environment ]]; then
+    secret_hint="# buyer token secret: from your SECKILL_BUYER_TOKEN_SECRET"
+else
+    secret_hint="export SECKILL_BUYER_TOKEN_SECRET=\$(cat $SECRET_FROM)"
+fi
+CTL_REL=${CTL#"$ROOT"/}
 cat <<EOF
 
 seckill is running on $BASE   (daemon log: $LOG; Ctrl-C stops everything)
 
   $token_hint
-  # buy one unit of SKU 1 as user 1
-  curl -sS -X POST -H 'Content-Type: application/json' -d '{"user_id":1,"qty":1}' $BASE/api/v1/skus/1/orders
+  $secret_hint
+  # buy one unit of SKU 1 as user 42 (the buyer is the token's, signed with the secret)
+  curl -sS -X POST -H "Authorization: Bearer \$($CTL_REL token --user 42)" -H 'Content-Type: application/json' -d '{"qty":1}' $BASE/api/v1/skus/1/orders
+  # user 42's order (another buyer's token gets 404)
+  curl -sS -H "Authorization: Bearer \$($CTL_REL token --user 42)" $BASE/api/v1/orders/ORDER_ID
   # view SKU 1
   curl -sS $BASE/api/v1/skus/1
   # admin: add 10 units

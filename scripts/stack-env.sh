@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # Sourced, not run: a private Redis + PostgreSQL on free loopback ports, for
-# scripts/run-tests.sh, loadtest/lt-env.sh and scripts/faults.sh.
+# scripts/run-tests.sh, loadtest/lt-env.sh and scripts/faults.sh; and the
+# local secrets of scripts/run.sh and the load scripts.
 #
 # The caller sets ROOT before sourcing.
 
@@ -56,4 +57,20 @@ se_stack_start_free() {
 # on the ports se_stack_start_free chose.
 se_stack_restart() {
     SECKILL_REDIS_PORT=$SE_REDIS_PORT SECKILL_PG_PORT=$SE_PG_PORT "$SE_STACK" start "$1"
+}
+
+# se_secret_file FILE: prints the secret in FILE, made first (32 random bytes
+# in hex, mode 600) when FILE is missing or empty.  For the admin token and the
+# buyer token secret of `make run` and the load scripts.
+se_secret_file() {
+    local file=$1
+    if [[ ! -s $file ]]; then
+        (
+            umask 077
+            od -An -N32 -tx1 /dev/urandom | tr -d ' \n' >"$file.tmp"
+            mv -f "$file.tmp" "$file"
+        )
+    fi
+    chmod 600 "$file"
+    tr -d ' \r\n' <"$file"
 }

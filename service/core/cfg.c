@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/buyer_token.h"
+
 enum cfg_type { CFG_STR, CFG_INT };
 
 struct cfg_def {
@@ -55,6 +57,11 @@ static const struct cfg_def defs[] = {
     I(migrate_statement_timeout_ms, 300000, 1000, 86400000,
       "statement and lock timeout of a migration"),
     S(admin_token, "", "bearer token of the admin API; empty disables it"),
+    S(buyer_token_secret, "",
+      "HMAC-SHA256 secret that signs buyer tokens, at least 32 bytes; serve refuses to start "
+      "without it (give it by environment or config file)"),
+    I(buyer_token_leeway_s, 30, 0, 300, "clock skew tolerated on a buyer token's exp and nbf"),
+    I(max_buyer_token_bytes, 1024, 128, 8192, "longest accepted buyer token"),
     I(worker_threads, 2, 1, 64, "blocking worker threads (admin, lookups)"),
     I(worker_queue_max, 1000, 1, 1000000, "queued jobs beyond this are refused with 503"),
     I(lock_ttl_ms, 10000, 100, 600000, "lease of a distributed lock"),
@@ -294,6 +301,11 @@ int cfg_check(const struct cfg *c, char *err, size_t errlen)
                  "reserve_deadline_margin_ms (%" PRId64 ") must be below redis_timeout_ms (%" PRId64
                  "): the reserve script would never have time to run",
                  c->reserve_deadline_margin_ms, c->redis_timeout_ms);
+        return -1;
+    }
+    if (c->buyer_token_secret[0] && strlen(c->buyer_token_secret) < BUYER_TOKEN_SECRET_MIN_BYTES) {
+        snprintf(err, errlen, "buyer_token_secret must be at least %d bytes long",
+                 BUYER_TOKEN_SECRET_MIN_BYTES);
         return -1;
     }
     if (c->lock_min_replicas > 0 && c->lock_replica_timeout_ms >= c->redis_timeout_ms) {

@@ -31,6 +31,9 @@ struct cfg {
     int64_t migrate_lock_wait_ms;        /* how long `migrate` waits for another instance */
     int64_t migrate_statement_timeout_ms;
     char *admin_token;             /* bearer token for /admin; empty disables admin */
+    char *buyer_token_secret;      /* HS256 key of buyer tokens; serve needs >= 32 bytes */
+    int64_t buyer_token_leeway_s;  /* clock skew tolerated on a buyer token's exp and nbf */
+    int64_t max_buyer_token_bytes; /* longer buyer tokens are refused unread */
     int64_t worker_threads;        /* blocking workers for admin and lookups */
     int64_t worker_queue_max;      /* jobs waiting beyond this get 503 */
     int64_t lock_ttl_ms;           /* lease of the order/SKU locks */

@@ -18,6 +18,8 @@ enum metric {
     M_ORDERS_LIMIT,
     M_ORDERS_NOT_ACTIVE,
     M_ORDERS_INVALID,       /* 400 on the order endpoint */
+    M_BUYER_UNAUTHORIZED,   /* 401: buyer token missing, invalid or expired */
+    M_BUYER_FORBIDDEN,      /* 403: body user_id other than the token's buyer */
     M_ORDERS_UNAVAILABLE,   /* 503 on the order endpoint */
     M_ORDERS_EXPIRED,       /* reserve.lua ran past the request's deadline: nothing taken */
     M_ORDERS_LATE_RESERVED, /* reserved, but Redis replied after the buyer's 503 */

@@ -236,7 +236,8 @@ int validate_order_body(const char *body, size_t len, int64_t max_qty, int64_t *
                         int64_t *qty, char *detail, size_t cap)
 {
     static const char *const allowed[] = {"user_id", "qty", NULL};
-    int64_t uid, q;
+    int64_t uid = 0, q;
+    int has_uid;
     json_t *root;
     int rc = -1;
 
@@ -248,7 +249,7 @@ int validate_order_body(const char *body, size_t len, int64_t max_qty, int64_t *
     if (root == NULL)
         return -1;
     if (known_keys_only(root, allowed, detail, cap) != 0 ||
-        get_int(root, "user_id", 1, INT64_MAX, &uid, NULL, detail, cap) != 0 ||
+        get_int(root, "user_id", 1, INT64_MAX, &uid, &has_uid, detail, cap) != 0 ||
         get_int(root, "qty", 1, max_qty, &q, NULL, detail, cap) != 0)
         goto out;
     *user_id = uid;
@@ -549,22 +550,33 @@ out:
     return rc;
 }
 
+int validate_bearer_token(const char *authorization_header, const char **token, size_t *len)
+{
+    const char *t;
+
+    if (authorization_header == NULL)
+        return -1;
+    /* The scheme is public and case-insensitive (RFC 9110 section 11.1). */
+    if (strncasecmp(authorization_header, "Bearer ", 7) != 0)
+        return -1;
+    t = authorization_header + 7;
+    while (*t == ' ')
+        t++;
+    if (*t == '\0')
+        return -1;
+    *token = t;
+    *len = strlen(t);
+    return 0;
+}
+
 int validate_bearer(const char *authorization_header, const char *expected_token)
 {
     const char *token;
     size_t n, m;
     volatile unsigned char diff = 0;
 
-    if (authorization_header == NULL || expected_token == NULL || expected_token[0] == '\0')
-        return 0;
-    /* The scheme is public and case-insensitive (RFC 9110 section 11.1). */
-    if (strncasecmp(authorization_header, "Bearer ", 7) != 0)
-        return 0;
-    token = authorization_header + 7;
-    while (*token == ' ')
-        token++;
-    m = strlen(token);
-    if (m == 0)
+    if (expected_token == NULL || expected_token[0] == '\0' ||
+        validate_bearer_token(authorization_header, &token, &m) != 0)
         return 0;
     n = strlen(expected_token);
     /*

@@ -29,9 +29,11 @@
 #define VALIDATE_REASON_MAX 500            /* bytes of UTF-8 */
 
 /*
- * Order body {"user_id": integer >= 1, "qty": integer 1..max_qty}, both
- * required, nothing else.  body need not be NUL-terminated.  max_qty < 1 is a
- * configuration error and refuses every body.
+ * Order body {"user_id"?: integer >= 1, "qty": integer 1..max_qty}, nothing
+ * else.  The buyer is the one its token names: a user_id, when present, only
+ * says whom the client believes it buys for, and *user_id is 0 without one.
+ * body need not be NUL-terminated.  max_qty < 1 is a configuration error and
+ * refuses every body.
  */
 int validate_order_body(const char *body, size_t len, int64_t max_qty, int64_t *user_id,
                         int64_t *qty, char *detail, size_t cap) VALIDATE_MUST_CHECK;
@@ -95,6 +97,14 @@ int validate_sku_body(const char *body, size_t len, struct validate_sku *out, ch
  */
 int validate_adjust_body(const char *body, size_t len, int64_t *delta, char *reason,
                          size_t reason_cap, char *detail, size_t cap) VALIDATE_MUST_CHECK;
+
+/*
+ * The token of an Authorization header "Bearer <token>" (scheme in any case,
+ * one or more spaces): *token points into the header, *len is its length
+ * (> 0).  Returns -1 for NULL, another scheme or an empty token.
+ */
+int validate_bearer_token(const char *authorization_header, const char **token,
+                          size_t *len) VALIDATE_MUST_CHECK;
 
 /*
  * Authorization header check: "Bearer <token>" (scheme in any case, one or

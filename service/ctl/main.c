@@ -3,6 +3,7 @@
  *
  *   seckillctl [--redis-url URL] lock list|inspect|force-release|hold ...
  *   seckillctl reconcile [--sku N] [--repair]
+ *   seckillctl token --user N [--ttl S]
  *
  * Settings come from the same table as the daemon's (SECKILL_* environment,
  * SECKILL_CONFIG file, defaults); --redis-url overrides redis_url.
@@ -17,6 +18,7 @@
 #include "core/log.h"
 #include "ctl/ctl_lock.h"
 #include "ctl/ctl_reconcile.h"
+#include "ctl/ctl_token.h"
 #include "store/pgwait.h"
 
 static void usage(FILE *out)
@@ -24,6 +26,7 @@ static void usage(FILE *out)
     fputs("usage: seckillctl [--redis-url URL] <group> <command> [args]\n\n", out);
     ctl_lock_usage(out);
     ctl_reconcile_usage(out);
+    ctl_token_usage(out);
     fputs("\nRedis: --redis-url (before or after the command), else SECKILL_REDIS_URL and the\n"
           "other SECKILL_* settings of seckilld (see seckilld --help).\n"
           "Exit status: 0 done; 1 error (Redis unreachable or failing, lock lost while held);\n"
@@ -92,6 +95,8 @@ int main(int argc, char **argv)
             embedded_init();
             pgwait_set_default_timeout_ms((int)ctl.cfg.pg_client_timeout_ms);
             rc = ctl_reconcile_main(&ctl, argc - 2, argv + 2);
+        } else if (strcmp(argv[1], "token") == 0) {
+            rc = ctl_token_main(&ctl, argc - 2, argv + 2);
         } else {
             rc = ctl_usage_error("unknown command group \"%s\"", argv[1]);
         }

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "core/buyer_token.h"
 #include "core/cfg.h"
 #include "core/embedded.h"
 #include "core/log.h"
@@ -59,6 +60,15 @@ static int serve(const struct cfg *c)
     raise_fd_limit();
     if (!c->admin_token[0])
         log_warn("admin_token is empty: the admin API refuses every request");
+    /* Without it no buyer can be told from another: the buyer API would
+     * refuse every order, so a sale cannot start (cfg_check refused a short one). */
+    if (!c->buyer_token_secret[0]) {
+        fprintf(stderr,
+                "seckilld: buyer_token_secret is not set: buyers are identified by tokens signed "
+                "with it (SECKILL_BUYER_TOKEN_SECRET or the config file, at least %d bytes)\n",
+                BUYER_TOKEN_SECRET_MIN_BYTES);
+        return 1;
+    }
 
     /* Initialise subsystems; order matters: workers before the HTTP loops that
      * submit to them, the writer last.  Teardown runs in reverse. */

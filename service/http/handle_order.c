@@ -4,7 +4,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "core/buyer_token.h"
+#include "core/log.h"
 #include "core/metrics.h"
 #include "core/validate.h"
 #include "order/order_desk.h"
@@ -21,6 +24,7 @@ struct lookup_job {
     struct job job; /* first: the pool hands back this pointer */
     struct http_req req;
     int64_t order_id;
+    int64_t buyer;
     enum order_result res;
     json_t *out;
 };
@@ -150,6 +154,44 @@ static void answer(const struct http_req *r, const struct order_req *q,
     }
 }
 
+/* 401 for a buyer request without a valid token, with the challenge of
+ * RFC 6750 (error="invalid_token" when a token was presented). */
+static void reply_unauthorized(const struct http_req *r, int presented, const char *detail)
+{
+    metrics_add(M_BUYER_UNAUTHORIZED, 1);
+    http_add_header(r, "WWW-Authenticate",
+                    presented ? "Bearer realm=\"seckill\", error=\"invalid_token\""
+                              : "Bearer realm=\"seckill\"");
+    http_reply_error(r, 401, "unauthorized", detail);
+}
+
+/* The buyer the request's bearer token names (it says who buys, and whose
+ * orders may be read).  Returns 1 with *buyer; otherwise answers 401 and
+ * returns 0.  Neither the token nor the secret is ever logged. */
+static int buyer_of(const struct http_req *r, int64_t *buyer)
+{
+    const struct cfg *c = http_loop_cfg(r->loop);
+    const char *token;
+    size_t len;
+    if (validate_bearer_token(http_header(r, "Authorization"), &token, &len) != 0) {
+        reply_unauthorized(r, 0, "a buyer bearer token is required");
+        return 0;
+    }
+    const struct buyer_token_verifier v = {.secret = c->buyer_token_secret,
+                                           .secret_len = strlen(c->buyer_token_secret),
+                                           .leeway_s = c->buyer_token_leeway_s,
+                                           .max_bytes = (size_t)c->max_buyer_token_bytes};
+    enum buyer_token_result res = buyer_token_verify(&v, token, len, (int64_t)time(NULL), buyer);
+    if (res == BUYER_TOKEN_OK)
+        return 1;
+    log_debug("%s: buyer token refused: %s", r->route ? r->route : "?",
+              buyer_token_result_name(res));
+    reply_unauthorized(r, 1,
+                       res == BUYER_TOKEN_EXPIRED ? "the buyer token has expired"
+                                                  : "the buyer token is not valid");
+    return 0;
+}
+
 static void on_placed(const struct order_outcome *o, void *arg)
 {
     struct order_req *q = arg;
@@ -160,6 +202,9 @@ static void on_placed(const struct order_outcome *o, void *arg)
 void handle_order_place(struct http_req *r, int64_t sku)
 {
     const struct cfg *c = http_loop_cfg(r->loop);
+    int64_t buyer;
+    if (!buyer_of(r, &buyer))
+        return;
     size_t len;
     char *body = http_take_json(r, &len);
     if (!body)
@@ -174,6 +219,14 @@ void handle_order_place(struct http_req *r, int64_t sku)
         http_reply_error(r, 400, "invalid_request", detail);
         return;
     }
+    /* The buyer is who the token names; a body that names someone else is
+     * an attempt to buy as them (or a front end's bug), never silently fixed. */
+    if (user != 0 && user != buyer) {
+        metrics_add(M_BUYER_FORBIDDEN, 1);
+        http_reply_error(r, 403, "forbidden", "user_id is not the buyer the token names");
+        return;
+    }
+    user = buyer;
     const char *idem = http_header(r, "Idempotency-Key");
     if (idem && validate_idempotency_key(idem, (size_t)c->max_idempotency_key_bytes, detail,
                                          sizeof detail) != 0) {
@@ -191,7 +244,7 @@ void handle_order_place(struct http_req *r, int64_t sku)
 static void lookup_run(struct job *j, struct worker_ctx *w)
 {
     struct lookup_job *lj = (struct lookup_job *)j;
-    lj->res = order_lookup(w, lj->order_id, &lj->out);
+    lj->res = order_lookup(w, lj->order_id, lj->buyer, &lj->out);
 }
 
 static void lookup_done(struct job *j)
@@ -204,11 +257,15 @@ static void lookup_done(struct job *j)
 
 void handle_order_get(struct http_req *r, int64_t order_id)
 {
+    int64_t buyer;
+    if (!buyer_of(r, &buyer))
+        return;
     struct lookup_job *lj = calloc(1, sizeof *lj);
     if (!lj)
         abort();
     lj->req = *r;
     lj->order_id = order_id;
+    lj->buyer = buyer;
     lj->job.run = lookup_run;
     lj->job.done = lookup_done;
     if (http_submit(r, &lj->job, 0) != 0)

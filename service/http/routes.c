@@ -49,6 +49,8 @@ static const struct http_answer place_order_answers[] = {
     {201, NULL},                     /* durable: committed */
     {202, NULL},                     /* pending; or any state in reserved mode */
     ANSWER_BAD,                      /* id, Content-Type, body, Idempotency-Key */
+    ANSWER_401,                      /* no valid buyer token */
+    {403, "forbidden"},              /* the body's user_id is not the token's buyer */
     {404, "unknown_sku"},            /* neither Redis nor PostgreSQL knows it */
     {409, "sold_out"},               /* also a rejected order (insufficient_stock) */
     {409, "limit_exceeded"},         /* also a rejected order (limit_exceeded) */
@@ -63,7 +65,8 @@ static const struct http_answer get_sku_answers[] = {{200, NULL}, ANSWER_BAD, {4
                                                      ANSWER_503,  ANSWER_405, ANSWERS_END};
 
 static const struct http_answer get_order_answers[] = {
-    {200, NULL}, ANSWER_BAD, {404, "unknown_order"}, ANSWER_503, ANSWER_405, ANSWERS_END};
+    {200, NULL}, ANSWER_BAD, ANSWER_401, {404, "unknown_order"}, /* also another buyer's */
+    ANSWER_503,  ANSWER_405, ANSWERS_END};
 
 static const struct http_answer create_sku_answers[] = {
     {201, NULL}, ANSWER_BAD, ANSWER_401, {409, "sku_exists"}, ANSWER_503, ANSWER_405, ANSWERS_END};
@@ -94,12 +97,12 @@ const struct http_answer routes_unrouted_answers[] = {
 
 /* The order route first: it is most of a sale's traffic. */
 const struct routes_route routes_table[] = {
-    {ROUTE("POST", "/api/v1/skus/{sku_id}/orders"), .operation = "placeOrder",
+    {ROUTE("POST", "/api/v1/skus/{sku_id}/orders"), .operation = "placeOrder", .buyer = 1,
      .handle = handle_order_place, .answers = place_order_answers},
     {ROUTE("GET", "/api/v1/skus/{sku_id}"), .operation = "getSku", .handle = handle_sku_get,
      .answers = get_sku_answers},
-    {ROUTE("GET", "/api/v1/orders/{order_id}"), .operation = "getOrder", .handle = handle_order_get,
-     .answers = get_order_answers},
+    {ROUTE("GET", "/api/v1/orders/{order_id}"), .operation = "getOrder", .buyer = 1,
+     .handle = handle_order_get, .answers = get_order_answers},
     {ROUTE("POST", "/admin/v1/skus"), .operation = "createSku", .admin = 1,
      .handle = handle_sku_create, .answers = create_sku_answers},
     {ROUTE("GET", "/admin/v1/skus/{sku_id}"), .operation = "getSkuAdmin", .admin = 1,

@@ -2,7 +2,8 @@
  * routes: the HTTP API's table, and the router over it.
  *
  * One row per operation: method, path template (the same string as the path
- * in docs/openapi.json), operationId, whether it needs the admin token, its
+ * in docs/openapi.json), operationId, whether it needs the admin token or a
+ * buyer token, its
  * handler, and every answer (status and error code) it can give.  The server
  * checks each reply against that list at run time; test_openapi checks the
  * list against the OpenAPI document, so code, table and document agree.
@@ -28,6 +29,7 @@ struct routes_route {
     const char *operation; /* its operationId in docs/openapi.json */
     const char *label;     /* "POST /api/v1/skus/{sku_id}/orders", for logs */
     int admin;             /* needs the admin bearer token */
+    int buyer;             /* needs a buyer token (its handler verifies it: it needs the buyer) */
     routes_handler_fn *handle;
     const struct http_answer *answers; /* every answer it can give, {0} last */
 };

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/validate.h"
+
 static const char *str_at(const redisReply *r, size_t i)
 {
     if (i >= r->elements || r->element[i]->type != REDIS_REPLY_STRING)
@@ -93,10 +95,31 @@ static enum order_result verdict_of(const char *word)
     return ORDER_UNAVAILABLE;
 }
 
+/* reserve.lua writes "pending:<user>" (the owner answers GET of the order). */
+#define STATE_PENDING "pending"
+
+/* Whether a journal state is pending; returns what follows the word. */
+static const char *pending_rest(const char *state)
+{
+    size_t n = strlen(STATE_PENDING);
+    if (!state || strncmp(state, STATE_PENDING, n) != 0 || (state[n] && state[n] != ':'))
+        return NULL;
+    return state + n;
+}
+
+int64_t order_pending_owner(const char *state)
+{
+    const char *rest = pending_rest(state);
+    int64_t user;
+    if (!rest || *rest != ':' || validate_id_segment(rest + 1, strlen(rest + 1), &user) != 0)
+        return 0;
+    return user;
+}
+
 void order_parse_state(const char *state, struct order_decision *d)
 {
     d->reason[0] = '\0';
-    if (state && strcmp(state, "pending") == 0) {
+    if (pending_rest(state)) {
         d->status = ORDER_PENDING;
     } else if (state && strncmp(state, "returned:", 9) == 0) {
         d->status = ORDER_REJECTED;

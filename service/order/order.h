@@ -130,9 +130,15 @@ void order_reserve_prepare(struct order_reserve_call *c, int64_t sku, int64_t us
  * script refuses before its first write, so nothing was taken). */
 void order_parse_reply(const redisReply *r, struct order_reply *out);
 
-/* Parses a journal state ("pending", "returned:<reason>"; NULL or absent
- * means the order was confirmed and acknowledged) into d->status/reason. */
+/* Parses a journal state ("pending:<user>", "returned:<reason>"; NULL or
+ * absent means the order was confirmed and acknowledged) into
+ * d->status/reason.  A bare "pending" (written before states named their
+ * buyer) is pending too. */
 void order_parse_state(const char *state, struct order_decision *d);
+
+/* The buyer a pending journal state names ("pending:<user>"), or 0 when the
+ * state is not pending or names nobody. */
+int64_t order_pending_owner(const char *state);
 
 /* Appends one decision to a decision message (space-separated tokens
  * "<id>@<entry>:c" or "<id>@<entry>:r:<reason>") in buf of cap bytes at *len.  Returns 0, or

@@ -7,16 +7,18 @@
 
 #include "core/keys.h"
 
-/* Reads a decided order from PostgreSQL: ORDER_FOUND with *out,
- * ORDER_NOT_FOUND when there is no row (yet), ORDER_UNAVAILABLE. */
-static enum order_result order_row(struct worker_ctx *w, int64_t order_id, json_t **out)
+/* Reads a decided order of 'buyer' from PostgreSQL: ORDER_FOUND with *out,
+ * ORDER_NOT_FOUND when there is no row (yet) or it is another buyer's,
+ * ORDER_UNAVAILABLE. */
+static enum order_result order_row(struct worker_ctx *w, int64_t order_id, int64_t buyer,
+                                   json_t **out)
 {
     char oid[24];
     snprintf(oid, sizeof oid, "%" PRId64, order_id);
     PGresult *r = db_query(&w->db, "order_get", 1, (const char *[]){oid});
     if (!r)
         return ORDER_UNAVAILABLE;
-    if (PQntuples(r) != 1) {
+    if (PQntuples(r) != 1 || atoll(PQgetvalue(r, 0, 2)) != buyer) {
         PQclear(r);
         return ORDER_NOT_FOUND;
     }
@@ -34,10 +36,12 @@ static enum order_result order_row(struct worker_ctx *w, int64_t order_id, json_
     return ORDER_FOUND;
 }
 
-enum order_result order_lookup(struct worker_ctx *w, int64_t order_id, json_t **out)
+enum order_result order_lookup(struct worker_ctx *w, int64_t order_id, int64_t buyer, json_t **out)
 {
     *out = NULL;
-    enum order_result res = order_row(w, order_id, out);
+    /* Another buyer's order goes on like a missing one, through the same
+     * reads, so neither the answer nor its time tells them apart. */
+    enum order_result res = order_row(w, order_id, buyer, out);
     if (res != ORDER_NOT_FOUND)
         return res;
     /* Beyond the largest epoch the id was never issued (and would overflow the query). */
@@ -65,8 +69,9 @@ enum order_result order_lookup(struct worker_ctx *w, int64_t order_id, json_t **
         return ORDER_UNAVAILABLE;
     }
     struct order_decision d;
-    order_parse_state(rr->type == REDIS_REPLY_STRING ? rr->str : NULL, &d);
-    int pending = d.status == ORDER_PENDING;
+    const char *state = rr->type == REDIS_REPLY_STRING ? rr->str : NULL;
+    order_parse_state(state, &d);
+    int pending = d.status == ORDER_PENDING && order_pending_owner(state) == buyer;
     freeReplyObject(rr);
     if (pending) {
         *out = json_pack("{s:I, s:I, s:s}", "order_id", (json_int_t)order_id, "sku_id",
@@ -75,5 +80,5 @@ enum order_result order_lookup(struct worker_ctx *w, int64_t order_id, json_t **
     }
     /* The writer commits before it drops the journal entry, so a miss in both
      * reads can be a commit that landed between them: read the row again. */
-    return order_row(w, order_id, out);
+    return order_row(w, order_id, buyer, out);
 }

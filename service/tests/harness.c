@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/buyer_token.h"
 #include "core/embedded.h"
 #include "core/keys.h"
 #include "store/pgwait.h"
@@ -114,19 +115,20 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-void th_daemon_start(struct th_daemon *d, const char *const *extra_env)
+/* Forks seckilld serve on 'port' with the test settings and extra_env. */
+static pid_t spawn_daemon(int port, const char *const *extra_env)
 {
     const char *bin = th_env("SECKILL_TEST_DAEMON");
-    d->port = free_port();
-    d->pid = fork();
-    ck_assert(d->pid >= 0);
-    if (d->pid == 0) {
+    pid_t pid = fork();
+    ck_assert(pid >= 0);
+    if (pid == 0) {
         char addr[64];
-        snprintf(addr, sizeof addr, "127.0.0.1:%d", d->port);
+        snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
         setenv("SECKILL_HTTP_ADDR", addr, 1);
         setenv("SECKILL_REDIS_URL", th_env("SECKILL_TEST_REDIS_URL"), 1);
         setenv("SECKILL_PG_DSN", th_env("SECKILL_TEST_PG_DSN"), 1);
         setenv("SECKILL_ADMIN_TOKEN", TH_ADMIN_TOKEN, 1);
+        setenv("SECKILL_BUYER_TOKEN_SECRET", TH_BUYER_SECRET, 1);
         setenv("SECKILL_WRITER_CLAIM_IDLE_MS", "500", 1);
         setenv("SECKILL_WRITER_REFRESH_MS", "100", 1);
         setenv("SECKILL_WRITER_BLOCK_MS", "50", 1);
@@ -136,6 +138,28 @@ void th_daemon_start(struct th_daemon *d, const char *const *extra_env)
         execl(bin, bin, "serve", (char *)NULL);
         _exit(127);
     }
+    return pid;
+}
+
+int th_daemon_start_fails(const char *const *extra_env)
+{
+    pid_t pid = spawn_daemon(free_port(), extra_env);
+    int st;
+    for (int i = 0; i < 400; i++) { /* 400 x 25 ms */
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            return st;
+        sleep_ms(25);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    ck_abort_msg("seckilld started although it should have refused to");
+    return st;
+}
+
+void th_daemon_start(struct th_daemon *d, const char *const *extra_env)
+{
+    d->port = free_port();
+    d->pid = spawn_daemon(d->port, extra_env);
     /* Bounded wait for the listener: 100 x 50 ms. */
     struct th_response resp;
     for (int i = 0; i < 100; i++) {
@@ -237,8 +261,11 @@ int th_http(int port, const char *method, const char *path, const char *headers,
     if (sscanf(buf, "HTTP/1.%*d %d", &out->status) != 1)
         return -1;
     char *b = strstr(buf, "\r\n\r\n");
-    if (b)
+    if (b) {
         snprintf(out->body, sizeof out->body, "%s", b + 4);
+        const char *h = strstr(buf, "\r\n") + 2;
+        snprintf(out->headers, sizeof out->headers, "%.*s", (int)(b + 2 - h), h);
+    }
     return 0;
 }
 
@@ -248,6 +275,37 @@ int th_admin(int port, const char *method, const char *path, const char *body,
     return th_http(port, method, path,
                    "Authorization: Bearer " TH_ADMIN_TOKEN "\r\nContent-Type: application/json\r\n",
                    body, out);
+}
+
+char *th_buyer_token(int64_t user, char *out, size_t cap)
+{
+    int64_t now = (int64_t)time(NULL);
+    int n =
+        buyer_token_sign(TH_BUYER_SECRET, strlen(TH_BUYER_SECRET), user, now, now + 3600, out, cap);
+    ck_assert_msg(n > 0, "cannot sign a buyer token for user %lld", (long long)user);
+    return out;
+}
+
+char *th_buyer_auth(int64_t user, char *out, size_t cap)
+{
+    char token[TH_BUYER_AUTH_MAX - 32]; /* room for the header's name */
+    th_buyer_token(user, token, sizeof token);
+    ck_assert(snprintf(out, cap, "Authorization: Bearer %s\r\n", token) < (int)cap);
+    return out;
+}
+
+int th_order(int port, int64_t sku, int64_t user, int64_t qty, const char *idem,
+             struct th_response *out)
+{
+    char path[64], body[96], headers[1024], auth[TH_BUYER_AUTH_MAX];
+    snprintf(path, sizeof path, "/api/v1/skus/%lld/orders", (long long)sku);
+    snprintf(body, sizeof body, "{\"user_id\":%lld,\"qty\":%lld}", (long long)user, (long long)qty);
+    snprintf(headers, sizeof headers, "Content-Type: application/json\r\n%s%s%s%s",
+             th_buyer_auth(user, auth, sizeof auth), idem ? "Idempotency-Key: " : "",
+             idem ? idem : "", idem ? "\r\n" : "");
+    ck_assert_msg(th_http(port, "POST", path, headers, body, out) == 0, "POST %s: no HTTP answer",
+                  path);
+    return out->status;
 }
 
 void th_create_sku(int port, int64_t id, int64_t stock, int limit)

@@ -17,6 +17,9 @@
 #include "core/cfg.h"
 
 #define TH_ADMIN_TOKEN "test-admin-token-0123456789abcdef"
+/* The daemons' buyer_token_secret (SECKILL_BUYER_TOKEN_SECRET). */
+#define TH_BUYER_SECRET "test-buyer-token-secret-0123456789abcdef"
+#define TH_BUYER_AUTH_MAX 512
 
 /* Returns the value of a required environment variable or aborts the test. */
 const char *th_env(const char *name);
@@ -49,6 +52,10 @@ struct th_daemon {
  * "NAME=value" environment entries (NULL-terminated, may be NULL); waits until
  * it listens.  Aborts the test on failure. */
 void th_daemon_start(struct th_daemon *d, const char *const *extra_env);
+/* Runs seckilld serve like th_daemon_start, expecting it to refuse to
+ * start: returns its exit status (bounded wait; aborts the test when it is
+ * still running, after killing it). */
+int th_daemon_start_fails(const char *const *extra_env);
 /* Asserts that every answer the daemon gave was one its route declares
  * (seckill_http_undeclared_answers_total is 0: http/routes.c), then SIGTERM,
  * bounded wait; asserts a clean exit (status 0), SIGKILL and failure otherwise. */
@@ -56,7 +63,8 @@ int th_daemon_stop(struct th_daemon *d);
 
 struct th_response {
     int status;
-    char body[32768]; /* /metrics fits */
+    char headers[4096]; /* the header block, status line excluded, lines ending in \r\n */
+    char body[32768];   /* /metrics fits */
 };
 
 /* One blocking HTTP/1.1 request on a fresh connection.  'headers' is extra
@@ -67,6 +75,18 @@ int th_http(int port, const char *method, const char *path, const char *headers,
 
 /* Admin request with the test bearer token and a JSON content type. */
 int th_admin(int port, const char *method, const char *path, const char *body,
+             struct th_response *out);
+
+/* A buyer token for 'user', valid for an hour, signed with TH_BUYER_SECRET,
+ * into out (cap >= TH_BUYER_AUTH_MAX).  Returns out. */
+char *th_buyer_token(int64_t user, char *out, size_t cap);
+/* The same as the header line "Authorization: Bearer <token>\r\n". */
+char *th_buyer_auth(int64_t user, char *out, size_t cap);
+
+/* POST /api/v1/skus/{sku}/orders as buyer 'user' (their token; the body
+ * names them too), with an Idempotency-Key unless idem is NULL.  Returns the
+ * status; a connection error fails the test. */
+int th_order(int port, int64_t sku, int64_t user, int64_t qty, const char *idem,
              struct th_response *out);
 
 /* Creates a SKU through the admin API; asserts 201. */

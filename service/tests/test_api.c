@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/buyer_token.h"
 #include "core/keys.h"
 #include "harness.h"
 
@@ -116,16 +117,31 @@ static int json_is_null_at(const char *body, const char *key)
     return r;
 }
 
-/* POST /api/v1/skus/{sku}/orders; idem may be NULL.  Returns the status. */
 static int order(int port, int64_t sku, int64_t user, int64_t qty, const char *idem,
                  struct th_response *r)
 {
-    char path[64], body[96], headers[512];
+    return th_order(port, sku, user, qty, idem, r);
+}
+
+/* POST of 'body' to SKU sku's orders with extra header lines (the
+ * Authorization among them, or not).  Returns the status. */
+static int order_raw(int port, int64_t sku, const char *headers, const char *body,
+                     struct th_response *r)
+{
+    char path[64], h[2048];
     snprintf(path, sizeof path, "/api/v1/skus/%lld/orders", (long long)sku);
-    snprintf(body, sizeof body, "{\"user_id\":%lld,\"qty\":%lld}", (long long)user, (long long)qty);
-    snprintf(headers, sizeof headers, CT_JSON "%s%s%s", idem ? "Idempotency-Key: " : "",
-             idem ? idem : "", idem ? "\r\n" : "");
-    req(port, "POST", path, headers, body, r);
+    snprintf(h, sizeof h, CT_JSON "%s", headers ? headers : "");
+    req(port, "POST", path, h, body, r);
+    return r->status;
+}
+
+/* GET /api/v1/orders/{id} as buyer 'user' (0: without a token).  Returns the
+ * status. */
+static int get_order(int port, int64_t user, long long id, struct th_response *r)
+{
+    char path[64], auth[TH_BUYER_AUTH_MAX];
+    snprintf(path, sizeof path, "/api/v1/orders/%lld", id);
+    req(port, "GET", path, user ? th_buyer_auth(user, auth, sizeof auth) : NULL, NULL, r);
     return r->status;
 }
 
@@ -218,15 +234,14 @@ static long long pg_stock(int64_t sku)
     return pg_int("SELECT stock FROM skus WHERE id = %lld", (long long)sku);
 }
 
-/* Polls GET /api/v1/orders/{id} (bounded) until its status is 'want'; every
- * answer on the way must be 200 with status "pending" or 'want'. */
-static void wait_order_status(int port, long long id, const char *want)
+/* Polls GET /api/v1/orders/{id} as its buyer 'user' (bounded) until its
+ * status is 'want'; every answer on the way must be 200 with status "pending"
+ * or 'want'. */
+static void wait_order_status(int port, int64_t user, long long id, const char *want)
 {
-    char path[64];
-    snprintf(path, sizeof path, "/api/v1/orders/%lld", id);
     for (int waited = 0;; waited += 20) {
         struct th_response r;
-        req(port, "GET", path, NULL, NULL, &r);
+        get_order(port, user, id, &r);
         ck_assert_msg(r.status != 404,
                       "order %lld was accepted, yet GET answered 404 while it was being decided "
                       "(order_lookup reads the database, then the journal: see order_lookup.c): %s",
@@ -274,12 +289,10 @@ START_TEST(test_order_accepted_then_confirmed)
     th_create_sku(d.port, 1, 10, 5);
 
     long long id = order_ok(d.port, 1, 7, 2);
-    wait_order_status(d.port, id, "confirmed");
+    wait_order_status(d.port, 7, id, "confirmed");
 
     struct th_response r;
-    char path[64];
-    snprintf(path, sizeof path, "/api/v1/orders/%lld", id);
-    req(d.port, "GET", path, NULL, NULL, &r);
+    get_order(d.port, 7, id, &r);
     expect(&r, 200, NULL, "GET confirmed order");
     expect_int(r.body, "sku_id", 1);
     expect_int(r.body, "user_id", 7);
@@ -430,7 +443,7 @@ START_TEST(test_unknown_sku_answers_404)
     expect(&r, 404, "unknown_sku", "order on a SKU never created");
     req(d.port, "GET", "/api/v1/skus/999", NULL, NULL, &r);
     expect(&r, 404, "unknown_sku", "GET unknown sku");
-    req(d.port, "GET", "/api/v1/orders/123", NULL, NULL, &r);
+    get_order(d.port, 1, 123, &r);
     expect(&r, 404, "unknown_order", "GET unknown order");
     admin(d.port, "GET", "/admin/v1/skus/999", NULL, &r);
     expect(&r, 404, "unknown_sku", "admin GET unknown sku");
@@ -438,9 +451,7 @@ START_TEST(test_unknown_sku_answers_404)
     /* An order id whose epoch exists but whose sequence number was never issued. */
     th_create_sku(d.port, 1, 5, 1);
     long long id = order_ok(d.port, 1, 1, 1);
-    char path[64];
-    snprintf(path, sizeof path, "/api/v1/orders/%lld", id + 1);
-    req(d.port, "GET", path, NULL, NULL, &r);
+    get_order(d.port, 1, id + 1, &r);
     expect(&r, 404, "unknown_order", "GET never issued order id");
 
     ck_assert_int_eq(pg_int("SELECT count(*) FROM skus WHERE id <> 1"), 0);
@@ -484,7 +495,6 @@ START_TEST(test_malformed_orders_answer_400)
         {"negative user", p, CT_JSON, "{\"user_id\":-1,\"qty\":1}"},
         {"zero qty", p, CT_JSON, "{\"user_id\":1,\"qty\":0}"},
         {"missing qty", p, CT_JSON, "{\"user_id\":1}"},
-        {"missing user", p, CT_JSON, "{\"qty\":1}"},
         {"empty object", p, CT_JSON, "{}"},
         {"unknown field", p, CT_JSON, "{\"user_id\":1,\"qty\":1,\"price\":0}"},
         {"duplicate key", p, CT_JSON, "{\"user_id\":1,\"qty\":1,\"qty\":1}"},
@@ -513,9 +523,12 @@ START_TEST(test_malformed_orders_answer_400)
         {"sku id +1", "/api/v1/skus/+1/orders", CT_JSON, ok},
         {"sku id 2^64", "/api/v1/skus/18446744073709551616/orders", CT_JSON, ok},
     };
+    char auth[TH_BUYER_AUTH_MAX], headers[1024];
+    th_buyer_auth(1, auth, sizeof auth); /* a valid buyer: only the request is wrong */
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct th_response r;
-        req(d.port, "POST", cases[i].path, cases[i].headers, cases[i].body, &r);
+        snprintf(headers, sizeof headers, "%s%s", auth, cases[i].headers ? cases[i].headers : "");
+        req(d.port, "POST", cases[i].path, headers, cases[i].body, &r);
         expect_detail(&r, 400, "invalid_request", cases[i].what);
     }
 
@@ -711,7 +724,7 @@ START_TEST(test_script_flush_is_survived)
     adjust(d.port, 1, 1, "after flush", &r); /* the blocking path's scripts too */
     expect(&r, 200, NULL, "adjust after SCRIPT FLUSH");
     expect_int(r.body, "available", 9);
-    wait_order_status(d.port, id, "confirmed");
+    wait_order_status(d.port, 2, id, "confirmed");
     th_wait_drained(1, DRAIN_MS);
     ck_assert_int_eq(pg_int("SELECT count(*) FROM orders WHERE status = 'confirmed'"), 2);
     th_assert_invariants(1);
@@ -958,9 +971,7 @@ START_TEST(test_negative_delta_refused_when_units_are_in_flight)
     expect_int(r.body, "in_flight_units", 4);
     expect_int(r.body, "pending_orders", 1);
     expect_int(r.body, "confirmed_units", 0);
-    char path[64];
-    snprintf(path, sizeof path, "/api/v1/orders/%lld", id);
-    req(d.port, "GET", path, NULL, NULL, &r);
+    get_order(d.port, 1, id, &r);
     expect(&r, 200, NULL, "GET pending order");
     expect_str(r.body, "status", "pending");
     expect_int(r.body, "sku_id", 1);
@@ -980,7 +991,7 @@ START_TEST(test_negative_delta_refused_when_units_are_in_flight)
 
     /* A daemon with a writer decides the order in flight: it fits exactly. */
     start(&d, NULL);
-    wait_order_status(d.port, id, "confirmed");
+    wait_order_status(d.port, 1, id, "confirmed");
     th_wait_drained(1, DRAIN_MS);
     ck_assert_int_eq(pg_stock(1), 0);
     ck_assert_int_eq(redis_stock(1), 0);
@@ -1066,6 +1077,276 @@ START_TEST(test_unknown_route_404_and_wrong_method_405)
 }
 END_TEST
 
+/* ---- buyer identity ---------------------------------------------------------- */
+
+/* The "Authorization: Bearer <token>\r\n" line of a token signed by hand:
+ * 'secret' (NULL: the daemon's), user, and exp relative to now. */
+static char *auth_line(const char *secret, int64_t user, long long exp_from_now, char *out,
+                       size_t cap)
+{
+    const char *key = secret ? secret : TH_BUYER_SECRET;
+    char token[TH_BUYER_AUTH_MAX - 32]; /* room for the header's name */
+    long long now = (long long)time(NULL);
+    ck_assert(buyer_token_sign(key, strlen(key), user, now - 7200, now + exp_from_now, token,
+                               sizeof token) > 0);
+    snprintf(out, cap, "Authorization: Bearer %s\r\n", token);
+    return out;
+}
+
+/* Asserts a 401 with its challenge; 'presented': a token was sent. */
+static void expect_401(const struct th_response *r, int presented, const char *what)
+{
+    expect_detail(r, 401, "unauthorized", what);
+    ck_assert_msg(strcasestr(r->headers, "WWW-Authenticate: Bearer realm=\"seckill\""),
+                  "%s: no Bearer challenge in %s", what, r->headers);
+    ck_assert_msg(!presented == !strstr(r->headers, "error=\"invalid_token\""), "%s: challenge %s",
+                  what, r->headers);
+}
+
+START_TEST(test_order_without_a_valid_buyer_token_answers_401)
+{
+    th_reset();
+    struct th_daemon d;
+    start(&d, NULL);
+    th_create_sku(d.port, 1, 10, 5);
+    char wrong_secret[TH_BUYER_AUTH_MAX], expired[TH_BUYER_AUTH_MAX], long_tok[1400];
+    auth_line("another-secret-that-is-32-bytes-long!", 1, 3600, wrong_secret, sizeof wrong_secret);
+    auth_line(NULL, 1, -3600, expired, sizeof expired);
+    /* alg none, claims {"sub":"1","exp":4102444800}, no signature */
+    const char *alg_none = "Authorization: Bearer eyJhbGciOiJub25lIn0."
+                           "eyJzdWIiOiIxIiwiZXhwIjo0MTAyNDQ0ODAwfQ.\r\n";
+    int n = snprintf(long_tok, sizeof long_tok, "Authorization: Bearer ");
+    memset(long_tok + n, 'a', 1100);
+    snprintf(long_tok + n + 1100, sizeof long_tok - (size_t)n - 1100, "\r\n");
+    const struct {
+        const char *what, *headers;
+        int presented;
+    } cases[] = {
+        {"no Authorization", NULL, 0},
+        {"Basic scheme", "Authorization: Basic dXNlcjpwYXNz\r\n", 0},
+        {"Bearer without a token", "Authorization: Bearer \r\n", 0},
+        {"the admin token", "Authorization: Bearer " TH_ADMIN_TOKEN "\r\n", 1},
+        {"signed with another secret", wrong_secret, 1},
+        {"expired", expired, 1},
+        {"alg none", alg_none, 1},
+        {"over max_buyer_token_bytes", long_tok, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct th_response r;
+        order_raw(d.port, 1, cases[i].headers, "{\"qty\":1}", &r);
+        expect_401(&r, cases[i].presented, cases[i].what);
+    }
+    struct th_response r;
+    order_raw(d.port, 1, expired, "{\"qty\":1}", &r);
+    expect_str(r.body, "detail", "the buyer token has expired");
+    /* Nothing was taken, nothing queued. */
+    ck_assert_int_eq(redis_stock(1), 10);
+    ck_assert_int_eq(redis_stream_len(1), 0);
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM orders"), 0);
+    stop(&d);
+}
+END_TEST
+
+START_TEST(test_body_user_id_must_be_the_token_buyer)
+{
+    th_reset();
+    struct th_daemon d;
+    start(&d, NULL);
+    th_create_sku(d.port, 1, 10, 5);
+    char auth[TH_BUYER_AUTH_MAX];
+    th_buyer_auth(7, auth, sizeof auth);
+    struct th_response r;
+    order_raw(d.port, 1, auth, "{\"user_id\":8,\"qty\":1}", &r);
+    expect_detail(&r, 403, "forbidden", "user_id 8 with user 7's token");
+    ck_assert_int_eq(redis_stock(1), 10);
+    ck_assert_int_eq(redis_stream_len(1), 0);
+
+    order_raw(d.port, 1, auth, "{\"user_id\":7,\"qty\":1}", &r);
+    expect(&r, 201, NULL, "user_id equal to the token's sub");
+    expect_int(r.body, "user_id", 7);
+    /* Without user_id the token names the buyer. */
+    order_raw(d.port, 1, auth, "{\"qty\":2}", &r);
+    expect(&r, 201, NULL, "no user_id");
+    expect_int(r.body, "user_id", 7);
+    th_wait_drained(1, DRAIN_MS);
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM orders WHERE user_id = 7"), 2);
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM orders WHERE user_id <> 7"), 0);
+    th_assert_invariants(1);
+    stop(&d);
+}
+END_TEST
+
+START_TEST(test_reserved_mode_accepts_the_token_buyer_with_202)
+{
+    th_reset();
+    struct th_daemon d;
+    const char *env[] = {"SECKILL_ORDER_ACK=reserved", NULL};
+    start(&d, env);
+    th_create_sku(d.port, 1, 10, 5);
+    char auth[TH_BUYER_AUTH_MAX];
+    struct th_response r;
+    order_raw(d.port, 1, th_buyer_auth(3, auth, sizeof auth), "{\"user_id\":3,\"qty\":1}", &r);
+    expect(&r, 202, NULL, "reserved mode, user_id = sub");
+    expect_int(r.body, "user_id", 3);
+    order_raw(d.port, 1, auth, "{\"user_id\":4,\"qty\":1}", &r);
+    expect_detail(&r, 403, "forbidden", "reserved mode, user_id other than sub");
+    th_wait_drained(1, DRAIN_MS);
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM orders WHERE user_id = 3"), 1);
+    th_assert_invariants(1);
+    stop(&d);
+}
+END_TEST
+
+/* The issue: the per-user limit was one body field away from bypassed. */
+START_TEST(test_per_user_limit_cannot_be_bypassed_by_changing_the_body_user_id)
+{
+    th_reset();
+    struct th_daemon d;
+    start(&d, NULL);
+    th_create_sku(d.port, 1, 10, 1);
+    char auth[TH_BUYER_AUTH_MAX];
+    th_buyer_auth(5, auth, sizeof auth);
+    struct th_response r;
+    order_raw(d.port, 1, auth, "{\"qty\":1}", &r);
+    expect(&r, 201, NULL, "first unit");
+    for (int other = 6; other < 9; other++) {
+        char body[64];
+        snprintf(body, sizeof body, "{\"user_id\":%d,\"qty\":1}", other);
+        order_raw(d.port, 1, auth, body, &r);
+        expect(&r, 403, "forbidden", "another user_id with the same token");
+    }
+    order_raw(d.port, 1, auth, "{\"qty\":1}", &r);
+    expect(&r, 409, "limit_exceeded", "second unit");
+    th_wait_drained(1, DRAIN_MS);
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM orders"), 1);
+    ck_assert_int_eq(pg_stock(1), 9);
+    th_assert_invariants(1);
+    stop(&d);
+}
+END_TEST
+
+START_TEST(test_order_is_shown_only_to_its_buyer)
+{
+    th_reset();
+    struct th_daemon d;
+    start(&d, NULL);
+    th_create_sku(d.port, 1, 10, 5);
+    long long id = order_ok(d.port, 1, 7, 1);
+    wait_order_status(d.port, 7, id, "confirmed");
+    struct th_response mine, theirs, never, anon;
+    get_order(d.port, 7, id, &mine);
+    expect(&mine, 200, NULL, "the buyer's own order");
+    expect_int(mine.body, "user_id", 7);
+    /* To anybody else it is exactly a missing order. */
+    get_order(d.port, 8, id, &theirs);
+    expect(&theirs, 404, "unknown_order", "another buyer's order");
+    get_order(d.port, 8, id + 1000, &never);
+    expect(&never, 404, "unknown_order", "an id never issued");
+    ck_assert_str_eq(theirs.body, never.body);
+    ck_assert_msg(!strstr(theirs.body, "\"user_id\""), "leaks: %s", theirs.body);
+    get_order(d.port, 0, id, &anon);
+    expect_401(&anon, 0, "GET without a token");
+    char wrong[TH_BUYER_AUTH_MAX], path[64];
+    snprintf(path, sizeof path, "/api/v1/orders/%lld", id);
+    req(d.port, "GET", path,
+        auth_line("another-secret-that-is-32-bytes-long!", 7, 3600, wrong, sizeof wrong), NULL,
+        &anon);
+    expect_401(&anon, 1, "GET with a token of another secret");
+    stop(&d);
+
+    /* A pending order (only in Redis's journal) too. */
+    const char *env[] = {"SECKILL_WRITER_THREADS=0", "SECKILL_ORDER_ACK_WAIT_MS=100", NULL};
+    start(&d, env);
+    long long pending = order_ok(d.port, 1, 7, 1);
+    get_order(d.port, 7, pending, &mine);
+    expect(&mine, 200, NULL, "the buyer's own pending order");
+    expect_str(mine.body, "status", "pending");
+    get_order(d.port, 8, pending, &theirs);
+    expect(&theirs, 404, "unknown_order", "another buyer's pending order");
+    ck_assert_str_eq(theirs.body, never.body);
+    stop(&d);
+}
+END_TEST
+
+/* Keys are the buyer's own: another buyer's identical key is another
+ * request, which neither replays nor names the first buyer's order. */
+START_TEST(test_idempotency_key_of_another_buyer_reveals_nothing)
+{
+    th_reset();
+    struct th_daemon d;
+    start(&d, NULL);
+    th_create_sku(d.port, 1, 10, 5);
+    const char *key = "shared-key-1";
+    struct th_response r;
+    order(d.port, 1, 5, 2, key, &r);
+    expect(&r, 201, NULL, "buyer 5");
+    long long first = th_json_int(r.body, "order_id", 0);
+    char auth[TH_BUYER_AUTH_MAX], headers[1024];
+    /* another qty: not 422, which would tell that somebody used the key */
+    snprintf(headers, sizeof headers, "%sIdempotency-Key: %s\r\n",
+             th_buyer_auth(6, auth, sizeof auth), key);
+    order_raw(d.port, 1, headers, "{\"qty\":1}", &r);
+    expect(&r, 201, NULL, "buyer 6, same key, other qty");
+    ck_assert(json_bool(r.body, "replayed") == -1);
+    expect_int(r.body, "user_id", 6);
+    /* the same body: not a replay of buyer 5's order */
+    snprintf(headers, sizeof headers, "%sIdempotency-Key: %s\r\n",
+             th_buyer_auth(7, auth, sizeof auth), key);
+    order_raw(d.port, 1, headers, "{\"qty\":2}", &r);
+    expect(&r, 201, NULL, "buyer 7, same key and body");
+    ck_assert(json_bool(r.body, "replayed") == -1);
+    ck_assert(th_json_int(r.body, "order_id", 0) != first);
+    expect_int(r.body, "user_id", 7);
+    th_wait_drained(1, DRAIN_MS);
+    th_assert_invariants(1);
+    stop(&d);
+}
+END_TEST
+
+/* Redis issues an order id twice (its sequence went back): the second buyer
+ * gets 409 order_rejected naming the id, and that id shows them nothing of
+ * the first buyer's order. */
+START_TEST(test_id_conflict_answer_does_not_show_the_other_buyers_order)
+{
+    th_reset();
+    struct th_daemon d;
+    start(&d, NULL);
+    th_create_sku(d.port, 1, 10, 5);
+    long long id = order_ok(d.port, 1, 1, 1);
+    wait_order_status(d.port, 1, id, "confirmed");
+    char seq[KEYS_MAX];
+    keys_sku(seq, 1, KEY_SEQ);
+    redisContext *rc = th_redis();
+    redisReply *rep = redisCommand(rc, "DECR %s", seq); /* the sequence went back */
+    ck_assert(rep && rep->type == REDIS_REPLY_INTEGER);
+    freeReplyObject(rep);
+    redisFree(rc);
+    struct th_response r;
+    order(d.port, 1, 2, 1, NULL, &r);
+    expect(&r, 409, "order_rejected", "the id again");
+    expect_str(r.body, "reason", "id_conflict");
+    expect_int(r.body, "order_id", id);
+    get_order(d.port, 2, id, &r);
+    expect(&r, 404, "unknown_order", "the conflicting id, asked by the second buyer");
+    get_order(d.port, 1, id, &r);
+    expect(&r, 200, NULL, "the id, asked by its buyer");
+    expect_int(r.body, "user_id", 1);
+    th_wait_drained(1, DRAIN_MS);
+    stop(&d);
+}
+END_TEST
+
+START_TEST(test_serve_refuses_to_start_without_a_buyer_secret)
+{
+    const char *none[] = {"SECKILL_BUYER_TOKEN_SECRET=", NULL};
+    int st = th_daemon_start_fails(none);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) != 0, "no secret: status %d", st);
+    const char *short_one[] = {"SECKILL_BUYER_TOKEN_SECRET=only-31-bytes-0123456789abcdefg", NULL};
+    st = th_daemon_start_fails(short_one);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) != 0, "short secret: status %d", st);
+}
+END_TEST
+
 static Suite *api_suite(void)
 {
     Suite *s = suite_create("api");
@@ -1090,6 +1371,14 @@ static Suite *api_suite(void)
     tcase_add_test(tc, test_negative_delta_refused_when_units_are_in_flight);
     tcase_add_test(tc, test_order_ids_unique_across_daemon_restart);
     tcase_add_test(tc, test_unknown_route_404_and_wrong_method_405);
+    tcase_add_test(tc, test_order_without_a_valid_buyer_token_answers_401);
+    tcase_add_test(tc, test_body_user_id_must_be_the_token_buyer);
+    tcase_add_test(tc, test_reserved_mode_accepts_the_token_buyer_with_202);
+    tcase_add_test(tc, test_per_user_limit_cannot_be_bypassed_by_changing_the_body_user_id);
+    tcase_add_test(tc, test_order_is_shown_only_to_its_buyer);
+    tcase_add_test(tc, test_idempotency_key_of_another_buyer_reveals_nothing);
+    tcase_add_test(tc, test_id_conflict_answer_does_not_show_the_other_buyers_order);
+    tcase_add_test(tc, test_serve_refuses_to_start_without_a_buyer_secret);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -72,6 +72,10 @@ static void fire(int port, int64_t sku, struct buyer *buyers, int n, int64_t fir
         struct evkeyvalq *h = evhttp_request_get_output_headers(req);
         evhttp_add_header(h, "Host", "127.0.0.1");
         evhttp_add_header(h, "Content-Type", "application/json");
+        char token[TH_BUYER_AUTH_MAX], auth[TH_BUYER_AUTH_MAX + 8];
+        snprintf(auth, sizeof auth, "Bearer %s",
+                 th_buyer_token(first_user + i, token, sizeof token));
+        evhttp_add_header(h, "Authorization", auth);
         char body[96];
         snprintf(body, sizeof body, "{\"user_id\":%lld,\"qty\":%lld}", (long long)(first_user + i),
                  (long long)b->qty);

@@ -17,7 +17,8 @@ START_TEST(test_defaults_match_the_local_stack)
     ck_assert_str_eq(c.http_addr, "127.0.0.1:8080");
     ck_assert_str_eq(c.redis_url, "redis://127.0.0.1:6380/0");
     ck_assert_ptr_nonnull(strstr(c.pg_dsn, "port=5433"));
-    ck_assert_str_eq(c.admin_token, ""); /* no built-in token */
+    ck_assert_str_eq(c.admin_token, "");        /* no built-in token */
+    ck_assert_str_eq(c.buyer_token_secret, ""); /* nor secret: serve refuses to start */
     ck_assert_int_gt(c.lock_ttl_ms, c.lock_commit_margin_ms);
     /* A program that never sets pgwait's default still gets the setting's. */
     ck_assert_int_eq(c.pg_client_timeout_ms, PGWAIT_FALLBACK_TIMEOUT_MS);
@@ -59,6 +60,22 @@ START_TEST(test_flags_override_env_and_bad_values_are_refused)
     ck_assert_int_eq(cfg_set(&c, "redis_timeout_ms", "3000", err, sizeof err), 0);
     ck_assert_int_eq(cfg_check(&c, err, sizeof err), -1); /* renewals slower than a third */
     unsetenv("SECKILL_LOCK_TTL_MS");
+    cfg_free(&c);
+}
+END_TEST
+
+START_TEST(test_buyer_token_secret_shorter_than_32_bytes_is_refused)
+{
+    struct cfg c;
+    char err[160];
+    cfg_defaults(&c);
+    ck_assert_int_eq(
+        cfg_set(&c, "buyer_token_secret", "0123456789abcdef0123456789abcde", err, sizeof err), 0);
+    ck_assert_int_eq(cfg_check(&c, err, sizeof err), -1); /* 31 bytes */
+    ck_assert_ptr_nonnull(strstr(err, "buyer_token_secret"));
+    ck_assert_int_eq(
+        cfg_set(&c, "buyer_token_secret", "0123456789abcdef0123456789abcdef", err, sizeof err), 0);
+    ck_assert_msg(cfg_check(&c, err, sizeof err) == 0, "%s", err); /* 32 bytes */
     cfg_free(&c);
 }
 END_TEST
@@ -131,6 +148,7 @@ int main(void)
     TCase *tc = tcase_create("pure");
     tcase_add_test(tc, test_defaults_match_the_local_stack);
     tcase_add_test(tc, test_flags_override_env_and_bad_values_are_refused);
+    tcase_add_test(tc, test_buyer_token_secret_shorter_than_32_bytes_is_refused);
     tcase_add_test(tc, test_redis_url_forms);
     tcase_add_test(tc, test_every_key_of_a_sku_shares_its_hash_tag);
     tcase_add_test(tc, test_order_id_names_its_epoch);

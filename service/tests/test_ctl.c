@@ -417,6 +417,73 @@ START_TEST(test_unreachable_redis_is_an_error)
 }
 END_TEST
 
+/* The token seckillctl mints (secret from the environment, as the daemon's)
+ * is one the daemon accepts, for exactly that buyer. */
+START_TEST(test_token_is_accepted_by_the_daemon_for_its_user)
+{
+    struct run r;
+    setenv("SECKILL_BUYER_TOKEN_SECRET", TH_BUYER_SECRET, 1);
+    run(&r, "token", "--user", "42", "--ttl", "600", NULL);
+    ck_assert_msg(r.status == 0, "token: exit %d: %s", r.status, r.err);
+    char *nl = strchr(r.out, '\n');
+    ck_assert_msg(nl && nl[1] == '\0', "one line expected: %s", r.out);
+    *nl = '\0';
+    char token[1024];
+    snprintf(token, sizeof token, "%.1000s", r.out);
+
+    th_reset();
+    struct th_daemon d;
+    th_daemon_start(&d, NULL);
+    th_create_sku(d.port, 1, 10, 5);
+    char headers[1200];
+    snprintf(headers, sizeof headers,
+             "Authorization: Bearer %s\r\nContent-Type: application/json\r\n", token);
+    struct th_response resp;
+    ck_assert_int_eq(
+        th_http(d.port, "POST", "/api/v1/skus/1/orders", headers, "{\"qty\":1}", &resp), 0);
+    ck_assert_msg(resp.status == 201, "order with the minted token: %d %s", resp.status, resp.body);
+    ck_assert_int_eq(th_json_int(resp.body, "user_id", 0), 42);
+    /* and it is user 42's, not another's */
+    ck_assert_int_eq(th_http(d.port, "POST", "/api/v1/skus/1/orders", headers,
+                             "{\"user_id\":43,\"qty\":1}", &resp),
+                     0);
+    ck_assert_int_eq(resp.status, 403);
+    th_wait_drained(1, 15000);
+    th_daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_token_refuses_bad_input_and_a_missing_secret)
+{
+    struct run r;
+    setenv("SECKILL_BUYER_TOKEN_SECRET", TH_BUYER_SECRET, 1);
+    const char *const bad[][5] = {
+        {"token", NULL},                /* no user */
+        {"token", "--user", "0", NULL}, /* not a user */
+        {"token", "--user", "-1", NULL},
+        {"token", "--user", "abc", NULL},
+        {"token", "--user", "1", "--ttl", "0"},      /* no lifetime */
+        {"token", "--user", "1", "--ttl", "604801"}, /* beyond a week */
+        {"token", "--user", "1", "--ttl", "1e3"},
+        {"token", "--user", "1", "--buyer-token-secret", "x"}, /* never a flag */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        run(&r, bad[i][0], bad[i][1], bad[i][2], bad[i][3], bad[i][4], NULL);
+        ck_assert_msg(r.status == 2 && r.out[0] == '\0' && r.err[0] != '\0',
+                      "case %zu: exit %d, out '%s'", i, r.status, r.out);
+    }
+    setenv("SECKILL_BUYER_TOKEN_SECRET", "too-short", 1);
+    run(&r, "token", "--user", "1", NULL);
+    ck_assert_int_eq(r.status, 2);
+    ck_assert_ptr_nonnull(strstr(r.err, "buyer_token_secret"));
+    ck_assert_ptr_null(strstr(r.err, "too-short")); /* the secret is never printed */
+    unsetenv("SECKILL_BUYER_TOKEN_SECRET");
+    run(&r, "token", "--user", "1", NULL);
+    ck_assert_int_eq(r.status, 2);
+    ck_assert_ptr_nonnull(strstr(r.err, "not set"));
+}
+END_TEST
+
 static Suite *ctl_suite(void)
 {
     Suite *s = suite_create("seckillctl");
@@ -430,6 +497,8 @@ static Suite *ctl_suite(void)
     tcase_add_test(tc, test_usage_errors_exit_2_and_say_why);
     tcase_add_test(tc, test_unreachable_redis_is_an_error);
     tcase_add_test(tc, test_reconcile_reports_drift_and_repair_fixes_it);
+    tcase_add_test(tc, test_token_is_accepted_by_the_daemon_for_its_user);
+    tcase_add_test(tc, test_token_refuses_bad_input_and_a_missing_secret);
     suite_add_tcase(s, tc);
     return s;
 }

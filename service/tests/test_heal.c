@@ -32,13 +32,7 @@ static void sleep_ms(int ms)
 static int order(int port, int64_t sku, int64_t user, int64_t qty, const char *idem,
                  struct th_response *r)
 {
-    char path[64], body[96], headers[256];
-    snprintf(path, sizeof path, "/api/v1/skus/%lld/orders", (long long)sku);
-    snprintf(body, sizeof body, "{\"user_id\":%lld,\"qty\":%lld}", (long long)user, (long long)qty);
-    snprintf(headers, sizeof headers, CT_JSON "%s%s%s", idem ? "Idempotency-Key: " : "",
-             idem ? idem : "", idem ? "\r\n" : "");
-    ck_assert_int_eq(th_http(port, "POST", path, headers, body, r), 0);
-    return r->status;
+    return th_order(port, sku, user, qty, idem, r);
 }
 
 static int adjust(int port, int64_t sku, long long delta, const char *idem, struct th_response *r)

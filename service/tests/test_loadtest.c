@@ -16,8 +16,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/buyer_token.h"
 #include "core/keys.h"
 #include "harness.h"
+#include "lt_buyers.h"
 #include "lt_hist.h"
 
 #define RUN_TIMEOUT_MS 120000 /* one loadtest process, however slow the machine */
@@ -163,6 +165,8 @@ static int run_loadtest(const char *const *args, int expect)
         FILE *out = freopen(log, "w", stdout);
         if (!out || dup2(fileno(out), STDERR_FILENO) < 0)
             _exit(126);
+        /* the daemons' secret, unless a test set its own */
+        setenv("SECKILL_BUYER_TOKEN_SECRET", TH_BUYER_SECRET, 0);
         execv(bin, (char *const *)argv);
         _exit(127);
     }
@@ -534,13 +538,51 @@ END_TEST
 START_TEST(test_bad_flags_exit_2)
 {
     static const char *const bad[][5] = {
-        {"--concurrency", "0", NULL}, {"--url", "http://10.1.2.3:8080", NULL},
-        {"--qty", "0-3", NULL},       {"--retry-share", "1.5", NULL},
-        {"--no-such-flag", NULL},     {"--check-only", NULL}, /* no --sku */
-        {"--load-only", NULL},                                /* no --answers to judge later */
+        {"--concurrency", "0", NULL},
+        {"--url", "http://10.1.2.3:8080", NULL},
+        {"--qty", "0-3", NULL},
+        {"--retry-share", "1.5", NULL},
+        {"--no-such-flag", NULL},
+        {"--check-only", NULL}, /* no --sku */
+        {"--load-only", NULL},  /* no --answers to judge later */
+        {"--buyer-secret-file", "/nonexistent/buyer-secret", NULL},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         ck_assert_msg(run_loadtest(bad[i], EXIT_USAGE) == EXIT_USAGE, "%s was accepted", bad[i][0]);
+    /* Buyers without a secret to sign their tokens cannot buy. */
+    setenv("SECKILL_BUYER_TOKEN_SECRET", "", 1);
+    static const char *const no_secret[] = {"--users", "3", NULL};
+    ck_assert_int_eq(run_loadtest(no_secret, EXIT_USAGE), EXIT_USAGE);
+    setenv("SECKILL_BUYER_TOKEN_SECRET", "too-short-a-secret", 1);
+    ck_assert_int_eq(run_loadtest(no_secret, EXIT_USAGE), EXIT_USAGE);
+}
+END_TEST
+
+/* Each buyer's token names that buyer and verifies under the secret; cached
+ * ones are minted once, users beyond the cache are signed on demand. */
+START_TEST(test_buyer_tokens_name_their_buyer)
+{
+    ck_assert_ptr_null(lt_buyers_new("too-short", 1, 10, 60));
+    struct lt_buyers *b = lt_buyers_new(TH_BUYER_SECRET, 100, LT_BUYERS_CACHE_MAX + 10, 60);
+    ck_assert_ptr_nonnull(b);
+    const struct buyer_token_verifier v = {.secret = TH_BUYER_SECRET,
+                                           .secret_len = strlen(TH_BUYER_SECRET),
+                                           .leeway_s = 0,
+                                           .max_bytes = 1024};
+    const int64_t users[] = {100, 101, 100 + LT_BUYERS_CACHE_MAX - 1,
+                             100 + LT_BUYERS_CACHE_MAX + 5};
+    for (size_t i = 0; i < sizeof users / sizeof users[0]; i++) {
+        const char *auth = lt_buyers_auth(b, users[i]);
+        ck_assert_ptr_nonnull(auth);
+        ck_assert_int_eq(strncmp(auth, "Bearer ", 7), 0);
+        int64_t got = 0;
+        ck_assert_int_eq(
+            buyer_token_verify(&v, auth + 7, strlen(auth + 7), (int64_t)time(NULL), &got),
+            BUYER_TOKEN_OK);
+        ck_assert(got == users[i]);
+    }
+    ck_assert_ptr_eq(lt_buyers_auth(b, 101), lt_buyers_auth(b, 101)); /* minted once */
+    lt_buyers_free(b);
 }
 END_TEST
 
@@ -552,6 +594,7 @@ static Suite *suite(void)
     tcase_add_test(pure, test_hist_relative_error_is_bounded);
     tcase_add_test(pure, test_hist_percentiles_of_a_uniform_run);
     tcase_add_test(pure, test_hist_merge_clamp_and_empty);
+    tcase_add_test(pure, test_buyer_tokens_name_their_buyer);
     suite_add_tcase(s, pure);
     TCase *live = tcase_create("live");
     tcase_set_timeout(live, 300);

@@ -84,8 +84,20 @@ END_TEST
 START_TEST(test_journal_states_map_to_statuses)
 {
     struct order_decision d;
-    order_parse_state("pending", &d);
+    order_parse_state("pending:42", &d);
     ck_assert_int_eq(d.status, ORDER_PENDING);
+    order_parse_state("pending", &d); /* written before states named their buyer */
+    ck_assert_int_eq(d.status, ORDER_PENDING);
+    order_parse_state("pendingx", &d);
+    ck_assert_int_ne(d.status, ORDER_PENDING);
+    /* the buyer a pending order belongs to, for GET /api/v1/orders/{id} */
+    ck_assert_int_eq(order_pending_owner("pending:42"), 42);
+    ck_assert_int_eq(order_pending_owner("pending"), 0);
+    ck_assert_int_eq(order_pending_owner("pending:"), 0);
+    ck_assert_int_eq(order_pending_owner("pending:042"), 0);
+    ck_assert_int_eq(order_pending_owner("pending:42x"), 0);
+    ck_assert_int_eq(order_pending_owner("returned:limit_exceeded"), 0);
+    ck_assert_int_eq(order_pending_owner(NULL), 0);
     order_parse_state("returned:limit_exceeded", &d);
     ck_assert_int_eq(d.status, ORDER_REJECTED);
     ck_assert_str_eq(d.reason, "limit_exceeded");

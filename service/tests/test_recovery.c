@@ -13,10 +13,12 @@
 
 static int order(int port, int64_t user, struct th_response *r)
 {
-    char body[64];
+    char body[64], headers[1024], auth[TH_BUYER_AUTH_MAX];
     snprintf(body, sizeof body, "{\"user_id\":%lld,\"qty\":1}", (long long)user);
-    return th_http(port, "POST", "/api/v1/skus/9/orders", "Content-Type: application/json\r\n",
-                   body, r);
+    snprintf(headers, sizeof headers, "Content-Type: application/json\r\n%s",
+             th_buyer_auth(user, auth, sizeof auth));
+    /* a connection error is an outcome here (a daemon stopping), not a failure */
+    return th_http(port, "POST", "/api/v1/skus/9/orders", headers, body, r);
 }
 
 START_TEST(test_lost_redis_data_fails_closed_until_restored_and_ids_never_repeat)
