@@ -22,17 +22,20 @@ static const struct {
     const char *name;
     unsigned bit;
 } singles[] = {
-    {"content-length", SINGLE_CONTENT_LENGTH}, {"transfer-encoding", SINGLE_TRANSFER_ENCODING},
-    {"host", SINGLE_HOST},                     {"authorization", SINGLE_AUTHORIZATION},
-    {"content-type", SINGLE_CONTENT_TYPE},     {"idempotency-key", SINGLE_IDEMPOTENCY_KEY},
+    {"content-length", SINGLE_CONTENT_LENGTH},
+    {"transfer-encoding", SINGLE_TRANSFER_ENCODING},
+    {"host", SINGLE_HOST},
+    {"authorization", SINGLE_AUTHORIZATION},
+    {"content-type", SINGLE_CONTENT_TYPE},
+    {"idempotency-key", SINGLE_IDEMPOTENCY_KEY},
 };
 
 static const char *const method_names[] = {
-    [HTTP_METHOD_UNKNOWN] = "",         [HTTP_METHOD_GET] = "GET",
-    [HTTP_METHOD_HEAD] = "HEAD",        [HTTP_METHOD_POST] = "POST",
-    [HTTP_METHOD_PUT] = "PUT",          [HTTP_METHOD_DELETE] = "DELETE",
-    [HTTP_METHOD_PATCH] = "PATCH",      [HTTP_METHOD_OPTIONS] = "OPTIONS",
-    [HTTP_METHOD_TRACE] = "TRACE",      [HTTP_METHOD_CONNECT] = "CONNECT",
+    [HTTP_METHOD_UNKNOWN] = "",    [HTTP_METHOD_GET] = "GET",
+    [HTTP_METHOD_HEAD] = "HEAD",   [HTTP_METHOD_POST] = "POST",
+    [HTTP_METHOD_PUT] = "PUT",     [HTTP_METHOD_DELETE] = "DELETE",
+    [HTTP_METHOD_PATCH] = "PATCH", [HTTP_METHOD_OPTIONS] = "OPTIONS",
+    [HTTP_METHOD_TRACE] = "TRACE", [HTTP_METHOD_CONNECT] = "CONNECT",
 };
 
 const char *http_method_name(enum http_method m)
@@ -357,11 +360,11 @@ static enum http_parse_result chunked_step(struct http_parser *p, const char *da
     case HTTP_PARSE_S_CHUNK_DATA_CR:
     case HTTP_PARSE_S_TRAILER_CR:
         if (c != '\r')
-            return fail(p, 400, p->state == HTTP_PARSE_S_TRAILER_CR
-                                    ? "trailer fields are not accepted"
-                                    : "chunk data longer than its size");
+            return fail(p, 400,
+                        p->state == HTTP_PARSE_S_TRAILER_CR ? "trailer fields are not accepted"
+                                                            : "chunk data longer than its size");
         p->state = p->state == HTTP_PARSE_S_TRAILER_CR ? HTTP_PARSE_S_TRAILER_LF
-                                                        : HTTP_PARSE_S_CHUNK_DATA_LF;
+                                                       : HTTP_PARSE_S_CHUNK_DATA_LF;
         (*i)++;
         return HTTP_PARSE_NEED_MORE;
     case HTTP_PARSE_S_CHUNK_DATA_LF:

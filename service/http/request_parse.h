@@ -101,8 +101,8 @@ struct http_parser {
     size_t head_len;   /* bytes of the head, once read */
     size_t remaining;  /* body or chunk bytes still to come */
     size_t chunk_digits;
-    unsigned seen;  /* single-valued headers seen (bit per kind) */
-    int have_line;  /* the request line was read */
+    unsigned seen; /* single-valued headers seen (bit per kind) */
+    int have_line; /* the request line was read */
     int chunked, expect_continue, expect_other, conn_close, conn_keep_alive;
     size_t content_length;
     size_t path_off, query_off; /* query_off 0: none */

@@ -897,7 +897,8 @@ static void shutdown_on_loop(evutil_socket_t fd, short what, void *arg)
     l->accepting = 0;
     event_del(&l->ev_accept);
     evtimer_del(&l->ev_accept_pause);
-    order_desk_close(l->desk);
+    if (l->desk)
+        order_desk_close(l->desk);
     drain_tick(fd, what, arg);
 }
 

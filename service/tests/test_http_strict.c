@@ -140,7 +140,8 @@ START_TEST(test_ambiguous_requests_are_refused_and_the_connection_closed)
     th_reset();
     struct th_daemon d;
     th_daemon_start(&d, NULL);
-    static const char nul_value[] = "GET /metrics HTTP/1.1\r\nHost: a\r\nX-A: b\0c\r\n\r\n" SMUGGLED;
+    static const char nul_value[] =
+        "GET /metrics HTTP/1.1\r\nHost: a\r\nX-A: b\0c\r\n\r\n" SMUGGLED;
     const struct {
         const char *what, *raw;
         size_t len;
@@ -305,8 +306,9 @@ START_TEST(test_slow_headers_are_cut_by_the_request_deadline)
     struct th_daemon d;
     th_daemon_start(&d, deadline_env);
     struct answers a;
-    ck_assert_msg(trickle_is_cut(d.port, "GET /metrics HTTP/1.1\r\nHost: a\r\nX-Slow: ", TRICKLE, &a),
-                  "a header trickled at one byte per %d ms was never cut off", TRICKLE_MS);
+    ck_assert_msg(
+        trickle_is_cut(d.port, "GET /metrics HTTP/1.1\r\nHost: a\r\nX-Slow: ", TRICKLE, &a),
+        "a header trickled at one byte per %d ms was never cut off", TRICKLE_MS);
     ck_assert_msg(a.count == 0 || a.status[0] == 408, "answered %d", a.status[0]);
     ck_assert_int_ge(metric(d.port, "seckill_http_request_timeouts_total"), 1);
     th_daemon_stop(&d);

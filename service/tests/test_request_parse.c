@@ -127,8 +127,8 @@ END_TEST
 
 START_TEST(test_malformed_chunk_sizes_are_refused)
 {
-    static const char *const sizes[] = {"0x18", "+18", " 18", "18 ", "18;ext=1", "18\t", "",
-                                        "-1",   "g",   "000000018"};
+    static const char *const sizes[] = {"0x18", "+18", " 18", "18 ", "18;ext=1",
+                                        "18\t", "",    "-1",  "g",   "000000018"};
     char req[256];
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         int n = snprintf(req, sizeof req,
@@ -199,10 +199,22 @@ END_TEST
 START_TEST(test_bad_request_lines_are_refused)
 {
     static const char *const lines[] = {
-        "GET  / HTTP/1.1",    "GET /  HTTP/1.1",      "GET http://a/ HTTP/1.1", "GET * HTTP/1.1",
-        "GET / HTTP/1.2",     "GET / HTTP/2.0",       "GET / http/1.1",         "GET /\tx HTTP/1.1",
-        "GET / HTTP/1.1 ",    "GET /",                "GET",                    " GET / HTTP/1.1",
-        "GET / HTTP/1.10",    "CONNECT a:443 HTTP/1.1", "G(T / HTTP/1.1",       "GET /a b HTTP/1.1",
+        "GET  / HTTP/1.1",
+        "GET /  HTTP/1.1",
+        "GET http://a/ HTTP/1.1",
+        "GET * HTTP/1.1",
+        "GET / HTTP/1.2",
+        "GET / HTTP/2.0",
+        "GET / http/1.1",
+        "GET /\tx HTTP/1.1",
+        "GET / HTTP/1.1 ",
+        "GET /",
+        "GET",
+        " GET / HTTP/1.1",
+        "GET / HTTP/1.10",
+        "CONNECT a:443 HTTP/1.1",
+        "G(T / HTTP/1.1",
+        "GET /a b HTTP/1.1",
     };
     char req[256];
     for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
@@ -301,7 +313,8 @@ END_TEST
 
 START_TEST(test_connection_keep_alive_rules)
 {
-    static const char close11[] = "GET / HTTP/1.1\r\nHost: a\r\nConnection: Keep-Alive, close\r\n\r\n";
+    static const char close11[] =
+        "GET / HTTP/1.1\r\nHost: a\r\nConnection: Keep-Alive, close\r\n\r\n";
     static const char plain10[] = "GET / HTTP/1.0\r\n\r\n";
     static const char ka10[] = "HEAD / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n";
     struct http_parser p;
@@ -322,7 +335,8 @@ END_TEST
 
 START_TEST(test_content_length_body)
 {
-    static const char t[] = "POST /o HTTP/1.1\r\nHost: a\r\nContent-Length: 11\r\n\r\n{\"qty\": 1 }";
+    static const char t[] =
+        "POST /o HTTP/1.1\r\nHost: a\r\nContent-Length: 11\r\n\r\n{\"qty\": 1 }";
     struct http_parser p;
     size_t used;
     parse_valid(&p, t, sizeof t - 1, &used);
@@ -387,8 +401,7 @@ START_TEST(test_expect_100_continue_is_announced_after_the_head)
     ck_assert_int_eq(http_parse_feed(&p, head, 10, &used), HTTP_PARSE_NEED_MORE);
     ck_assert_int_eq(http_parse_started(&p), 1);
     ck_assert_int_eq(http_parse_wants_continue(&p), 0);
-    ck_assert_int_eq(http_parse_feed(&p, head + 10, sizeof head - 11, &used),
-                     HTTP_PARSE_NEED_MORE);
+    ck_assert_int_eq(http_parse_feed(&p, head + 10, sizeof head - 11, &used), HTTP_PARSE_NEED_MORE);
     ck_assert_int_eq(http_parse_wants_continue(&p), 1);
     ck_assert_int_eq(http_parse_feed(&p, "ok", 2, &used), HTTP_PARSE_DONE);
     ck_assert_str_eq(http_parse_request(&p)->body, "ok");
