@@ -1,5 +1,6 @@
 #include "http/request_parse.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -204,6 +205,8 @@ static enum http_parse_result header_meaning(struct http_parser *p, const char *
         for (size_t i = 0; i < vlen; i++) {
             if (value[i] < '0' || value[i] > '9')
                 return fail(p, 400, "Content-Length is not a number");
+            if (v > (SIZE_MAX - 9) / 10) /* whatever the limit, no wrap-around */
+                return fail(p, 400, "body larger than max_body_bytes");
             v = v * 10 + (size_t)(value[i] - '0');
             if (v > p->max_body_bytes)
                 return fail(p, 400, "body larger than max_body_bytes");
