@@ -86,7 +86,7 @@ $(BUILD)/seckillctl: $(CTL_SRC:%.c=$(BUILD)/%.o) $(BUILD)/libseckill.a $(BUILD)/
 $(BUILD)/seckill-loadtest: $(LOAD_SRC:%.c=$(BUILD)/%.o) $(BUILD)/libseckill.a $(BUILD)/librlock.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) -lm
 
-$(BUILD)/http-ceiling: $(BUILD)/loadtest/http_ceiling.o
+$(BUILD)/http-ceiling: $(BUILD)/loadtest/http_ceiling.o $(BUILD)/libseckill.a $(BUILD)/librlock.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS)
 
 $(BUILD)/tests/%: $(BUILD)/service/tests/%.o $(TEST_HOBJ) $(BUILD)/libseckill.a $(BUILD)/librlock.a

@@ -1,11 +1,17 @@
 /*
  * http-ceiling: the fastest thing the service's HTTP layer could ever be.
- * The same libevent evhttp set-up as seckilld (N loops sharing one listening
- * socket, same limits and headers) answering every request with the body of
- * an accepted order and nothing else: no Redis, no JSON parsing, no
+ * N loops sharing one listening socket answer every request with the body
+ * of an accepted order and nothing else: no Redis, no JSON parsing, no
  * validation.  `make bench` divides the service's rate by this one's.
  *
+ *   --server own     seckilld's own HTTP server (http/server.c, the strict
+ *                    parser, its caps and deadlines) with a fixed-body
+ *                    dispatch: the service's real ceiling (the default);
+ *   --server evhttp  libevent's evhttp set up as seckilld used to be: the
+ *                    yardstick the own server must not fall behind.
+ *
  *   http-ceiling [--addr 127.0.0.1:PORT] [--threads N] [--max-seconds S]
+ *                [--server own|evhttp]
  *
  * Loopback only.  Exits on SIGINT/SIGTERM or after --max-seconds.
  */
@@ -23,17 +29,32 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/cfg.h"
+#include "http/server.h"
+
 #define PROG "http-ceiling"
 #define DEFAULT_ADDR "127.0.0.1:8099"
 #define DEFAULT_THREADS 2 /* seckilld's http_threads default */
 #define MAX_THREADS 64
 #define DEFAULT_MAX_SECONDS 3600
 #define MAX_MAX_SECONDS 86400
-#define HTTP_TIMEOUT_S 10         /* seckilld's http_timeout_s default */
-#define MAX_BODY_BYTES (4096 * 4) /* seckilld: 4 x max_body_bytes */
+#define HTTP_TIMEOUT_S 10         /* evhttp: seckilld's old http_timeout_s default */
+#define MAX_BODY_BYTES (4096 * 4) /* evhttp: seckilld's old 4 x max_body_bytes */
 #define MAX_HEADER_BYTES 8192
-#define BODY                                                                                       \
-    "{\"order_id\":4294967297,\"status\":\"pending\",\"sku_id\":1,\"user_id\":1,\"qty\":1}\n"
+/* The answer's JSON; both servers end it with a newline. */
+#define BODY_JSON                                                                                  \
+    "{\"order_id\":4294967297,\"status\":\"pending\",\"sku_id\":1,\"user_id\":1,\"qty\":1}"
+#define BODY BODY_JSON "\n"
+
+static const struct http_answer ceiling_answers[] = {{202, NULL}, {0, NULL}};
+
+/* The own server's dispatch: every request is an accepted order. */
+static void own_dispatch(struct http_req *r)
+{
+    r->answers = ceiling_answers;
+    r->route = "any request";
+    http_reply_text(r, 202, BODY_JSON, sizeof BODY_JSON - 1);
+}
 
 struct loop {
     struct event_base *base;
@@ -72,10 +93,12 @@ static void on_stop(evutil_socket_t fd, short what, void *arg)
 static int usage(int rc)
 {
     fprintf(rc ? stderr : stdout,
-            "usage: " PROG " [--addr 127.0.0.1:PORT] [--threads N] [--max-seconds S]\n"
+            "usage: " PROG " [--addr 127.0.0.1:PORT] [--threads N] [--max-seconds S]"
+            " [--server own|evhttp]\n"
             "  --addr         listen address, loopback only (default " DEFAULT_ADDR ")\n"
             "  --threads      event loops sharing the socket (default %d, max %d)\n"
-            "  --max-seconds  exit after S seconds at the latest (default %d)\n",
+            "  --max-seconds  exit after S seconds at the latest (default %d)\n"
+            "  --server       own: seckilld's HTTP server (default); evhttp: libevent's\n",
             DEFAULT_THREADS, MAX_THREADS, DEFAULT_MAX_SECONDS);
     return rc;
 }
@@ -96,9 +119,11 @@ int main(int argc, char **argv)
     static const struct option opts[] = {{"addr", required_argument, NULL, 'a'},
                                          {"threads", required_argument, NULL, 't'},
                                          {"max-seconds", required_argument, NULL, 'm'},
+                                         {"server", required_argument, NULL, 's'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     const char *addr = DEFAULT_ADDR;
+    int own = 1;
     long threads = DEFAULT_THREADS, max_s = DEFAULT_MAX_SECONDS;
     int c;
     opterr = 0;
@@ -109,6 +134,8 @@ int main(int argc, char **argv)
             continue;
         else if (c == 'm' && parse_long(optarg, 1, MAX_MAX_SECONDS, &max_s) == 0)
             continue;
+        else if (c == 's' && (strcmp(optarg, "own") == 0 || strcmp(optarg, "evhttp") == 0))
+            own = strcmp(optarg, "own") == 0;
         else if (c == 'h')
             return usage(0);
         else {
@@ -145,7 +172,20 @@ int main(int argc, char **argv)
     memset(loops, 0, sizeof loops);
     evutil_socket_t fd = -1;
     int rc = 1;
-    for (long i = 0; i < threads; i++) {
+    struct cfg cfg;
+    struct http_server *srv = NULL;
+    cfg_defaults(&cfg);
+    if (own) {
+        char err[256], n[24];
+        snprintf(n, sizeof n, "%ld", threads);
+        if (cfg_set(&cfg, "http_addr", addr, err, sizeof err) != 0 ||
+            cfg_set(&cfg, "http_threads", n, err, sizeof err) != 0 ||
+            !(srv = http_server_start(&cfg, NULL, own_dispatch, err, sizeof err))) {
+            fprintf(stderr, PROG ": %s\n", err);
+            goto out;
+        }
+    }
+    for (long i = 0; !own && i < threads; i++) {
         struct loop *l = &loops[i];
         l->base = event_base_new();
         l->http = l->base ? evhttp_new(l->base) : NULL;
@@ -170,7 +210,7 @@ int main(int argc, char **argv)
             goto out;
         }
     }
-    for (long i = 0; i < threads; i++) {
+    for (long i = 0; !own && i < threads; i++) {
         if (pthread_create(&loops[i].tid, NULL, loop_main, &loops[i]) != 0) {
             fprintf(stderr, PROG ": cannot start a thread\n");
             goto out;
@@ -184,7 +224,8 @@ int main(int argc, char **argv)
     struct timeval limit = {max_s, 0};
     if (si && st && tm && event_add(si, NULL) == 0 && event_add(st, NULL) == 0 &&
         event_add(tm, &limit) == 0) {
-        printf(PROG ": listening on %s with %ld threads\n", addr, threads);
+        printf(PROG ": %s server listening on %s with %ld threads\n", own ? "own" : "evhttp", addr,
+               threads);
         fflush(stdout);
         event_base_dispatch(mainb);
         rc = 0;
@@ -198,6 +239,8 @@ int main(int argc, char **argv)
     if (mainb)
         event_base_free(mainb);
 out:
+    http_server_stop(srv);
+    cfg_free(&cfg);
     for (long i = 0; i < threads; i++)
         if (loops[i].started)
             event_base_loopexit(loops[i].base, NULL);

@@ -3,8 +3,10 @@
 # one invocation with the same concurrency (machines here are shared and
 # noisy, so absolute numbers mean little; ratios taken minutes apart do).
 #
-#   1. HTTP ceiling: build/http-ceiling (libevent, seckilld's HTTP set-up, a
-#      fixed 202 body) driven by seckill-loadtest, and by wrk when installed;
+#   1. HTTP ceiling: build/http-ceiling (a fixed 202 body) driven by
+#      seckill-loadtest, once with seckilld's own HTTP server (--server own,
+#      also driven by wrk when installed) and once with libevent's evhttp
+#      (--server evhttp); the ratio own/evhttp says what the strict server costs;
 #   2. PostgreSQL-only: pgbench running loadtest/pg_only.sql (guarded hot-row
 #      UPDATE + order INSERT per transaction) in its own schema;
 #   3. the service: a fresh seckilld on a free port, a SKU with 10^9 units and
@@ -129,33 +131,43 @@ SECKILL_ADMIN_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
 # Every buyer, against the ceiling too (same request bytes), carries a token.
 SECKILL_BUYER_TOKEN_SECRET=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
 
-# ---- 1. HTTP ceiling
-for ((try = 1; ; try++)); do
-    CPORT=$(se_free_port) || die "no free port"
-    "$CEILING" --addr "127.0.0.1:$CPORT" --threads "$HTTP_THREADS" \
-        --max-seconds $((RUN_SECS * 4 + 120)) >"$OUT/http-ceiling.log" 2>&1 &
-    LT_EXTRA_PID=$!
-    lt_wait_listening "127.0.0.1:$CPORT" "$LT_EXTRA_PID" http-ceiling "$OUT/http-ceiling.log" port &&
-        break
-    ((try < LT_START_TRIES)) || die "http-ceiling did not start in $LT_START_TRIES tries"
-done
-say "=== 1. HTTP ceiling: seckill-loadtest, $CONNS connections, ${SECS}s + ${WARMUP}s warm-up"
-"$LOADTEST" --no-check --url "http://127.0.0.1:$CPORT" --label "HTTP ceiling" \
-    --concurrency "$CONNS" --duration "$RUN_SECS" --warmup "$WARMUP" --requests "$BUDGET" \
-    --users "$USERS" --user-pick random --progress-ms 5000 \
-    --report "$OUT/ceiling.html" >"$OUT/ceiling.txt" &
-LPID=$!
-sleep "$((WARMUP + 1))" # CPU is sampled inside the measured window, away from its ends
-S1=$(cpu_snapshot "$LT_EXTRA_PID" "$LPID")
-sleep "$((SECS - 2))"
-S2=$(cpu_snapshot "$LT_EXTRA_PID" "$LPID")
-wait "$LPID" || die "the HTTP ceiling run failed ($OUT/ceiling.txt)"
-sed -n '/^rate/p;/^latency/p' "$OUT/ceiling.txt"
-CEIL_CPU=$(cpu_share "$S1" "$S2" "http-ceiling generator")
-CEIL_CORES=$(cpu_cores "$S1" "$S2")
+# ---- 1. HTTP ceiling, with seckilld's own HTTP server and with libevent's evhttp
+# run_ceiling SERVER (own|evhttp): sets CEIL_CPU_<SERVER>, CEIL_CORES_<SERVER>,
+# CPORT (left running in LT_EXTRA_PID for wrk); writes ceiling-<SERVER>.{txt,json,html}.
+run_ceiling() {
+    local server=$1
+    for ((try = 1; ; try++)); do
+        CPORT=$(se_free_port) || die "no free port"
+        "$CEILING" --server "$server" --addr "127.0.0.1:$CPORT" --threads "$HTTP_THREADS" \
+            --max-seconds $((RUN_SECS * 4 + 120)) >"$OUT/http-ceiling-$server.log" 2>&1 &
+        LT_EXTRA_PID=$!
+        lt_wait_listening "127.0.0.1:$CPORT" "$LT_EXTRA_PID" http-ceiling "$OUT/http-ceiling-$server.log" port &&
+            break
+        ((try < LT_START_TRIES)) || die "http-ceiling did not start in $LT_START_TRIES tries"
+    done
+    say "=== 1. HTTP ceiling ($server server): seckill-loadtest, $CONNS connections, ${SECS}s + ${WARMUP}s warm-up"
+    "$LOADTEST" --no-check --url "http://127.0.0.1:$CPORT" --label "HTTP ceiling ($server)" \
+        --concurrency "$CONNS" --duration "$RUN_SECS" --warmup "$WARMUP" --requests "$BUDGET" \
+        --users "$USERS" --user-pick random --progress-ms 5000 \
+        --report "$OUT/ceiling-$server.html" --json "$OUT/ceiling-$server.json" >"$OUT/ceiling-$server.txt" &
+    LPID=$!
+    sleep "$((WARMUP + 1))" # CPU is sampled inside the measured window, away from its ends
+    S1=$(cpu_snapshot "$LT_EXTRA_PID" "$LPID")
+    sleep "$((SECS - 2))"
+    S2=$(cpu_snapshot "$LT_EXTRA_PID" "$LPID")
+    wait "$LPID" || die "the HTTP ceiling run ($server) failed ($OUT/ceiling-$server.txt)"
+    sed -n '/^rate/p;/^latency/p' "$OUT/ceiling-$server.txt"
+    printf -v "CEIL_CPU_$server" '%s' "$(cpu_share "$S1" "$S2" "http-ceiling generator")"
+    printf -v "CEIL_CORES_$server" '%s' "$(cpu_cores "$S1" "$S2")"
+}
+run_ceiling evhttp
+lt_stop "$LT_EXTRA_PID" http-ceiling
+run_ceiling own # the service's ceiling: what seckilld's HTTP layer costs
+CEIL_CPU=$CEIL_CPU_own
+CEIL_CORES=$CEIL_CORES_own
 WRK_RPS='' WRK_P99=''
 if [[ -n $WRK ]]; then
-    say "=== 1b. HTTP ceiling: wrk, 1 thread, $CONNS connections, ${SECS}s"
+    say "=== 1b. HTTP ceiling (own server): wrk, 1 thread, $CONNS connections, ${SECS}s"
     "$WRK" -t1 -c"$CONNS" -d"${SECS}s" --timeout 5s --latency -s "$ROOT/loadtest/wrk_order.lua" \
         -H "Authorization: Bearer $("$BUILD_DIR/seckillctl" token --user 1)" \
         "http://127.0.0.1:$CPORT/api/v1/skus/1/orders" >"$OUT/wrk.txt" 2>&1 || say "wrk failed; see $OUT/wrk.txt"
@@ -221,9 +233,11 @@ SVC_CPU=$SVC_CPU_durable
 SVC_CORES=$SVC_CORES_durable
 
 # ---- the table
-C=$OUT/ceiling.json S=$OUT/service-durable.json R=$OUT/service-reserved.json
+C=$OUT/ceiling-own.json E=$OUT/ceiling-evhttp.json S=$OUT/service-durable.json R=$OUT/service-reserved.json
 CEIL_RPS=$(jq -r '.run.throughput_rps' "$C")
 CEIL_P99=$(jq -r '.latency_ms.p99' "$C")
+EV_RPS=$(jq -r '.run.throughput_rps' "$E")
+EV_P99=$(jq -r '.latency_ms.p99' "$E")
 SVC_RPS=$(jq -r '.run.accepted_per_s' "$S")
 SVC_P99=$(jq -r '.latency_ms.p99' "$S")
 SVC_ACC=$(jq -r '.writer.accepted_per_s // empty' "$S")
@@ -241,8 +255,9 @@ RES_CONF=$(jq -r '.writer.confirmed_per_s // empty' "$R")
     printf 'seckilld settings: %s\n' "$(env | grep -E '^SECKILL_(HTTP_THREADS|WORKER|WRITER|REDIS_TIMEOUT|PG_STATEMENT|LOCK)' |
         sort | tr '\n' ' ' | sed 's/ $//' | grep . || echo defaults)"
     printf '  %-50s %12s %10s\n' "" "per second" "p99 ms"
-    printf '  %-50s %12.0f %10.3f\n' "HTTP ceiling (http-ceiling, seckill-loadtest)" "$CEIL_RPS" "$CEIL_P99"
-    [[ -n $WRK_RPS ]] && printf '  %-50s %12.0f %10s\n' "HTTP ceiling (http-ceiling, wrk -t1)" "$WRK_RPS" "${WRK_P99:--}"
+    printf '  %-50s %12.0f %10.3f\n' "HTTP ceiling, own server (seckill-loadtest)" "$CEIL_RPS" "$CEIL_P99"
+    printf '  %-50s %12.0f %10.3f\n' "HTTP ceiling, libevent evhttp (seckill-loadtest)" "$EV_RPS" "$EV_P99"
+    [[ -n $WRK_RPS ]] && printf '  %-50s %12.0f %10s\n' "HTTP ceiling, own server (wrk -t1)" "$WRK_RPS" "${WRK_P99:--}"
     printf '  %-50s %12.0f %10.3f\n' "PostgreSQL-only (pgbench, guarded UPDATE+INSERT)" "$PG_TPS" "$PG_P99"
     printf '  %-50s %12.0f %10.3f\n' "service, durable: orders answered (201/409/202)" "$SVC_RPS" "$SVC_P99"
     [[ -n $SVC_CONF ]] && printf '  %-50s %12.0f %10s\n' "service, durable: orders confirmed by the writer" "$SVC_CONF" "-"
@@ -251,9 +266,10 @@ RES_CONF=$(jq -r '.writer.confirmed_per_s // empty' "$R")
     printf 'ratios\n'
     awk -v s="$SVC_RPS" -v c="$CEIL_RPS" -v p="$PG_TPS" -v r="${SVC_RATIO:-0}" -v l="$SVC_P99" \
         -v d="$SVC_DRAIN" -v q="$SVC_QMAX" -v acc="${SVC_ACC:-0}" -v cc="$CEIL_CORES" -v sc="$SVC_CORES" \
-        -v rs="$RES_RPS" -v rl="$RES_P99" \
+        -v rs="$RES_RPS" -v rl="$RES_P99" -v e="$EV_RPS" \
         'function v(ok) { return ok ? "met" : "MISSED" }
         BEGIN {
+            printf "  own HTTP server / evhttp    %8.2f    target >= 1.0   %s  (HTTP ceilings; met within 5 %% noise)\n", c / e, v(c / e >= 0.95)
             printf "  service / HTTP ceiling      %8.2f    target >= 0.5   %s\n", s / c, v(s / c >= 0.5)
             if (cc > 0 && sc > 0)
                 printf "    per core-second used      %8.2f    (%.0f vs %.0f requests per core-second of the processes involved)\n", (s / sc) / (c / cc), s / sc, c / cc
@@ -264,7 +280,7 @@ RES_CONF=$(jq -r '.writer.confirmed_per_s // empty' "$R")
             printf "  order queue: at most %d entries; drained %.2f s after the load ended\n", q, d
         }'
     printf 'CPU during the measured window (100 %% = one core; this machine has %s)\n' "$(nproc)"
-    printf ' HTTP ceiling:\n%s\n service, durable:\n%s\n service, reserved:\n%s\n' "$CEIL_CPU" \
-        "$SVC_CPU" "$SVC_CPU_reserved"
-    printf 'reports: %s/{ceiling,service-durable,service-reserved}.html, pgbench.txt%s\n' "$OUT" "${WRK:+, wrk.txt}"
+    printf ' HTTP ceiling (own):\n%s\n HTTP ceiling (evhttp):\n%s\n service, durable:\n%s\n service, reserved:\n%s\n' \
+        "$CEIL_CPU" "$CEIL_CPU_evhttp" "$SVC_CPU" "$SVC_CPU_reserved"
+    printf 'reports: %s/{ceiling-own,ceiling-evhttp,service-durable,service-reserved}.html, pgbench.txt%s\n' "$OUT" "${WRK:+, wrk.txt}"
 } | tee "$OUT/bench.txt"

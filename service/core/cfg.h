@@ -12,12 +12,16 @@
 #include <stdio.h>
 
 struct cfg {
-    char *http_addr;          /* host:port the HTTP API listens on */
-    int64_t http_threads;     /* event-loop threads serving HTTP */
-    int64_t http_backlog;     /* listen queue length */
-    int64_t http_timeout_s;   /* idle read/write timeout per connection */
-    int64_t max_body_bytes;   /* larger bodies are refused (413 by libevent / 400) */
-    int64_t max_header_bytes; /* larger header blocks are refused */
+    char *http_addr;                       /* host:port the HTTP API listens on */
+    int64_t http_threads;                  /* event-loop threads serving HTTP */
+    int64_t http_backlog;                  /* listen queue length */
+    int64_t http_request_timeout_ms;       /* whole request, first byte to last */
+    int64_t http_idle_timeout_ms;          /* idle keep-alive connection */
+    int64_t http_write_timeout_ms;         /* a reply the client does not read */
+    int64_t http_max_connections;          /* open connections, all clients */
+    int64_t http_max_connections_per_addr; /* open connections of one client address */
+    int64_t max_body_bytes;                /* larger bodies are refused (400) */
+    int64_t max_header_bytes;              /* larger header blocks are refused */
     int64_t max_idempotency_key_bytes;
     int64_t max_qty_per_order; /* upper bound for "qty" in an order */
     char *redis_url;           /* redis://[:password@]host:port[/db] */

@@ -57,6 +57,18 @@ static const struct {
     [M_REDIS_TIMEOUTS] = {"seckill_redis_timeouts_total", "async Redis commands timed out"},
     [M_HTTP_UNDECLARED] = {"seckill_http_undeclared_answers_total",
                            "answers not in their route's declared list (docs/openapi.json)"},
+    [M_HTTP_CONNECTIONS_OPEN] = {"seckill_http_connections_open", "HTTP connections open"},
+    [M_HTTP_REFUSED_GLOBAL] = {"seckill_http_connections_refused_total",
+                               "connections closed at once: http_max_connections reached"},
+    [M_HTTP_REFUSED_PER_ADDR] = {"seckill_http_connections_refused_per_addr_total",
+                                 "connections closed at once: http_max_connections_per_addr "
+                                 "reached"},
+    [M_HTTP_REQUEST_TIMEOUTS] = {"seckill_http_request_timeouts_total",
+                                 "requests not complete within http_request_timeout_ms (408)"},
+    [M_HTTP_WRITE_TIMEOUTS] = {"seckill_http_write_timeouts_total",
+                               "replies the client did not read within http_write_timeout_ms"},
+    [M_HTTP_MALFORMED] = {"seckill_http_malformed_requests_total",
+                          "requests refused as malformed or ambiguous (400, 417, 431, 501)"},
 };
 
 void metrics_add(enum metric m, long n)
@@ -71,7 +83,7 @@ void metrics_set(enum metric m, long v)
 
 static int is_gauge(int m)
 {
-    return m == M_DRIFT_SKUS || m == M_DRIFT_UNITS;
+    return m == M_DRIFT_SKUS || m == M_DRIFT_UNITS || m == M_HTTP_CONNECTIONS_OPEN;
 }
 
 char *metrics_render(size_t *len)

@@ -39,7 +39,13 @@ enum metric {
     M_DRIFT_UNITS, /* sum over SKUs of |Redis stock + in flight - skus.stock| */
     M_STOCK_ADJUSTMENTS,
     M_REDIS_TIMEOUTS,
-    M_HTTP_UNDECLARED, /* answers a route did not declare (a bug: see http/routes.c) */
+    M_HTTP_UNDECLARED,       /* answers a route did not declare (a bug: see http/routes.c) */
+    M_HTTP_CONNECTIONS_OPEN, /* gauge: HTTP connections open now */
+    M_HTTP_REFUSED_GLOBAL,   /* connections closed at accept: http_max_connections */
+    M_HTTP_REFUSED_PER_ADDR, /* ... http_max_connections_per_addr */
+    M_HTTP_REQUEST_TIMEOUTS, /* requests cut by http_request_timeout_ms */
+    M_HTTP_WRITE_TIMEOUTS,   /* replies cut by http_write_timeout_ms */
+    M_HTTP_MALFORMED,        /* requests refused by the strict parser (400/417/431/501) */
     M_COUNT
 };
 

@@ -1,6 +1,5 @@
 #include "http/routes.h"
 
-#include <event2/http.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -161,11 +160,11 @@ static int path_matches(const struct routes_route *t, char seg[][MAX_SEGMENT_BYT
     return *p == '\0';
 }
 
-static int method_matches(const struct routes_route *t, enum evhttp_cmd_type got)
+static int method_matches(const struct routes_route *t, enum http_method got)
 {
     if (strcmp(t->method, "POST") == 0)
-        return got == EVHTTP_REQ_POST;
-    return got == EVHTTP_REQ_GET || got == EVHTTP_REQ_HEAD;
+        return got == HTTP_METHOD_POST;
+    return got == HTTP_METHOD_GET || got == HTTP_METHOD_HEAD;
 }
 
 /* 405 for a path we serve with another method. */
@@ -187,11 +186,10 @@ static int admin_ok(struct http_req *r)
 
 void routes_dispatch(struct http_req *r)
 {
-    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(r->ev);
-    const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
+    const char *path = http_path(r);
     char seg[MAX_SEGMENTS][MAX_SEGMENT_BYTES];
-    int n = path ? split_path(path, seg) : -1;
-    enum evhttp_cmd_type method = evhttp_request_get_command(r->ev);
+    int n = split_path(path, seg);
+    enum http_method method = http_method(r);
     const struct routes_route *found = NULL, *same_path = NULL;
     int param = -1;
     for (size_t i = 0; n >= 0 && i < routes_count && !found; i++) {

@@ -1,15 +1,20 @@
 #include "http/server.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
-#include <event2/buffer.h>
 #include <event2/event.h>
-#include <event2/keyvalq_struct.h>
+#include <event2/event_struct.h>
+#include <event2/util.h>
 #include <inttypes.h>
+#include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/log.h"
@@ -18,12 +23,80 @@
 
 /* How often a closing loop looks whether its reservations in flight ended. */
 #define SHUTDOWN_POLL_US 10000
+/* One read() per readable event takes at most this much; a request of ours
+ * (headers and body within their limits) is far smaller. */
+#define READ_CHUNK_BYTES 16384
+/* Connections accepted per wake-up of one loop, so that a burst of new
+ * connections cannot starve the requests of open ones. */
+#define ACCEPT_BATCH 64
+/* Out of file descriptors: the listener rests this long instead of waking
+ * again at once for the connection it cannot take. */
+#define ACCEPT_PAUSE_MS 100
+/* The answer's first bytes grow by at most this much (status line, date,
+ * length, connection) beyond the handler's headers. */
+#define HEAD_SLACK_BYTES 256
+/* Buckets of the per-address table: a power of two above the connection cap
+ * keeps chains short. */
+#define ADDR_BUCKETS_PER_CONNECTION 2
+/* HTTP-date: "Sun, 06 Nov 1994 08:49:37 GMT" and its NUL. */
+#define HTTP_DATE_BYTES 30
+
+/* What the server answers before (or instead of) a route. */
+const struct http_answer http_protocol_answers[] = {
+    {400, "invalid_request"},    /* malformed or ambiguous framing, body over max_body_bytes */
+    {408, "request_timeout"},    /* not complete within http_request_timeout_ms */
+    {417, "expectation_failed"}, /* an Expect other than 100-continue */
+    {431, "headers_too_large"},  /* header block over max_header_bytes */
+    {501, "not_implemented"},    /* unknown method, transfer coding other than chunked */
+    {0, NULL}};
+
+/* One client address and its open connections (the per-address cap). */
+struct addr_count {
+    struct addr_count *next;
+    long n;
+    char addr[INET6_ADDRSTRLEN];
+};
+
+enum conn_timer { TIMER_NONE, TIMER_IDLE, TIMER_REQUEST, TIMER_WRITE };
+
+struct http_conn {
+    struct http_loop *loop;
+    struct http_conn *prev, *next; /* the loop's connections, open or closed-but-held */
+    evutil_socket_t fd;            /* -1 once closed */
+    struct event ev_read, ev_write, ev_timer;
+    enum conn_timer timer;
+    struct http_parser parser;
+    char peer[INET6_ADDRSTRLEN];
+    /* bytes read past the current request (pipelined), not parsed yet */
+    char *pend;
+    size_t pend_off, pend_len, pend_cap;
+    /* the answer being written */
+    char *out;
+    size_t out_off, out_len, out_cap;
+    /* headers the handler added, "Name: value\r\n" each */
+    char *xh;
+    size_t xh_len, xh_cap;
+    int busy;          /* a request is with the handler: dispatched, not answered */
+    int replying;      /* out holds an answer (not just "100 Continue") */
+    int close_after;   /* close once the answer is written */
+    int continue_sent; /* "100 Continue" went out for this request */
+    int head;          /* the request is a HEAD: headers only */
+    int keep_alive;
+    int version_minor;
+};
 
 struct http_loop {
     struct http_server *srv;
     struct event_base *base;
-    struct evhttp *http;
+    evutil_socket_t listen_fd;
+    struct event ev_accept, ev_accept_pause;
+    int accepting;
     struct order_desk *desk;
+    struct http_conn *conns;
+    struct timeval idle_tv, request_tv, write_tv;
+    time_t date_at;
+    char date[HTTP_DATE_BYTES];
+    char rbuf[READ_CHUNK_BYTES];
     pthread_t tid;
     int started;
 };
@@ -34,6 +107,10 @@ struct http_server {
     http_dispatch_fn *dispatch;
     size_t n;
     struct http_loop *loops;
+    atomic_long open; /* connections open, all loops */
+    pthread_mutex_t addr_mu;
+    struct addr_count **addr_buckets;
+    size_t addr_nbuckets; /* a power of two */
 };
 
 const struct cfg *http_loop_cfg(const struct http_loop *l)
@@ -46,7 +123,193 @@ struct order_desk *http_loop_desk(struct http_loop *l)
     return l->desk;
 }
 
-/* ---- replies ----------------------------------------------------------- */
+static struct timeval ms_to_tv(int64_t ms)
+{
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    return tv;
+}
+
+/* ---- the per-address cap ----------------------------------------------- */
+
+static size_t addr_hash(const struct http_server *s, const char *a)
+{
+    size_t h = 5381; /* djb2: spread enough for addresses, cheap */
+    for (; *a; a++)
+        h = h * 33 + (unsigned char)*a;
+    return h & (s->addr_nbuckets - 1);
+}
+
+/* Counts one more connection of 'addr'.  Returns 0, or -1 (nothing counted)
+ * when the address already holds http_max_connections_per_addr. */
+static int addr_take(struct http_server *s, const char *addr)
+{
+    int rc = 0;
+    pthread_mutex_lock(&s->addr_mu);
+    struct addr_count **b = &s->addr_buckets[addr_hash(s, addr)], *e = *b;
+    while (e && strcmp(e->addr, addr) != 0)
+        e = e->next;
+    if (!e) {
+        e = calloc(1, sizeof *e);
+        if (!e)
+            abort();
+        snprintf(e->addr, sizeof e->addr, "%s", addr);
+        e->next = *b;
+        *b = e;
+    }
+    if (e->n >= s->cfg->http_max_connections_per_addr)
+        rc = -1;
+    else
+        e->n++;
+    pthread_mutex_unlock(&s->addr_mu);
+    return rc;
+}
+
+/* Counts one connection of 'addr' less; forgets the address at zero. */
+static void addr_give(struct http_server *s, const char *addr)
+{
+    pthread_mutex_lock(&s->addr_mu);
+    struct addr_count **p = &s->addr_buckets[addr_hash(s, addr)];
+    while (*p && strcmp((*p)->addr, addr) != 0)
+        p = &(*p)->next;
+    struct addr_count *e = *p;
+    if (e && --e->n <= 0) {
+        *p = e->next;
+        free(e);
+    }
+    pthread_mutex_unlock(&s->addr_mu);
+}
+
+/* ---- connections -------------------------------------------------------- */
+
+static void on_read(evutil_socket_t fd, short what, void *arg);
+static void on_write(evutil_socket_t fd, short what, void *arg);
+static void on_timer(evutil_socket_t fd, short what, void *arg);
+static void protocol_error(struct http_conn *c, int status, const char *reason);
+
+/* Makes room for n more bytes in a growing buffer (aborts without memory). */
+static void reserve_bytes(char **buf, size_t *cap, size_t len, size_t n)
+{
+    if (len + n <= *cap)
+        return;
+    size_t want = *cap ? *cap : READ_CHUNK_BYTES / 4;
+    while (want < len + n)
+        want *= 2;
+    char *b = realloc(*buf, want);
+    if (!b)
+        abort();
+    *buf = b;
+    *cap = want;
+}
+
+static void set_timer(struct http_conn *c, enum conn_timer t)
+{
+    const struct http_loop *l = c->loop;
+    c->timer = t;
+    if (t == TIMER_NONE)
+        evtimer_del(&c->ev_timer);
+    else
+        evtimer_add(&c->ev_timer, t == TIMER_IDLE      ? &l->idle_tv
+                                  : t == TIMER_REQUEST ? &l->request_tv
+                                                       : &l->write_tv);
+}
+
+/* Frees c: its socket is closed and no handler holds it. */
+static void conn_free(struct http_conn *c)
+{
+    struct http_loop *l = c->loop;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        l->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    http_parse_free(&c->parser);
+    free(c->pend);
+    free(c->out);
+    free(c->xh);
+    free(c);
+}
+
+/* Closes c's socket and gives back its places under the caps; frees c unless
+ * a handler still holds its request (then the reply frees it).  The caller
+ * must not touch c afterwards. */
+static void conn_close(struct http_conn *c)
+{
+    if (c->fd >= 0) {
+        event_del(&c->ev_read);
+        event_del(&c->ev_write);
+        evtimer_del(&c->ev_timer);
+        evutil_closesocket(c->fd);
+        c->fd = -1;
+        atomic_fetch_sub(&c->loop->srv->open, 1);
+        metrics_add(M_HTTP_CONNECTIONS_OPEN, -1);
+        addr_give(c->loop->srv, c->peer);
+    }
+    if (!c->busy)
+        conn_free(c);
+}
+
+/* Ready for the next request: read it from what is pending, else from the
+ * socket, within http_idle_timeout_ms. */
+static void conn_next(struct http_conn *c)
+{
+    http_parse_reset(&c->parser);
+    c->xh_len = 0;
+    c->continue_sent = 0;
+    c->replying = 0;
+    set_timer(c, TIMER_IDLE);
+    event_add(&c->ev_read, NULL);
+    /* Pipelined bytes are parsed from the loop, never from inside the reply
+     * that just ended: no recursion however many requests are queued. */
+    if (c->pend_off < c->pend_len)
+        event_active(&c->ev_read, EV_READ, 0);
+}
+
+/* Writes what out holds.  Returns 0, or -1 when c was closed (and maybe
+ * freed).  When an answer is complete, moves on to the next request. */
+static int conn_flush(struct http_conn *c)
+{
+    while (c->out_off < c->out_len) {
+        ssize_t w = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
+        if (w > 0) {
+            c->out_off += (size_t)w;
+            continue;
+        }
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            event_add(&c->ev_write, NULL);
+            if (c->replying)
+                set_timer(c, TIMER_WRITE);
+            return 0;
+        }
+        conn_close(c);
+        return -1;
+    }
+    c->out_off = c->out_len = 0;
+    event_del(&c->ev_write);
+    if (!c->replying)
+        return 0; /* an interim "100 Continue": the request goes on */
+    if (c->close_after) {
+        conn_close(c);
+        return -1;
+    }
+    conn_next(c);
+    return 0;
+}
+
+/* The loop's cached HTTP-date of this second. */
+static const char *loop_date(struct http_loop *l)
+{
+    time_t now = time(NULL);
+    if (now != l->date_at) {
+        struct tm tm;
+        gmtime_r(&now, &tm);
+        strftime(l->date, sizeof l->date, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+        l->date_at = now;
+    }
+    return l->date;
+}
 
 static const char *reason_phrase(int code)
 {
@@ -65,16 +328,268 @@ static const char *reason_phrase(int code)
         return "Not Found";
     case 405:
         return "Method Not Allowed";
+    case 408:
+        return "Request Timeout";
     case 409:
         return "Conflict";
+    case 417:
+        return "Expectation Failed";
     case 422:
         return "Unprocessable Entity";
+    case 431:
+        return "Request Header Fields Too Large";
+    case 501:
+        return "Not Implemented";
     case 503:
         return "Service Unavailable";
     default:
         return "Internal Server Error";
     }
 }
+
+/* Appends s (n bytes) to c's answer. */
+static void out_add(struct http_conn *c, const char *s, size_t n)
+{
+    reserve_bytes(&c->out, &c->out_cap, c->out_len, n);
+    memcpy(c->out + c->out_len, s, n);
+    c->out_len += n;
+}
+
+/*
+ * The one way an answer leaves: status line, our headers, the handler's,
+ * body parts b1 and b2 (either may be empty; none for HEAD).  Ends the
+ * request: a handler's request is released (a connection closed meanwhile is
+ * freed here).
+ */
+static void send_answer(struct http_conn *c, int status, const char *content_type,
+                        const char *extra_headers, const char *b1, size_t n1, const char *b2,
+                        size_t n2)
+{
+    c->busy = 0;
+    if (c->fd < 0) {
+        conn_free(c); /* the client left while the handler worked */
+        return;
+    }
+    if (!c->keep_alive)
+        c->close_after = 1;
+    char head[HEAD_SLACK_BYTES + HTTP_DATE_BYTES];
+    int n = snprintf(head, sizeof head,
+                     "HTTP/1.1 %d %s\r\nDate: %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s",
+                     status, reason_phrase(status), loop_date(c->loop), content_type, n1 + n2,
+                     c->close_after          ? "Connection: close\r\n"
+                     : c->version_minor == 0 ? "Connection: keep-alive\r\n"
+                                             : "");
+    if (n < 0 || (size_t)n >= sizeof head)
+        abort(); /* the fixed parts cannot outgrow head */
+    size_t body = c->head ? 0 : n1 + n2;
+    reserve_bytes(&c->out, &c->out_cap, c->out_len,
+                  (size_t)n + strlen(extra_headers) + c->xh_len + 2 + body);
+    out_add(c, head, (size_t)n);
+    out_add(c, extra_headers, strlen(extra_headers));
+    out_add(c, c->xh ? c->xh : "", c->xh_len);
+    out_add(c, "\r\n", 2);
+    if (!c->head) {
+        out_add(c, b1, n1);
+        out_add(c, b2, n2);
+    }
+    c->replying = 1;
+    event_del(&c->ev_read);
+    set_timer(c, TIMER_NONE);
+    (void)conn_flush(c);
+}
+
+/* Answers what the parser refused (or a late request) and closes. */
+static void protocol_error(struct http_conn *c, int status, const char *reason)
+{
+    const char *code = "invalid_request";
+    for (const struct http_answer *a = http_protocol_answers; a->status; a++)
+        if (a->status == status)
+            code = a->error;
+    json_t *o = json_pack("{s:s,s:s}", "error", code, "detail", reason ? reason : "");
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    if (!text)
+        abort();
+    json_decref(o);
+    c->close_after = 1;
+    c->head = 0;
+    c->xh_len = 0;
+    send_answer(c, status, "application/json", "Cache-Control: no-store\r\n", text, strlen(text),
+                "\n", 1);
+    free(text);
+}
+
+/* A whole request: hand it to the router. */
+static void dispatch_request(struct http_conn *c)
+{
+    const struct http_parse_request *rq = http_parse_request(&c->parser);
+    event_del(&c->ev_read); /* the next request waits for this answer */
+    set_timer(c, TIMER_NONE);
+    c->busy = 1;
+    c->head = rq->method == HTTP_METHOD_HEAD;
+    c->keep_alive = rq->keep_alive;
+    c->version_minor = rq->version_minor;
+    struct http_req r = {.conn = c, .loop = c->loop};
+    c->loop->srv->dispatch(&r);
+}
+
+/* Feeds data[0..len) to the parser.  'from_pend': data lies in c->pend. */
+static void conn_feed(struct http_conn *c, const char *data, size_t len, int from_pend)
+{
+    if (!http_parse_started(&c->parser))
+        set_timer(c, TIMER_REQUEST); /* from the first byte to the last, not per read */
+    size_t used = 0;
+    enum http_parse_result r = http_parse_feed(&c->parser, data, len, &used);
+    if (from_pend) {
+        c->pend_off += used;
+        if (c->pend_off == c->pend_len)
+            c->pend_off = c->pend_len = 0;
+    } else if (r == HTTP_PARSE_DONE && used < len) {
+        reserve_bytes(&c->pend, &c->pend_cap, c->pend_len, len - used);
+        memcpy(c->pend + c->pend_len, data + used, len - used);
+        c->pend_len += len - used;
+    }
+    if (r == HTTP_PARSE_ERROR) {
+        const char *reason;
+        int status = http_parse_error(&c->parser, &reason);
+        metrics_add(M_HTTP_MALFORMED, 1);
+        protocol_error(c, status, reason);
+    } else if (r == HTTP_PARSE_DONE) {
+        dispatch_request(c);
+    } else if (http_parse_wants_continue(&c->parser) && !c->continue_sent) {
+        static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+        c->continue_sent = 1;
+        out_add(c, cont, sizeof cont - 1);
+        (void)conn_flush(c);
+    }
+}
+
+static void on_read(evutil_socket_t fd, short what, void *arg)
+{
+    struct http_conn *c = arg;
+    (void)what;
+    if (c->pend_off < c->pend_len) {
+        conn_feed(c, c->pend + c->pend_off, c->pend_len - c->pend_off, 1);
+        return;
+    }
+    char *buf = c->loop->rbuf;
+    ssize_t n = recv(fd, buf, READ_CHUNK_BYTES, 0);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return;
+    if (n <= 0) {
+        conn_close(c); /* the client is gone; a half-sent request goes with it */
+        return;
+    }
+    conn_feed(c, buf, (size_t)n, 0);
+}
+
+static void on_write(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)conn_flush(arg);
+}
+
+static void on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct http_conn *c = arg;
+    (void)fd;
+    (void)what;
+    switch (c->timer) {
+    case TIMER_REQUEST:
+        metrics_add(M_HTTP_REQUEST_TIMEOUTS, 1);
+        protocol_error(c, 408, "request not complete within http_request_timeout_ms");
+        return;
+    case TIMER_WRITE:
+        metrics_add(M_HTTP_WRITE_TIMEOUTS, 1);
+        conn_close(c);
+        return;
+    default: /* idle keep-alive connection */
+        conn_close(c);
+        return;
+    }
+}
+
+/* A new connection (already counted under both caps). */
+static void conn_open(struct http_loop *l, evutil_socket_t fd, const char *peer)
+{
+    const struct cfg *cfg = l->srv->cfg;
+    struct http_conn *c = calloc(1, sizeof *c);
+    if (!c)
+        abort();
+    c->loop = l;
+    c->fd = fd;
+    snprintf(c->peer, sizeof c->peer, "%s", peer);
+    http_parse_init(&c->parser, (size_t)cfg->max_header_bytes, (size_t)cfg->max_body_bytes);
+    event_assign(&c->ev_read, l->base, fd, EV_READ | EV_PERSIST, on_read, c);
+    event_assign(&c->ev_write, l->base, fd, EV_WRITE | EV_PERSIST, on_write, c);
+    evtimer_assign(&c->ev_timer, l->base, on_timer, c);
+    c->next = l->conns;
+    if (l->conns)
+        l->conns->prev = c;
+    l->conns = c;
+    metrics_add(M_HTTP_CONNECTIONS_OPEN, 1);
+    set_timer(c, TIMER_IDLE);
+    event_add(&c->ev_read, NULL);
+}
+
+static void peer_text(const struct sockaddr_storage *ss, char *out, size_t cap)
+{
+    const void *a = ss->ss_family == AF_INET6
+                        ? (const void *)&((const struct sockaddr_in6 *)ss)->sin6_addr
+                        : (const void *)&((const struct sockaddr_in *)ss)->sin_addr;
+    if (!inet_ntop(ss->ss_family, a, out, (socklen_t)cap))
+        snprintf(out, cap, "unknown");
+}
+
+static void on_accept_pause_end(evutil_socket_t fd, short what, void *arg)
+{
+    struct http_loop *l = arg;
+    (void)fd;
+    (void)what;
+    if (l->accepting)
+        event_add(&l->ev_accept, NULL);
+}
+
+/* New connections: past a cap they are closed at once, before any byte of
+ * theirs is read (no parsing, no buffer: a flood costs an accept and a close). */
+static void on_accept(evutil_socket_t lfd, short what, void *arg)
+{
+    struct http_loop *l = arg;
+    struct http_server *s = l->srv;
+    (void)what;
+    for (int i = 0; i < ACCEPT_BATCH; i++) {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof ss;
+        evutil_socket_t fd =
+            accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                log_warn("accept: %s; pausing the listener", strerror(errno));
+                event_del(&l->ev_accept);
+                struct timeval tv = ms_to_tv(ACCEPT_PAUSE_MS);
+                evtimer_add(&l->ev_accept_pause, &tv);
+            }
+            return; /* EAGAIN: taken by another loop or none left; others: that one failed */
+        }
+        if (atomic_fetch_add(&s->open, 1) >= s->cfg->http_max_connections) {
+            atomic_fetch_sub(&s->open, 1);
+            metrics_add(M_HTTP_REFUSED_GLOBAL, 1);
+            evutil_closesocket(fd);
+            continue;
+        }
+        char peer[INET6_ADDRSTRLEN];
+        peer_text(&ss, peer, sizeof peer);
+        if (addr_take(s, peer) != 0) {
+            atomic_fetch_sub(&s->open, 1);
+            metrics_add(M_HTTP_REFUSED_PER_ADDR, 1);
+            evutil_closesocket(fd);
+            continue;
+        }
+        conn_open(l, fd, peer);
+    }
+}
+
+/* ---- replies ----------------------------------------------------------- */
 
 /* Counts and logs an answer the request's route did not declare. */
 static void check_answer(const struct http_req *r, int status, const char *error)
@@ -90,23 +605,21 @@ static void check_answer(const struct http_req *r, int status, const char *error
 
 void http_add_header(const struct http_req *r, const char *name, const char *value)
 {
-    evhttp_add_header(evhttp_request_get_output_headers(r->ev), name, value);
+    struct http_conn *c = r->conn;
+    size_t nl = strlen(name), vl = strlen(value);
+    reserve_bytes(&c->xh, &c->xh_cap, c->xh_len, nl + vl + 4);
+    memcpy(c->xh + c->xh_len, name, nl);
+    memcpy(c->xh + c->xh_len + nl, ": ", 2);
+    memcpy(c->xh + c->xh_len + nl + 2, value, vl);
+    memcpy(c->xh + c->xh_len + nl + 2 + vl, "\r\n", 2);
+    c->xh_len += nl + vl + 4;
 }
 
 void http_reply_raw(const struct http_req *r, int status, const char *content_type,
                     const char *body, size_t len)
 {
     check_answer(r, status, NULL);
-    struct evhttp_request *req = r->ev;
-    struct evbuffer *buf = evbuffer_new();
-    if (!buf)
-        abort();
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", content_type);
-    /* A HEAD answer carries the headers of the GET answer, never its body. */
-    if (len && evhttp_request_get_command(req) != EVHTTP_REQ_HEAD)
-        evbuffer_add(buf, body, len);
-    evhttp_send_reply(req, status, reason_phrase(status), buf);
-    evbuffer_free(buf);
+    send_answer(r->conn, status, content_type, "", body, len, "", 0);
 }
 
 /* Sends JSON text as the one reply; 'error' is its code, for the check. */
@@ -114,19 +627,8 @@ static void send_json(const struct http_req *r, int status, const char *error, c
                       size_t len)
 {
     check_answer(r, status, error);
-    struct evhttp_request *req = r->ev;
-    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
-    evhttp_add_header(h, "Content-Type", "application/json");
-    evhttp_add_header(h, "Cache-Control", "no-store");
-    struct evbuffer *buf = evbuffer_new();
-    if (!buf)
-        abort();
-    if (len && evhttp_request_get_command(req) != EVHTTP_REQ_HEAD) {
-        evbuffer_add(buf, text, len);
-        evbuffer_add(buf, "\n", 1);
-    }
-    evhttp_send_reply(req, status, reason_phrase(status), buf);
-    evbuffer_free(buf);
+    send_answer(r->conn, status, "application/json", "Cache-Control: no-store\r\n", text, len, "\n",
+                len ? 1 : 0);
 }
 
 void http_reply_text(const struct http_req *r, int status, const char *json, size_t len)
@@ -163,7 +665,22 @@ void http_reply_unavailable(const struct http_req *r)
 
 const char *http_header(const struct http_req *r, const char *name)
 {
-    return evhttp_find_header(evhttp_request_get_input_headers(r->ev), name);
+    return http_parse_header_value(&r->conn->parser.req, name);
+}
+
+enum http_method http_method(const struct http_req *r)
+{
+    return r->conn->parser.req.method;
+}
+
+const char *http_path(const struct http_req *r)
+{
+    return r->conn->parser.req.path;
+}
+
+const char *http_peer_addr(const struct http_req *r)
+{
+    return r->conn->peer;
 }
 
 char *http_take_json(const struct http_req *r, size_t *len)
@@ -172,10 +689,10 @@ char *http_take_json(const struct http_req *r, size_t *len)
         http_reply_error(r, 400, "invalid_request", "Content-Type must be application/json");
         return NULL;
     }
+    const struct http_parse_request *rq = &r->conn->parser.req;
     const struct cfg *c = r->loop->srv->cfg;
-    struct evbuffer *in = evhttp_request_get_input_buffer(r->ev);
-    *len = evbuffer_get_length(in);
-    if (*len > (size_t)c->max_body_bytes) {
+    *len = rq->body_len;
+    if (*len > (size_t)c->max_body_bytes) { /* the parser refuses it first; kept as a guard */
         char d[96];
         snprintf(d, sizeof d, "body larger than %" PRId64 " bytes", c->max_body_bytes);
         http_reply_error(r, 400, "invalid_request", d);
@@ -184,7 +701,7 @@ char *http_take_json(const struct http_req *r, size_t *len)
     char *b = malloc(*len + 1);
     if (!b)
         abort();
-    evbuffer_copyout(in, b, *len);
+    memcpy(b, rq->body, *len);
     b[*len] = '\0';
     return b;
 }
@@ -193,18 +710,10 @@ int http_submit(const struct http_req *r, struct job *j, int urgent)
 {
     j->base = r->loop->base;
     j->urgent = urgent;
-    if (workers_submit(r->loop->srv->workers, j) == 0)
+    if (r->loop->srv->workers && workers_submit(r->loop->srv->workers, j) == 0)
         return 0;
     http_reply_unavailable(r);
     return -1;
-}
-
-/* The one entry of every request: what the dispatcher needs to route it. */
-static void on_request(struct evhttp_request *ev, void *arg)
-{
-    struct http_loop *l = arg;
-    struct http_req r = {.ev = ev, .loop = l};
-    l->srv->dispatch(&r);
 }
 
 /* ---- threads ----------------------------------------------------------- */
@@ -252,31 +761,55 @@ static evutil_socket_t listen_on(const char *addr, int backlog, char *err, size_
     return fd;
 }
 
-static int thread_init(struct http_loop *l, struct http_server *s, char *err, size_t errlen)
+static int thread_init(struct http_loop *l, struct http_server *s, evutil_socket_t fd, char *err,
+                       size_t errlen)
 {
     const struct cfg *c = s->cfg;
     l->srv = s;
+    l->listen_fd = fd;
+    l->idle_tv = ms_to_tv(c->http_idle_timeout_ms);
+    l->request_tv = ms_to_tv(c->http_request_timeout_ms);
+    l->write_tv = ms_to_tv(c->http_write_timeout_ms);
     l->base = event_base_new();
-    l->http = l->base ? evhttp_new(l->base) : NULL;
-    if (!l->http) {
+    if (!l->base) {
         snprintf(err, errlen, "cannot create the HTTP event loop");
         return -1;
     }
-    /* libevent's own limits sit above ours so that our 400 answers with a JSON
-     * body; beyond them libevent closes or answers 413 without reading more. */
-    evhttp_set_max_body_size(l->http, (ev_ssize_t)c->max_body_bytes * 4);
-    evhttp_set_max_headers_size(l->http, (ev_ssize_t)c->max_header_bytes);
-    evhttp_set_timeout(l->http, (int)c->http_timeout_s);
-    evhttp_set_allowed_methods(l->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
-                                            EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_PATCH);
-    evhttp_set_gencb(l->http, on_request, l);
+    event_assign(&l->ev_accept, l->base, fd, EV_READ | EV_PERSIST, on_accept, l);
+    evtimer_assign(&l->ev_accept_pause, l->base, on_accept_pause_end, l);
+    if (event_add(&l->ev_accept, NULL) != 0) {
+        snprintf(err, errlen, "cannot watch the listening socket");
+        return -1;
+    }
+    l->accepting = 1;
+    if (!s->workers)
+        return 0; /* no order path (the HTTP ceiling of the bench) */
     l->desk = order_desk_new(l->base, c, s->workers, err, errlen);
     return l->desk ? 0 : -1;
+}
+
+/* As many connections as the hard limit allows: each is a descriptor, and
+ * the soft limit (often 1024) is far below http_max_connections. */
+static void raise_fd_limit(const struct cfg *c)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            return;
+    }
+    if (rl.rlim_cur != RLIM_INFINITY && (int64_t)rl.rlim_cur < c->http_max_connections)
+        log_warn("RLIMIT_NOFILE is %llu, below http_max_connections (%" PRId64
+                 "): accept pauses when descriptors run out",
+                 (unsigned long long)rl.rlim_cur, c->http_max_connections);
 }
 
 struct http_server *http_server_start(const struct cfg *c, struct workers *ws,
                                       http_dispatch_fn *dispatch, char *err, size_t errlen)
 {
+    raise_fd_limit(c);
     evutil_socket_t fd = listen_on(c->http_addr, (int)c->http_backlog, err, errlen);
     if (fd < 0)
         return NULL;
@@ -286,26 +819,32 @@ struct http_server *http_server_start(const struct cfg *c, struct workers *ws,
     s->cfg = c;
     s->workers = ws;
     s->dispatch = dispatch;
+    atomic_init(&s->open, 0);
+    pthread_mutex_init(&s->addr_mu, NULL);
+    s->addr_nbuckets = 1;
+    while (s->addr_nbuckets < (size_t)c->http_max_connections * ADDR_BUCKETS_PER_CONNECTION)
+        s->addr_nbuckets *= 2;
+    s->addr_buckets = calloc(s->addr_nbuckets, sizeof *s->addr_buckets);
     s->n = (size_t)c->http_threads;
     s->loops = calloc(s->n, sizeof *s->loops);
-    if (!s->loops)
+    if (!s->loops || !s->addr_buckets)
         abort();
+    for (size_t i = 0; i < s->n; i++)
+        s->loops[i].listen_fd = -1;
     for (size_t i = 0; i < s->n; i++) {
-        struct http_loop *l = &s->loops[i];
-        if (thread_init(l, s, err, errlen) != 0)
-            goto fail;
-        /* Every loop accepts on the one socket; each evhttp closes its own copy. */
+        /* Every loop accepts on the one socket; each closes its own copy. */
         evutil_socket_t mine = i + 1 < s->n ? dup(fd) : fd;
-        if (mine < 0 || evhttp_accept_socket(l->http, mine) != 0) {
+        if (mine < 0) {
             snprintf(err, errlen, "cannot share the listening socket");
-            if (mine >= 0)
-                evutil_closesocket(mine);
-            if (mine == fd)
-                fd = -1;
             goto fail;
         }
         if (mine == fd)
             fd = -1; /* handed over to the last loop */
+        if (thread_init(&s->loops[i], s, mine, err, errlen) != 0) {
+            if (s->loops[i].listen_fd < 0)
+                evutil_closesocket(mine);
+            goto fail;
+        }
     }
     for (size_t i = 0; i < s->n; i++) {
         if (pthread_create(&s->loops[i].tid, NULL, loop_main, &s->loops[i]) != 0) {
@@ -350,11 +889,16 @@ static void drain_tick(evutil_socket_t fd, short what, void *arg)
         close_loop(l);
 }
 
-/* Runs on the loop's own thread: from now on new orders answer 503 at once. */
+/* Runs on the loop's own thread: from now on new orders answer 503 at once,
+ * and no new connection is taken. */
 static void shutdown_on_loop(evutil_socket_t fd, short what, void *arg)
 {
     struct http_loop *l = arg;
-    order_desk_close(l->desk);
+    l->accepting = 0;
+    event_del(&l->ev_accept);
+    evtimer_del(&l->ev_accept_pause);
+    if (l->desk)
+        order_desk_close(l->desk);
     drain_tick(fd, what, arg);
 }
 
@@ -373,12 +917,27 @@ void http_server_stop(struct http_server *s)
             pthread_join(l->tid, NULL);
         order_desk_free(l->desk); /* only if the loop never ran */
         l->desk = NULL;
-        /* Last: frees the connections and any request nobody answers any more. */
-        if (l->http)
-            evhttp_free(l->http);
-        if (l->base)
+        /* Last: the connections, and any request nobody answers any more. */
+        while (l->conns) {
+            l->conns->busy = 0;
+            conn_close(l->conns);
+        }
+        if (l->base) {
+            event_del(&l->ev_accept);
+            evtimer_del(&l->ev_accept_pause);
             event_base_free(l->base);
+        }
+        if (l->listen_fd >= 0)
+            evutil_closesocket(l->listen_fd);
     }
+    for (size_t b = 0; b < s->addr_nbuckets; b++)
+        while (s->addr_buckets[b]) {
+            struct addr_count *e = s->addr_buckets[b];
+            s->addr_buckets[b] = e->next;
+            free(e);
+        }
+    free(s->addr_buckets);
+    pthread_mutex_destroy(&s->addr_mu);
     free(s->loops);
     free(s);
 }

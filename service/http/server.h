@@ -1,12 +1,23 @@
 /*
  * server: the HTTP front of seckilld, without knowing any route.
  *
- * cfg->http_threads libevent loops share one listening socket; each has its
- * own evhttp and its own order desk (order/order_desk.h: the async Redis
- * client of the order path).  Every request is handed to the dispatch
- * function given at start; it ends in exactly one reply through the
- * functions below, on the loop that owns it.  Blocking work (admin, lookups)
- * goes to the worker pool and comes back to that loop (http_submit).
+ * cfg->http_threads libevent loops share one listening socket; each serves
+ * its connections itself (HTTP/1.1 over plain non-blocking sockets, requests
+ * read by the strict parser of http/request_parse.h) and has its own order
+ * desk (order/order_desk.h: the async Redis client of the order path).
+ * Every request is handed to the dispatch function given at start; it ends in
+ * exactly one reply through the functions below, on the loop that owns it.
+ * Blocking work (admin, lookups) goes to the worker pool and comes back to
+ * that loop (http_submit).
+ *
+ * A connection carries one request at a time: the next pipelined one is read
+ * only once the current one is answered, so answers keep their order.  What
+ * the parser refuses is answered here (http_protocol_answers) and the
+ * connection closed.  Deadlines: the whole request (http_request_timeout_ms,
+ * 408), an idle keep-alive connection (http_idle_timeout_ms), a reply the
+ * client does not read (http_write_timeout_ms); caps: http_max_connections
+ * and http_max_connections_per_addr (beyond them a new connection is closed
+ * at once, unread).
  *
  * Each reply is checked against the answers its route declared (struct
  * http_req.answers, set by the router): one it did not declare is logged and
@@ -16,16 +27,17 @@
 #ifndef SECKILL_HTTP_SERVER_H
 #define SECKILL_HTTP_SERVER_H
 
-#include <event2/http.h>
 #include <jansson.h>
 #include <stddef.h>
 
 #include "core/cfg.h"
+#include "http/request_parse.h"
 #include "order/order_desk.h"
 #include "store/workers.h"
 
 struct http_server;
 struct http_loop; /* one event-loop thread */
+struct http_conn; /* one client connection (server.c) */
 
 /* An answer a route can give: a status and, for an error, its code (NULL
  * for a body without "error").  Lists end with {0, NULL}. */
@@ -34,13 +46,20 @@ struct http_answer {
     const char *error;
 };
 
-/* One request being answered.  Copy it freely: it owns nothing. */
+/* One request being answered.  Copy it freely: it owns nothing.  The
+ * connection outlives the request even when the client goes away: it is
+ * freed after the reply. */
 struct http_req {
-    struct evhttp_request *ev;
+    struct http_conn *conn;
     struct http_loop *loop;
     const struct http_answer *answers; /* the route's, or the router's own when none matched */
     const char *route;                 /* "POST /api/v1/skus/{sku_id}/orders", for logs */
 };
+
+/* What the server answers by itself, before any route (malformed or
+ * ambiguous requests, 408 for a late one): the list docs/openapi.json
+ * documents under x-protocol-answers. */
+extern const struct http_answer http_protocol_answers[];
 
 /* Routes one request; runs on its loop. */
 typedef void http_dispatch_fn(struct http_req *req);
@@ -75,8 +94,14 @@ void http_reply_raw(const struct http_req *r, int status, const char *content_ty
 
 /* ---- request intake ---- */
 
-/* A request header's value, or NULL. */
+/* A request header's value (case-insensitive name), or NULL. */
 const char *http_header(const struct http_req *r, const char *name);
+/* The request's method: never HTTP_METHOD_UNKNOWN (answered 501 before). */
+enum http_method http_method(const struct http_req *r);
+/* The request target's path (before any '?'), as sent: starts with '/'. */
+const char *http_path(const struct http_req *r);
+/* The client's address as numeric text ("127.0.0.1", "::1"). */
+const char *http_peer_addr(const struct http_req *r);
 /* Copies a JSON body (NUL-terminated, caller frees) and its length.  Returns
  * NULL after replying 400 when the Content-Type is not JSON or the body is
  * larger than max_body_bytes. */

@@ -2,8 +2,8 @@
  * workers: a small pool of threads for blocking work (admin requests, lookups
  * in PostgreSQL).  Each worker owns one Redis and one PostgreSQL connection.
  * A job runs on a worker, then its 'done' step runs back on the event loop
- * that submitted it, because evhttp calls must stay on the thread owning the
- * base.
+ * that submitted it, because an HTTP connection is only touched by the thread
+ * owning its base.
  */
 #ifndef SECKILL_WORKERS_H
 #define SECKILL_WORKERS_H

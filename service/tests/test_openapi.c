@@ -239,6 +239,32 @@ START_TEST(test_the_comparison_notices_a_missing_code)
 }
 END_TEST
 
+START_TEST(test_protocol_answers_are_documented_both_ways)
+{
+    /* What the server answers before any route (http_protocol_answers) is
+     * the document's x-protocol-answers: status -> error codes. */
+    json_t *doc_answers = json_object_get(doc, "x-protocol-answers");
+    ck_assert_msg(json_is_object(doc_answers), "docs/openapi.json lacks x-protocol-answers");
+    size_t n = 0;
+    for (const struct http_answer *a = http_protocol_answers; a->status; a++, n++) {
+        char key[8];
+        snprintf(key, sizeof key, "%d", a->status);
+        json_t *codes = json_object_get(doc_answers, key), *v;
+        int found = 0;
+        size_t i;
+        json_array_foreach(codes, i, v) found |= strcmp(json_string_value(v), a->error) == 0;
+        ck_assert_msg(found, "the server answers %d %s before routing, undocumented", a->status,
+                      a->error);
+    }
+    size_t documented = 0;
+    const char *key;
+    json_t *codes;
+    json_object_foreach(doc_answers, key, codes) documented += json_array_size(codes);
+    ck_assert_msg(documented == n, "x-protocol-answers lists %zu answers, the server gives %zu",
+                  documented, n);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("openapi");
@@ -249,6 +275,7 @@ int main(void)
     tcase_add_test(tc, test_every_documented_operation_is_a_route);
     tcase_add_test(tc, test_every_answer_is_documented_and_every_documented_answer_exists);
     tcase_add_test(tc, test_the_comparison_notices_a_missing_code);
+    tcase_add_test(tc, test_protocol_answers_are_documented_both_ways);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

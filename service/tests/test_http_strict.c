@@ -1,0 +1,451 @@
+/*
+ * The daemon's HTTP layer over raw sockets: an ambiguous request is refused
+ * (400, or 501 for a transfer coding we do not speak) and its connection
+ * closed, so a request smuggled behind it is never answered; a client that
+ * trickles its request is cut off by the request deadline; hundreds of such
+ * clients do not keep a buyer waiting; the connection caps refuse the extra
+ * connection; a known method on the wrong path is 405 with Allow.
+ *
+ * Waits are bounded generously and the assertions are on outcomes (status,
+ * closed or not), never on how fast something happened.
+ */
+#include <arpa/inet.h>
+#include <check.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+/* The longest any read here waits for the daemon. */
+#define WAIT_S 15
+/* The slow client's pace, and the deadline the daemon gets in those tests. */
+#define TRICKLE_MS 300
+#define SLOW_CONNECTIONS 300
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static int connect_to(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert(fd >= 0);
+    struct timeval tv = {WAIT_S, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    ck_assert_msg(connect(fd, (struct sockaddr *)&a, sizeof a) == 0, "connect: %s",
+                  strerror(errno));
+    return fd;
+}
+
+static void send_all(int fd, const char *p, size_t n)
+{
+    while (n) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        if (w <= 0)
+            return; /* the daemon closed: what it answered tells the rest */
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+struct answers {
+    int count;     /* final answers (100 Continue not counted) */
+    int status[8]; /* their statuses, in order */
+    int closed;    /* the daemon closed the connection (EOF or reset) */
+    int continued; /* a 100 Continue came first */
+    char text[65536];
+};
+
+/* The next status line at or after p: "HTTP/1.1 " at the start of a line
+ * (an error's detail may quote the version too). */
+static const char *next_status_line(const char *text, const char *p)
+{
+    while ((p = strstr(p, "HTTP/1.1 ")) && p != text && p[-1] != '\n')
+        p += 9;
+    return p;
+}
+
+/* Reads until the daemon closes or goes quiet for WAIT_S (or 'want' final
+ * answers arrived, when want > 0), then splits the answers. */
+static void read_answers(int fd, struct answers *a, int want)
+{
+    memset(a, 0, sizeof *a);
+    size_t got = 0;
+    for (;;) {
+        ssize_t r = recv(fd, a->text + got, sizeof a->text - 1 - got, 0);
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+            a->closed = 1;
+            break;
+        }
+        if (r < 0)
+            break; /* quiet for WAIT_S: still open */
+        got += (size_t)r;
+        a->text[got] = '\0';
+        /* count complete answers so far */
+        int n = 0;
+        for (const char *p = a->text; (p = next_status_line(a->text, p)) && n < 8; p += 9)
+            if (strncmp(p + 9, "100 ", 4) != 0)
+                n++;
+        if (want > 0 && n >= want && strstr(a->text, "\r\n\r\n"))
+            break;
+    }
+    for (const char *p = a->text; (p = next_status_line(a->text, p)) && a->count < 8; p += 9) {
+        int st = atoi(p + 9);
+        if (st == 100)
+            a->continued = 1;
+        else
+            a->status[a->count++] = st;
+    }
+}
+
+/* Sends raw bytes on a fresh connection and reads what comes back. */
+static void exchange(int port, const char *raw, size_t len, struct answers *a, int want)
+{
+    int fd = connect_to(port);
+    send_all(fd, raw, len);
+    read_answers(fd, a, want);
+    close(fd);
+}
+
+static long metric(int port, const char *name)
+{
+    struct th_response m;
+    ck_assert_int_eq(th_http(port, "GET", "/metrics", NULL, NULL, &m), 0);
+    char key[128];
+    snprintf(key, sizeof key, "\n%s ", name);
+    const char *p = strstr(m.body, key);
+    ck_assert_msg(p, "/metrics lacks %s", name);
+    return atol(p + strlen(key));
+}
+
+/* A request any test can put behind another: never answered if the first
+ * one ends the connection. */
+#define SMUGGLED "GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n"
+
+START_TEST(test_ambiguous_requests_are_refused_and_the_connection_closed)
+{
+    th_reset();
+    struct th_daemon d;
+    th_daemon_start(&d, NULL);
+    static const char nul_value[] =
+        "GET /metrics HTTP/1.1\r\nHost: a\r\nX-A: b\0c\r\n\r\n" SMUGGLED;
+    const struct {
+        const char *what, *raw;
+        size_t len;
+        int status;
+    } cases[] = {
+#define CASE(w, r, s) {w, r, sizeof(r) - 1, s}
+        CASE("two Content-Length",
+             "POST /api/v1/skus/1/orders HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\n"
+             "Content-Length: 0\r\nContent-Length: 34\r\n\r\n" SMUGGLED,
+             400),
+        CASE("two Authorization, valid first",
+             "GET /admin/v1/skus/1 HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer " TH_ADMIN_TOKEN
+             "\r\nAuthorization: Bearer wrong\r\n\r\n" SMUGGLED,
+             400),
+        CASE("Transfer-Encoding gzip, chunked",
+             "POST /api/v1/skus/1/orders HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked"
+             "\r\n\r\n0\r\n\r\n" SMUGGLED,
+             501),
+        CASE("Transfer-Encoding with Content-Length",
+             "POST /api/v1/skus/1/orders HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n"
+             "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n" SMUGGLED,
+             400),
+        CASE("space before the colon",
+             "POST /api/v1/skus/1/orders HTTP/1.1\r\nHost: a\r\nTransfer-Encoding : chunked\r\n"
+             "\r\n0\r\n\r\n" SMUGGLED,
+             400),
+        CASE("chunk size 0x18",
+             "POST /api/v1/skus/1/orders HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n"
+             "\r\n0x18\r\n{\"user_id\":1,\"qty\":1}  \r\n0\r\n\r\n" SMUGGLED,
+             400),
+        CASE("chunk size +18",
+             "POST /api/v1/skus/1/orders HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n"
+             "\r\n+18\r\n{\"user_id\":1,\"qty\":1}  \r\n0\r\n\r\n" SMUGGLED,
+             400),
+        CASE("chunk size with a leading space",
+             "POST /api/v1/skus/1/orders HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n"
+             "\r\n 18\r\n{\"user_id\":1,\"qty\":1}  \r\n0\r\n\r\n" SMUGGLED,
+             400),
+        {"NUL in a header value", nul_value, sizeof nul_value - 1, 400},
+        CASE("empty header name", "GET /metrics HTTP/1.1\r\nHost: a\r\n: x\r\n\r\n" SMUGGLED, 400),
+        CASE("obsolete line folding",
+             "GET /metrics HTTP/1.1\r\nHost: a\r\nX-A: b\r\n c\r\n\r\n" SMUGGLED, 400),
+        CASE("bare LF", "GET /metrics HTTP/1.1\nHost: a\n\n" SMUGGLED, 400),
+        CASE("missing Host", "GET /metrics HTTP/1.1\r\nX-A: b\r\n\r\n" SMUGGLED, 400),
+        CASE("absolute-form target", "GET http://a/metrics HTTP/1.1\r\nHost: a\r\n\r\n" SMUGGLED,
+             400),
+        CASE("HTTP/1.2", "GET /metrics HTTP/1.2\r\nHost: a\r\n\r\n" SMUGGLED, 400),
+        CASE("unknown method", "BREW /metrics HTTP/1.1\r\nHost: a\r\n\r\n" SMUGGLED, 501),
+        CASE("two Idempotency-Key",
+             "POST /api/v1/skus/1/orders HTTP/1.1\r\nHost: a\r\nIdempotency-Key: a\r\n"
+             "Idempotency-Key: b\r\nContent-Length: 0\r\n\r\n" SMUGGLED,
+             400),
+#undef CASE
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct answers a;
+        exchange(d.port, cases[i].raw, cases[i].len, &a, 0);
+        ck_assert_msg(a.count >= 1 && a.status[0] == cases[i].status, "%s: answered %d, want %d",
+                      cases[i].what, a.count ? a.status[0] : 0, cases[i].status);
+        ck_assert_msg(a.count == 1, "%s: the request behind it was answered too", cases[i].what);
+        ck_assert_msg(a.closed, "%s: the connection stayed open", cases[i].what);
+        ck_assert_msg(strstr(a.text, "Connection: close\r\n") && strstr(a.text, "\"error\""),
+                      "%s: not a closing JSON error: %s", cases[i].what, a.text);
+    }
+    ck_assert_int_ge(metric(d.port, "seckill_http_malformed_requests_total"),
+                     (long)(sizeof cases / sizeof cases[0]));
+    th_daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_known_method_on_a_path_is_405_with_allow)
+{
+    th_reset();
+    struct th_daemon d;
+    th_daemon_start(&d, NULL);
+    static const char trace[] = "TRACE /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+    struct answers a;
+    exchange(d.port, trace, sizeof trace - 1, &a, 1);
+    ck_assert_int_eq(a.status[0], 405);
+    ck_assert_msg(strstr(a.text, "\r\nAllow: GET, HEAD\r\n"), "no Allow: %s", a.text);
+    static const char options[] = "OPTIONS /api/v1/skus/1/orders HTTP/1.1\r\nHost: a\r\n"
+                                  "Connection: close\r\n\r\n";
+    exchange(d.port, options, sizeof options - 1, &a, 1);
+    ck_assert_int_eq(a.status[0], 405);
+    ck_assert_msg(strstr(a.text, "\r\nAllow: POST\r\n"), "no Allow: %s", a.text);
+    th_daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_keep_alive_pipelining_head_and_http10)
+{
+    th_reset();
+    struct th_daemon d;
+    th_daemon_start(&d, NULL);
+    /* three pipelined requests: answered in order, the last one closes */
+    static const char three[] = "GET /nothing HTTP/1.1\r\nHost: a\r\n\r\n"
+                                "GET /api/v1/skus/x HTTP/1.1\r\nHost: a\r\n\r\n"
+                                "GET /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+    struct answers a;
+    exchange(d.port, three, sizeof three - 1, &a, 0);
+    ck_assert_int_eq(a.count, 3);
+    ck_assert_int_eq(a.status[0], 404);
+    ck_assert_int_eq(a.status[1], 400);
+    ck_assert_int_eq(a.status[2], 200);
+    ck_assert(a.closed);
+    /* HTTP/1.0 without keep-alive: one answer, then closed */
+    static const char old[] = "GET /metrics HTTP/1.0\r\n\r\n";
+    exchange(d.port, old, sizeof old - 1, &a, 0);
+    ck_assert_int_eq(a.count, 1);
+    ck_assert_int_eq(a.status[0], 200);
+    ck_assert(a.closed);
+    /* HEAD: the GET's headers, no body */
+    static const char head[] = "HEAD /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+    exchange(d.port, head, sizeof head - 1, &a, 0);
+    ck_assert_int_eq(a.status[0], 200);
+    const char *end = strstr(a.text, "\r\n\r\n");
+    ck_assert_msg(end && end[4] == '\0', "HEAD answered a body");
+    /* Expect: 100-continue gets the interim answer, then the real one */
+    static const char cont[] = "POST /api/v1/skus/x/orders HTTP/1.1\r\nHost: a\r\n"
+                               "Expect: 100-continue\r\nContent-Length: 2\r\n"
+                               "Connection: close\r\n\r\n";
+    int fd = connect_to(d.port);
+    send_all(fd, cont, sizeof cont - 1);
+    char buf[64] = {0};
+    ck_assert(recv(fd, buf, sizeof buf - 1, 0) > 0);
+    ck_assert_msg(strncmp(buf, "HTTP/1.1 100 Continue\r\n\r\n", 25) == 0, "got %s", buf);
+    send_all(fd, "{}", 2);
+    read_answers(fd, &a, 0);
+    close(fd);
+    ck_assert_int_eq(a.status[0], 400); /* the path id, after the body came */
+    th_daemon_stop(&d);
+}
+END_TEST
+
+/* Sends 'prefix' whole, then 'trickle' a byte every TRICKLE_MS; returns 1 if
+ * the daemon cut the connection before the trickle ended. */
+static int trickle_is_cut(int port, const char *prefix, const char *trickle, struct answers *a)
+{
+    int fd = connect_to(port);
+    send_all(fd, prefix, strlen(prefix));
+    int cut = 0;
+    for (const char *p = trickle; *p && !cut; p++) {
+        if (send(fd, p, 1, MSG_NOSIGNAL) != 1)
+            cut = 1;
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        if (poll(&pf, 1, TRICKLE_MS) > 0)
+            cut = 1;
+    }
+    read_answers(fd, a, 0);
+    close(fd);
+    return cut && a->closed;
+}
+
+static const char *const deadline_env[] = {"SECKILL_HTTP_REQUEST_TIMEOUT_MS=1000", NULL};
+
+/* 60 bytes at TRICKLE_MS each: 18 s, far past the 1 s deadline. */
+#define TRICKLE "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+
+START_TEST(test_slow_headers_are_cut_by_the_request_deadline)
+{
+    th_reset();
+    struct th_daemon d;
+    th_daemon_start(&d, deadline_env);
+    struct answers a;
+    ck_assert_msg(
+        trickle_is_cut(d.port, "GET /metrics HTTP/1.1\r\nHost: a\r\nX-Slow: ", TRICKLE, &a),
+        "a header trickled at one byte per %d ms was never cut off", TRICKLE_MS);
+    ck_assert_msg(a.count == 0 || a.status[0] == 408, "answered %d", a.status[0]);
+    ck_assert_int_ge(metric(d.port, "seckill_http_request_timeouts_total"), 1);
+    th_daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_slow_body_is_cut_by_the_request_deadline)
+{
+    th_reset();
+    struct th_daemon d;
+    th_daemon_start(&d, deadline_env);
+    struct answers a;
+    ck_assert_msg(trickle_is_cut(d.port,
+                                 "POST /api/v1/skus/1/orders HTTP/1.1\r\nHost: a\r\n"
+                                 "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n",
+                                 TRICKLE, &a),
+                  "a body trickled at one byte per %d ms was never cut off", TRICKLE_MS);
+    ck_assert_msg(a.count == 0 || a.status[0] == 408, "answered %d", a.status[0]);
+    th_daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_buyers_are_served_while_hundreds_of_slow_clients_wait)
+{
+    th_reset();
+    struct th_daemon d;
+    static const char *const env[] = {"SECKILL_HTTP_REQUEST_TIMEOUT_MS=120000", NULL};
+    th_daemon_start(&d, env);
+    th_create_sku(d.port, 1, 10, 5);
+    static int fds[SLOW_CONNECTIONS];
+    for (int i = 0; i < SLOW_CONNECTIONS; i++) {
+        fds[i] = connect_to(d.port);
+        send_all(fds[i], "POST /api/v1/skus/1/orders HTTP/1.1\r\nHo", 39);
+    }
+    struct th_response r;
+    ck_assert_int_eq(th_http(d.port, "POST", "/api/v1/skus/1/orders",
+                             "Content-Type: application/json\r\n", "{\"user_id\":7,\"qty\":1}", &r),
+                     0);
+    ck_assert_msg(r.status == 201, "order answered %d %s", r.status, r.body);
+    ck_assert_int_eq(th_http(d.port, "GET", "/api/v1/skus/1", NULL, NULL, &r), 0);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_int_ge(metric(d.port, "seckill_http_connections_open"), SLOW_CONNECTIONS);
+    for (int i = 0; i < SLOW_CONNECTIONS; i++)
+        close(fds[i]);
+    th_daemon_stop(&d);
+}
+END_TEST
+
+/* Opens connections until one is refused (closed without an answer) or
+ * 'most' are open; returns how many stayed open.  fds gets them. */
+static int fill_until_refused(int port, int *fds, int most)
+{
+    for (int i = 0; i < most; i++) {
+        fds[i] = connect_to(port);
+        send_all(fds[i], SMUGGLED, sizeof SMUGGLED - 1);
+        struct answers a;
+        read_answers(fds[i], &a, 1);
+        if (a.count == 0) {
+            ck_assert_msg(a.closed, "connection %d neither answered nor closed", i);
+            close(fds[i]);
+            return i;
+        }
+    }
+    return most;
+}
+
+static void close_all(int *fds, int n)
+{
+    for (int i = 0; i < n; i++)
+        close(fds[i]);
+}
+
+/* Polls /metrics (bounded) until 'name' reaches at least 'want': the daemon
+ * notices closed connections on its own loop, a moment later. */
+static void wait_metric_at_least(int port, const char *name, long want)
+{
+    for (int i = 0; i < WAIT_S * 10; i++) {
+        struct th_response m;
+        if (th_http(port, "GET", "/metrics", NULL, NULL, &m) == 0 && m.status == 200) {
+            char key[128];
+            snprintf(key, sizeof key, "\n%s ", name);
+            const char *p = strstr(m.body, key);
+            if (p && atol(p + strlen(key)) >= want)
+                return;
+        }
+        sleep_ms(100);
+    }
+    ck_abort_msg("%s stayed below %ld", name, want);
+}
+
+START_TEST(test_per_address_cap_refuses_the_extra_connection)
+{
+    th_reset();
+    struct th_daemon d;
+    static const char *const env[] = {"SECKILL_HTTP_MAX_CONNECTIONS_PER_ADDR=3", NULL};
+    th_daemon_start(&d, env);
+    int fds[8];
+    int open = fill_until_refused(d.port, fds, 8);
+    ck_assert_int_eq(open, 3);
+    close_all(fds, open);
+    wait_metric_at_least(d.port, "seckill_http_connections_refused_per_addr_total", 1);
+    th_daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_global_cap_refuses_the_extra_connection)
+{
+    th_reset();
+    struct th_daemon d;
+    static const char *const env[] = {"SECKILL_HTTP_MAX_CONNECTIONS=4", NULL};
+    th_daemon_start(&d, env);
+    int fds[8];
+    int open = fill_until_refused(d.port, fds, 8);
+    ck_assert_int_eq(open, 4);
+    close_all(fds, open);
+    wait_metric_at_least(d.port, "seckill_http_connections_refused_total", 1);
+    th_daemon_stop(&d);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("http_strict");
+    TCase *tc = tcase_create("http");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_ambiguous_requests_are_refused_and_the_connection_closed);
+    tcase_add_test(tc, test_known_method_on_a_path_is_405_with_allow);
+    tcase_add_test(tc, test_keep_alive_pipelining_head_and_http10);
+    tcase_add_test(tc, test_slow_headers_are_cut_by_the_request_deadline);
+    tcase_add_test(tc, test_slow_body_is_cut_by_the_request_deadline);
+    tcase_add_test(tc, test_buyers_are_served_while_hundreds_of_slow_clients_wait);
+    tcase_add_test(tc, test_per_address_cap_refuses_the_extra_connection);
+    tcase_add_test(tc, test_global_cap_refuses_the_extra_connection);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
