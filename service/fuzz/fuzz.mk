@@ -1,14 +1,5 @@
 # service/fuzz/fuzz.mk: the fuzz targets, included by the Makefile.
 #
-# A target is service/fuzz/fuzz_<name>.c (it defines LLVMFuzzerTestOneInput,
-# see fuzz.h), its hand-written seeds in service/fuzz/corpus/<name>/, a
-# dictionary service/fuzz/<name>.dict where one helps, and one line here.
-FUZZ_TARGETS += order_body
-FUZZ_TARGETS += sku_body
-FUZZ_TARGETS += adjust_body
-FUZZ_TARGETS += header_values
-FUZZ_TARGETS += router
-#
 # Provides:
 #   $(FUZZ_REPLAY)  each target linked with replay.c by $(CC) and the normal
 #                   flags, $(BUILD)/fuzz-replay/fuzz_<name>; part of `make all`
@@ -18,6 +9,15 @@ FUZZ_TARGETS += router
 #                   instrumented) and runs it for FUZZ_SECONDS (scripts/fuzz.sh);
 #                   fails on any crash, leak, timeout or sanitizer report
 #
+# A target is service/fuzz/fuzz_<name>.c (it defines LLVMFuzzerTestOneInput,
+# see fuzz.h), its hand-written seeds in service/fuzz/corpus/<name>/, a
+# dictionary service/fuzz/<name>.dict where one helps, and one line here:
+FUZZ_TARGETS += order_body
+FUZZ_TARGETS += sku_body
+FUZZ_TARGETS += adjust_body
+FUZZ_TARGETS += header_values
+FUZZ_TARGETS += router
+
 # Settings (make fuzz FUZZ_SECONDS=15 FUZZ_ONLY="router sku_body"):
 # FUZZ_SECONDS per target; FUZZ_MAX_LEN bytes per input (the default
 # max_body_bytes); FUZZ_ONLY the targets to run.
