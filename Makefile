@@ -41,6 +41,9 @@ SVC_OBJ   := $(SVC_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/lua_svc.o $(BUILD)/gen/sql
 TESTS     := $(TEST_SRC:service/tests/%.c=$(BUILD)/tests/%)
 TEST_HOBJ := $(TEST_HELPERS:%.c=$(BUILD)/%.o)
 
+# The fuzz targets: `make fuzz`, and their seeds replayed by `make test`.
+include service/fuzz/fuzz.mk
+
 .PHONY: all run test unit deps check-includes stack-start stack-stop format check-format loadtest \
         bench faults clean install uninstall
 PROGRAMS  := $(BUILD)/seckilld \
@@ -48,7 +51,7 @@ PROGRAMS  := $(BUILD)/seckilld \
              $(if $(LOAD_SRC),$(BUILD)/seckill-loadtest) \
              $(if $(wildcard loadtest/http_ceiling.c),$(BUILD)/http-ceiling) \
              $(RLOCK_BENCH)
-all: $(PROGRAMS) $(TESTS) $(RLOCK_ALL)
+all: $(PROGRAMS) $(TESTS) $(RLOCK_ALL) $(FUZZ_REPLAY)
 
 $(BUILD)/tools/embed: service/tools/embed.c
 	@mkdir -p $(@D)
@@ -110,6 +113,7 @@ run: deps
 test: deps
 	$(MAKE) all
 	scripts/check-includes.sh
+	$(MAKE) fuzz-replay
 	BUILD=$(BUILD) scripts/run-tests.sh $(TESTS) $(RLOCK_TESTS) $(RLOCK_TEST_SCRIPTS)
 
 # Long runs, never part of `make test`.

@@ -4,6 +4,7 @@
 # Prints one line when everything is already present.
 #
 # Env: VALGRIND=1 also requires valgrind (used by `VALGRIND=1 make test`).
+#      FUZZ=1 also requires clang and its libFuzzer runtime (used by `make fuzz`).
 set -euo pipefail
 
 PROG=deps.sh
@@ -21,6 +22,13 @@ PACKAGES=(
 )
 if [[ ${VALGRIND:-0} == 1 ]]; then
     PACKAGES+=(valgrind)
+fi
+# Only on request: clang and LLVM take some 400 MB, and `make test` replays the
+# fuzz targets' seeds with the normal compiler.  libclang-rt-dev holds
+# libclang_rt.fuzzer (and the sanitizer runtimes); llvm the symbolizer that
+# turns sanitizer reports into file:line.
+if [[ ${FUZZ:-0} == 1 ]]; then
+    PACKAGES+=(clang libclang-rt-dev llvm)
 fi
 # The OpenAPI validator (scripts/openapi/validate.js) runs on Node.js.  Debian's
 # nodejs and npm are required only when the node / npm commands are missing, not

@@ -474,6 +474,10 @@ int validate_rfc3339_ms(const char *s, int64_t *out_ms)
         return -1;
     secs = days_from_civil(year, mon, day) * 86400 + hour * 3600 + min * 60 + sec;
     secs -= (int64_t)sign * (off_h * 3600 + off_m * 60);
+    /* The API shows times in UTC, and RFC 3339 has four-digit years: an
+     * offset must not move the instant out of 0000..9999. */
+    if (secs < days_from_civil(0, 1, 1) * 86400 || secs >= days_from_civil(10000, 1, 1) * 86400)
+        return -1;
     *out_ms = secs * 1000 + ms;
     return 0;
 }

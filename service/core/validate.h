@@ -120,8 +120,10 @@ int validate_bearer(const char *authorization_header,
  * RFC 3339 date-time to Unix epoch milliseconds:
  * YYYY-MM-DDTHH:MM:SS[.fraction](Z|+hh:mm|-hh:mm), 'T' and 'Z' in either
  * case.  The fraction has 1..9 digits and is truncated to milliseconds.
- * Leap seconds (:60) are refused: Unix time has none.  s is NUL-terminated and
- * must be nothing but the timestamp.
+ * Leap seconds (:60) are refused: Unix time has none.  So is an instant
+ * outside the years 0000..9999 in UTC (an offset can move it there), which
+ * the API, showing times in UTC, could not write in RFC 3339.  s is
+ * NUL-terminated and must be nothing but the timestamp.
  */
 int validate_rfc3339_ms(const char *s, int64_t *out_ms) VALIDATE_MUST_CHECK;
 

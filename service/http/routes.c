@@ -8,11 +8,6 @@
 #include "http/handle_order.h"
 #include "http/handle_sku.h"
 
-/* The longest path the router splits, in segments and bytes per segment;
- * anything longer is no route of ours. */
-#define MAX_SEGMENTS 6
-#define MAX_SEGMENT_BYTES 64
-
 /* What every route can answer besides its own. */
 #define ANSWER_405                                                                                 \
     {                                                                                              \
@@ -117,9 +112,15 @@ const struct routes_route routes_table[] = {
 };
 const size_t routes_count = sizeof routes_table / sizeof routes_table[0];
 
-/* Splits path into at most MAX_SEGMENTS segments (empty ones dropped);
+/* One segment of a path: its bytes, inside the path. */
+struct segment {
+    const char *at;
+    size_t len;
+};
+
+/* Splits path into at most ROUTES_MAX_SEGMENTS segments (empty ones dropped);
  * returns the count, or -1 if there are more or one is too long. */
-static int split_path(const char *path, char seg[][MAX_SEGMENT_BYTES])
+static int split_path(const char *path, struct segment seg[ROUTES_MAX_SEGMENTS])
 {
     int n = 0;
     const char *p = path;
@@ -127,10 +128,10 @@ static int split_path(const char *path, char seg[][MAX_SEGMENT_BYTES])
         p++;
     while (*p) {
         size_t len = strcspn(p, "/");
-        if (n == MAX_SEGMENTS || len >= MAX_SEGMENT_BYTES)
+        if (n == ROUTES_MAX_SEGMENTS || len >= ROUTES_SEGMENT_BYTES)
             return -1;
-        memcpy(seg[n], p, len);
-        seg[n][len] = '\0';
+        seg[n].at = p;
+        seg[n].len = len;
         n++;
         p += len;
         while (*p == '/')
@@ -141,8 +142,7 @@ static int split_path(const char *path, char seg[][MAX_SEGMENT_BYTES])
 
 /* Whether the n segments match route t's template; *param gets the index of
  * its "{…}" segment (-1 when it has none). */
-static int path_matches(const struct routes_route *t, char seg[][MAX_SEGMENT_BYTES], int n,
-                        int *param)
+static int path_matches(const struct routes_route *t, const struct segment *seg, int n, int *param)
 {
     const char *p = t->path;
     *param = -1;
@@ -153,18 +153,42 @@ static int path_matches(const struct routes_route *t, char seg[][MAX_SEGMENT_BYT
         size_t len = strcspn(p, "/");
         if (p[0] == '{')
             *param = i;
-        else if (len != strlen(seg[i]) || memcmp(p, seg[i], len) != 0)
+        else if (len != seg[i].len || memcmp(p, seg[i].at, len) != 0)
             return 0;
         p += len;
     }
     return *p == '\0';
 }
 
-static int method_matches(const struct routes_route *t, enum http_method got)
+static int method_matches(const struct routes_route *t, const char *method)
 {
     if (strcmp(t->method, "POST") == 0)
-        return got == HTTP_METHOD_POST;
-    return got == HTTP_METHOD_GET || got == HTTP_METHOD_HEAD;
+        return strcmp(method, "POST") == 0;
+    return strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
+}
+
+enum routes_verdict routes_match(const char *method, const char *path, struct routes_match *m)
+{
+    struct segment seg[ROUTES_MAX_SEGMENTS];
+    int n = method && path ? split_path(path, seg) : -1;
+    const struct routes_route *found = NULL, *same_path = NULL;
+    int param = -1;
+    for (size_t i = 0; n >= 0 && i < routes_count && !found; i++) {
+        int p;
+        if (!path_matches(&routes_table[i], seg, n, &p))
+            continue;
+        if (!same_path)
+            same_path = &routes_table[i];
+        if (method_matches(&routes_table[i], method))
+            found = &routes_table[i], param = p;
+    }
+    *m = (struct routes_match){
+        .route = found ? found : same_path,
+        .admin_area = n >= 1 && seg[0].len == 5 && memcmp(seg[0].at, "admin", 5) == 0,
+    };
+    if (found && param >= 0)
+        m->param = seg[param].at, m->param_len = seg[param].len;
+    return found ? ROUTES_FOUND : same_path ? ROUTES_WRONG_METHOD : ROUTES_NO_ROUTE;
 }
 
 /* 405 for a path we serve with another method. */
@@ -186,37 +210,24 @@ static int admin_ok(struct http_req *r)
 
 void routes_dispatch(struct http_req *r)
 {
-    const char *path = http_path(r);
-    char seg[MAX_SEGMENTS][MAX_SEGMENT_BYTES];
-    int n = split_path(path, seg);
-    enum http_method method = http_method(r);
-    const struct routes_route *found = NULL, *same_path = NULL;
-    int param = -1;
-    for (size_t i = 0; n >= 0 && i < routes_count && !found; i++) {
-        int p;
-        if (!path_matches(&routes_table[i], seg, n, &p))
-            continue;
-        if (!same_path)
-            same_path = &routes_table[i];
-        if (method_matches(&routes_table[i], method))
-            found = &routes_table[i], param = p;
-    }
-    const struct routes_route *t = found ? found : same_path;
+    struct routes_match m;
+    enum routes_verdict v = routes_match(http_method_name(http_method(r)), http_path(r), &m);
+    const struct routes_route *t = m.route;
     r->answers = t ? t->answers : routes_unrouted_answers;
     r->route = t ? t->label : NULL;
     /* The admin area asks for the token before it says what exists. */
-    if (n >= 1 && strcmp(seg[0], "admin") == 0 && !admin_ok(r))
+    if (m.admin_area && !admin_ok(r))
         return;
-    if (!t) {
+    if (v == ROUTES_NO_ROUTE) {
         http_reply_error(r, 404, "not_found", NULL);
         return;
     }
-    if (!found) {
+    if (v == ROUTES_WRONG_METHOD) {
         method_not_allowed(r, t);
         return;
     }
     int64_t id = 0;
-    if (param >= 0 && validate_id_segment(seg[param], strlen(seg[param]), &id) != 0) {
+    if (m.param && validate_id_segment(m.param, m.param_len, &id) != 0) {
         char d[96];
         const char *name = strchr(t->path, '{') + 1;
         snprintf(d, sizeof d, "%.*s must be an integer between 1 and 2^63-1",
@@ -224,5 +235,5 @@ void routes_dispatch(struct http_req *r)
         http_reply_error(r, 400, "invalid_request", d);
         return;
     }
-    found->handle(r, id);
+    t->handle(r, id);
 }

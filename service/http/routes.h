@@ -39,6 +39,36 @@ extern const size_t routes_count;
 /* What the router answers when no route's path matches. */
 extern const struct http_answer routes_unrouted_answers[];
 
+/* The longest path the router splits: more segments, or a segment of
+ * ROUTES_SEGMENT_BYTES or more, is no route of ours. */
+#define ROUTES_MAX_SEGMENTS 6
+#define ROUTES_SEGMENT_BYTES 64
+
+enum routes_verdict {
+    ROUTES_FOUND,        /* a route has this path and method */
+    ROUTES_WRONG_METHOD, /* a route has this path, none this method: 405 */
+    ROUTES_NO_ROUTE,     /* no route has this path: 404 */
+};
+
+/* Where a request goes, as routes_match found it. */
+struct routes_match {
+    const struct routes_route *route; /* FOUND: the route; WRONG_METHOD: the first route of
+                                         the path (for Allow); NO_ROUTE: NULL */
+    const char *param;                /* FOUND with a "{…}" segment: its bytes, inside
+                                         'path'; otherwise NULL */
+    size_t param_len;                 /* 1..ROUTES_SEGMENT_BYTES-1 when param is set */
+    int admin_area;                   /* the path's first segment is "admin" */
+};
+
+/*
+ * Matches a method name ("GET", "HEAD", "POST", ...; case-sensitive as in RFC
+ * 9110) and a path ("/api/v1/skus/42"; empty segments are ignored) against the
+ * route table, in table order.  HEAD takes GET's routes.  Pure: no I/O, safe
+ * from any thread; NULL method or path match nothing.  Always fills *m; the
+ * param points into 'path' and lives as long as it does.
+ */
+enum routes_verdict routes_match(const char *method, const char *path, struct routes_match *m);
+
 /* The dispatch function of the server (http_server_start). */
 void routes_dispatch(struct http_req *r);
 

@@ -1,6 +1,8 @@
 /* validate: pure unit tests, no services needed. */
 #include "core/validate.h"
 
+#include "core/timefmt.h"
+
 #include <check.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -452,6 +454,49 @@ START_TEST(test_rfc3339_invalid)
 }
 END_TEST
 
+/* s is accepted and shown (timefmt_rfc3339, as the API answers it) as want. */
+static void ts_shown(const char *s, const char *want)
+{
+    int64_t ms = 0, again = 0;
+    char shown[40];
+
+    ck_assert_msg(validate_rfc3339_ms(s, &ms) == 0, "refused '%s'", s);
+    timefmt_rfc3339(ms, shown, sizeof shown);
+    ck_assert_msg(strcmp(shown, want) == 0, "'%s' shown as '%s', want '%s'", s, shown, want);
+    ck_assert_msg(validate_rfc3339_ms(shown, &again) == 0 && again == ms,
+                  "'%s' shown as '%s', which is not the same instant", s, shown);
+}
+
+/* Found by fuzz_sku_body and fuzz_header_values: before 1970 a fraction was
+ * shown as "1012-03-01T00:00:00.-877Z", a wrong instant in no valid format. */
+START_TEST(test_rfc3339_accepted_times_are_shown_as_the_same_instant)
+{
+    ts_shown("1969-12-31T23:59:59.999Z", "1969-12-31T23:59:59.999Z");
+    ts_shown("1012-02-29t23:59:59.1234567z", "1012-02-29T23:59:59.123Z");
+    ts_shown("0224-02-29T23:59:59.999999999+14:00", "0224-02-29T09:59:59.999Z");
+    ts_shown("0000-01-01T00:00:00.5Z", "0000-01-01T00:00:00.500Z");
+    ts_shown("0000-01-01T00:01:00+00:01", "0000-01-01T00:00:00.000Z");
+    ts_shown("9999-12-31T23:59:59.999Z", "9999-12-31T23:59:59.999Z");
+    ts_shown("9999-12-31T23:58:59-00:01", "9999-12-31T23:59:59.000Z");
+    ts_shown("1970-01-01T00:00:00.001-00:00", "1970-01-01T00:00:00.001Z");
+    ts_shown("2030-01-01T10:30:00.5+01:00", "2030-01-01T09:30:00.500Z");
+}
+END_TEST
+
+/* RFC 3339 years have four digits: an offset that moves the instant out of
+ * 0000..9999 in UTC makes a time the API could not show. */
+START_TEST(test_rfc3339_refuses_instants_outside_years_0000_to_9999)
+{
+    int64_t v = -7;
+
+    ck_assert_int_eq(validate_rfc3339_ms("0000-01-01T00:00:00+00:01", &v), -1);
+    ck_assert_int_eq(validate_rfc3339_ms("0000-01-01T23:58:59.999+23:59", &v), -1);
+    ck_assert_int_eq(validate_rfc3339_ms("9999-12-31T23:59:00-00:01", &v), -1);
+    ck_assert_int_eq(validate_rfc3339_ms("9999-12-31T00:01:00-23:59", &v), -1);
+    ck_assert_int_eq(v, -7);
+}
+END_TEST
+
 /* ---- SKU body ---- */
 
 static struct validate_sku sku;
@@ -749,6 +794,8 @@ static Suite *validate_suite(void)
     tcase_add_test(tc, test_json_content_type);
     tcase_add_test(tc, test_rfc3339_values);
     tcase_add_test(tc, test_rfc3339_invalid);
+    tcase_add_test(tc, test_rfc3339_accepted_times_are_shown_as_the_same_instant);
+    tcase_add_test(tc, test_rfc3339_refuses_instants_outside_years_0000_to_9999);
     tcase_add_test(tc, test_sku_valid);
     tcase_add_test(tc, test_sku_name_rules);
     tcase_add_test(tc, test_sku_numbers);

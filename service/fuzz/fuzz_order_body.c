@@ -1,0 +1,47 @@
+/*
+ * Fuzz target: the order body, validate_order_body(), as handle_order_place
+ * calls it, under the smallest, the default and the largest max_qty the
+ * settings allow.
+ *
+ * Properties: an accepted order has user_id >= 1 and qty in 1..max_qty; what
+ * a smaller max_qty accepts a larger one accepts the same; an accepted order
+ * written out plainly is accepted again as the same order; a refusal leaves
+ * the outputs alone and says why in printable ASCII.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+
+#include "core/validate.h"
+#include "fuzz/fuzz.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static const int64_t max_qtys[] = {1, 1000, 1000000}; /* cfg: min, default, max */
+    int accepted_before = 0;
+    int64_t user_before = 0, qty_before = 0;
+
+    for (size_t i = 0; i < sizeof max_qtys / sizeof max_qtys[0]; i++) {
+        int64_t user = -1, qty = -1;
+        char detail[160]; /* the handler's size */
+        int rc = validate_order_body((const char *)data, size, max_qtys[i], &user, &qty, detail,
+                                     sizeof detail);
+
+        if (rc != 0) {
+            FUZZ_CHECK(rc == -1 && user == -1 && qty == -1);
+            FUZZ_CHECK(!accepted_before);
+            fuzz_check_detail(detail, sizeof detail);
+            continue;
+        }
+        FUZZ_CHECK(user >= 1 && qty >= 1 && qty <= max_qtys[i]);
+        FUZZ_CHECK(!accepted_before || (user == user_before && qty == qty_before));
+
+        char plain[96];
+        int n = snprintf(plain, sizeof plain, "{\"user_id\":%" PRId64 ",\"qty\":%" PRId64 "}", user,
+                         qty);
+        int64_t user2 = -1, qty2 = -1;
+        FUZZ_CHECK(validate_order_body(plain, (size_t)n, max_qtys[i], &user2, &qty2, NULL, 0) == 0);
+        FUZZ_CHECK(user2 == user && qty2 == qty);
+        accepted_before = 1, user_before = user, qty_before = qty;
+    }
+    return 0;
+}
