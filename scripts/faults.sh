@@ -355,7 +355,7 @@ sales_continue() {
 # pending_of PID SKU: stream entries the consumers of daemon PID still hold
 # (stream and group names: service/keys.c, docs/ARCHITECTURE.md).
 pending_of() {
-    redis-cli -h 127.0.0.1 -p "$SE_REDIS_PORT" XPENDING "seckill:{sku:$2}:orders" writers 2>/dev/null |
+    se_redis_admin "$STACK_DIR" "$SE_REDIS_PORT" XPENDING "seckill:{sku:$2}:orders" writers 2>/dev/null |
         awk -v pid="-$1-" 'found { print; exit } index($0, pid) { found = 1 } END { if (!found) print 0 }'
 }
 
