@@ -4,8 +4,10 @@
 #
 # Env in: BUILD (default build), SECKILL_REDIS_PORT (6380), SECKILL_PG_PORT
 #         (5433), SECKILL_HTTP_ADDR (127.0.0.1:8080), SECKILL_ADMIN_TOKEN
-#         (default: var/admin-token, generated on first use); any other
-#         SECKILL_* setting is passed through to the daemon.
+#         (default: var/admin-token, generated on first use and passed as
+#         SECKILL_ADMIN_TOKEN_FILE); any other SECKILL_* setting is passed
+#         through to the daemon.  Secrets go by environment or file, never
+#         as flags (they would show in ps).
 set -euo pipefail
 
 PROG=run.sh
@@ -92,10 +94,13 @@ source "$VAR/env"
 say "migrating: $DAEMON migrate"
 "$DAEMON" migrate || die "'$DAEMON migrate' failed"
 
-# ---- admin token
+# ---- admin token (at least 32 bytes; the daemon refuses a shorter one).
+# The daemon reads it from the file (SECKILL_ADMIN_TOKEN_FILE), never from a
+# flag; this script keeps a copy, unexported, for its own admin requests.
 TOKEN_FILE=$VAR/admin-token
 if [[ -n ${SECKILL_ADMIN_TOKEN+set} ]]; then
     TOKEN_FROM=environment
+    export SECKILL_ADMIN_TOKEN
 else
     if [[ ! -s $TOKEN_FILE ]]; then
         (
@@ -108,9 +113,10 @@ else
     chmod 600 "$TOKEN_FILE"
     SECKILL_ADMIN_TOKEN=$(tr -d ' \r\n' <"$TOKEN_FILE")
     [[ -n $SECKILL_ADMIN_TOKEN ]] || die "$TOKEN_FILE is empty; delete it to regenerate"
+    ((${#SECKILL_ADMIN_TOKEN} >= 32)) || die "$TOKEN_FILE holds fewer than 32 bytes; delete it to regenerate"
+    export SECKILL_ADMIN_TOKEN_FILE=$TOKEN_FILE
     TOKEN_FROM=$TOKEN_FILE
 fi
-export SECKILL_ADMIN_TOKEN
 
 # ---- daemon
 export SECKILL_HTTP_ADDR=${SECKILL_HTTP_ADDR:-127.0.0.1:8080}
