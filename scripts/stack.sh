@@ -137,6 +137,8 @@ PG_ROLE=seckill
 R_PW_FILE=$DIR/redis-password
 R_ADMIN_PW_FILE=$DIR/redis-admin-password
 R_SVC_USER=seckill
+R_PW_BYTES=32
+PG_PW_BYTES=16
 R_ADMIN_USER=seckill-admin
 
 IS_ROOT=0
@@ -209,20 +211,21 @@ fix_traversal() {
     done
 }
 
-# ensure_password FILE: FILE holds 64 random hex digits (mode 600), made if
-# missing; prints them.
+# ensure_password FILE NBYTES: FILE holds NBYTES random bytes in hex (mode
+# 600), made if missing; prints them.
 ensure_password() {
-    local file=$1 pw
+    local file=$1 nbytes=$2 pw
     if [[ ! -s $file ]]; then
         (
             umask 077
-            random_hex 32 >"$file.tmp"
+            random_hex "$nbytes" >"$file.tmp"
             mv -f "$file.tmp" "$file"
         )
     fi
     chmod 600 "$file"
     pw=$(tr -dc '0-9a-f' <"$file")
-    [[ ${#pw} -eq 64 ]] || die "$file does not hold a 64-hex-digit password; delete it to regenerate"
+    [[ ${#pw} -eq $((2 * nbytes)) ]] ||
+        die "$file does not hold a $((2 * nbytes))-hex-digit password; delete it to regenerate"
     printf '%s\n' "$pw"
 }
 
@@ -325,8 +328,8 @@ redis_start() {
         exit 3
     fi
     local svc_pw admin_pw r_user
-    svc_pw=$(ensure_password "$R_PW_FILE")
-    admin_pw=$(ensure_password "$R_ADMIN_PW_FILE")
+    svc_pw=$(ensure_password "$R_PW_FILE" "$R_PW_BYTES")
+    admin_pw=$(ensure_password "$R_ADMIN_PW_FILE" "$R_PW_BYTES")
     mkdir -p "$R_DIR"
     chmod 700 "$R_DIR"
     if ((IS_ROOT)); then
@@ -471,16 +474,7 @@ pg_up() {
 
 pg_initdb() {
     local tmp=$PG_DIR/data.init pw
-    if [[ ! -s $PG_PWFILE ]]; then
-        (
-            umask 077
-            random_hex 16 >"$PG_PWFILE.tmp"
-            mv -f "$PG_PWFILE.tmp" "$PG_PWFILE"
-        )
-    fi
-    chmod 600 "$PG_PWFILE"
-    pw=$(tr -dc '0-9a-f' <"$PG_PWFILE")
-    [[ ${#pw} -eq 32 ]] || die "$PG_PWFILE does not hold a 32-hex-digit password"
+    pw=$(ensure_password "$PG_PWFILE" "$PG_PW_BYTES")
     rm -rf "$tmp"
     # The password file for initdb must be readable by the cluster user.
     local initpw=$PG_DIR/.initdb-pw
@@ -612,7 +606,7 @@ pg_stop() {
 write_client_files() {
     local rport=$1 pport=$2 pw rpw
     pw=$(tr -dc '0-9a-f' <"$PG_PWFILE")
-    rpw=$(ensure_password "$R_PW_FILE")
+    rpw=$(ensure_password "$R_PW_FILE" "$R_PW_BYTES")
     printf '127.0.0.1:%s:*:%s:%s\nlocalhost:%s:*:%s:%s\n' \
         "$pport" "$PG_ROLE" "$pw" "$pport" "$PG_ROLE" "$pw" | write_file "$PGPASS" 600
     {

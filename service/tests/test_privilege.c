@@ -37,10 +37,10 @@ START_TEST(test_service_user_is_refused_admin_commands)
 {
     redisContext *r = th_redis();
     static const char *const refused[] = {
-        "FLUSHALL",   "FLUSHDB",           "CONFIG GET *", "CONFIG SET maxmemory 1", "KEYS *",
-        "DEBUG SLEEP 0", "SHUTDOWN NOSAVE", "REPLICAOF 127.0.0.1 1", "SLAVEOF NO ONE",
-        "MODULE LIST", "ACL WHOAMI", "ACL SETUSER x on", "SCRIPT FLUSH", "CLIENT LIST",
-        "SWAPDB 0 1",  "MONITOR",
+        "FLUSHALL",       "FLUSHDB",       "CONFIG GET *",    "CONFIG SET maxmemory 1",
+        "KEYS *",         "DEBUG SLEEP 0", "SHUTDOWN NOSAVE", "REPLICAOF 127.0.0.1 1",
+        "SLAVEOF NO ONE", "MODULE LIST",   "ACL WHOAMI",      "ACL SETUSER x on",
+        "SCRIPT FLUSH",   "CLIENT LIST",   "SWAPDB 0 1",      "MONITOR",
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
         assert_noperm(redisCommand(r, refused[i]), refused[i]);
@@ -90,41 +90,27 @@ START_TEST(test_default_user_cannot_authenticate)
 }
 END_TEST
 
-/* The real uid of process pid, from /proc/PID/status. */
-static long proc_uid(long pid)
+/* The first number of line "<field>:" of /proc/PID/status (Uid: the real uid). */
+static long proc_status(long pid, const char *field)
 {
-    char path[64], line[256];
+    char path[64], line[256], fmt[32];
     snprintf(path, sizeof path, "/proc/%ld/status", pid);
+    snprintf(fmt, sizeof fmt, "%s: %%ld", field);
     FILE *f = fopen(path, "r");
     ck_assert_msg(f != NULL, "cannot read %s: %s", path, strerror(errno));
-    long uid = -1;
+    long v = -1;
     while (fgets(line, sizeof line, f))
-        if (sscanf(line, "Uid: %ld", &uid) == 1)
+        if (sscanf(line, fmt, &v) == 1)
             break;
     fclose(f);
-    ck_assert_msg(uid >= 0, "no Uid line in %s", path);
-    return uid;
-}
-
-/* The parent of process pid, from /proc/PID/status. */
-static long proc_ppid(long pid)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%ld/status", pid);
-    FILE *f = fopen(path, "r");
-    ck_assert(f != NULL);
-    long ppid = -1;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "PPid: %ld", &ppid) == 1)
-            break;
-    fclose(f);
-    return ppid;
+    ck_assert_msg(v >= 0, "no %s line in %s", field, path);
+    return v;
 }
 
 /* As root the servers run as another user; as anyone else, as that user. */
 static void assert_not_root(long pid, const char *what)
 {
-    long uid = proc_uid(pid);
+    long uid = proc_status(pid, "Uid");
     if (getuid() == 0)
         ck_assert_msg(uid != 0, "%s (pid %ld) runs as root", what, pid);
     else
@@ -147,7 +133,7 @@ START_TEST(test_redis_and_postgres_do_not_run_as_root)
     long backend = th_pg_int(c, "SELECT pg_backend_pid()");
     PQfinish(c);
     assert_not_root(backend, "a PostgreSQL backend");
-    assert_not_root(proc_ppid(backend), "the postmaster");
+    assert_not_root(proc_status(backend, "PPid"), "the postmaster");
 }
 END_TEST
 

@@ -42,8 +42,7 @@ static int decode(const char *src, size_t n, char *out, size_t cap)
 }
 
 /* Splits userinfo[0..n) at its first ':' into u->user and u->password. */
-static int parse_userinfo(const char *info, size_t n, struct rlock_url *u, char *err,
-                          size_t errlen)
+static int parse_userinfo(const char *info, size_t n, struct rlock_url *u, char *err, size_t errlen)
 {
     const char *colon = memchr(info, ':', n);
     if (!colon) {
@@ -54,7 +53,8 @@ static int parse_userinfo(const char *info, size_t n, struct rlock_url *u, char 
     }
     size_t ul = (size_t)(colon - info);
     if (decode(info, ul, u->user, sizeof u->user) != 0) {
-        snprintf(err, errlen, "redis URL: bad user name (a bad %%-escape, or longer than %zu bytes)",
+        snprintf(err, errlen,
+                 "redis URL: bad user name (a bad %%-escape, or longer than %zu bytes)",
                  sizeof u->user - 1);
         return -1;
     }
@@ -197,8 +197,8 @@ redisContext *rlock_url_connect(const struct rlock_url *u, int connect_timeout_m
     return c;
 }
 
-int rlock_url_handshake_async(redisAsyncContext *ac, const struct rlock_url *u,
-                              redisCallbackFn *fn, void *privdata)
+int rlock_url_handshake_async(redisAsyncContext *ac, const struct rlock_url *u, redisCallbackFn *fn,
+                              void *privdata)
 {
     const char *auth[3];
     int n = auth_argv(u, auth);

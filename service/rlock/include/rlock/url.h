@@ -33,7 +33,8 @@ struct rlock_url {
 
 /* Parses url into u.  Returns 0, or -1 with a message in err (which names
  * what is wrong, never the password) and u zeroed. */
-int rlock_url_parse(const char *url, struct rlock_url *u, char *err, size_t errlen) RLOCK_MUST_CHECK;
+int rlock_url_parse(const char *url, struct rlock_url *u, char *err,
+                    size_t errlen) RLOCK_MUST_CHECK;
 
 /* Sends AUTH (when u has a password) and SELECT (when u->db != 0) on a fresh
  * connection.  Returns 0, or -1 with err set (the server's refusal, e.g.
@@ -51,7 +52,7 @@ redisContext *rlock_url_connect(const struct rlock_url *u, int connect_timeout_m
  * before any other command, so they run first.  fn gets each reply (an error
  * reply when refused; NULL when the connection went), may be NULL.  Returns 0,
  * or -1 when hiredis refused to queue (the connection is unusable). */
-int rlock_url_handshake_async(redisAsyncContext *ac, const struct rlock_url *u,
-                              redisCallbackFn *fn, void *privdata) RLOCK_MUST_CHECK;
+int rlock_url_handshake_async(redisAsyncContext *ac, const struct rlock_url *u, redisCallbackFn *fn,
+                              void *privdata) RLOCK_MUST_CHECK;
 
 #endif
