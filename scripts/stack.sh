@@ -299,7 +299,12 @@ redis_acl_rules() {
     svc_hash=$(printf '%s' "$1" | sha256sum | cut -d' ' -f1)
     admin_hash=$(printf '%s' "$2" | sha256sum | cut -d' ' -f1)
     printf -v cmds ' +%s' "${R_SVC_COMMANDS[@]}"
-    printf 'user default off resetpass resetkeys resetchannels -@all\n'
+    # Nobody can log in as the default user (off, no password), but it keeps
+    # every right: Redis 7.0 replays the AOF as that user and re-checks the
+    # ACL at each EXEC, so a default user without rights would silently drop
+    # every script's writes (MULTI/EXEC in the AOF) on a restart (redis
+    # #14541, valkey #3983).
+    printf 'user default off resetpass ~* &* +@all\n'
     printf 'user %s on #%s resetkeys %s resetchannels %s -@all%s\n' \
         "$R_SVC_USER" "$svc_hash" "$R_SVC_KEYS" "$R_SVC_CHANNELS" "$cmds"
     printf 'user %s on #%s ~* &* +@all\n' "$R_ADMIN_USER" "$admin_hash"

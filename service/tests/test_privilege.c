@@ -90,6 +90,33 @@ START_TEST(test_default_user_cannot_authenticate)
 }
 END_TEST
 
+/* Redis 7.0 replays the AOF as the default user and re-checks the ACL at each
+ * EXEC: with a default user without rights, a restart would silently drop
+ * what scripts wrote (their effects are in the AOF as MULTI/EXEC). */
+START_TEST(test_script_writes_survive_an_aof_reload)
+{
+    redisContext *r = th_redis();
+    redisReply *w = redisCommand(r, "EVAL %s 2 %s %s",
+                                 "redis.call('SET', KEYS[1], 'a') redis.call('SET', KEYS[2], 'b')",
+                                 "seckill:test:aof:1", "seckill:test:aof:2");
+    ck_assert_msg(w && w->type != REDIS_REPLY_ERROR, "script refused: %s", w ? w->str : "");
+    freeReplyObject(w);
+    redisContext *admin = th_redis_admin();
+    redisReply *reload = redisCommand(admin, "DEBUG LOADAOF");
+    ck_assert_msg(reload && reload->type == REDIS_REPLY_STATUS, "DEBUG LOADAOF: %s",
+                  reload ? reload->str : admin->errstr);
+    freeReplyObject(reload);
+    redisFree(admin);
+    redisFree(r);
+    r = th_redis();
+    redisReply *n = redisCommand(r, "EXISTS seckill:test:aof:1 seckill:test:aof:2");
+    ck_assert(n && n->type == REDIS_REPLY_INTEGER);
+    ck_assert_msg(n->integer == 2, "the AOF reload lost a script's writes");
+    freeReplyObject(n);
+    redisFree(r);
+}
+END_TEST
+
 /* The first number of line "<field>:" of /proc/PID/status (Uid: the real uid). */
 static long proc_status(long pid, const char *field)
 {
@@ -283,6 +310,7 @@ int main(void)
     tcase_add_test(tc, test_service_user_is_refused_admin_commands);
     tcase_add_test(tc, test_service_user_is_refused_keys_and_channels_outside_its_patterns);
     tcase_add_test(tc, test_default_user_cannot_authenticate);
+    tcase_add_test(tc, test_script_writes_survive_an_aof_reload);
     tcase_add_test(tc, test_redis_and_postgres_do_not_run_as_root);
     tcase_add_test(tc, test_user_name_in_redis_url_is_used);
     tcase_add_test(tc, test_daemon_refuses_a_wrong_redis_password);
