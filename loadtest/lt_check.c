@@ -230,7 +230,7 @@ static int connect_all(struct ctx *c)
     memset(&c->redis, 0, sizeof c->redis);
     c->redis.connect_timeout_ms = REDIS_TIMEOUT_MS;
     c->redis.timeout_ms = REDIS_TIMEOUT_MS;
-    if (redis_parse_url(c->o->redis_url, &c->redis.target, c->err, c->errlen) != 0)
+    if (rlock_url_parse(c->o->redis_url, &c->redis.target, c->err, c->errlen) != 0)
         return -1;
     if (!redis_conn_get(&c->redis)) {
         snprintf(c->err, c->errlen, "cannot connect to Redis at %s:%d", c->redis.target.host,

@@ -591,7 +591,7 @@ static int setup(struct lt_load *ld, char *err, size_t errlen)
         ld->redis.connect_timeout_ms = REDIS_TIMEOUT_MS;
         ld->redis.timeout_ms = REDIS_TIMEOUT_MS;
         char rerr[160];
-        ld->have_redis = redis_parse_url(o->redis_url, &ld->redis.target, rerr, sizeof rerr) == 0;
+        ld->have_redis = rlock_url_parse(o->redis_url, &ld->redis.target, rerr, sizeof rerr) == 0;
         keys_sku(ld->stream_key, ld->sku, KEY_STREAM);
     }
     return 0;

@@ -288,9 +288,9 @@ static int parse_url(struct lt_target *t, char *err, size_t errlen)
 /* The database and Redis must be on this machine too. */
 static int check_backends(const struct lt_opts *o, char *err, size_t errlen)
 {
-    struct redis_target t;
+    struct rlock_url t;
     char rerr[160];
-    if (redis_parse_url(o->redis_url, &t, rerr, sizeof rerr) != 0) {
+    if (rlock_url_parse(o->redis_url, &t, rerr, sizeof rerr) != 0) {
         snprintf(err, errlen, "--redis-url: %s", rerr);
         return -1;
     }

@@ -220,10 +220,11 @@ forget_daemon() {
 }
 
 admin() { # admin METHOD URL [JSON]: prints the body, then the status on its own line
-    local args=(-sS --max-time "$ADMIN_MAX_TIME_S" -X "$1" -H "Authorization: Bearer $SECKILL_ADMIN_TOKEN"
-        -w '\n%{http_code}')
+    # The token reaches curl on stdin, not in its arguments (ps shows those).
+    local args=(-sS --max-time "$ADMIN_MAX_TIME_S" -X "$1" -H @- -w '\n%{http_code}')
     [[ -n ${3:-} ]] && args+=(-H 'Content-Type: application/json' -d "$3")
-    curl "${args[@]}" "$2" 2>/dev/null || printf '\n000'
+    printf 'Authorization: Bearer %s\n' "$SECKILL_ADMIN_TOKEN" |
+        curl "${args[@]}" "$2" 2>/dev/null || printf '\n000'
 }
 
 # create_sku URL ID STOCK LIMIT
@@ -357,7 +358,7 @@ sales_continue() {
 # pending_of PID SKU: stream entries the consumers of daemon PID still hold
 # (stream and group names: service/keys.c, docs/ARCHITECTURE.md).
 pending_of() {
-    redis-cli -h 127.0.0.1 -p "$SE_REDIS_PORT" XPENDING "seckill:{sku:$2}:orders" writers 2>/dev/null |
+    se_redis_admin "$STACK_DIR" "$SE_REDIS_PORT" XPENDING "seckill:{sku:$2}:orders" writers 2>/dev/null |
         awk -v pid="-$1-" 'found { print; exit } index($0, pid) { found = 1 } END { if (!found) print 0 }'
 }
 

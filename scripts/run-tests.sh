@@ -10,7 +10,9 @@
 # Env in:  BUILD (default build), VALGRIND=1, KEEP_TEST_STACK=1,
 #          CK_DEFAULT_TIMEOUT (default 120), CK_VERBOSITY (default normal),
 #          SECKILL_TEST_TIMEOUT (per binary, seconds, default 900).
-# Env out (for the tests): SECKILL_TEST_REDIS_URL, SECKILL_TEST_PG_DSN,
+# Env out (for the tests): SECKILL_TEST_REDIS_URL (the service's ACL user),
+#          SECKILL_TEST_REDIS_ADMIN_URL (the admin user), SECKILL_TEST_STACK_DIR,
+#          SECKILL_TEST_PG_DSN,
 #          SECKILL_TEST_REDIS_PORT, SECKILL_TEST_PG_PORT, SECKILL_TEST_DAEMON,
 #          SECKILL_TEST_ROOT, SECKILL_REDIS_URL, SECKILL_PG_DSN, PGPASSFILE.
 set -euo pipefail
@@ -96,7 +98,14 @@ source "$TEST_DIR/env"
 say "migrating: $DAEMON migrate"
 "$DAEMON" migrate || die "'$DAEMON migrate' failed (exit $?)"
 
+# The code under test connects as the service's ACL user; what a test does
+# to Redis itself (FLUSHALL between tests, SCRIPT FLUSH, CLIENT KILL) and the
+# lock library's own tests use the admin user.
 export SECKILL_TEST_REDIS_URL=$SECKILL_REDIS_URL
+SECKILL_TEST_REDIS_ADMIN_URL=$(se_redis_admin_url "$TEST_DIR" "$SECKILL_REDIS_PORT") ||
+    die "cannot read the test stack's Redis admin password"
+export SECKILL_TEST_REDIS_ADMIN_URL
+export SECKILL_TEST_STACK_DIR=$TEST_DIR
 export SECKILL_TEST_PG_DSN=$SECKILL_PG_DSN
 export SECKILL_TEST_REDIS_PORT=$SECKILL_REDIS_PORT
 export SECKILL_TEST_PG_PORT=$SECKILL_PG_PORT

@@ -4,9 +4,11 @@
 #
 # Env in: BUILD (default build), SECKILL_REDIS_PORT (6380), SECKILL_PG_PORT
 #         (5433), SECKILL_HTTP_ADDR (127.0.0.1:8080), SECKILL_ADMIN_TOKEN
-#         (default: var/admin-token, generated on first use),
-#         SECKILL_BUYER_TOKEN_SECRET (default: var/buyer-secret, likewise);
-#         any other SECKILL_* setting is passed through to the daemon.
+#         (default: var/admin-token, generated on first use and passed as
+#         SECKILL_ADMIN_TOKEN_FILE), SECKILL_BUYER_TOKEN_SECRET (default:
+#         var/buyer-secret, likewise generated); any other SECKILL_* setting
+#         is passed through to the daemon.  Secrets go by environment or
+#         file, never as flags (they would show in ps).
 set -euo pipefail
 
 PROG=run.sh
@@ -103,16 +105,20 @@ secret_file() {
     se_secret_file "$1"
 }
 
-# ---- admin token
+# ---- admin token (at least 32 bytes; the daemon refuses a shorter one).
+# The daemon reads it from the file (SECKILL_ADMIN_TOKEN_FILE), never from a
+# flag; this script keeps a copy, unexported, for its own admin requests.
 TOKEN_FILE=$VAR/admin-token
 if [[ -n ${SECKILL_ADMIN_TOKEN+set} ]]; then
     TOKEN_FROM=environment
+    export SECKILL_ADMIN_TOKEN
 else
     SECKILL_ADMIN_TOKEN=$(secret_file "$TOKEN_FILE" "admin token")
     [[ -n $SECKILL_ADMIN_TOKEN ]] || die "$TOKEN_FILE is empty; delete it to regenerate"
+    ((${#SECKILL_ADMIN_TOKEN} >= 32)) || die "$TOKEN_FILE holds fewer than 32 bytes; delete it to regenerate"
+    export SECKILL_ADMIN_TOKEN_FILE=$TOKEN_FILE
     TOKEN_FROM=$TOKEN_FILE
 fi
-export SECKILL_ADMIN_TOKEN
 
 # ---- buyer token secret: the daemon verifies buyers' tokens with it,
 # seckillctl token signs them (both read it from the environment).

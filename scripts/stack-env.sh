@@ -74,3 +74,22 @@ se_secret_file() {
     chmod 600 "$file"
     tr -d ' \r\n' <"$file"
 }
+
+# se_redis_admin_url DIR PORT: the stack's Redis as its admin ACL user
+# (FLUSHALL, SCRIPT FLUSH, CLIENT KILL: what tests and scripts do to Redis,
+# never the service, whose DIR/env URL names the restricted user).
+se_redis_admin_url() {
+    local pw
+    pw=$(tr -dc '0-9a-f' <"$1/redis-admin-password") || return 1
+    [[ -n $pw ]] || return 1
+    printf 'redis://seckill-admin:%s@127.0.0.1:%s/0\n' "$pw" "$2"
+}
+
+# se_redis_admin DIR PORT ARGS...: redis-cli as that admin user (the password
+# through the environment, never on the command line).
+se_redis_admin() {
+    local dir=$1 port=$2 pw
+    shift 2
+    pw=$(tr -dc '0-9a-f' <"$dir/redis-admin-password") || return 1
+    REDISCLI_AUTH=$pw redis-cli --user seckill-admin -h 127.0.0.1 -p "$port" "$@"
+}

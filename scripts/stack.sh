@@ -8,14 +8,24 @@
 # start reads SECKILL_REDIS_PORT (default 6380) and SECKILL_PG_PORT (default
 # 5433).  stop/status use the ports recorded in DIR's generated configs.
 #
+# Neither server runs as root: as root, PostgreSQL runs as 'postgres' and Redis
+# as 'redis' (Debian's package users), else as a 'seckill' system user created
+# here; as anyone else, as that user.  Redis has no default user: the service
+# authenticates as the ACL user 'seckill' (its keys, channels and commands
+# only), this script and the tests' resets as 'seckill-admin'.
+#
 # Layout of DIR:
-#   redis/        redis.conf, redis.pid, redis.log, AOF files
+#   redis/        redis.conf (ACL users, password hashes), redis.pid, redis.log,
+#                 AOF files; owned by the Redis OS user
+#   redis-password        password of ACL user seckill (mode 600)
+#   redis-admin-password  password of ACL user seckill-admin (mode 600)
 #   pg/data/      PGDATA (seckill.conf there holds our settings)
 #   pg/run/       unix socket directory
 #   pg.log        server log (pg_ctl -l)
 #   pg-password   superuser password of role seckill (mode 600)
 #   pgpass        libpq password file (mode 600)
-#   env           `export` lines to source
+#   env           `export` lines to source (mode 600: the Redis URL holds the
+#                 service user's password)
 #
 # Exit codes: 0 ok, 1 failure, 2 usage, 3 a port is already taken by
 # something else (callers may retry with other ports).
@@ -124,6 +134,12 @@ PGPASS=$DIR/pgpass
 ENV_FILE=$DIR/env
 PG_DB=seckill
 PG_ROLE=seckill
+R_PW_FILE=$DIR/redis-password
+R_ADMIN_PW_FILE=$DIR/redis-admin-password
+R_SVC_USER=seckill
+R_PW_BYTES=32
+PG_PW_BYTES=16
+R_ADMIN_USER=seckill-admin
 
 IS_ROOT=0
 [[ $(id -u) -eq 0 ]] && IS_ROOT=1
@@ -134,6 +150,84 @@ if command -v flock >/dev/null 2>&1; then
     exec 9>>"$DIR/.stack.lock"
     flock -w "$LOCK_WAIT" 9 || die "could not lock $DIR/.stack.lock within ${LOCK_WAIT}s (another stack.sh running?)"
 fi
+
+# ---------------------------------------------------------------- OS users
+
+# stack_os_user DIR PREFERRED: the OS user that owns and runs a server whose
+# files are under DIR (root only): DIR's owner when it is not root, else
+# PREFERRED (Debian's package user) when it exists, else the system user
+# 'seckill', created if missing.
+stack_os_user() {
+    local dir=$1 preferred=$2 owner
+    if [[ -d $dir ]]; then
+        owner=$(stat -c %U "$dir")
+        if [[ $owner != root && $owner != UNKNOWN ]]; then
+            printf '%s\n' "$owner"
+            return 0
+        fi
+    fi
+    if id -u "$preferred" >/dev/null 2>&1; then
+        printf '%s\n' "$preferred"
+        return 0
+    fi
+    if ! id -u seckill >/dev/null 2>&1; then
+        warn "creating system user 'seckill' to run the stack's servers"
+        useradd --system --user-group --no-create-home --home-dir /nonexistent \
+            --shell /usr/sbin/nologin seckill >&2 || die "useradd seckill failed"
+    fi
+    printf 'seckill\n'
+}
+
+# as_user USER CMD...: runs CMD as USER (root), or as ourselves, from / (the
+# user's home may be unreadable).
+as_user() {
+    local user=$1
+    shift
+    if ((IS_ROOT)); then
+        (cd / && runuser -u "$user" -- "$@")
+    else
+        (cd / && "$@")
+    fi
+}
+
+# fix_traversal USER TARGET: makes every ancestor of DIR traversable by USER
+# (root only), so that it can reach TARGET.
+fix_traversal() {
+    ((IS_ROOT)) || return 0
+    local user=$1 target=$2 d=$DIR
+    local -a chain=()
+    while :; do
+        chain=("$d" "${chain[@]}")
+        [[ $d == / ]] && break
+        d=$(dirname "$d")
+    done
+    for d in "${chain[@]}"; do
+        if ! runuser -u "$user" -- test -x "$d" 2>/dev/null; then
+            warn "note: adding o+x to $d so that user '$user' can reach $target"
+            chmod o+x "$d"
+            runuser -u "$user" -- test -x "$d" 2>/dev/null ||
+                die "user '$user' still cannot traverse $d; move DIR somewhere accessible"
+        fi
+    done
+}
+
+# ensure_password FILE NBYTES: FILE holds NBYTES random bytes in hex (mode
+# 600), made if missing; prints them.
+ensure_password() {
+    local file=$1 nbytes=$2 pw
+    if [[ ! -s $file ]]; then
+        (
+            umask 077
+            random_hex "$nbytes" >"$file.tmp"
+            mv -f "$file.tmp" "$file"
+        )
+    fi
+    chmod 600 "$file"
+    pw=$(tr -dc '0-9a-f' <"$file")
+    [[ ${#pw} -eq $((2 * nbytes)) ]] ||
+        die "$file does not hold a $((2 * nbytes))-hex-digit password; delete it to regenerate"
+    printf '%s\n' "$pw"
+}
 
 # ---------------------------------------------------------------- redis
 
@@ -148,9 +242,19 @@ redis_pid() {
     head -n1 "$R_PIDFILE" 2>/dev/null | tr -dc '0-9'
 }
 
+# redis_admin PORT ARGS...: redis-cli as the admin ACL user (the password
+# goes through the environment, not the command line).
+redis_admin() {
+    local port=$1 pw
+    shift
+    [[ -r $R_ADMIN_PW_FILE ]] || return 1
+    pw=$(tr -dc '0-9a-f' <"$R_ADMIN_PW_FILE")
+    REDISCLI_AUTH=$pw timeout 5 redis-cli --user "$R_ADMIN_USER" -h 127.0.0.1 -p "$port" "$@"
+}
+
 redis_ping() { # redis_ping PORT
     local out
-    out=$(timeout 3 redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null) || return 1
+    out=$(redis_admin "$1" ping 2>/dev/null) || return 1
     [[ $out == PONG ]]
 }
 
@@ -161,6 +265,49 @@ redis_up() {
     port=$(redis_conf_port)
     [[ -n $pid && -n $port ]] || return 1
     pid_is "$pid" redis && redis_ping "$port"
+}
+
+# The service's ACL user may use its own keys and channels and the commands
+# that seckilld, seckillctl, seckill-loadtest, the lock library and the Lua
+# scripts send (scripts run with their caller's rights), nothing else: no
+# FLUSHALL, FLUSHDB, CONFIG, KEYS, DEBUG, SHUTDOWN, REPLICAOF, MONITOR, MODULE
+# or ACL.  Keys: every key of a SKU, its locks and fencing counters start with
+# seckill: (service/core/keys.c).  Channels: seckill:decisions and the lock
+# library's release notices of those locks.
+R_SVC_KEYS='~seckill:*'
+R_SVC_CHANNELS='&seckill:* &rlock:release:seckill:*'
+R_SVC_COMMANDS=(
+    # connection: handshake, health, seckillctl's reply alignment
+    auth select ping echo
+    # run id of the server a SKU was built on (a restart may have lost writes)
+    info
+    # scripts (EVAL when the script cache was flushed), replicas of a lock
+    evalsha eval wait
+    # plain keys, in C and in lua/*.lua, lua/rlock/*.lua
+    get set del exists type pttl pexpire incrby decrby time
+    hget hset hdel hgetall hkeys hlen hmget hvals hincrby hscan
+    # order streams and their consumer group
+    xadd xack xdel xlen xrange xreadgroup xautoclaim 'xgroup|create'
+    # decisions and lock wake-ups; seckillctl lock list / force-release
+    publish subscribe unsubscribe scan multi exec
+)
+
+# redis_acl_rules SERVICE_PW ADMIN_PW: the ACL lines of redis.conf (passwords
+# as SHA-256, so the config holds no password).
+redis_acl_rules() {
+    local svc_hash admin_hash cmds=
+    svc_hash=$(printf '%s' "$1" | sha256sum | cut -d' ' -f1)
+    admin_hash=$(printf '%s' "$2" | sha256sum | cut -d' ' -f1)
+    printf -v cmds ' +%s' "${R_SVC_COMMANDS[@]}"
+    # Nobody can log in as the default user (off, no password), but it keeps
+    # every right: Redis 7.0 replays the AOF as that user and re-checks the
+    # ACL at each EXEC, so a default user without rights would silently drop
+    # every script's writes (MULTI/EXEC in the AOF) on a restart (redis
+    # #14541, valkey #3983).
+    printf 'user default off resetpass ~* &* +@all\n'
+    printf 'user %s on #%s resetkeys %s resetchannels %s -@all%s\n' \
+        "$R_SVC_USER" "$svc_hash" "$R_SVC_KEYS" "$R_SVC_CHANNELS" "$cmds"
+    printf 'user %s on #%s ~* &* +@all\n' "$R_ADMIN_USER" "$admin_hash"
 }
 
 redis_start() {
@@ -185,8 +332,17 @@ redis_start() {
         printf '%s: error: port %s is already in use; cannot start redis (set SECKILL_REDIS_PORT)\n' "$PROG" "$port" >&2
         exit 3
     fi
+    local svc_pw admin_pw r_user
+    svc_pw=$(ensure_password "$R_PW_FILE" "$R_PW_BYTES")
+    admin_pw=$(ensure_password "$R_ADMIN_PW_FILE" "$R_PW_BYTES")
     mkdir -p "$R_DIR"
     chmod 700 "$R_DIR"
+    if ((IS_ROOT)); then
+        r_user=$(stack_os_user "$R_DIR" redis)
+    else
+        r_user=$(id -un)
+        [[ -O $R_DIR ]] || die "$R_DIR belongs to $(stat -c %U "$R_DIR"); run this as that user or as root"
+    fi
     write_file "$R_CONF" 600 <<EOF
 # generated by scripts/stack.sh; rewritten on every start
 bind 127.0.0.1
@@ -201,9 +357,17 @@ loglevel notice
 appendonly yes
 appendfsync everysec
 save ""
+# DEBUG for the admin user (fault scripts); the ACL keeps it from the service.
+enable-debug-command local
+$(redis_acl_rules "$svc_pw" "$admin_pw")
 EOF
     : >>"$R_LOG"
-    redis-server "$R_CONF" </dev/null >>"$R_LOG" 2>&1 9>&- ||
+    if ((IS_ROOT)); then
+        # Everything the server writes (AOF, pid, log) belongs to its user.
+        chown -R "$r_user": "$R_DIR" 2>/dev/null || chown -R "$r_user" "$R_DIR"
+        fix_traversal "$r_user" "$R_DIR"
+    fi
+    as_user "$r_user" redis-server "$R_CONF" </dev/null >>"$R_LOG" 2>&1 9>&- ||
         {
             warn "redis-server failed to start"
             log_tail "$R_LOG"
@@ -211,7 +375,7 @@ EOF
         }
     for ((i = 0; i < REDIS_WAIT_TENTHS; i++)); do
         if redis_up; then
-            info "redis: started on 127.0.0.1:$port (pid $(redis_pid))"
+            info "redis: started on 127.0.0.1:$port (pid $(redis_pid), user $r_user)"
             return 0
         fi
         sleep 0.1
@@ -231,7 +395,7 @@ redis_stop() {
         return 0
     fi
     if [[ -n $port ]]; then
-        timeout 5 redis-cli -h 127.0.0.1 -p "$port" shutdown nosave >/dev/null 2>&1 || true
+        redis_admin "$port" shutdown nosave >/dev/null 2>&1 || true
     fi
     for ((i = 0; i < 100; i++)); do
         pid_is "$pid" redis || break
@@ -275,33 +439,11 @@ pg_bindir() {
     printf '%s\n' "$d"
 }
 
-# OS user that owns/runs the cluster (only meaningful when root).
-pg_os_user() {
-    local owner
-    if [[ -d $PG_DIR ]]; then
-        owner=$(stat -c %U "$PG_DIR")
-        if [[ $owner != root && $owner != UNKNOWN ]]; then
-            printf '%s\n' "$owner"
-            return 0
-        fi
-    fi
-    if id -u postgres >/dev/null 2>&1; then
-        printf 'postgres\n'
-        return 0
-    fi
-    if ! id -u seckill >/dev/null 2>&1; then
-        warn "creating system user 'seckill' to run PostgreSQL"
-        useradd --system --user-group --no-create-home --home-dir /nonexistent \
-            --shell /usr/sbin/nologin seckill >&2 || die "useradd seckill failed"
-    fi
-    printf 'seckill\n'
-}
-
 PG_USER=
 pg_user_init() {
     [[ -n $PG_USER ]] && return 0
     if ((IS_ROOT)); then
-        PG_USER=$(pg_os_user)
+        PG_USER=$(stack_os_user "$PG_DIR" postgres)
     else
         PG_USER=$(id -un)
         if [[ -d $PG_DATA && ! -O $PG_DATA ]]; then
@@ -310,14 +452,8 @@ pg_user_init() {
     fi
 }
 
-# Run a command as the cluster's OS user, from / (its home may be unreadable).
-as_pg() {
-    if ((IS_ROOT)); then
-        (cd / && runuser -u "$PG_USER" -- "$@")
-    else
-        (cd / && "$@")
-    fi
-}
+# Run a command as the cluster's OS user.
+as_pg() { as_user "$PG_USER" "$@"; }
 
 pg_conf_port() {
     [[ -r $PG_CONF ]] || return 0
@@ -341,38 +477,9 @@ pg_up() {
     pid_is "$pid" postgres && pg_ready "$port"
 }
 
-# Make every ancestor of PG_DIR traversable by PG_USER (root only).
-pg_fix_traversal() {
-    ((IS_ROOT)) || return 0
-    local d=$DIR
-    local -a chain=()
-    while :; do
-        chain=("$d" "${chain[@]}")
-        [[ $d == / ]] && break
-        d=$(dirname "$d")
-    done
-    for d in "${chain[@]}"; do
-        if ! runuser -u "$PG_USER" -- test -x "$d" 2>/dev/null; then
-            warn "note: adding o+x to $d so that user '$PG_USER' can reach $PG_DIR"
-            chmod o+x "$d"
-            runuser -u "$PG_USER" -- test -x "$d" 2>/dev/null ||
-                die "user '$PG_USER' still cannot traverse $d; move DIR somewhere accessible"
-        fi
-    done
-}
-
 pg_initdb() {
     local tmp=$PG_DIR/data.init pw
-    if [[ ! -s $PG_PWFILE ]]; then
-        (
-            umask 077
-            random_hex 16 >"$PG_PWFILE.tmp"
-            mv -f "$PG_PWFILE.tmp" "$PG_PWFILE"
-        )
-    fi
-    chmod 600 "$PG_PWFILE"
-    pw=$(tr -dc '0-9a-f' <"$PG_PWFILE")
-    [[ ${#pw} -eq 32 ]] || die "$PG_PWFILE does not hold a 32-hex-digit password"
+    pw=$(ensure_password "$PG_PWFILE" "$PG_PW_BYTES")
     rm -rf "$tmp"
     # The password file for initdb must be readable by the cluster user.
     local initpw=$PG_DIR/.initdb-pw
@@ -447,7 +554,7 @@ pg_start() {
     if ((IS_ROOT)); then
         chown "$PG_USER": "$PG_DIR" "$PG_RUN" "$PG_LOG" 2>/dev/null ||
             chown "$PG_USER" "$PG_DIR" "$PG_RUN" "$PG_LOG"
-        pg_fix_traversal
+        fix_traversal "$PG_USER" "$PG_DIR"
     fi
     [[ -f $PG_DATA/PG_VERSION ]] || pg_initdb
     pg_write_conf "$port"
@@ -502,19 +609,21 @@ pg_stop() {
 # ---------------------------------------------------------------- env, db
 
 write_client_files() {
-    local rport=$1 pport=$2 pw
+    local rport=$1 pport=$2 pw rpw
     pw=$(tr -dc '0-9a-f' <"$PG_PWFILE")
+    rpw=$(ensure_password "$R_PW_FILE" "$R_PW_BYTES")
     printf '127.0.0.1:%s:*:%s:%s\nlocalhost:%s:*:%s:%s\n' \
         "$pport" "$PG_ROLE" "$pw" "$pport" "$PG_ROLE" "$pw" | write_file "$PGPASS" 600
     {
         printf '# generated by scripts/stack.sh start; source me\n'
-        printf 'export SECKILL_REDIS_URL=redis://127.0.0.1:%s/0\n' "$rport"
+        # The service's ACL user; the admin user's password stays in its file.
+        printf 'export SECKILL_REDIS_URL=redis://%s:%s@127.0.0.1:%s/0\n' "$R_SVC_USER" "$rpw" "$rport"
         printf "export SECKILL_PG_DSN='host=127.0.0.1 port=%s dbname=%s user=%s connect_timeout=5'\n" \
             "$pport" "$PG_DB" "$PG_ROLE"
         printf 'export PGPASSFILE=%q\n' "$PGPASS"
         printf 'export SECKILL_REDIS_PORT=%s\n' "$rport"
         printf 'export SECKILL_PG_PORT=%s\n' "$pport"
-    } | write_file "$ENV_FILE" 644
+    } | write_file "$ENV_FILE" 600
 }
 
 pg_ensure_db() {

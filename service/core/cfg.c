@@ -3,6 +3,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <libpq-fe.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,14 @@
 
 enum cfg_type { CFG_STR, CFG_INT };
 
+/* What a setting's value may hold.  A secret is never taken from a
+ * command-line flag (any local user reads /proc/PID/cmdline), never printed,
+ * and has a companion "<name>_file" setting that reads it from a file. */
+enum cfg_flags {
+    CFG_SECRET = 1,        /* the value is a secret */
+    CFG_SECRET_IN_URL = 2, /* the value may carry a password (redis_url, pg_dsn) */
+};
+
 struct cfg_def {
     const char *name;
     enum cfg_type type;
@@ -18,15 +27,21 @@ struct cfg_def {
     const char *def;
     int64_t min, max;
     const char *help;
+    unsigned flags; /* enum cfg_flags */
 };
 
-#define S(f, d, h)                                                                                 \
+#define FILE_SUFFIX "_file"
+#define SECRET_FILE_MAX_BYTES 4096
+
+#define S(f, d, h) SF(f, d, 0, h)
+/* A string setting with enum cfg_flags, e.g. SF(name, "", CFG_SECRET, "help"). */
+#define SF(f, d, fl, h)                                                                            \
     {                                                                                              \
-#f, CFG_STR, offsetof(struct cfg, f), d, 0, 0, h                                           \
+#f, CFG_STR, offsetof(struct cfg, f), d, 0, 0, h, fl                                       \
     }
 #define I(f, d, lo, hi, h)                                                                         \
     {                                                                                              \
-#f, CFG_INT, offsetof(struct cfg, f), #d, lo, hi, h                                        \
+#f, CFG_INT, offsetof(struct cfg, f), #d, lo, hi, h, 0                                     \
     }
 
 /* The one table of settings.  Env name is SECKILL_<NAME upper-cased>. */
@@ -47,12 +62,16 @@ static const struct cfg_def defs[] = {
     I(max_header_bytes, 8192, 512, 1048576, "largest accepted header block"),
     I(max_idempotency_key_bytes, 128, 8, 200, "longest accepted Idempotency-Key"),
     I(max_qty_per_order, 1000, 1, 1000000, "largest qty in one order"),
-    S(redis_url, "redis://127.0.0.1:6380/0", "Redis server, redis://[:password@]host:port[/db]"),
+    SF(redis_url, "redis://127.0.0.1:6380/0", CFG_SECRET_IN_URL,
+       "Redis server, redis://[[user]:password@]host:port[/db] (user and password "
+       "percent-encoded); with a password, from SECKILL_REDIS_URL or redis_url_file only"),
     I(redis_timeout_ms, 1000, 10, 60000, "timeout of one Redis command"),
     I(redis_connect_timeout_ms, 1000, 10, 60000, "timeout of a Redis connect"),
     I(redis_reconnect_ms, 200, 10, 60000, "pause between Redis reconnect attempts"),
-    S(pg_dsn, "host=127.0.0.1 port=5433 dbname=seckill user=seckill connect_timeout=5",
-      "libpq connection string (password via PGPASSFILE, never here)"),
+    SF(pg_dsn, "host=127.0.0.1 port=5433 dbname=seckill user=seckill connect_timeout=5",
+       CFG_SECRET_IN_URL,
+       "libpq connection string (best without a password: PGPASSFILE; with one, from "
+       "SECKILL_PG_DSN or pg_dsn_file only)"),
     I(pg_statement_timeout_ms, 5000, 10, 600000, "PostgreSQL statement_timeout"),
     I(pg_client_timeout_ms, 6000, 20, 600000,
       "longest wait for a PostgreSQL answer (connect, statement, COMMIT) before the client gives "
@@ -64,10 +83,11 @@ static const struct cfg_def defs[] = {
       "how long migrate waits for another migrating instance"),
     I(migrate_statement_timeout_ms, 300000, 1000, 86400000,
       "statement and lock timeout of a migration"),
-    S(admin_token, "", "bearer token of the admin API; empty disables it"),
-    S(buyer_token_secret, "",
+    SF(admin_token, "", CFG_SECRET,
+       "bearer token of the admin API, at least 32 bytes; empty disables it"),
+    SF(buyer_token_secret, "", CFG_SECRET,
       "HMAC-SHA256 secret that signs buyer tokens, at least 32 bytes; serve refuses to start "
-      "without it (give it by environment or config file)"),
+      "without it (environment, config file or buyer_token_secret_file; never a flag)"),
     I(buyer_token_leeway_s, 30, 0, 300, "clock skew tolerated on a buyer token's exp and nbf"),
     I(max_buyer_token_bytes, 1024, 128, 8192, "longest accepted buyer token"),
     I(worker_threads, 2, 1, 64, "blocking worker threads (admin, lookups)"),
@@ -103,6 +123,7 @@ static const struct cfg_def defs[] = {
 };
 
 #undef S
+#undef SF
 #undef I
 
 static const struct cfg_def *find_def(const char *name)
@@ -143,14 +164,103 @@ static int set_def(struct cfg *c, const struct cfg_def *d, const char *value, ch
     return 0;
 }
 
+/* The secret setting whose companion "<name>_file" is 'name', or NULL. */
+static const struct cfg_def *find_file_def(const char *name)
+{
+    size_t n = strlen(name), sl = strlen(FILE_SUFFIX);
+    char base[80];
+    if (n <= sl || n >= sizeof base)
+        return NULL;
+    for (size_t i = 0; i <= n; i++)
+        base[i] = name[i] == '-' ? '_' : name[i];
+    if (strcmp(base + n - sl, FILE_SUFFIX) != 0)
+        return NULL;
+    base[n - sl] = '\0';
+    const struct cfg_def *d = find_def(base);
+    return d && (d->flags & (CFG_SECRET | CFG_SECRET_IN_URL)) ? d : NULL;
+}
+
+/* Sets d from the first line of the file at 'path' (trailing CR/LF and
+ * blanks dropped).  Messages name the file, never its content. */
+static int set_from_file(struct cfg *c, const struct cfg_def *d, const char *path, char *err,
+                         size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, errlen, "%s%s: cannot open %s: %s", d->name, FILE_SUFFIX, path,
+                 strerror(errno));
+        return -1;
+    }
+    char buf[SECRET_FILE_MAX_BYTES + 2];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    int bad = ferror(f);
+    fclose(f);
+    if (bad || n > SECRET_FILE_MAX_BYTES) {
+        snprintf(err, errlen, "%s%s: %s is unreadable or longer than %d bytes", d->name,
+                 FILE_SUFFIX, path, SECRET_FILE_MAX_BYTES);
+        return -1;
+    }
+    buf[n] = '\0';
+    while (n > 0 && isspace((unsigned char)buf[n - 1]))
+        buf[--n] = '\0';
+    if (strlen(buf) != n || strpbrk(buf, "\r\n")) {
+        snprintf(err, errlen, "%s%s: %s must hold one line of text", d->name, FILE_SUFFIX, path);
+        return -1;
+    }
+    int rc = set_def(c, d, buf, err, errlen);
+    memset(buf, 0, sizeof buf);
+    return rc;
+}
+
 int cfg_set(struct cfg *c, const char *name, const char *value, char *err, size_t errlen)
 {
     const struct cfg_def *d = find_def(name);
-    if (!d) {
-        snprintf(err, errlen, "unknown setting \"%s\"", name);
+    if (d)
+        return set_def(c, d, value, err, errlen);
+    if ((d = find_file_def(name)))
+        return set_from_file(c, d, value, err, errlen);
+    snprintf(err, errlen, "unknown setting \"%s\"", name);
+    return -1;
+}
+
+/* True when a redis:// URL or a libpq conninfo (keywords or URI) carries a
+ * password.  A conninfo libpq cannot parse counts when it mentions one. */
+static int holds_password(const char *v)
+{
+    if (strncmp(v, "redis", 5) == 0) {
+        const char *p = strstr(v, "://");
+        return p && strchr(p, '@') != NULL; /* any userinfo: "redis://pw@h" is a typo'd secret */
+    }
+    char *perr = NULL;
+    PQconninfoOption *opts = PQconninfoParse(v, &perr);
+    if (!opts) {
+        PQfreemem(perr);
+        return strstr(v, "password") != NULL || strchr(v, '@') != NULL;
+    }
+    int found = 0;
+    for (PQconninfoOption *o = opts; o->keyword; o++)
+        if (strcmp(o->keyword, "password") == 0 && o->val && o->val[0])
+            found = 1;
+    PQconninfoFree(opts);
+    return found;
+}
+
+int cfg_set_flag(struct cfg *c, const char *name, const char *value, char *err, size_t errlen)
+{
+    const struct cfg_def *d = find_def(name);
+    if (d &&
+        ((d->flags & CFG_SECRET) || ((d->flags & CFG_SECRET_IN_URL) && holds_password(value)))) {
+        char env[80];
+        cfg_env_name(env, sizeof env, d->name);
+        snprintf(err, errlen,
+                 "%s%s is not taken from the command line, where any local user can read it "
+                 "(ps, /proc/PID/cmdline); set %s, or %s%s=FILE (--%s%s, %s%s, or in the "
+                 "config file)",
+                 d->name, (d->flags & CFG_SECRET) ? "" : " with a password", env, d->name,
+                 FILE_SUFFIX, d->name, FILE_SUFFIX, env, "_FILE");
         return -1;
     }
-    return set_def(c, d, value, err, errlen);
+    return cfg_set(c, name, value, err, errlen);
 }
 
 void cfg_defaults(struct cfg *c)
@@ -203,16 +313,30 @@ static int load_file(struct cfg *c, const char *path, char *err, size_t errlen)
     return rc;
 }
 
+void cfg_env_name(char *out, size_t cap, const char *name)
+{
+    size_t n = (size_t)snprintf(out, cap, "SECKILL_");
+    for (const char *p = name; *p && n + 1 < cap; p++)
+        out[n++] = (char)toupper((unsigned char)*p);
+    out[n < cap ? n : cap - 1] = '\0';
+}
+
 static int load_env(struct cfg *c, char *err, size_t errlen)
 {
     for (size_t i = 0; i < sizeof defs / sizeof defs[0]; i++) {
-        char env[80] = "SECKILL_";
-        size_t n = strlen(env);
-        for (const char *p = defs[i].name; *p && n + 1 < sizeof env; p++)
-            env[n++] = (char)toupper((unsigned char)*p);
-        env[n] = '\0';
+        char env[80], env_file[96];
+        cfg_env_name(env, sizeof env, defs[i].name);
+        snprintf(env_file, sizeof env_file, "%s_FILE", env);
         const char *v = getenv(env);
+        const char *path =
+            (defs[i].flags & (CFG_SECRET | CFG_SECRET_IN_URL)) ? getenv(env_file) : NULL;
+        if (v && path) {
+            snprintf(err, errlen, "both %s and %s are set; set one", env, env_file);
+            return -1;
+        }
         if (v && set_def(c, &defs[i], v, err, errlen) != 0)
+            return -1;
+        if (path && set_from_file(c, &defs[i], path, err, errlen) != 0)
             return -1;
     }
     return 0;
@@ -260,7 +384,7 @@ int cfg_load(struct cfg *c, int argc, char **argv, int *args, char *err, size_t 
         }
         if (strcmp(name, "config") == 0)
             continue;
-        if (cfg_set(c, name, val, err, errlen) != 0)
+        if (cfg_set_flag(c, name, val, err, errlen) != 0)
             return -1;
     }
     return 0;
@@ -311,6 +435,15 @@ int cfg_check(const struct cfg *c, char *err, size_t errlen)
                  c->reserve_deadline_margin_ms, c->redis_timeout_ms);
         return -1;
     }
+    /* A short token can be guessed over the network; an empty one means no admin API. */
+    if (c->admin_token[0] && strlen(c->admin_token) < CFG_ADMIN_TOKEN_MIN_BYTES) {
+        snprintf(err, errlen,
+                 "admin_token is %zu bytes; it must be at least %d (e.g. the 64 hex digits of "
+                 "`od -An -N32 -tx1 /dev/urandom | tr -d ' \\n'`), or empty to disable the "
+                 "admin API",
+                 strlen(c->admin_token), CFG_ADMIN_TOKEN_MIN_BYTES);
+        return -1;
+    }
     if (c->buyer_token_secret[0] && strlen(c->buyer_token_secret) < BUYER_TOKEN_SECRET_MIN_BYTES) {
         snprintf(err, errlen, "buyer_token_secret must be at least %d bytes long",
                  BUYER_TOKEN_SECRET_MIN_BYTES);
@@ -328,9 +461,14 @@ void cfg_print_help(FILE *out)
     fprintf(
         out,
         "settings (flag --name=value, env SECKILL_NAME, or `name = value` in --config FILE):\n");
-    for (size_t i = 0; i < sizeof defs / sizeof defs[0]; i++)
-        fprintf(out, "  %-28s %s (default: %s)\n", defs[i].name, defs[i].help,
-                strcmp(defs[i].name, "admin_token") == 0 ? "none" : defs[i].def);
+    for (size_t i = 0; i < sizeof defs / sizeof defs[0]; i++) {
+        const struct cfg_def *d = &defs[i];
+        fprintf(out, "  %-28s %s (default: %s)\n", d->name, d->help,
+                (d->flags & CFG_SECRET) || d->def[0] == '\0' ? "none" : d->def);
+        if (d->flags & (CFG_SECRET | CFG_SECRET_IN_URL))
+            fprintf(out, "  %s%-*s read %s from this file (not a secret itself)\n", d->name,
+                    (int)(28 - strlen(d->name)), FILE_SUFFIX, d->name);
+    }
 }
 
 void cfg_free(struct cfg *c)

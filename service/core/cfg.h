@@ -3,6 +3,11 @@
  * variable, help).  Sources, later wins: built-in defaults, a config file
  * (`name = value` lines), environment variables, command-line flags.
  * A bad value at start-up is fatal (the caller prints the message and exits).
+ *
+ * Secrets (admin_token; redis_url and pg_dsn when they carry a password) are
+ * refused as command-line flags, never printed, and each has a companion
+ * "<name>_file" setting (SECKILL_<NAME>_FILE, --<name>-file, or in the config
+ * file) that reads the value from the first line of a file.
  */
 #ifndef SECKILL_CFG_H
 #define SECKILL_CFG_H
@@ -10,6 +15,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+
+/* The shortest admin_token accepted (bytes); empty disables the admin API. */
+#define CFG_ADMIN_TOKEN_MIN_BYTES 32
 
 struct cfg {
     char *http_addr;                       /* host:port the HTTP API listens on */
@@ -24,17 +32,17 @@ struct cfg {
     int64_t max_header_bytes;              /* larger header blocks are refused */
     int64_t max_idempotency_key_bytes;
     int64_t max_qty_per_order; /* upper bound for "qty" in an order */
-    char *redis_url;           /* redis://[:password@]host:port[/db] */
+    char *redis_url;           /* redis://[[user]:password@]host:port[/db] */
     int64_t redis_timeout_ms;  /* per command, sync and async */
     int64_t redis_connect_timeout_ms;
     int64_t redis_reconnect_ms; /* pause between reconnect attempts */
-    char *pg_dsn;               /* libpq conninfo; password via PGPASSFILE */
+    char *pg_dsn;               /* libpq conninfo; password best via PGPASSFILE */
     int64_t pg_statement_timeout_ms;
     int64_t pg_client_timeout_ms;        /* longest wait for any PostgreSQL answer */
     int64_t pg_client_check_interval_ms; /* server checks a running statement's client */
     int64_t migrate_lock_wait_ms;        /* how long `migrate` waits for another instance */
     int64_t migrate_statement_timeout_ms;
-    char *admin_token;             /* bearer token for /admin; empty disables admin */
+    char *admin_token;             /* bearer token for /admin (>= 32 bytes); empty disables */
     char *buyer_token_secret;      /* HS256 key of buyer tokens; serve needs >= 32 bytes */
     int64_t buyer_token_leeway_s;  /* clock skew tolerated on a buyer token's exp and nbf */
     int64_t max_buyer_token_bytes; /* longer buyer tokens are refused unread */
@@ -73,9 +81,19 @@ void cfg_defaults(struct cfg *c);
 int cfg_load(struct cfg *c, int argc, char **argv, int *args, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 
-/* Sets one setting by name from text.  Returns 0 or -1 with a message in err. */
+/* Sets one setting by name from text ("<secret>_file": value is the path of
+ * the file to read it from).  Returns 0 or -1 with a message in err (which
+ * never holds a secret's value). */
 int cfg_set(struct cfg *c, const char *name, const char *value, char *err, size_t errlen)
     __attribute__((warn_unused_result));
+
+/* cfg_set() for a value given on the command line: refuses a secret, naming
+ * its environment variable and file alternatives.  Returns 0 or -1. */
+int cfg_set_flag(struct cfg *c, const char *name, const char *value, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+
+/* Writes the environment variable of setting 'name' ("SECKILL_NAME") into out. */
+void cfg_env_name(char *out, size_t cap, const char *name);
 
 /* Checks settings against each other (a lease shorter than the margin it must
  * keep would roll every batch back, forever).  Returns 0, or -1 with err set. */

@@ -27,8 +27,9 @@ static void usage(FILE *out)
     ctl_lock_usage(out);
     ctl_reconcile_usage(out);
     ctl_token_usage(out);
-    fputs("\nRedis: --redis-url (before or after the command), else SECKILL_REDIS_URL and the\n"
-          "other SECKILL_* settings of seckilld (see seckilld --help).\n"
+    fputs("\nRedis: --redis-url (before or after the command; refused when it holds a password),\n"
+          "else SECKILL_REDIS_URL or SECKILL_REDIS_URL_FILE and the other SECKILL_* settings of\n"
+          "seckilld (see seckilld --help).\n"
           "Exit status: 0 done; 1 error (Redis unreachable or failing, lock lost while held);\n"
           "2 usage error (nothing done); 3 lock busy (hold) or not held (inspect,\n"
           "force-release), or Redis and PostgreSQL still disagree (reconcile).\n"
@@ -53,8 +54,8 @@ static int take_redis_url(struct ctl *ctl, int *argc, char **argv)
             argv[out++] = argv[i];
             continue;
         }
-        char err[160];
-        if (cfg_set(&ctl->cfg, "redis_url", url, err, sizeof err) != 0)
+        char err[320];
+        if (cfg_set_flag(&ctl->cfg, "redis_url", url, err, sizeof err) != 0)
             return ctl_usage_error("--redis-url: %s", err);
     }
     *argc = out;
@@ -65,7 +66,7 @@ static int take_redis_url(struct ctl *ctl, int *argc, char **argv)
 int main(int argc, char **argv)
 {
     static struct ctl ctl;
-    char err[160];
+    char err[320];
     int args;
 
     /* Settings first (file, environment), so that flags override them. */
@@ -84,7 +85,7 @@ int main(int argc, char **argv)
                              strcmp(argv[1], "help") == 0);
     /* A bad address is a usage error, found before any command runs. */
     if (rc == 0 && !help && redis_conn_init(&ctl.redis, &ctl.cfg, err, sizeof err) != 0)
-        rc = ctl_usage_error("bad Redis URL \"%s\": %s", ctl.cfg.redis_url, err);
+        rc = ctl_usage_error("bad Redis URL: %s", err); /* the URL may hold a password */
     if (rc == 0) {
         if (argc < 2 || help) {
             usage(help ? stdout : stderr);

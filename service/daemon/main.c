@@ -93,7 +93,8 @@ static int serve(const struct cfg *c)
     struct redis_conn lock_conn;
     struct rlock_notifier *notifier = NULL;
     struct rlock_watchdog *watchdog = NULL;
-    if (redis_conn_init(&lock_conn, c, err, sizeof err) != 0)
+    if (redis_conn_init(&lock_conn, c, err, sizeof err) != 0 ||
+        redis_conn_check_credentials(&lock_conn, err, sizeof err) != 0)
         goto out;
     notifier = rlock_notifier_new(redis_conn_open, &lock_conn, err, sizeof err);
     struct rlock_watchdog_opts wo = {.lease_ms = (int)c->lock_ttl_ms,
@@ -161,7 +162,7 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     struct cfg c;
     cfg_defaults(&c);
-    char err[256];
+    char err[400];
     int first = argc;
     if (cfg_load(&c, argc, argv, &first, err, sizeof err) != 0) {
         fprintf(stderr, "seckilld: %s\n", err);

@@ -23,7 +23,7 @@
 #                         lib/pkgconfig/rlock.pc under $(DESTDIR)$(PREFIX)
 #   rlock-uninstall       removes exactly those files
 # The tests run under scripts/run-tests.sh, which provides the test Redis
-# (SECKILL_TEST_REDIS_URL) and PostgreSQL (SECKILL_TEST_PG_DSN).
+# (SECKILL_TEST_REDIS_ADMIN_URL) and PostgreSQL (SECKILL_TEST_PG_DSN).
 
 RLOCK_VERSION   := 0.1.0
 RLOCK_SOVERSION := 0

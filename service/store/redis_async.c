@@ -13,7 +13,7 @@
 
 struct redis_async {
     struct event_base *base;
-    struct redis_target target;
+    struct rlock_url target;
     int timeout_ms, reconnect_ms;
     redisAsyncContext *ac; /* NULL while disconnected */
     struct event *reconnect_ev;
@@ -107,8 +107,10 @@ static void on_handshake(redisAsyncContext *ac, void *r, void *priv)
     redisReply *reply = r;
     (void)priv;
     if (reply && reply->type == REDIS_REPLY_ERROR) {
-        log_warn("redis handshake refused: %s", reply->str);
         struct redis_async *ra = ac->data;
+        log_warn("redis refused the handshake (AUTH as %s, SELECT %d): %s",
+                 ra->target.user[0] ? ra->target.user : "the default user", ra->target.db,
+                 reply->str);
         if (ra->ac == ac)
             redisAsyncDisconnect(ac);
     }
@@ -158,15 +160,10 @@ static void ra_connect(struct redis_async *ra)
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
     ra->ac = ac;
     /* Queued before any command, so they run first on the new connection. */
-    if (ra->target.password[0]) {
-        const char *argv[] = {"AUTH", ra->target.password};
-        redisAsyncCommandArgv(ac, on_handshake, NULL, 2, argv, NULL);
-    }
-    if (ra->target.db) {
-        char db[16];
-        snprintf(db, sizeof db, "%d", ra->target.db);
-        const char *argv[] = {"SELECT", db};
-        redisAsyncCommandArgv(ac, on_handshake, NULL, 2, argv, NULL);
+    if (rlock_url_handshake_async(ac, &ra->target, on_handshake, NULL) != 0) {
+        log_warn("redis: cannot queue the handshake on a new connection");
+        ra_drop(ra);
+        return;
     }
     if (ra->channel) {
         const char *argv[] = {"SUBSCRIBE", ra->channel};
@@ -180,7 +177,7 @@ struct redis_async *redis_async_new(struct event_base *base, const struct cfg *c
     struct redis_async *ra = calloc(1, sizeof *ra);
     if (!ra)
         abort();
-    if (redis_parse_url(c->redis_url, &ra->target, err, errlen) != 0) {
+    if (rlock_url_parse(c->redis_url, &ra->target, err, errlen) != 0) {
         free(ra);
         return NULL;
     }

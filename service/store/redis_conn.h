@@ -1,7 +1,8 @@
 /*
  * redis_conn: the blocking Redis client of workers and the order writer.
  * One redis_conn per thread.  Connects lazily with a connect timeout, sets a
- * per-command timeout, authenticates and selects the database; after an I/O
+ * per-command timeout, authenticates (AUTH [user] password, from redis_url) and
+ * selects the database on every connect and reconnect; after an I/O
  * error the connection is dropped and the next call reconnects.
  */
 #ifndef SECKILL_REDIS_CONN_H
@@ -12,20 +13,10 @@
 
 #include "core/cfg.h"
 #include <rlock/script.h>
-
-struct redis_target {
-    char host[256];
-    int port;
-    int db;
-    char password[256];
-};
-
-/* Parses redis://[:password@]host[:port][/db].  Returns 0, or -1 with err set. */
-int redis_parse_url(const char *url, struct redis_target *t, char *err, size_t errlen)
-    __attribute__((warn_unused_result));
+#include <rlock/url.h>
 
 struct redis_conn {
-    struct redis_target target;
+    struct rlock_url target; /* redis_url, parsed by rlock_url_parse() */
     int connect_timeout_ms;
     int timeout_ms;
     redisContext *ctx;
@@ -40,6 +31,13 @@ int redis_conn_init(struct redis_conn *rc, const struct cfg *c, char *err, size_
  * reached.  Its signature is rlock_connect_fn's, for the lock library's
  * notifier and watchdog threads. */
 redisContext *redis_conn_open(void *template);
+
+/* One connection at start-up: returns -1 with err set when Redis answers
+ * but refuses redis_url's credentials or database (a configuration error
+ * to stop on), else 0: connected, or Redis not reachable (logged; the
+ * service starts anyway and retries, I6/I7).  err never holds the password. */
+int redis_conn_check_credentials(const struct redis_conn *rc, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
 
 /* Returns a connected context (owned by rc), or NULL when Redis cannot be
  * reached.  A kept connection the server has closed meanwhile (it became

@@ -20,6 +20,8 @@
 #include "store/pgwait.h"
 #include "store/redis_conn.h"
 
+#define TH_REDIS_TIMEOUT_MS 5000
+
 const char *th_env(const char *name)
 {
     const char *v = getenv(name);
@@ -43,17 +45,26 @@ void th_cfg(struct cfg *c)
     embedded_init();
 }
 
+/* A connection to the test Redis named by the URL in env variable 'var'. */
+static redisContext *redis_from_env(const char *var)
+{
+    struct rlock_url u;
+    char err[320];
+    ck_assert_msg(rlock_url_parse(th_env(var), &u, err, sizeof err) == 0, "%s: %s", var, err);
+    redisContext *r =
+        rlock_url_connect(&u, TH_REDIS_TIMEOUT_MS, TH_REDIS_TIMEOUT_MS, err, sizeof err);
+    ck_assert_msg(r != NULL, "cannot connect to the test Redis (%s): %s", var, err);
+    return r;
+}
+
 redisContext *th_redis(void)
 {
-    struct redis_target t;
-    char err[160];
-    ck_assert_msg(redis_parse_url(th_env("SECKILL_TEST_REDIS_URL"), &t, err, sizeof err) == 0, "%s",
-                  err);
-    struct timeval tv = {5, 0};
-    redisContext *r = redisConnectWithTimeout(t.host, t.port, tv);
-    ck_assert_msg(r && !r->err, "cannot connect to the test Redis");
-    redisSetTimeout(r, tv);
-    return r;
+    return redis_from_env("SECKILL_TEST_REDIS_URL");
+}
+
+redisContext *th_redis_admin(void)
+{
+    return redis_from_env("SECKILL_TEST_REDIS_ADMIN_URL");
 }
 
 PGconn *th_pg(void)
@@ -85,7 +96,7 @@ long long th_redis_int(redisContext *r, const char *key)
 
 void th_reset(void)
 {
-    redisContext *r = th_redis();
+    redisContext *r = th_redis_admin();
     redisReply *rep = redisCommand(r, "FLUSHALL");
     ck_assert(rep && rep->type != REDIS_REPLY_ERROR);
     freeReplyObject(rep);
@@ -392,7 +403,7 @@ void th_redis_busy_ms(int ms)
                                "until (t[1] - t0[1]) * 1000000 + (t[2] - t0[2]) >= "
                                "tonumber(ARGV[1]) * 1000 "
                                "return 1";
-    redisContext *rc = th_redis();
+    redisContext *rc = th_redis_admin();
     char arg[16];
     snprintf(arg, sizeof arg, "%d", ms);
     redisReply *rep = redisCommand(rc, "EVAL %s 0 %s", spin, arg);

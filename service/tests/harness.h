@@ -30,8 +30,12 @@ void th_cfg(struct cfg *c);
 /* Empties Redis and every table, so each test starts from nothing. */
 void th_reset(void);
 
-redisContext *th_redis(void); /* new connection; caller redisFree */
-PGconn *th_pg(void);          /* new connection; caller PQfinish */
+/* New connection as the service's ACL user (what seckilld may do); caller redisFree. */
+redisContext *th_redis(void);
+/* New connection as the stack's admin ACL user (FLUSHALL, SCRIPT FLUSH, CLIENT
+ * KILL: what a test does to Redis, never the service); caller redisFree. */
+redisContext *th_redis_admin(void);
+PGconn *th_pg(void); /* new connection; caller PQfinish */
 
 /* Keeps the test Redis busy (a script spinning on TIME: nobody else is
  * served meanwhile) for about ms milliseconds; returns when it is over.

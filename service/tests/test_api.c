@@ -205,7 +205,7 @@ static long long redis_stream_len(int64_t sku)
 
 static long long redis_dbsize(void)
 {
-    redisContext *r = th_redis();
+    redisContext *r = th_redis_admin(); /* DBSIZE is no command of the service */
     redisReply *rep = redisCommand(r, "DBSIZE");
     ck_assert(rep && rep->type == REDIS_REPLY_INTEGER);
     long long n = rep->integer;
@@ -659,7 +659,7 @@ START_TEST(test_sku_lost_by_redis_is_restored_by_the_service)
     th_create_sku(d.port, 1, 5, 1);
     order_ok(d.port, 1, 1, 1);
     th_wait_drained(1, DRAIN_MS);
-    redisContext *rc = th_redis();
+    redisContext *rc = th_redis_admin();
     redisReply *rep = redisCommand(rc, "FLUSHALL"); /* Redis lost its data */
     ck_assert(rep && rep->type != REDIS_REPLY_ERROR);
     freeReplyObject(rep);
@@ -713,7 +713,7 @@ START_TEST(test_script_flush_is_survived)
     th_create_sku(d.port, 1, 10, 5);
     order_ok(d.port, 1, 1, 1);
 
-    redisContext *rc = th_redis();
+    redisContext *rc = th_redis_admin();
     redisReply *rep = redisCommand(rc, "SCRIPT FLUSH");
     ck_assert(rep && rep->type != REDIS_REPLY_ERROR);
     freeReplyObject(rep);

@@ -1,11 +1,15 @@
-/* Pure tests: the config table, the Redis URL parser and the key layout. */
+/* Pure tests: the config table and its secrets, the Redis URL parser, log
+ * escaping and the key layout. */
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/cfg.h"
 #include "core/embedded.h"
 #include "core/keys.h"
+#include "core/log.h"
 #include "order/order.h"
 #include "store/pgwait.h"
 #include "store/redis_conn.h"
@@ -82,19 +86,164 @@ END_TEST
 
 START_TEST(test_redis_url_forms)
 {
-    struct redis_target t;
+    struct rlock_url t;
     char err[160];
-    ck_assert_int_eq(redis_parse_url("redis://127.0.0.1:6380/2", &t, err, sizeof err), 0);
+    ck_assert_int_eq(rlock_url_parse("redis://127.0.0.1:6380/2", &t, err, sizeof err), 0);
     ck_assert_str_eq(t.host, "127.0.0.1");
     ck_assert_int_eq(t.port, 6380);
     ck_assert_int_eq(t.db, 2);
-    ck_assert_int_eq(redis_parse_url("redis://:s3cret@localhost", &t, err, sizeof err), 0);
+    ck_assert_int_eq(rlock_url_parse("redis://:s3cret@localhost", &t, err, sizeof err), 0);
     ck_assert_str_eq(t.password, "s3cret");
     ck_assert_int_eq(t.port, 6379);
-    ck_assert_int_eq(redis_parse_url("http://x", &t, err, sizeof err), -1);
-    ck_assert_int_eq(redis_parse_url("redis://h:99999", &t, err, sizeof err), -1);
-    ck_assert_int_eq(redis_parse_url("redis://h:1/x", &t, err, sizeof err), -1);
-    ck_assert_int_eq(redis_parse_url("redis://", &t, err, sizeof err), -1);
+    ck_assert_str_eq(t.user, "");
+    /* An ACL user, percent-decoded; the password never shows in a message. */
+    ck_assert_int_eq(rlock_url_parse("redis://svc%2Da:p%40ss%3Aw0rd@h:7/3", &t, err, sizeof err),
+                     0);
+    ck_assert_str_eq(t.user, "svc-a");
+    ck_assert_str_eq(t.password, "p@ss:w0rd");
+    ck_assert_str_eq(t.host, "h");
+    ck_assert_int_eq(t.port, 7);
+    ck_assert_int_eq(t.db, 3);
+    ck_assert_int_eq(rlock_url_parse("redis://u:s3cret%zz@h", &t, err, sizeof err), -1);
+    ck_assert_ptr_null(strstr(err, "s3cret"));
+    ck_assert_int_eq(rlock_url_parse("redis://u:s3cret%00@h", &t, err, sizeof err), -1);
+    ck_assert_int_eq(rlock_url_parse("redis://s3cret@h", &t, err, sizeof err), -1);
+    ck_assert_ptr_null(strstr(err, "s3cret"));
+    ck_assert_int_eq(rlock_url_parse("redis://u:@h", &t, err, sizeof err), -1);
+    ck_assert_int_eq(rlock_url_parse("rediss://u:s3cret@h:6380", &t, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "rediss://") && strstr(err, "not supported"), "%s", err);
+    ck_assert_int_eq(rlock_url_parse("http://x", &t, err, sizeof err), -1);
+    ck_assert_int_eq(rlock_url_parse("redis://h:99999", &t, err, sizeof err), -1);
+    ck_assert_int_eq(rlock_url_parse("redis://h:1/x", &t, err, sizeof err), -1);
+    ck_assert_int_eq(rlock_url_parse("redis://", &t, err, sizeof err), -1);
+}
+END_TEST
+
+#define LONG_TOKEN "0123456789abcdef0123456789abcdef" /* 32 bytes: the shortest accepted */
+
+/* Writes text to a new temporary file; its path goes to path (64 bytes). */
+static void temp_file(char *path, const char *text)
+{
+    snprintf(path, 64, "/tmp/seckill-test-secret-XXXXXX");
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+}
+
+START_TEST(test_secret_flags_are_refused_naming_env_and_file)
+{
+    struct cfg c;
+    char err[400];
+    int first;
+    cfg_defaults(&c);
+    char *tok[] = {"seckilld", "--admin-token=" LONG_TOKEN, NULL};
+    ck_assert_int_eq(cfg_load(&c, 2, tok, &first, err, sizeof err), -1);
+    ck_assert_ptr_null(strstr(err, LONG_TOKEN));
+    ck_assert_msg(strstr(err, "SECKILL_ADMIN_TOKEN") && strstr(err, "admin_token_file"), "%s", err);
+    ck_assert_str_eq(c.admin_token, "");
+    char *tok2[] = {"seckilld", "--admin_token", LONG_TOKEN, NULL};
+    ck_assert_int_eq(cfg_load(&c, 3, tok2, &first, err, sizeof err), -1);
+    /* A URL or DSN with a password is a secret; without one it is not. */
+    char *url[] = {"seckilld", "--redis-url=redis://svc:hunter2hunter2@127.0.0.1:1/0", NULL};
+    ck_assert_int_eq(cfg_load(&c, 2, url, &first, err, sizeof err), -1);
+    ck_assert_ptr_null(strstr(err, "hunter2"));
+    ck_assert_ptr_nonnull(strstr(err, "SECKILL_REDIS_URL"));
+    char *dsn[] = {"seckilld", "--pg-dsn", "host=127.0.0.1 password=hunter2hunter2", NULL};
+    ck_assert_int_eq(cfg_load(&c, 3, dsn, &first, err, sizeof err), -1);
+    ck_assert_ptr_null(strstr(err, "hunter2"));
+    char *dsn_uri[] = {"seckilld", "--pg-dsn=postgresql://u:hunter2@127.0.0.1/db", NULL};
+    ck_assert_int_eq(cfg_load(&c, 2, dsn_uri, &first, err, sizeof err), -1);
+    char *plain[] = {"seckilld", "--redis-url=redis://127.0.0.1:7/1",
+                     "--pg-dsn=host=127.0.0.1 user=seckill", NULL};
+    ck_assert_msg(cfg_load(&c, 3, plain, &first, err, sizeof err) == 0, "%s", err);
+    ck_assert_str_eq(c.redis_url, "redis://127.0.0.1:7/1");
+    /* seckillctl's own --redis-url goes through the same gate. */
+    ck_assert_int_eq(cfg_set_flag(&c, "redis_url", "redis://:pw@h:1", err, sizeof err), -1);
+    ck_assert_int_eq(cfg_set_flag(&c, "redis_url", "redis://h:1", err, sizeof err), 0);
+    cfg_free(&c);
+}
+END_TEST
+
+START_TEST(test_secret_file_variant_reads_the_secret)
+{
+    struct cfg c;
+    char err[400], path[64];
+    int first;
+    cfg_defaults(&c);
+    temp_file(path, LONG_TOKEN "\n");
+    char flag[128];
+    snprintf(flag, sizeof flag, "--admin-token-file=%s", path);
+    char *argv[] = {"seckilld", flag, NULL};
+    ck_assert_msg(cfg_load(&c, 2, argv, &first, err, sizeof err) == 0, "%s", err);
+    ck_assert_str_eq(c.admin_token, LONG_TOKEN); /* the newline is not part of it */
+    ck_assert_int_eq(cfg_check(&c, err, sizeof err), 0);
+    /* The environment's _FILE variant, and a config file line. */
+    cfg_free(&c);
+    cfg_defaults(&c);
+    char *none[] = {"seckilld", NULL};
+    setenv("SECKILL_ADMIN_TOKEN_FILE", path, 1);
+    ck_assert_msg(cfg_load(&c, 1, none, &first, err, sizeof err) == 0, "%s", err);
+    ck_assert_str_eq(c.admin_token, LONG_TOKEN);
+    setenv("SECKILL_ADMIN_TOKEN", LONG_TOKEN, 1); /* two sources: which one was meant? */
+    ck_assert_int_eq(cfg_load(&c, 1, none, &first, err, sizeof err), -1);
+    unsetenv("SECKILL_ADMIN_TOKEN");
+    unsetenv("SECKILL_ADMIN_TOKEN_FILE");
+    ck_assert_int_eq(cfg_set(&c, "redis_url_file", "/nonexistent/seckill", err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "/nonexistent/seckill"));
+    ck_assert_int_eq(cfg_set(&c, "http_addr_file", path, err, sizeof err), -1); /* not a secret */
+    unlink(path);
+    temp_file(path, "redis://svc:hunter2@127.0.0.1:9/2\n");
+    ck_assert_int_eq(cfg_set(&c, "redis_url_file", path, err, sizeof err), 0);
+    ck_assert_str_eq(c.redis_url, "redis://svc:hunter2@127.0.0.1:9/2");
+    unlink(path);
+    cfg_free(&c);
+}
+END_TEST
+
+START_TEST(test_short_admin_token_is_refused_empty_disables)
+{
+    struct cfg c;
+    char err[400];
+    cfg_defaults(&c);
+    ck_assert_int_eq(cfg_check(&c, err, sizeof err), 0); /* empty: admin API off */
+    ck_assert_int_eq(cfg_set(&c, "admin_token", "0123456789abcdef0123456789abcde", err, sizeof err),
+                     0);
+    ck_assert_int_eq(cfg_check(&c, err, sizeof err), -1); /* 31 bytes */
+    ck_assert_ptr_nonnull(strstr(err, "at least 32"));
+    ck_assert_ptr_null(strstr(err, "0123456789abcdef"));
+    ck_assert_int_eq(cfg_set(&c, "admin_token", LONG_TOKEN, err, sizeof err), 0);
+    ck_assert_int_eq(cfg_check(&c, err, sizeof err), 0);
+    cfg_free(&c);
+}
+END_TEST
+
+START_TEST(test_help_shows_no_secret)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    ck_assert_ptr_nonnull(f);
+    cfg_print_help(f);
+    fclose(f);
+    ck_assert_ptr_nonnull(strstr(buf, "admin_token_file"));
+    ck_assert_ptr_nonnull(strstr(buf, "redis_url_file"));
+    free(buf);
+}
+END_TEST
+
+START_TEST(test_log_escape_keeps_one_record_on_one_line)
+{
+    char out[64];
+    /* PQerrorMessage: several lines and a trailing newline. */
+    log_escape(out, sizeof out, "ERROR:  boom\nDETAIL:  x\r\n");
+    ck_assert_str_eq(out, "ERROR:  boom\\nDETAIL:  x");
+    log_escape(out, sizeof out, "a\tb\x01\x1b[31mc\x7f\xc3\xa9");
+    ck_assert_str_eq(out, "a\\tb\\x01\\x1b[31mc\\x7f\xc3\xa9"); /* UTF-8 kept */
+    /* Truncation never splits an escape. */
+    char small[5];
+    ck_assert_uint_eq(log_escape(small, sizeof small, "abc\ndef"), 3);
+    ck_assert_str_eq(small, "abc");
 }
 END_TEST
 
@@ -150,6 +299,11 @@ int main(void)
     tcase_add_test(tc, test_flags_override_env_and_bad_values_are_refused);
     tcase_add_test(tc, test_buyer_token_secret_shorter_than_32_bytes_is_refused);
     tcase_add_test(tc, test_redis_url_forms);
+    tcase_add_test(tc, test_secret_flags_are_refused_naming_env_and_file);
+    tcase_add_test(tc, test_secret_file_variant_reads_the_secret);
+    tcase_add_test(tc, test_short_admin_token_is_refused_empty_disables);
+    tcase_add_test(tc, test_help_shows_no_secret);
+    tcase_add_test(tc, test_log_escape_keeps_one_record_on_one_line);
     tcase_add_test(tc, test_every_key_of_a_sku_shares_its_hash_tag);
     tcase_add_test(tc, test_order_id_names_its_epoch);
     tcase_add_test(tc, test_scripts_and_queries_are_embedded);

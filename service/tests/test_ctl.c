@@ -160,7 +160,7 @@ static void hold_finish(struct holder *h)
 
 static void test_key(char *buf, size_t len, const char *name)
 {
-    snprintf(buf, len, "test_ctl:%d:{%s}:lock", (int)getpid(), name);
+    snprintf(buf, len, "seckill:test_ctl:%d:{%s}:lock", (int)getpid(), name);
 }
 
 static void redis_get(redisContext *c, const char *key, char *out, size_t len)
@@ -200,7 +200,7 @@ START_TEST(test_hold_prints_token_and_fence_and_releases_on_sigterm)
     /* list and inspect show the owner and its fencing counter. */
     struct run r;
     char match[160];
-    snprintf(match, sizeof match, "test_ctl:%d:*", (int)getpid());
+    snprintf(match, sizeof match, "seckill:test_ctl:%d:*", (int)getpid());
     run(&r, "lock", "list", "--match", match, NULL);
     ck_assert_msg(r.status == 0, "list: %d %s", r.status, r.err);
     snprintf(want, sizeof want, "%" PRId64, h.fence);
@@ -313,7 +313,7 @@ START_TEST(test_list_shows_both_lock_formats_and_inspect_reports_absence)
     char simple[128], reentrant[128], match[128];
     test_key(simple, sizeof simple, "simple");
     test_key(reentrant, sizeof reentrant, "reentrant");
-    snprintf(match, sizeof match, "test_ctl:%d:*", (int)getpid());
+    snprintf(match, sizeof match, "seckill:test_ctl:%d:*", (int)getpid());
     redisContext *c = th_redis();
     redis_do(c, "SET %s %s PX %d", simple, "0123456789abcdef0123456789abcdef", 60000);
     /* Redisson's reentrant format: owner -> hold count. */

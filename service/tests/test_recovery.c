@@ -35,7 +35,7 @@ START_TEST(test_lost_redis_data_fails_closed_until_restored_and_ids_never_repeat
     long long second = th_json_int(r.body, "order_id", 0);
     th_wait_drained(9, 10000);
 
-    redisContext *rc = th_redis();
+    redisContext *rc = th_redis_admin();
     redisReply *rep = redisCommand(rc, "FLUSHALL"); /* Redis restarted without its data */
     freeReplyObject(rep);
 

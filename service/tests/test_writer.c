@@ -440,7 +440,7 @@ START_TEST(test_batch_written_after_a_reload_is_counted_in_redis)
     reserve(7, 1, 2);
     struct writer_entry e;
     ck_assert_uint_eq(read_entries(7, "paused-writer", &e, 1), 1);
-    redisContext *r = th_redis();
+    redisContext *r = th_redis_admin();
     redisReply *rep = redisCommand(r, "FLUSHALL"); /* Redis restarted empty */
     freeReplyObject(rep);
 

@@ -48,6 +48,7 @@
 #include <rlock/notify.h>
 #include <rlock/rlock.h>
 #include <rlock/script.h>
+#include <rlock/url.h>
 
 #include "internal.h"
 
@@ -56,9 +57,7 @@
 #define OP_TIMEOUT_MS 5000  /* library client: bound on one Redis round trip */
 
 struct opts {
-    char host[256];
-    int port;
-    int db;
+    struct rlock_url redis;
     int contended;
     int raw; /* 1: hand-made commands; 0: the library's async API */
     int concurrency;
@@ -407,46 +406,20 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 static redisContext *notifier_connect(void *arg)
 {
     const struct opts *o = arg;
-    struct timeval tv = {1, 0};
-    redisContext *c = redisConnectWithTimeout(o->host, o->port, tv);
-    if (c && !c->err && o->db != 0) {
-        redisReply *r = redisCommand(c, "SELECT %d", o->db);
-        if (!r || r->type == REDIS_REPLY_ERROR)
-            c->err = REDIS_ERR_OTHER;
-        freeReplyObject(r);
-    }
+    char err[320];
+    redisContext *c = rlock_url_connect(&o->redis, OP_TIMEOUT_MS, OP_TIMEOUT_MS, err, sizeof err);
+    if (!c)
+        fprintf(stderr, "rlock-bench: %s\n", err);
     return c;
 }
 
 static int parse_url(const char *url, struct opts *o)
 {
-    const char *p = url;
-    if (strncmp(p, "redis://", 8) != 0)
-        return -1;
-    p += 8;
-    size_t hl = strcspn(p, ":/");
-    if (hl == 0 || hl >= sizeof o->host)
-        return -1;
-    memcpy(o->host, p, hl);
-    o->host[hl] = '\0';
-    p += hl;
-    o->port = 6379;
-    if (*p == ':') {
-        char *end;
-        long v = strtol(p + 1, &end, 10);
-        if (end == p + 1 || v < 1 || v > 65535)
-            return -1;
-        o->port = (int)v;
-        p = end;
-    }
-    if (*p == '/' && p[1]) {
-        char *end;
-        long v = strtol(p + 1, &end, 10);
-        if (*end || v < 0 || v > 1000000)
-            return -1;
-        o->db = (int)v;
-    }
-    return 0;
+    char err[256];
+    if (rlock_url_parse(url, &o->redis, err, sizeof err) == 0)
+        return 0;
+    fprintf(stderr, "rlock-bench: %s\n", err);
+    return -1;
 }
 
 static int parse_int(const char *s, int min, int max, int *out)
@@ -462,7 +435,8 @@ static int parse_int(const char *s, int min, int max, int *out)
 
 static void usage(FILE *out)
 {
-    fputs("usage: rlock-bench --redis-url redis://HOST:PORT[/DB] --mode uncontended|contended\n"
+    fputs("usage: rlock-bench --redis-url redis://[USER:PASSWORD@]HOST:PORT[/DB] --mode "
+          "uncontended|contended\n"
           "                   [--client library|raw] [--concurrency N] [--duration-ms MS]\n"
           "                   [--ttl-ms MS] [--retry-ms MS]\n",
           out);
@@ -553,17 +527,19 @@ int main(int argc, char **argv)
     b.base = ec ? event_base_new_with_config(ec) : NULL;
     if (ec)
         event_config_free(ec);
-    b.ac = b.base ? redisAsyncConnect(b.o.host, b.o.port) : NULL;
+    b.ac = b.base ? redisAsyncConnect(b.o.redis.host, b.o.redis.port) : NULL;
     if (!b.ac || b.ac->err) {
-        fprintf(stderr, "rlock-bench: cannot connect to %s:%d\n", b.o.host, b.o.port);
+        fprintf(stderr, "rlock-bench: cannot connect to %s:%d\n", b.o.redis.host, b.o.redis.port);
         return 1;
     }
     b.ac->data = &b;
     redisLibeventAttach(b.ac, b.base);
     redisAsyncSetConnectCallback(b.ac, on_connect);
     redisAsyncSetDisconnectCallback(b.ac, on_disconnect);
-    if (b.o.db != 0)
-        redisAsyncCommand(b.ac, NULL, NULL, "SELECT %d", b.o.db);
+    if (rlock_url_handshake_async(b.ac, &b.o.redis, NULL, NULL) != 0) {
+        fprintf(stderr, "rlock-bench: cannot queue AUTH / SELECT\n");
+        return 1;
+    }
     if (!b.o.raw) {
         char err[160] = "out of memory";
         b.notifier = rlock_notifier_new(notifier_connect, &b.o, err, sizeof err);

@@ -6,7 +6,7 @@
  * interleave them.  Each round does it under a simple lock, so that any
  * number of lock_counter processes on one counter add up exactly.
  *
- *   lock_counter [-u redis://HOST:PORT[/DB]] [-h HOST] [-p PORT]
+ *   lock_counter [-u redis://[USER:PASSWORD@]HOST:PORT[/DB]] [-h HOST] [-p PORT]
  *                [-k LOCK_KEY] [-c COUNTER_KEY] [-n ROUNDS] [-t TTL_MS]
  *                [-w WAIT_MS] [-s HOLD_MS] [-W] [-v]
  *
@@ -39,21 +39,17 @@
 
 #include <rlock/metrics.h>
 #include <rlock/rlock.h>
+#include <rlock/url.h>
 #include <rlock/watch.h>
 
 #define DEFAULT_TTL_MS 10000
 #define DEFAULT_WAIT_MS 10000
-#define RETRY_MS 10        /* mean pause between tries of a busy lock */
-#define IO_TIMEOUT_MS 5000 /* bound on every Redis round trip */
-
-struct target {
-    char host[256];
-    int port;
-    int db;
-};
+#define RETRY_MS 10               /* mean pause between tries of a busy lock */
+#define IO_TIMEOUT_MS 5000        /* bound on every Redis round trip */
+#define URL_ENV "RLOCK_REDIS_URL" /* the default of -u */
 
 struct opts {
-    struct target redis;
+    struct rlock_url redis;
     const char *lock_key;
     const char *counter_key;
     long rounds;
@@ -66,9 +62,11 @@ struct opts {
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: lock_counter [-u redis://HOST:PORT[/DB]] [-h HOST] [-p PORT]\n"
-                    "                    [-k LOCK_KEY] [-c COUNTER_KEY] [-n ROUNDS] [-t TTL_MS]\n"
-                    "                    [-w WAIT_MS] [-s HOLD_MS] [-W] [-v]\n");
+    fprintf(stderr,
+            "usage: lock_counter [-u redis://[USER:PASSWORD@]HOST:PORT[/DB]] [-h HOST] [-p PORT]\n"
+            "                    [-k LOCK_KEY] [-c COUNTER_KEY] [-n ROUNDS] [-t TTL_MS]\n"
+            "                    [-w WAIT_MS] [-s HOLD_MS] [-W] [-v]\n"
+            "  -u defaults to $" URL_ENV "\n");
     exit(2);
 }
 
@@ -84,52 +82,25 @@ static int parse_num(const char *s, long max, long *out)
     return 0;
 }
 
-/* Parses redis://HOST:PORT[/DB] into t; 0 or -1. */
-static int parse_url(const char *url, struct target *t)
+/* Parses a redis:// URL (rlock/url.h) into t; 0, or -1 with why on stderr. */
+static int parse_url(const char *url, struct rlock_url *t)
 {
-    int n = 0;
-    t->db = 0;
-    if (sscanf(url, "redis://%255[^:/]:%d%n", t->host, &t->port, &n) != 2 || t->port <= 0 ||
-        t->port > 65535)
-        return -1;
-    if (url[n] == '\0')
+    char err[256];
+    if (rlock_url_parse(url, t, err, sizeof err) == 0)
         return 0;
-    char *end;
-    long db = url[n] == '/' ? strtol(url + n + 1, &end, 10) : -1;
-    if (db < 0 || db > 1000000 || *end)
-        return -1;
-    t->db = (int)db;
-    return 0;
+    fprintf(stderr, "lock_counter: %s\n", err);
+    return -1;
 }
 
-/* A connection with bounded I/O and the database selected, or NULL (why
- * on stderr).  Also the watchdog's rlock_connect_fn: arg is the target. */
+/* A connection with bounded I/O, authenticated, the database selected, or
+ * NULL (why on stderr).  Also the watchdog's rlock_connect_fn: arg is the
+ * target. */
 static redisContext *connect_to(void *arg)
 {
-    const struct target *t = arg;
-    struct timeval tv = {IO_TIMEOUT_MS / 1000, (IO_TIMEOUT_MS % 1000) * 1000};
-    redisContext *c = redisConnectWithTimeout(t->host, t->port, tv);
-    if (!c || c->err) {
-        fprintf(stderr, "lock_counter: connect %s:%d: %s\n", t->host, t->port,
-                c ? c->errstr : "out of memory");
-        redisFree(c);
-        return NULL;
-    }
-    if (redisSetTimeout(c, tv) != REDIS_OK) {
-        fprintf(stderr, "lock_counter: cannot set the I/O timeout\n");
-        redisFree(c);
-        return NULL;
-    }
-    if (t->db != 0) {
-        redisReply *r = redisCommand(c, "SELECT %d", t->db);
-        int ok = r && r->type == REDIS_REPLY_STATUS;
-        freeReplyObject(r);
-        if (!ok) {
-            fprintf(stderr, "lock_counter: SELECT %d failed\n", t->db);
-            redisFree(c);
-            return NULL;
-        }
-    }
+    char err[320];
+    redisContext *c = rlock_url_connect(arg, IO_TIMEOUT_MS, IO_TIMEOUT_MS, err, sizeof err);
+    if (!c)
+        fprintf(stderr, "lock_counter: %s\n", err);
     return c;
 }
 
@@ -220,6 +191,10 @@ int main(int argc, char **argv)
                      .wait_ms = DEFAULT_WAIT_MS};
     long v;
     int ch;
+    /* A URL with a password is best passed in the environment (not in ps). */
+    const char *env_url = getenv(URL_ENV);
+    if (env_url && parse_url(env_url, &o.redis) < 0)
+        usage();
     while ((ch = getopt(argc, argv, "u:h:p:k:c:n:t:w:s:Wv")) != -1) {
         switch (ch) {
         case 'u':

@@ -1,5 +1,7 @@
 #include "harness_rlock.h"
 
+#define TH_RL_TIMEOUT_MS 2000
+
 #include <check.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -7,35 +9,33 @@
 #include <stdlib.h>
 #include <time.h>
 
+int th_rl_url_parse(struct rlock_url *u, char *why, size_t whylen)
+{
+    const char *url = getenv(TH_RL_URL_ENV);
+    char err[256];
+    if (!url || !*url) {
+        snprintf(why, whylen, "%s is not set: run the tests through `make test`", TH_RL_URL_ENV);
+        return -1;
+    }
+    if (rlock_url_parse(url, u, err, sizeof err) != 0) {
+        snprintf(why, whylen, "%s: %s", TH_RL_URL_ENV, err);
+        return -1;
+    }
+    return 0;
+}
+
+void th_rl_url(struct rlock_url *u)
+{
+    char why[320];
+    ck_assert_msg(th_rl_url_parse(u, why, sizeof why) == 0, "%s", why);
+}
+
 redisContext *th_rl_connect(char *why, size_t whylen)
 {
-    const char *url = getenv("SECKILL_TEST_REDIS_URL");
-    char host[128];
-    int port = 0, db = 0;
-    if (!url || sscanf(url, "redis://%127[^:]:%d/%d", host, &port, &db) < 2 || port <= 0) {
-        snprintf(why, whylen, "SECKILL_TEST_REDIS_URL is unset or not redis://HOST:PORT[/DB]: %s",
-                 url ? url : "(unset)");
+    struct rlock_url u;
+    if (th_rl_url_parse(&u, why, whylen) != 0)
         return NULL;
-    }
-    struct timeval tv = {2, 0};
-    redisContext *c = redisConnectWithTimeout(host, port, tv);
-    if (!c || c->err) {
-        snprintf(why, whylen, "connect %.64s:%d: %.64s", host, port, c ? c->errstr : "OOM");
-        redisFree(c);
-        return NULL;
-    }
-    (void)redisSetTimeout(c, tv);
-    if (db != 0) {
-        redisReply *r = redisCommand(c, "SELECT %d", db);
-        int ok = r && r->type == REDIS_REPLY_STATUS;
-        freeReplyObject(r);
-        if (!ok) {
-            snprintf(why, whylen, "SELECT %d failed", db);
-            redisFree(c);
-            return NULL;
-        }
-    }
-    return c;
+    return rlock_url_connect(&u, TH_RL_TIMEOUT_MS, TH_RL_TIMEOUT_MS, why, whylen);
 }
 
 redisContext *th_rl_connect_or_fail(void)

@@ -18,7 +18,7 @@
 #
 #   service/rlock/tests/test_install.sh
 #
-# Env in: SECKILL_TEST_REDIS_URL (scripts/run-tests.sh sets it), BUILD
+# Env in: SECKILL_TEST_REDIS_ADMIN_URL (scripts/run-tests.sh sets it), BUILD
 # (default build), SAN=1 (the objects carry sanitizers: so must the example).
 set -euo pipefail
 
@@ -26,7 +26,7 @@ PROG=test_install.sh
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd -P)
 EXAMPLES=$ROOT/service/rlock/examples
 BUILD_DIR=${BUILD:-build}
-URL=${SECKILL_TEST_REDIS_URL:-}
+URL=${SECKILL_TEST_REDIS_ADMIN_URL:-}
 
 fail() {
     printf '%s: FAIL: %s\n' "$PROG" "$*" >&2
@@ -34,7 +34,7 @@ fail() {
 }
 say() { printf '%s: %s\n' "$PROG" "$*"; }
 
-[[ $URL == redis://* ]] || fail "SECKILL_TEST_REDIS_URL is unset or not redis://...: '$URL'"
+[[ $URL == redis://* ]] || fail "SECKILL_TEST_REDIS_ADMIN_URL is unset or not redis://...: '$URL'"
 for tool in make cc pkg-config nm readelf ldd redis-cli; do
     command -v "$tool" >/dev/null || fail "$tool is not installed"
 done
@@ -159,11 +159,25 @@ say "lock_counter built against librlock.so and librlock.a"
 TAG=rlock-install-test:$$
 LOCK="$TAG:{counter}:lock"
 COUNTER="$TAG:{counter}:count"
-rcli() { redis-cli -u "$URL" "$@"; }
+# The URL holds a password: it reaches both tools through the environment.
+export RLOCK_REDIS_URL=$URL
+# redis-cli takes the password from REDISCLI_AUTH (the stack's passwords are
+# hex, so nothing in the URL is percent-encoded).
+[[ $URL =~ ^redis://(([^:@]*):([^@]*)@)?([^:/@]+):([0-9]+)(/([0-9]+))?$ ]] ||
+    fail "cannot split $PROG's Redis URL into user, host, port and database"
+R_USER=${BASH_REMATCH[2]:-default} R_PASS=${BASH_REMATCH[3]} R_HOST=${BASH_REMATCH[4]}
+R_PORT=${BASH_REMATCH[5]} R_DB=${BASH_REMATCH[7]:-0}
+rcli() {
+    if [[ -n $R_PASS ]]; then
+        REDISCLI_AUTH=$R_PASS redis-cli --user "$R_USER" -h "$R_HOST" -p "$R_PORT" -n "$R_DB" "$@"
+    else
+        redis-cli -h "$R_HOST" -p "$R_PORT" -n "$R_DB" "$@"
+    fi
+}
 rcli DEL "$LOCK" "$COUNTER" >/dev/null
 
 ROUNDS=20
-common=(-u "$URL" -k "$LOCK" -c "$COUNTER" -n "$ROUNDS" -s 5 -w 20000)
+common=(-k "$LOCK" -c "$COUNTER" -n "$ROUNDS" -s 5 -w 20000)
 "$TMP/shared/lock_counter" "${common[@]}" >"$TMP/run1" 2>&1 &
 PIDS+=($!)
 "$TMP/static/lock_counter" "${common[@]}" >"$TMP/run2" 2>&1 &
@@ -183,11 +197,11 @@ count=$(rcli GET "$COUNTER")
 say "4 processes x $ROUNDS rounds under one lock: counter $count, lock released"
 
 # The watchdog keeps a lock whose round outlives its lease ...
-out=$("$TMP/shared/lock_counter" -u "$URL" -k "$LOCK" -c "$COUNTER" -W -t 300 -s 500 2>&1) ||
+out=$("$TMP/shared/lock_counter" -k "$LOCK" -c "$COUNTER" -W -t 300 -s 500 2>&1) ||
     fail "a watched lock held past its lease: $out"
 grep -qE 'renewed [1-9]' <<<"$out" || fail "the watchdog renewed nothing: $out"
 # ... and without it the round is refused, not written.
-if out=$("$TMP/static/lock_counter" -u "$URL" -k "$LOCK" -c "$COUNTER" -t 100 -s 300 2>&1); then
+if out=$("$TMP/static/lock_counter" -k "$LOCK" -c "$COUNTER" -t 100 -s 300 2>&1); then
     fail "a round that outlived its lease succeeded: $out"
 fi
 grep -q 'ran out before the write' <<<"$out" || fail "unexpected failure: $out"

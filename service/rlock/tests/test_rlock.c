@@ -1,6 +1,6 @@
 /*
  * Tests for the rlock library (service/rlock/) against a real Redis, whose
- * address comes from SECKILL_TEST_REDIS_URL (redis://HOST:PORT[/DB]).
+ * address comes from SECKILL_TEST_REDIS_ADMIN_URL (harness_rlock.h).
  * Keys are prefixed with the test name and the pid so concurrent runs and
  * other test binaries sharing the server do not collide.
  */
@@ -24,88 +24,6 @@
 #include <rlock/script.h>
 
 /* ---- helpers ---- */
-
-struct redis_addr {
-    char host[128];
-    int port;
-    int db;
-};
-
-/* Parses redis://HOST:PORT[/DB].  Returns 0, or -1 with why filled in. */
-static int parse_redis_url(const char *url, struct redis_addr *a, char *why, size_t whylen)
-{
-    static const char scheme[] = "redis://";
-    if (!url || !*url) {
-        snprintf(why, whylen,
-                 "SECKILL_TEST_REDIS_URL is not set; start a Redis and export e.g. "
-                 "SECKILL_TEST_REDIS_URL=redis://127.0.0.1:6379/0");
-        return -1;
-    }
-    if (strncmp(url, scheme, sizeof scheme - 1) != 0) {
-        snprintf(why, whylen, "SECKILL_TEST_REDIS_URL=%s: expected redis://HOST:PORT[/DB]", url);
-        return -1;
-    }
-    const char *host = url + sizeof scheme - 1;
-    const char *colon = strchr(host, ':');
-    if (!colon || colon == host || (size_t)(colon - host) >= sizeof a->host) {
-        snprintf(why, whylen, "SECKILL_TEST_REDIS_URL=%s: missing host or port", url);
-        return -1;
-    }
-    memcpy(a->host, host, (size_t)(colon - host));
-    a->host[colon - host] = '\0';
-    char *end;
-    long port = strtol(colon + 1, &end, 10);
-    if (end == colon + 1 || port <= 0 || port > 65535 || (*end && *end != '/')) {
-        snprintf(why, whylen, "SECKILL_TEST_REDIS_URL=%s: bad port", url);
-        return -1;
-    }
-    a->port = (int)port;
-    a->db = 0;
-    if (*end == '/' && end[1]) {
-        const char *dbs = end + 1;
-        long db = strtol(dbs, &end, 10);
-        if (end == dbs || *end || db < 0) {
-            snprintf(why, whylen, "SECKILL_TEST_REDIS_URL=%s: bad database number", url);
-            return -1;
-        }
-        a->db = (int)db;
-    }
-    return 0;
-}
-
-/* Connects to the test Redis without Check assertions (usable from worker
- * threads).  Returns the context or NULL with why filled in. */
-static redisContext *connect_redis(char *why, size_t whylen)
-{
-    struct redis_addr a;
-    if (parse_redis_url(getenv("SECKILL_TEST_REDIS_URL"), &a, why, whylen) < 0)
-        return NULL;
-    redisContext *c = redisConnect(a.host, a.port);
-    if (!c || c->err) {
-        snprintf(why, whylen, "connect %s:%d: %s", a.host, a.port, c ? c->errstr : "OOM");
-        redisFree(c);
-        return NULL;
-    }
-    if (a.db != 0) {
-        redisReply *r = redisCommand(c, "SELECT %d", a.db);
-        int ok = r && r->type == REDIS_REPLY_STATUS;
-        freeReplyObject(r);
-        if (!ok) {
-            snprintf(why, whylen, "SELECT %d failed", a.db);
-            redisFree(c);
-            return NULL;
-        }
-    }
-    return c;
-}
-
-static redisContext *test_connect(void)
-{
-    char why[512];
-    redisContext *c = connect_redis(why, sizeof why);
-    ck_assert_msg(c != NULL, "%s", why);
-    return c;
-}
 
 /* Builds this process's name for a test key. */
 static void test_key(char *buf, size_t len, const char *name)
@@ -205,7 +123,7 @@ static const char echo_text[] = "-- test_rlock echo script\nreturn KEYS[1] .. '=
 
 START_TEST(test_script_survives_script_flush)
 {
-    redisContext *c = test_connect();
+    redisContext *c = th_rl_connect_or_fail();
     struct rlock_script s;
     rlock_script_init(&s, "echo", echo_text, sizeof echo_text - 1);
 
@@ -278,11 +196,9 @@ static void async_script_cb(redisAsyncContext *ac, void *r, void *privdata)
 
 START_TEST(test_script_async_survives_script_flush)
 {
-    char why[512];
-    struct redis_addr a;
-    ck_assert_msg(parse_redis_url(getenv("SECKILL_TEST_REDIS_URL"), &a, why, sizeof why) == 0, "%s",
-                  why);
-    redisContext *c = test_connect();
+    struct rlock_url a;
+    th_rl_url(&a);
+    redisContext *c = th_rl_connect_or_fail();
     freeReplyObject(th_rl_cmd(c, "SCRIPT FLUSH"));
 
     struct rlock_script s;
@@ -293,8 +209,7 @@ START_TEST(test_script_async_survives_script_flush)
     redisAsyncContext *ac = redisAsyncConnect(a.host, a.port);
     ck_assert_msg(ac && !ac->err, "async connect failed");
     ck_assert_int_eq(redisLibeventAttach(ac, base), REDIS_OK);
-    if (a.db != 0)
-        ck_assert_int_eq(redisAsyncCommand(ac, NULL, NULL, "SELECT %d", a.db), REDIS_OK);
+    ck_assert_int_eq(rlock_url_handshake_async(ac, &a, NULL, NULL), 0);
 
     struct async_state st = {.s = &s};
     {
@@ -329,8 +244,8 @@ START_TEST(test_acquire_then_second_acquire_is_busy)
 {
     char key[128];
     test_key(key, sizeof key, "busy");
-    redisContext *c1 = test_connect();
-    redisContext *c2 = test_connect();
+    redisContext *c1 = th_rl_connect_or_fail();
+    redisContext *c2 = th_rl_connect_or_fail();
     del_key(c1, key);
 
     struct rlock_opts o = {.ttl_ms = 10000, .wait_ms = 0, .retry_ms = 10};
@@ -370,7 +285,7 @@ START_TEST(test_lock_uses_redsync_format)
 {
     char key[128];
     test_key(key, sizeof key, "format");
-    redisContext *c = test_connect();
+    redisContext *c = th_rl_connect_or_fail();
     del_key(c, key);
 
     struct rlock_opts o = {.ttl_ms = 7000};
@@ -414,7 +329,7 @@ START_TEST(test_release_by_non_owner_is_refused)
     char key[128], key2[128];
     test_key(key, sizeof key, "foreign");
     test_key(key2, sizeof key2, "stolen");
-    redisContext *c = test_connect();
+    redisContext *c = th_rl_connect_or_fail();
     del_key(c, key);
     del_key(c, key2);
 
@@ -451,12 +366,12 @@ START_TEST(test_expiry_frees_dead_holders_lock)
 {
     char key[128];
     test_key(key, sizeof key, "expiry");
-    redisContext *c = test_connect();
+    redisContext *c = th_rl_connect_or_fail();
     del_key(c, key);
 
     /* The holder takes a short lease and then "dies": no release, and its
      * connection goes away. */
-    redisContext *dead = test_connect();
+    redisContext *dead = th_rl_connect_or_fail();
     struct rlock_opts ho = {.ttl_ms = 200};
     struct rlock holder = {0};
     ck_assert_int_eq(rlock_acquire(dead, &holder, key, &ho), RLOCK_OK);
@@ -488,7 +403,7 @@ START_TEST(test_multi_lock_all_or_nothing)
     test_key(k[2], sizeof k[2], "{multi}:c");
     test_key(other, sizeof other, "{multi}:d");
     const char *keys[] = {k[0], k[1], k[2]};
-    redisContext *c = test_connect();
+    redisContext *c = th_rl_connect_or_fail();
     for (int i = 0; i < 3; i++)
         del_key(c, k[i]);
     del_key(c, other);
@@ -549,7 +464,7 @@ START_TEST(test_bad_arguments_are_errors)
 {
     char key[128];
     test_key(key, sizeof key, "args");
-    redisContext *c = test_connect();
+    redisContext *c = th_rl_connect_or_fail();
     del_key(c, key);
 
     struct rlock l = {0};
@@ -578,7 +493,7 @@ START_TEST(test_remaining_ms_shrinks)
 {
     char key[128];
     test_key(key, sizeof key, "remaining");
-    redisContext *c = test_connect();
+    redisContext *c = th_rl_connect_or_fail();
     del_key(c, key);
 
     struct rlock l = {0};
@@ -609,7 +524,7 @@ START_TEST(test_extend_by_owner)
 {
     char key[128];
     test_key(key, sizeof key, "extend");
-    redisContext *c = test_connect();
+    redisContext *c = th_rl_connect_or_fail();
     del_key(c, key);
 
     struct rlock l = {0};
@@ -664,7 +579,7 @@ static void *mx_worker(void *arg)
 {
     struct mx_shared *sh = arg;
     char why[512];
-    redisContext *c = connect_redis(why, sizeof why);
+    redisContext *c = th_rl_connect(why, sizeof why);
     if (!c) {
         mx_fail(sh, "connect", why);
         return NULL;
@@ -713,7 +628,7 @@ START_TEST(test_mutual_exclusion_many_threads)
     pthread_mutex_init(&sh.mu, NULL);
     test_key(sh.lock_key, sizeof sh.lock_key, "mx:lock");
     test_key(sh.counter_key, sizeof sh.counter_key, "mx:counter");
-    redisContext *c = test_connect();
+    redisContext *c = th_rl_connect_or_fail();
     del_key(c, sh.lock_key);
     del_key(c, sh.counter_key);
 

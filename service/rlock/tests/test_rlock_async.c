@@ -1,6 +1,6 @@
 /*
  * Tests for the libevent lock API (rlock/async.h) against a
- * real Redis named by SECKILL_TEST_REDIS_URL: acquire, release, extend and
+ * real Redis named by SECKILL_TEST_REDIS_ADMIN_URL: acquire, release, extend and
  * the watchdog on a loop, callbacks exactly once, wake-ups through the
  * shared notifier, and per-operation timeouts while Redis is paused.
  */
@@ -73,20 +73,16 @@ static void on_done(enum rlock_status st, const char *err, void *arg)
 
 static void loop_open(struct loop *lp, const struct rlock_async_opts *o)
 {
-    const char *url = getenv("SECKILL_TEST_REDIS_URL");
-    char host[128];
-    int port = 0, db = 0;
-    ck_assert_msg(url && sscanf(url, "redis://%127[^:]:%d/%d", host, &port, &db) >= 2,
-                  "SECKILL_TEST_REDIS_URL is unset or malformed");
+    struct rlock_url u;
+    th_rl_url(&u);
     /* The notifier wakes the loop from its own thread. */
     ck_assert_int_eq(evthread_use_pthreads(), 0);
     lp->base = event_base_new();
     ck_assert_ptr_nonnull(lp->base);
-    lp->ac = redisAsyncConnect(host, port);
+    lp->ac = redisAsyncConnect(u.host, u.port);
     ck_assert_msg(lp->ac && !lp->ac->err, "async connect failed");
     ck_assert_int_eq(redisLibeventAttach(lp->ac, lp->base), REDIS_OK);
-    if (db != 0)
-        ck_assert_int_eq(redisAsyncCommand(lp->ac, NULL, NULL, "SELECT %d", db), REDIS_OK);
+    ck_assert_int_eq(rlock_url_handshake_async(lp->ac, &u, NULL, NULL), 0);
     lp->a = rlock_async_new(lp->base, o);
     ck_assert_ptr_nonnull(lp->a);
     rlock_async_set_context(lp->a, lp->ac);

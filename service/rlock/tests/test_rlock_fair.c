@@ -1,6 +1,6 @@
 /*
  * Tests for the fair lock (rlock/fair.h) against a real Redis
- * named by SECKILL_TEST_REDIS_URL: FIFO hand-over, waiters that give up or
+ * named by SECKILL_TEST_REDIS_ADMIN_URL: FIFO hand-over, waiters that give up or
  * vanish are pruned by the server's clock, and fair locks are reentrant.
  */
 #include <check.h>

@@ -1,6 +1,6 @@
 /*
  * Fencing tokens (rlock/fence.h) against real servers: the
- * shared test Redis (SECKILL_TEST_REDIS_URL), private redis-servers to lose
+ * shared test Redis (SECKILL_TEST_REDIS_ADMIN_URL), private redis-servers to lose
  * data on purpose (harness_redis.h), and the test PostgreSQL
  * (SECKILL_TEST_PG_DSN) as the store that refuses superseded holders.
  * PostgreSQL is reached with plain libpq: fencing is the store's check, and

@@ -1,7 +1,7 @@
 /*
  * Tests for the watchdog (rlock/watch.h) and the transaction
  * completion hook (rlock_release_on_complete) against a real Redis named by
- * SECKILL_TEST_REDIS_URL.  Leases are 300 ms so the tests stay fast; every
+ * SECKILL_TEST_REDIS_ADMIN_URL.  Leases are 300 ms so the tests stay fast; every
  * wait for an effect is bounded and generous.
  */
 #include <check.h>

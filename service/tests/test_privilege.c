@@ -1,0 +1,326 @@
+/*
+ * Least privilege, against the test stack (scripts/stack.sh): the service's
+ * Redis ACL user can do what the service does and nothing else, the default
+ * user is gone, neither server runs as root, a user name in redis_url is
+ * used, and secrets never come from the command line.
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "store/redis_conn.h"
+
+#define RUN_WAIT_STEPS 1200 /* x 50 ms: a safety bound, not a timing assertion */
+#define WRONG_PASSWORD "not-the-password-0123456789abcdef"
+
+/* Asserts that the reply is an ACL refusal (NOPERM); MODULE, disabled for
+ * everyone (enable-module-command no), is refused before the ACL is asked. */
+static void assert_noperm(redisReply *r, const char *what)
+{
+    ck_assert_msg(r != NULL, "%s: no reply", what);
+    int module_off = strncmp(what, "MODULE", 6) == 0 && r->type == REDIS_REPLY_ERROR &&
+                     strstr(r->str, "MODULE command not allowed");
+    ck_assert_msg(module_off || (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOPERM", 6) == 0),
+                  "%s was not refused with NOPERM (type %d: %s)", what, r->type,
+                  r->type == REDIS_REPLY_ERROR || r->type == REDIS_REPLY_STATUS ? r->str : "");
+    freeReplyObject(r);
+}
+
+START_TEST(test_service_user_is_refused_admin_commands)
+{
+    redisContext *r = th_redis();
+    static const char *const refused[] = {
+        "FLUSHALL",       "FLUSHDB",       "CONFIG GET *",    "CONFIG SET maxmemory 1",
+        "KEYS *",         "DEBUG SLEEP 0", "SHUTDOWN NOSAVE", "REPLICAOF 127.0.0.1 1",
+        "SLAVEOF NO ONE", "MODULE LIST",   "ACL WHOAMI",      "ACL SETUSER x on",
+        "SCRIPT FLUSH",   "CLIENT LIST",   "SWAPDB 0 1",      "MONITOR",
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        assert_noperm(redisCommand(r, refused[i]), refused[i]);
+    /* What it may do, it can. */
+    redisReply *ok = redisCommand(r, "SET seckill:test:privilege 1");
+    ck_assert(ok && ok->type == REDIS_REPLY_STATUS);
+    freeReplyObject(ok);
+    redisFree(r);
+}
+END_TEST
+
+START_TEST(test_service_user_is_refused_keys_and_channels_outside_its_patterns)
+{
+    redisContext *r = th_redis();
+    assert_noperm(redisCommand(r, "SET other:key 1"), "SET other:key");
+    assert_noperm(redisCommand(r, "GET sess:1"), "GET sess:1");
+    assert_noperm(redisCommand(r, "EVAL %s 1 %s", "return redis.call('GET', KEYS[1])", "other"),
+                  "a script reading another key");
+    assert_noperm(redisCommand(r, "PUBLISH %s 0", "other-channel"), "PUBLISH other-channel");
+    /* The lock library's release channel of a seckill lock is allowed. */
+    redisReply *p = redisCommand(r, "PUBLISH %s 0", "rlock:release:seckill:{sku:1}:lock:sku");
+    ck_assert(p && p->type == REDIS_REPLY_INTEGER);
+    freeReplyObject(p);
+    redisFree(r);
+}
+END_TEST
+
+START_TEST(test_default_user_cannot_authenticate)
+{
+    struct rlock_url u;
+    char err[320];
+    ck_assert(rlock_url_parse(th_env("SECKILL_TEST_REDIS_URL"), &u, err, sizeof err) == 0);
+    struct timeval tv = {5, 0};
+    redisContext *c = redisConnectWithTimeout(u.host, u.port, tv);
+    ck_assert(c && !c->err);
+    redisReply *r = redisCommand(c, "PING");
+    ck_assert_msg(r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOAUTH", 6) == 0,
+                  "an unauthenticated client was served");
+    freeReplyObject(r);
+    r = redisCommand(c, "AUTH %s", "anything");
+    ck_assert(r && r->type == REDIS_REPLY_ERROR);
+    freeReplyObject(r);
+    r = redisCommand(c, "AUTH default %s", "");
+    ck_assert(r && r->type == REDIS_REPLY_ERROR);
+    freeReplyObject(r);
+    redisFree(c);
+}
+END_TEST
+
+/* Redis 7.0 replays the AOF as the default user and re-checks the ACL at each
+ * EXEC: with a default user without rights, a restart would silently drop
+ * what scripts wrote (their effects are in the AOF as MULTI/EXEC). */
+START_TEST(test_script_writes_survive_an_aof_reload)
+{
+    redisContext *r = th_redis();
+    redisReply *w = redisCommand(r, "EVAL %s 2 %s %s",
+                                 "redis.call('SET', KEYS[1], 'a') redis.call('SET', KEYS[2], 'b')",
+                                 "seckill:test:aof:1", "seckill:test:aof:2");
+    ck_assert_msg(w && w->type != REDIS_REPLY_ERROR, "script refused: %s", w ? w->str : "");
+    freeReplyObject(w);
+    redisContext *admin = th_redis_admin();
+    redisReply *reload = redisCommand(admin, "DEBUG LOADAOF");
+    ck_assert_msg(reload && reload->type == REDIS_REPLY_STATUS, "DEBUG LOADAOF: %s",
+                  reload ? reload->str : admin->errstr);
+    freeReplyObject(reload);
+    redisFree(admin);
+    redisFree(r);
+    r = th_redis();
+    redisReply *n = redisCommand(r, "EXISTS seckill:test:aof:1 seckill:test:aof:2");
+    ck_assert(n && n->type == REDIS_REPLY_INTEGER);
+    ck_assert_msg(n->integer == 2, "the AOF reload lost a script's writes");
+    freeReplyObject(n);
+    redisFree(r);
+}
+END_TEST
+
+/* The first number of line "<field>:" of /proc/PID/status (Uid: the real uid). */
+static long proc_status(long pid, const char *field)
+{
+    char path[64], line[256], fmt[32];
+    snprintf(path, sizeof path, "/proc/%ld/status", pid);
+    snprintf(fmt, sizeof fmt, "%s: %%ld", field);
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "cannot read %s: %s", path, strerror(errno));
+    long v = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, fmt, &v) == 1)
+            break;
+    fclose(f);
+    ck_assert_msg(v >= 0, "no %s line in %s", field, path);
+    return v;
+}
+
+/* As root the servers run as another user; as anyone else, as that user. */
+static void assert_not_root(long pid, const char *what)
+{
+    long uid = proc_status(pid, "Uid");
+    if (getuid() == 0)
+        ck_assert_msg(uid != 0, "%s (pid %ld) runs as root", what, pid);
+    else
+        ck_assert_msg(uid == (long)getuid(), "%s (pid %ld) runs as uid %ld", what, pid, uid);
+}
+
+START_TEST(test_redis_and_postgres_do_not_run_as_root)
+{
+    redisContext *r = th_redis_admin();
+    redisReply *info = redisCommand(r, "INFO server");
+    ck_assert(info && info->type == REDIS_REPLY_STRING);
+    const char *p = strstr(info->str, "process_id:");
+    ck_assert(p != NULL);
+    long redis_pid = atol(p + strlen("process_id:"));
+    freeReplyObject(info);
+    redisFree(r);
+    assert_not_root(redis_pid, "redis-server");
+
+    PGconn *c = th_pg();
+    long backend = th_pg_int(c, "SELECT pg_backend_pid()");
+    PQfinish(c);
+    assert_not_root(backend, "a PostgreSQL backend");
+    assert_not_root(proc_status(backend, "PPid"), "the postmaster");
+}
+END_TEST
+
+START_TEST(test_user_name_in_redis_url_is_used)
+{
+    struct cfg c;
+    char err[320];
+    th_cfg(&c);
+    struct redis_conn rc;
+    ck_assert(redis_conn_init(&rc, &c, err, sizeof err) == 0);
+    ck_assert_str_ne(rc.target.user, ""); /* the stack's URL names the ACL user */
+    ck_assert_int_eq(redis_conn_check_credentials(&rc, err, sizeof err), 0);
+    const char *ping[] = {"PING"};
+    redisReply *r = redis_conn_cmd(&rc, 1, ping, NULL);
+    ck_assert(r && r->type == REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    redis_conn_close(&rc);
+
+    /* The same user with a wrong password is refused, and the message says
+     * why without the password. */
+    snprintf(rc.target.password, sizeof rc.target.password, "%s", WRONG_PASSWORD);
+    ck_assert_ptr_null(redis_conn_get(&rc));
+    ck_assert_int_eq(redis_conn_check_credentials(&rc, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "WRONGPASS") && strstr(err, rc.target.user), "%s", err);
+    ck_assert_ptr_null(strstr(err, WRONG_PASSWORD));
+    cfg_free(&c);
+}
+END_TEST
+
+struct run {
+    int status; /* exit status, or 128 + signal */
+    char out[8192];
+};
+
+/* Runs seckilld with 'args' (NULL-terminated, after the program name) and
+ * extra "NAME=value" environment entries ("NAME" alone removes one); its
+ * stdout and stderr go to out.  Bounded: SIGKILL after RUN_WAIT_STEPS. */
+static void run_daemon(struct run *res, const char *const *env, const char *const *args)
+{
+    char path[] = "/tmp/seckill-test-run-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert(fd >= 0);
+    unlink(path);
+    const char *bin = th_env("SECKILL_TEST_DAEMON");
+    pid_t pid = fork();
+    ck_assert(pid >= 0);
+    if (pid == 0) {
+        dup2(fd, STDOUT_FILENO);
+        dup2(fd, STDERR_FILENO);
+        setenv("SECKILL_HTTP_ADDR", "127.0.0.1:0", 1);
+        setenv("SECKILL_REDIS_URL", th_env("SECKILL_TEST_REDIS_URL"), 1);
+        setenv("SECKILL_PG_DSN", th_env("SECKILL_TEST_PG_DSN"), 1);
+        unsetenv("SECKILL_ADMIN_TOKEN");
+        for (size_t i = 0; env && env[i]; i++)
+            putenv((char *)env[i]);
+        const char *argv[16] = {bin};
+        size_t n = 1;
+        for (size_t i = 0; args && args[i] && n + 1 < 16; i++)
+            argv[n++] = args[i];
+        argv[n] = NULL;
+        execv(bin, (char *const *)argv);
+        _exit(127);
+    }
+    int st = 0, done = 0;
+    for (int i = 0; i < RUN_WAIT_STEPS && !done; i++) {
+        done = waitpid(pid, &st, WNOHANG) == pid;
+        if (!done)
+            usleep(50000);
+    }
+    if (!done) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, 0);
+        ck_abort_msg("seckilld did not stop by itself");
+    }
+    res->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    ssize_t got = pread(fd, res->out, sizeof res->out - 1, 0);
+    res->out[got > 0 ? got : 0] = '\0';
+    close(fd);
+}
+
+START_TEST(test_daemon_refuses_a_wrong_redis_password)
+{
+    struct rlock_url u;
+    char err[320], url[512];
+    ck_assert(rlock_url_parse(th_env("SECKILL_TEST_REDIS_URL"), &u, err, sizeof err) == 0);
+    snprintf(url, sizeof url, "SECKILL_REDIS_URL=redis://%s:%s@%s:%d/%d", u.user, WRONG_PASSWORD,
+             u.host, u.port, u.db);
+    const char *env[] = {url, NULL};
+    const char *args[] = {"serve", NULL};
+    struct run r;
+    run_daemon(&r, env, args);
+    ck_assert_msg(r.status != 0, "seckilld started with a wrong Redis password: %s", r.out);
+    ck_assert_msg(strstr(r.out, "WRONGPASS"), "no clear reason: %s", r.out);
+    ck_assert_msg(!strstr(r.out, WRONG_PASSWORD), "the password was printed: %s", r.out);
+}
+END_TEST
+
+START_TEST(test_secret_flag_is_refused_at_start)
+{
+    const char *args[] = {"--admin-token=" TH_ADMIN_TOKEN, "serve", NULL};
+    struct run r;
+    run_daemon(&r, NULL, args);
+    ck_assert_int_eq(r.status, 2);
+    ck_assert_msg(strstr(r.out, "SECKILL_ADMIN_TOKEN") && strstr(r.out, "admin_token_file"), "%s",
+                  r.out);
+    ck_assert_msg(!strstr(r.out, TH_ADMIN_TOKEN), "the token was printed: %s", r.out);
+}
+END_TEST
+
+START_TEST(test_short_admin_token_is_refused_at_start)
+{
+    const char *env[] = {"SECKILL_ADMIN_TOKEN=short-token", NULL};
+    const char *args[] = {"serve", NULL};
+    struct run r;
+    run_daemon(&r, env, args);
+    ck_assert_int_eq(r.status, 2);
+    ck_assert_msg(strstr(r.out, "at least 32"), "%s", r.out);
+    ck_assert_msg(!strstr(r.out, "short-token"), "the token was printed: %s", r.out);
+}
+END_TEST
+
+START_TEST(test_admin_token_file_works)
+{
+    th_reset();
+    char path[] = "/tmp/seckill-test-token-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert(fd >= 0);
+    ck_assert_int_eq(write(fd, TH_ADMIN_TOKEN "\n", sizeof TH_ADMIN_TOKEN),
+                     (ssize_t)sizeof TH_ADMIN_TOKEN);
+    close(fd);
+    char file_env[96];
+    snprintf(file_env, sizeof file_env, "SECKILL_ADMIN_TOKEN_FILE=%s", path);
+    const char *env[] = {"SECKILL_ADMIN_TOKEN", file_env, NULL}; /* no token in the environment */
+    struct th_daemon d;
+    th_daemon_start(&d, env);
+    th_create_sku(d.port, 1, 3, 1); /* the admin API took the file's token */
+    th_daemon_stop(&d);
+    unlink(path);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("privilege");
+    TCase *tc = tcase_create("stack");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_service_user_is_refused_admin_commands);
+    tcase_add_test(tc, test_service_user_is_refused_keys_and_channels_outside_its_patterns);
+    tcase_add_test(tc, test_default_user_cannot_authenticate);
+    tcase_add_test(tc, test_script_writes_survive_an_aof_reload);
+    tcase_add_test(tc, test_redis_and_postgres_do_not_run_as_root);
+    tcase_add_test(tc, test_user_name_in_redis_url_is_used);
+    tcase_add_test(tc, test_daemon_refuses_a_wrong_redis_password);
+    tcase_add_test(tc, test_secret_flag_is_refused_at_start);
+    tcase_add_test(tc, test_short_admin_token_is_refused_at_start);
+    tcase_add_test(tc, test_admin_token_file_works);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
