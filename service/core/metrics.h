@@ -38,6 +38,10 @@ enum metric {
     M_STOCK_ADJUSTMENTS,
     M_REDIS_TIMEOUTS,
     M_HTTP_UNDECLARED, /* answers a route did not declare (a bug: see http/routes.c) */
+    /* 429s, one sample each of seckill_rate_limited_total{scope=...} */
+    M_RATE_LIMITED_BUYER,      /* the buyer's orders on a SKU (reserve.lua) */
+    M_RATE_LIMITED_ADDR,       /* the buyer API, per client address */
+    M_RATE_LIMITED_ADMIN_AUTH, /* failed admin authentications, per client address */
     M_COUNT
 };
 
