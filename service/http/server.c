@@ -69,6 +69,8 @@ static const char *reason_phrase(int code)
         return "Conflict";
     case 422:
         return "Unprocessable Entity";
+    case 429:
+        return "Too Many Requests";
     case 503:
         return "Service Unavailable";
     default:
@@ -164,6 +166,16 @@ void http_reply_unavailable(const struct http_req *r)
 const char *http_header(const struct http_req *r, const char *name)
 {
     return evhttp_find_header(evhttp_request_get_input_headers(r->ev), name);
+}
+
+const char *http_peer_addr(const struct http_req *r)
+{
+    struct evhttp_connection *conn = evhttp_request_get_connection(r->ev);
+    char *addr = NULL;
+    ev_uint16_t port = 0;
+    if (conn)
+        evhttp_connection_get_peer(conn, &addr, &port);
+    return addr ? addr : "";
 }
 
 char *http_take_json(const struct http_req *r, size_t *len)

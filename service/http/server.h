@@ -77,6 +77,10 @@ void http_reply_raw(const struct http_req *r, int status, const char *content_ty
 
 /* A request header's value, or NULL. */
 const char *http_header(const struct http_req *r, const char *name);
+/* The client's address as text ("127.0.0.1", "::1"), owned by the
+ * connection and valid while the request is answered; "" when unknown.
+ * Never a forwarded-for header: only what the socket says. */
+const char *http_peer_addr(const struct http_req *r);
 /* Copies a JSON body (NUL-terminated, caller frees) and its length.  Returns
  * NULL after replying 400 when the Content-Type is not JSON or the body is
  * larger than max_body_bytes. */
