@@ -131,6 +131,12 @@ void th_daemon_start(struct th_daemon *d, const char *const *extra_env)
         setenv("SECKILL_WRITER_REFRESH_MS", "100", 1);
         setenv("SECKILL_WRITER_BLOCK_MS", "50", 1);
         setenv("SECKILL_LOG_LEVEL", "warn", 1);
+        /* Every test speaks from 127.0.0.1, many as hundreds of buyers at
+         * once or as one buyer many times: the rate limits are off unless a
+         * test sets them (test_limits). */
+        setenv("SECKILL_RATE_ADDR_PER_S", "0", 1);
+        setenv("SECKILL_RATE_BUYER_ORDERS_PER_MIN", "0", 1);
+        setenv("SECKILL_ADMIN_AUTH_FAIL_PER_MIN", "0", 1);
         for (size_t i = 0; extra_env && extra_env[i]; i++)
             putenv((char *)extra_env[i]);
         execl(bin, bin, "serve", (char *)NULL);
@@ -237,6 +243,9 @@ int th_http(int port, const char *method, const char *path, const char *headers,
     if (sscanf(buf, "HTTP/1.%*d %d", &out->status) != 1)
         return -1;
     char *b = strstr(buf, "\r\n\r\n");
+    char *h = strstr(buf, "\r\n");
+    if (h && b && h < b)
+        snprintf(out->headers, sizeof out->headers, "%.*s", (int)(b + 2 - (h + 2)), h + 2);
     if (b)
         snprintf(out->body, sizeof out->body, "%s", b + 4);
     return 0;

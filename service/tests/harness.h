@@ -56,7 +56,8 @@ int th_daemon_stop(struct th_daemon *d);
 
 struct th_response {
     int status;
-    char body[32768]; /* /metrics fits */
+    char headers[4096]; /* the header lines, "Name: value\r\n" each (truncated) */
+    char body[32768];   /* /metrics fits */
 };
 
 /* One blocking HTTP/1.1 request on a fresh connection.  'headers' is extra
