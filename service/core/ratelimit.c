@@ -95,7 +95,9 @@ static int64_t gcra(const struct ratelimit *rl, int64_t full_at_us, int64_t now_
     return 0;
 }
 
-int64_t ratelimit_take(struct ratelimit *rl, const char *key, int64_t now_us)
+/* The wait for a token of key's bucket; with 'take', a token is taken when
+ * there is one (and a slot claimed for a key not yet remembered). */
+static int64_t visit(struct ratelimit *rl, const char *key, int64_t now_us, int take)
 {
     if (!rl)
         return 0;
@@ -104,7 +106,7 @@ int64_t ratelimit_take(struct ratelimit *rl, const char *key, int64_t now_us)
     pthread_mutex_lock(&s->mu);
     struct slot *sl = do_find(s, key, n);
     int64_t next = 0, wait = gcra(rl, sl ? sl->full_at_us : now_us, now_us, &next);
-    if (wait == 0) {
+    if (take && wait == 0) {
         if (!sl) {
             sl = do_claim(s, now_us);
             memcpy(sl->key, key, n);
@@ -116,17 +118,14 @@ int64_t ratelimit_take(struct ratelimit *rl, const char *key, int64_t now_us)
     return wait;
 }
 
+int64_t ratelimit_take(struct ratelimit *rl, const char *key, int64_t now_us)
+{
+    return visit(rl, key, now_us, 1);
+}
+
 int64_t ratelimit_wait(struct ratelimit *rl, const char *key, int64_t now_us)
 {
-    if (!rl)
-        return 0;
-    size_t n = strnlen(key, RATELIMIT_KEY_MAX - 1); /* as stored */
-    struct set *s = set_of(rl, key, n);
-    pthread_mutex_lock(&s->mu);
-    struct slot *sl = do_find(s, key, n);
-    int64_t next, wait = sl ? gcra(rl, sl->full_at_us, now_us, &next) : 0;
-    pthread_mutex_unlock(&s->mu);
-    return wait;
+    return visit(rl, key, now_us, 0);
 }
 
 size_t ratelimit_size(struct ratelimit *rl)

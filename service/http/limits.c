@@ -34,10 +34,9 @@ static uint64_t seed(void)
 void limits_init(const struct cfg *c)
 {
     size_t entries = (size_t)c->rate_addr_buckets;
-    addr_table = c->rate_addr_per_s > 0
-                     ? ratelimit_new(RATELIMIT_US_PER_S / c->rate_addr_per_s, c->rate_addr_burst,
-                                     entries, seed())
-                     : NULL;
+    addr_table = c->rate_addr_per_s > 0 ? ratelimit_new(RATELIMIT_US_PER_S / c->rate_addr_per_s,
+                                                        c->rate_addr_burst, entries, seed())
+                                        : NULL;
     admin_table = c->admin_auth_fail_per_min > 0
                       ? ratelimit_new(60 * RATELIMIT_US_PER_S / c->admin_auth_fail_per_min,
                                       c->admin_auth_fail_burst, entries, seed())
@@ -64,41 +63,38 @@ static void client_key(const struct http_req *r, char *out, size_t cap)
     snprintf(out, cap, "%s", addr);
 }
 
-int limits_addr_pass(const struct http_req *r)
+/* The wait for a token of r's client in table t (0: go on); with 'take', a
+ * token is taken when there is one.  NULL t: no limit. */
+static int64_t client_wait(struct ratelimit *t, const struct http_req *r, int take)
 {
-    if (!addr_table)
-        return 1;
+    if (!t)
+        return 0;
     char key[INET6_ADDRSTRLEN + 8];
     client_key(r, key, sizeof key);
-    int64_t wait = ratelimit_take(addr_table, key, now_us());
-    if (wait == 0)
-        return 1;
-    limits_reply(r, LIMITS_ADDR, wait);
-    return 0;
+    return take ? ratelimit_take(t, key, now_us()) : ratelimit_wait(t, key, now_us());
+}
+
+int limits_addr_pass(const struct http_req *r)
+{
+    int64_t wait = client_wait(addr_table, r, 1);
+    if (wait)
+        limits_reply(r, LIMITS_ADDR, wait);
+    return wait == 0;
 }
 
 int limits_admin_pass(const struct http_req *r)
 {
-    if (!admin_table)
-        return 1;
-    char key[INET6_ADDRSTRLEN + 8];
-    client_key(r, key, sizeof key);
-    int64_t wait = ratelimit_wait(admin_table, key, now_us());
-    if (wait == 0)
-        return 1;
-    limits_reply(r, LIMITS_ADMIN_AUTH, wait);
-    return 0;
+    int64_t wait = client_wait(admin_table, r, 0);
+    if (wait)
+        limits_reply(r, LIMITS_ADMIN_AUTH, wait);
+    return wait == 0;
 }
 
 void limits_admin_failed(const struct http_req *r)
 {
-    if (!admin_table)
-        return;
-    char key[INET6_ADDRSTRLEN + 8];
-    client_key(r, key, sizeof key);
     /* Refused only when a concurrent failure emptied the bucket first: this
      * one was compared already, and the next request will wait. */
-    (void)ratelimit_take(admin_table, key, now_us());
+    (void)client_wait(admin_table, r, 1);
 }
 
 void limits_reply(const struct http_req *r, enum limits_scope scope, int64_t wait_us)
