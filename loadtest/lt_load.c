@@ -194,6 +194,8 @@ static enum lt_answer classify(struct lt_slot *s, struct evhttp_request *req, st
         return LT_ANS_BAD_REQUEST;
     case 404:
         return LT_ANS_NOT_FOUND;
+    case 429: /* refused before anything was taken; a later try may pass */
+        return LT_ANS_RATE_LIMITED;
     case 503: {
         /* One that names an Idempotency-Key says the outcome is unknown (Redis
          * went away, or stalled, after the reserve script was sent). */
@@ -456,7 +458,7 @@ static void print_progress(struct lt_load *ld, uint64_t now, int64_t queue, int 
             unknown += st->all[a];
         else if (a == LT_ANS_SOLD_OUT || a == LT_ANS_LIMIT || a == LT_ANS_NOT_ACTIVE)
             refused += st->all[a];
-        else if (!lt_answer_names_order(a) && a != LT_ANS_UNAVAILABLE)
+        else if (!lt_answer_names_order(a) && a != LT_ANS_UNAVAILABLE && a != LT_ANS_RATE_LIMITED)
             other += st->all[a];
     }
     /* p99 so far (answers after the warm-up) */
@@ -468,12 +470,14 @@ static void print_progress(struct lt_load *ld, uint64_t now, int64_t queue, int 
         snprintf(q, sizeof q, "  queue %" PRId64, queue);
     fprintf(stderr,
             "%s[%6.1fs] %9" PRIu64 " done %8.0f/s | 201 %" PRIu64 "  202 %" PRIu64
-            "  409+id %" PRIu64 "  replayed %" PRIu64 "  409 %" PRIu64 "  503 %" PRIu64
-            "  unknown %" PRIu64 "  other %" PRIu64 " | p99 %.2f ms | in flight %d%s%s",
+            "  409+id %" PRIu64 "  replayed %" PRIu64 "  409 %" PRIu64 "  429 %" PRIu64
+            "  503 %" PRIu64 "  unknown %" PRIu64 "  other %" PRIu64
+            " | p99 %.2f ms | in flight %d%s%s",
             ld->tty ? "\r\033[K" : "", (double)(now - ld->t0_us) / (double)US_PER_S, done, rate,
             st->all[LT_ANS_CONFIRMED], st->all[LT_ANS_ACCEPTED], st->all[LT_ANS_REJECTED],
-            st->all[LT_ANS_REPLAYED], refused, st->all[LT_ANS_UNAVAILABLE], unknown, other,
-            (double)p99 / 1000.0, ld->inflight, q, ld->tty && !final ? "" : "\n");
+            st->all[LT_ANS_REPLAYED], refused, st->all[LT_ANS_RATE_LIMITED],
+            st->all[LT_ANS_UNAVAILABLE], unknown, other, (double)p99 / 1000.0, ld->inflight, q,
+            ld->tty && !final ? "" : "\n");
     fflush(stderr);
     ld->last_progress_us = now;
     ld->last_progress_done = done;

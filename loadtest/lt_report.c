@@ -390,14 +390,15 @@ static void svg_lines(FILE *f, const char *title, const char *unit, const struct
 static void svg_bars(FILE *f, const struct lt_stats *st)
 {
     static const char *const colors[LT_ANS_COUNT] = {
-        [LT_ANS_CONFIRMED] = "#1b7837",   [LT_ANS_ACCEPTED] = "#2a9d43",
-        [LT_ANS_REJECTED] = "#8c6bb1",    [LT_ANS_REPLAYED] = "#74c476",
-        [LT_ANS_SOLD_OUT] = "#3778bf",    [LT_ANS_LIMIT] = "#6baed6",
-        [LT_ANS_NOT_ACTIVE] = "#9ecae1",  [LT_ANS_CONFLICT] = "#d62728",
-        [LT_ANS_IDEM_REUSED] = "#d62728", [LT_ANS_BAD_REQUEST] = "#d62728",
-        [LT_ANS_NOT_FOUND] = "#d62728",   [LT_ANS_UNAVAILABLE] = "#ff9f1c",
-        [LT_ANS_UNCERTAIN] = "#ff7f0e",   [LT_ANS_TIMEOUT] = "#ff7f0e",
-        [LT_ANS_NET_ERROR] = "#ff7f0e",   [LT_ANS_OTHER] = "#d62728",
+        [LT_ANS_CONFIRMED] = "#1b7837",    [LT_ANS_ACCEPTED] = "#2a9d43",
+        [LT_ANS_REJECTED] = "#8c6bb1",     [LT_ANS_REPLAYED] = "#74c476",
+        [LT_ANS_SOLD_OUT] = "#3778bf",     [LT_ANS_LIMIT] = "#6baed6",
+        [LT_ANS_NOT_ACTIVE] = "#9ecae1",   [LT_ANS_CONFLICT] = "#d62728",
+        [LT_ANS_IDEM_REUSED] = "#d62728",  [LT_ANS_BAD_REQUEST] = "#d62728",
+        [LT_ANS_NOT_FOUND] = "#d62728",    [LT_ANS_UNAVAILABLE] = "#ff9f1c",
+        [LT_ANS_RATE_LIMITED] = "#ffbf69", [LT_ANS_UNCERTAIN] = "#ff7f0e",
+        [LT_ANS_TIMEOUT] = "#ff7f0e",      [LT_ANS_NET_ERROR] = "#ff7f0e",
+        [LT_ANS_OTHER] = "#d62728",
     };
     uint64_t max = 0;
     int rows = 0;

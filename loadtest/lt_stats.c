@@ -21,6 +21,7 @@ static const struct {
     [LT_ANS_BAD_REQUEST] = {"400 invalid_request", "bad_request", 0, 1, 0, 1},
     [LT_ANS_NOT_FOUND] = {"404 not found", "not_found", 0, 1, 0, 1},
     [LT_ANS_UNAVAILABLE] = {"503 unavailable", "unavailable", 0, 0, 0, 0},
+    [LT_ANS_RATE_LIMITED] = {"429 rate_limited", "rate_limited", 0, 0, 0, 0},
     [LT_ANS_UNCERTAIN] = {"503 outcome unknown", "uncertain", 1, 0, 0, 0},
     [LT_ANS_TIMEOUT] = {"no answer (timeout)", "timeout", 1, 0, 0, 0},
     [LT_ANS_NET_ERROR] = {"no answer (connection)", "net_error", 1, 0, 0, 0},

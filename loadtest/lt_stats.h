@@ -14,22 +14,23 @@
 
 /* The kinds of answer a buyer can get. */
 enum lt_answer {
-    LT_ANS_CONFIRMED,   /* 201, a new order committed in PostgreSQL (durable mode) */
-    LT_ANS_ACCEPTED,    /* 202, a new order reserved, not (yet) committed */
-    LT_ANS_REJECTED,    /* 409 with an order id: reserved, refused by the database */
-    LT_ANS_REPLAYED,    /* 201/202/409 "replayed": same Idempotency-Key, same order */
-    LT_ANS_SOLD_OUT,    /* 409 sold_out */
-    LT_ANS_LIMIT,       /* 409 limit_exceeded */
-    LT_ANS_NOT_ACTIVE,  /* 409 sale_not_active */
-    LT_ANS_CONFLICT,    /* 409 anything else */
-    LT_ANS_IDEM_REUSED, /* 422 idempotency_key_reused */
-    LT_ANS_BAD_REQUEST, /* 400 */
-    LT_ANS_NOT_FOUND,   /* 404 */
-    LT_ANS_UNAVAILABLE, /* 503: nothing was taken */
-    LT_ANS_UNCERTAIN,   /* 503 naming an Idempotency-Key: the outcome is unknown */
-    LT_ANS_TIMEOUT,     /* no answer within --timeout-ms: unknown */
-    LT_ANS_NET_ERROR,   /* connection refused/reset, bad reply: unknown */
-    LT_ANS_OTHER,       /* any other status */
+    LT_ANS_CONFIRMED,    /* 201, a new order committed in PostgreSQL (durable mode) */
+    LT_ANS_ACCEPTED,     /* 202, a new order reserved, not (yet) committed */
+    LT_ANS_REJECTED,     /* 409 with an order id: reserved, refused by the database */
+    LT_ANS_REPLAYED,     /* 201/202/409 "replayed": same Idempotency-Key, same order */
+    LT_ANS_SOLD_OUT,     /* 409 sold_out */
+    LT_ANS_LIMIT,        /* 409 limit_exceeded */
+    LT_ANS_NOT_ACTIVE,   /* 409 sale_not_active */
+    LT_ANS_CONFLICT,     /* 409 anything else */
+    LT_ANS_IDEM_REUSED,  /* 422 idempotency_key_reused */
+    LT_ANS_BAD_REQUEST,  /* 400 */
+    LT_ANS_NOT_FOUND,    /* 404 */
+    LT_ANS_UNAVAILABLE,  /* 503: nothing was taken */
+    LT_ANS_RATE_LIMITED, /* 429: a rate limit refused it; nothing was taken */
+    LT_ANS_UNCERTAIN,    /* 503 naming an Idempotency-Key: the outcome is unknown */
+    LT_ANS_TIMEOUT,      /* no answer within --timeout-ms: unknown */
+    LT_ANS_NET_ERROR,    /* connection refused/reset, bad reply: unknown */
+    LT_ANS_OTHER,        /* any other status */
     LT_ANS_COUNT
 };
 

@@ -1,12 +1,15 @@
 -- reserve.lua: take stock for one order, atomically, on one SKU's keys.
 -- Every check comes before the first write, because Redis does not roll back
--- a script that fails half-way.  Taking the stock and enqueueing the order in
+-- a script that fails half-way (but the buyer's bucket: an attempt takes its
+-- token where it is checked, on purpose, whatever it is answered next).  Taking the stock and enqueueing the order in
 -- one script leaves no "reserved but never queued" window.
 --
 -- KEYS: 1 meta (hash epoch, starts_ms, ends_ms, limit), 2 stock, 3 seq,
 --       4 bought (hash user -> units held), 5 journal (hash order -> state,
 --       'pending:<user>' until the writer decides),
---       6 stream, 7 idempotency key (used only when ARGV[3] ~= '')
+--       6 stream, 7 idempotency key (used only when ARGV[3] ~= ''),
+--       8 the buyer's order bucket on this SKU (string: the instant, in us on
+--       the Redis clock, from which it is full again; absent: full)
 -- ARGV: 1 user_id, 2 qty, 3 idempotency key ('' for none), 4 request
 --       fingerprint, 5 idempotency ttl in seconds, 6 deadline (Unix ms on the
 --       Redis clock; past it the caller has answered "unavailable", so the
@@ -14,11 +17,13 @@
 --       remember a refusal under the idempotency key (the buyer's own key), '0'
 --       not (a key the service made up: refusals are most of a sale's traffic),
 --       9-12 the stream entry's field names for the order id, user, qty and
---       idempotency key (named once, in service/order/order.c)
+--       idempotency key (named once, in service/order/order.c), 13 the
+--       buyer's bucket gains one order every this many us ('0': no limit),
+--       14 the bucket's size (orders at once)
 -- Returns {'ok', order_id, remaining, entry} | {'dup', order_id, state, entry} |
 --   {'dup_refused', verdict} | {'idem_mismatch'} | {'not_loaded'} |
 --   {'expired'} | {'sale_not_active'} | {'limit_exceeded', held} |
---   {'sold_out', remaining} | {'exhausted'}
+--   {'sold_out', remaining} | {'exhausted'} | {'rate_limited', retry_after_ms}
 -- 'entry' is the order's stream entry id: unlike the order id, Redis can never
 -- issue it twice, so buyers waiting for a decision match on both.
 local meta = redis.call('HMGET', KEYS[1], 'epoch', 'starts_ms', 'ends_ms', 'limit')
@@ -52,6 +57,26 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if now > tonumber(ARGV[6]) then
   return {'expired'}
+end
+-- The buyer's bucket, here so that it holds across every instance without a
+-- round trip of its own.  Every attempt that gets this far takes an order
+-- from it, refused later or not (it limits how often a buyer asks); a replay
+-- of an Idempotency-Key (above) and a rate-limited attempt take nothing, and
+-- the latter is not remembered under the key, so a retry with it may pass.
+-- GCRA: the key holds when the bucket is full again, and expires then.
+local interval = tonumber(ARGV[13])
+if interval > 0 then
+  local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local full_at = tonumber(redis.call('GET', KEYS[8]) or '0')
+  if full_at < now_us then
+    full_at = now_us
+  end
+  local over = full_at + interval - now_us - interval * tonumber(ARGV[14])
+  if over > 0 then
+    return {'rate_limited', math.ceil(over / 1000)}
+  end
+  redis.call('SET', KEYS[8], string.format('%.0f', full_at + interval), 'PX',
+             math.ceil((full_at + interval - now_us) / 1000))
 end
 if (meta[2] and meta[2] ~= '' and now < tonumber(meta[2])) or
    (meta[3] and meta[3] ~= '' and now >= tonumber(meta[3])) then

@@ -62,6 +62,25 @@ static const struct cfg_def defs[] = {
     I(max_header_bytes, 8192, 512, 1048576, "largest accepted header block"),
     I(max_idempotency_key_bytes, 128, 8, 200, "longest accepted Idempotency-Key"),
     I(max_qty_per_order, 1000, 1, 1000000, "largest qty in one order"),
+    I(rate_buyer_orders_per_min, 60, 0, 60000000,
+      "orders one buyer may place on one SKU per minute, across every instance (0: no limit)"),
+    I(rate_buyer_orders_burst, 5, 0, 1000000,
+      "orders one buyer may place on one SKU at once before rate_buyer_orders_per_min applies (0: "
+      "no limit)"),
+    I(rate_addr_per_s, 50, 0, 1000000,
+      "buyer API requests (orders, lookups) per second from one client address, per instance (0: "
+      "no limit; set 0 behind a proxy that hides the buyers' addresses)"),
+    I(rate_addr_burst, 100, 0, 10000000,
+      "buyer API requests from one client address at once before rate_addr_per_s applies (0: no "
+      "limit)"),
+    I(rate_addr_buckets, 65536, 8, 16777216,
+      "client addresses whose buckets are remembered at most (each table: buyer API, admin "
+      "failures)"),
+    I(admin_auth_fail_per_min, 6, 0, 60000,
+      "failed admin authentications one client address regains per minute (0: no limit)"),
+    I(admin_auth_fail_burst, 10, 0, 1000000,
+      "failed admin authentications from one client address before every admin request from it "
+      "is answered 429 (0: no limit)"),
     SF(redis_url, "redis://127.0.0.1:6380/0", CFG_SECRET_IN_URL,
        "Redis server, redis://[[user]:password@]host:port[/db] (user and password "
        "percent-encoded); with a password, from SECKILL_REDIS_URL or redis_url_file only"),

@@ -32,6 +32,16 @@ struct cfg {
     int64_t max_header_bytes;              /* larger header blocks are refused */
     int64_t max_idempotency_key_bytes;
     int64_t max_qty_per_order; /* upper bound for "qty" in an order */
+    /* Token buckets (0 disables one): a buyer's orders per SKU (in Redis, so
+     * they hold across instances), requests to the buyer API per client
+     * address, failed admin authentications per client address. */
+    int64_t rate_buyer_orders_per_min;
+    int64_t rate_buyer_orders_burst;
+    int64_t rate_addr_per_s;
+    int64_t rate_addr_burst;
+    int64_t rate_addr_buckets; /* client addresses remembered at most (bounded memory) */
+    int64_t admin_auth_fail_per_min;
+    int64_t admin_auth_fail_burst;
     char *redis_url;           /* redis://[[user]:password@]host:port[/db] */
     int64_t redis_timeout_ms;  /* per command, sync and async */
     int64_t redis_connect_timeout_ms;

@@ -19,6 +19,11 @@ void keys_idem(char *out, int64_t sku, int64_t user, const char *idem)
     snprintf(out, KEYS_MAX, "seckill:{sku:%" PRId64 "}:idem:%" PRId64 ":%s", sku, user, idem);
 }
 
+void keys_buyer_rate(char *out, int64_t sku, int64_t user)
+{
+    snprintf(out, KEYS_MAX, "seckill:{sku:%" PRId64 "}:rate:%" PRId64, sku, user);
+}
+
 void keys_order_lock(char *out, int64_t sku, int64_t order_id)
 {
     snprintf(out, KEYS_MAX, "seckill:{sku:%" PRId64 "}:lock:order:%" PRId64, sku, order_id);
@@ -31,4 +36,5 @@ void keys_reserve(char keys[KEYS_RESERVE_N][KEYS_MAX], int64_t sku, int64_t user
     for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
         keys_sku(keys[i], sku, order[i]);
     keys_idem(keys[6], sku, user, idem);
+    keys_buyer_rate(keys[7], sku, user);
 }

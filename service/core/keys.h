@@ -38,8 +38,10 @@ void keys_sku(char *out, int64_t sku, enum keys_kind kind);
  * (printable ASCII, at most KEYS_IDEM_MAX bytes). */
 #define KEYS_IDEM_MAX 200
 void keys_idem(char *out, int64_t sku, int64_t user, const char *idem);
-/* The 7 KEYS of reserve.lua, in its order ('idem' may be ""). */
-#define KEYS_RESERVE_N 7
+/* A buyer's order bucket on one SKU (reserve.lua; expires once full again). */
+void keys_buyer_rate(char *out, int64_t sku, int64_t user);
+/* The 8 KEYS of reserve.lua, in its order ('idem' may be ""). */
+#define KEYS_RESERVE_N 8
 void keys_reserve(char keys[KEYS_RESERVE_N][KEYS_MAX], int64_t sku, int64_t user, const char *idem);
 /* The lock name guarding one order's database write. */
 void keys_order_lock(char *out, int64_t sku, int64_t order_id);

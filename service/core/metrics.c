@@ -3,13 +3,15 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <rlock/metrics.h>
 
 static atomic_long counters[M_COUNT];
 
+/* Counters sharing a name (consecutive entries) are one metric with labels. */
 static const struct {
-    const char *name, *help;
+    const char *name, *help, *labels;
 } info[M_COUNT] = {
     [M_ORDERS_ACCEPTED] = {"seckill_orders_accepted_total", "orders reserved in Redis"},
     [M_ORDERS_CONFIRMED] = {"seckill_orders_confirmed_total", "orders answered 201 (committed)"},
@@ -69,6 +71,11 @@ static const struct {
                                "replies the client did not read within http_write_timeout_ms"},
     [M_HTTP_MALFORMED] = {"seckill_http_malformed_requests_total",
                           "requests refused as malformed or ambiguous (400, 417, 431, 501)"},
+#define RATE_LIMITED "seckill_rate_limited_total", "requests answered 429 (rate limited), by bucket"
+    [M_RATE_LIMITED_BUYER] = {RATE_LIMITED, "scope=\"buyer\""},
+    [M_RATE_LIMITED_ADDR] = {RATE_LIMITED, "scope=\"addr\""},
+    [M_RATE_LIMITED_ADMIN_AUTH] = {RATE_LIMITED, "scope=\"admin_auth\""},
+#undef RATE_LIMITED
 };
 
 void metrics_add(enum metric m, long n)
@@ -94,9 +101,16 @@ char *metrics_render(size_t *len)
         abort();
     size_t n = 0;
     for (int i = 0; i < M_COUNT; i++) {
-        int w = snprintf(out + n, cap - n, "# HELP %s %s\n# TYPE %s %s\n%s %ld\n", info[i].name,
-                         info[i].help, info[i].name, is_gauge(i) ? "gauge" : "counter",
-                         info[i].name, atomic_load_explicit(&counters[i], memory_order_relaxed));
+        int w = 0;
+        if (i == 0 || strcmp(info[i].name, info[i - 1].name) != 0)
+            w = snprintf(out + n, cap - n, "# HELP %s %s\n# TYPE %s %s\n", info[i].name,
+                         info[i].help, info[i].name, is_gauge(i) ? "gauge" : "counter");
+        if (w < 0 || (size_t)w >= cap - n)
+            break;
+        n += (size_t)w;
+        w = snprintf(out + n, cap - n, "%s%s%s%s %ld\n", info[i].name, info[i].labels ? "{" : "",
+                     info[i].labels ? info[i].labels : "", info[i].labels ? "}" : "",
+                     atomic_load_explicit(&counters[i], memory_order_relaxed));
         if (w < 0 || (size_t)w >= cap - n)
             break;
         n += (size_t)w;

@@ -18,6 +18,7 @@
 #include "core/cfg.h"
 #include "core/embedded.h"
 #include "core/log.h"
+#include "http/limits.h"
 #include "http/routes.h"
 #include "http/server.h"
 #include "order/order_writer.h"
@@ -113,6 +114,7 @@ static int serve(const struct cfg *c)
     reconciler = reconcile_start(c, err, sizeof err);
     if (!reconciler)
         goto out;
+    limits_init(c); /* before the loops that consult them */
     http = http_server_start(c, ws, routes_dispatch, err, sizeof err);
     if (!http)
         goto out;
@@ -133,6 +135,7 @@ out:
     order_writer_stop(writer);
     workers_drain(ws);
     http_server_stop(http);
+    limits_free();
     workers_free(ws);
     /* After everything that may ask it for a pass (writers, workers). */
     reconcile_stop(reconciler);

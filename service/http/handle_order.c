@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "core/metrics.h"
 #include "core/validate.h"
+#include "http/limits.h"
 #include "order/order_desk.h"
 #include "order/order_lookup.h"
 
@@ -138,6 +139,9 @@ static void answer(const struct http_req *r, const struct order_req *q,
         metrics_add(M_ORDERS_EXPIRED, 1);
         metrics_add(M_ORDERS_UNAVAILABLE, 1);
         http_reply_unavailable(r);
+        break;
+    case ORDER_RATE_LIMITED: /* the buyer's bucket in reserve.lua: nothing taken */
+        limits_reply(r, LIMITS_BUYER, o->retry_after_ms * 1000);
         break;
     case ORDER_IDS_EXHAUSTED:
     case ORDER_UNAVAILABLE:

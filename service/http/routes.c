@@ -7,6 +7,7 @@
 #include "http/handle_metrics.h"
 #include "http/handle_order.h"
 #include "http/handle_sku.h"
+#include "http/limits.h"
 
 /* What every route can answer besides its own. */
 #define ANSWER_405                                                                                 \
@@ -24,6 +25,10 @@
 #define ANSWER_503                                                                                 \
     {                                                                                              \
         503, "unavailable"                                                                         \
+    }
+#define ANSWER_429                                                                                 \
+    {                                                                                              \
+        429, "rate_limited"                                                                        \
     }
 #define ANSWERS_END                                                                                \
     {                                                                                              \
@@ -51,26 +56,29 @@ static const struct http_answer place_order_answers[] = {
     {409, "sale_not_active"},        /* outside the sale window */
     {409, "order_rejected"},         /* a rejected order for another reason */
     {422, "idempotency_key_reused"}, /* the key was used with another body */
+    ANSWER_429,                      /* the buyer's bucket on the SKU, or the address's */
     ANSWER_503,                      /* nothing taken, being restored, or outcome open */
     ANSWER_405,
     ANSWERS_END};
 
-static const struct http_answer get_sku_answers[] = {{200, NULL}, ANSWER_BAD, {404, "unknown_sku"},
-                                                     ANSWER_503,  ANSWER_405, ANSWERS_END};
+static const struct http_answer get_sku_answers[] = {
+    {200, NULL}, ANSWER_BAD, {404, "unknown_sku"}, ANSWER_429, ANSWER_503, ANSWER_405, ANSWERS_END};
 
 static const struct http_answer get_order_answers[] = {
     {200, NULL}, ANSWER_BAD, ANSWER_401, {404, "unknown_order"}, /* also another buyer's */
-    ANSWER_503,  ANSWER_405, ANSWERS_END};
+    ANSWER_429,  ANSWER_503, ANSWER_405, ANSWERS_END};
 
-static const struct http_answer create_sku_answers[] = {
-    {201, NULL}, ANSWER_BAD, ANSWER_401, {409, "sku_exists"}, ANSWER_503, ANSWER_405, ANSWERS_END};
+static const struct http_answer create_sku_answers[] = {{201, NULL},         ANSWER_BAD, ANSWER_401,
+                                                        {409, "sku_exists"}, ANSWER_429, ANSWER_503,
+                                                        ANSWER_405,          ANSWERS_END};
 
 static const struct http_answer get_sku_admin_answers[] = {
-    {200, NULL}, ANSWER_BAD, ANSWER_401, {404, "unknown_sku"}, ANSWER_503, ANSWER_405, ANSWERS_END};
+    {200, NULL}, ANSWER_BAD, ANSWER_401, {404, "unknown_sku"},
+    ANSWER_429,  ANSWER_503, ANSWER_405, ANSWERS_END};
 
 static const struct http_answer reload_sku_answers[] = {
     {200, NULL}, ANSWER_BAD, ANSWER_401, {404, "unknown_sku"}, {409, "already_loaded"},
-    ANSWER_503,  ANSWER_405, ANSWERS_END};
+    ANSWER_429,  ANSWER_503, ANSWER_405, ANSWERS_END};
 
 static const struct http_answer adjust_stock_answers[] = {{200, NULL},
                                                           ANSWER_BAD,
@@ -78,6 +86,7 @@ static const struct http_answer adjust_stock_answers[] = {{200, NULL},
                                                           {404, "unknown_sku"},
                                                           {409, "insufficient_stock"},
                                                           {422, "idempotency_key_reused"},
+                                                          ANSWER_429,
                                                           ANSWER_503,
                                                           ANSWER_405,
                                                           ANSWERS_END};
@@ -85,17 +94,18 @@ static const struct http_answer adjust_stock_answers[] = {{200, NULL},
 const struct http_answer routes_unrouted_answers[] = {
     {404, "not_found"},
     ANSWER_401, /* anything under /admin/ needs the token first */
+    ANSWER_429, /* ... and its address must have failed attempts left */
     ANSWERS_END};
 
 #define ROUTE(m, p) .method = m, .path = p, .label = m " " p
 
 /* The order route first: it is most of a sale's traffic. */
 const struct routes_route routes_table[] = {
-    {ROUTE("POST", "/api/v1/skus/{sku_id}/orders"), .operation = "placeOrder", .buyer = 1,
+    {ROUTE("POST", "/api/v1/skus/{sku_id}/orders"), .operation = "placeOrder", .buyer = 1, .addr_limited = 1,
      .handle = handle_order_place, .answers = place_order_answers},
-    {ROUTE("GET", "/api/v1/skus/{sku_id}"), .operation = "getSku", .handle = handle_sku_get,
-     .answers = get_sku_answers},
-    {ROUTE("GET", "/api/v1/orders/{order_id}"), .operation = "getOrder", .buyer = 1,
+    {ROUTE("GET", "/api/v1/skus/{sku_id}"), .operation = "getSku", .addr_limited = 1,
+     .handle = handle_sku_get, .answers = get_sku_answers},
+    {ROUTE("GET", "/api/v1/orders/{order_id}"), .operation = "getOrder", .buyer = 1, .addr_limited = 1,
      .handle = handle_order_get, .answers = get_order_answers},
     {ROUTE("POST", "/admin/v1/skus"), .operation = "createSku", .admin = 1,
      .handle = handle_sku_create, .answers = create_sku_answers},
@@ -198,11 +208,16 @@ static void method_not_allowed(struct http_req *r, const struct routes_route *t)
     http_reply_error(r, 405, "method_not_allowed", NULL);
 }
 
-/* Returns 1 when the request carries the admin token, else answers 401. */
+/* Returns 1 when the request carries the admin token, else answers 429
+ * (too many failures from its address: the token is not even compared) or
+ * 401 (a failure, counted). */
 static int admin_ok(struct http_req *r)
 {
+    if (!limits_admin_pass(r))
+        return 0;
     if (validate_bearer(http_header(r, "Authorization"), http_loop_cfg(r->loop)->admin_token))
         return 1;
+    limits_admin_failed(r);
     http_add_header(r, "WWW-Authenticate", "Bearer realm=\"seckill-admin\"");
     http_reply_error(r, 401, "unauthorized", "a valid admin bearer token is required");
     return 0;
@@ -226,6 +241,9 @@ void routes_dispatch(struct http_req *r)
         method_not_allowed(r, t);
         return;
     }
+    /* Before anything touches a store: even a bad id costs a token. */
+    if (t->addr_limited && !limits_addr_pass(r))
+        return;
     int64_t id = 0;
     if (m.param && validate_id_segment(m.param, m.param_len, &id) != 0) {
         char d[96];

@@ -10,7 +10,9 @@
  *
  * The router answers by itself what needs no handler: 404 for an unknown
  * path, 405 (with Allow) for a known path and another method, 401 for the
- * admin area without a valid token, 400 for a path id that is not one.
+ * admin area without a valid token, 429 for a client over its rate limit
+ * (the buyer API, or too many failed admin tokens), 400 for a path id that
+ * is not one.
  */
 #ifndef SECKILL_ROUTES_H
 #define SECKILL_ROUTES_H
@@ -30,6 +32,7 @@ struct routes_route {
     const char *label;     /* "POST /api/v1/skus/{sku_id}/orders", for logs */
     int admin;             /* needs the admin bearer token */
     int buyer;             /* needs a buyer token (its handler verifies it: it needs the buyer) */
+    int addr_limited;      /* the buyer API: limited per client address (http/limits.h) */
     routes_handler_fn *handle;
     const struct http_answer *answers; /* every answer it can give, {0} last */
 };

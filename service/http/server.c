@@ -336,6 +336,8 @@ static const char *reason_phrase(int code)
         return "Expectation Failed";
     case 422:
         return "Unprocessable Entity";
+    case 429:
+        return "Too Many Requests";
     case 431:
         return "Request Header Fields Too Large";
     case 501:

@@ -100,7 +100,9 @@ const char *http_header(const struct http_req *r, const char *name);
 enum http_method http_method(const struct http_req *r);
 /* The request target's path (before any '?'), as sent: starts with '/'. */
 const char *http_path(const struct http_req *r);
-/* The client's address as numeric text ("127.0.0.1", "::1"). */
+/* The client's address as text ("127.0.0.1", "::1"), owned by the
+ * connection and valid while the request is answered; "" when unknown.
+ * Never a forwarded-for header: only what the socket says. */
 const char *http_peer_addr(const struct http_req *r);
 /* Copies a JSON body (NUL-terminated, caller frees) and its length.  Returns
  * NULL after replying 400 when the Content-Type is not JSON or the body is

@@ -63,6 +63,7 @@ const char *order_result_name(enum order_result r)
         [ORDER_OUTCOME_TIMEOUT] = "outcome_timeout",
         [ORDER_DEADLINE_PASSED] = "deadline_passed",
         [ORDER_IDS_EXHAUSTED] = "ids_exhausted",
+        [ORDER_RATE_LIMITED] = "rate_limited",
         [ORDER_UNAVAILABLE] = "unavailable",
         [ORDER_NOT_FOUND] = "unknown_order",
         [ORDER_FOUND] = "found",
@@ -83,6 +84,7 @@ static const struct {
     {"sold_out", ORDER_SOLD_OUT},
     {"exhausted", ORDER_IDS_EXHAUSTED},
     {"idem_mismatch", ORDER_IDEM_MISMATCH},
+    {"rate_limited", ORDER_RATE_LIMITED},
 };
 #define VERDICT_REPLAYED "dup"              /* same key and body: the order, as it is now */
 #define VERDICT_REFUSED_AGAIN "dup_refused" /* same key as an earlier refusal: that refusal */
@@ -153,6 +155,13 @@ void order_parse_reply(const redisReply *r, struct order_reply *out)
         return;
     }
     out->result = verdict_of(word);
+    if (out->result == ORDER_RATE_LIMITED) {
+        const redisReply *ms = r->elements > 1 ? r->element[1] : NULL;
+        if (!ms || ms->type != REDIS_REPLY_INTEGER || ms->integer < 0)
+            out->result = ORDER_UNAVAILABLE; /* refused before any write all the same */
+        else
+            out->retry_after_ms = (int64_t)ms->integer;
+    }
     if (out->result == ORDER_PENDING) {
         out->d.order_id = parse_id(str_at(r, 1));
         out->d.status = ORDER_PENDING;
@@ -237,6 +246,7 @@ void order_reserve_prepare(struct order_reserve_call *c, int64_t sku, int64_t us
     snprintf(c->ttl, sizeof c->ttl, "%" PRId64, idem_ttl_s);
     snprintf(c->deadline, sizeof c->deadline, "%" PRId64, deadline_ms);
     snprintf(c->per_epoch, sizeof c->per_epoch, "%" PRId64, ORDER_IDS_PER_EPOCH);
+    order_reserve_limit(c, 0, 0);
     size_t n = 0;
     for (size_t i = 0; i < KEYS_RESERVE_N; i++)
         c->argv[n++] = c->keys[i];
@@ -251,7 +261,17 @@ void order_reserve_prepare(struct order_reserve_call *c, int64_t sku, int64_t us
                                              order_fields[ORDER_FIELD_ID],
                                              order_fields[ORDER_FIELD_USER],
                                              order_fields[ORDER_FIELD_QTY],
-                                             order_fields[ORDER_FIELD_IDEM]};
+                                             order_fields[ORDER_FIELD_IDEM],
+                                             c->rate_interval_us,
+                                             c->rate_burst};
     for (size_t i = 0; i < ORDER_RESERVE_NARGS; i++)
         c->argv[n++] = args[i];
+}
+
+void order_reserve_limit(struct order_reserve_call *c, int64_t per_min, int64_t burst)
+{
+    /* one order every 60 s / per_min, in the microseconds of Redis TIME */
+    int64_t interval_us = per_min > 0 && burst > 0 ? INT64_C(60000000) / per_min : 0;
+    snprintf(c->rate_interval_us, sizeof c->rate_interval_us, "%" PRId64, interval_us);
+    snprintf(c->rate_burst, sizeof c->rate_burst, "%" PRId64, burst);
 }

@@ -76,6 +76,7 @@ enum order_result {
     ORDER_OUTCOME_TIMEOUT, /* no reply in time: taken only if Redis stalled after running it */
     ORDER_DEADLINE_PASSED, /* the script ran after the request's deadline: nothing taken */
     ORDER_IDS_EXHAUSTED,   /* the SKU's epoch has no order ids left: it needs a reload */
+    ORDER_RATE_LIMITED,    /* the buyer's bucket on this SKU is empty: nothing taken */
     ORDER_UNAVAILABLE,     /* Redis or PostgreSQL failed, or shutting down: nothing taken */
     ORDER_NOT_FOUND,       /* lookup: no such order */
     ORDER_FOUND,           /* lookup: here it is */
@@ -105,15 +106,17 @@ struct order_reply {
     enum order_result result;
     int replayed;            /* the answer to an earlier request with the same Idempotency-Key */
     struct order_decision d; /* the order, when result is PENDING, CONFIRMED or REJECTED */
+    int64_t retry_after_ms;  /* RATE_LIMITED: when the buyer's bucket has an order again */
 };
 
 /* The arguments of one reserve.lua call (see lua/reserve.lua), in one place
  * for the HTTP path and the tests. */
 #define ORDER_RESERVE_NKEYS KEYS_RESERVE_N
-#define ORDER_RESERVE_NARGS (8 + ORDER_NFIELDS)
+#define ORDER_RESERVE_NARGS (8 + ORDER_NFIELDS + 2)
 struct order_reserve_call {
     char keys[KEYS_RESERVE_N][KEYS_MAX];
     char user[24], qty[24], fp[48], ttl[24], deadline[24], per_epoch[24];
+    char rate_interval_us[24], rate_burst[24];
     const char *argv[ORDER_RESERVE_NKEYS + ORDER_RESERVE_NARGS]; /* into the above */
 };
 
@@ -124,6 +127,11 @@ struct order_reserve_call {
 void order_reserve_prepare(struct order_reserve_call *c, int64_t sku, int64_t user, int64_t qty,
                            const char *idem, int buyers_key, int64_t idem_ttl_s,
                            int64_t deadline_ms);
+
+/* Sets the buyer's bucket of a prepared call: 'per_min' orders a minute,
+ * 'burst' at once (either 0: no limit, which is what order_reserve_prepare
+ * leaves). */
+void order_reserve_limit(struct order_reserve_call *c, int64_t per_min, int64_t burst);
 
 /* Parses reserve.lua's reply (NULL when none came).  Never fails: an error
  * reply or an answer this code does not know becomes ORDER_UNAVAILABLE (the

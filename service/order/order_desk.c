@@ -32,6 +32,7 @@ struct order_call {
     void *arg;
     int64_t sku;
     int replayed;
+    int64_t retry_after_ms;       /* rate limited: the script's wait */
     int64_t order_id;             /* while waiting for the writer */
     char idem[KEYS_IDEM_MAX + 1]; /* the buyer's key, or one made up for them */
 };
@@ -46,7 +47,10 @@ struct sku_probe {
 /* Gives the outcome to the caller and frees the call. */
 static void finish(struct order_call *oc, enum order_result r, const struct order_decision *d)
 {
-    struct order_outcome o = {.result = r, .replayed = oc->replayed, .idem = oc->idem};
+    struct order_outcome o = {.result = r,
+                              .replayed = oc->replayed,
+                              .idem = oc->idem,
+                              .retry_after_ms = oc->retry_after_ms};
     if (d)
         o.d = *d;
     oc->fn(&o, oc->arg);
@@ -146,6 +150,7 @@ static void on_reserved(redisReply *r, enum redis_async_status st, void *arg)
     struct order_reply rep;
     order_parse_reply(r, &rep);
     oc->replayed = rep.replayed;
+    oc->retry_after_ms = rep.retry_after_ms;
     switch (rep.result) {
     case ORDER_PENDING:
     case ORDER_CONFIRMED:
@@ -210,6 +215,7 @@ void order_desk_place(struct order_desk *od, const struct order_request *rq, ord
     order_reserve_prepare(&rc, rq->sku, rq->user, rq->qty, oc->idem, rq->idem != NULL,
                           c->idempotency_ttl_s,
                           wall_ms() + c->redis_timeout_ms - c->reserve_deadline_margin_ms);
+    order_reserve_limit(&rc, c->rate_buyer_orders_per_min, c->rate_buyer_orders_burst);
     redis_async_script(od->redis, &script_reserve, ORDER_RESERVE_NKEYS, ORDER_RESERVE_NARGS,
                        rc.argv, NULL, on_reserved, oc);
 }

@@ -38,6 +38,7 @@ struct order_outcome {
     int replayed;            /* the answer to an earlier request with the same key */
     struct order_decision d; /* the order, when result is PENDING, CONFIRMED or REJECTED */
     const char *idem;        /* the reservation's key: it settles ORDER_OUTCOME_LOST/TIMEOUT */
+    int64_t retry_after_ms;  /* ORDER_RATE_LIMITED: when the buyer may order again */
 };
 
 /* Called exactly once per order, on the desk's loop; o is valid only during

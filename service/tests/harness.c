@@ -144,6 +144,12 @@ static pid_t spawn_daemon(int port, const char *const *extra_env)
         setenv("SECKILL_WRITER_REFRESH_MS", "100", 1);
         setenv("SECKILL_WRITER_BLOCK_MS", "50", 1);
         setenv("SECKILL_LOG_LEVEL", "warn", 1);
+        /* Every test speaks from 127.0.0.1, many as hundreds of buyers at
+         * once or as one buyer many times: the rate limits are off unless a
+         * test sets them (test_limits). */
+        setenv("SECKILL_RATE_ADDR_PER_S", "0", 1);
+        setenv("SECKILL_RATE_BUYER_ORDERS_PER_MIN", "0", 1);
+        setenv("SECKILL_ADMIN_AUTH_FAIL_PER_MIN", "0", 1);
         for (size_t i = 0; extra_env && extra_env[i]; i++)
             putenv((char *)extra_env[i]);
         execl(bin, bin, "serve", (char *)NULL);

@@ -355,6 +355,27 @@ START_TEST(test_small_flash_sale_proves_its_invariants)
 }
 END_TEST
 
+START_TEST(test_a_rate_limited_sale_counts_its_429s_and_still_proves_its_invariants)
+{
+    th_reset();
+    /* every buyer of the load test speaks from 127.0.0.1: one address's bucket */
+    const char *env[] = {"SECKILL_RATE_ADDR_PER_S=1", "SECKILL_RATE_ADDR_BURST=50", NULL};
+    struct th_daemon d;
+    th_daemon_start(&d, env);
+    struct paths p;
+    paths_init(&p, d.port, "limited");
+    json_t *j = small_sale(&p, "100", "1", NULL);
+    assert_all_passed(j); /* a 429 took nothing, and the checker knows it */
+    json_t *run = json_object_get(j, "run");
+    ck_assert_int_gt(json_path_int(run, "answers", "rate_limited"), 0);
+    ck_assert_int_eq(json_path_int(run, "answers", "other"), 0);
+    json_decref(j);
+    th_assert_invariants(atoll(p.sku));
+    paths_free(&p);
+    th_daemon_stop(&d);
+}
+END_TEST
+
 START_TEST(test_admin_deltas_racing_buyers_neither_lose_nor_invent_a_unit)
 {
     th_reset();
@@ -600,6 +621,7 @@ static Suite *suite(void)
     tcase_set_timeout(live, 300);
     tcase_add_test(live, test_bad_flags_exit_2);
     tcase_add_test(live, test_small_flash_sale_proves_its_invariants);
+    tcase_add_test(live, test_a_rate_limited_sale_counts_its_429s_and_still_proves_its_invariants);
     tcase_add_test(live, test_admin_deltas_racing_buyers_neither_lose_nor_invent_a_unit);
     tcase_add_test(live, test_checker_fails_on_tampered_stock_lost_and_invented_orders);
     tcase_add_test(live, test_checker_allows_lost_202s_only_when_told_and_never_a_lost_201);

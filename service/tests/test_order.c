@@ -155,6 +155,8 @@ START_TEST(test_every_reserve_verdict_maps_to_one_outcome)
         {{"exhausted", NULL}, ORDER_IDS_EXHAUSTED, 0},
         {{"ok", "not-a-number", "9", "1-0"}, ORDER_UNAVAILABLE, 0},
         {{"something_new", NULL}, ORDER_UNAVAILABLE, 0},
+        {{"rate_limited", "250", NULL}, ORDER_UNAVAILABLE, 0},         /* the wait is an integer */
+        {{"dup_refused", "rate_limited", NULL}, ORDER_UNAVAILABLE, 0}, /* never remembered */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct fake_reply f;
@@ -173,6 +175,41 @@ START_TEST(test_every_reserve_verdict_maps_to_one_outcome)
     ck_assert_int_eq(out.result, ORDER_UNAVAILABLE); /* an error reply: nothing was taken */
     order_parse_reply(NULL, &out);
     ck_assert_int_eq(out.result, ORDER_UNAVAILABLE);
+}
+END_TEST
+
+START_TEST(test_rate_limited_verdict_carries_its_wait)
+{
+    struct fake_reply f;
+    const char *const words[] = {"rate_limited", NULL};
+    const redisReply *r = fake(&f, words);
+    redisReply wait = {.type = REDIS_REPLY_INTEGER, .integer = 1250};
+    f.ptrs[1] = &wait;
+    f.top.elements = 2;
+    struct order_reply out;
+    order_parse_reply(r, &out);
+    ck_assert_int_eq(out.result, ORDER_RATE_LIMITED);
+    ck_assert_int_eq(out.retry_after_ms, 1250);
+    ck_assert_int_eq(out.replayed, 0);
+    ck_assert_str_eq(order_result_name(out.result), "rate_limited");
+    f.top.elements = 1; /* a wait is part of the verdict */
+    order_parse_reply(r, &out);
+    ck_assert_int_eq(out.result, ORDER_UNAVAILABLE);
+}
+END_TEST
+
+START_TEST(test_buyer_bucket_arguments_follow_the_stream_fields)
+{
+    struct order_reserve_call c;
+    order_reserve_prepare(&c, 42, 7, 1, NULL, 0, 60, 0);
+    const char *const *args = c.argv + ORDER_RESERVE_NKEYS;
+    ck_assert_str_eq(args[8 + ORDER_NFIELDS], "0"); /* no limit unless set */
+    order_reserve_limit(&c, 120, 3);
+    ck_assert_str_eq(args[8 + ORDER_NFIELDS], "500000"); /* one order every 0.5 s */
+    ck_assert_str_eq(args[8 + ORDER_NFIELDS + 1], "3");
+    order_reserve_limit(&c, 120, 0);
+    ck_assert_str_eq(args[8 + ORDER_NFIELDS], "0");
+    ck_assert_str_eq(c.argv[7], "seckill:{sku:42}:rate:7"); /* KEYS[8], under the SKU's tag */
 }
 END_TEST
 
@@ -202,6 +239,8 @@ int main(void)
     tcase_add_test(tc, test_journal_states_map_to_statuses);
     tcase_add_test(tc, test_every_reserve_verdict_maps_to_one_outcome);
     tcase_add_test(tc, test_stream_fields_are_named_once_and_distinct);
+    tcase_add_test(tc, test_rate_limited_verdict_carries_its_wait);
+    tcase_add_test(tc, test_buyer_bucket_arguments_follow_the_stream_fields);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

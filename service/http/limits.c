@@ -1,0 +1,120 @@
+#include "http/limits.h"
+
+#include <arpa/inet.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/metrics.h"
+#include "core/ratelimit.h"
+
+/* NULL: that limit is off (also before limits_init). */
+static struct ratelimit *addr_table, *admin_table;
+
+static int64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * RATELIMIT_US_PER_S + ts.tv_nsec / 1000;
+}
+
+/* Scatters keys over a table's sets unpredictably from outside. */
+static uint64_t seed(void)
+{
+    uint64_t s;
+    if (getentropy(&s, sizeof s) != 0)
+        s = (uint64_t)now_us() * UINT64_C(0x9E3779B97F4A7C15);
+    return s;
+}
+
+void limits_init(const struct cfg *c)
+{
+    size_t entries = (size_t)c->rate_addr_buckets;
+    addr_table = c->rate_addr_per_s > 0 ? ratelimit_new(RATELIMIT_US_PER_S / c->rate_addr_per_s,
+                                                        c->rate_addr_burst, entries, seed())
+                                        : NULL;
+    admin_table = c->admin_auth_fail_per_min > 0
+                      ? ratelimit_new(60 * RATELIMIT_US_PER_S / c->admin_auth_fail_per_min,
+                                      c->admin_auth_fail_burst, entries, seed())
+                      : NULL;
+}
+
+void limits_free(void)
+{
+    ratelimit_free(addr_table);
+    ratelimit_free(admin_table);
+    addr_table = admin_table = NULL;
+}
+
+/* The bucket key of r's client: its address, an IPv6 one cut to its /64. */
+static void client_key(const struct http_req *r, char *out, size_t cap)
+{
+    const char *addr = http_peer_addr(r);
+    struct in6_addr a6;
+    if (strchr(addr, ':') && inet_pton(AF_INET6, addr, &a6) == 1 && !IN6_IS_ADDR_V4MAPPED(&a6)) {
+        memset(a6.s6_addr + 8, 0, 8);
+        if (inet_ntop(AF_INET6, &a6, out, (socklen_t)cap))
+            return;
+    }
+    snprintf(out, cap, "%s", addr);
+}
+
+/* The wait for a token of r's client in table t (0: go on); with 'take', a
+ * token is taken when there is one.  NULL t: no limit. */
+static int64_t client_wait(struct ratelimit *t, const struct http_req *r, int take)
+{
+    if (!t)
+        return 0;
+    char key[INET6_ADDRSTRLEN + 8];
+    client_key(r, key, sizeof key);
+    return take ? ratelimit_take(t, key, now_us()) : ratelimit_wait(t, key, now_us());
+}
+
+int limits_addr_pass(const struct http_req *r)
+{
+    int64_t wait = client_wait(addr_table, r, 1);
+    if (wait)
+        limits_reply(r, LIMITS_ADDR, wait);
+    return wait == 0;
+}
+
+int limits_admin_pass(const struct http_req *r)
+{
+    int64_t wait = client_wait(admin_table, r, 0);
+    if (wait)
+        limits_reply(r, LIMITS_ADMIN_AUTH, wait);
+    return wait == 0;
+}
+
+void limits_admin_failed(const struct http_req *r)
+{
+    /* Refused only when a concurrent failure emptied the bucket first: this
+     * one was compared already, and the next request will wait. */
+    (void)client_wait(admin_table, r, 1);
+}
+
+void limits_reply(const struct http_req *r, enum limits_scope scope, int64_t wait_us)
+{
+    static const struct {
+        enum metric m;
+        const char *detail;
+    } scopes[] = {
+        [LIMITS_BUYER] = {M_RATE_LIMITED_BUYER,
+                          "too many orders from this buyer for this SKU; retry after Retry-After "
+                          "seconds"},
+        [LIMITS_ADDR] = {M_RATE_LIMITED_ADDR,
+                         "too many requests from this address; retry after Retry-After seconds"},
+        [LIMITS_ADMIN_AUTH] = {M_RATE_LIMITED_ADMIN_AUTH,
+                               "too many failed admin authentications from this address; retry "
+                               "after Retry-After seconds"},
+    };
+    metrics_add(scopes[scope].m, 1);
+    char secs[24];
+    snprintf(secs, sizeof secs, "%" PRId64, ratelimit_retry_after_s(wait_us));
+    http_add_header(r, "Retry-After", secs);
+    http_reply_error(r, 429, "rate_limited", scopes[scope].detail);
+}

@@ -1,0 +1,52 @@
+/*
+ * limits: the service's rate limits at its HTTP door, and its one 429 answer.
+ *
+ * Three kinds of token bucket, each with its settings (0 disables it):
+ *  - a buyer's orders on one SKU (rate_buyer_orders_*): kept in Redis and
+ *    taken by reserve.lua, so it holds across every instance and costs no
+ *    round trip of its own; handle_order.c hands its verdict to limits_reply;
+ *  - the buyer API per client address (rate_addr_*): orders and lookups, in
+ *    this process (core/ratelimit), before any store is touched;
+ *  - failed admin authentications per client address (admin_auth_fail_*):
+ *    while that bucket is empty, every admin request from the address is
+ *    refused before its token is compared, so guessing stays throttled even
+ *    when a guess is right; a success gives nothing back.
+ * IPv6 clients are counted per /64, the block one subscriber usually holds.
+ *
+ * The tables are process-wide: limits_init() before the HTTP loops start,
+ * limits_free() after they stopped; the functions in between are safe from
+ * any loop thread.  Before limits_init() nothing is limited.
+ */
+#ifndef SECKILL_LIMITS_H
+#define SECKILL_LIMITS_H
+
+#include <stdint.h>
+
+#include "core/cfg.h"
+#include "http/server.h"
+
+/* Which bucket refused (the scope label of seckill_rate_limited_total). */
+enum limits_scope { LIMITS_BUYER, LIMITS_ADDR, LIMITS_ADMIN_AUTH };
+
+/* Sets the per-address tables up from c's settings. */
+void limits_init(const struct cfg *c);
+
+/* Frees the tables; nothing is limited afterwards. */
+void limits_free(void);
+
+/* The buyer API: takes a token of r's client address.  Returns 1 to go on;
+ * 0 after answering 429 (nothing else was done). */
+int limits_addr_pass(const struct http_req *r);
+
+/* Admin, before the token is compared: returns 1 to go on; 0 after
+ * answering 429 when r's address has no failed authentications left. */
+int limits_admin_pass(const struct http_req *r);
+
+/* Records a failed admin authentication of r's client address. */
+void limits_admin_failed(const struct http_req *r);
+
+/* Answers 429 rate_limited with Retry-After (wait_us in whole seconds,
+ * rounded up, at least 1) and counts it under 'scope'. */
+void limits_reply(const struct http_req *r, enum limits_scope scope, int64_t wait_us);
+
+#endif
