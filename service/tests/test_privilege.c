@@ -214,6 +214,7 @@ static void run_daemon(struct run *res, const char *const *env, const char *cons
         setenv("SECKILL_REDIS_URL", th_env("SECKILL_TEST_REDIS_URL"), 1);
         setenv("SECKILL_PG_DSN", th_env("SECKILL_TEST_PG_DSN"), 1);
         unsetenv("SECKILL_ADMIN_TOKEN");
+        setenv("SECKILL_BUYER_TOKEN_SECRET", TH_BUYER_SECRET, 1); /* serve needs one */
         for (size_t i = 0; env && env[i]; i++)
             putenv((char *)env[i]);
         const char *argv[16] = {bin};
@@ -267,6 +268,14 @@ START_TEST(test_secret_flag_is_refused_at_start)
     ck_assert_msg(strstr(r.out, "SECKILL_ADMIN_TOKEN") && strstr(r.out, "admin_token_file"), "%s",
                   r.out);
     ck_assert_msg(!strstr(r.out, TH_ADMIN_TOKEN), "the token was printed: %s", r.out);
+    /* the buyer token secret is a secret of the same kind */
+    const char *buyer_args[] = {"--buyer-token-secret=" TH_BUYER_SECRET, "serve", NULL};
+    run_daemon(&r, NULL, buyer_args);
+    ck_assert_int_eq(r.status, 2);
+    ck_assert_msg(strstr(r.out, "SECKILL_BUYER_TOKEN_SECRET") &&
+                      strstr(r.out, "buyer_token_secret_file"),
+                  "%s", r.out);
+    ck_assert_msg(!strstr(r.out, TH_BUYER_SECRET), "the secret was printed: %s", r.out);
 }
 END_TEST
 
