@@ -37,7 +37,6 @@
 
 enum {
     OPT_URL = 256,
-    OPT_TOKEN,
     OPT_TOKEN_FILE,
     OPT_BUYER_SECRET_FILE,
     OPT_SKU,
@@ -76,7 +75,6 @@ enum {
 
 static const struct option long_opts[] = {
     {"url", required_argument, NULL, OPT_URL},
-    {"token", required_argument, NULL, OPT_TOKEN},
     {"token-file", required_argument, NULL, OPT_TOKEN_FILE},
     {"buyer-secret-file", required_argument, NULL, OPT_BUYER_SECRET_FILE},
     {"sku", required_argument, NULL, OPT_SKU},
@@ -126,8 +124,8 @@ void lt_opts_usage(FILE *out)
             "target\n"
             "  --url URL              service base URL (default " DEFAULT_URL "); given up to\n"
             "                         %d times, the buyers' connections are split evenly\n"
-            "  --token TOKEN          admin bearer token (default $SECKILL_ADMIN_TOKEN)\n"
-            "  --token-file FILE      read the admin token from FILE\n"
+            "  --token-file FILE      read the admin bearer token from FILE (default\n"
+            "                         $SECKILL_ADMIN_TOKEN; never a flag: ps shows flags)\n"
             "  --buyer-secret-file FILE  the service's buyer_token_secret, which signs a\n"
             "                         token per buyer (default $SECKILL_BUYER_TOKEN_SECRET;\n"
             "                         never a flag: it would show in ps)\n"
@@ -233,6 +231,28 @@ static int copy_str(const char *name, char *dst, size_t cap, const char *s, char
     }
     memcpy(dst, s, strlen(s) + 1);
     return 0;
+}
+
+/* Whether a Redis URL given as a flag carries a password (secrets stay out
+ * of argv, which every local user can read in /proc).  A URL that does not
+ * parse is left to the connect step's own error. */
+static int url_has_password(const char *url)
+{
+    struct rlock_url u;
+    char err[128];
+    return rlock_url_parse(url, &u, err, sizeof err) == 0 && u.password[0] != '\0';
+}
+
+/* Whether a libpq conninfo (key=value or URI) given as a flag holds a password. */
+static int dsn_has_password(const char *dsn)
+{
+    PQconninfoOption *opts = PQconninfoParse(dsn, NULL);
+    int has = 0;
+    for (PQconninfoOption *o = opts; o && o->keyword; o++)
+        if (strcmp(o->keyword, "password") == 0 && o->val && o->val[0])
+            has = 1;
+    PQconninfoFree(opts);
+    return has;
 }
 
 /* Reads the first word of FILE (a token or secret, given by --flag) into dst
@@ -360,8 +380,6 @@ static int apply(struct lt_opts *o, int c, const char *arg, char *err, size_t er
             return -1;
         }
         return copy_str("url", o->targets[o->ntargets++].url, LT_URL_MAX, arg, err, errlen);
-    case OPT_TOKEN:
-        return copy_str("token", o->token, sizeof o->token, arg, err, errlen);
     case OPT_TOKEN_FILE:
         return read_word_file("token-file", arg, o->token, sizeof o->token, err, errlen);
     case OPT_BUYER_SECRET_FILE:
@@ -419,8 +437,20 @@ static int apply(struct lt_opts *o, int c, const char *arg, char *err, size_t er
     case OPT_ADMIN_MAX_DELTA:
         return parse_i64("admin-max-delta", arg, 1, MAX_STOCK, &o->admin_max_delta, err, errlen);
     case OPT_PG_DSN:
+        if (dsn_has_password(arg)) {
+            snprintf(err, errlen,
+                     "--pg-dsn holds a password, which ps would show: give the DSN in "
+                     "SECKILL_PG_DSN, or the password in a libpq password file (PGPASSFILE)");
+            return -1;
+        }
         return copy_str("pg-dsn", o->pg_dsn, sizeof o->pg_dsn, arg, err, errlen);
     case OPT_REDIS_URL:
+        if (url_has_password(arg)) {
+            snprintf(err, errlen,
+                     "--redis-url holds a password, which ps would show: give the URL in "
+                     "SECKILL_REDIS_URL");
+            return -1;
+        }
         return copy_str("redis-url", o->redis_url, sizeof o->redis_url, arg, err, errlen);
     case OPT_DRAIN_TIMEOUT:
         return parse_int("drain-timeout", arg, 1, MAX_DRAIN_TIMEOUT_S, &o->drain_timeout_s, err,
@@ -550,7 +580,7 @@ int lt_opts_parse(struct lt_opts *o, int argc, char **argv, char *err, size_t er
     }
     if ((o->create_sku || o->admin_deltas) && !o->token[0]) {
         snprintf(err, errlen,
-                 "creating a SKU and admin deltas need --token, --token-file or "
+                 "creating a SKU and admin deltas need --token-file or "
                  "SECKILL_ADMIN_TOKEN");
         return -1;
     }

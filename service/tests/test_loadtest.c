@@ -165,8 +165,12 @@ static int run_loadtest(const char *const *args, int expect)
         FILE *out = freopen(log, "w", stdout);
         if (!out || dup2(fileno(out), STDERR_FILENO) < 0)
             _exit(126);
-        /* the daemons' secret, unless a test set its own */
+        /* the daemons' secrets and stores by environment (flags would show
+         * them in ps, and seckill-loadtest refuses them), unless a test set its own */
         setenv("SECKILL_BUYER_TOKEN_SECRET", TH_BUYER_SECRET, 0);
+        setenv("SECKILL_ADMIN_TOKEN", TH_ADMIN_TOKEN, 0);
+        setenv("SECKILL_PG_DSN", th_env("SECKILL_TEST_PG_DSN"), 0);
+        setenv("SECKILL_REDIS_URL", th_env("SECKILL_TEST_REDIS_URL"), 0);
         execv(bin, (char *const *)argv);
         _exit(127);
     }
@@ -261,9 +265,6 @@ static json_t *small_sale(struct paths *p, const char *stock, const char *limit,
                           const char *const *extra)
 {
     const char *args[MAX_ARGS] = {"--url",           p->url,
-                                  "--token",         TH_ADMIN_TOKEN,
-                                  "--pg-dsn",        th_env("SECKILL_TEST_PG_DSN"),
-                                  "--redis-url",     th_env("SECKILL_TEST_REDIS_URL"),
                                   "--users",         "2000",
                                   "--concurrency",   "50",
                                   "--stock",         stock,
@@ -294,10 +295,6 @@ static int check_only_with(struct paths *p, const char *flag, int expect, json_t
     const char *args[] = {"--check-only",
                           "--sku",
                           p->sku,
-                          "--pg-dsn",
-                          th_env("SECKILL_TEST_PG_DSN"),
-                          "--redis-url",
-                          th_env("SECKILL_TEST_REDIS_URL"),
                           "--answers",
                           p->answers,
                           "--drain-timeout",
@@ -567,6 +564,12 @@ START_TEST(test_bad_flags_exit_2)
         {"--check-only", NULL}, /* no --sku */
         {"--load-only", NULL},  /* no --answers to judge later */
         {"--buyer-secret-file", "/nonexistent/buyer-secret", NULL},
+        /* secrets never as flags: ps shows them */
+        {"--token", TH_ADMIN_TOKEN, NULL},
+        {"--redis-url", "redis://seckill:secret-password@127.0.0.1:6380/0", NULL},
+        {"--redis-url", "redis://:secret-password@127.0.0.1:6380/0", NULL},
+        {"--pg-dsn", "host=127.0.0.1 dbname=seckill password=secret-password", NULL},
+        {"--pg-dsn", "postgresql://seckill:secret-password@127.0.0.1/seckill", NULL},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         ck_assert_msg(run_loadtest(bad[i], EXIT_USAGE) == EXIT_USAGE, "%s was accepted", bad[i][0]);
