@@ -105,8 +105,8 @@ static const struct cfg_def defs[] = {
     SF(admin_token, "", CFG_SECRET,
        "bearer token of the admin API, at least 32 bytes; empty disables it"),
     SF(buyer_token_secret, "", CFG_SECRET,
-      "HMAC-SHA256 secret that signs buyer tokens, at least 32 bytes; serve refuses to start "
-      "without it (environment, config file or buyer_token_secret_file; never a flag)"),
+       "HMAC-SHA256 secret that signs buyer tokens, at least 32 bytes; serve refuses to start "
+       "without it (environment, config file or buyer_token_secret_file; never a flag)"),
     I(buyer_token_leeway_s, 30, 0, 300, "clock skew tolerated on a buyer token's exp and nbf"),
     I(max_buyer_token_bytes, 1024, 128, 8192, "longest accepted buyer token"),
     I(worker_threads, 2, 1, 64, "blocking worker threads (admin, lookups)"),

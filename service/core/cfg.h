@@ -42,8 +42,8 @@ struct cfg {
     int64_t rate_addr_buckets; /* client addresses remembered at most (bounded memory) */
     int64_t admin_auth_fail_per_min;
     int64_t admin_auth_fail_burst;
-    char *redis_url;           /* redis://[[user]:password@]host:port[/db] */
-    int64_t redis_timeout_ms;  /* per command, sync and async */
+    char *redis_url;          /* redis://[[user]:password@]host:port[/db] */
+    int64_t redis_timeout_ms; /* per command, sync and async */
     int64_t redis_connect_timeout_ms;
     int64_t redis_reconnect_ms; /* pause between reconnect attempts */
     char *pg_dsn;               /* libpq conninfo; password best via PGPASSFILE */

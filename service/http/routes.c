@@ -101,12 +101,12 @@ const struct http_answer routes_unrouted_answers[] = {
 
 /* The order route first: it is most of a sale's traffic. */
 const struct routes_route routes_table[] = {
-    {ROUTE("POST", "/api/v1/skus/{sku_id}/orders"), .operation = "placeOrder", .buyer = 1, .addr_limited = 1,
-     .handle = handle_order_place, .answers = place_order_answers},
+    {ROUTE("POST", "/api/v1/skus/{sku_id}/orders"), .operation = "placeOrder", .buyer = 1,
+     .addr_limited = 1, .handle = handle_order_place, .answers = place_order_answers},
     {ROUTE("GET", "/api/v1/skus/{sku_id}"), .operation = "getSku", .addr_limited = 1,
      .handle = handle_sku_get, .answers = get_sku_answers},
-    {ROUTE("GET", "/api/v1/orders/{order_id}"), .operation = "getOrder", .buyer = 1, .addr_limited = 1,
-     .handle = handle_order_get, .answers = get_order_answers},
+    {ROUTE("GET", "/api/v1/orders/{order_id}"), .operation = "getOrder", .buyer = 1,
+     .addr_limited = 1, .handle = handle_order_get, .answers = get_order_answers},
     {ROUTE("POST", "/admin/v1/skus"), .operation = "createSku", .admin = 1,
      .handle = handle_sku_create, .answers = create_sku_answers},
     {ROUTE("GET", "/admin/v1/skus/{sku_id}"), .operation = "getSkuAdmin", .admin = 1,

@@ -264,16 +264,10 @@ static void assert_all_passed(json_t *j)
 static json_t *small_sale(struct paths *p, const char *stock, const char *limit,
                           const char *const *extra)
 {
-    const char *args[MAX_ARGS] = {"--url",           p->url,
-                                  "--users",         "2000",
-                                  "--concurrency",   "50",
-                                  "--stock",         stock,
-                                  "--limit",         limit,
-                                  "--seed",          "7",
-                                  "--progress-ms",   "0",
-                                  "--drain-timeout", "60",
-                                  "--json",          p->json,
-                                  "--answers",       p->answers};
+    const char *args[MAX_ARGS] = {
+        "--url",   p->url,  "--users",   "2000",    "--concurrency", "50", "--stock",         stock,
+        "--limit", limit,   "--seed",    "7",       "--progress-ms", "0",  "--drain-timeout", "60",
+        "--json",  p->json, "--answers", p->answers};
     size_t n = 0;
     while (args[n])
         n++;
@@ -292,17 +286,9 @@ static json_t *small_sale(struct paths *p, const char *stock, const char *limit,
  * and the summary in *out. */
 static int check_only_with(struct paths *p, const char *flag, int expect, json_t **out)
 {
-    const char *args[] = {"--check-only",
-                          "--sku",
-                          p->sku,
-                          "--answers",
-                          p->answers,
-                          "--drain-timeout",
-                          "60",
-                          "--json",
-                          p->json,
-                          flag,
-                          NULL};
+    const char *args[] = {
+        "--check-only", "--sku",  p->sku,  "--answers", p->answers, "--drain-timeout",
+        "60",           "--json", p->json, flag,        NULL};
     int rc = run_loadtest(args, expect);
     *out = load_json(p->json);
     return rc;
