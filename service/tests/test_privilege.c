@@ -213,6 +213,8 @@ static void run_daemon(struct run *res, const char *const *env, const char *cons
         setenv("SECKILL_HTTP_ADDR", "127.0.0.1:0", 1);
         setenv("SECKILL_REDIS_URL", th_env("SECKILL_TEST_REDIS_URL"), 1);
         setenv("SECKILL_PG_DSN", th_env("SECKILL_TEST_PG_DSN"), 1);
+        /* serve refuses to start without it, before it reaches Redis */
+        setenv("SECKILL_BUYER_TOKEN_SECRET", TH_BUYER_SECRET, 1);
         unsetenv("SECKILL_ADMIN_TOKEN");
         for (size_t i = 0; env && env[i]; i++)
             putenv((char *)env[i]);
