@@ -17,7 +17,7 @@ enum cfg_type { CFG_STR, CFG_INT };
  * and has a companion "<name>_file" setting that reads it from a file. */
 enum cfg_flags {
     CFG_SECRET = 1,        /* the value is a secret */
-    CFG_SECRET_IN_URL = 2, /* the value may carry a password (redis_url, pg_dsn) */
+    CFG_SECRET_IN_URL = 2, /* the value may carry a password (redis_url, the DSNs) */
 };
 
 struct cfg_def {
@@ -87,10 +87,13 @@ static const struct cfg_def defs[] = {
     I(redis_timeout_ms, 1000, 10, 60000, "timeout of one Redis command"),
     I(redis_connect_timeout_ms, 1000, 10, 60000, "timeout of a Redis connect"),
     I(redis_reconnect_ms, 200, 10, 60000, "pause between Redis reconnect attempts"),
-    SF(pg_dsn, "host=127.0.0.1 port=5433 dbname=seckill user=seckill connect_timeout=5",
+    SF(pg_dsn, "host=127.0.0.1 port=5433 dbname=seckill user=seckill_app connect_timeout=5",
        CFG_SECRET_IN_URL,
-       "libpq connection string (best without a password: PGPASSFILE; with one, from "
-       "SECKILL_PG_DSN or pg_dsn_file only)"),
+       "libpq connection string of the service's role (best without a password: PGPASSFILE; with "
+       "one, from SECKILL_PG_DSN or pg_dsn_file only)"),
+    SF(migrate_pg_dsn, "", CFG_SECRET_IN_URL,
+       "libpq connection string of the schema's owner, for migrate only (empty: pg_dsn; with a "
+       "password, from SECKILL_MIGRATE_PG_DSN or migrate_pg_dsn_file only)"),
     I(pg_statement_timeout_ms, 5000, 10, 600000, "PostgreSQL statement_timeout"),
     I(pg_client_timeout_ms, 6000, 20, 600000,
       "longest wait for a PostgreSQL answer (connect, statement, COMMIT) before the client gives "
@@ -105,8 +108,8 @@ static const struct cfg_def defs[] = {
     SF(admin_token, "", CFG_SECRET,
        "bearer token of the admin API, at least 32 bytes; empty disables it"),
     SF(buyer_token_secret, "", CFG_SECRET,
-      "HMAC-SHA256 secret that signs buyer tokens, at least 32 bytes; serve refuses to start "
-      "without it (environment, config file or buyer_token_secret_file; never a flag)"),
+       "HMAC-SHA256 secret that signs buyer tokens, at least 32 bytes; serve refuses to start "
+       "without it (environment, config file or buyer_token_secret_file; never a flag)"),
     I(buyer_token_leeway_s, 30, 0, 300, "clock skew tolerated on a buyer token's exp and nbf"),
     I(max_buyer_token_bytes, 1024, 128, 8192, "longest accepted buyer token"),
     I(worker_threads, 2, 1, 64, "blocking worker threads (admin, lookups)"),
