@@ -664,7 +664,9 @@ write_client_files() {
 # role passwords must not show in ps).  Prints the rows; 1 on failure, with
 # psql's message in DIR/psql.err.
 pg_admin_sql() {
-    local dsn="host=127.0.0.1 port=$(pg_conf_port) dbname=$1 user=$PG_ROLE connect_timeout=5"
+    local port dsn
+    port=$(pg_conf_port)
+    dsn="host=127.0.0.1 port=$port dbname=$1 user=$PG_ROLE connect_timeout=5"
     PGPASSFILE=$PGPASS_ADMIN timeout 30 "$PG_BIN/psql" "$dsn" -XAtq -v ON_ERROR_STOP=1 -f - \
         2>"$DIR/psql.err"
 }
