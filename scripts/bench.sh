@@ -186,18 +186,20 @@ LT_EXTRA_PID=
 
 # ---- 2. PostgreSQL only
 say "=== 2. PostgreSQL-only: pgbench, $CONNS connections, ${SECS}s"
-psql "$SECKILL_PG_DSN" -X -q -v ON_ERROR_STOP=1 -f "$ROOT/loadtest/pg_only_setup.sql" \
+# Its own schema, made and dropped by the owner: the service's role may not.
+PG_ONLY_DSN=${SECKILL_MIGRATE_PG_DSN:-$SECKILL_PG_DSN}
+psql "$PG_ONLY_DSN" -X -q -v ON_ERROR_STOP=1 -f "$ROOT/loadtest/pg_only_setup.sql" \
     >"$OUT/pgbench-setup.log" 2>&1 || die "pg_only_setup.sql failed ($OUT/pgbench-setup.log)"
 rm -f "$OUT"/pgbench_log.*
 (cd "$OUT" && timeout $((SECS + 60)) "$PGBENCH" -n -c "$CONNS" -j 2 -T "$SECS" -M prepared \
-    -f "$ROOT/loadtest/pg_only.sql" -l --log-prefix=pgbench_log "$SECKILL_PG_DSN") \
+    -f "$ROOT/loadtest/pg_only.sql" -l --log-prefix=pgbench_log "$PG_ONLY_DSN") \
     >"$OUT/pgbench.txt" 2>&1 || die "pgbench failed ($OUT/pgbench.txt)"
 PG_TPS=$(awk -F'[ =]+' '/^tps/ && /without initial/ { print $2 }' "$OUT/pgbench.txt")
 # per-transaction log: client xact latency_us script epoch us
 PG_P99=$(cat "$OUT"/pgbench_log.* | awk '{ print $3 }' | sort -n |
     awk '{ v[NR] = $1 } END { if (NR) { i = int(NR * 0.99); if (i < NR * 0.99) i++; printf "%.3f", v[i] / 1000 } }')
-PG_SOLD=$(psql "$SECKILL_PG_DSN" -X -At -c 'SELECT count(*) FROM lt_pgonly.orders')
-psql "$SECKILL_PG_DSN" -X -q -c 'DROP SCHEMA lt_pgonly CASCADE' >/dev/null 2>&1 || true
+PG_SOLD=$(psql "$PG_ONLY_DSN" -X -At -c 'SELECT count(*) FROM lt_pgonly.orders')
+psql "$PG_ONLY_DSN" -X -q -c 'DROP SCHEMA lt_pgonly CASCADE' >/dev/null 2>&1 || true
 rm -f "$OUT"/pgbench_log.*
 printf 'pgbench   %s transactions/s, p99 %s ms, %s orders\n' "$PG_TPS" "$PG_P99" "$PG_SOLD"
 

@@ -12,7 +12,8 @@
 #          SECKILL_TEST_TIMEOUT (per binary, seconds, default 900).
 # Env out (for the tests): SECKILL_TEST_REDIS_URL (the service's ACL user),
 #          SECKILL_TEST_REDIS_ADMIN_URL (the admin user), SECKILL_TEST_STACK_DIR,
-#          SECKILL_TEST_PG_DSN,
+#          SECKILL_TEST_PG_DSN (the service's role seckill_app),
+#          SECKILL_TEST_PG_ADMIN_DSN (the superuser),
 #          SECKILL_TEST_REDIS_PORT, SECKILL_TEST_PG_PORT, SECKILL_TEST_DAEMON,
 #          SECKILL_TEST_ROOT, SECKILL_REDIS_URL, SECKILL_PG_DSN, PGPASSFILE.
 set -euo pipefail
@@ -98,15 +99,19 @@ source "$TEST_DIR/env"
 say "migrating: $DAEMON migrate"
 "$DAEMON" migrate || die "'$DAEMON migrate' failed (exit $?)"
 
-# The code under test connects as the service's ACL user; what a test does
-# to Redis itself (FLUSHALL between tests, SCRIPT FLUSH, CLIENT KILL) and the
-# lock library's own tests use the admin user.
+# The code under test connects as the service's ACL user and role; what a
+# test does to Redis or PostgreSQL itself (FLUSHALL and TRUNCATE between
+# tests, SCRIPT FLUSH, CLIENT KILL, pg_terminate_backend, tampered rows) and
+# the lock library's own tests use the admin user and the superuser.
 export SECKILL_TEST_REDIS_URL=$SECKILL_REDIS_URL
 SECKILL_TEST_REDIS_ADMIN_URL=$(se_redis_admin_url "$TEST_DIR" "$SECKILL_REDIS_PORT") ||
     die "cannot read the test stack's Redis admin password"
 export SECKILL_TEST_REDIS_ADMIN_URL
 export SECKILL_TEST_STACK_DIR=$TEST_DIR
 export SECKILL_TEST_PG_DSN=$SECKILL_PG_DSN
+SECKILL_TEST_PG_ADMIN_DSN=$(se_pg_admin_dsn "$TEST_DIR" "$SECKILL_PG_PORT") ||
+    die "cannot read the test stack's PostgreSQL superuser password file"
+export SECKILL_TEST_PG_ADMIN_DSN
 export SECKILL_TEST_REDIS_PORT=$SECKILL_REDIS_PORT
 export SECKILL_TEST_PG_PORT=$SECKILL_PG_PORT
 export SECKILL_TEST_DAEMON=$DAEMON

@@ -93,3 +93,13 @@ se_redis_admin() {
     pw=$(tr -dc '0-9a-f' <"$dir/redis-admin-password") || return 1
     REDISCLI_AUTH=$pw redis-cli --user seckill-admin -h 127.0.0.1 -p "$port" "$@"
 }
+
+# se_pg_admin_dsn DIR PORT: the stack's PostgreSQL as its superuser, with the
+# superuser's own password file (TRUNCATE between tests, pg_terminate_backend,
+# tampering with rows: what tests and scripts do to the database, never the
+# service, whose DIR/env DSN names the role seckill_app).
+se_pg_admin_dsn() {
+    [[ -r $1/pgpass-admin ]] || return 1
+    printf "host=127.0.0.1 port=%s dbname=seckill user=seckill passfile='%s' connect_timeout=5\n" \
+        "$2" "$1/pgpass-admin"
+}

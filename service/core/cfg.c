@@ -17,7 +17,7 @@ enum cfg_type { CFG_STR, CFG_INT };
  * and has a companion "<name>_file" setting that reads it from a file. */
 enum cfg_flags {
     CFG_SECRET = 1,        /* the value is a secret */
-    CFG_SECRET_IN_URL = 2, /* the value may carry a password (redis_url, pg_dsn) */
+    CFG_SECRET_IN_URL = 2, /* the value may carry a password (redis_url, the DSNs) */
 };
 
 struct cfg_def {
@@ -87,10 +87,13 @@ static const struct cfg_def defs[] = {
     I(redis_timeout_ms, 1000, 10, 60000, "timeout of one Redis command"),
     I(redis_connect_timeout_ms, 1000, 10, 60000, "timeout of a Redis connect"),
     I(redis_reconnect_ms, 200, 10, 60000, "pause between Redis reconnect attempts"),
-    SF(pg_dsn, "host=127.0.0.1 port=5433 dbname=seckill user=seckill connect_timeout=5",
+    SF(pg_dsn, "host=127.0.0.1 port=5433 dbname=seckill user=seckill_app connect_timeout=5",
        CFG_SECRET_IN_URL,
-       "libpq connection string (best without a password: PGPASSFILE; with one, from "
-       "SECKILL_PG_DSN or pg_dsn_file only)"),
+       "libpq connection string of the service's role (best without a password: PGPASSFILE; with "
+       "one, from SECKILL_PG_DSN or pg_dsn_file only)"),
+    SF(migrate_pg_dsn, "", CFG_SECRET_IN_URL,
+       "libpq connection string of the schema's owner, for migrate only (empty: pg_dsn; with a "
+       "password, from SECKILL_MIGRATE_PG_DSN or migrate_pg_dsn_file only)"),
     I(pg_statement_timeout_ms, 5000, 10, 600000, "PostgreSQL statement_timeout"),
     I(pg_client_timeout_ms, 6000, 20, 600000,
       "longest wait for a PostgreSQL answer (connect, statement, COMMIT) before the client gives "

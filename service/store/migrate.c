@@ -58,7 +58,8 @@ static int take_lock(PGconn *c, int64_t wait_ms)
 
 int migrate_run(const struct cfg *cfg)
 {
-    PGconn *c = PQconnectdb(cfg->pg_dsn);
+    /* The schema's owner migrates; the service's own role may not. */
+    PGconn *c = PQconnectdb(cfg->migrate_pg_dsn[0] ? cfg->migrate_pg_dsn : cfg->pg_dsn);
     if (PQstatus(c) != CONNECTION_OK) {
         log_error("migrate: cannot connect: %s", PQerrorMessage(c));
         PQfinish(c);

@@ -1,7 +1,8 @@
 /*
  * migrate: applies the embedded migrations/ files in name order, each in its
  * own transaction, recorded in schema_migrations.  A session-level advisory
- * lock makes instances that start together apply them one at a time.
+ * lock makes instances that start together apply them one at a time.  It
+ * connects with migrate_pg_dsn (the schema's owner), else pg_dsn.
  */
 #ifndef SECKILL_MIGRATE_H
 #define SECKILL_MIGRATE_H

@@ -67,12 +67,52 @@ redisContext *th_redis_admin(void)
     return redis_from_env("SECKILL_TEST_REDIS_ADMIN_URL");
 }
 
+/* A connection to the test PostgreSQL with the DSN in env variable 'var'. */
+static PGconn *pg_from_env(const char *var)
+{
+    PGconn *c = PQconnectdb(th_env(var));
+    ck_assert_msg(PQstatus(c) == CONNECTION_OK, "cannot connect to the test PostgreSQL (%s): %s",
+                  var, PQerrorMessage(c));
+    return c;
+}
+
 PGconn *th_pg(void)
 {
-    PGconn *c = PQconnectdb(th_env("SECKILL_TEST_PG_DSN"));
-    ck_assert_msg(PQstatus(c) == CONNECTION_OK, "cannot connect to the test PostgreSQL: %s",
-                  PQerrorMessage(c));
-    return c;
+    return pg_from_env("SECKILL_TEST_PG_DSN");
+}
+
+PGconn *th_pg_admin(void)
+{
+    return pg_from_env("SECKILL_TEST_PG_ADMIN_DSN");
+}
+
+/* Runs 'sql' (no result rows) on c or aborts the test. */
+static void pg_exec_ok(PGconn *c, const char *sql)
+{
+    PGresult *r = PQexec(c, sql);
+    ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK, "%s: %s", sql, PQerrorMessage(c));
+    PQclear(r);
+}
+
+void th_scratch_table(const char *name, const char *columns)
+{
+    char sql[512];
+    PGconn *c = th_pg_admin();
+    ck_assert(snprintf(sql, sizeof sql,
+                       "DROP TABLE IF EXISTS %s; CREATE TABLE %s (%s); "
+                       "GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO seckill_app",
+                       name, name, columns, name) < (int)sizeof sql);
+    pg_exec_ok(c, sql);
+    PQfinish(c);
+}
+
+void th_scratch_table_drop(const char *name)
+{
+    char sql[128];
+    PGconn *c = th_pg_admin();
+    ck_assert(snprintf(sql, sizeof sql, "DROP TABLE IF EXISTS %s", name) < (int)sizeof sql);
+    pg_exec_ok(c, sql);
+    PQfinish(c);
 }
 
 long long th_pg_int(PGconn *c, const char *sql)
@@ -101,7 +141,7 @@ void th_reset(void)
     ck_assert(rep && rep->type != REDIS_REPLY_ERROR);
     freeReplyObject(rep);
     redisFree(r);
-    PGconn *c = th_pg();
+    PGconn *c = th_pg_admin();
     PGresult *res = PQexec(c, "TRUNCATE stock_ledger, orders, sku_epochs, skus RESTART IDENTITY");
     ck_assert_msg(PQresultStatus(res) == PGRES_COMMAND_OK, "%s", PQerrorMessage(c));
     PQclear(res);

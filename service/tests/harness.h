@@ -35,7 +35,19 @@ redisContext *th_redis(void);
 /* New connection as the stack's admin ACL user (FLUSHALL, SCRIPT FLUSH, CLIENT
  * KILL: what a test does to Redis, never the service); caller redisFree. */
 redisContext *th_redis_admin(void);
-PGconn *th_pg(void); /* new connection; caller PQfinish */
+/* New connection as the service's role seckill_app (what seckilld may do);
+ * caller PQfinish. */
+PGconn *th_pg(void);
+/* New connection as the stack's superuser (TRUNCATE, pg_terminate_backend,
+ * tampered rows: what a test does to the database, never the service);
+ * caller PQfinish. */
+PGconn *th_pg_admin(void);
+/* (Re)creates the scratch table 'name' with 'columns' as the superuser and
+ * grants the service's role its rows (SELECT, INSERT, UPDATE, DELETE): tests
+ * of the transaction machinery need a table of their own, and the service's
+ * role may not create one.  th_scratch_table_drop drops it again. */
+void th_scratch_table(const char *name, const char *columns);
+void th_scratch_table_drop(const char *name);
 
 /* Keeps the test Redis busy (a script spinning on TIME: nobody else is
  * served meanwhile) for about ms milliseconds; returns when it is over.

@@ -1316,7 +1316,7 @@ START_TEST(test_id_conflict_answer_does_not_show_the_other_buyers_order)
     wait_order_status(d.port, 1, id, "confirmed");
     char seq[KEYS_MAX];
     keys_sku(seq, 1, KEY_SEQ);
-    redisContext *rc = th_redis_admin();                /* the service's own user may not DECR */
+    redisContext *rc = th_redis_admin(); /* a fault: the service's user may not DECR */
     redisReply *rep = redisCommand(rc, "DECR %s", seq); /* the sequence went back */
     ck_assert(rep && rep->type == REDIS_REPLY_INTEGER);
     freeReplyObject(rep);

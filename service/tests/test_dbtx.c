@@ -5,7 +5,8 @@
  * that never runs.
  *
  * All tests share one scratch table named after the runner's pid, created
- * once before the tests and dropped after them, and use their own keys.
+ * once before the tests and dropped after them by the superuser
+ * (SECKILL_TEST_PG_ADMIN_DSN), and use their own keys.
  */
 #include "store/dbtx.h"
 
@@ -26,7 +27,7 @@ static const char *dsn(void)
 
     ck_assert_msg(d != NULL && d[0] != '\0',
                   "SECKILL_TEST_PG_DSN is not set: these tests need a real PostgreSQL, e.g. "
-                  "SECKILL_TEST_PG_DSN='host=127.0.0.1 port=5432 dbname=seckill user=seckill' "
+                  "SECKILL_TEST_PG_DSN='host=127.0.0.1 port=5432 dbname=seckill user=seckill_app' "
                   "(password via PGPASSFILE)");
     return d;
 }
@@ -125,16 +126,19 @@ static void register_ok(struct dbtx *tx, struct hook_arg *h)
 
 /* ---- fixture: runs once in the runner, not per test ---- */
 
+/* The scratch table belongs to the superuser (the service's role may not
+ * create tables); the transactions under test run as the service's role,
+ * granted the rows of this table only. */
 static void create_table(void)
 {
-    const char *d = getenv("SECKILL_TEST_PG_DSN");
+    const char *d = getenv("SECKILL_TEST_PG_ADMIN_DSN");
     char sql[256];
     PGconn *c;
     PGresult *r;
 
     table[0] = '\0';
     if (d == NULL || d[0] == '\0') {
-        snprintf(setup_err, sizeof(setup_err), "SECKILL_TEST_PG_DSN is not set");
+        snprintf(setup_err, sizeof(setup_err), "SECKILL_TEST_PG_ADMIN_DSN is not set");
         return;
     }
     c = PQconnectdb(d);
@@ -149,6 +153,13 @@ static void create_table(void)
              "u int UNIQUE DEFERRABLE INITIALLY DEFERRED)",
              (long)getpid());
     r = PQexec(c, sql);
+    if (PQresultStatus(r) == PGRES_COMMAND_OK) {
+        PQclear(r);
+        snprintf(sql, sizeof(sql),
+                 "GRANT SELECT, INSERT, UPDATE, DELETE ON dbtx_test_%ld TO seckill_app",
+                 (long)getpid());
+        r = PQexec(c, sql);
+    }
     if (PQresultStatus(r) == PGRES_COMMAND_OK)
         snprintf(table, sizeof(table), "dbtx_test_%ld", (long)getpid());
     else
@@ -164,7 +175,7 @@ static void drop_table(void)
 
     if (table[0] == '\0')
         return;
-    c = PQconnectdb(getenv("SECKILL_TEST_PG_DSN"));
+    c = PQconnectdb(getenv("SECKILL_TEST_PG_ADMIN_DSN"));
     if (PQstatus(c) == CONNECTION_OK) {
         snprintf(sql, sizeof(sql), "DROP TABLE IF EXISTS %s", table);
         PQclear(PQexec(c, sql));
@@ -344,7 +355,10 @@ END_TEST
 /* Terminates the backend behind 'victim' and waits until it is really gone. */
 static void kill_backend(PGconn *victim)
 {
-    PGconn *killer = connect_db();
+    /* fault injection: the superuser, as an operator would */
+    PGconn *killer = PQconnectdb(getenv("SECKILL_TEST_PG_ADMIN_DSN"));
+    ck_assert_msg(PQstatus(killer) == CONNECTION_OK, "cannot connect as the superuser: %s",
+                  PQerrorMessage(killer));
     char pid[16];
     const char *params[1] = {pid};
     PGresult *r;

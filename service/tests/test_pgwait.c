@@ -195,12 +195,9 @@ START_TEST(test_commit_without_answer_is_unknown_not_rolled_back)
 {
     struct cfg c;
     short_deadline_cfg(&c);
+    th_scratch_table("pgwait_probe", "k text PRIMARY KEY");
     PGconn *conn = th_pg();
     PGconn *check = th_pg();
-    PGresult *r = PQexec(check, "CREATE TABLE IF NOT EXISTS pgwait_probe (k text PRIMARY KEY)");
-    PQclear(r);
-    r = PQexec(check, "DELETE FROM pgwait_probe");
-    PQclear(r);
     char err[512];
     struct dbtx *tx = dbtx_begin(conn, c.pg_dsn, DBTX_ISO_DEFAULT, err, sizeof err);
     ck_assert_msg(tx != NULL, "%s", err);
@@ -208,7 +205,7 @@ START_TEST(test_commit_without_answer_is_unknown_not_rolled_back)
     snprintf(txid, sizeof txid, "%lld", dbtx_txid(tx));
     int outcome = -1;
     ck_assert_int_eq(dbtx_on_complete(tx, record_outcome, &outcome), 0);
-    r = dbtx_exec(tx, "INSERT INTO pgwait_probe VALUES ('unanswered')", 0, NULL);
+    PGresult *r = dbtx_exec(tx, "INSERT INTO pgwait_probe VALUES ('unanswered')", 0, NULL);
     ck_assert_ptr_nonnull(r);
     PQclear(r);
 
@@ -236,9 +233,8 @@ START_TEST(test_commit_without_answer_is_unknown_not_rolled_back)
     }
     ck_assert_int_eq(committed, 1);
     ck_assert_int_eq(th_pg_int(check, "SELECT count(*) FROM pgwait_probe"), 1);
-    r = PQexec(check, "DROP TABLE pgwait_probe");
-    PQclear(r);
     PQfinish(check);
+    th_scratch_table_drop("pgwait_probe");
     PQfinish(conn);
     cfg_free(&c);
 }

@@ -1,8 +1,8 @@
 /*
  * Least privilege, against the test stack (scripts/stack.sh): the service's
- * Redis ACL user can do what the service does and nothing else, the default
- * user is gone, neither server runs as root, a user name in redis_url is
- * used, and secrets never come from the command line.
+ * Redis ACL user and PostgreSQL role can do what the service does and nothing
+ * else, Redis's default user is gone, neither server runs as root, a user
+ * name in redis_url is used, and secrets never come from the command line.
  */
 #include <check.h>
 #include <errno.h>
@@ -164,6 +164,103 @@ START_TEST(test_redis_and_postgres_do_not_run_as_root)
 }
 END_TEST
 
+#define PG_INSUFFICIENT_PRIVILEGE "42501"
+
+/* Runs 'sql' as the service's role inside a savepoint of the open
+ * transaction on 'c' (so that a statement wrongly allowed is rolled back
+ * with the test's transaction) and asserts PostgreSQL refused it for want of
+ * privilege. */
+static void assert_pg_refused(PGconn *c, const char *sql)
+{
+    PQclear(PQexec(c, "SAVEPOINT probe"));
+    PGresult *r = PQexec(c, sql);
+    const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+    ck_assert_msg(state && strcmp(state, PG_INSUFFICIENT_PRIVILEGE) == 0,
+                  "the service's role was not refused \"%s\" (status %s, sqlstate %s: %s)", sql,
+                  PQresStatus(PQresultStatus(r)), state ? state : "none", PQerrorMessage(c));
+    PQclear(r);
+    r = PQexec(c, "ROLLBACK TO SAVEPOINT probe");
+    ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK, "%s", PQerrorMessage(c));
+    PQclear(r);
+}
+
+START_TEST(test_service_role_has_no_role_attributes)
+{
+    PGconn *c = th_pg();
+    PGresult *r = PQexec(c, "SELECT rolname, rolsuper, rolcreatedb, rolcreaterole, "
+                            "rolreplication, rolbypassrls FROM pg_roles "
+                            "WHERE rolname = current_user");
+    ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1, "%s",
+                  PQerrorMessage(c));
+    ck_assert_str_eq(PQgetvalue(r, 0, 0), "seckill_app");
+    for (int col = 1; col < PQnfields(r); col++)
+        ck_assert_msg(strcmp(PQgetvalue(r, 0, col), "f") == 0, "the service's role has %s",
+                      PQfname(r, col));
+    PQclear(r);
+    /* It owns nothing it could alter or drop. */
+    ck_assert_int_eq(th_pg_int(c, "SELECT count(*) FROM pg_class "
+                                  "WHERE relowner = (SELECT oid FROM pg_roles "
+                                  "WHERE rolname = current_user)"),
+                     0);
+    PQfinish(c);
+}
+END_TEST
+
+START_TEST(test_service_role_is_refused_ddl_and_superuser_powers)
+{
+    PGconn *c = th_pg();
+    static const char *const refused[] = {
+        "CREATE TABLE privilege_probe (k int)",
+        "DROP TABLE orders",
+        "TRUNCATE stock_ledger, orders, sku_epochs, skus",
+        "ALTER TABLE skus ADD COLUMN privilege_probe int",
+        "ALTER TABLE skus DROP CONSTRAINT skus_stock_check",
+        "CREATE INDEX ON orders (user_id)",
+        "COPY skus TO PROGRAM 'cat >/dev/null'",
+        "COPY skus FROM PROGRAM 'true'",
+        "COPY skus TO '/tmp/seckill-privilege-probe'",
+        "SELECT pg_read_file('/etc/passwd')",
+        "CREATE ROLE privilege_probe LOGIN SUPERUSER",
+        "SET session_replication_role = replica", /* would switch off triggers and FKs */
+        "SELECT rolpassword FROM pg_authid",
+        "DELETE FROM orders",
+        "UPDATE orders SET status = 'confirmed'",
+        "UPDATE skus SET per_user_limit = 1000000",
+        "UPDATE stock_ledger SET delta = 0",
+        "SELECT * FROM schema_migrations",
+    };
+    PGresult *r = PQexec(c, "BEGIN");
+    ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK, "%s", PQerrorMessage(c));
+    PQclear(r);
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        assert_pg_refused(c, refused[i]);
+    PQclear(PQexec(c, "ROLLBACK"));
+    /* ALTER SYSTEM cannot run in a transaction; resetting a setting nobody
+     * set is harmless if it were allowed. */
+    r = PQexec(c, "ALTER SYSTEM RESET work_mem");
+    const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+    ck_assert_msg(state && strcmp(state, PG_INSUFFICIENT_PRIVILEGE) == 0,
+                  "ALTER SYSTEM was not refused: %s", PQerrorMessage(c));
+    PQclear(r);
+    PQfinish(c);
+}
+END_TEST
+
+START_TEST(test_service_role_is_what_the_daemon_and_the_suite_use)
+{
+    /* The suite's DSN (the daemons started by the harness get it too) names
+     * the restricted role; the superuser's is another one. */
+    PGconn *c = th_pg(), *admin = th_pg_admin();
+    ck_assert_str_eq(PQuser(c), "seckill_app");
+    ck_assert_str_ne(PQuser(admin), PQuser(c));
+    ck_assert_int_eq(th_pg_int(admin, "SELECT count(*) FROM pg_roles "
+                                      "WHERE rolname = current_user AND rolsuper"),
+                     1);
+    PQfinish(admin);
+    PQfinish(c);
+}
+END_TEST
+
 START_TEST(test_user_name_in_redis_url_is_used)
 {
     struct cfg c;
@@ -213,8 +310,9 @@ static void run_daemon(struct run *res, const char *const *env, const char *cons
         setenv("SECKILL_HTTP_ADDR", "127.0.0.1:0", 1);
         setenv("SECKILL_REDIS_URL", th_env("SECKILL_TEST_REDIS_URL"), 1);
         setenv("SECKILL_PG_DSN", th_env("SECKILL_TEST_PG_DSN"), 1);
+        /* serve refuses to start without it, before it reaches Redis */
+        setenv("SECKILL_BUYER_TOKEN_SECRET", TH_BUYER_SECRET, 1);
         unsetenv("SECKILL_ADMIN_TOKEN");
-        setenv("SECKILL_BUYER_TOKEN_SECRET", TH_BUYER_SECRET, 1); /* serve needs one */
         for (size_t i = 0; env && env[i]; i++)
             putenv((char *)env[i]);
         const char *argv[16] = {bin};
@@ -321,6 +419,9 @@ int main(void)
     tcase_add_test(tc, test_default_user_cannot_authenticate);
     tcase_add_test(tc, test_script_writes_survive_an_aof_reload);
     tcase_add_test(tc, test_redis_and_postgres_do_not_run_as_root);
+    tcase_add_test(tc, test_service_role_has_no_role_attributes);
+    tcase_add_test(tc, test_service_role_is_refused_ddl_and_superuser_powers);
+    tcase_add_test(tc, test_service_role_is_what_the_daemon_and_the_suite_use);
     tcase_add_test(tc, test_user_name_in_redis_url_is_used);
     tcase_add_test(tc, test_daemon_refuses_a_wrong_redis_password);
     tcase_add_test(tc, test_secret_flag_is_refused_at_start);

@@ -182,7 +182,7 @@ START_TEST(test_database_refusal_rejects_and_returns_stock_once)
     reserve(3, 2, 2);
     reserve(3, 3, 2);
     /* Drift: the database has less than Redis sold (e.g. a lost admin delta). */
-    PGconn *c = th_pg();
+    PGconn *c = th_pg_admin(); /* tampering: nothing the service may do */
     PGresult *r = PQexec(c, "UPDATE skus SET stock = 1, initial_stock = 1 WHERE id = 3;"
                             "UPDATE stock_ledger SET delta = 1, stock_after = 1 WHERE sku_id = 3");
     ck_assert_int_eq(PQresultStatus(r), PGRES_COMMAND_OK);
@@ -249,13 +249,6 @@ END_TEST
  * sessions interleave deterministically on one thread; the table has no unique
  * constraint, so only the lock stands between them and a duplicate. */
 
-static void exec_ok(PGconn *c, const char *sql)
-{
-    PGresult *r = PQexec(c, sql);
-    ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK, "%s: %s", sql, PQerrorMessage(c));
-    PQclear(r);
-}
-
 static int present(struct dbtx *tx)
 {
     PGresult *r = dbtx_exec(tx, "SELECT 1 FROM lock_demo WHERE k = 'order-1'", 0, NULL);
@@ -283,8 +276,8 @@ static void release_hook(enum dbtx_outcome o, void *arg)
 /* Runs the two-session interleaving; returns the rows that end up in lock_demo. */
 static long long interleave(int release_before_commit)
 {
+    th_scratch_table("lock_demo", "k text");
     PGconn *a = th_pg(), *b = th_pg();
-    exec_ok(a, "DROP TABLE IF EXISTS lock_demo; CREATE TABLE lock_demo (k text)");
     redisContext *r = th_redis();
     struct rlock_opts o = {.ttl_ms = 5000, .wait_ms = 0, .retry_ms = 10};
     struct rlock la = {0}, lb = {0};
@@ -324,10 +317,10 @@ static long long interleave(int release_before_commit)
     rlock_clear(&la);
     rlock_clear(&lb);
     long long rows = th_pg_int(a, "SELECT count(*) FROM lock_demo");
-    exec_ok(a, "DROP TABLE lock_demo");
     redisFree(r);
     PQfinish(a);
     PQfinish(b);
+    th_scratch_table_drop("lock_demo");
     return rows;
 }
 

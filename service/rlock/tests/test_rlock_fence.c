@@ -1,8 +1,9 @@
 /*
  * Fencing tokens (rlock/fence.h) against real servers: the
  * shared test Redis (SECKILL_TEST_REDIS_ADMIN_URL), private redis-servers to lose
- * data on purpose (harness_redis.h), and the test PostgreSQL
- * (SECKILL_TEST_PG_DSN) as the store that refuses superseded holders.
+ * data on purpose (harness_redis.h), and the test PostgreSQL as its superuser
+ * (SECKILL_TEST_PG_ADMIN_DSN: the scratch tables are the library's, not the
+ * service's) as the store that refuses superseded holders.
  * PostgreSQL is reached with plain libpq: fencing is the store's check, and
  * the library's tests need nothing of the service.
  */
@@ -82,12 +83,14 @@ static int64_t token_of_one_acquisition(redisContext *c, const char *key)
 
 /* ---- the PostgreSQL side ---- */
 
+#define PG_DSN_ENV "SECKILL_TEST_PG_ADMIN_DSN"
+
 /* A new connection to the test PostgreSQL; the caller PQfinish()es it.
- * An unset SECKILL_TEST_PG_DSN or a refused connection fails the test. */
+ * An unset PG_DSN_ENV or a refused connection fails the test. */
 static PGconn *pg_connect(void)
 {
-    const char *dsn = getenv("SECKILL_TEST_PG_DSN");
-    ck_assert_msg(dsn != NULL, "SECKILL_TEST_PG_DSN is not set (run through scripts/run-tests.sh)");
+    const char *dsn = getenv(PG_DSN_ENV);
+    ck_assert_msg(dsn != NULL, PG_DSN_ENV " is not set (run through scripts/run-tests.sh)");
     PGconn *pg = PQconnectdb(dsn);
     ck_assert_msg(PQstatus(pg) == CONNECTION_OK, "cannot connect to the test PostgreSQL: %s",
                   PQerrorMessage(pg));
@@ -416,7 +419,7 @@ static void paused_holder(const char *key, const char *table, int report_fd, int
     if (read(go_fd, &go, 1) != 1)
         _exit(14);
 
-    PGconn *pg = PQconnectdb(getenv("SECKILL_TEST_PG_DSN"));
+    PGconn *pg = PQconnectdb(getenv(PG_DSN_ENV));
     if (PQstatus(pg) != CONNECTION_OK)
         _exit(15);
     int rows = fenced_write(pg, table, token, "paused holder");
