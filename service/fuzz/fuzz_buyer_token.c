@@ -33,8 +33,9 @@
 #include "core/buyer_token.h"
 #include "fuzz/fuzz.h"
 
-/* The seeds in corpus/buyer_token were signed with this secret at this time
- * (see the README's Fuzzing section). */
+/* The token seeds in corpus/buyer_token were minted by buyer_token_sign()
+ * with this secret, their iat and exp chosen around this clock: changing
+ * either means minting them again. */
 #define FUZZ_SECRET "fuzz-buyer-token-secret-0123456789abcdef"
 #define FUZZ_NOW 1700000000LL
 #define FUZZ_LEEWAY 30
