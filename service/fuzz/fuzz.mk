@@ -17,16 +17,21 @@ FUZZ_TARGETS += sku_body
 FUZZ_TARGETS += adjust_body
 FUZZ_TARGETS += header_values
 FUZZ_TARGETS += router
+FUZZ_TARGETS += request_parse
+FUZZ_TARGETS += buyer_token
 
-# Settings (make fuzz FUZZ_SECONDS=15 FUZZ_ONLY="router sku_body"):
+# Settings (make fuzz FUZZ_SECONDS=15 FUZZ_ONLY=router,sku_body):
 # FUZZ_SECONDS per target; FUZZ_MAX_LEN bytes per input (the default
-# max_body_bytes); FUZZ_ONLY the targets to run.
+# max_body_bytes); FUZZ_ONLY the targets to run, separated by commas (as
+# FAULTS_ONLY) or spaces.
 FUZZ_SECONDS ?= 60
 FUZZ_MAX_LEN ?= 4096
 FUZZ_ONLY    ?= $(FUZZ_TARGETS)
 FUZZ_CC      ?= clang
 
 FUZZ_DIR    := service/fuzz
+fuzz_comma  := ,
+FUZZ_RUN     = $(subst $(fuzz_comma), ,$(FUZZ_ONLY))
 FUZZ_REPLAY := $(FUZZ_TARGETS:%=$(BUILD)/fuzz-replay/fuzz_%)
 FUZZ_SAN    := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 # The service's sources, instrumented; the generated script and SQL objects
@@ -64,6 +69,6 @@ fuzz:
 	@if [ "$(SAN)" = 1 ]; then echo "make fuzz: drop SAN=1, fuzzing builds its own sanitizers" >&2; \
 	    exit 2; fi
 	FUZZ=1 scripts/deps.sh
-	$(MAKE) $(FUZZ_ONLY:%=$(BUILD)/fuzz/fuzz_%)
+	$(MAKE) $(FUZZ_RUN:%=$(BUILD)/fuzz/fuzz_%)
 	BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_MAX_LEN=$(FUZZ_MAX_LEN) \
-	    scripts/fuzz.sh $(FUZZ_ONLY)
+	    scripts/fuzz.sh $(FUZZ_RUN)
