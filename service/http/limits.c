@@ -6,28 +6,21 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/metrics.h"
 #include "core/ratelimit.h"
 
 /* NULL: that limit is off (also before limits_init). */
 static struct ratelimit *addr_table, *admin_table;
 
-static int64_t now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * RATELIMIT_US_PER_S + ts.tv_nsec / 1000;
-}
-
 /* Scatters keys over a table's sets unpredictably from outside. */
 static uint64_t seed(void)
 {
     uint64_t s;
     if (getentropy(&s, sizeof s) != 0)
-        s = (uint64_t)now_us() * UINT64_C(0x9E3779B97F4A7C15);
+        s = (uint64_t)clock_mono_us() * UINT64_C(0x9E3779B97F4A7C15);
     return s;
 }
 
@@ -71,7 +64,7 @@ static int64_t client_wait(struct ratelimit *t, const struct http_req *r, int ta
         return 0;
     char key[INET6_ADDRSTRLEN + 8];
     client_key(r, key, sizeof key);
-    return take ? ratelimit_take(t, key, now_us()) : ratelimit_wait(t, key, now_us());
+    return take ? ratelimit_take(t, key, clock_mono_us()) : ratelimit_wait(t, key, clock_mono_us());
 }
 
 int limits_addr_pass(const struct http_req *r)

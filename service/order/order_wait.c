@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "core/keys.h"
 #include "core/log.h"
 #include "core/metrics.h"
@@ -34,13 +35,6 @@ struct order_wait {
     struct ow_entry *bucket[OW_BUCKETS];
     struct ow_entry *oldest, *newest; /* early decisions */
 };
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static struct ow_entry **slot(struct order_wait *ow, int64_t id)
 {
@@ -133,7 +127,7 @@ static void on_message(const char *payload, size_t len, void *arg)
         return;
     }
     (void)len; /* hiredis NUL-terminates string replies */
-    int64_t now = mono_ms();
+    int64_t now = clock_mono_ms();
     expire_early(ow, now);
     struct order_decision d;
     int rc;

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/embedded.h"
 #include "core/keys.h"
 #include "core/log.h"
@@ -69,13 +70,6 @@ static void sb_array_text(struct sbuf *b, const char *s)
         sb_add(b, s, 1);
     }
     sb_str(b, "\"");
-}
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* ---- one batch ----------------------------------------------------------- */
@@ -835,7 +829,7 @@ static int reclaim(struct writer *w)
 int writer_poll(struct writer *w)
 {
     const struct cfg *c = w->ctx.cfg;
-    int64_t now = mono_ms();
+    int64_t now = clock_mono_ms();
     if (now >= w->next_refresh_ms) {
         if (refresh_skus(w) != 0)
             return -1;

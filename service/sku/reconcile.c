@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "core/metrics.h"
 #include "store/db.h"
@@ -118,13 +119,6 @@ struct reconciler {
     size_t nrebuilt;
 };
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static _Atomic(struct reconciler *) running;
 
 void reconcile_kick(void)
@@ -172,7 +166,7 @@ static int rebuild_refused(struct reconciler *r, struct reconcile_totals *t)
     r->nrefused = r->caprefused = 0;
     pthread_mutex_unlock(&r->mu);
     int rc = 0;
-    int64_t now = mono_ms();
+    int64_t now = clock_mono_ms();
     for (size_t i = 0; i < n; i++) {
         size_t j = 0;
         while (j < r->nrebuilt && r->rebuilt[j].sku != skus[i])
