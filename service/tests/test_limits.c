@@ -373,6 +373,30 @@ START_TEST(test_wrong_admin_tokens_past_the_burst_get_429_even_with_the_right_to
 }
 END_TEST
 
+/* Either setting of a bucket at 0 turns it off (the settings say so): a
+ * burst of 0 with a rate must not refuse every request. */
+START_TEST(test_a_zero_burst_turns_a_local_bucket_off)
+{
+    th_reset();
+    const char *env[] = {"SECKILL_RATE_ADDR_PER_S=1", "SECKILL_RATE_ADDR_BURST=0",
+                         "SECKILL_ADMIN_AUTH_FAIL_PER_MIN=1", "SECKILL_ADMIN_AUTH_FAIL_BURST=0",
+                         NULL};
+    struct th_daemon d;
+    th_daemon_start(&d, env);
+    for (int i = 0; i < 20; i++) {
+        struct th_response r;
+        lookup(d.port, "/api/v1/orders/12345", &r);
+        ck_assert_msg(r.status == 404, "lookup %d: %d %s", i, r.status, r.body);
+        req(d.port, "GET", "/admin/v1/skus/1", WRONG_TOKEN, NULL, &r);
+        ck_assert_msg(r.status == 401, "wrong admin token %d: %d %s", i, r.status, r.body);
+    }
+    struct th_response r;
+    req(d.port, "GET", "/admin/v1/skus/1", RIGHT_TOKEN, NULL, &r);
+    ck_assert_msg(r.status == 404, "right admin token: %d %s", r.status, r.body);
+    th_daemon_stop(&d);
+}
+END_TEST
+
 START_TEST(test_the_admin_failure_bucket_refills)
 {
     th_reset();
@@ -415,6 +439,7 @@ int main(void)
     tcase_add_test(tc, test_lookups_from_one_address_past_the_burst_get_429);
     tcase_add_test(tc, test_wrong_admin_tokens_past_the_burst_get_429_even_with_the_right_token);
     tcase_add_test(tc, test_the_admin_failure_bucket_refills);
+    tcase_add_test(tc, test_a_zero_burst_turns_a_local_bucket_off);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
