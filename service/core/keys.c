@@ -6,9 +6,16 @@
 void keys_sku(char *out, int64_t sku, enum keys_kind kind)
 {
     static const char *const suffix[KEY_COUNT] = {
-        [KEY_META] = "meta",          [KEY_STOCK] = "stock",       [KEY_SEQ] = "seq",
-        [KEY_BOUGHT] = "bought",      [KEY_JOURNAL] = "journal",   [KEY_STREAM] = "orders",
-        [KEY_ADJUST] = "adjustments", [KEY_SKU_LOCK] = "lock:sku", [KEY_DEAD] = "dead",
+        [KEY_META] = "meta",
+        [KEY_STOCK] = "stock",
+        [KEY_SEQ] = "seq",
+        [KEY_BOUGHT] = "bought",
+        [KEY_JOURNAL] = "journal",
+        [KEY_STREAM] = "orders",
+        [KEY_ADJUST] = "adjustments",
+        [KEY_SKU_LOCK] = "lock:sku",
+        [KEY_WRITER_LOCK] = "lock:writer",
+        [KEY_DEAD] = "dead",
         [KEY_DEBTS] = "debts",
     };
     snprintf(out, KEYS_MAX, "seckill:{sku:%" PRId64 "}:%s", sku, suffix[kind]);
@@ -22,11 +29,6 @@ void keys_idem(char *out, int64_t sku, int64_t user, const char *idem)
 void keys_buyer_rate(char *out, int64_t sku, int64_t user)
 {
     snprintf(out, KEYS_MAX, "seckill:{sku:%" PRId64 "}:rate:%" PRId64, sku, user);
-}
-
-void keys_order_lock(char *out, int64_t sku, int64_t order_id)
-{
-    snprintf(out, KEYS_MAX, "seckill:{sku:%" PRId64 "}:lock:order:%" PRId64, sku, order_id);
 }
 
 void keys_reserve(char keys[KEYS_RESERVE_N][KEYS_MAX], int64_t sku, int64_t user, const char *idem)

@@ -26,6 +26,7 @@ enum keys_kind {
     KEY_STREAM,
     KEY_ADJUST,
     KEY_SKU_LOCK,
+    KEY_WRITER_LOCK, /* the SKU's order writers take turns under it, one batch each */
     KEY_DEAD,  /* stream of entries no writer could write */
     KEY_DEBTS, /* orders a rebuild's pending load must take (orders_reapply.lua) */
     KEY_COUNT
@@ -43,7 +44,5 @@ void keys_buyer_rate(char *out, int64_t sku, int64_t user);
 /* The 8 KEYS of reserve.lua, in its order ('idem' may be ""). */
 #define KEYS_RESERVE_N 8
 void keys_reserve(char keys[KEYS_RESERVE_N][KEYS_MAX], int64_t sku, int64_t user, const char *idem);
-/* The lock name guarding one order's database write. */
-void keys_order_lock(char *out, int64_t sku, int64_t order_id);
 
 #endif

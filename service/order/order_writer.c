@@ -333,14 +333,11 @@ static void on_batch_complete(enum dbtx_outcome outcome, void *arg)
 }
 
 /* Reads which of the batch's orders the database already holds (a replay),
- * and what each row says.  An entry whose id the database holds for another
- * order (Redis went back in time and issued the id again) becomes a dead
- * letter: it is never merged with the row. */
-static int load_existing(struct dbtx *tx, struct batch *b, const char *ids)
+ * and what each row says, from the result of orders_existing.sql.  An entry
+ * whose id the database holds for another order (Redis went back in time and
+ * issued the id again) becomes a dead letter: it is never merged with the row. */
+static void load_existing(struct batch *b, const PGresult *r)
 {
-    PGresult *r = dbtx_exec(tx, sql_text("orders_existing"), 1, (const char *[]){ids});
-    if (!r)
-        return -1;
     for (int row = 0; row < PQntuples(r); row++) {
         int64_t id = atoll(PQgetvalue(r, row, 0));
         int rejected = strcmp(PQgetvalue(r, row, 1), "rejected") == 0;
@@ -375,21 +372,17 @@ static int load_existing(struct dbtx *tx, struct batch *b, const char *ids)
             b->reapply[i] = PQgetisnull(r, row, 5) ? 0 : (int32_t)atol(PQgetvalue(r, row, 5));
         }
     }
-    PQclear(r);
-    return 0;
 }
 
-/* Reads the per-user limit and the SKU's last load epoch.  Returns 0 or -1. */
-static int load_rules(struct dbtx *tx, struct batch *b, const char *sid)
+/* The per-user limit and the SKU's last load epoch, from sku_write_rules.sql.
+ * Returns 0 or -1. */
+static int load_rules(struct batch *b, const PGresult *r)
 {
-    PGresult *r = dbtx_exec(tx, sql_text("sku_write_rules"), 1, (const char *[]){sid});
-    int ok = r && PQntuples(r) == 1;
-    if (ok) {
-        b->limit = atoll(PQgetvalue(r, 0, 0));
-        b->load_epoch = PQgetisnull(r, 0, 1) ? 0 : atoll(PQgetvalue(r, 0, 1));
-    }
-    PQclear(r);
-    return ok ? 0 : -1;
+    if (PQntuples(r) != 1)
+        return -1;
+    b->limit = atoll(PQgetvalue(r, 0, 0));
+    b->load_epoch = PQgetisnull(r, 0, 1) ? 0 : atoll(PQgetvalue(r, 0, 1));
+    return 0;
 }
 
 /* Units each user of the batch holds: confirmed rows, then this batch's
@@ -398,6 +391,23 @@ struct user_units {
     size_t cap;
     int64_t *user, *units;
 };
+
+static void units_init(struct user_units *u, size_t n)
+{
+    u->cap = 16;
+    while (u->cap < 2 * n)
+        u->cap *= 2;
+    u->user = calloc(u->cap, sizeof *u->user);
+    u->units = calloc(u->cap, sizeof *u->units);
+    if (!u->user || !u->units)
+        abort();
+}
+
+static void units_free(struct user_units *u)
+{
+    free(u->user);
+    free(u->units);
+}
 
 static int64_t *units_of(struct user_units *u, int64_t user)
 {
@@ -408,47 +418,55 @@ static int64_t *units_of(struct user_units *u, int64_t user)
     return &u->units[i];
 }
 
+/* Reads, in one round trip after the fenced row lock, what the batch's
+ * decisions depend on: the rows its ids already have, the SKU's rules, and
+ * the confirmed units each of its buyers holds (into u).  Returns 0 or -1
+ * (the transaction has failed). */
+static int load_state(struct dbtx *tx, struct batch *b, const char *sid, struct user_units *u)
+{
+    struct sbuf ids = {0}, users = {0};
+    const char *sep = "{";
+    for (size_t i = 0; i < b->n; i++) {
+        sb_str(&ids, sep), sb_i64(&ids, b->e[i].order_id);
+        sb_str(&users, sep), sb_i64(&users, b->e[i].user_id);
+        sep = ",";
+    }
+    sb_str(&ids, "}");
+    sb_str(&users, "}");
+    const char *existing_p[] = {ids.p}, *rules_p[] = {sid}, *units_p[] = {sid, users.p};
+    const struct pgwait_stmt q[] = {
+        {sql_text("orders_existing"), 1, existing_p},
+        {sql_text("sku_write_rules"), 1, rules_p},
+        {sql_text("orders_user_units"), 2, units_p},
+    };
+    PGresult *r[3];
+    int rc = dbtx_exec_pipeline(tx, 3, q, r);
+    free(ids.p);
+    free(users.p);
+    if (rc != 0)
+        return -1;
+    load_existing(b, r[0]);
+    rc = load_rules(b, r[1]);
+    for (int row = 0; row < PQntuples(r[2]); row++)
+        *units_of(u, atoll(PQgetvalue(r[2], row, 0))) = atoll(PQgetvalue(r[2], row, 1));
+    for (int i = 0; i < 3; i++)
+        PQclear(r[i]);
+    return rc;
+}
+
 /* Decides the new orders first come first served in stream order: the
  * database's stock and per-user limit are the last word (I1, I3), whatever
  * Redis believed when it reserved them. */
-static int decide_new(struct dbtx *tx, struct batch *b, const char *sid, int64_t stock,
-                      int64_t *take, size_t *fresh)
+static void decide_new(struct batch *b, struct user_units *u, int64_t stock, int64_t *take,
+                       size_t *fresh)
 {
     *take = 0;
     *fresh = 0;
-    size_t todo = 0;
-    for (size_t i = 0; i < b->n; i++)
-        todo += b->dec[i] == DEC_NONE;
-    if (todo == 0) /* a replay: everything is decided already */
-        return 0;
-    struct user_units u = {.cap = 16};
-    while (u.cap < 2 * b->n)
-        u.cap *= 2;
-    u.user = calloc(u.cap, sizeof *u.user);
-    u.units = calloc(u.cap, sizeof *u.units);
-    struct sbuf users = {0};
-    if (!u.user || !u.units)
-        abort();
-    const char *sep = "{";
-    for (size_t i = 0; i < b->n; i++)
-        if (b->dec[i] == DEC_NONE) {
-            sb_str(&users, sep), sb_i64(&users, b->e[i].user_id);
-            sep = ",";
-        }
-    sb_str(&users, "}");
-    PGresult *r = dbtx_exec(tx, sql_text("orders_user_units"), 2, (const char *[]){sid, users.p});
-    free(users.p);
-    int rc = -1;
-    if (!r)
-        goto out;
-    for (int row = 0; row < PQntuples(r); row++)
-        *units_of(&u, atoll(PQgetvalue(r, row, 0))) = atoll(PQgetvalue(r, row, 1));
-    PQclear(r);
     for (size_t i = 0; i < b->n; i++) {
         if (b->dec[i] != DEC_NONE)
             continue;
         (*fresh)++;
-        int64_t *held = units_of(&u, b->e[i].user_id);
+        int64_t *held = units_of(u, b->e[i].user_id);
         if (b->e[i].qty > stock - *take) {
             b->dec[i] = DEC_REJECTED;
             b->reason[i] = ORDER_REASON_NO_STOCK;
@@ -464,15 +482,13 @@ static int decide_new(struct dbtx *tx, struct batch *b, const char *sid, int64_t
                 b->reapply[i] = (int32_t)b->load_epoch;
         }
     }
-    rc = 0;
-out:
-    free(u.user);
-    free(u.units);
-    return rc;
 }
 
-/* Decides, writes and checks the new orders of the batch inside tx. */
-static int write_new_orders(struct dbtx *tx, struct batch *b, const char *sid, int64_t stock)
+/* Decides, writes and checks the new orders of the batch inside tx, in one
+ * round trip: the guarded stock update, the rows, the ledger.  'stock' is the
+ * SKU's stock under the fenced row lock. */
+static int write_new_orders(struct dbtx *tx, struct batch *b, const char *sid, int64_t stock,
+                            struct user_units *u)
 {
     enum decision *was = calloc(b->n, sizeof *was);
     if (!was)
@@ -481,31 +497,15 @@ static int write_new_orders(struct dbtx *tx, struct batch *b, const char *sid, i
     int rc = -1;
     struct sbuf ids = {0}, users = {0}, qtys = {0}, status = {0}, reasons = {0}, idems = {0},
                 ms = {0}, reapply = {0}, kinds = {0}, deltas = {0}, afters = {0}, lids = {0};
-    PGresult *r;
     int64_t take;
     size_t fresh;
-    if (decide_new(tx, b, sid, stock, &take, &fresh) != 0)
-        goto out;
-    if (fresh == 0) {
+    decide_new(b, u, stock, &take, &fresh);
+    if (fresh == 0) { /* a replay: everything was decided already */
         rc = 0;
         goto out;
     }
-    int64_t after = stock;
-    if (take > 0) {
-        char n[24];
-        snprintf(n, sizeof n, "%" PRId64, take);
-        r = dbtx_exec(tx, sql_text("sku_take_stock"), 2, (const char *[]){sid, n});
-        /* The guard is the last word: no row means the stock is not there. */
-        if (!r || PQntuples(r) != 1) {
-            log_error("sku %s: guarded stock update refused %s units", sid, n);
-            PQclear(r);
-            goto out;
-        }
-        after = atoll(PQgetvalue(r, 0, 0));
-        PQclear(r);
-    }
     const char *sep = "{";
-    int64_t ledger_after = after + take; /* walk forward from the stock before the batch */
+    int64_t ledger_after = stock; /* walk forward from the stock before the batch */
     for (size_t i = 0; i < b->n; i++) {
         if (was[i] != DEC_NONE)
             continue;
@@ -535,22 +535,34 @@ static int write_new_orders(struct dbtx *tx, struct batch *b, const char *sid, i
                           &ms,  &reapply, &kinds, &deltas, &afters,  &lids};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         sb_str(all[i], "}");
-    const char *ins[] = {sid,       ids.p,   users.p, qtys.p,   status.p,
-                         reasons.p, idems.p, ms.p,    reapply.p};
-    r = dbtx_exec(tx, sql_text("orders_insert_batch"), 9, ins);
+    char n[24];
+    snprintf(n, sizeof n, "%" PRId64, take);
+    /* (the parameter arrays live as long as the statements that point at them) */
+    const char *take_p[] = {sid, n};
+    const char *ins_p[] = {sid,       ids.p,   users.p, qtys.p,   status.p,
+                           reasons.p, idems.p, ms.p,    reapply.p};
+    const char *led_p[] = {sid, kinds.p, deltas.p, afters.p, lids.p};
+    struct pgwait_stmt q[3];
+    size_t nq = 0;
+    if (take > 0)
+        q[nq++] = (struct pgwait_stmt){sql_text("sku_take_stock"), 2, take_p};
+    q[nq++] = (struct pgwait_stmt){sql_text("orders_insert_batch"), 9, ins_p};
+    q[nq++] = (struct pgwait_stmt){sql_text("ledger_insert_batch"), 5, led_p};
+    PGresult *r[3];
+    if (dbtx_exec_pipeline(tx, nq, q, r) != 0)
+        goto out;
+    const PGresult *took = take > 0 ? r[0] : NULL, *ins = r[nq - 2];
+    /* The guard is the last word: no row means the stock is not there (and
+     * under the row lock it is exactly what the fence read, less the take). */
+    if (took && (PQntuples(took) != 1 || atoll(PQgetvalue(took, 0, 0)) != stock - take))
+        log_error("sku %s: guarded stock update refused %s units", sid, n);
     /* Under the lock nobody else writes these ids: every new row must land. */
-    if (!r || (size_t)PQntuples(r) != fresh) {
-        log_error("sku %s: inserted %d of %zu orders", sid, r ? PQntuples(r) : -1, fresh);
-        PQclear(r);
-        goto out;
-    }
-    PQclear(r);
-    const char *led[] = {sid, kinds.p, deltas.p, afters.p, lids.p};
-    r = dbtx_exec(tx, sql_text("ledger_insert_batch"), 5, led);
-    if (!r)
-        goto out;
-    PQclear(r);
-    rc = 0;
+    else if ((size_t)PQntuples(ins) != fresh)
+        log_error("sku %s: inserted %d of %zu orders", sid, PQntuples(ins), fresh);
+    else
+        rc = 0;
+    for (size_t i = 0; i < nq; i++)
+        PQclear(r[i]);
 out:
     free(ids.p), free(users.p), free(qtys.p), free(status.p), free(reasons.p), free(idems.p);
     free(ms.p), free(reapply.p), free(kinds.p), free(deltas.p), free(afters.p), free(lids.p);
@@ -569,28 +581,28 @@ static int process_once(struct writer *w, int64_t sku, const struct writer_entry
     b.dec = calloc(n, sizeof *b.dec);
     b.reason = calloc(n, sizeof *b.reason);
     b.reapply = calloc(n, sizeof *b.reapply);
-    char(*lock_keys)[KEYS_MAX] = calloc(n, sizeof *lock_keys);
-    const char **lock_ptrs = calloc(n, sizeof *lock_ptrs);
-    if (!b.dec || !b.reason || !b.reapply || !lock_keys || !lock_ptrs)
+    if (!b.dec || !b.reason || !b.reapply)
         abort();
-    size_t nlocks = 0;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++)
         if (dup_reason[i]) { /* a second entry with an id seen earlier in the batch */
             b.dec[i] = DEC_DEAD;
             b.reason[i] = dup_reason[i];
             b.conflicts++;
-            continue;
         }
-        keys_order_lock(lock_keys[nlocks], sku, e[i].order_id);
-        lock_ptrs[nlocks] = lock_keys[nlocks];
-        nlocks++;
-    }
     int rc = -1;
-    struct sbuf ids = {0};
+    struct user_units u;
+    units_init(&u, n);
+    /* One fenced lock per SKU batch: the SKU's writers take turns (the row
+     * lock below would serialise them anyway), and a batch of any size is
+     * one SET and one DEL in Redis, not one lock key per order. */
+    char lock_key[KEYS_MAX];
+    keys_sku(lock_key, sku, KEY_WRITER_LOCK);
     struct txlock t;
-    enum rlock_status st = txlock_acquire(&t, &w->ctx.redis, c, sku, lock_ptrs, nlocks);
+    enum rlock_status st =
+        txlock_acquire(&t, &w->ctx.redis, c, sku, (const char *const[]){lock_key}, 1);
     if (st != RLOCK_OK) {
-        /* Busy: another writer holds these orders right now; it decides them. */
+        /* Busy beyond lock_wait_ms: another writer is stuck on this SKU; the
+         * entries stay pending and are reclaimed if it never finishes. */
         log_debug("sku %" PRId64 ": batch lock: %s", sku, rlock_status_str(st));
         goto out;
     }
@@ -609,19 +621,13 @@ static int process_once(struct writer *w, int64_t sku, const struct writer_entry
     }
     char sid[24];
     snprintf(sid, sizeof sid, "%" PRId64, sku);
-    const char *sep = "{";
-    for (size_t i = 0; i < n; i++) {
-        sb_str(&ids, sep), sb_i64(&ids, e[i].order_id);
-        sep = ",";
-    }
-    sb_str(&ids, "}");
     /* The fenced row lock comes first: a writer whose lease ran out while it
-     * was paused is refused here by PostgreSQL, before it writes anything. */
+     * was paused is refused here by PostgreSQL, before it reads or writes. */
     int64_t stock;
     int fenced = txlock_fence(&t, tx, &stock);
     *stale = fenced == TXLOCK_STALE;
-    if (fenced != 1 || load_existing(tx, &b, ids.p) != 0 || load_rules(tx, &b, sid) != 0 ||
-        write_new_orders(tx, &b, sid, stock) != 0) {
+    if (fenced != 1 || load_state(tx, &b, sid, &u) != 0 ||
+        write_new_orders(tx, &b, sid, stock, &u) != 0) {
         log_warn("sku %" PRId64 ": batch of %zu rolled back: %s", sku, n, dbtx_error(tx));
         (void)dbtx_rollback(tx);
         goto out;
@@ -648,12 +654,10 @@ static int process_once(struct writer *w, int64_t sku, const struct writer_entry
             reconcile_refused(sku);
     }
 out:
-    free(ids.p);
+    units_free(&u);
     free(b.reapply);
     free(b.reason);
     free(b.dec);
-    free(lock_keys);
-    free(lock_ptrs);
     return rc;
 }
 

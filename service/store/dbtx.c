@@ -255,6 +255,54 @@ PGresult *dbtx_exec(struct dbtx *tx, const char *sql, int nparams, const char *c
     return NULL;
 }
 
+int dbtx_exec_pipeline(struct dbtx *tx, size_t n, const struct pgwait_stmt *stmts, PGresult **res)
+{
+    struct pgwait w;
+
+    for (size_t i = 0; i < n; i++)
+        res[i] = NULL;
+    if (tx->failed) {
+        if (tx->err[0] == '\0')
+            set_err(tx, "transaction has already failed");
+        return -1;
+    }
+    pgwait_start(&w, 0, tx->abort);
+    if (pgwait_pipeline(&w, tx->conn, n, stmts, res) != 0) {
+        copy_text(tx->err, sizeof(tx->err), w.err);
+        tx->sqlstate[0] = '\0';
+        tx->failed = 1;
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        ExecStatusType st = PQresultStatus(res[i]);
+        if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK)
+            continue;
+        /* the first failure says why; the ones after it were only aborted */
+        if (st == PGRES_FATAL_ERROR || st == PGRES_NONFATAL_ERROR || st == PGRES_BAD_RESPONSE)
+            pgwait_message(tx->err, sizeof(tx->err), tx->conn, res[i]);
+        else
+            set_err(tx, "unexpected result status %s", PQresStatus(st));
+        set_sqlstate(tx, res[i]);
+        tx->failed = 1;
+        break;
+    }
+    if (!tx->failed && PQtransactionStatus(tx->conn) == PQTRANS_IDLE) {
+        /* one of them ended the transaction block: see dbtx_exec */
+        tx->failed = 1;
+        tx->escaped = 1;
+        tx->sqlstate[0] = '\0';
+        set_err(tx, "statement ended the transaction block; use dbtx_commit/dbtx_rollback");
+    }
+    if (tx->failed) {
+        for (size_t i = 0; i < n; i++) {
+            PQclear(res[i]);
+            res[i] = NULL;
+        }
+        return -1;
+    }
+    return 0;
+}
+
 static void sleep_ms(long ms)
 {
     struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};

@@ -32,6 +32,8 @@
 #include <stdatomic.h>
 #include <stddef.h>
 
+#include "store/pgwait.h"
+
 #define DBTX_MUST_CHECK __attribute__((warn_unused_result))
 
 enum dbtx_outcome {
@@ -118,6 +120,16 @@ void dbtx_set_abort_flag(struct dbtx *tx, const atomic_int *flag);
  */
 PGresult *dbtx_exec(struct dbtx *tx, const char *sql, int nparams,
                     const char *const *params) DBTX_MUST_CHECK;
+
+/*
+ * Runs n statements of the transaction in one round trip (pgwait_pipeline):
+ * the same as n dbtx_exec() calls in a row, without waiting for each answer.
+ * Returns 0 with res[0..n) set (the caller PQclear()s each), or -1 with every
+ * res[i] NULL and the transaction failed as dbtx_exec() describes, the
+ * message and SQLSTATE of the first statement that failed kept on tx.
+ */
+int dbtx_exec_pipeline(struct dbtx *tx, size_t n, const struct pgwait_stmt *stmts,
+                       PGresult **res) DBTX_MUST_CHECK;
 
 /*
  * Commits, runs the hooks with the outcome, frees tx and returns the outcome.

@@ -266,3 +266,108 @@ PGresult *pgwait_params(struct pgwait *w, PGconn *conn, const char *sql, int npa
 {
     return run(w, conn, sql, 0, nparams, params);
 }
+
+/* Reads until a result (or the end of one statement's results, NULL) can be
+ * taken without blocking.  Returns 0, or -1 after abandoning conn. */
+static int wait_result(struct pgwait *w, PGconn *conn)
+{
+    while (PQisBusy(conn) && PQstatus(conn) == CONNECTION_OK) {
+        if (wait_ready(w, PQsocket(conn), POLLIN) != 0) {
+            abandon(conn);
+            return -1;
+        }
+        if (!PQconsumeInput(conn) && PQstatus(conn) == CONNECTION_OK)
+            abandon(conn);
+    }
+    return 0;
+}
+
+int pgwait_pipeline(struct pgwait *w, PGconn *conn, size_t n, const struct pgwait_stmt *stmts,
+                    PGresult **res)
+{
+    int was_nonblocking, f;
+    size_t k = 0;
+
+    for (size_t i = 0; i < n; i++)
+        res[i] = NULL;
+    w->err[0] = '\0';
+    if (conn == NULL || PQstatus(conn) != CONNECTION_OK || n == 0) {
+        set_err(w, "connection is not usable");
+        return -1;
+    }
+    if (aborted(w)) {
+        set_err(w, "abandoned on request before sending");
+        return -1;
+    }
+    was_nonblocking = PQisnonblocking(conn);
+    if ((!was_nonblocking && PQsetnonblocking(conn, 1) != 0) || !PQenterPipelineMode(conn)) {
+        pgwait_message(w->err, sizeof(w->err), conn, NULL);
+        if (!was_nonblocking && PQstatus(conn) == CONNECTION_OK)
+            (void)PQsetnonblocking(conn, 0);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (!PQsendQueryParams(conn, stmts[i].sql, stmts[i].nparams, NULL, stmts[i].params, NULL,
+                               NULL, 0)) {
+            /* Part of the pipeline may be queued: the session cannot be
+             * trusted to be where the caller thinks. */
+            pgwait_message(w->err, sizeof(w->err), conn, NULL);
+            abandon(conn);
+            return -1;
+        }
+    if (!PQpipelineSync(conn)) {
+        pgwait_message(w->err, sizeof(w->err), conn, NULL);
+        abandon(conn);
+        return -1;
+    }
+    while ((f = PQflush(conn)) == 1) {
+        if (wait_ready(w, PQsocket(conn), POLLIN | POLLOUT) != 0) {
+            abandon(conn);
+            goto failed;
+        }
+        if (!PQconsumeInput(conn))
+            break;
+    }
+    /* Each statement's result, then NULL; after the last, the Sync. */
+    for (;;) {
+        if (wait_result(w, conn) != 0)
+            goto failed;
+        if (PQstatus(conn) == CONNECTION_BAD) {
+            pgwait_message(w->err, sizeof(w->err), conn, NULL);
+            goto failed;
+        }
+        PGresult *r = PQgetResult(conn);
+        if (r == NULL) {
+            if (k < n && res[k] != NULL)
+                k++;
+            continue;
+        }
+        if (PQresultStatus(r) == PGRES_PIPELINE_SYNC) {
+            PQclear(r);
+            break;
+        }
+        if (k < n && res[k] == NULL)
+            res[k] = r;
+        else
+            PQclear(r);
+    }
+    if (k != n) {
+        set_err(w, "pipeline: %zu results for %zu statements", k, n);
+        goto failed;
+    }
+    (void)PQexitPipelineMode(conn);
+    if (!was_nonblocking && PQstatus(conn) == CONNECTION_OK)
+        (void)PQsetnonblocking(conn, 0);
+    return 0;
+
+failed:
+    if (w->err[0] == '\0')
+        set_err(w, "pipeline: connection lost");
+    for (size_t i = 0; i < n; i++) {
+        PQclear(res[i]);
+        res[i] = NULL;
+    }
+    if (PQstatus(conn) == CONNECTION_OK)
+        abandon(conn);
+    return -1;
+}

@@ -90,6 +90,30 @@ PGresult *pgwait_query(struct pgwait *w, PGconn *conn, const char *sql) PGWAIT_M
 PGresult *pgwait_params(struct pgwait *w, PGconn *conn, const char *sql, int nparams,
                         const char *const *params) PGWAIT_MUST_CHECK;
 
+/* One statement of a pipeline (text parameters, text results). */
+struct pgwait_stmt {
+    const char *sql;
+    int nparams;
+    const char *const *params; /* may be NULL when nparams is 0 */
+};
+
+/*
+ * Sends n statements in one round trip (libpq's pipeline mode, one Sync after
+ * the last) and collects one result per statement into res[0..n), within w's
+ * deadline.  The server runs them in order; after one fails, the rest come
+ * back PGRES_PIPELINE_ABORTED.  Inside a transaction block that is what a
+ * failed dbtx statement means anyway; outside one, each statement up to the
+ * failure has committed on its own.
+ *
+ * Returns 0 with every res[i] set (the caller PQclear()s each, whatever its
+ * status), or -1 with w->err set and every res[i] NULL: nothing was sent (as
+ * for pgwait_params), or the deadline passed, the abort flag was raised or
+ * the connection was lost while waiting (then conn is closed or broken under
+ * its owner, as for pgwait_params).  n must be at least 1.
+ */
+int pgwait_pipeline(struct pgwait *w, PGconn *conn, size_t n, const struct pgwait_stmt *stmts,
+                    PGresult **res) PGWAIT_MUST_CHECK;
+
 /* Copies the message of a failed result (or, without one, of conn) into dst
  * as one line; "unknown libpq error" when both are empty.  dst is always
  * NUL-terminated when cap > 0. */

@@ -253,7 +253,7 @@ START_TEST(test_every_key_of_a_sku_shares_its_hash_tag)
     keys_reserve(r, 42, 7, "abc");
     for (int i = 0; i < KEYS_RESERVE_N; i++)
         ck_assert_ptr_nonnull(strstr(r[i], "{sku:42}"));
-    keys_order_lock(k, 42, 7);
+    keys_sku(k, 42, KEY_WRITER_LOCK);
     ck_assert_ptr_nonnull(strstr(k, "{sku:42}"));
     keys_sku(k, 42, KEY_SKU_LOCK);
     ck_assert_ptr_nonnull(strstr(k, "{sku:42}"));

@@ -293,6 +293,73 @@ START_TEST(test_failed_statement_turns_commit_into_rollback)
 }
 END_TEST
 
+/* n statements in one round trip: each result in order, the rows visible to
+ * the transaction's later statements and committed together. */
+START_TEST(test_pipeline_runs_statements_in_order_in_the_transaction)
+{
+    PGconn *c;
+    struct dbtx *tx;
+    char ins[160], cnt[160];
+    PGresult *r[3];
+
+    check_setup();
+    c = connect_db();
+    tx = begin_ok(c, dsn());
+    snprintf(ins, sizeof(ins), "INSERT INTO %s (k, v) VALUES ($1, $2) RETURNING v", table);
+    snprintf(cnt, sizeof(cnt), "SELECT count(*) FROM %s WHERE k LIKE 'pipe-%%'", table);
+    const char *a[] = {"pipe-a", "1"}, *b[] = {"pipe-b", "2"};
+    const struct pgwait_stmt q[] = {{ins, 2, a}, {ins, 2, b}, {cnt, 0, NULL}};
+    ck_assert_msg(dbtx_exec_pipeline(tx, 3, q, r) == 0, "pipeline: %s", dbtx_error(tx));
+    ck_assert_str_eq(PQgetvalue(r[0], 0, 0), "1");
+    ck_assert_str_eq(PQgetvalue(r[1], 0, 0), "2");
+    ck_assert_str_eq(PQgetvalue(r[2], 0, 0), "2"); /* sees the two rows before it */
+    for (int i = 0; i < 3; i++)
+        PQclear(r[i]);
+    ck_assert_int_eq(PQtransactionStatus(c), PQTRANS_INTRANS);
+    ck_assert_int_eq(dbtx_commit(tx, NULL, 0, NULL), DBTX_COMMITTED);
+    ck_assert_int_eq(count_key(c, "pipe-a") + count_key(c, "pipe-b"), 2);
+    /* the connection is usable as before, outside pipeline mode */
+    ck_assert_int_eq(PQpipelineStatus(c), PQ_PIPELINE_OFF);
+    exec_ok(c, "SELECT 1");
+    PQfinish(c);
+}
+END_TEST
+
+/* A statement that fails in the middle of a pipeline fails the transaction
+ * with its own message; those after it never run; nothing commits. */
+START_TEST(test_pipeline_failure_fails_the_transaction)
+{
+    PGconn *c;
+    struct dbtx *tx;
+    struct record rec = {0};
+    struct hook_arg h = {&rec, 1};
+    char ins[160], state[6];
+    PGresult *r[3] = {(PGresult *)1, (PGresult *)1, (PGresult *)1};
+
+    check_setup();
+    c = connect_db();
+    tx = begin_ok(c, dsn());
+    register_ok(tx, &h);
+    snprintf(ins, sizeof(ins), "INSERT INTO %s (k, v) VALUES ($1, $2)", table);
+    const char *a[] = {"pipe-dup", "1"}, *z[] = {"pipe-after", "3"};
+    const struct pgwait_stmt q[] = {{ins, 2, a}, {ins, 2, a}, {ins, 2, z}};
+    ck_assert_int_eq(dbtx_exec_pipeline(tx, 3, q, r), -1);
+    for (int i = 0; i < 3; i++)
+        ck_assert_ptr_null(r[i]);
+    ck_assert_str_eq(dbtx_sqlstate(tx), "23505");
+    ck_assert_msg(strstr(dbtx_error(tx), "duplicate key") != NULL, "error: %s", dbtx_error(tx));
+    /* later statements are refused without a round trip */
+    ck_assert_int_eq(dbtx_exec_pipeline(tx, 1, q, r), -1);
+    ck_assert_int_eq(dbtx_commit(tx, NULL, 0, state), DBTX_ROLLED_BACK);
+    ck_assert_int_eq(rec.calls, 1);
+    ck_assert_int_eq(rec.outcome, DBTX_ROLLED_BACK);
+    ck_assert_int_eq(count_key(c, "pipe-dup") + count_key(c, "pipe-after"), 0);
+    ck_assert_int_eq(PQpipelineStatus(c), PQ_PIPELINE_OFF);
+    exec_ok(c, "SELECT 1");
+    PQfinish(c);
+}
+END_TEST
+
 START_TEST(test_refused_commit_is_rolled_back)
 {
     PGconn *c;
@@ -568,6 +635,8 @@ static Suite *dbtx_suite(void)
     tcase_add_test(tc, test_hook_runs_after_commit_and_sees_committed_data);
     tcase_add_test(tc, test_hook_runs_on_rollback);
     tcase_add_test(tc, test_failed_statement_turns_commit_into_rollback);
+    tcase_add_test(tc, test_pipeline_runs_statements_in_order_in_the_transaction);
+    tcase_add_test(tc, test_pipeline_failure_fails_the_transaction);
     tcase_add_test(tc, test_refused_commit_is_rolled_back);
     tcase_add_test(tc, test_hooks_run_in_reverse_order_exactly_once);
     tcase_add_test(tc, test_connection_killed_before_commit_is_reconciled_as_rolled_back);

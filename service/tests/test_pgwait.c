@@ -184,6 +184,39 @@ START_TEST(test_statement_on_frozen_postgres_gives_up_and_the_next_use_reconnect
 }
 END_TEST
 
+/* A pipeline sent to a frozen server gives up at the deadline like a single
+ * statement, and closes the connection under its owner. */
+START_TEST(test_pipeline_on_frozen_postgres_gives_up)
+{
+    struct cfg c;
+    short_deadline_cfg(&c);
+    struct db_conn d;
+    db_conn_init(&d, &c);
+    ck_assert_int_eq(db_ping(&d), 0);
+    PGconn *conn = db_conn_get(&d);
+    ck_assert_ptr_nonnull(conn);
+
+    const struct pgwait_stmt q[] = {{"SELECT 1", 0, NULL}, {"SELECT 2", 0, NULL}};
+    PGresult *r[2];
+    struct pgwait w;
+    freeze();
+    pgwait_start(&w, DEADLINE_MS, NULL);
+    int64_t t0 = rlock_mono_ms();
+    int rc = pgwait_pipeline(&w, conn, 2, q, r);
+    int64_t took = rlock_mono_ms() - t0;
+    thaw();
+
+    ck_assert_int_eq(rc, -1);
+    ck_assert_ptr_null(r[0]);
+    ck_assert_ptr_null(r[1]);
+    ck_assert_msg(strstr(w.err, "no answer within") != NULL, "%s", w.err);
+    ck_assert_msg(took < LIVENESS_FACTOR * DEADLINE_MS, "pipeline waited %lld ms", (long long)took);
+    ck_assert_int_eq(PQstatus(conn), CONNECTION_BAD);
+    db_conn_close(&d);
+    cfg_free(&c);
+}
+END_TEST
+
 static void record_outcome(enum dbtx_outcome outcome, void *arg)
 {
     *(int *)arg = (int)outcome;
@@ -464,6 +497,7 @@ int main(void)
     tcase_add_unchecked_fixture(frozen, find_postmaster, thaw_after_case);
     tcase_add_test(frozen, test_statement_on_frozen_postgres_gives_up_and_the_next_use_reconnects);
     tcase_add_test(frozen, test_commit_without_answer_is_unknown_not_rolled_back);
+    tcase_add_test(frozen, test_pipeline_on_frozen_postgres_gives_up);
     tcase_add_test(frozen, test_healthz_and_lookup_answer_503_while_postgres_is_frozen);
     suite_add_tcase(s, frozen);
     TCase *abort_tc = tcase_create("abort");
