@@ -570,42 +570,140 @@ out:
     return rc;
 }
 
+/* A batch's entries as read: those handed in, then those of the top-up. */
+struct batch_input {
+    struct writer_entry *e;
+    size_t n, cap;
+    const char **dup; /* per entry: ORDER_REASON_ID_CONFLICT for a repeated id, else NULL */
+    int top_up;       /* still to do: read what queued while the lock was awaited */
+};
+
+static void input_reserve(struct batch_input *in, size_t n)
+{
+    if (n <= in->cap)
+        return;
+    struct writer_entry *e = realloc(in->e, n * sizeof *e);
+    const char **dup = realloc(in->dup, n * sizeof *dup);
+    if (!e || !dup)
+        abort();
+    in->e = e;
+    in->dup = dup;
+    in->cap = n;
+}
+
+/* One id twice in the stream: Redis went back in time and reissued it.  The
+ * first entry is the order; a later one is a dead letter.  Marks entries
+ * from..n against all before them. */
+static void mark_dups(int64_t sku, struct batch_input *in, size_t from)
+{
+    for (size_t i = from; i < in->n; i++) {
+        in->dup[i] = NULL;
+        for (size_t j = 0; j < i && !in->dup[i]; j++)
+            if (in->e[i].order_id == in->e[j].order_id && !in->dup[j]) {
+                log_error("sku %" PRId64 ": order id %" PRId64
+                          " appears twice in the stream: Redis lost writes",
+                          sku, in->e[i].order_id);
+                metrics_add(M_WRITER_ID_CONFLICTS, 1);
+                in->dup[i] = ORDER_REASON_ID_CONFLICT;
+            }
+    }
+}
+
+static int parse_entry(const redisReply *r, struct writer_entry *e);
+
+/* Adds the SKU's entries that reached the stream after the batch was read
+ * (one XREADGROUP without BLOCK, up to writer_batch in all), once the SKU's
+ * lock is ours: a writer that waited for the lock writes what queued
+ * meanwhile in the same transaction instead of a batch of one.  Malformed
+ * entries go to the dead letters.  A failure leaves the batch as it was. */
+static void top_up(struct writer *w, int64_t sku, struct batch_input *in)
+{
+    int64_t room = w->ctx.cfg->writer_batch - (int64_t)in->n;
+    if (room <= 0)
+        return;
+    char stream[KEYS_MAX], count[24];
+    keys_sku(stream, sku, KEY_STREAM);
+    snprintf(count, sizeof count, "%" PRId64, room);
+    const char *argv[] = {"XREADGROUP", "GROUP", KEYS_WRITER_GROUP,
+                          w->consumer,  "COUNT", count,
+                          "STREAMS",    stream,  ">"};
+    redisReply *r = redis_conn_cmd(&w->ctx.redis, 9, argv, NULL);
+    if (!r)
+        return;
+    const redisReply *list = NULL;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
+        r->element[0]->type == REDIS_REPLY_ARRAY && r->element[0]->elements == 2)
+        list = r->element[0]->element[1];
+    if (list && list->type == REDIS_REPLY_ARRAY && list->elements > 0) {
+        size_t from = in->n, nbad = 0;
+        const char **bad = calloc(list->elements, sizeof *bad);
+        const char **why = calloc(list->elements, sizeof *why);
+        if (!bad || !why)
+            abort();
+        input_reserve(in, in->n + list->elements);
+        for (size_t i = 0; i < list->elements; i++) {
+            const redisReply *en = list->element[i];
+            if (parse_entry(en, &in->e[in->n]) == 0) {
+                in->n++;
+            } else if (en->type == REDIS_REPLY_ARRAY && en->elements >= 1 &&
+                       en->element[0]->type == REDIS_REPLY_STRING) {
+                bad[nbad] = en->element[0]->str;
+                why[nbad++] = "malformed";
+            }
+        }
+        mark_dups(sku, in, from);
+        /* still pending if this fails: a reclaim replays them */
+        (void)dead_letter(w, sku, bad, why, 0, nbad);
+        free(bad);
+        free(why);
+    }
+    freeReplyObject(r);
+}
+
 /* One attempt of writer_process_batch; *stale is set when the fencing token
  * was refused because another holder wrote the SKU first. */
-static int process_once(struct writer *w, int64_t sku, const struct writer_entry *e, size_t n,
-                        const char *const *dup_reason, int *stale, int *conflicts)
+static int process_once(struct writer *w, int64_t sku, struct batch_input *in, int *stale,
+                        int *conflicts)
 {
     *stale = 0;
     const struct cfg *c = w->ctx.cfg;
-    struct batch b = {.w = w, .sku = sku, .e = e, .n = n};
-    b.dec = calloc(n, sizeof *b.dec);
-    b.reason = calloc(n, sizeof *b.reason);
-    b.reapply = calloc(n, sizeof *b.reapply);
-    if (!b.dec || !b.reason || !b.reapply)
-        abort();
-    for (size_t i = 0; i < n; i++)
-        if (dup_reason[i]) { /* a second entry with an id seen earlier in the batch */
-            b.dec[i] = DEC_DEAD;
-            b.reason[i] = dup_reason[i];
-            b.conflicts++;
-        }
-    int rc = -1;
-    struct user_units u;
-    units_init(&u, n);
     /* One fenced lock per SKU batch: the SKU's writers take turns (the row
      * lock below would serialise them anyway), and a batch of any size is
      * one SET and one DEL in Redis, not one lock key per order. */
     char lock_key[KEYS_MAX];
     keys_sku(lock_key, sku, KEY_WRITER_LOCK);
     struct txlock t;
+    int64_t asked_ms = clock_mono_ms();
     enum rlock_status st =
         txlock_acquire(&t, &w->ctx.redis, c, sku, (const char *const[]){lock_key}, 1);
     if (st != RLOCK_OK) {
         /* Busy beyond lock_wait_ms: another writer is stuck on this SKU; the
          * entries stay pending and are reclaimed if it never finishes. */
         log_debug("sku %" PRId64 ": batch lock: %s", sku, rlock_status_str(st));
-        goto out;
+        return -1;
     }
+    /* Only a lock that had to be waited for (its winning request went out
+     * later than the first) leaves orders queued behind the batch read. */
+    if (in->top_up && t.lock.acquired_mono_ms > asked_ms) {
+        in->top_up = 0;
+        top_up(w, sku, in);
+    }
+    size_t n = in->n;
+    struct batch b = {.w = w, .sku = sku, .e = in->e, .n = n};
+    b.dec = calloc(n, sizeof *b.dec);
+    b.reason = calloc(n, sizeof *b.reason);
+    b.reapply = calloc(n, sizeof *b.reapply);
+    if (!b.dec || !b.reason || !b.reapply)
+        abort();
+    for (size_t i = 0; i < n; i++)
+        if (in->dup[i]) { /* a second entry with an id seen earlier in the batch */
+            b.dec[i] = DEC_DEAD;
+            b.reason[i] = in->dup[i];
+            b.conflicts++;
+        }
+    int rc = -1;
+    struct user_units u;
+    units_init(&u, n);
     PGconn *conn = db_conn_get(&w->ctx.db);
     struct dbtx *tx = conn ? dbtx_begin(conn, c->pg_dsn, DBTX_ISO_READ_COMMITTED, NULL, 0) : NULL;
     /* Hooks run in reverse: finish the batch first, release the lock last. */
@@ -661,28 +759,22 @@ out:
     return rc;
 }
 
-int writer_process_batch(struct writer *w, int64_t sku, const struct writer_entry *e, size_t n)
+/* writer_process_batch, optionally topping the batch up under the lock. */
+static int process_batch(struct writer *w, int64_t sku, const struct writer_entry *e, size_t n,
+                         int top)
 {
     if (n == 0)
         return 0;
-    /* One id twice in the stream: Redis went back in time and reissued it.
-     * The first entry is the order; a later one is a dead letter. */
-    const char **dup = calloc(n, sizeof *dup);
-    if (!dup)
-        abort();
-    for (size_t i = 0; i < n; i++)
-        for (size_t j = 0; j < i && !dup[i]; j++)
-            if (e[i].order_id == e[j].order_id && !dup[j]) {
-                log_error("sku %" PRId64 ": order id %" PRId64
-                          " appears twice in the stream: Redis lost writes",
-                          sku, e[i].order_id);
-                metrics_add(M_WRITER_ID_CONFLICTS, 1);
-                dup[i] = ORDER_REASON_ID_CONFLICT;
-            }
+    struct batch_input in = {.top_up = top};
+    input_reserve(&in, n);
+    memcpy(in.e, e, n * sizeof *e);
+    in.n = n;
+    mark_dups(sku, &in, 0);
     int rc = -1, stale = 1, conflicts = 0;
     for (int i = 0; i < TXLOCK_FENCE_ATTEMPTS && rc != 0 && stale; i++)
-        rc = process_once(w, sku, e, n, dup, &stale, &conflicts);
-    free(dup);
+        rc = process_once(w, sku, &in, &stale, &conflicts);
+    free(in.e);
+    free(in.dup);
     if (rc != 0) {
         metrics_add(M_WRITER_BATCHES_FAILED, 1);
         return rc;
@@ -694,6 +786,11 @@ int writer_process_batch(struct writer *w, int64_t sku, const struct writer_entr
         log_warn("sku %" PRId64 ": rebuild after an id conflict failed; reconciliation retries",
                  sku);
     return 0;
+}
+
+int writer_process_batch(struct writer *w, int64_t sku, const struct writer_entry *e, size_t n)
+{
+    return process_batch(w, sku, e, n, 0);
 }
 
 /* ---- reading the streams ------------------------------------------------ */
@@ -737,8 +834,9 @@ static int parse_entry(const redisReply *r, struct writer_entry *e)
 
 /* Writes the entries of one stream reply (array of [id, fields]).  Entries
  * reserve.lua did not write go to the dead letters, never guessed at.
- * Returns the number decided or -1. */
-static int process_entries(struct writer *w, int64_t sku, const redisReply *list)
+ * With top, the batch takes what queued while its lock was awaited (see
+ * top_up).  Returns the number read and decided, or -1. */
+static int process_entries(struct writer *w, int64_t sku, const redisReply *list, int top)
 {
     if (list->type != REDIS_REPLY_ARRAY || list->elements == 0)
         return 0;
@@ -758,7 +856,7 @@ static int process_entries(struct writer *w, int64_t sku, const redisReply *list
             why[nbad++] = "malformed";
         }
     }
-    int rc = dead_letter(w, sku, bad, why, 0, nbad) == 0 && writer_process_batch(w, sku, e, n) == 0
+    int rc = dead_letter(w, sku, bad, why, 0, nbad) == 0 && process_batch(w, sku, e, n, top) == 0
                  ? (int)(n + nbad)
                  : -1;
     free(e);
@@ -818,7 +916,7 @@ static int reclaim(struct writer *w)
         if (!r)
             return -1;
         if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2) {
-            int n = process_entries(w, w->skus[i], r->element[1]);
+            int n = process_entries(w, w->skus[i], r->element[1], 0);
             if (n > 0) {
                 log_info("sku %" PRId64 ": replayed %d reclaimed orders", w->skus[i], n);
                 metrics_add(M_WRITER_ORDERS_RECLAIMED, n);
@@ -889,7 +987,7 @@ int writer_poll(struct writer *w)
             if (s->type != REDIS_REPLY_ARRAY || s->elements != 2 ||
                 s->element[0]->type != REDIS_REPLY_STRING)
                 continue;
-            int n = process_entries(w, stream_sku(s->element[0]->str), s->element[1]);
+            int n = process_entries(w, stream_sku(s->element[0]->str), s->element[1], 1);
             if (n < 0)
                 failed = 1;
             else

@@ -155,6 +155,70 @@ START_TEST(test_two_writers_same_order_insert_once)
 }
 END_TEST
 
+/* A writer that had to wait for the SKU's writer lock writes what queued
+ * while it waited in the same transaction: taking turns does not split a hot
+ * SKU's orders into batches of one. */
+static void *poll_once(void *arg)
+{
+    struct writer *w = arg;
+    (void)writer_poll(w);
+    return NULL;
+}
+
+static long long pending_of(int64_t sku, const char *consumer)
+{
+    char stream[KEYS_MAX];
+    keys_sku(stream, sku, KEY_STREAM);
+    redisContext *r = th_redis_admin(); /* the service's ACL user has no XPENDING */
+    redisReply *rep =
+        redisCommand(r, "XPENDING %s %s - + 10 %s", stream, KEYS_WRITER_GROUP, consumer);
+    long long n = rep && rep->type == REDIS_REPLY_ARRAY ? (long long)rep->elements : -1;
+    freeReplyObject(rep);
+    redisFree(r);
+    return n;
+}
+
+START_TEST(test_writer_that_waited_for_the_lock_writes_what_queued_meanwhile)
+{
+    create_sku(11, 100, 10);
+    reserve(11, 1, 1);
+    /* Another holder has the SKU's writer lock. */
+    char key[KEYS_MAX];
+    keys_sku(key, 11, KEY_WRITER_LOCK);
+    redisContext *holder = th_redis();
+    struct rlock held = {0};
+    struct rlock_opts o = {.ttl_ms = 10000};
+    ck_assert_int_eq(rlock_acquire(holder, &held, key, &o), RLOCK_OK);
+
+    struct writer w;
+    char err[160];
+    ck_assert(writer_init(&w, &cfg, "waiter", err, sizeof err) == 0);
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, poll_once, &w), 0);
+    /* Once the writer has read the first order (and waits for the lock),
+     * two more are reserved. */
+    for (int i = 0; i < 400 && pending_of(11, "waiter") < 1; i++)
+        usleep(5000);
+    ck_assert_int_eq(pending_of(11, "waiter"), 1);
+    reserve(11, 2, 1);
+    reserve(11, 3, 1);
+    usleep(50000);
+    ck_assert_int_eq(rlock_release(holder, &held), RLOCK_OK);
+    pthread_join(th, NULL);
+    writer_close(&w);
+    redisFree(holder);
+
+    ck_assert_int_eq(q_int("SELECT count(*) FROM orders WHERE sku_id = %lld AND status = "
+                           "'confirmed'",
+                           11),
+                     3);
+    /* one transaction wrote all three */
+    ck_assert_int_eq(q_int("SELECT count(DISTINCT xmin::text) FROM orders WHERE sku_id = %lld", 11),
+                     1);
+    ck_assert_int_eq(q_int("SELECT stock FROM skus WHERE id = %lld", 11), 97);
+}
+END_TEST
+
 START_TEST(test_replayed_batch_changes_nothing)
 {
     create_sku(2, 10, 5);
@@ -646,6 +710,7 @@ static Suite *writer_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_two_writers_same_order_insert_once);
     tcase_add_test(tc, test_replayed_batch_changes_nothing);
+    tcase_add_test(tc, test_writer_that_waited_for_the_lock_writes_what_queued_meanwhile);
     tcase_add_test(tc, test_database_refusal_rejects_and_returns_stock_once);
     tcase_add_test(tc, test_entries_of_dead_writer_are_reclaimed);
     tcase_add_test(tc, test_stale_fencing_token_cannot_write_the_sku);
