@@ -128,6 +128,10 @@ static const struct cfg_def defs[] = {
       "durable mode: longest wait for the commit before answering 202 pending"),
     I(reserve_deadline_margin_ms, 250, 1, 30000,
       "the reserve script refuses to take stock this long before the Redis timeout"),
+    I(sold_out_flag_ms, 50, 0, 10000,
+      "a SKU Redis found sold out (no unit left) is answered sold_out by this process without "
+      "Redis for this long after the request that found it was sent; stock that comes back is "
+      "sold again within this bound (0: off)"),
     I(reconcile_interval_ms, 5000, 100, 3600000,
       "how often Redis is compared with PostgreSQL and drift settled"),
     I(reconcile_retry_ms, 1000, 10, 3600000,

@@ -69,6 +69,7 @@ struct cfg {
     char *order_ack;           /* "durable": answer after the commit; "reserved": after Redis */
     int64_t order_ack_wait_ms; /* durable: longest wait for the commit, then 202 pending */
     int64_t reserve_deadline_margin_ms; /* reserve.lua gives up this long before we do */
+    int64_t sold_out_flag_ms;           /* sold out answered locally this long; 0: off */
     int64_t reconcile_interval_ms;      /* settle, reload, compare Redis with PostgreSQL */
     int64_t reconcile_retry_ms;         /* next pass after one that could not finish */
     int64_t writer_threads;             /* order writer threads in this process */

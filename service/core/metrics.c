@@ -23,6 +23,11 @@ static const struct {
     [M_ORDERS_REPLAYED] = {"seckill_orders_replayed_total", "idempotent repeats answered again",
                            NULL},
     [M_ORDERS_SOLD_OUT] = {"seckill_orders_sold_out_total", "orders refused: sold out", NULL},
+    [M_ORDERS_SOLD_OUT_LOCAL] = {"seckill_orders_sold_out_local_total",
+                                 "orders refused sold out from this process's sold-out flag "
+                                 "(sold_out_flag_ms), without Redis; also in "
+                                 "seckill_orders_sold_out_total",
+                                 NULL},
     [M_ORDERS_LIMIT] = {"seckill_orders_limit_exceeded_total", "orders refused: per-user limit",
                         NULL},
     [M_ORDERS_NOT_ACTIVE] = {"seckill_orders_sale_not_active_total", "orders outside the sale",

@@ -15,6 +15,7 @@ enum metric {
     M_ORDERS_ACK_TIMEOUTS, /* 202 pending in durable mode: no commit in time */
     M_ORDERS_REPLAYED,     /* answer for a repeated Idempotency-Key */
     M_ORDERS_SOLD_OUT,
+    M_ORDERS_SOLD_OUT_LOCAL, /* ... of which answered from the sold-out flag, without Redis */
     M_ORDERS_LIMIT,
     M_ORDERS_NOT_ACTIVE,
     M_ORDERS_INVALID,       /* 400 on the order endpoint */

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "core/validate.h"
+#include "order/soldout.h"
 #include "sku/sku.h"
 
 enum sku_op { OP_VIEW, OP_VIEW_ADMIN, OP_CREATE, OP_ADJUST, OP_RELOAD, OP_HEALTH };
@@ -53,6 +54,8 @@ static void job_done(struct job *j)
     json_t *out = sj->out;
     switch (sj->res) {
     case SKU_OK:
+        if (sj->op == OP_ADJUST || sj->op == OP_RELOAD) /* stock may be back: sell it here now */
+            soldout_clear(soldout_shared(), sj->id);
         http_reply_json(r, sj->op == OP_CREATE ? 201 : 200, out), out = NULL;
         break;
     case SKU_UNKNOWN:

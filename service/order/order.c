@@ -134,6 +134,7 @@ void order_parse_state(const char *state, struct order_decision *d)
 void order_parse_reply(const redisReply *r, struct order_reply *out)
 {
     memset(out, 0, sizeof *out);
+    out->remaining = -1;
     const char *word = r && r->type == REDIS_REPLY_ARRAY ? str_at(r, 0) : NULL;
     if (word && strcmp(word, VERDICT_REPLAYED) == 0) {
         out->replayed = 1;
@@ -161,6 +162,11 @@ void order_parse_reply(const redisReply *r, struct order_reply *out)
             out->result = ORDER_UNAVAILABLE; /* refused before any write all the same */
         else
             out->retry_after_ms = (int64_t)ms->integer;
+    }
+    if (out->result == ORDER_SOLD_OUT) {
+        const redisReply *n = r->elements > 1 ? r->element[1] : NULL;
+        if (n && n->type == REDIS_REPLY_INTEGER && n->integer >= 0)
+            out->remaining = (int64_t)n->integer;
     }
     if (out->result == ORDER_PENDING) {
         out->d.order_id = parse_id(str_at(r, 1));

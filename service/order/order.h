@@ -107,6 +107,7 @@ struct order_reply {
     int replayed;            /* the answer to an earlier request with the same Idempotency-Key */
     struct order_decision d; /* the order, when result is PENDING, CONFIRMED or REJECTED */
     int64_t retry_after_ms;  /* RATE_LIMITED: when the buyer's bucket has an order again */
+    int64_t remaining;       /* SOLD_OUT, not replayed: the units Redis still had; else -1 */
 };
 
 /* The arguments of one reserve.lua call (see lua/reserve.lua), in one place

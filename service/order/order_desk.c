@@ -7,10 +7,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/embedded.h"
 #include "core/log.h"
 #include "core/metrics.h"
 #include "order/order_wait.h"
+#include "order/soldout.h"
 #include "sku/reconcile.h"
 #include "sku/sku.h"
 #include "store/redis_async.h"
@@ -34,6 +36,7 @@ struct order_call {
     int replayed;
     int64_t retry_after_ms;       /* rate limited: the script's wait */
     int64_t order_id;             /* while waiting for the writer */
+    int64_t sent_ms, probe;       /* the sold-out flag's (soldout.h) */
     char idem[KEYS_IDEM_MAX + 1]; /* the buyer's key, or one made up for them */
 };
 
@@ -144,11 +147,15 @@ static void on_reserved(redisReply *r, enum redis_async_status st, void *arg)
 {
     struct order_call *oc = arg;
     if (st == REDIS_ASYNC_LOST || st == REDIS_ASYNC_TIMEOUT) {
+        soldout_note(soldout_shared(), oc->sku, SOLDOUT_NEWS_NONE, oc->sent_ms,
+                     oc->od->cfg->sold_out_flag_ms, oc->probe);
         finish(oc, st == REDIS_ASYNC_LOST ? ORDER_OUTCOME_LOST : ORDER_OUTCOME_TIMEOUT, NULL);
         return;
     }
     struct order_reply rep;
     order_parse_reply(r, &rep);
+    soldout_note(soldout_shared(), oc->sku, soldout_news_of(&rep), oc->sent_ms,
+                 oc->od->cfg->sold_out_flag_ms, oc->probe);
     oc->replayed = rep.replayed;
     oc->retry_after_ms = rep.retry_after_ms;
     switch (rep.result) {
@@ -195,10 +202,21 @@ static void on_late_reply(redisReply *r, void *arg)
 void order_desk_place(struct order_desk *od, const struct order_request *rq, order_desk_fn *fn,
                       void *arg)
 {
+    /* A SKU found sold out a moment ago is answered here, without Redis; the
+     * buyer's own key goes to Redis, where its earlier answer is. */
+    int64_t now = clock_mono_ms(), probe = 0;
+    if (od && !od->closing && !rq->idem &&
+        soldout_check(soldout_shared(), rq->sku, now, od->cfg->sold_out_flag_ms, &probe) ==
+            SOLDOUT_FLAGGED) {
+        metrics_add(M_ORDERS_SOLD_OUT_LOCAL, 1);
+        fn(&(struct order_outcome){.result = ORDER_SOLD_OUT}, arg);
+        return;
+    }
     struct order_call *oc = calloc(1, sizeof *oc);
     if (!oc)
         abort();
-    *oc = (struct order_call){.od = od, .fn = fn, .arg = arg, .sku = rq->sku};
+    *oc = (struct order_call){
+        .od = od, .fn = fn, .arg = arg, .sku = rq->sku, .sent_ms = now, .probe = probe};
     if (!od || od->closing || !od->redis) {
         finish(oc, ORDER_UNAVAILABLE, NULL);
         return;

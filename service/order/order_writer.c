@@ -16,6 +16,7 @@
 #include "core/log.h"
 #include "core/metrics.h"
 #include "order/order.h"
+#include "order/soldout.h"
 #include "sku/reconcile.h"
 #include "sku/sku.h"
 #include "store/dbtx.h"
@@ -267,6 +268,11 @@ static int finish_batch(struct batch *b)
     if (run_for(b, &script_order_return, per_epoch, 1, NULL, is_rejected, 0) < 0 ||
         reapply_orders(b) != 0)
         return -1;
+    for (size_t i = 0; i < b->n; i++)
+        if (is_rejected(b, i)) { /* units came back: this process sells them at once */
+            soldout_clear(soldout_shared(), b->sku);
+            break;
+        }
     const char **dead_ids = calloc(b->n, sizeof *dead_ids);
     const char **dead_why = calloc(b->n, sizeof *dead_why);
     if (!dead_ids || !dead_why)
