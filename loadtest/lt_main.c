@@ -123,6 +123,14 @@ static int check_all(const struct lt_opts *o, const struct lt_answers *ans, int 
         }
     }
     free(one);
+    for (int i = 0; i < LT_CHK_COUNT && rc == 0; i++) {
+        struct lt_check_item *it = &chk->item[i];
+        if (it->state != LT_CHECK_PASSED)
+            continue;
+        char d[sizeof it->detail];
+        snprintf(d, sizeof d, "all %d SKUs; SKU %" PRId64 ": %s", n, ans[0].sku, it->detail);
+        memcpy(it->detail, d, sizeof d);
+    }
     return rc;
 }
 
