@@ -720,3 +720,60 @@ out:
         r->ok = 0;
     return rc;
 }
+
+void lt_check_merge(struct lt_check_result *into, const struct lt_check_result *one, int64_t sku,
+                    int first)
+{
+    if (first) {
+        *into = *one;
+        for (int i = 0; i < LT_CHK_COUNT; i++)
+            if (into->item[i].state == LT_CHECK_FAILED) {
+                char d[sizeof into->item[i].detail];
+                snprintf(d, sizeof d, "SKU %" PRId64 ": %s", sku, one->item[i].detail);
+                memcpy(into->item[i].detail, d, sizeof d);
+            }
+        return;
+    }
+    into->ok = into->ok && one->ok;
+    for (int i = 0; i < LT_CHK_COUNT; i++) {
+        struct lt_check_item *it = &into->item[i];
+        const struct lt_check_item *o = &one->item[i];
+        if (o->state == LT_CHECK_FAILED && it->state != LT_CHECK_FAILED) {
+            *it = *o;
+            char d[sizeof it->detail];
+            snprintf(d, sizeof d, "SKU %" PRId64 ": %s", sku, o->detail);
+            memcpy(it->detail, d, sizeof d);
+        } else if (o->state == LT_CHECK_PASSED && it->state == LT_CHECK_SKIPPED) {
+            *it = *o;
+        }
+    }
+    struct lt_check_facts *f = &into->f;
+    const struct lt_check_facts *g = &one->f;
+#define SUM(x) f->x += g->x
+    SUM(db_stock);
+    SUM(redis_stock);
+    SUM(initial_stock);
+    SUM(run_orders);
+    SUM(run_confirmed_units);
+    SUM(run_rejected_orders);
+    SUM(run_rejected_units);
+    SUM(answered_orders);
+    SUM(answered_units);
+    SUM(answered_rejected_units);
+    SUM(answered_confirmed);
+    SUM(answered_rejected);
+    SUM(answered_pending);
+    SUM(lost_pending_orders);
+    SUM(lost_pending_units);
+    SUM(unanswered_rows);
+    SUM(unanswered_confirmed_units);
+    SUM(admin_ledger_sum);
+    SUM(admin_ledger_rows);
+#undef SUM
+    if (g->first_created_us && (!f->first_created_us || g->first_created_us < f->first_created_us))
+        f->first_created_us = g->first_created_us;
+    if (g->last_created_us > f->last_created_us)
+        f->last_created_us = g->last_created_us;
+    if (g->drain_s > f->drain_s)
+        f->drain_s = g->drain_s;
+}

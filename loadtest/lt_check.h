@@ -95,4 +95,13 @@ int lt_check_baseline(const struct lt_opts *o, int64_t sku, struct lt_baseline *
 int lt_check_run(const struct lt_opts *o, const struct lt_answers *a, struct lt_check_result *r,
                  char *err, size_t errlen) __attribute__((warn_unused_result));
 
+/* Folds one SKU's result 'one' into a run's result 'into' (of several SKUs;
+ * 'first' set for the first SKU, which copies it).  A check fails when it
+ * failed for any SKU (the first failing SKU's detail, prefixed with its id,
+ * and rows are kept), passes when it passed for some and failed for none;
+ * the facts are summed (stocks, orders, units, answers), the rows' time span
+ * and the drain wait widened, the per-user limit is the first SKU's. */
+void lt_check_merge(struct lt_check_result *into, const struct lt_check_result *one, int64_t sku,
+                    int first);
+
 #endif

@@ -35,6 +35,7 @@ struct lt_load;
 /* One logical request: a buyer's order, maybe sent twice with the same key. */
 struct lt_req {
     uint64_t seq;
+    int sku; /* index into the run's SKUs */
     int64_t user, qty;
     int attempt; /* 0 first, 1 the retry */
     int retry;   /* carries an Idempotency-Key and is sent twice */
@@ -68,17 +69,16 @@ struct lt_admin {
 
 struct lt_load {
     const struct lt_opts *o;
-    int64_t sku;
+    const int64_t *skus;
+    int nskus;
     struct event_base *base;
     struct lt_slot *slots;
     struct lt_stats *st;
     struct lt_answers *ans;
     struct lt_load_summary *sum;
     struct lt_rand rng;
-    char path[PATH_MAX_LEN];
     char admin_path[PATH_MAX_LEN];
     char auth[LT_TOKEN_MAX + 16];
-    char stream_key[KEYS_MAX];
     uint64_t t0_us, warmup_us, deadline_us;
     uint64_t next_seq;
     int inflight;
@@ -211,9 +211,15 @@ static enum lt_answer classify(struct lt_slot *s, struct evhttp_request *req, st
 
 /* Books one attempt's answer into the I4 record.  Returns 1 when the
  * logical request needs its retry now. */
+/* The answers record of a request's SKU (NULL in raw mode). */
+static struct lt_answers *ans_of(struct lt_load *ld, const struct lt_req *r)
+{
+    return ld->ans ? &ld->ans[r->sku] : NULL;
+}
+
 static int book(struct lt_load *ld, struct lt_req *r, enum lt_answer a, const struct lt_named *n)
 {
-    struct lt_answers *ans = ld->ans;
+    struct lt_answers *ans = ans_of(ld, r);
     if (lt_answer_settles(a))
         r->resolved = 1;
     if (lt_answer_is_unknown(a))
@@ -257,6 +263,9 @@ static int issue_next(struct lt_load *ld, struct lt_slot *s)
     struct lt_req *r = &s->req;
     memset(r, 0, sizeof *r);
     r->seq = ld->next_seq++;
+    if (ld->nskus > 1)
+        r->sku = o->sku_pick == LT_SKU_ROUND_ROBIN ? (int)(r->seq % (uint64_t)ld->nskus)
+                                                   : (int)lt_rand_range(&ld->rng, 0, ld->nskus - 1);
     r->user = o->pick == LT_PICK_SEQ
                   ? o->user_base + (int64_t)(r->seq % (uint64_t)o->users)
                   : lt_rand_range(&ld->rng, o->user_base, o->user_base + o->users - 1);
@@ -290,7 +299,7 @@ static void slot_continue(struct lt_slot *s)
         return;
     }
     if (want_retry && s->req.open && !s->req.resolved && ld->ans)
-        ld->ans->unknown++; /* its retry will not be sent: the outcome stays unknown */
+        ans_of(ld, &s->req)->unknown++; /* its retry will not be sent: the outcome stays unknown */
     if (issue_next(ld, s) != 0)
         return;
     maybe_finish(ld);
@@ -363,7 +372,9 @@ static void send_attempt(struct lt_slot *s)
     s->failed = 0;
     ld->inflight++;
     s->sent_us = lt_now_us();
-    if (evhttp_make_request(s->conn, req, EVHTTP_REQ_POST, ld->path) != 0) {
+    char path[PATH_MAX_LEN];
+    snprintf(path, sizeof path, "/api/v1/skus/%" PRId64 "/orders", ld->skus[r->sku]);
+    if (evhttp_make_request(s->conn, req, EVHTTP_REQ_POST, path) != 0) {
         /* evhttp freed req and will not call back: count it as a failed attempt */
         s->busy = 0;
         ld->inflight--;
@@ -371,7 +382,7 @@ static void send_attempt(struct lt_slot *s)
         ld->sum->answered++;
         r->open = 1;
         if (ld->ans && !r->resolved)
-            ld->ans->unknown++;
+            ans_of(ld, r)->unknown++;
         ld->stop_issuing = 1;
         maybe_finish(ld);
     }
@@ -434,16 +445,27 @@ static void fire_admin(evutil_socket_t fd, short what, void *arg)
 
 /* ---- progress, queue, end -------------------------------------------------- */
 
+/* Entries in the order streams of the run's SKUs together, -1 when Redis
+ * did not answer.  Sampled every tick (TICK_MS): queue_max is the largest
+ * sample, not the exact peak between two. */
 static int64_t queue_len(struct lt_load *ld)
 {
     if (!ld->have_redis)
         return -1;
-    const char *argv[] = {"XLEN", ld->stream_key};
-    redisReply *r = redis_conn_cmd(&ld->redis, 2, argv, NULL);
-    int64_t n = r && r->type == REDIS_REPLY_INTEGER ? (int64_t)r->integer : -1;
-    if (r)
-        freeReplyObject(r);
-    return n;
+    int64_t total = 0;
+    for (int i = 0; i < ld->nskus; i++) {
+        char key[KEYS_MAX];
+        keys_sku(key, ld->skus[i], KEY_STREAM);
+        const char *argv[] = {"XLEN", key};
+        redisReply *r = redis_conn_cmd(&ld->redis, 2, argv, NULL);
+        int64_t n = r && r->type == REDIS_REPLY_INTEGER ? (int64_t)r->integer : -1;
+        if (r)
+            freeReplyObject(r);
+        if (n < 0)
+            return -1;
+        total += n;
+    }
+    return total;
 }
 
 static void print_progress(struct lt_load *ld, uint64_t now, int64_t queue, int final)
@@ -564,6 +586,11 @@ static int setup(struct lt_load *ld, char *err, size_t errlen)
             snprintf(err, errlen, "cannot create connection %d", i);
             return -1;
         }
+        if (o->source_addrs > 1) { /* a crowd comes from many addresses */
+            char src[24];
+            snprintf(src, sizeof src, "127.0.0.%d", 1 + i % o->source_addrs);
+            evhttp_connection_set_local_address(s->conn, src);
+        }
         evhttp_connection_set_timeout_tv(s->conn, &to);
         evhttp_connection_set_retries(s->conn, 0);
         evhttp_connection_set_max_body_size(s->conn, MAX_BODY_BYTES);
@@ -596,7 +623,6 @@ static int setup(struct lt_load *ld, char *err, size_t errlen)
         ld->redis.timeout_ms = REDIS_TIMEOUT_MS;
         char rerr[160];
         ld->have_redis = rlock_url_parse(o->redis_url, &ld->redis.target, rerr, sizeof rerr) == 0;
-        keys_sku(ld->stream_key, ld->sku, KEY_STREAM);
     }
     return 0;
 }
@@ -631,22 +657,22 @@ static void teardown(struct lt_load *ld)
         event_base_free(ld->base);
 }
 
-int lt_load_run(const struct lt_opts *o, int64_t sku, struct lt_stats *st, struct lt_answers *ans,
-                struct lt_load_summary *sum, char *err, size_t errlen)
+int lt_load_run(const struct lt_opts *o, const int64_t *skus, int nskus, struct lt_stats *st,
+                struct lt_answers *ans, struct lt_load_summary *sum, char *err, size_t errlen)
 {
     struct lt_load ld;
     memset(&ld, 0, sizeof ld);
     memset(sum, 0, sizeof *sum);
     ld.o = o;
-    ld.sku = sku;
+    ld.skus = skus;
+    ld.nskus = nskus;
     ld.st = st;
     ld.ans = ans;
     ld.sum = sum;
     ld.tty = isatty(STDERR_FILENO);
     lt_rand_seed(&ld.rng, o->seed);
-    snprintf(ld.path, sizeof ld.path, "/api/v1/skus/%" PRId64 "/orders", sku);
     snprintf(ld.admin_path, sizeof ld.admin_path, "/admin/v1/skus/%" PRId64 "/stock-adjustments",
-             sku);
+             skus[0]); /* admin deltas: one SKU only (lt_opts) */
     snprintf(ld.auth, sizeof ld.auth, "Bearer %s", o->token);
     ld.buyers = lt_buyers_new(o->buyer_secret, o->user_base, o->users, TOKEN_TTL_S);
     int rc = -1;
@@ -670,13 +696,13 @@ int lt_load_run(const struct lt_opts *o, int64_t sku, struct lt_stats *st, struc
     for (int i = 0; i < o->concurrency; i++) {
         struct lt_slot *s = &ld.slots[i];
         if (s->pausing && s->want_retry && s->req.open && !s->req.resolved && ans)
-            ans->unknown++; /* paused before a retry that will not be sent */
+            ans[s->req.sku].unknown++; /* paused before a retry that will not be sent */
         if (!s->busy)
             continue;
         lt_stats_record(st, lt_now_us() - ld.t0_us, LT_ANS_TIMEOUT, lt_now_us() - s->sent_us, 1);
         sum->answered++;
         if (ans && !s->req.resolved)
-            ans->unknown++;
+            ans[s->req.sku].unknown++;
         s->busy = 0;
     }
     if (ld.admin.busy && ans) {

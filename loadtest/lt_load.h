@@ -28,14 +28,16 @@ struct lt_load_summary {
     int interrupted; /* stopped early by SIGINT/SIGTERM */
 };
 
-/* Runs the load described by o against o->host:o->port, SKU 'sku'.  Answers
- * are counted into st (initialised by the caller with lt_stats_init); 202
- * order ids, unknown outcomes and admin delta outcomes go into ans (NULL in
- * raw mode).  When o->mode is not raw, the order stream's length is sampled
- * from Redis for the charts.  Returns 0, or -1 with a message in err when
- * the run could not start (no event loop, no connection object). */
-int lt_load_run(const struct lt_opts *o, int64_t sku, struct lt_stats *st, struct lt_answers *ans,
-                struct lt_load_summary *sum, char *err, size_t errlen)
+/* Runs the load described by o against o->host:o->port, on the nskus SKUs
+ * skus[] (each request picks one by o->sku_pick).  Answers are counted into
+ * st (initialised by the caller with lt_stats_init); order ids, unknown
+ * outcomes and admin delta outcomes go into ans[i], the record of skus[i]
+ * (ans NULL in raw mode).  When o->mode is not raw, the length of the order
+ * streams (all SKUs together) is sampled from Redis every tick for the
+ * charts and queue_max.  Returns 0, or -1 with a message in err when the run
+ * could not start (no event loop, no connection object). */
+int lt_load_run(const struct lt_opts *o, const int64_t *skus, int nskus, struct lt_stats *st,
+                struct lt_answers *ans, struct lt_load_summary *sum, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 
 /* Monotonic and wall clocks in microseconds. */

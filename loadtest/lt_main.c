@@ -78,44 +78,121 @@ static int exit_of_check(int check_rc, const struct lt_check_result *r)
     return r->ok ? LT_EXIT_OK : LT_EXIT_VIOLATION;
 }
 
+/* Sums the counters of n answers records into agg (its orders stay empty):
+ * what the reports say about the run's promises, all SKUs together. */
+static void answers_total(struct lt_answers *agg, const struct lt_answers *ans, int n)
+{
+    lt_answers_init(agg, ans[0].sku);
+    agg->base = ans[0].base;
+    for (int i = 0; i < n; i++) {
+        agg->n += ans[i].n;
+        agg->unknown += ans[i].unknown;
+        agg->idem_mismatch += ans[i].idem_mismatch;
+        agg->unexpected += ans[i].unexpected;
+        agg->admin_applied += ans[i].admin_applied;
+        agg->admin_ok += ans[i].admin_ok;
+        agg->admin_refused += ans[i].admin_refused;
+        agg->admin_unknown += ans[i].admin_unknown;
+        agg->admin_unknown_abs += ans[i].admin_unknown_abs;
+    }
+}
+
+/* Checks every SKU of the run (answers ans[i] about skus[i]) into chk.
+ * Returns lt_check_run's result: -1 (err set) as soon as one could not be
+ * checked. */
+static int check_all(const struct lt_opts *o, const struct lt_answers *ans, int n,
+                     struct lt_check_result *chk, char *err, size_t errlen)
+{
+    if (n == 1)
+        return lt_check_run(o, &ans[0], chk, err, errlen);
+    struct lt_check_result *one = calloc(1, sizeof *one);
+    if (!one) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        char e[448];
+        int crc = lt_check_run(o, &ans[i], one, e, sizeof e);
+        lt_check_merge(chk, one, ans[i].sku, i == 0);
+        if (crc != 0) {
+            snprintf(err, errlen, "SKU %" PRId64 ": %s", ans[i].sku, e);
+            chk->ok = 0;
+            rc = -1;
+            break;
+        }
+    }
+    free(one);
+    for (int i = 0; i < LT_CHK_COUNT && rc == 0; i++) {
+        struct lt_check_item *it = &chk->item[i];
+        if (it->state != LT_CHECK_PASSED)
+            continue;
+        char d[sizeof it->detail];
+        snprintf(d, sizeof d, "all %d SKUs; SKU %" PRId64 ": %s", n, ans[0].sku, it->detail);
+        memcpy(it->detail, d, sizeof d);
+    }
+    return rc;
+}
+
 static int run(const struct lt_opts *o)
 {
     char err[512];
-    int64_t sku = o->sku;
-    struct lt_answers ans;
+    int n = o->skus;
+    struct lt_answers *ans = calloc((size_t)n, sizeof *ans);
+    int64_t *skus = calloc((size_t)n, sizeof *skus);
     struct lt_stats st;
     struct lt_load_summary sum;
     struct lt_check_result *chk = NULL;
+    struct lt_answers agg;
     int rc = LT_EXIT_ERROR;
     int raw = o->mode == LT_MODE_RAW;
-    lt_answers_init(&ans, sku);
     size_t max_s = (size_t)o->duration_s + (size_t)(o->timeout_ms / 1000) + STATS_SLACK_SECONDS;
-    if (lt_stats_init(&st, max_s) != 0) {
+    lt_answers_init(&agg, 0);
+    if (!ans || !skus || lt_stats_init(&st, max_s) != 0) {
         fprintf(stderr, PROG ": out of memory\n");
+        free(ans);
+        free(skus);
         return LT_EXIT_ERROR;
     }
+    for (int i = 0; i < n; i++) {
+        skus[i] = o->sku ? o->sku + i : 0;
+        lt_answers_init(&ans[i], skus[i]);
+    }
     if (!raw) {
-        if (o->create_sku) {
-            if (lt_admin_create_sku(o, &sku, err, sizeof err) != 0) {
-                fprintf(stderr, PROG ": %s\n", err);
+        for (int i = 0; i < n; i++) {
+            if (o->create_sku) {
+                struct lt_opts one = *o;
+                one.sku = skus[i];
+                if (lt_admin_create_sku(&one, &skus[i], err, sizeof err) != 0) {
+                    fprintf(stderr, PROG ": %s\n", err);
+                    goto out;
+                }
+                if (n == 1 || i == 0 || i == n - 1)
+                    fprintf(stderr,
+                            PROG ": created SKU %" PRId64 " (stock %" PRId64 ", limit %" PRId64
+                                 " per user)%s\n",
+                            skus[i], o->stock, o->limit,
+                            n > 1 && i == 0 ? ", the first of --skus" : "");
+            }
+            ans[i].sku = skus[i];
+            if (lt_check_baseline(o, skus[i], &ans[i].base, err, sizeof err) != 0) {
+                fprintf(stderr, PROG ": before the run: SKU %" PRId64 ": %s\n", skus[i], err);
                 goto out;
             }
-            fprintf(stderr,
-                    PROG ": created SKU %" PRId64 " (stock %" PRId64 ", limit %" PRId64
-                         " per user)\n",
-                    sku, o->stock, o->limit);
-        }
-        ans.sku = sku;
-        if (lt_check_baseline(o, sku, &ans.base, err, sizeof err) != 0) {
-            fprintf(stderr, PROG ": before the run: %s\n", err);
-            goto out;
         }
     }
-    if (lt_load_run(o, sku, &st, raw ? NULL : &ans, &sum, err, sizeof err) != 0) {
+    if (lt_load_run(o, skus, n, &st, raw ? NULL : ans, &sum, err, sizeof err) != 0) {
         fprintf(stderr, PROG ": %s\n", err);
         goto out;
     }
-    struct lt_report_in in = {.o = o, .sku = sku, .st = &st, .sum = &sum, .ans = raw ? NULL : &ans};
+    answers_total(&agg, ans, n);
+    struct lt_report_in in = {.o = o,
+                              .sku = skus[0],
+                              .sku_last = skus[n - 1],
+                              .nskus = n,
+                              .st = &st,
+                              .sum = &sum,
+                              .ans = raw ? NULL : &agg};
     if (raw) {
         uint64_t unknown = 0;
         for (int a = 0; a < LT_ANS_COUNT; a++)
@@ -126,8 +203,9 @@ static int run(const struct lt_opts *o)
         write_outputs(o, &in);
         goto out;
     }
-    lt_answers_dedupe(&ans);
-    if (o->answers_path && lt_answers_save(&ans, o->answers_path, err, sizeof err) != 0) {
+    for (int i = 0; i < n; i++)
+        lt_answers_dedupe(&ans[i]);
+    if (o->answers_path && lt_answers_save(&ans[0], o->answers_path, err, sizeof err) != 0) {
         fprintf(stderr, PROG ": %s\n", err);
         if (o->mode == LT_MODE_LOAD_ONLY)
             goto out; /* the answers were the point of the run */
@@ -143,8 +221,9 @@ static int run(const struct lt_opts *o)
         fprintf(stderr, PROG ": out of memory\n");
         goto out;
     }
-    fprintf(stderr, PROG ": load done; checking invariants (waiting for the order stream)\n");
-    int crc = lt_check_run(o, &ans, chk, err, sizeof err);
+    fprintf(stderr, PROG ": load done; checking invariants (waiting for the order stream%s)\n",
+            n > 1 ? "s" : "");
+    int crc = check_all(o, ans, n, chk, err, sizeof err);
     rc = exit_of_check(crc, chk);
     in.check = chk;
     in.check_error = crc ? err : NULL;
@@ -153,45 +232,57 @@ static int run(const struct lt_opts *o)
 out:
     free(chk);
     lt_stats_free(&st);
-    lt_answers_free(&ans);
+    for (int i = 0; i < n; i++)
+        lt_answers_free(&ans[i]);
+    lt_answers_free(&agg);
+    free(ans);
+    free(skus);
     return rc;
 }
 
 static int check_only(const struct lt_opts *o)
 {
     char err[512];
-    struct lt_answers ans;
-    lt_answers_init(&ans, o->sku);
-    if (o->answers_path) {
-        if (lt_answers_load(&ans, o->answers_path, err, sizeof err) != 0) {
-            fprintf(stderr, PROG ": %s\n", err);
-            lt_answers_free(&ans);
-            return LT_EXIT_ERROR;
-        }
-        if (ans.sku != o->sku) {
-            fprintf(stderr, PROG ": %s is about SKU %" PRId64 ", not %" PRId64 "\n",
-                    o->answers_path, ans.sku, o->sku);
-            lt_answers_free(&ans);
-            return LT_EXIT_USAGE;
-        }
-        lt_answers_dedupe(&ans);
-    }
+    int n = o->skus;
+    struct lt_answers *ans = calloc((size_t)n, sizeof *ans);
     struct lt_check_result *chk = calloc(1, sizeof *chk);
-    if (!chk) {
-        lt_answers_free(&ans);
-        return LT_EXIT_ERROR;
+    int rc = LT_EXIT_ERROR;
+    if (!ans || !chk) {
+        fprintf(stderr, PROG ": out of memory\n");
+        goto out;
     }
-    int crc = lt_check_run(o, &ans, chk, err, sizeof err);
-    int rc = exit_of_check(crc, chk);
+    for (int i = 0; i < n; i++)
+        lt_answers_init(&ans[i], o->sku + i);
+    if (o->answers_path) { /* one SKU only (lt_opts) */
+        if (lt_answers_load(&ans[0], o->answers_path, err, sizeof err) != 0) {
+            fprintf(stderr, PROG ": %s\n", err);
+            goto out;
+        }
+        if (ans[0].sku != o->sku) {
+            fprintf(stderr, PROG ": %s is about SKU %" PRId64 ", not %" PRId64 "\n",
+                    o->answers_path, ans[0].sku, o->sku);
+            rc = LT_EXIT_USAGE;
+            goto out;
+        }
+        lt_answers_dedupe(&ans[0]);
+    }
+    int crc = check_all(o, ans, n, chk, err, sizeof err);
+    rc = exit_of_check(crc, chk);
     struct lt_report_in in = {.o = o,
                               .sku = o->sku,
-                              .ans = o->answers_path ? &ans : NULL,
+                              .sku_last = o->sku + n - 1,
+                              .nskus = n,
+                              .ans = o->answers_path ? &ans[0] : NULL,
                               .check = chk,
                               .check_error = crc ? err : NULL,
                               .exit_code = rc};
     write_outputs(o, &in);
+out:
+    if (ans)
+        for (int i = 0; i < n; i++)
+            lt_answers_free(&ans[i]);
+    free(ans);
     free(chk);
-    lt_answers_free(&ans);
     return rc;
 }
 

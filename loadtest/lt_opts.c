@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <event2/http.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <libpq-fe.h>
 #include <math.h>
 #include <stdlib.h>
@@ -41,6 +42,9 @@ enum {
     OPT_BUYER_SECRET_FILE,
     OPT_SKU,
     OPT_CREATE_SKU,
+    OPT_SKUS,
+    OPT_SKU_PICK,
+    OPT_SOURCE_ADDRS,
     OPT_STOCK,
     OPT_LIMIT,
     OPT_USERS,
@@ -79,6 +83,9 @@ static const struct option long_opts[] = {
     {"buyer-secret-file", required_argument, NULL, OPT_BUYER_SECRET_FILE},
     {"sku", required_argument, NULL, OPT_SKU},
     {"create-sku", no_argument, NULL, OPT_CREATE_SKU},
+    {"skus", required_argument, NULL, OPT_SKUS},
+    {"sku-pick", required_argument, NULL, OPT_SKU_PICK},
+    {"source-addrs", required_argument, NULL, OPT_SOURCE_ADDRS},
     {"stock", required_argument, NULL, OPT_STOCK},
     {"limit", required_argument, NULL, OPT_LIMIT},
     {"users", required_argument, NULL, OPT_USERS},
@@ -131,6 +138,10 @@ void lt_opts_usage(FILE *out)
             "                         never a flag: it would show in ps)\n"
             "  --sku ID               SKU to buy; without it a new SKU is created\n"
             "  --create-sku           create the SKU (with --sku: under that id)\n"
+            "  --skus N               buy N SKUs at once (default 1, max %d): created ones\n"
+            "                         (each with --stock and --limit), or with --sku ID the\n"
+            "                         SKUs ID..ID+N-1; the check runs for every one\n"
+            "  --sku-pick random|round-robin  which SKU a request buys (default random)\n"
             "  --stock N              stock of a created SKU (default %d)\n"
             "  --limit N              per-user limit of a created SKU (default %d)\n"
             "buyers\n"
@@ -138,7 +149,11 @@ void lt_opts_usage(FILE *out)
             "  --user-base N          first user id (default 1)\n"
             "  --user-pick seq|random request i is user base+(i mod users), or a random one\n"
             "  --requests N           request budget, retries not counted (default: --users)\n"
-            "  --concurrency N        keep-alive connections, one request each (default %d)\n"
+            "  --concurrency N        keep-alive connections, one request each (default %d,\n"
+            "                         max %d)\n"
+            "  --source-addrs N       connection i binds to 127.0.0.(1 + i mod N) before it\n"
+            "                         connects: N client addresses, as a crowd has (default 1,\n"
+            "                         max %d)\n"
             "  --duration S           stop issuing after S seconds (default %d, max %d)\n"
             "  --warmup S             leave the first S seconds out of rates and latencies\n"
             "  --qty SPEC             quantities: 1 | 1-3 | 1:80,2:15,5-10:5 (default 1)\n"
@@ -167,10 +182,11 @@ void lt_opts_usage(FILE *out)
             "                         of a run, or read them (--check-only)\n"
             "  --label TEXT           name of the run in the reports\n"
             "  --help\n",
-            LT_MAX_TARGETS, DEFAULT_STOCK, DEFAULT_LIMIT, DEFAULT_USERS, DEFAULT_CONCURRENCY,
-            DEFAULT_DURATION_S, LT_MAX_DURATION_S, DEFAULT_SEED, DEFAULT_TIMEOUT_MS,
-            DEFAULT_ERROR_PAUSE_MS, DEFAULT_ADMIN_EVERY_MS, DEFAULT_ADMIN_MAX_DELTA,
-            DEFAULT_DRAIN_TIMEOUT_S, DEFAULT_PROGRESS_MS);
+            LT_MAX_TARGETS, LT_MAX_SKUS, DEFAULT_STOCK, DEFAULT_LIMIT, DEFAULT_USERS,
+            DEFAULT_CONCURRENCY, LT_MAX_CONCURRENCY, LT_MAX_SOURCE_ADDRS, DEFAULT_DURATION_S,
+            LT_MAX_DURATION_S, DEFAULT_SEED, DEFAULT_TIMEOUT_MS, DEFAULT_ERROR_PAUSE_MS,
+            DEFAULT_ADMIN_EVERY_MS, DEFAULT_ADMIN_MAX_DELTA, DEFAULT_DRAIN_TIMEOUT_S,
+            DEFAULT_PROGRESS_MS);
 }
 
 int lt_is_loopback(const char *host)
@@ -347,6 +363,9 @@ static void set_defaults(struct lt_opts *o)
     o->limit = DEFAULT_LIMIT;
     o->users = DEFAULT_USERS;
     o->user_base = 1;
+    o->skus = 1;
+    o->sku_pick = LT_SKU_RANDOM;
+    o->source_addrs = 1;
     o->pick = LT_PICK_SEQ;
     o->requests = -1; /* = users */
     o->concurrency = DEFAULT_CONCURRENCY;
@@ -390,6 +409,21 @@ static int apply(struct lt_opts *o, int c, const char *arg, char *err, size_t er
     case OPT_CREATE_SKU:
         o->create_sku = 1;
         return 0;
+    case OPT_SKUS:
+        return parse_int("skus", arg, 1, LT_MAX_SKUS, &o->skus, err, errlen);
+    case OPT_SKU_PICK:
+        if (strcmp(arg, "random") == 0)
+            o->sku_pick = LT_SKU_RANDOM;
+        else if (strcmp(arg, "round-robin") == 0)
+            o->sku_pick = LT_SKU_ROUND_ROBIN;
+        else {
+            snprintf(err, errlen, "--sku-pick wants random or round-robin, not \"%s\"", arg);
+            return -1;
+        }
+        return 0;
+    case OPT_SOURCE_ADDRS:
+        return parse_int("source-addrs", arg, 1, LT_MAX_SOURCE_ADDRS, &o->source_addrs, err,
+                         errlen);
     case OPT_STOCK:
         return parse_i64("stock", arg, 0, MAX_STOCK, &o->stock, err, errlen);
     case OPT_LIMIT:
@@ -525,6 +559,17 @@ int lt_opts_parse(struct lt_opts *o, int argc, char **argv, char *err, size_t er
         return -1;
     if (o->requests < 0)
         o->requests = o->users;
+    if (o->sku && o->skus > 1 && o->sku > INT64_MAX - o->skus) {
+        snprintf(err, errlen, "--sku %" PRId64 " + --skus %d is beyond the largest id", o->sku,
+                 o->skus);
+        return -1;
+    }
+    if (o->skus > 1 && (o->answers_path || o->admin_deltas)) {
+        snprintf(err, errlen,
+                 "--skus above 1 takes no --answers (nor --load-only) or --admin-deltas: "
+                 "those record one SKU");
+        return -1;
+    }
     if (o->warmup_s >= o->duration_s) {
         snprintf(err, errlen, "--warmup (%g s) must be shorter than --duration (%g s)", o->warmup_s,
                  o->duration_s);

@@ -28,6 +28,8 @@ enum lt_mode {
 
 enum lt_user_pick { LT_PICK_SEQ, LT_PICK_RANDOM };
 
+enum lt_sku_pick { LT_SKU_RANDOM, LT_SKU_ROUND_ROBIN };
+
 #define LT_URL_MAX 256
 #define LT_HOST_MAX 64
 #define LT_TOKEN_MAX 256
@@ -38,6 +40,8 @@ enum lt_user_pick { LT_PICK_SEQ, LT_PICK_RANDOM };
 #define LT_MAX_CONCURRENCY 5000 /* connections */
 #define LT_MAX_DURATION_S 3600  /* hard bound on any run */
 #define LT_MAX_TARGETS 8        /* --url given several times: instances of one service */
+#define LT_MAX_SKUS 10000       /* --skus: SKUs bought at once */
+#define LT_MAX_SOURCE_ADDRS 250 /* --source-addrs: 127.0.0.1 .. 127.0.0.250 */
 
 struct lt_target {
     char url[LT_URL_MAX];
@@ -54,13 +58,16 @@ struct lt_opts {
     int ntargets;
     char token[LT_TOKEN_MAX];
     char buyer_secret[LT_SECRET_MAX]; /* signs the buyers' tokens ("" none: raw mode only) */
-    int64_t sku;                      /* 0: none given */
+    int64_t sku;                      /* 0: none given; the first of --skus */
+    int skus;                         /* SKUs bought at once (sku .. sku+skus-1 when given) */
+    enum lt_sku_pick sku_pick;        /* which SKU a request buys */
     int create_sku;
     int64_t stock, limit;
     int64_t users, user_base;
     enum lt_user_pick pick;
     int64_t requests; /* logical requests; retries come on top */
     int concurrency;
+    int source_addrs; /* connection i binds to 127.0.0.(1 + i mod source_addrs) */
     double duration_s, warmup_s;
     char qty_spec[128];
     struct lt_dist qty;

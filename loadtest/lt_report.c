@@ -61,6 +61,16 @@ void lt_report_metrics(const struct lt_report_in *in, struct lt_metrics *m)
         m->drain_after_s = c->f.drain_s;
 }
 
+/* "SKU 7", or "SKUs 7..206 (200)" for a run on several. */
+static const char *sku_words(const struct lt_report_in *in, char *buf, size_t cap)
+{
+    if (in->nskus > 1)
+        snprintf(buf, cap, "SKUs %" PRId64 "..%" PRId64 " (%d)", in->sku, in->sku_last, in->nskus);
+    else
+        snprintf(buf, cap, "SKU %" PRId64, in->sku);
+    return buf;
+}
+
 static const char *state_word(enum lt_check_state s)
 {
     return s == LT_CHECK_PASSED ? "PASS" : s == LT_CHECK_FAILED ? "FAIL" : "skip";
@@ -73,16 +83,19 @@ void lt_report_text(FILE *out, const struct lt_report_in *in)
     const struct lt_opts *o = in->o;
     struct lt_metrics m;
     lt_report_metrics(in, &m);
-    fprintf(out, "\n== seckill-loadtest: %s, SKU %" PRId64 "%s%s ==\n", o->label, in->sku,
-            o->mode == LT_MODE_CHECK_ONLY ? "" : " at ",
+    char skuw[64];
+    fprintf(out, "\n== seckill-loadtest: %s, %s%s%s ==\n", o->label,
+            sku_words(in, skuw, sizeof skuw), o->mode == LT_MODE_CHECK_ONLY ? "" : " at ",
             o->mode == LT_MODE_CHECK_ONLY ? "" : o->url);
     if (in->st && in->sum) {
         const struct lt_load_summary *s = in->sum;
-        fprintf(out,
-                "load      %" PRId64 " users, %" PRIu64 " requests + %" PRIu64
-                " retries, %d connections, qty %s, retry share %.2f, seed %" PRIu64 "\n",
-                o->users, s->issued, s->retries, o->concurrency, o->qty_spec, o->retry_share,
-                o->seed);
+        fprintf(
+            out,
+            "load      %" PRId64 " users, %" PRIu64 " requests + %" PRIu64
+            " retries, %d connections (from %d address%s), qty %s, retry share %.2f, seed %" PRIu64
+            "\n",
+            o->users, s->issued, s->retries, o->concurrency, o->source_addrs,
+            o->source_addrs > 1 ? "es" : "", o->qty_spec, o->retry_share, o->seed);
         fprintf(out,
                 "time      %.2f s (measured %.2f s after %.1f s warm-up)%s\n"
                 "rate      %.0f answers/s, %.0f new orders/s (201/202/409 with an order id)\n",
@@ -98,7 +111,9 @@ void lt_report_text(FILE *out, const struct lt_report_in *in)
                 fprintf(out, " %s %" PRIu64 ";", lt_answer_name(a), in->st->all[a]);
         fprintf(out, "\n");
         if (in->st->queue_max >= 0)
-            fprintf(out, "queue     order stream at most %" PRId64 " entries\n", in->st->queue_max);
+            fprintf(out,
+                    "queue     order stream%s at most %" PRId64 " entries (sampled every 250 ms)\n",
+                    in->nskus > 1 ? "s together" : "", in->st->queue_max);
     }
     const struct lt_answers *a = in->ans;
     if (a && a->admin_ok + a->admin_refused + a->admin_unknown)
@@ -188,6 +203,8 @@ int lt_report_json(const char *path, const struct lt_report_in *in, char *err, s
     json_object_set_new(root, "mode", json_string(modes[o->mode]));
     json_object_set_new(root, "url", json_string(o->url));
     json_object_set_new(root, "sku", json_integer(in->sku));
+    json_object_set_new(root, "skus", json_integer(in->nskus > 1 ? in->nskus : 1));
+    json_object_set_new(root, "sku_last", json_integer(in->nskus > 1 ? in->sku_last : in->sku));
     json_object_set_new(root, "exit_code", json_integer(in->exit_code));
     json_object_set_new(
         root, "config",
@@ -198,6 +215,8 @@ int lt_report_json(const char *path, const struct lt_report_in *in, char *err, s
                   o->retry_share, "seed", (json_int_t)o->seed, "timeout_ms", o->timeout_ms,
                   "admin_deltas", (json_int_t)o->admin_deltas, "admin_every_ms", o->admin_every_ms,
                   "admin_max_delta", (json_int_t)o->admin_max_delta));
+    json_object_set_new(json_object_get(root, "config"), "source_addrs",
+                        json_integer(o->source_addrs));
     if (in->st && in->sum) {
         const struct lt_load_summary *s = in->sum;
         json_t *answers = json_object();
@@ -503,7 +522,8 @@ int lt_report_html(const char *path, const struct lt_report_in *in, char *err, s
         ".a{font-size:11px;fill:#555} .g{stroke:#e4e4e4}\n"
         "</style></head><body>\n<h1>");
     html_escape(f, o->label);
-    fprintf(f, ": SKU %" PRId64 " at ", in->sku);
+    char skuw[64];
+    fprintf(f, ": %s at ", sku_words(in, skuw, sizeof skuw));
     html_escape(f, o->url);
     fprintf(f, " <span class=\"%s\">%s</span></h1>\n", ok ? "ok" : "bad",
             ok                                   ? (in->check ? "every invariant held" : "ok")

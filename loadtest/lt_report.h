@@ -17,7 +17,9 @@
 
 struct lt_report_in {
     const struct lt_opts *o;
-    int64_t sku;
+    int64_t sku;                         /* the first SKU */
+    int64_t sku_last;                    /* the last SKU (--skus) */
+    int nskus;                           /* 0 or 1: one SKU */
     const struct lt_stats *st;           /* NULL in check-only mode */
     const struct lt_load_summary *sum;   /* NULL in check-only mode */
     const struct lt_answers *ans;        /* NULL in raw mode */

@@ -1,26 +1,48 @@
 #!/usr/bin/env bash
-# `make bench`: the service against its alternatives, as ratios measured in
-# one invocation with the same concurrency (machines here are shared and
+# `make bench`: the service against the machine's limits, as ratios measured
+# in one invocation with the same concurrency (machines here are shared and
 # noisy, so absolute numbers mean little; ratios taken minutes apart do).
+# Phases (BENCH_ONLY=name,... runs a subset; default all, in this order):
 #
-#   1. HTTP ceiling: build/http-ceiling (a fixed 202 body) driven by
-#      seckill-loadtest, once with seckilld's own HTTP server (--server own,
-#      also driven by wrk when installed) and once with libevent's evhttp
-#      (--server evhttp); the ratio own/evhttp says what the strict server costs;
-#   2. PostgreSQL-only: pgbench running loadtest/pg_only.sql (guarded hot-row
-#      UPDATE + order INSERT per transaction) in its own schema;
-#   3. the service: a fresh seckilld on a free port, a SKU with 10^9 units and
-#      a per-user limit of 10^6, a million users picked at random; accepted
-#      orders/s and p99 from the load generator, confirmed orders/s from the
-#      database, then the full invariant check.
+#   ceiling   build/http-ceiling (a fixed 202 body) driven by seckill-loadtest,
+#             with seckilld's own HTTP server and with libevent's evhttp, and by
+#             wrk when installed: what HTTP alone costs;
+#   redis     redis-benchmark running the project's lua/reserve.lua by EVALSHA
+#             exactly as seckilld calls it (8 keys, 14 arguments, a random buyer
+#             per call) under the service's ACL rules, on a SKU with huge stock
+#             copied into a scratch database (db 9): Redis's limit;
+#   pg        pgbench: loadtest/pg_only.sql (one guarded order per transaction,
+#             the PostgreSQL-only design, the 30x baseline) and
+#             loadtest/pg_writer_batch.sql (the writer's own statements for a
+#             batch of BENCH_PG_BATCH orders): PostgreSQL's limit for the writer;
+#   durable, reserved
+#             a fresh seckilld per order_ack mode, one SKU with 10^9 units, a
+#             million random buyers: orders/s, p99, writer confirmed/accepted,
+#             the most seconds of orders the stream held, CPU us per order of
+#             seckilld, Redis, PostgreSQL and the generator (ticks over
+#             seckill_orders_accepted_total, both sampled at the same instants);
+#   soldout   100 units, 1 per buyer, a million buyers: nearly every answer is
+#             409 sold_out; answers/s against the HTTP ceiling;
+#   skus      200 SKUs at once (durable): orders/s, p99, every SKU checked;
+#   writers   the writer alone: BENCH_WRITER_ORDERS reserved orders on 200 SKUs
+#             queued by a daemon without writers, then drained by a daemon with
+#             1 writer, again with 2: confirmed/s and the ratio 2/1;
+#   burst     BENCH_BURST_CONNECTIONS connections opening together from
+#             BENCH_BURST_ADDRS loopback addresses against a fresh daemon
+#             (durable, 10,000 units): every request answered, invariants held.
 #
-# Prints the three side by side and the ratios against the issue's targets.
-# Exits non-zero only when a phase could not run or an invariant failed; a
-# missed target is reported, not fatal.
+# Every run of seckill-loadtest ends with its full invariant check.  Prints
+# the phases side by side and the ratios against the issue's targets.  Exits
+# non-zero only when a phase could not run or an invariant failed; a missed
+# target is reported (MISSED), not fatal.
 #
 # Env in: BUILD (build), LT_VAR (var), SECKILL_REDIS_PORT / SECKILL_PG_PORT (for
-#         a stack started here), BENCH_SECONDS (20), BENCH_WARMUP (2),
-#         BENCH_CONNECTIONS (50), BENCH_OUT (LT_VAR/bench), BENCH_WRK (1; 0 skips wrk).
+#         a stack started here), BENCH_ONLY (all), BENCH_SECONDS (20),
+#         BENCH_WARMUP (2), BENCH_CONNECTIONS (50), BENCH_OUT (LT_VAR/bench),
+#         BENCH_WRK (1; 0 skips wrk), BENCH_SCENARIO_SECONDS (10: soldout, skus),
+#         BENCH_REDIS_REQUESTS (300000), BENCH_PG_BATCH (500),
+#         BENCH_PG_BATCH_CLIENTS (2), BENCH_SKUS (200), BENCH_WRITER_ORDERS
+#         (100000), BENCH_BURST_CONNECTIONS (5000), BENCH_BURST_ADDRS (8).
 set -euo pipefail
 
 PROG=bench.sh
@@ -45,6 +67,30 @@ for v in SECS WARMUP CONNS; do
 done
 ((SECS >= 5 && SECS > WARMUP && SECS <= 600 && CONNS >= 1 && CONNS <= 1000)) ||
     die "need 5 <= BENCH_SECONDS <= 600, BENCH_WARMUP < BENCH_SECONDS and 1 <= BENCH_CONNECTIONS <= 1000"
+PHASES_ALL=ceiling,redis,pg,durable,reserved,soldout,skus,writers,burst
+ONLY=${BENCH_ONLY:-$PHASES_ALL}
+[[ $ONLY =~ ^[a-z]+(,[a-z]+)*$ ]] || die "BENCH_ONLY must be a comma-separated list of: $PHASES_ALL"
+IFS=, read -r -a ONLY_LIST <<<"$ONLY"
+for p in "${ONLY_LIST[@]}"; do
+    [[ ,$PHASES_ALL, == *",$p,"* ]] || die "BENCH_ONLY: unknown phase '$p' (phases: $PHASES_ALL)"
+done
+want() { [[ ,$ONLY, == *",$1,"* ]]; }
+SCEN_SECS=${BENCH_SCENARIO_SECONDS:-10}
+REDIS_REQS=${BENCH_REDIS_REQUESTS:-300000}
+PG_BATCH=${BENCH_PG_BATCH:-500}
+PG_BATCH_CLIENTS=${BENCH_PG_BATCH_CLIENTS:-2}
+NSKUS=${BENCH_SKUS:-200}
+WRITER_ORDERS=${BENCH_WRITER_ORDERS:-100000}
+BURST_CONNS=${BENCH_BURST_CONNECTIONS:-5000}
+BURST_ADDRS=${BENCH_BURST_ADDRS:-8}
+for v in SCEN_SECS:BENCH_SCENARIO_SECONDS:3:600 REDIS_REQS:BENCH_REDIS_REQUESTS:1000:100000000 \
+    PG_BATCH:BENCH_PG_BATCH:1:100000 PG_BATCH_CLIENTS:BENCH_PG_BATCH_CLIENTS:1:100 \
+    NSKUS:BENCH_SKUS:2:10000 WRITER_ORDERS:BENCH_WRITER_ORDERS:1000:10000000 \
+    BURST_CONNS:BENCH_BURST_CONNECTIONS:1:5000 BURST_ADDRS:BENCH_BURST_ADDRS:1:250; do
+    IFS=: read -r var name lo hi <<<"$v"
+    [[ ${!var} =~ ^[0-9]+$ ]] && ((${!var} >= lo && ${!var} <= hi)) ||
+        die "$name must be a whole number in $lo..$hi, not '${!var}'"
+done
 RUN_SECS=$((SECS + WARMUP))
 HTTP_THREADS=2 # seckilld's http_threads default; the ceiling gets the same
 USERS=1000000
@@ -117,17 +163,45 @@ cpu_cores() {
     }'
 }
 
+# cpu_us_per "SNAP1" "SNAP2" COUNT: CPU microseconds per COUNT of each sampled
+# process, space-separated ("-" each when COUNT is 0)
+cpu_us_per() {
+    awk -v a="$1" -v b="$2" -v n="$3" -v hz="$(getconf CLK_TCK)" 'BEGIN {
+        k = split(a, x, " "); split(b, y, " "); out = ""
+        for (i = 3; i <= k; i++)
+            out = out (n > 0 ? sprintf("%.1f", (y[i] - x[i]) / hz * 1e6 / n) : "-") " "
+        print out
+    }'
+}
+# metric ADDR NAME: a counter of seckilld's /metrics (0 when absent)
+metric() {
+    curl -fsS --max-time 5 -H "Authorization: Bearer $SECKILL_ADMIN_TOKEN" "http://$1/metrics" 2>/dev/null |
+        awk -v m="$2" '$1 == m { v = $2 } END { printf "%.0f\n", v + 0 }'
+}
+
 command -v jq >/dev/null 2>&1 || apt_install jq || die "jq is needed to read the JSON summaries"
 command -v curl >/dev/null 2>&1 || die "curl is not installed (run scripts/deps.sh)"
 PGBENCH=$(command -v pgbench || true)
 if [[ -z $PGBENCH ]]; then
     PGBENCH=$(find /usr/lib/postgresql -path '*/bin/pgbench' 2>/dev/null | sort -V | tail -n1)
 fi
-[[ -n $PGBENCH && -x $PGBENCH ]] || die "pgbench not found (Debian: postgresql-contrib / postgresql)"
+want pg && { [[ -n $PGBENCH && -x $PGBENCH ]] || die "pgbench not found (Debian: postgresql-contrib / postgresql)"; }
 WRK=
-if [[ ${BENCH_WRK:-1} == 1 ]]; then
+if want ceiling && [[ ${BENCH_WRK:-1} == 1 ]]; then
     command -v wrk >/dev/null 2>&1 || apt_install wrk || say "wrk not installable; its line is skipped"
     WRK=$(command -v wrk || true)
+fi
+if want redis; then
+    command -v redis-benchmark >/dev/null 2>&1 || apt_install redis-tools ||
+        die "redis-benchmark is needed for the redis phase (Debian: redis-tools)"
+fi
+# The burst's connections, and the daemon's (inherited): as many descriptors as allowed.
+if want burst; then
+    NOFILE_HARD=$(ulimit -Hn)
+    [[ $NOFILE_HARD == unlimited ]] && NOFILE_HARD=1048576
+    NOFILE_WANT=$((BURST_CONNS * 2 + 1024))
+    ((NOFILE_HARD >= NOFILE_WANT)) || die "the burst needs ulimit -n >= $NOFILE_WANT (hard limit $NOFILE_HARD)"
+    ulimit -n "$NOFILE_WANT"
 fi
 
 lt_stack_up "$VAR"
@@ -135,8 +209,26 @@ export SECKILL_ADMIN_TOKEN SECKILL_BUYER_TOKEN_SECRET
 SECKILL_ADMIN_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
 # Every buyer, against the ceiling too (same request bytes), carries a token.
 SECKILL_BUYER_TOKEN_SECRET=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
+REDIS_PORT=${SECKILL_REDIS_PORT:-6380}
+REDIS_PID=$(tr -dc '0-9' <"$LT_STACK_DIR/redis/redis.pid" 2>/dev/null || true)
+PG_PID=$(head -n1 "$LT_STACK_DIR/pg/data/postmaster.pid" 2>/dev/null | tr -dc '0-9' || true)
+PG_OWNER_DSN=${SECKILL_MIGRATE_PG_DSN:-$SECKILL_PG_DSN}
 
-# ---- 1. HTTP ceiling, with seckilld's own HTTP server and with libevent's evhttp
+# What the redis phase leaves in Redis until it is done (removed on any exit).
+BENCH_REDIS_USER=
+BENCH_REDIS_DB=9
+bench_cleanup() {
+    local rc=$?
+    if [[ -n $BENCH_REDIS_USER ]]; then
+        se_redis_admin "$LT_STACK_DIR" "$REDIS_PORT" ACL DELUSER "$BENCH_REDIS_USER" >/dev/null 2>&1 || true
+        se_redis_admin "$LT_STACK_DIR" "$REDIS_PORT" -n "$BENCH_REDIS_DB" FLUSHDB ASYNC >/dev/null 2>&1 || true
+    fi
+    (exit "$rc")
+    lt_cleanup
+}
+trap bench_cleanup EXIT
+
+# ---- ceiling: HTTP alone, with seckilld's own HTTP server and with libevent's evhttp
 # run_ceiling SERVER (own|evhttp): sets CEIL_CPU_<SERVER>, CEIL_CORES_<SERVER>,
 # CPORT (left running in LT_EXTRA_PID for wrk); writes ceiling-<SERVER>.{txt,json,html}.
 run_ceiling() {
@@ -150,7 +242,7 @@ run_ceiling() {
             break
         ((try < LT_START_TRIES)) || die "http-ceiling did not start in $LT_START_TRIES tries"
     done
-    say "=== 1. HTTP ceiling ($server server): seckill-loadtest, $CONNS connections, ${SECS}s + ${WARMUP}s warm-up"
+    say "=== ceiling ($server server): seckill-loadtest, $CONNS connections, ${SECS}s + ${WARMUP}s warm-up"
     "$LOADTEST" --no-check --url "http://127.0.0.1:$CPORT" --label "HTTP ceiling ($server)" \
         --concurrency "$CONNS" --duration "$RUN_SECS" --warmup "$WARMUP" --requests "$BUDGET" \
         --users "$USERS" --user-pick random --progress-ms 5000 \
@@ -164,130 +256,359 @@ run_ceiling() {
     sed -n '/^rate/p;/^latency/p' "$OUT/ceiling-$server.txt"
     printf -v "CEIL_CPU_$server" '%s' "$(cpu_share "$S1" "$S2" "http-ceiling generator")"
     printf -v "CEIL_CORES_$server" '%s' "$(cpu_cores "$S1" "$S2")"
+    printf -v "CEIL_US_$server" '%s' "$(cpu_us_per "$S1" "$S2" "$(jq -r '.run.throughput_rps * '"$(((SECS - 2)))" "$OUT/ceiling-$server.json")")"
 }
-run_ceiling evhttp
-lt_stop "$LT_EXTRA_PID" http-ceiling
-run_ceiling own # the service's ceiling: what seckilld's HTTP layer costs
-CEIL_CPU=$CEIL_CPU_own
-CEIL_CORES=$CEIL_CORES_own
-WRK_RPS='' WRK_P99=''
-if [[ -n $WRK ]]; then
-    say "=== 1b. HTTP ceiling (own server): wrk, 1 thread, $CONNS connections, ${SECS}s"
-    "$WRK" -t1 -c"$CONNS" -d"${SECS}s" --timeout 5s --latency -s "$ROOT/loadtest/wrk_order.lua" \
-        -H "Authorization: Bearer $("$BUILD_DIR/seckillctl" token --user 1)" \
-        "http://127.0.0.1:$CPORT/api/v1/skus/1/orders" >"$OUT/wrk.txt" 2>&1 || say "wrk failed; see $OUT/wrk.txt"
-    WRK_RPS=$(awk '/^Requests\/sec:/ { print $2 }' "$OUT/wrk.txt")
-    WRK_P99=$(awk '$1 == "99%" { v = $2; u = v; gsub(/[0-9.]/, "", u); sub(/[a-z]+$/, "", v);
-              f = (u == "us") ? 0.001 : (u == "s") ? 1000 : 1; printf "%.3f", v * f }' "$OUT/wrk.txt")
-    printf 'wrk       %s requests/s, p99 %s ms\n' "${WRK_RPS:-?}" "${WRK_P99:-?}"
+CEIL_RPS='' CEIL_P99='' EV_RPS='' EV_P99='' WRK_RPS='' WRK_P99=
+if want ceiling; then
+    run_ceiling evhttp
+    lt_stop "$LT_EXTRA_PID" http-ceiling
+    run_ceiling own # the service's ceiling: what seckilld's HTTP layer costs
+    if [[ -n $WRK ]]; then
+        say "=== ceiling (own server): wrk, 1 thread, $CONNS connections, ${SECS}s"
+        "$WRK" -t1 -c"$CONNS" -d"${SECS}s" --timeout 5s --latency -s "$ROOT/loadtest/wrk_order.lua" \
+            -H "Authorization: Bearer $("$BUILD_DIR/seckillctl" token --user 1)" \
+            "http://127.0.0.1:$CPORT/api/v1/skus/1/orders" >"$OUT/wrk.txt" 2>&1 || say "wrk failed; see $OUT/wrk.txt"
+        WRK_RPS=$(awk '/^Requests\/sec:/ { print $2 }' "$OUT/wrk.txt")
+        WRK_P99=$(awk '$1 == "99%" { v = $2; u = v; gsub(/[0-9.]/, "", u); sub(/[a-z]+$/, "", v);
+                  f = (u == "us") ? 0.001 : (u == "s") ? 1000 : 1; printf "%.3f", v * f }' "$OUT/wrk.txt")
+        printf 'wrk       %s requests/s, p99 %s ms\n' "${WRK_RPS:-?}" "${WRK_P99:-?}"
+    fi
+    lt_stop "$LT_EXTRA_PID" http-ceiling
+    LT_EXTRA_PID=
+    CEIL_RPS=$(jq -r '.run.throughput_rps' "$OUT/ceiling-own.json")
+    CEIL_P99=$(jq -r '.latency_ms.p99' "$OUT/ceiling-own.json")
+    EV_RPS=$(jq -r '.run.throughput_rps' "$OUT/ceiling-evhttp.json")
+    EV_P99=$(jq -r '.latency_ms.p99' "$OUT/ceiling-evhttp.json")
 fi
-lt_stop "$LT_EXTRA_PID" http-ceiling
-LT_EXTRA_PID=
 
-# ---- 2. PostgreSQL only
-say "=== 2. PostgreSQL-only: pgbench, $CONNS connections, ${SECS}s"
-# Its own schema, made and dropped by the owner: the service's role may not.
-PG_ONLY_DSN=${SECKILL_MIGRATE_PG_DSN:-$SECKILL_PG_DSN}
-psql "$PG_ONLY_DSN" -X -q -v ON_ERROR_STOP=1 -f "$ROOT/loadtest/pg_only_setup.sql" \
-    >"$OUT/pgbench-setup.log" 2>&1 || die "pg_only_setup.sql failed ($OUT/pgbench-setup.log)"
-rm -f "$OUT"/pgbench_log.*
-(cd "$OUT" && timeout $((SECS + 60)) "$PGBENCH" -n -c "$CONNS" -j 2 -T "$SECS" -M prepared \
-    -f "$ROOT/loadtest/pg_only.sql" -l --log-prefix=pgbench_log "$PG_ONLY_DSN") \
-    >"$OUT/pgbench.txt" 2>&1 || die "pgbench failed ($OUT/pgbench.txt)"
-PG_TPS=$(awk -F'[ =]+' '/^tps/ && /without initial/ { print $2 }' "$OUT/pgbench.txt")
-# per-transaction log: client xact latency_us script epoch us
-PG_P99=$(cat "$OUT"/pgbench_log.* | awk '{ print $3 }' | sort -n |
-    awk '{ v[NR] = $1 } END { if (NR) { i = int(NR * 0.99); if (i < NR * 0.99) i++; printf "%.3f", v[i] / 1000 } }')
-PG_SOLD=$(psql "$PG_ONLY_DSN" -X -At -c 'SELECT count(*) FROM lt_pgonly.orders')
-psql "$PG_ONLY_DSN" -X -q -c 'DROP SCHEMA lt_pgonly CASCADE' >/dev/null 2>&1 || true
-rm -f "$OUT"/pgbench_log.*
-printf 'pgbench   %s transactions/s, p99 %s ms, %s orders\n' "$PG_TPS" "$PG_P99" "$PG_SOLD"
+# create_sku ADDR NAME STOCK LIMIT: a SKU through seckilld's admin API; prints its id
+create_sku() {
+    curl -fsS --max-time 10 -X POST -H "Authorization: Bearer $SECKILL_ADMIN_TOKEN" \
+        -H 'Content-Type: application/json' \
+        -d "{\"name\":\"$2\",\"stock\":$3,\"per_user_limit\":$4}" "http://$1/admin/v1/skus" | jq -r '.id'
+}
 
-# ---- 3. the service, in each acknowledgement mode (durable first: the default)
-# run_service MODE: one sustained run against a fresh seckilld with order_ack=MODE;
-# sets SVC_CPU_<MODE> and SVC_CORES_<MODE>, writes service-<MODE>.{txt,json,html}.
-run_service() {
-    local mode=$1 st=0
-    SECKILL_ORDER_ACK=$mode lt_daemon_start_free "$OUT/seckilld-$mode.log"
-    DPORT=$LT_DAEMON_PORT
-    say "=== 3. service, order_ack=$mode: seckill-loadtest, $CONNS connections, ${SECS}s + ${WARMUP}s warm-up"
-    "$LOADTEST" --url "http://127.0.0.1:$DPORT" --label "service (order_ack=$mode)" \
-        --stock "$BIG_STOCK" --limit "$BIG_LIMIT" --users "$USERS" --user-pick random \
-        --concurrency "$CONNS" --duration "$RUN_SECS" --warmup "$WARMUP" --requests "$BUDGET" \
-        --progress-ms 5000 --drain-timeout 300 --report "$OUT/service-$mode.html" \
-        --json "$OUT/service-$mode.json" >"$OUT/service-$mode.txt" &
+# ---- redis: reserve.lua alone, by redis-benchmark, as seckilld calls it
+REDIS_RPS='' REDIS_P99=''
+if want redis; then
+    say "=== redis: redis-benchmark EVALSHA reserve.lua, $CONNS clients, $REDIS_REQS calls"
+    lt_daemon_start_free "$OUT/seckilld-redis.log"
+    RSKU=$(create_sku "127.0.0.1:$LT_DAEMON_PORT" redis-benchmark "$BIG_STOCK" "$BIG_LIMIT") ||
+        die "could not create the redis phase's SKU (log: $OUT/seckilld-redis.log)"
+    [[ $RSKU =~ ^[0-9]+$ ]] || die "could not create the redis phase's SKU (got '$RSKU')"
+    lt_stop "$LT_DAEMON_PID" seckilld
+    LT_DAEMON_PID=
+    K="seckill:{sku:$RSKU}"
+    # The SKU as sku_load.lua made it (meta, stock, sequence), copied into a
+    # scratch database: the benchmark's orders never reach a writer, and the
+    # whole database is dropped afterwards (bench_cleanup).
+    BENCH_REDIS_USER=seckill-bench-$$
+    se_redis_admin "$LT_STACK_DIR" "$REDIS_PORT" -n "$BENCH_REDIS_DB" FLUSHDB >/dev/null
+    for k in meta stock seq; do
+        [[ $(se_redis_admin "$LT_STACK_DIR" "$REDIS_PORT" COPY "$K:$k" "$K:$k" DB "$BENCH_REDIS_DB" REPLACE) == 1 ]] ||
+            die "could not copy $K:$k into database $BENCH_REDIS_DB"
+    done
+    SHA=$(se_redis_admin "$LT_STACK_DIR" "$REDIS_PORT" SCRIPT LOAD "$(cat "$ROOT/lua/reserve.lua")")
+    [[ $SHA =~ ^[0-9a-f]{40}$ ]] || die "SCRIPT LOAD of lua/reserve.lua failed: $SHA"
+    # redis-benchmark reads its password only from its command line: it gets
+    # a throwaway user with exactly the service's ACL rules (keys, channels,
+    # commands) and a one-time password, deleted at the end.
+    ACL_LINE=$(se_redis_admin "$LT_STACK_DIR" "$REDIS_PORT" ACL LIST | grep '^user seckill ') ||
+        die "the stack's Redis has no ACL user seckill"
+    read -r -a ACL_RULES <<<"${ACL_LINE#user seckill }"
+    RULES=()
+    for r in "${ACL_RULES[@]}"; do [[ $r == '#'* || $r == '>'* ]] || RULES+=("$r"); done
+    BPW=$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')
+    BPW_SHA=$(printf '%s' "$BPW" | sha256sum | cut -d' ' -f1)
+    [[ $(se_redis_admin "$LT_STACK_DIR" "$REDIS_PORT" ACL SETUSER "$BENCH_REDIS_USER" reset "${RULES[@]}" "#$BPW_SHA") == OK ]] ||
+        die "could not create the benchmark's ACL user"
+    # reserve.lua's 8 keys and 14 arguments in order/order.c's order: buyer,
+    # qty 1, a made-up idempotency key (as seckilld makes one per order), its
+    # fingerprint, the key's TTL (idempotency_ttl_s), a deadline far ahead,
+    # 2^30 ids per epoch, '0' (not the buyer's key: refusals not remembered),
+    # the stream's field names, the buyer bucket (rate_buyer_orders_per_min 60
+    # = one every 10^6 us, burst 5).  redis-benchmark draws each __rand_int__
+    # on its own, so the buyer of the keys and of the arguments differ: each
+    # call still meets a random buyer's empty bucket and limit, as in the service.
+    DEADLINE=$(($(date +%s) * 1000 + 86400000))
+    (cd "$OUT" && timeout $((SECS * 30 + 120)) redis-benchmark -h 127.0.0.1 -p "$REDIS_PORT" \
+        --user "$BENCH_REDIS_USER" -a "$BPW" --dbnum "$BENCH_REDIS_DB" -c "$CONNS" -n "$REDIS_REQS" \
+        -r "$USERS" --csv \
+        EVALSHA "$SHA" 8 "$K:meta" "$K:stock" "$K:seq" "$K:bought" "$K:journal" "$K:orders" \
+        "$K:idem:__rand_int__:auto-__rand_int__" "$K:rate:__rand_int__" \
+        __rand_int__ 1 auto-__rand_int__ __rand_int__:1 86400 "$DEADLINE" 1073741824 0 o u q k 1000000 5) \
+        >"$OUT/redis-benchmark.csv" 2>"$OUT/redis-benchmark.err" || {
+        cat "$OUT/redis-benchmark.err" >&2
+        die "redis-benchmark failed ($OUT/redis-benchmark.err)"
+    }
+    # "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms",...
+    REDIS_RPS=$(awk -F'","' 'NR == 2 { print $2 }' "$OUT/redis-benchmark.csv")
+    REDIS_P99=$(awk -F'","' 'NR == 2 { print $7 }' "$OUT/redis-benchmark.csv")
+    TAKEN=$(se_redis_admin "$LT_STACK_DIR" "$REDIS_PORT" -n "$BENCH_REDIS_DB" XLEN "$K:orders")
+    printf 'redis     %s reserve.lua calls/s, p99 %s ms; %s orders reserved\n' "$REDIS_RPS" "$REDIS_P99" "$TAKEN"
+    [[ $TAKEN -gt 0 ]] || die "redis-benchmark reserved nothing: the script refused every call ($OUT/redis-benchmark.csv)"
+    se_redis_admin "$LT_STACK_DIR" "$REDIS_PORT" ACL DELUSER "$BENCH_REDIS_USER" >/dev/null
+    se_redis_admin "$LT_STACK_DIR" "$REDIS_PORT" -n "$BENCH_REDIS_DB" FLUSHDB ASYNC >/dev/null
+    BENCH_REDIS_USER=
+fi
+
+# ---- pg: the PostgreSQL-only design, and the writer's own batch
+PG_TPS='' PG_P99='' PGB_TPS='' PGB_P99=''
+if want pg; then
+    say "=== pg: PostgreSQL-only, pgbench, $CONNS connections, ${SECS}s"
+    # Its own schema, made and dropped by the owner: the service's role may not.
+    psql "$PG_OWNER_DSN" -X -q -v ON_ERROR_STOP=1 -f "$ROOT/loadtest/pg_only_setup.sql" \
+        >"$OUT/pgbench-setup.log" 2>&1 || die "pg_only_setup.sql failed ($OUT/pgbench-setup.log)"
+    rm -f "$OUT"/pgbench_log.*
+    (cd "$OUT" && timeout $((SECS + 60)) "$PGBENCH" -n -c "$CONNS" -j 2 -T "$SECS" -M prepared \
+        -f "$ROOT/loadtest/pg_only.sql" -l --log-prefix=pgbench_log "$PG_OWNER_DSN") \
+        >"$OUT/pgbench.txt" 2>&1 || die "pgbench failed ($OUT/pgbench.txt)"
+    PG_TPS=$(awk -F'[ =]+' '/^tps/ && /without initial/ { print $2 }' "$OUT/pgbench.txt")
+    # per-transaction log: client xact latency_us script epoch us
+    PG_P99=$(cat "$OUT"/pgbench_log.* | awk '{ print $3 }' | sort -n |
+        awk '{ v[NR] = $1 } END { if (NR) { i = int(NR * 0.99); if (i < NR * 0.99) i++; printf "%.3f", v[i] / 1000 } }')
+    PG_SOLD=$(psql "$PG_OWNER_DSN" -X -At -c 'SELECT count(*) FROM lt_pgonly.orders')
+    psql "$PG_OWNER_DSN" -X -q -c 'DROP SCHEMA lt_pgonly CASCADE' >/dev/null 2>&1 || true
+    rm -f "$OUT"/pgbench_log.*
+    printf 'pgbench   %s transactions/s, p99 %s ms, %s orders\n' "$PG_TPS" "$PG_P99" "$PG_SOLD"
+
+    say "=== pg: the writer's batch of $PG_BATCH orders, pgbench, $PG_BATCH_CLIENTS clients (one SKU each), ${SECS}s"
+    psql "$PG_OWNER_DSN" -X -q -v ON_ERROR_STOP=1 -v clients="$PG_BATCH_CLIENTS" \
+        -f "$ROOT/loadtest/pg_writer_batch_setup.sql" >"$OUT/pgbench-batch-setup.log" 2>&1 ||
+        die "pg_writer_batch_setup.sql failed ($OUT/pgbench-batch-setup.log)"
+    (cd "$OUT" && PGOPTIONS='-c search_path=lt_pgbatch' timeout $((SECS + 120)) "$PGBENCH" -n \
+        -c "$PG_BATCH_CLIENTS" -j "$PG_BATCH_CLIENTS" -T "$SECS" -M extended -D B="$PG_BATCH" \
+        -f "$ROOT/loadtest/pg_writer_batch.sql" -l --log-prefix=pgbench_batch_log "$PG_OWNER_DSN") \
+        >"$OUT/pgbench-batch.txt" 2>&1 || die "pgbench of the writer's batch failed ($OUT/pgbench-batch.txt)"
+    PGB_TPS=$(awk -F'[ =]+' '/^tps/ && /without initial/ { print $2 }' "$OUT/pgbench-batch.txt")
+    PGB_P99=$(cat "$OUT"/pgbench_batch_log.* | awk '{ print $3 }' | sort -n |
+        awk '{ v[NR] = $1 } END { if (NR) { i = int(NR * 0.99); if (i < NR * 0.99) i++; printf "%.3f", v[i] / 1000 } }')
+    PGB_ROWS=$(psql "$PG_OWNER_DSN" -X -At -c 'SELECT count(*) FROM lt_pgbatch.orders')
+    psql "$PG_OWNER_DSN" -X -q -c 'DROP SCHEMA lt_pgbatch CASCADE' >/dev/null 2>&1 || true
+    rm -f "$OUT"/pgbench_batch_log.*
+    printf 'pgbench   %s batches/s = %.0f orders/s, p99 %s ms per batch, %s orders\n' "$PGB_TPS" \
+        "$(awk -v t="$PGB_TPS" -v b="$PG_BATCH" 'BEGIN { print t * b }')" "$PGB_P99" "$PGB_ROWS"
+fi
+
+# ---- the service's phases
+# run_phase NAME SECS WARMUP SAMPLE LOADTEST-ARGS...: a fresh seckilld
+# (SECKILL_* from the caller's environment), seckill-loadtest with the args
+# and its full check; with SAMPLE 1 (and SECS >= 4), CPU and seckill_orders_accepted_total sampled at the
+# same two instants inside the measured window: sets US_<NAME> (CPU us per
+# accepted order of seckilld, redis-server, postgres, the generator) and
+# CORES_<NAME>.  Writes NAME.{txt,json,html,err}.
+run_phase() {
+    local name=$1 secs=$2 warm=$3 sample=$4 st=0 m1 m2 addr
+    shift 4
+    lt_daemon_start_free "$OUT/seckilld-$name.log"
+    addr=127.0.0.1:$LT_DAEMON_PORT
+    "$LOADTEST" --url "http://$addr" --label "$name" --duration "$((secs + warm))" --warmup "$warm" \
+        --progress-ms 5000 --drain-timeout 300 --report "$OUT/$name.html" --json "$OUT/$name.json" \
+        "$@" >"$OUT/$name.txt" 2>"$OUT/$name.err" &
     LPID=$!
-    REDIS_PID=$(tr -dc '0-9' <"$LT_STACK_DIR/redis/redis.pid" 2>/dev/null || true)
-    PG_PID=$(head -n1 "$LT_STACK_DIR/pg/data/postmaster.pid" 2>/dev/null | tr -dc '0-9' || true)
-    sleep "$((WARMUP + 1))"
-    S1=$(cpu_snapshot "$LT_DAEMON_PID" "$REDIS_PID" "$PG_PID" "$LPID")
-    sleep "$((SECS - 2))"
-    S2=$(cpu_snapshot "$LT_DAEMON_PID" "$REDIS_PID" "$PG_PID" "$LPID")
+    printf -v "US_$name" '%s' ''
+    if ((sample && secs >= 4)); then
+        sleep "$((warm + 1))"
+        S1=$(cpu_snapshot "$LT_DAEMON_PID" "$REDIS_PID" "$PG_PID" "$LPID")
+        m1=$(($(metric "$addr" seckill_orders_accepted_total) + $(metric "$addr" "$PHASE_METRIC2")))
+        sleep "$((secs - 2))"
+        S2=$(cpu_snapshot "$LT_DAEMON_PID" "$REDIS_PID" "$PG_PID" "$LPID")
+        m2=$(($(metric "$addr" seckill_orders_accepted_total) + $(metric "$addr" "$PHASE_METRIC2")))
+        printf -v "US_$name" '%s' "$(cpu_us_per "$S1" "$S2" $((m2 - m1)))"
+        printf -v "CORES_$name" '%s' "$(cpu_cores "$S1" "$S2")"
+        printf -v "CPU_$name" '%s' "$(cpu_share "$S1" "$S2" "seckilld redis-server postgres generator")"
+    fi
     wait "$LPID" || st=$?
-    printf -v "SVC_CPU_$mode" '%s' "$(cpu_share "$S1" "$S2" "seckilld redis-server postgres generator")"
-    printf -v "SVC_CORES_$mode" '%s' "$(cpu_cores "$S1" "$S2")"
-    grep -E '^(rate|latency|queue|writer|database|RESULT)' "$OUT/service-$mode.txt" || true
+    grep -E '^(rate|latency|answers|queue|writer|database|RESULT)' "$OUT/$name.txt" || true
     ((st == 0)) || {
-        cat "$OUT/service-$mode.txt"
-        die "the service run (order_ack=$mode) failed its invariant check or could not run (exit $st)"
+        cat "$OUT/$name.txt" "$OUT/$name.err"
+        die "the $name run failed its invariant check or could not run (exit $st)"
     }
     lt_stop "$LT_DAEMON_PID" seckilld
     LT_DAEMON_PID=
 }
-run_service durable
-run_service reserved
-SVC_CPU=$SVC_CPU_durable
-SVC_CORES=$SVC_CORES_durable
+# The sold-out storm accepts almost nothing: its CPU is counted per answer
+# (accepted + sold out); the other phases count accepted orders only.
+PHASE_METRIC2=none
+HOT=(--stock "$BIG_STOCK" --limit "$BIG_LIMIT" --users "$USERS" --user-pick random
+    --concurrency "$CONNS" --requests "$BUDGET")
+for mode in durable reserved; do
+    want "$mode" || continue
+    say "=== $mode: the service, order_ack=$mode, one hot SKU, $CONNS connections, ${SECS}s + ${WARMUP}s warm-up"
+    SECKILL_ORDER_ACK=$mode run_phase "$mode" "$SECS" "$WARMUP" 1 "${HOT[@]}"
+done
+if want soldout; then
+    say "=== soldout: 100 units, 1 per buyer, a million buyers, $CONNS connections, ${SCEN_SECS}s"
+    PHASE_METRIC2=seckill_orders_sold_out_total run_phase soldout "$SCEN_SECS" 1 1 --stock 100 --limit 1 --users "$USERS" --user-pick random \
+        --concurrency "$CONNS" --requests "$BUDGET"
+fi
+if want skus; then
+    say "=== skus: $NSKUS SKUs at once, durable, $CONNS connections, ${SCEN_SECS}s"
+    run_phase skus "$SCEN_SECS" 1 1 --skus "$NSKUS" "${HOT[@]}"
+fi
+
+# ---- writers: the order writer alone, 1 then 2 threads, on NSKUS SKUs
+# drain_rate ADDR TARGET LOG: polls the writer daemon's confirmed + rejected
+# counters every 100 ms until they reach TARGET; prints "rows/s seconds",
+# from the first poll that saw rows to the one that saw them all.
+drain_rate() {
+    local addr=$1 target=$2 t0=0 c0=0 c t deadline=$((SECONDS + 600))
+    while :; do
+        c=$(($(metric "$addr" seckill_writer_orders_confirmed_total) + $(metric "$addr" seckill_writer_orders_rejected_total)))
+        t=$(date +%s%N)
+        ((t0 == 0 && c > 0 && c < target)) && t0=$t c0=$c
+        if ((c >= target)); then
+            ((t0 > 0 && t > t0)) || {
+                echo "- -"
+                return
+            }
+            awk -v n=$((c - c0)) -v ns=$((t - t0)) 'BEGIN { printf "%.0f %.2f\n", n / (ns / 1e9), ns / 1e9 }'
+            return
+        fi
+        ((SECONDS < deadline)) || die "the writer did not drain $target orders within 600 s (log: $3)"
+        sleep 0.1
+    done
+}
+WR_1='' WR_2=''
+if want writers; then
+    for w in 1 2; do
+        say "=== writers: $WRITER_ORDERS reserved orders on $NSKUS SKUs queued without a writer, drained by $w"
+        SECKILL_ORDER_ACK=reserved SECKILL_WRITER_THREADS=0 lt_daemon_start_free "$OUT/seckilld-fill-$w.log"
+        "$LOADTEST" --url "http://127.0.0.1:$LT_DAEMON_PORT" --label "writers $w (fill)" --skus "$NSKUS" \
+            --stock "$BIG_STOCK" --limit "$BIG_LIMIT" --users "$USERS" --user-pick random \
+            --concurrency "$CONNS" --requests "$WRITER_ORDERS" --duration 600 --progress-ms 5000 \
+            --drain-timeout 900 --json "$OUT/writers-$w.json" >"$OUT/writers-$w.txt" 2>"$OUT/writers-$w.err" &
+        LPID=$!
+        # the load is over when the generator starts its check (which waits
+        # for the streams: the writer daemon started below drains them)
+        until grep -q 'load done' "$OUT/writers-$w.err"; do
+            kill -0 "$LPID" 2>/dev/null || {
+                cat "$OUT/writers-$w.txt" "$OUT/writers-$w.err"
+                die "the writers' fill run ended early"
+            }
+            sleep 0.2
+        done
+        lt_stop "$LT_DAEMON_PID" seckilld
+        FIRST=$(grep -o 'created SKU [0-9]*' "$OUT/writers-$w.err" | head -n1 | tr -dc '0-9')
+        LAST=$(grep -o 'created SKU [0-9]*' "$OUT/writers-$w.err" | tail -n1 | tr -dc '0-9')
+        QUEUED=0
+        for ((id = FIRST; id <= LAST; id++)); do
+            QUEUED=$((QUEUED + $(se_redis_admin "$LT_STACK_DIR" "$REDIS_PORT" XLEN "seckill:{sku:$id}:orders")))
+        done
+        SECKILL_ORDER_ACK=reserved SECKILL_WRITER_THREADS=$w lt_daemon_start_free "$OUT/seckilld-drain-$w.log"
+        read -r rate secs < <(drain_rate "127.0.0.1:$LT_DAEMON_PORT" "$QUEUED" "$OUT/seckilld-drain-$w.log")
+        printf -v "WR_$w" '%s' "$rate"
+        printf 'writers   %d writer(s): %s orders drained at %s rows/s (%s s)\n' "$w" "$QUEUED" "$rate" "$secs"
+        st=0
+        wait "$LPID" || st=$?
+        grep -E '^(RESULT)' "$OUT/writers-$w.txt" || true
+        ((st == 0)) || {
+            cat "$OUT/writers-$w.txt"
+            die "the writers' run ($w) failed its invariant check (exit $st)"
+        }
+        lt_stop "$LT_DAEMON_PID" seckilld
+        LT_DAEMON_PID=
+    done
+fi
+
+if want burst; then
+    say "=== burst: $BURST_CONNS connections opening together from $BURST_ADDRS addresses, durable"
+    run_phase burst 120 0 0 --stock 10000 --limit 1 --users "$USERS" --user-pick random \
+        --concurrency "$BURST_CONNS" --source-addrs "$BURST_ADDRS" --requests $((BURST_CONNS * 4)) \
+        --timeout-ms 10000
+fi
 
 # ---- the table
-C=$OUT/ceiling-own.json E=$OUT/ceiling-evhttp.json S=$OUT/service-durable.json R=$OUT/service-reserved.json
-CEIL_RPS=$(jq -r '.run.throughput_rps' "$C")
-CEIL_P99=$(jq -r '.latency_ms.p99' "$C")
-EV_RPS=$(jq -r '.run.throughput_rps' "$E")
-EV_P99=$(jq -r '.latency_ms.p99' "$E")
-SVC_RPS=$(jq -r '.run.accepted_per_s' "$S")
-SVC_P99=$(jq -r '.latency_ms.p99' "$S")
-SVC_ACC=$(jq -r '.writer.accepted_per_s // empty' "$S")
-SVC_CONF=$(jq -r '.writer.confirmed_per_s // empty' "$S")
-SVC_RATIO=$(jq -r '.writer.ratio // empty' "$S")
-SVC_DRAIN=$(jq -r '.writer.drain_s // .invariants.facts.drain_s' "$S")
-SVC_QMAX=$(jq -r '.queue_max' "$S")
-RES_RPS=$(jq -r '.run.accepted_per_s' "$R")
-RES_P99=$(jq -r '.latency_ms.p99' "$R")
-RES_CONF=$(jq -r '.writer.confirmed_per_s // empty' "$R")
-
+# jf FILE FILTER: a number from a phase's JSON summary ("" when the phase did not run)
+jf() { [[ -s $1 ]] && jq -r "$2 // empty" "$1" 2>/dev/null || true; }
+D=$OUT/durable.json R=$OUT/reserved.json SO=$OUT/soldout.json SK=$OUT/skus.json B=$OUT/burst.json
+want durable || D=/dev/null
+want reserved || R=/dev/null
+want soldout || SO=/dev/null
+want skus || SK=/dev/null
+want burst || B=/dev/null
+SVC_RPS=$(jf "$D" .run.accepted_per_s) SVC_P99=$(jf "$D" .latency_ms.p99)
+SVC_CONF=$(jf "$D" .writer.confirmed_per_s) SVC_RATIO=$(jf "$D" .writer.ratio) SVC_QMAX=$(jf "$D" .queue_max)
+RES_RPS=$(jf "$R" .run.accepted_per_s) RES_P99=$(jf "$R" .latency_ms.p99)
+RES_CONF=$(jf "$R" .writer.confirmed_per_s) RES_RATIO=$(jf "$R" .writer.ratio) RES_QMAX=$(jf "$R" .queue_max)
+SO_RPS=$(jf "$SO" .run.throughput_rps) SO_P99=$(jf "$SO" .latency_ms.p99)
+SO_OUT=$(jf "$SO" .run.answers.sold_out)
+SK_RPS=$(jf "$SK" .run.accepted_per_s) SK_P99=$(jf "$SK" .latency_ms.p99) SK_OK=$(jf "$SK" .invariants.ok)
+B_RPS=$(jf "$B" .run.throughput_rps) B_P99=$(jf "$B" .latency_ms.p99) B_OK=$(jf "$B" .invariants.ok)
+B_ERR=$(jf "$B" '[.run.answers.timeout, .run.answers.net_error, .run.answers.unavailable, .run.answers.uncertain, .run.answers.other] | add')
+B_N=$(jf "$B" .run.answered)
+PGB_OPS=$([[ -n $PGB_TPS ]] && awk -v t="$PGB_TPS" -v b="$PG_BATCH" 'BEGIN { print t * b }' || true)
+row() { # row LABEL PER_S P99: one line of the table, "-" for what was not measured
+    if [[ -z $2 ]]; then return; fi
+    printf '  %-58s %12.0f %10s\n' "$1" "$2" "$([[ -n ${3:-} && $3 != - ]] && printf '%.3f' "$3" || echo -)"
+}
 {
-    printf '\nbench: %s connections, %ss measured after %ss warm-up, one invocation on %s (%s cores)\n' \
-        "$CONNS" "$SECS" "$WARMUP" "$(hostname)" "$(nproc)"
+    printf '\nbench: %s connections, %ss measured after %ss warm-up (scenarios %ss), phases %s, on %s (%s cores)\n' \
+        "$CONNS" "$SECS" "$WARMUP" "$SCEN_SECS" "$ONLY" "$(hostname)" "$(nproc)"
     printf 'seckilld settings: %s\n' "$(env | grep -E '^SECKILL_(HTTP_THREADS|WORKER|WRITER|REDIS_TIMEOUT|PG_STATEMENT|LOCK)' |
         sort | tr '\n' ' ' | sed 's/ $//' | grep . || echo defaults)"
-    printf '  %-50s %12s %10s\n' "" "per second" "p99 ms"
-    printf '  %-50s %12.0f %10.3f\n' "HTTP ceiling, own server (seckill-loadtest)" "$CEIL_RPS" "$CEIL_P99"
-    printf '  %-50s %12.0f %10.3f\n' "HTTP ceiling, libevent evhttp (seckill-loadtest)" "$EV_RPS" "$EV_P99"
-    [[ -n $WRK_RPS ]] && printf '  %-50s %12.0f %10s\n' "HTTP ceiling, own server (wrk -t1)" "$WRK_RPS" "${WRK_P99:--}"
-    printf '  %-50s %12.0f %10.3f\n' "PostgreSQL-only (pgbench, guarded UPDATE+INSERT)" "$PG_TPS" "$PG_P99"
-    printf '  %-50s %12.0f %10.3f\n' "service, durable: orders answered (201/409/202)" "$SVC_RPS" "$SVC_P99"
-    [[ -n $SVC_CONF ]] && printf '  %-50s %12.0f %10s\n' "service, durable: orders confirmed by the writer" "$SVC_CONF" "-"
-    printf '  %-50s %12.0f %10.3f\n' "service, reserved: orders accepted (202)" "$RES_RPS" "$RES_P99"
-    [[ -n $RES_CONF ]] && printf '  %-50s %12.0f %10s\n' "service, reserved: orders confirmed by the writer" "$RES_CONF" "-"
-    printf 'ratios\n'
-    awk -v s="$SVC_RPS" -v c="$CEIL_RPS" -v p="$PG_TPS" -v r="${SVC_RATIO:-0}" -v l="$SVC_P99" \
-        -v d="$SVC_DRAIN" -v q="$SVC_QMAX" -v acc="${SVC_ACC:-0}" -v cc="$CEIL_CORES" -v sc="$SVC_CORES" \
-        -v rs="$RES_RPS" -v rl="$RES_P99" -v e="$EV_RPS" \
+    printf '  %-58s %12s %10s\n' "" "per second" "p99 ms"
+    row "HTTP ceiling, own server (seckill-loadtest)" "$CEIL_RPS" "$CEIL_P99"
+    row "HTTP ceiling, libevent evhttp (seckill-loadtest)" "$EV_RPS" "$EV_P99"
+    row "HTTP ceiling, own server (wrk -t1)" "$WRK_RPS" "$WRK_P99"
+    row "Redis limit: reserve.lua calls (redis-benchmark, $CONNS clients)" "$REDIS_RPS" "$REDIS_P99"
+    row "PostgreSQL-only (pgbench, guarded UPDATE+INSERT per order)" "$PG_TPS" "$PG_P99"
+    row "PostgreSQL limit: writer's batch of $PG_BATCH, orders ($PG_BATCH_CLIENTS clients)" "$PGB_OPS" "$PGB_P99"
+    row "service, durable: orders answered (201/409/202)" "$SVC_RPS" "$SVC_P99"
+    row "service, durable: orders confirmed by the writer" "$SVC_CONF" -
+    row "service, reserved: orders accepted (202)" "$RES_RPS" "$RES_P99"
+    row "service, reserved: orders confirmed by the writer" "$RES_CONF" -
+    row "sold-out storm: answers (${SO_OUT:-0} sold_out)" "$SO_RPS" "$SO_P99"
+    row "$NSKUS SKUs at once, durable: orders" "$SK_RPS" "$SK_P99"
+    row "writer alone, 1 thread, $NSKUS SKUs: rows confirmed" "$WR_1" -
+    row "writer alone, 2 threads, $NSKUS SKUs: rows confirmed" "$WR_2" -
+    row "burst of $BURST_CONNS connections: answers ($B_N in all)" "$B_RPS" "$B_P99"
+    printf 'targets (reported, not fatal)\n'
+    awk -v c="$CEIL_RPS" -v e="$EV_RPS" -v s="$SVC_RPS" -v p="$PG_TPS" -v l="$SVC_P99" -v rl="$RES_P99" \
+        -v rs="$RES_RPS" -v dr="$SVC_RATIO" -v rr="$RES_RATIO" -v dq="$SVC_QMAX" -v rq="$RES_QMAX" \
+        -v so="$SO_RPS" -v w1="$WR_1" -v w2="$WR_2" -v skok="$SK_OK" -v bok="$B_OK" -v berr="$B_ERR" \
+        -v rd="$REDIS_RPS" -v pb="$PGB_OPS" -v nskus="$NSKUS" \
         'function v(ok) { return ok ? "met" : "MISSED" }
+        function line(name, val, target, ok) { printf "  %-36s %12s   %-22s %s\n", name, val, target, v(ok) }
         BEGIN {
-            printf "  own HTTP server / evhttp    %8.2f    target >= 1.0   %s  (HTTP ceilings; met within 5 %% noise)\n", c / e, v(c / e >= 0.95)
-            printf "  service / HTTP ceiling      %8.2f    target >= 0.5   %s\n", s / c, v(s / c >= 0.5)
-            if (cc > 0 && sc > 0)
-                printf "    per core-second used      %8.2f    (%.0f vs %.0f requests per core-second of the processes involved)\n", (s / sc) / (c / cc), s / sc, c / cc
-            printf "  service / PostgreSQL-only   %8.1fx   target >= 20x   %s\n", s / p, v(s / p >= 20)
-            printf "  confirmed / accepted        %8.3f    target >= 1.0   %s  (+-1 %%; writer %.0f/s vs %.0f/s accepted)\n", r, v(r >= 0.99), r * acc, acc
-            printf "  p99 at the service          %8.3f ms target < 10 ms %s\n", l, v(l < 10)
-            printf "  durable / reserved          %8.2f    (orders per second; p99 %.3f vs %.3f ms)\n", s / rs, l, rl
-            printf "  order queue: at most %d entries; drained %.2f s after the load ended\n", q, d
+            if (c != "" && e != "") printf "  %-36s %12.2f   %-22s %s\n", "own HTTP server / evhttp", c / e, ">= 1.0 (5 % noise)", v(c / e >= 0.95)
+            if (c != "" && s != "") {
+                line("service (durable) / HTTP ceiling", sprintf("%.2f", s / c), ">= 0.5 (stretch 0.7)", s / c >= 0.5)
+                if (s / c >= 0.7) printf "  %-36s %12s   %-22s %s\n", "", "", "stretch 0.7", "met"
+            }
+            if (c != "" && rs != "") printf "  %-36s %12.2f   (reserved, for comparison)\n", "service (reserved) / HTTP ceiling", rs / c
+            if (l != "") line("p99, durable", sprintf("%.3f ms", l), "<= 25 ms", l <= 25)
+            if (rl != "") line("p99, reserved", sprintf("%.3f ms", rl), "<= 5 ms", rl <= 5)
+            if (dr != "") line("writer confirmed / accepted, durable", sprintf("%.3f", dr), ">= 1.0 (1 % noise)", dr >= 0.99)
+            if (rr != "") line("writer confirmed / accepted, reserved", sprintf("%.3f", rr), ">= 1.0 (1 % noise)", rr >= 0.99)
+            if (dq != "" && s > 0) line("stream held, durable (queue_max/rate)", sprintf("%.3f s", dq / s), "<= 1 s", dq / s <= 1)
+            if (rq != "" && rs > 0) line("stream held, reserved (queue_max/rate)", sprintf("%.3f s", rq / rs), "<= 1 s", rq / rs <= 1)
+            if (w1 != "" && w2 != "" && w1 != "-" && w2 != "-" && w1 > 0) line("two writers / one, many SKUs", sprintf("%.2f", w2 / w1), ">= 1.5 (scales)", w2 / w1 >= 1.5)
+            if (c != "" && so != "") line("sold-out storm / HTTP ceiling", sprintf("%.2f", so / c), ">= 0.8", so / c >= 0.8)
+            if (p != "" && s != "") line("service (durable) / PostgreSQL-only", sprintf("%.1fx", s / p), ">= 30x", s / p >= 30)
+            if (skok != "") line(nskus " SKUs at once: invariants", skok == "true" ? "held" : "FAILED", "held", skok == "true")
+            if (bok != "") line("burst: errors, invariants", (berr + 0) " errors", "0, held", berr + 0 == 0 && bok == "true")
+            if (s != "" && rd != "") printf "  %-36s %12.2f   (service durable / Redis limit)\n", "of the Redis limit", s / rd
+            if (s != "" && pb != "") printf "  %-36s %12.2f   (service durable / PostgreSQL batch limit)\n", "of the PostgreSQL limit", s / pb
         }'
+    printf 'order stream: sampled every 250 ms by seckill-loadtest (XLEN of the SKUs streams); at most %s entries (durable), %s (reserved)\n' \
+        "${SVC_QMAX:--}" "${RES_QMAX:--}"
+    printf 'CPU us per accepted order (seckill_orders_accepted_total and /proc ticks sampled at the same instants)\n'
+    printf '  %-10s %10s %12s %10s %10s %8s\n' phase seckilld redis-server postgres generator cores
+    for ph in durable reserved soldout skus; do
+        u=US_$ph k=CORES_$ph
+        [[ -n ${!u:-} ]] || continue
+        read -r a b c d <<<"${!u}"
+        printf '  %-10s %10s %12s %10s %10s %8s\n' "$ph" "$a" "$b" "$c" "$d" "${!k}"
+    done
+    [[ -n ${CEIL_US_own:-} ]] && printf '  %-10s %10s %12s %10s %10s   (http-ceiling, per request)\n' ceiling \
+        "$(cut -d' ' -f1 <<<"$CEIL_US_own")" - - "$(cut -d' ' -f2 <<<"$CEIL_US_own")"
+    printf '  (soldout: per answer, accepted or sold out: it accepts almost nothing)\n'
     printf 'CPU during the measured window (100 %% = one core; this machine has %s)\n' "$(nproc)"
-    printf ' HTTP ceiling (own):\n%s\n HTTP ceiling (evhttp):\n%s\n service, durable:\n%s\n service, reserved:\n%s\n' \
-        "$CEIL_CPU" "$CEIL_CPU_evhttp" "$SVC_CPU" "$SVC_CPU_reserved"
-    printf 'reports: %s/{ceiling-own,ceiling-evhttp,service-durable,service-reserved}.html, pgbench.txt%s\n' "$OUT" "${WRK:+, wrk.txt}"
+    [[ -n ${CEIL_CPU_own:-} ]] && printf ' HTTP ceiling (own):\n%s\n HTTP ceiling (evhttp):\n%s\n' "$CEIL_CPU_own" "$CEIL_CPU_evhttp"
+    for ph in durable reserved soldout skus; do
+        u=CPU_$ph
+        [[ -n ${!u:-} ]] && printf ' %s:\n%s\n' "$ph" "${!u}"
+    done
+    printf 'reports: %s/*.html, *.json, *.txt, pgbench*.txt, redis-benchmark.csv%s\n' "$OUT" "${WRK:+, wrk.txt}"
 } | tee "$OUT/bench.txt"

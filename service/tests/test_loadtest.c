@@ -458,6 +458,97 @@ START_TEST(test_checker_fails_on_tampered_stock_lost_and_invented_orders)
 }
 END_TEST
 
+/* --skus: one run buys three SKUs from three client addresses; every SKU is
+ * checked, the summary adds them up, and --check-only of the range fails
+ * when one of them is tampered with. */
+START_TEST(test_a_multi_sku_sale_checks_every_sku)
+{
+    th_reset();
+    struct th_daemon d;
+    th_daemon_start(&d, NULL);
+    struct paths p;
+    paths_init(&p, d.port, "skus");
+    const char *args[] = {"--url",
+                          p.url,
+                          "--skus",
+                          "3",
+                          "--stock",
+                          "40",
+                          "--limit",
+                          "1",
+                          "--users",
+                          "300",
+                          "--concurrency",
+                          "30",
+                          "--source-addrs",
+                          "3",
+                          "--sku-pick",
+                          "round-robin",
+                          "--seed",
+                          "11",
+                          "--progress-ms",
+                          "0",
+                          "--drain-timeout",
+                          "60",
+                          "--json",
+                          p.json,
+                          NULL};
+    ck_assert_int_eq(run_loadtest(args, EXIT_OK), EXIT_OK);
+    json_t *j = load_json(p.json);
+    assert_all_passed(j);
+    long long first = json_integer_value(json_object_get(j, "sku"));
+    long long last = json_integer_value(json_object_get(j, "sku_last"));
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "skus")), 3);
+    ck_assert_int_eq(last, first + 2); /* one after the other on a quiet service */
+    ck_assert_int_eq(json_path_int(j, "config", "source_addrs"), 3);
+    json_t *facts = json_object_get(json_object_get(j, "invariants"), "facts");
+    ck_assert_int_eq(json_integer_value(json_object_get(facts, "run_units_sold")), 120);
+    ck_assert_int_eq(json_integer_value(json_object_get(facts, "initial_stock")), 120);
+    ck_assert_int_eq(json_integer_value(json_object_get(facts, "db_stock")), 0);
+    json_t *run = json_object_get(j, "run");
+    ck_assert_int_eq(json_path_int(run, "answers", "confirmed"), 120);
+    json_decref(j);
+    for (long long s = first; s <= last; s++)
+        th_assert_invariants(s); /* the harness agrees, SKU by SKU */
+    th_daemon_stop(&d);          /* nothing else writes from here on */
+
+    char sku[24];
+    snprintf(sku, sizeof sku, "%lld", first);
+    const char *check[] = {"--check-only",    "--sku", sku,      "--skus", "3",
+                           "--drain-timeout", "60",    "--json", p.json,   NULL};
+    ck_assert_int_eq(run_loadtest(check, EXIT_OK), EXIT_OK);
+    j = load_json(p.json);
+    ck_assert(json_is_true(json_object_get(json_object_get(j, "invariants"), "ok")));
+    json_decref(j);
+
+    /* Redis invents a unit of the middle SKU: the range's check fails on it */
+    char key[KEYS_MAX];
+    keys_sku(key, first + 1, KEY_STOCK);
+    redisContext *r = th_redis();
+    freeReplyObject(redisCommand(r, "INCRBY %s 1", key));
+    ck_assert_int_eq(run_loadtest(check, EXIT_VIOLATION), EXIT_VIOLATION);
+    j = load_json(p.json);
+    ck_assert_str_eq(check_state(j, "i2_stock"), "FAIL");
+    char want[48];
+    snprintf(want, sizeof want, "SKU %lld:", first + 1);
+    json_t *checks = json_object_get(json_object_get(j, "invariants"), "checks");
+    size_t i;
+    json_t *c;
+    int named = 0;
+    json_array_foreach(checks, i, c)
+    {
+        if (strcmp(json_string_value(json_object_get(c, "key")), "i2_stock") == 0)
+            named =
+                strncmp(json_string_value(json_object_get(c, "detail")), want, strlen(want)) == 0;
+    }
+    ck_assert_msg(named, "the failing check does not name SKU %lld", first + 1);
+    json_decref(j);
+    freeReplyObject(redisCommand(r, "DECRBY %s 1", key));
+    redisFree(r);
+    paths_free(&p);
+}
+END_TEST
+
 /* Rewrites the promise letter of order 'id' in an answers file. */
 static void set_promise(const char *path, long long id, char promise)
 {
@@ -542,7 +633,7 @@ END_TEST
 
 START_TEST(test_bad_flags_exit_2)
 {
-    static const char *const bad[][5] = {
+    static const char *const bad[][6] = {
         {"--concurrency", "0", NULL},
         {"--url", "http://10.1.2.3:8080", NULL},
         {"--qty", "0-3", NULL},
@@ -550,6 +641,12 @@ START_TEST(test_bad_flags_exit_2)
         {"--no-such-flag", NULL},
         {"--check-only", NULL}, /* no --sku */
         {"--load-only", NULL},  /* no --answers to judge later */
+        {"--skus", "0", NULL},
+        {"--skus", "10001", NULL},
+        {"--skus", "2", "--admin-deltas", "3", NULL}, /* deltas are about one SKU */
+        {"--sku-pick", "sideways", NULL},
+        {"--source-addrs", "0", NULL},
+        {"--source-addrs", "251", NULL},
         {"--buyer-secret-file", "/nonexistent/buyer-secret", NULL},
         /* secrets never as flags: ps shows them */
         {"--token", TH_ADMIN_TOKEN, NULL},
@@ -614,6 +711,7 @@ static Suite *suite(void)
     tcase_add_test(live, test_a_rate_limited_sale_counts_its_429s_and_still_proves_its_invariants);
     tcase_add_test(live, test_admin_deltas_racing_buyers_neither_lose_nor_invent_a_unit);
     tcase_add_test(live, test_checker_fails_on_tampered_stock_lost_and_invented_orders);
+    tcase_add_test(live, test_a_multi_sku_sale_checks_every_sku);
     tcase_add_test(live, test_checker_allows_lost_202s_only_when_told_and_never_a_lost_201);
     suite_add_tcase(s, live);
     return s;
