@@ -119,8 +119,8 @@ static int is_gauge(int m)
  * batch sizes (up to writer_batch's maximum). */
 #define HIST_BOUNDS_MAX 17
 static const int64_t duration_bounds[HIST_BOUNDS_MAX] = {
-    50,     100,    250,    500,     1000,    2500,    5000,    10000,   25000,
-    50000,  100000, 250000, 500000,  1000000, 2500000, 5000000, 10000000};
+    50,    100,    250,    500,    1000,    2500,    5000,    10000,   25000,
+    50000, 100000, 250000, 500000, 1000000, 2500000, 5000000, 10000000};
 static const int64_t batch_bounds[] = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000};
 
 static const struct family {
@@ -292,15 +292,15 @@ static void render_hists(struct out *o)
             number(sum, sizeof sum, atomic_load_explicit(&h->sum, memory_order_relaxed),
                    fam->seconds);
             const char *lb = h->labels[0] ? "{" : "", *rb = h->labels[0] ? "}" : "";
-            out_printf(o, "%s_sum%s%s%s %s\n%s_count%s%s%s %" PRIu64 "\n", fam->name, lb,
-                       h->labels, rb, sum, fam->name, lb, h->labels, rb, cum);
+            out_printf(o, "%s_sum%s%s%s %s\n%s_count%s%s%s %" PRIu64 "\n", fam->name, lb, h->labels,
+                       rb, sum, fam->name, lb, h->labels, rb, cum);
         }
     }
 }
 
 /* One gauge family over the SKUs that have it. */
-static void render_sku_gauge(struct out *o, const struct metrics_sku *s, size_t n,
-                             const char *name, const char *help, int which)
+static void render_sku_gauge(struct out *o, const struct metrics_sku *s, size_t n, const char *name,
+                             const char *help, int which)
 {
     out_head(o, name, help, "gauge");
     for (size_t i = 0; i < n; i++) {

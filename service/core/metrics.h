@@ -67,9 +67,9 @@ void metrics_set(enum metric m, long v);
 
 /* A histogram family: one metric name, its unit and buckets. */
 enum metrics_family {
-    MF_HTTP_REQUEST,       /* seconds, labels route and code: first byte to reply queued */
-    MF_REDIS_COMMAND,      /* seconds, label command: async command sent to reply read */
-    MF_WRITER_BATCH,       /* seconds: a writer batch, stream read returned to batch done */
+    MF_HTTP_REQUEST,        /* seconds, labels route and code: first byte to reply queued */
+    MF_REDIS_COMMAND,       /* seconds, label command: async command sent to reply read */
+    MF_WRITER_BATCH,        /* seconds: a writer batch, stream read returned to batch done */
     MF_WRITER_BATCH_ORDERS, /* stream entries in a writer batch */
     MF_COUNT
 };

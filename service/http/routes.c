@@ -130,8 +130,8 @@ const size_t routes_count = sizeof routes_table / sizeof routes_table[0];
 #define ROUTE_ANSWERS_MAX 24
 /* route_hists[i][j]: the histogram of routes_table[i].answers[j], shared by
  * the answers of one status (route="<operationId>",code="<status>"). */
-static struct metrics_hist *route_hists[sizeof routes_table / sizeof routes_table[0]]
-                                       [ROUTE_ANSWERS_MAX];
+static struct metrics_hist
+    *route_hists[sizeof routes_table / sizeof routes_table[0]][ROUTE_ANSWERS_MAX];
 static struct metrics_hist *unrouted_hists[ROUTE_ANSWERS_MAX]; /* route="unrouted" */
 static pthread_once_t hists_once = PTHREAD_ONCE_INIT;
 
