@@ -147,10 +147,21 @@ static const struct family {
                                 batch_bounds, sizeof batch_bounds / sizeof batch_bounds[0], 0},
 };
 
-struct metrics_hist {
+/* Each histogram keeps HIST_SHARDS copies of its counters, each on cache lines
+ * of its own, and a thread always adds to the same copy: the HTTP loops and
+ * writers rarely write to one line, which would bounce between their cores.
+ * A scrape sums the copies. */
+#define HIST_SHARDS 4
+#define CACHE_LINE 64
+
+struct hist_shard {
     /* counts[i]: samples in (bounds[i-1], bounds[i]]; counts[nbounds]: above the last */
-    _Alignas(64) atomic_ulong counts[HIST_BOUNDS_MAX + 1];
+    _Alignas(CACHE_LINE) atomic_ulong counts[HIST_BOUNDS_MAX + 1];
     atomic_ulong sum;
+};
+
+struct metrics_hist {
+    struct hist_shard shards[HIST_SHARDS];
     const int64_t *bounds;
     size_t nbounds;
     enum metrics_family family;
@@ -193,17 +204,34 @@ struct metrics_hist *metrics_hist_get(enum metrics_family f, const char *labels)
     return h;
 }
 
+static atomic_uint next_shard;
+static _Thread_local int my_shard = -1;
+
 void metrics_hist_observe(struct metrics_hist *h, int64_t v)
 {
     if (!h)
         return;
     if (v < 0)
         v = 0;
+    if (my_shard < 0) /* a thread's first sample: threads take the copies in turn */
+        my_shard =
+            (int)(atomic_fetch_add_explicit(&next_shard, 1, memory_order_relaxed) % HIST_SHARDS);
     size_t i = 0;
     while (i < h->nbounds && v > h->bounds[i]) /* most samples stop in the first few */
         i++;
-    atomic_fetch_add_explicit(&h->counts[i], 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&h->sum, (unsigned long)v, memory_order_relaxed);
+    struct hist_shard *sh = &h->shards[my_shard];
+    atomic_fetch_add_explicit(&sh->counts[i], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&sh->sum, (unsigned long)v, memory_order_relaxed);
+}
+
+/* Bucket b of h (not cumulative), or its sum for b == -1, over the copies. */
+static uint64_t hist_total(struct metrics_hist *h, int b)
+{
+    uint64_t t = 0;
+    for (int i = 0; i < HIST_SHARDS; i++)
+        t += atomic_load_explicit(b < 0 ? &h->shards[i].sum : &h->shards[i].counts[b],
+                                  memory_order_relaxed);
+    return t;
 }
 
 void metrics_writer_batch(int64_t started_us, size_t entries)
@@ -280,7 +308,7 @@ static void render_hists(struct out *o)
             uint64_t cum = 0;
             char le[32];
             for (size_t b = 0; b <= h->nbounds; b++) {
-                cum += atomic_load_explicit(&h->counts[b], memory_order_relaxed);
+                cum += hist_total(h, (int)b);
                 if (b < h->nbounds)
                     number(le, sizeof le, (uint64_t)h->bounds[b], fam->seconds);
                 else
@@ -289,8 +317,7 @@ static void render_hists(struct out *o)
                            le, cum);
             }
             char sum[32];
-            number(sum, sizeof sum, atomic_load_explicit(&h->sum, memory_order_relaxed),
-                   fam->seconds);
+            number(sum, sizeof sum, hist_total(h, -1), fam->seconds);
             const char *lb = h->labels[0] ? "{" : "", *rb = h->labels[0] ? "}" : "";
             out_printf(o, "%s_sum%s%s%s %s\n%s_count%s%s%s %" PRIu64 "\n", fam->name, lb, h->labels,
                        rb, sum, fam->name, lb, h->labels, rb, cum);
