@@ -35,6 +35,8 @@ CTL_SRC     := $(wildcard service/ctl/*.c)
 LOAD_SRC    := $(filter-out loadtest/http_ceiling.c,$(wildcard loadtest/*.c))
 TEST_SRC    := $(wildcard service/tests/test_*.c)
 TEST_HELPERS:= $(filter-out $(TEST_SRC),$(wildcard service/tests/*.c))
+# Script tests, run by scripts/run-tests.sh against the same stack as the binaries.
+TEST_SCRIPTS:= $(sort $(wildcard service/tests/test_*.sh))
 
 SVC_OBJ   := $(SVC_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/lua_svc.o $(BUILD)/gen/sql_svc.o \
              $(BUILD)/gen/migrations.o
@@ -114,7 +116,7 @@ test: deps
 	$(MAKE) all
 	scripts/check-includes.sh
 	$(MAKE) fuzz-replay
-	BUILD=$(BUILD) scripts/run-tests.sh $(TESTS) $(RLOCK_TESTS) $(RLOCK_TEST_SCRIPTS)
+	BUILD=$(BUILD) scripts/run-tests.sh $(TESTS) $(RLOCK_TESTS) $(RLOCK_TEST_SCRIPTS) $(TEST_SCRIPTS)
 
 # Long runs, never part of `make test`.
 loadtest: deps

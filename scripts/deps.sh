@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Install the Debian packages this project needs, if any are missing, and the
-# OpenAPI validator's npm packages (scripts/openapi, from its package-lock.json).
+# Install the Debian packages this project needs, if any are missing, the
+# OpenAPI validator's npm packages (scripts/openapi, from its package-lock.json)
+# and promtool (var/tools/bin/promtool, unpacked from Debian's prometheus
+# package, never installed: that would start a Prometheus server).
 # Prints one line when everything is already present.
 #
 # Env: VALGRIND=1 also requires valgrind (used by `VALGRIND=1 make test`).
@@ -77,26 +79,61 @@ openapi_deps() {
     openapi_installed=1
 }
 
+# promtool checks /metrics in `make test` (service/tests/test_metrics.sh).
+# Debian ships it only inside the prometheus package, whose installation would
+# start (and enable) a Prometheus server, so the package is downloaded and only
+# promtool is unpacked into the project.  Sets promtool_installed=1 when it did.
+PROMTOOL=$ROOT/var/tools/bin/promtool
+promtool_installed=0
+promtool_dep() {
+    if [[ -x $PROMTOOL ]] && "$PROMTOOL" --version >/dev/null 2>&1; then
+        return 0
+    fi
+    local tmp sandbox=()
+    tmp=$(mktemp -d "${TMPDIR:-/tmp}/seckill-promtool.XXXXXX")
+    # As root apt hands the download to its _apt user, who cannot write to our
+    # private temporary directory; the package is only unpacked, never run.
+    [[ $(id -u) -eq 0 ]] && sandbox=(-o APT::Sandbox::User=root)
+    printf '%s: fetching promtool (apt-get download prometheus, unpacked into var/tools)\n' "$PROG"
+    if ! (cd "$tmp" && apt-get "${sandbox[@]}" download prometheus >/dev/null 2>&1); then
+        # A fresh machine may have no package lists yet.
+        "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update >/dev/null
+        (cd "$tmp" && apt-get "${sandbox[@]}" download prometheus >/dev/null) || {
+            rm -rf "$tmp"
+            printf '%s: error: cannot download Debian'"'"'s prometheus package (for promtool)\n' \
+                "$PROG" >&2
+            exit 1
+        }
+    fi
+    dpkg-deb -x "$tmp"/prometheus_*.deb "$tmp/root"
+    mkdir -p "${PROMTOOL%/*}"
+    install -m 755 "$tmp/root/usr/bin/promtool" "$PROMTOOL"
+    rm -rf "$tmp"
+    "$PROMTOOL" --version >/dev/null
+    promtool_installed=1
+}
+
+# root, or sudo when there is one (checked below before it is needed).
+SUDO=()
+if [[ $(id -u) -ne 0 ]] && command -v sudo >/dev/null 2>&1; then
+    SUDO=(sudo)
+fi
 if ((${#missing[@]} == 0)); then
     openapi_deps
-    if ((openapi_installed)); then
+    promtool_dep
+    if ((openapi_installed || promtool_installed)); then
         printf '%s: done\n' "$PROG"
     else
-        printf '%s: all %d required packages and the OpenAPI validator are installed\n' "$PROG" \
-            "${#PACKAGES[@]}"
+        printf '%s: all %d required packages, the OpenAPI validator and promtool are installed\n' \
+            "$PROG" "${#PACKAGES[@]}"
     fi
     exit 0
 fi
 
-SUDO=()
-if [[ $(id -u) -ne 0 ]]; then
-    if command -v sudo >/dev/null 2>&1; then
-        SUDO=(sudo)
-    else
-        printf '%s: error: missing packages and not root (and no sudo). As root, run:\n' "$PROG" >&2
-        printf '  apt-get update && apt-get install -y --no-install-recommends %s\n' "${missing[*]}" >&2
-        exit 1
-    fi
+if [[ $(id -u) -ne 0 && ${#SUDO[@]} -eq 0 ]]; then
+    printf '%s: error: missing packages and not root (and no sudo). As root, run:\n' "$PROG" >&2
+    printf '  apt-get update && apt-get install -y --no-install-recommends %s\n' "${missing[*]}" >&2
+    exit 1
 fi
 
 printf '%s: installing missing packages: %s\n' "$PROG" "${missing[*]}"
@@ -126,4 +163,5 @@ APT=("${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get)
 "${APT[@]}" install -y --no-install-recommends "${missing[@]}"
 
 openapi_deps
+promtool_dep
 printf '%s: done\n' "$PROG"

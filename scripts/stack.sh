@@ -301,8 +301,8 @@ R_SVC_COMMANDS=(
     # plain keys, in C and in lua/*.lua, lua/rlock/*.lua
     get set del exists type pttl pexpire incrby decrby time
     hget hset hdel hgetall hkeys hlen hmget hvals hincrby hscan
-    # order streams and their consumer group
-    xadd xack xdel xlen xrange xreadgroup xautoclaim 'xgroup|create'
+    # order streams and their consumer group; /metrics reads the group's lag
+    xadd xack xdel xlen xrange xreadgroup xautoclaim 'xgroup|create' 'xinfo|groups'
     # decisions and lock wake-ups; seckillctl lock list / force-release
     publish subscribe unsubscribe scan multi exec
 )

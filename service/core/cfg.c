@@ -145,6 +145,9 @@ static const struct cfg_def defs[] = {
     I(writer_retry_ms, 500, 1, 600000, "pause after a failed batch"),
     I(dead_letter_max, 100000, 100, 100000000,
       "entries kept (about) in a SKU's dead-letter stream"),
+    I(metrics_max_skus, 1000, 0, 100000,
+      "SKUs whose gauges /metrics reads from Redis and PostgreSQL (open sales first, then the "
+      "newest; 0: none)"),
     S(log_level, "info", "debug, info, warn or error"),
 };
 

@@ -79,6 +79,7 @@ struct cfg {
     int64_t writer_refresh_ms;          /* how often the SKU list is re-read */
     int64_t writer_retry_ms;            /* pause after a failed batch */
     int64_t dead_letter_max;            /* entries kept per SKU's dead-letter stream */
+    int64_t metrics_max_skus;           /* SKUs with per-SKU gauges on /metrics */
     char *log_level;                    /* debug, info, warn, error */
 };
 

@@ -1,11 +1,17 @@
 #include "core/metrics.h"
 
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <rlock/metrics.h>
+
+#include "core/clock.h"
+#include "core/log.h"
 
 static atomic_long counters[M_COUNT];
 
@@ -90,6 +96,10 @@ static const struct {
     [M_RATE_LIMITED_ADDR] = {RATE_LIMITED, "scope=\"addr\""},
     [M_RATE_LIMITED_ADMIN_AUTH] = {RATE_LIMITED, "scope=\"admin_auth\""},
 #undef RATE_LIMITED
+    [M_METRICS_SCRAPE_ERRORS] = {"seckill_metrics_scrape_errors_total",
+                                 "scrapes of /metrics whose per-SKU gauges were left out because "
+                                 "Redis or PostgreSQL failed (or no worker was free)",
+                                 NULL},
 };
 
 void metrics_add(enum metric m, long n)
@@ -107,27 +117,291 @@ static int is_gauge(int m)
     return m == M_DRIFT_SKUS || m == M_DRIFT_UNITS || m == M_HTTP_CONNECTIONS_OPEN;
 }
 
-char *metrics_render(size_t *len)
+/* ---- histograms ------------------------------------------------------- */
+
+/* Bucket upper bounds (inclusive, Prometheus's "le"), in the family's unit:
+ * microseconds for durations (50 us to 10 s, 1-2.5-5 steps), entries for
+ * batch sizes (up to writer_batch's maximum). */
+#define HIST_BOUNDS_MAX 17
+static const int64_t duration_bounds[HIST_BOUNDS_MAX] = {
+    50,    100,    250,    500,    1000,    2500,    5000,    10000,   25000,
+    50000, 100000, 250000, 500000, 1000000, 2500000, 5000000, 10000000};
+static const int64_t batch_bounds[] = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000};
+
+static const struct family {
+    const char *name, *help;
+    const int64_t *bounds;
+    size_t nbounds;
+    int seconds; /* samples are microseconds, shown as seconds */
+} families[MF_COUNT] = {
+    [MF_HTTP_REQUEST] = {"seckill_http_request_duration_seconds",
+                         "HTTP requests by route (operationId; unrouted: no route's path, "
+                         "protocol: refused by the parser or cut by a deadline) and status "
+                         "code, from the request's first byte to its answer queued",
+                         duration_bounds, HIST_BOUNDS_MAX, 1},
+    [MF_REDIS_COMMAND] = {"seckill_redis_command_duration_seconds",
+                          "async Redis commands of the order path by script, from sent to reply "
+                          "read (replies after a timeout included; timeouts without a reply are "
+                          "seckill_redis_timeouts_total)",
+                          duration_bounds, HIST_BOUNDS_MAX, 1},
+    [MF_WRITER_BATCH] = {"seckill_writer_batch_duration_seconds",
+                         "order writer batches, from the stream read returning to the batch "
+                         "written (or failed)",
+                         duration_bounds, HIST_BOUNDS_MAX, 1},
+    [MF_WRITER_BATCH_ORDERS] = {"seckill_writer_batch_orders", "stream entries per writer batch",
+                                batch_bounds, sizeof batch_bounds / sizeof batch_bounds[0], 0},
+};
+
+/* Each histogram keeps HIST_SHARDS copies of its counters, each on cache lines
+ * of its own, and a thread always adds to the same copy: the HTTP loops and
+ * writers rarely write to one line, which would bounce between their cores.
+ * A scrape sums the copies. */
+#define HIST_SHARDS 4
+#define CACHE_LINE 64
+
+struct hist_shard {
+    /* counts[i]: samples in (bounds[i-1], bounds[i]]; counts[nbounds]: above the last */
+    _Alignas(CACHE_LINE) atomic_ulong counts[HIST_BOUNDS_MAX + 1];
+    atomic_ulong sum;
+};
+
+struct metrics_hist {
+    struct hist_shard shards[HIST_SHARDS];
+    const int64_t *bounds;
+    size_t nbounds;
+    enum metrics_family family;
+    char labels[METRICS_LABELS_MAX];
+};
+
+/* The writer's two come first, made here: they exist in every scrape. */
+#define WRITER_BATCH_HIST 0
+#define WRITER_BATCH_ORDERS_HIST 1
+static struct metrics_hist hists[METRICS_HISTS_MAX] = {
+    [WRITER_BATCH_HIST] = {.bounds = duration_bounds,
+                           .nbounds = HIST_BOUNDS_MAX,
+                           .family = MF_WRITER_BATCH},
+    [WRITER_BATCH_ORDERS_HIST] = {.bounds = batch_bounds,
+                                  .nbounds = sizeof batch_bounds / sizeof batch_bounds[0],
+                                  .family = MF_WRITER_BATCH_ORDERS},
+};
+static atomic_size_t nhists = 2; /* published with release once an entry is filled in */
+static pthread_mutex_t hists_mu = PTHREAD_MUTEX_INITIALIZER;
+
+struct metrics_hist *metrics_hist_get(enum metrics_family f, const char *labels)
 {
-    size_t cap = 256 * (M_COUNT + 8);
-    char *out = malloc(cap);
-    if (!out)
+    struct metrics_hist *h = NULL;
+    pthread_mutex_lock(&hists_mu);
+    size_t n = atomic_load_explicit(&nhists, memory_order_relaxed);
+    for (size_t i = 0; i < n && !h; i++)
+        if (hists[i].family == f && strcmp(hists[i].labels, labels) == 0)
+            h = &hists[i];
+    if (!h && n < METRICS_HISTS_MAX && strlen(labels) < METRICS_LABELS_MAX) {
+        h = &hists[n];
+        h->family = f;
+        h->bounds = families[f].bounds;
+        h->nbounds = families[f].nbounds;
+        snprintf(h->labels, sizeof h->labels, "%s", labels);
+        atomic_store_explicit(&nhists, n + 1, memory_order_release);
+    } else if (!h) {
+        log_error("metrics: no room for histogram %s{%s}", families[f].name, labels);
+    }
+    pthread_mutex_unlock(&hists_mu);
+    return h;
+}
+
+static atomic_uint next_shard;
+static _Thread_local int my_shard = -1;
+
+void metrics_hist_observe(struct metrics_hist *h, int64_t v)
+{
+    if (!h)
+        return;
+    if (v < 0)
+        v = 0;
+    if (my_shard < 0) /* a thread's first sample: threads take the copies in turn */
+        my_shard =
+            (int)(atomic_fetch_add_explicit(&next_shard, 1, memory_order_relaxed) % HIST_SHARDS);
+    size_t i = 0;
+    while (i < h->nbounds && v > h->bounds[i]) /* most samples stop in the first few */
+        i++;
+    struct hist_shard *sh = &h->shards[my_shard];
+    atomic_fetch_add_explicit(&sh->counts[i], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&sh->sum, (unsigned long)v, memory_order_relaxed);
+}
+
+/* Bucket b of h (not cumulative), or its sum for b == -1, over the copies. */
+static uint64_t hist_total(struct metrics_hist *h, int b)
+{
+    uint64_t t = 0;
+    for (int i = 0; i < HIST_SHARDS; i++)
+        t += atomic_load_explicit(b < 0 ? &h->shards[i].sum : &h->shards[i].counts[b],
+                                  memory_order_relaxed);
+    return t;
+}
+
+void metrics_writer_batch(int64_t started_us, size_t entries)
+{
+    metrics_hist_observe(&hists[WRITER_BATCH_HIST], clock_mono_us() - started_us);
+    metrics_hist_observe(&hists[WRITER_BATCH_ORDERS_HIST], (int64_t)entries);
+}
+
+/* ---- rendering ---------------------------------------------------------- */
+
+/* A growing output buffer (one per scrape). */
+struct out {
+    char *p;
+    size_t n, cap;
+};
+
+__attribute__((format(printf, 2, 3))) static void out_printf(struct out *o, const char *fmt, ...)
+{
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int w = vsnprintf(o->p + o->n, o->cap - o->n, fmt, ap);
+        va_end(ap);
+        if (w < 0)
+            abort();
+        if ((size_t)w < o->cap - o->n) {
+            o->n += (size_t)w;
+            return;
+        }
+        o->cap = o->cap * 2 + (size_t)w;
+        o->p = realloc(o->p, o->cap);
+        if (!o->p)
+            abort();
+    }
+}
+
+static void out_head(struct out *o, const char *name, const char *help, const char *type)
+{
+    out_printf(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* v (microseconds, or a count) as a Prometheus number: seconds without
+ * trailing zeros ("0.00025", "2.5", "10"). */
+static void number(char *buf, size_t cap, uint64_t v, int seconds)
+{
+    if (!seconds) {
+        snprintf(buf, cap, "%" PRIu64, v);
+        return;
+    }
+    int w = snprintf(buf, cap, "%" PRIu64 ".%06" PRIu64, v / 1000000, v % 1000000);
+    if (w <= 0 || (size_t)w >= cap)
+        return;
+    char *e = buf + w - 1;
+    while (*e == '0')
+        *e-- = '\0';
+    if (*e == '.')
+        *e = '\0';
+}
+
+static void render_hists(struct out *o)
+{
+    size_t n = atomic_load_explicit(&nhists, memory_order_acquire);
+    for (int f = 0; f < MF_COUNT; f++) {
+        const struct family *fam = &families[f];
+        int headed = 0;
+        for (size_t i = 0; i < n; i++) {
+            struct metrics_hist *h = &hists[i];
+            if (h->family != (enum metrics_family)f)
+                continue;
+            if (!headed)
+                out_head(o, fam->name, fam->help, "histogram");
+            headed = 1;
+            const char *sep = h->labels[0] ? "," : "";
+            uint64_t cum = 0;
+            char le[32];
+            for (size_t b = 0; b <= h->nbounds; b++) {
+                cum += hist_total(h, (int)b);
+                if (b < h->nbounds)
+                    number(le, sizeof le, (uint64_t)h->bounds[b], fam->seconds);
+                else
+                    snprintf(le, sizeof le, "+Inf");
+                out_printf(o, "%s_bucket{%s%sle=\"%s\"} %" PRIu64 "\n", fam->name, h->labels, sep,
+                           le, cum);
+            }
+            char sum[32];
+            number(sum, sizeof sum, hist_total(h, -1), fam->seconds);
+            const char *lb = h->labels[0] ? "{" : "", *rb = h->labels[0] ? "}" : "";
+            out_printf(o, "%s_sum%s%s%s %s\n%s_count%s%s%s %" PRIu64 "\n", fam->name, lb, h->labels,
+                       rb, sum, fam->name, lb, h->labels, rb, cum);
+        }
+    }
+}
+
+/* One gauge family over the SKUs that have it. */
+static void render_sku_gauge(struct out *o, const struct metrics_sku *s, size_t n, const char *name,
+                             const char *help, int which)
+{
+    out_head(o, name, help, "gauge");
+    for (size_t i = 0; i < n; i++) {
+        int64_t v;
+        switch (which) {
+        case 0:
+            if (!s[i].has_stream)
+                continue;
+            v = s[i].stream_length;
+            break;
+        case 1:
+            if (!s[i].has_stream)
+                continue;
+            v = s[i].stream_lag;
+            break;
+        case 2:
+            if (!s[i].has_available)
+                continue;
+            v = s[i].stock_available;
+            break;
+        case 3:
+            v = s[i].stock_db;
+            break;
+        default:
+            if (!s[i].has_available)
+                continue;
+            v = s[i].stock_db - s[i].stock_available;
+            break;
+        }
+        out_printf(o, "%s{sku=\"%" PRId64 "\"} %" PRId64 "\n", name, s[i].sku, v);
+    }
+}
+
+static void render_skus(struct out *o, const struct metrics_sku *s, size_t n)
+{
+    render_sku_gauge(o, s, n, "seckill_sku_stream_length",
+                     "entries in the SKU's order stream (XLEN): reserved orders not yet written "
+                     "and acknowledged",
+                     0);
+    render_sku_gauge(o, s, n, "seckill_sku_stream_lag",
+                     "entries of the SKU's order stream the writers' group has not acknowledged: "
+                     "XINFO GROUPS pending (delivered, not acknowledged) plus lag (not yet "
+                     "delivered)",
+                     1);
+    render_sku_gauge(o, s, n, "seckill_sku_stock_available",
+                     "units buyers can still reserve (Redis); absent while Redis does not hold "
+                     "the SKU",
+                     2);
+    render_sku_gauge(o, s, n, "seckill_sku_stock_db", "units not yet sold (PostgreSQL skus.stock)",
+                     3);
+    render_sku_gauge(o, s, n, "seckill_sku_inflight_units",
+                     "units reserved in Redis and not yet written: skus.stock minus the Redis "
+                     "stock (I2; read in that order, so an order written between the two reads "
+                     "is never missed); negative means Redis holds more than the database",
+                     4);
+}
+
+char *metrics_render_skus(const struct metrics_sku *skus, size_t n, size_t *len)
+{
+    struct out o = {.cap = 65536};
+    o.p = malloc(o.cap);
+    if (!o.p)
         abort();
-    size_t n = 0;
     for (int i = 0; i < M_COUNT; i++) {
-        int w = 0;
         if (i == 0 || strcmp(info[i].name, info[i - 1].name) != 0)
-            w = snprintf(out + n, cap - n, "# HELP %s %s\n# TYPE %s %s\n", info[i].name,
-                         info[i].help, info[i].name, is_gauge(i) ? "gauge" : "counter");
-        if (w < 0 || (size_t)w >= cap - n)
-            break;
-        n += (size_t)w;
-        w = snprintf(out + n, cap - n, "%s%s%s%s %ld\n", info[i].name, info[i].labels ? "{" : "",
-                     info[i].labels ? info[i].labels : "", info[i].labels ? "}" : "",
-                     atomic_load_explicit(&counters[i], memory_order_relaxed));
-        if (w < 0 || (size_t)w >= cap - n)
-            break;
-        n += (size_t)w;
+            out_head(&o, info[i].name, info[i].help, is_gauge(i) ? "gauge" : "counter");
+        out_printf(&o, "%s%s%s%s %ld\n", info[i].name, info[i].labels ? "{" : "",
+                   info[i].labels ? info[i].labels : "", info[i].labels ? "}" : "",
+                   atomic_load_explicit(&counters[i], memory_order_relaxed));
     }
     /* The lock library keeps its own counters. */
     struct rlock_metrics lm;
@@ -138,7 +412,6 @@ char *metrics_render(size_t *len)
     } locks[] = {
         {"seckill_lock_acquired_total", "lock acquisitions", lm.acquired},
         {"seckill_lock_waited_total", "acquisitions that waited for a busy lock", lm.waited},
-        {"seckill_lock_wait_ms_total", "milliseconds spent waiting for locks", lm.wait_ms_total},
         {"seckill_lock_busy_total", "acquisitions that gave up on a busy lock", lm.busy},
         {"seckill_lock_renewed_total", "watchdog renewals", lm.renewed},
         {"seckill_lock_lost_total", "locks found lost while held", lm.lost},
@@ -147,13 +420,22 @@ char *metrics_render(size_t *len)
          lm.release_refused},
     };
     for (size_t i = 0; i < sizeof locks / sizeof locks[0]; i++) {
-        int w =
-            snprintf(out + n, cap - n, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", locks[i].name,
-                     locks[i].help, locks[i].name, locks[i].name, (unsigned long long)locks[i].v);
-        if (w < 0 || (size_t)w >= cap - n)
-            break;
-        n += (size_t)w;
+        out_head(&o, locks[i].name, locks[i].help, "counter");
+        out_printf(&o, "%s %" PRIu64 "\n", locks[i].name, locks[i].v);
     }
-    *len = n;
-    return out;
+    /* In seconds, the base unit (promtool refuses "ms" in a name). */
+    char wait_s[32];
+    number(wait_s, sizeof wait_s, lm.wait_ms_total * 1000, 1);
+    out_head(&o, "seckill_lock_wait_seconds_total", "seconds spent waiting for locks", "counter");
+    out_printf(&o, "seckill_lock_wait_seconds_total %s\n", wait_s);
+    render_hists(&o);
+    if (n > 0)
+        render_skus(&o, skus, n);
+    *len = o.n;
+    return o.p;
+}
+
+char *metrics_render(size_t *len)
+{
+    return metrics_render_skus(NULL, 0, len);
 }

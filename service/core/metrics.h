@@ -1,12 +1,18 @@
 /*
- * metrics: process-wide counters, exported as Prometheus text on GET /metrics.
- * Lock-free (relaxed atomics): counters only ever grow, and a scrape needs no
- * consistency across them.
+ * metrics: process-wide counters, gauges and histograms, exported as
+ * Prometheus text on GET /metrics.  Lock-free (relaxed atomics): counters
+ * only ever grow, and a scrape needs no consistency across them.
+ *
+ * Histograms are preallocated (metrics_hist_get, at start-up or on a first
+ * use) and then cost one bucket search over a small table and two relaxed
+ * atomic additions per sample, on counters of the calling thread's shard
+ * (summed at scrape): no lock, no allocation, little cache-line sharing.
  */
 #ifndef SECKILL_METRICS_H
 #define SECKILL_METRICS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 enum metric {
     M_ORDERS_ACCEPTED,     /* new reservation taken in Redis */
@@ -51,6 +57,7 @@ enum metric {
     M_RATE_LIMITED_BUYER,      /* the buyer's orders on a SKU (reserve.lua) */
     M_RATE_LIMITED_ADDR,       /* the buyer API, per client address */
     M_RATE_LIMITED_ADMIN_AUTH, /* failed admin authentications, per client address */
+    M_METRICS_SCRAPE_ERRORS,   /* scrapes whose per-SKU block was left out (a store failed) */
     M_COUNT
 };
 
@@ -58,8 +65,53 @@ void metrics_add(enum metric m, long n);
 /* For gauges (M_DRIFT_*). */
 void metrics_set(enum metric m, long v);
 
-/* Appends the Prometheus text exposition of every counter to a fresh heap
- * string (caller frees); *len gets its length. */
+/* ---- histograms ---- */
+
+/* A histogram family: one metric name, its unit and buckets. */
+enum metrics_family {
+    MF_HTTP_REQUEST,        /* seconds, labels route and code: first byte to reply queued */
+    MF_REDIS_COMMAND,       /* seconds, label command: async command sent to reply read */
+    MF_WRITER_BATCH,        /* seconds: a writer batch, stream read returned to batch done */
+    MF_WRITER_BATCH_ORDERS, /* stream entries in a writer batch */
+    MF_COUNT
+};
+
+struct metrics_hist;
+
+/* The histogram of family f with 'labels' (Prometheus label pairs without
+ * braces, e.g. route="placeOrder",code="201"; "" for none; at most
+ * METRICS_LABELS_MAX - 1 bytes), made on first use and the same one after.
+ * Takes a mutex: call it at start-up or once per series, never per sample.
+ * NULL when the fixed table (METRICS_HISTS_MAX series) is full (logged). */
+#define METRICS_LABELS_MAX 96
+#define METRICS_HISTS_MAX 160
+struct metrics_hist *metrics_hist_get(enum metrics_family f, const char *labels);
+
+/* One sample: microseconds for the duration families, a count for
+ * MF_WRITER_BATCH_ORDERS.  Negative values count as 0; NULL h is a no-op. */
+void metrics_hist_observe(struct metrics_hist *h, int64_t v);
+
+/* One order writer batch of 'entries' stream entries, which began at
+ * started_us (clock_mono_us: when the stream read returned), done now. */
+void metrics_writer_batch(int64_t started_us, size_t entries);
+
+/* ---- per-SKU gauges, read from the stores at scrape time ---- */
+
+struct metrics_sku {
+    int64_t sku;
+    int64_t stock_db;        /* skus.stock */
+    int has_available;       /* Redis holds the SKU's stock: stock_available is set */
+    int64_t stock_available; /* Redis: units buyers can still reserve */
+    int has_stream;          /* the stream's length and lag were read */
+    int64_t stream_length;   /* XLEN of the order stream */
+    int64_t stream_lag;      /* entries the writers' group has not acknowledged */
+};
+
+/* Appends the Prometheus text exposition of every counter, gauge and
+ * histogram to a fresh heap string (caller frees); *len gets its length.
+ * With n > 0, the per-SKU gauges of skus[0..n) follow. */
+char *metrics_render_skus(const struct metrics_sku *skus, size_t n, size_t *len);
+/* The same without per-SKU gauges. */
 char *metrics_render(size_t *len);
 
 #endif

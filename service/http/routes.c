@@ -1,8 +1,10 @@
 #include "http/routes.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "core/metrics.h"
 #include "core/validate.h"
 #include "http/handle_metrics.h"
 #include "http/handle_order.h"
@@ -122,6 +124,36 @@ const struct routes_route routes_table[] = {
 };
 const size_t routes_count = sizeof routes_table / sizeof routes_table[0];
 
+/* ---- latency histograms, one per route and status code ---------------- */
+
+/* The most answers one route lists (the order route's 14 and the end). */
+#define ROUTE_ANSWERS_MAX 24
+/* route_hists[i][j]: the histogram of routes_table[i].answers[j], shared by
+ * the answers of one status (route="<operationId>",code="<status>"). */
+static struct metrics_hist
+    *route_hists[sizeof routes_table / sizeof routes_table[0]][ROUTE_ANSWERS_MAX];
+static struct metrics_hist *unrouted_hists[ROUTE_ANSWERS_MAX]; /* route="unrouted" */
+static pthread_once_t hists_once = PTHREAD_ONCE_INIT;
+
+static void hists_for(struct metrics_hist **out, const char *route, const struct http_answer *a)
+{
+    for (size_t j = 0; a[j].status; j++) {
+        if (j + 1 >= ROUTE_ANSWERS_MAX)
+            abort(); /* a route table edit outgrew ROUTE_ANSWERS_MAX: raise it */
+        char labels[METRICS_LABELS_MAX];
+        snprintf(labels, sizeof labels, "route=\"%s\",code=\"%d\"", route, a[j].status);
+        out[j] = metrics_hist_get(MF_HTTP_REQUEST, labels);
+    }
+}
+
+/* Every series exists before the first answer: a scrape shows them all at 0. */
+static void hists_make(void)
+{
+    for (size_t i = 0; i < routes_count; i++)
+        hists_for(route_hists[i], routes_table[i].operation, routes_table[i].answers);
+    hists_for(unrouted_hists, "unrouted", routes_unrouted_answers);
+}
+
 /* One segment of a path: its bytes, inside the path. */
 struct segment {
     const char *at;
@@ -228,7 +260,9 @@ void routes_dispatch(struct http_req *r)
     struct routes_match m;
     enum routes_verdict v = routes_match(http_method_name(http_method(r)), http_path(r), &m);
     const struct routes_route *t = m.route;
+    pthread_once(&hists_once, hists_make);
     r->answers = t ? t->answers : routes_unrouted_answers;
+    r->answer_hists = t ? route_hists[t - routes_table] : unrouted_hists;
     r->route = t ? t->label : NULL;
     /* The admin area asks for the token before it says what exists. */
     if (m.admin_area && !admin_ok(r))

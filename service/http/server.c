@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "core/metrics.h"
 #include "core/validate.h"
@@ -49,6 +50,13 @@ const struct http_answer http_protocol_answers[] = {
     {431, "headers_too_large"},  /* header block over max_header_bytes */
     {501, "not_implemented"},    /* unknown method, transfer coding other than chunked */
     {0, NULL}};
+#define PROTOCOL_ANSWERS 5
+_Static_assert(sizeof http_protocol_answers / sizeof http_protocol_answers[0] ==
+                   PROTOCOL_ANSWERS + 1,
+               "PROTOCOL_ANSWERS counts http_protocol_answers");
+
+/* The latency histograms of the answers above, route="protocol" (made at start). */
+static struct metrics_hist *protocol_hists[PROTOCOL_ANSWERS];
 
 /* One client address and its open connections (the per-address cap). */
 struct addr_count {
@@ -83,6 +91,8 @@ struct http_conn {
     int head;          /* the request is a HEAD: headers only */
     int keep_alive;
     int version_minor;
+    int64_t started_us;              /* the request's first byte (clock_mono_us) */
+    struct metrics_hist *reply_hist; /* the answer's latency histogram, set by its check */
 };
 
 struct http_loop {
@@ -367,6 +377,10 @@ static void send_answer(struct http_conn *c, int status, const char *content_typ
                         const char *extra_headers, const char *b1, size_t n1, const char *b2,
                         size_t n2)
 {
+    /* The request's latency: first byte to answer queued (a few nanoseconds,
+     * no lock: core/metrics.h). */
+    metrics_hist_observe(c->reply_hist, clock_mono_us() - c->started_us);
+    c->reply_hist = NULL;
     c->busy = 0;
     if (c->fd < 0) {
         conn_free(c); /* the client left while the handler worked */
@@ -404,9 +418,11 @@ static void send_answer(struct http_conn *c, int status, const char *content_typ
 static void protocol_error(struct http_conn *c, int status, const char *reason)
 {
     const char *code = "invalid_request";
-    for (const struct http_answer *a = http_protocol_answers; a->status; a++)
-        if (a->status == status)
-            code = a->error;
+    for (size_t i = 0; http_protocol_answers[i].status; i++)
+        if (http_protocol_answers[i].status == status) {
+            code = http_protocol_answers[i].error;
+            c->reply_hist = protocol_hists[i];
+        }
     json_t *o = json_pack("{s:s,s:s}", "error", code, "detail", reason ? reason : "");
     char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
     if (!text)
@@ -437,8 +453,10 @@ static void dispatch_request(struct http_conn *c)
 /* Feeds data[0..len) to the parser.  'from_pend': data lies in c->pend. */
 static void conn_feed(struct http_conn *c, const char *data, size_t len, int from_pend)
 {
-    if (!http_parse_started(&c->parser))
+    if (!http_parse_started(&c->parser)) {
         set_timer(c, TIMER_REQUEST); /* from the first byte to the last, not per read */
+        c->started_us = clock_mono_us();
+    }
     size_t used = 0;
     enum http_parse_result r = http_parse_feed(&c->parser, data, len, &used);
     if (from_pend) {
@@ -593,13 +611,24 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
 
 /* ---- replies ----------------------------------------------------------- */
 
-/* Counts and logs an answer the request's route did not declare. */
+/* Counts and logs an answer the request's route did not declare; picks the
+ * answer's latency histogram (one of the same status for an undeclared one). */
 static void check_answer(const struct http_req *r, int status, const char *error)
 {
-    for (const struct http_answer *a = r->answers; a && a->status; a++)
-        if (a->status == status &&
-            (a->error == error || (a->error && error && strcmp(a->error, error) == 0)))
+    struct http_conn *c = r->conn;
+    c->reply_hist = NULL;
+    for (size_t i = 0; r->answers && r->answers[i].status; i++) {
+        const struct http_answer *a = &r->answers[i];
+        if (a->status != status)
+            continue;
+        if (r->answer_hists && !c->reply_hist)
+            c->reply_hist = r->answer_hists[i];
+        if (a->error == error || (a->error && error && strcmp(a->error, error) == 0)) {
+            if (r->answer_hists)
+                c->reply_hist = r->answer_hists[i];
             return;
+        }
+    }
     metrics_add(M_HTTP_UNDECLARED, 1);
     log_error("%s answered %d %s, which the route does not declare",
               r->route ? r->route : "(no route)", status, error ? error : "(no error code)");
@@ -708,11 +737,16 @@ char *http_take_json(const struct http_req *r, size_t *len)
     return b;
 }
 
-int http_submit(const struct http_req *r, struct job *j, int urgent)
+int http_try_submit(const struct http_req *r, struct job *j, int urgent)
 {
     j->base = r->loop->base;
     j->urgent = urgent;
-    if (r->loop->srv->workers && workers_submit(r->loop->srv->workers, j) == 0)
+    return r->loop->srv->workers && workers_submit(r->loop->srv->workers, j) == 0 ? 0 : -1;
+}
+
+int http_submit(const struct http_req *r, struct job *j, int urgent)
+{
+    if (http_try_submit(r, j, urgent) == 0)
         return 0;
     http_reply_unavailable(r);
     return -1;
@@ -812,6 +846,12 @@ struct http_server *http_server_start(const struct cfg *c, struct workers *ws,
                                       http_dispatch_fn *dispatch, char *err, size_t errlen)
 {
     raise_fd_limit(c);
+    for (size_t i = 0; i < PROTOCOL_ANSWERS; i++) {
+        char labels[METRICS_LABELS_MAX];
+        snprintf(labels, sizeof labels, "route=\"protocol\",code=\"%d\"",
+                 http_protocol_answers[i].status);
+        protocol_hists[i] = metrics_hist_get(MF_HTTP_REQUEST, labels);
+    }
     evutil_socket_t fd = listen_on(c->http_addr, (int)c->http_backlog, err, errlen);
     if (fd < 0)
         return NULL;

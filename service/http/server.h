@@ -38,6 +38,7 @@
 struct http_server;
 struct http_loop; /* one event-loop thread */
 struct http_conn; /* one client connection (server.c) */
+struct metrics_hist;
 
 /* An answer a route can give: a status and, for an error, its code (NULL
  * for a body without "error").  Lists end with {0, NULL}. */
@@ -54,6 +55,9 @@ struct http_req {
     struct http_loop *loop;
     const struct http_answer *answers; /* the route's, or the router's own when none matched */
     const char *route;                 /* "POST /api/v1/skus/{sku_id}/orders", for logs */
+    /* parallel to answers (set by the router with them): each answer's
+     * latency histogram (seckill_http_request_duration_seconds); may be NULL */
+    struct metrics_hist *const *answer_hists;
 };
 
 /* What the server answers by itself, before any route (malformed or
@@ -113,6 +117,10 @@ char *http_take_json(const struct http_req *r, size_t *len);
  * (admin, health) pass buyer lookups.  Returns 0; -1 after replying 503 (the
  * pool is full or stopping): the caller still owns j. */
 int http_submit(const struct http_req *r, struct job *j, int urgent)
+    __attribute__((warn_unused_result));
+/* The same without the 503: returns -1 (nothing answered, the caller still
+ * owns j) when there is no pool or it is full or stopping. */
+int http_try_submit(const struct http_req *r, struct job *j, int urgent)
     __attribute__((warn_unused_result));
 
 #endif

@@ -846,6 +846,7 @@ static int process_entries(struct writer *w, int64_t sku, const redisReply *list
 {
     if (list->type != REDIS_REPLY_ARRAY || list->elements == 0)
         return 0;
+    int64_t started_us = clock_mono_us();
     struct writer_entry *e = calloc(list->elements, sizeof *e);
     const char **bad = calloc(list->elements, sizeof *bad);
     const char **why = calloc(list->elements, sizeof *why);
@@ -865,6 +866,7 @@ static int process_entries(struct writer *w, int64_t sku, const redisReply *list
     int rc = dead_letter(w, sku, bad, why, 0, nbad) == 0 && process_batch(w, sku, e, n, top) == 0
                  ? (int)(n + nbad)
                  : -1;
+    metrics_writer_batch(started_us, list->elements);
     free(e);
     free(bad);
     free(why);

@@ -7,9 +7,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "core/metrics.h"
 #include "store/redis_conn.h"
+
+/* Scripts whose latency one client measures (the order path runs one). */
+#define RA_HISTS 4
 
 struct redis_async {
     struct event_base *base;
@@ -26,6 +30,12 @@ struct redis_async {
     void *late_arg;
     redis_async_message_fn *on_message;
     void *message_arg;
+    /* The latency histogram of each script run here (a handful of scripts:
+     * found by pointer, made on its first run). */
+    struct {
+        const struct rlock_script *script;
+        struct metrics_hist *hist;
+    } hists[RA_HISTS];
 };
 
 enum ra_op_state {
@@ -39,14 +49,26 @@ struct ra_op {
     void *arg;
     struct event *timer;
     enum ra_op_state state;
-    int64_t sent_ms;
+    int64_t sent_ms, sent_us;
+    struct metrics_hist *hist; /* seckill_redis_command_duration_seconds{command} */
 };
 
-static int64_t mono_ms(void)
+/* The histogram of script s's runs (command="<script name>"); NULL (not
+ * measured) for scripts beyond the first RA_HISTS this client runs. */
+static struct metrics_hist *script_hist(struct redis_async *ra, const struct rlock_script *s)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    for (size_t i = 0; i < RA_HISTS; i++) {
+        if (ra->hists[i].script == s)
+            return ra->hists[i].hist;
+        if (!ra->hists[i].script) {
+            char labels[METRICS_LABELS_MAX];
+            snprintf(labels, sizeof labels, "command=\"%s\"", s->name);
+            ra->hists[i].script = s;
+            ra->hists[i].hist = metrics_hist_get(MF_REDIS_COMMAND, labels);
+            return ra->hists[i].hist;
+        }
+    }
+    return NULL;
 }
 
 static void ra_connect(struct redis_async *ra);
@@ -211,8 +233,10 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
     struct redis_async *ra = op->ra;
     (void)ac;
     if (r) {
-        ra->last_reply_ms = mono_ms();
+        int64_t now_us = clock_mono_us();
+        ra->last_reply_ms = now_us / 1000;
         ra->stalled = 0; /* Redis is answering again */
+        metrics_hist_observe(op->hist, now_us - op->sent_us);
     }
     if (op->state == OP_WAITING)
         op_answer(op, r, r ? REDIS_ASYNC_REPLIED : REDIS_ASYNC_LOST);
@@ -259,7 +283,9 @@ void redis_async_script(struct redis_async *ra, const struct rlock_script *s, in
     op->timer = evtimer_new(ra->base, on_timeout, op);
     if (!op->timer)
         abort();
-    op->sent_ms = mono_ms();
+    op->sent_us = clock_mono_us();
+    op->sent_ms = op->sent_us / 1000;
+    op->hist = script_hist(ra, s);
     if (rlock_script_run_async(ra->ac, s, on_reply, op, nkeys, nargs, argv, lens) != 0) {
         op_free(op);
         fn(NULL, REDIS_ASYNC_NOT_SENT, arg);

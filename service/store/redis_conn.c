@@ -82,6 +82,35 @@ redisReply *redis_conn_cmd(struct redis_conn *rc, int argc, const char **argv, c
     return r;
 }
 
+int redis_conn_pipeline(struct redis_conn *rc, size_t n, const int *argcs,
+                        const char *const *const *argvs, redisReply **out)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = NULL;
+    redisContext *c = redis_conn_get(rc);
+    if (!c)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        if (redisAppendCommandArgv(c, argcs[i], (const char **)argvs[i], NULL) != REDIS_OK)
+            goto fail;
+    for (size_t i = 0; i < n; i++) {
+        void *r = NULL;
+        if (redisGetReply(c, &r) != REDIS_OK || !r)
+            goto fail;
+        out[i] = r;
+    }
+    return 0;
+fail:
+    log_warn("redis pipeline of %zu commands failed: %s", n, c->errstr);
+    for (size_t i = 0; i < n; i++) {
+        if (out[i])
+            freeReplyObject(out[i]);
+        out[i] = NULL;
+    }
+    redis_conn_close(rc);
+    return -1;
+}
+
 redisReply *redis_conn_script(struct redis_conn *rc, const struct rlock_script *s, int nkeys,
                               int nargs, const char **argv, const size_t *lens)
 {

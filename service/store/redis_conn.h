@@ -50,6 +50,14 @@ redisContext *redis_conn_get(struct redis_conn *rc);
  * after which the connection is dropped.  Error replies are returned as replies. */
 redisReply *redis_conn_cmd(struct redis_conn *rc, int argc, const char **argv, const size_t *lens);
 
+/* Sends n commands (argcs[i] arguments argvs[i] each) in one round trip and
+ * reads their n replies into out (caller frees each).  Returns 0, or -1 on an
+ * I/O error (out all NULL, the connection dropped).  Error replies are
+ * replies.  For reads: a failure may leave some commands run. */
+int redis_conn_pipeline(struct redis_conn *rc, size_t n, const int *argcs,
+                        const char *const *const *argvs, redisReply **out)
+    __attribute__((warn_unused_result));
+
 /* Runs a script (EVALSHA, EVAL on NOSCRIPT); same contract as redis_conn_cmd. */
 redisReply *redis_conn_script(struct redis_conn *rc, const struct rlock_script *s, int nkeys,
                               int nargs, const char **argv, const size_t *lens);

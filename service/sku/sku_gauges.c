@@ -1,0 +1,159 @@
+#include "sku/sku_gauges.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/keys.h"
+#include "core/log.h"
+
+/* Redis commands per SKU, in the pipeline's order. */
+enum { CMD_STOCK, CMD_XLEN, CMD_GROUPS, CMDS_PER_SKU };
+
+struct sku_keys {
+    char stock[KEYS_MAX], stream[KEYS_MAX];
+    const char *argv[CMDS_PER_SKU][3];
+};
+
+/* A reply's integer: an integer reply, or a string of one (GET). */
+static int reply_i64(const redisReply *r, int64_t *v)
+{
+    if (r->type == REDIS_REPLY_INTEGER) {
+        *v = (int64_t)r->integer;
+        return 0;
+    }
+    if (r->type != REDIS_REPLY_STRING || r->len == 0)
+        return -1;
+    char *end;
+    long long x = strtoll(r->str, &end, 10);
+    if (*end)
+        return -1;
+    *v = x;
+    return 0;
+}
+
+/* The writers' group in an XINFO GROUPS reply (each group a flat list of
+ * field, value): *pending and *lag (-1 when Redis cannot tell: entries
+ * were deleted past the group's position).  Returns 0, or -1 without that
+ * group. */
+static int writers_group(const redisReply *r, int64_t *pending, int64_t *lag)
+{
+    for (size_t g = 0; r->type == REDIS_REPLY_ARRAY && g < r->elements; g++) {
+        const redisReply *e = r->element[g];
+        int mine = 0;
+        *pending = 0;
+        *lag = -1;
+        for (size_t i = 0; e->type == REDIS_REPLY_ARRAY && i + 1 < e->elements; i += 2) {
+            const redisReply *k = e->element[i], *v = e->element[i + 1];
+            if (k->type != REDIS_REPLY_STRING)
+                continue;
+            if (strcmp(k->str, "name") == 0)
+                mine = v->type == REDIS_REPLY_STRING && strcmp(v->str, KEYS_WRITER_GROUP) == 0;
+            else if (strcmp(k->str, "pending") == 0 && v->type == REDIS_REPLY_INTEGER)
+                *pending = (int64_t)v->integer;
+            else if (strcmp(k->str, "lag") == 0 && v->type == REDIS_REPLY_INTEGER)
+                *lag = (int64_t)v->integer;
+        }
+        if (mine)
+            return 0;
+    }
+    return -1;
+}
+
+/* Fills s from its three replies; returns 0, or -1 on an unexpected reply. */
+static int sku_from_replies(struct metrics_sku *s, redisReply *const *r)
+{
+    const redisReply *stock = r[CMD_STOCK], *len = r[CMD_XLEN], *groups = r[CMD_GROUPS];
+    if (stock->type == REDIS_REPLY_ERROR || len->type == REDIS_REPLY_ERROR) {
+        log_warn("metrics: sku %" PRId64 ": %s", s->sku,
+                 stock->type == REDIS_REPLY_ERROR ? stock->str : len->str);
+        return -1;
+    }
+    if (stock->type != REDIS_REPLY_NIL) {
+        if (reply_i64(stock, &s->stock_available) != 0)
+            return -1;
+        s->has_available = 1;
+    }
+    if (reply_i64(len, &s->stream_length) != 0)
+        return -1;
+    int64_t pending, lag;
+    if (groups->type == REDIS_REPLY_ERROR) {
+        /* No stream yet: nothing to acknowledge.  Anything else (NOPERM: an
+         * ACL without xinfo|groups) is an error the operator must see. */
+        if (s->stream_length != 0 || strstr(groups->str, "no such key") == NULL) {
+            log_warn("metrics: sku %" PRId64 ": XINFO GROUPS: %s", s->sku, groups->str);
+            return -1;
+        }
+        s->stream_lag = 0;
+    } else if (writers_group(groups, &pending, &lag) != 0) {
+        s->stream_lag = s->stream_length; /* no group yet: nothing was delivered */
+    } else {
+        /* Acknowledged entries are deleted (orders_ack.lua), so when Redis
+         * cannot count the undelivered ones, they are the rest of the stream. */
+        if (lag < 0)
+            lag = s->stream_length > pending ? s->stream_length - pending : 0;
+        s->stream_lag = pending + lag;
+    }
+    s->has_stream = 1;
+    return 0;
+}
+
+int sku_gauges_read(struct worker_ctx *w, struct metrics_sku **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    char limit[24];
+    snprintf(limit, sizeof limit, "%" PRId64, w->cfg->metrics_max_skus);
+    PGresult *pr = db_query(&w->db, "metrics_skus", 1, (const char *[]){limit});
+    if (!pr)
+        return -1;
+    size_t count = (size_t)PQntuples(pr);
+    if (count == 0) {
+        PQclear(pr);
+        return 0;
+    }
+    struct metrics_sku *skus = calloc(count, sizeof *skus);
+    struct sku_keys *keys = calloc(count, sizeof *keys);
+    int *argcs = calloc(count * CMDS_PER_SKU, sizeof *argcs);
+    const char *const **argvs = calloc(count * CMDS_PER_SKU, sizeof *argvs);
+    redisReply **replies = calloc(count * CMDS_PER_SKU, sizeof *replies);
+    if (!skus || !keys || !argcs || !argvs || !replies)
+        abort();
+    for (size_t i = 0; i < count; i++) {
+        skus[i].sku = strtoll(PQgetvalue(pr, (int)i, 0), NULL, 10);
+        skus[i].stock_db = strtoll(PQgetvalue(pr, (int)i, 1), NULL, 10);
+        struct sku_keys *k = &keys[i];
+        keys_sku(k->stock, skus[i].sku, KEY_STOCK);
+        keys_sku(k->stream, skus[i].sku, KEY_STREAM);
+        k->argv[CMD_STOCK][0] = "GET";
+        k->argv[CMD_STOCK][1] = k->stock;
+        k->argv[CMD_XLEN][0] = "XLEN";
+        k->argv[CMD_XLEN][1] = k->stream;
+        k->argv[CMD_GROUPS][0] = "XINFO";
+        k->argv[CMD_GROUPS][1] = "GROUPS";
+        k->argv[CMD_GROUPS][2] = k->stream;
+        for (int c = 0; c < CMDS_PER_SKU; c++) {
+            argcs[i * CMDS_PER_SKU + (size_t)c] = c == CMD_GROUPS ? 3 : 2;
+            argvs[i * CMDS_PER_SKU + (size_t)c] = k->argv[c];
+        }
+    }
+    PQclear(pr);
+    int rc = redis_conn_pipeline(&w->redis, count * CMDS_PER_SKU, argcs, argvs, replies);
+    for (size_t i = 0; rc == 0 && i < count; i++)
+        rc = sku_from_replies(&skus[i], &replies[i * CMDS_PER_SKU]);
+    for (size_t i = 0; i < count * CMDS_PER_SKU; i++)
+        if (replies[i])
+            freeReplyObject(replies[i]);
+    free(replies);
+    free(argvs);
+    free(argcs);
+    free(keys);
+    if (rc != 0) {
+        free(skus);
+        return -1;
+    }
+    *out = skus;
+    *n = count;
+    return 0;
+}

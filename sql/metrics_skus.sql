@@ -1,0 +1,7 @@
+-- The SKUs whose gauges /metrics shows (seckill_sku_*), at most $1
+-- (metrics_max_skus): those whose sale has not ended first, then the newest.
+-- Read before Redis, so that stock minus Redis's stock never misses an order
+-- written between the two reads (seckill_sku_inflight_units).
+SELECT id, stock FROM skus
+ORDER BY (sale_ends_at IS NULL OR sale_ends_at > now()) DESC, id DESC
+LIMIT $1
