@@ -1,8 +1,13 @@
 #include "http/handle_metrics.h"
 
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "core/clock.h"
 #include "core/metrics.h"
+#include "order/soldout.h"
 #include "sku/sku_gauges.h"
 
 #define CONTENT_TYPE "text/plain; version=0.0.4"
@@ -21,11 +26,51 @@ static void job_run(struct job *j, struct worker_ctx *w)
         metrics_add(M_METRICS_SCRAPE_ERRORS, 1);
 }
 
+/* The exposition so far, grown as the sold-out flags are appended. */
+struct text {
+    char *p;
+    size_t len;
+};
+
+static void append(struct text *t, const char *s, size_t n)
+{
+    char *p = realloc(t->p, t->len + n + 1);
+    if (!p)
+        abort();
+    memcpy(p + t->len, s, n);
+    t->len += n;
+    p[t->len] = '\0';
+    t->p = p;
+}
+
+static void flag_line(int64_t sku, void *arg)
+{
+    char line[96];
+    int n = snprintf(line, sizeof line, "seckill_sku_sold_out_flag{sku=\"%" PRId64 "\"} 1\n", sku);
+    append(arg, line, (size_t)n);
+}
+
+/* This process's local sold-out flags (order/soldout.h): one sample per SKU
+ * answered without Redis right now; read on the loop, from memory. */
+static void render_sold_out_flags(struct text *t, int64_t window_ms)
+{
+    static const char head[] =
+        "# HELP seckill_sku_sold_out_flag 1 while this instance answers the SKU's orders sold "
+        "out without asking Redis (sold_out_flag_ms)\n"
+        "# TYPE seckill_sku_sold_out_flag gauge\n";
+    append(t, head, sizeof head - 1);
+    if (window_ms > 0)
+        (void)soldout_each(soldout_shared(), clock_mono_ms(), flag_line, t);
+}
+
 static void job_done(struct job *j)
 {
     struct metrics_job *mj = (struct metrics_job *)j;
-    size_t len;
-    char *text = metrics_render_skus(mj->skus, mj->n, &len);
+    struct text t = {0};
+    t.p = metrics_render_skus(mj->skus, mj->n, &t.len);
+    render_sold_out_flags(&t, http_loop_cfg(mj->req.loop)->sold_out_flag_ms);
+    char *text = t.p;
+    size_t len = t.len;
     http_reply_raw(&mj->req, 200, CONTENT_TYPE, text, len);
     free(text);
     free(mj->skus);
