@@ -37,7 +37,10 @@ if not stock then
 end
 local qty = tonumber(ARGV[2])
 
-if ARGV[3] ~= '' then
+-- A key the service made up (ARGV[8] '0') is new: this request is the first
+-- to use it, so there is nothing under it to look up (a retry that names it
+-- after a 503 comes as the buyer's own key, '1', and is looked up).
+if ARGV[3] ~= '' and ARGV[8] == '1' then
   local prev = redis.call('GET', KEYS[7])
   if prev then
     local fp, what = string.match(prev, '^(.*)|([^|]+)$')

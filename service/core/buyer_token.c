@@ -2,10 +2,14 @@
 
 #include <inttypes.h>
 #include <jansson.h>
+#include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <openssl/params.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/validate.h"
@@ -136,6 +140,99 @@ static int mac_of(const char *secret, size_t secret_len, const char *data, size_
     return 0;
 }
 
+/*
+ * What a thread keeps between verifications, so that a token costs its own
+ * work only: the HMAC key prepared once (EVP_MAC_init with the key hashes it
+ * into the inner and outer states; an init without a key starts again from
+ * them, instead of HMAC() fetching SHA-256 and hashing the key per call),
+ * and the last header part that passed check_header, byte for byte (the
+ * verdict on a header depends on its bytes only; every buyer's token carries
+ * the same one).  The secret is compared with the verifier's on every call:
+ * another secret prepares another key.
+ */
+#define HEADER_MEMO_MAX 128
+struct verify_cache {
+    EVP_MAC *mac;
+    EVP_MAC_CTX *ctx;
+    unsigned char *secret; /* the key ctx holds, or NULL */
+    size_t secret_len;
+    size_t header_len; /* 0: none yet */
+    char header[HEADER_MEMO_MAX];
+};
+
+static pthread_key_t cache_key;
+static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
+static int cache_ok;
+
+static void cache_free(void *p)
+{
+    struct verify_cache *vc = p;
+    EVP_MAC_CTX_free(vc->ctx);
+    EVP_MAC_free(vc->mac);
+    if (vc->secret)
+        OPENSSL_cleanse(vc->secret, vc->secret_len);
+    free(vc->secret);
+    free(vc);
+}
+
+static void cache_init(void)
+{
+    cache_ok = pthread_key_create(&cache_key, cache_free) == 0;
+}
+
+/* This thread's cache, or NULL (then every call takes the one-shot path). */
+static struct verify_cache *thread_cache(void)
+{
+    pthread_once(&cache_once, cache_init);
+    if (!cache_ok)
+        return NULL;
+    struct verify_cache *vc = pthread_getspecific(cache_key);
+    if (vc)
+        return vc;
+    vc = calloc(1, sizeof *vc);
+    if (!vc)
+        return NULL;
+    vc->mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+    vc->ctx = vc->mac ? EVP_MAC_CTX_new(vc->mac) : NULL;
+    if (!vc->ctx || pthread_setspecific(cache_key, vc) != 0) {
+        cache_free(vc);
+        return NULL;
+    }
+    return vc;
+}
+
+/* mac_of under this thread's prepared key.  Returns 0 or -1. */
+static int mac_prepared(struct verify_cache *vc, const char *secret, size_t secret_len,
+                        const char *data, size_t n, unsigned char mac[MAC_BYTES])
+{
+    if (!vc->secret || vc->secret_len != secret_len ||
+        CRYPTO_memcmp(vc->secret, secret, secret_len) != 0) {
+        if (vc->secret)
+            OPENSSL_cleanse(vc->secret, vc->secret_len);
+        free(vc->secret);
+        vc->secret = NULL;
+        char digest[] = "SHA256";
+        OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+                               OSSL_PARAM_construct_end()};
+        unsigned char *copy = malloc(secret_len ? secret_len : 1);
+        if (!copy ||
+            EVP_MAC_init(vc->ctx, (const unsigned char *)secret, secret_len, params) != 1) {
+            free(copy);
+            return -1;
+        }
+        memcpy(copy, secret, secret_len);
+        vc->secret = copy;
+        vc->secret_len = secret_len;
+    } else if (EVP_MAC_init(vc->ctx, NULL, 0, NULL) != 1) {
+        return -1;
+    }
+    size_t len = 0;
+    if (EVP_MAC_update(vc->ctx, (const unsigned char *)data, n) != 1 ||
+        EVP_MAC_final(vc->ctx, mac, &len, MAC_BYTES) != 1 || len != MAC_BYTES)
+        return -1;
+    return 0;
+}
+
 /* Decodes one base64url part holding a JSON object (no duplicate keys, nothing
  * after it).  Returns the object (caller json_decref), or NULL. */
 static json_t *decode_object(const char *part, size_t n)
@@ -181,16 +278,13 @@ static enum buyer_token_result check_header(json_t *h)
     return BUYER_TOKEN_OK;
 }
 
-static enum buyer_token_result check_claims(json_t *c, int64_t now_s, int64_t leeway_s,
-                                            int64_t *user)
+/* The claims' rules, on their values: exp required, nbf optional, sub a user id. */
+static enum buyer_token_result check_claim_values(int has_exp, double exp, int has_nbf, double nbf,
+                                                  const char *sub, size_t sub_len, int64_t now_s,
+                                                  int64_t leeway_s, int64_t *user)
 {
-    double exp = 0, nbf = 0;
-    int has_exp = numeric_date(c, "exp", &exp);
-    int has_nbf = numeric_date(c, "nbf", &nbf);
-    json_t *sub = json_object_get(c, "sub");
     int64_t uid;
-    if (has_exp != 1 || has_nbf < 0 || !json_is_string(sub) ||
-        validate_id_segment(json_string_value(sub), json_string_length(sub), &uid) != 0)
+    if (has_exp != 1 || has_nbf < 0 || !sub || validate_id_segment(sub, sub_len, &uid) != 0)
         return BUYER_TOKEN_BAD_CLAIMS;
     /* Compared as doubles: exact below 2^53 s, and a date beyond that is in
      * the far future either way. */
@@ -200,6 +294,78 @@ static enum buyer_token_result check_claims(json_t *c, int64_t now_s, int64_t le
         return BUYER_TOKEN_NOT_YET_VALID;
     *user = uid;
     return BUYER_TOKEN_OK;
+}
+
+static enum buyer_token_result check_claims(json_t *c, int64_t now_s, int64_t leeway_s,
+                                            int64_t *user)
+{
+    double exp = 0, nbf = 0;
+    int has_exp = numeric_date(c, "exp", &exp);
+    int has_nbf = numeric_date(c, "nbf", &nbf);
+    json_t *sub = json_object_get(c, "sub");
+    return check_claim_values(has_exp, exp, has_nbf, nbf,
+                              json_is_string(sub) ? json_string_value(sub) : NULL,
+                              json_string_length(sub), now_s, leeway_s, user);
+}
+
+/* Takes 'word' at *p (within end); returns 1 when it is there. */
+static int take_word(const char **p, const char *end, const char *word, size_t n)
+{
+    if ((size_t)(end - *p) < n || memcmp(*p, word, n) != 0)
+        return 0;
+    *p += n;
+    return 1;
+}
+
+/* A JSON integer at *p: "0" or 1-18 digits without a leading zero (always
+ * an int64, so json_loadb reads the same number).  Returns 1 with *out. */
+static int take_small_int(const char **p, const char *end, int64_t *out)
+{
+    const char *s = *p;
+    size_t n = 0;
+    int64_t v = 0;
+    for (; s + n < end && s[n] >= '0' && s[n] <= '9'; n++) {
+        if (n == 18)
+            return 0; /* longer: json_loadb decides */
+        v = v * 10 + (s[n] - '0');
+    }
+    if (n == 0 || (n > 1 && s[0] == '0'))
+        return 0;
+    *p = s + n;
+    *out = v;
+    return 1;
+}
+
+/*
+ * The claims exactly as buyer_token_sign writes them,
+ * {"sub":"<digits>","iat":<int>,"exp":<int>}, read without building a JSON
+ * object.  Returns -1 when the part has any other form (then json_loadb
+ * reads it, with every rule), else the verdict: for this form, the one
+ * decode_object and check_claims give.
+ */
+static int claims_signed_form(const char *part, size_t n, int64_t now_s, int64_t leeway_s,
+                              int64_t *user, enum buyer_token_result *r)
+{
+    unsigned char buf[SIGN_CLAIMS_MAX];
+    if (n / 4 * 3 + 3 > sizeof buf)
+        return -1;
+    long len = b64url_decode(part, n, buf, sizeof buf);
+    if (len <= 0)
+        return -1;
+    const char *p = (const char *)buf, *end = p + len;
+    if (!take_word(&p, end, "{\"sub\":\"", 8))
+        return -1;
+    const char *sub = p;
+    while (p < end && *p >= '0' && *p <= '9')
+        p++;
+    size_t sub_len = (size_t)(p - sub);
+    int64_t iat, exp;
+    if (sub_len == 0 || !take_word(&p, end, "\",\"iat\":", 8) || !take_small_int(&p, end, &iat) ||
+        !take_word(&p, end, ",\"exp\":", 7) || !take_small_int(&p, end, &exp) ||
+        !take_word(&p, end, "}", 1) || p != end)
+        return -1;
+    *r = check_claim_values(1, (double)exp, 0, 0, sub, sub_len, now_s, leeway_s, user);
+    return 0;
 }
 
 enum buyer_token_result buyer_token_verify(const struct buyer_token_verifier *v, const char *token,
@@ -220,21 +386,34 @@ enum buyer_token_result buyer_token_verify(const struct buyer_token_verifier *v,
 
     /* The MAC first: nothing in the token is parsed before it is authentic. */
     unsigned char want[MAC_BYTES], got[MAC_BYTES + 3];
+    struct verify_cache *vc = thread_cache();
     if (v->secret_len < BUYER_TOKEN_SECRET_MIN_BYTES ||
-        mac_of(v->secret, v->secret_len, token, signed_len, want) != 0)
+        (vc ? mac_prepared(vc, v->secret, v->secret_len, token, signed_len, want)
+            : mac_of(v->secret, v->secret_len, token, signed_len, want)) != 0)
         return BUYER_TOKEN_BAD_SIGNATURE;
     if (b64url_decode(dot2 + 1, sig_len, got, sizeof got) != MAC_BYTES)
         return BUYER_TOKEN_MALFORMED;
     if (CRYPTO_memcmp(want, got, MAC_BYTES) != 0)
         return BUYER_TOKEN_BAD_SIGNATURE;
 
-    json_t *header = decode_object(token, header_len);
-    json_t *claims = header ? decode_object(dot1 + 1, payload_len) : NULL;
+    /* The header: as the last one that passed on this thread, or decoded. */
+    int header_known =
+        vc && vc->header_len == header_len && memcmp(vc->header, token, header_len) == 0;
     enum buyer_token_result r;
-    if (!header || !claims)
+    if (header_known &&
+        claims_signed_form(dot1 + 1, payload_len, now_s, v->leeway_s, user, &r) == 0)
+        return r;
+    json_t *header = header_known ? NULL : decode_object(token, header_len);
+    json_t *claims = header_known || header ? decode_object(dot1 + 1, payload_len) : NULL;
+    if ((!header_known && !header) || !claims)
         r = BUYER_TOKEN_MALFORMED;
-    else if ((r = check_header(header)) == BUYER_TOKEN_OK)
+    else if (header_known || (r = check_header(header)) == BUYER_TOKEN_OK) {
+        if (!header_known && vc && header_len <= sizeof vc->header) {
+            memcpy(vc->header, token, header_len);
+            vc->header_len = header_len;
+        }
         r = check_claims(claims, now_s, v->leeway_s, user);
+    }
     json_decref(header);
     json_decref(claims);
     return r;

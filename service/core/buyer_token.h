@@ -19,8 +19,12 @@
  *   - "sub" is required: the user id as a decimal string, 1..2^63-1 without
  *     sign or leading zero (validate_id_segment, the rule of every id here).
  *
- * Pure: no I/O, no globals, no clock (the caller passes now); safe from any
- * thread.  The HMAC is OpenSSL's.
+ * No I/O, no clock (the caller passes now); safe from any thread.  The HMAC
+ * is OpenSSL's.  Each thread keeps its HMAC key prepared (compared with the
+ * verifier's secret on every call) and the last header part that passed, and
+ * reads claims in the form buyer_token_sign writes without building a JSON
+ * object (any other form goes to jansson): nothing cached is a verdict on a
+ * token, only work that gives the same answer for the same bytes.
  */
 #ifndef SECKILL_BUYER_TOKEN_H
 #define SECKILL_BUYER_TOKEN_H

@@ -7,13 +7,47 @@
  * none (the buyer is the token's), and qty in 1..max_qty; what
  * a smaller max_qty accepts a larger one accepts the same; an accepted order
  * written out plainly is accepted again as the same order; a refusal leaves
- * the outputs alone and says why in printable ASCII.
+ * the outputs alone and says why in printable ASCII.  And the verdict is the
+ * one restated here from jansson (an object without duplicate keys, only
+ * "qty" and "user_id", both JSON integers in range): validate.c reads the
+ * common bodies by hand, everything else with jansson, and both must agree.
  */
 #include <inttypes.h>
+#include <jansson.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "core/validate.h"
 #include "fuzz/fuzz.h"
+
+/* The verdict from jansson alone: 1 with *user and *qty when acceptable. */
+static int jansson_verdict(const uint8_t *data, size_t size, int64_t max_qty, int64_t *user,
+                           int64_t *qty)
+{
+    json_t *o = json_loadb((const char *)data, size, JSON_REJECT_DUPLICATES, NULL);
+    int ok = json_is_object(o);
+    const char *key;
+    json_t *v;
+    if (ok) {
+        json_object_foreach(o, key, v)
+        {
+            if (strcmp(key, "qty") != 0 && strcmp(key, "user_id") != 0)
+                ok = 0;
+        }
+        (void)v;
+    }
+    json_t *q = ok ? json_object_get(o, "qty") : NULL,
+           *u = ok ? json_object_get(o, "user_id") : NULL;
+    ok = ok && json_is_integer(q) && json_integer_value(q) >= 1 &&
+         json_integer_value(q) <= max_qty &&
+         (!u || (json_is_integer(u) && json_integer_value(u) >= 1));
+    if (ok) {
+        *qty = json_integer_value(q);
+        *user = u ? json_integer_value(u) : 0;
+    }
+    json_decref(o);
+    return ok;
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -27,6 +61,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         int rc = validate_order_body((const char *)data, size, max_qtys[i], &user, &qty, detail,
                                      sizeof detail);
 
+        int64_t juser = -1, jqty = -1;
+        int jok = jansson_verdict(data, size, max_qtys[i], &juser, &jqty);
+        FUZZ_CHECK(jok == (rc == 0));
+        FUZZ_CHECK(!jok || (juser == user && jqty == qty));
         if (rc != 0) {
             FUZZ_CHECK(rc == -1 && user == -1 && qty == -1);
             FUZZ_CHECK(!accepted_before);

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "core/clock.h"
+#include "core/fmt.h"
 #include "core/log.h"
 #include "core/metrics.h"
 #include "core/validate.h"
@@ -388,19 +389,38 @@ static void send_answer(struct http_conn *c, int status, const char *content_typ
     }
     if (!c->keep_alive)
         c->close_after = 1;
-    char head[HEAD_SLACK_BYTES + HTTP_DATE_BYTES];
-    int n = snprintf(head, sizeof head,
-                     "HTTP/1.1 %d %s\r\nDate: %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s",
-                     status, reason_phrase(status), loop_date(c->loop), content_type, n1 + n2,
-                     c->close_after          ? "Connection: close\r\n"
-                     : c->version_minor == 0 ? "Connection: keep-alive\r\n"
-                                             : "");
-    if (n < 0 || (size_t)n >= sizeof head)
+    /* "HTTP/1.1 <status> <reason>\r\nDate: <date>\r\nContent-Type: <type>\r\n
+     * Content-Length: <n>\r\n[Connection: ...\r\n]", written by hand: the
+     * snprintf was a tenth of an answer's instructions. */
+    char head[HEAD_SLACK_BYTES + HTTP_DATE_BYTES], *p = head;
+    const char *reason = reason_phrase(status), *date = loop_date(c->loop);
+    const char *conn = c->close_after          ? "Connection: close\r\n"
+                       : c->version_minor == 0 ? "Connection: keep-alive\r\n"
+                                               : "";
+    size_t rl = strlen(reason), dl = strlen(date), tl = strlen(content_type), cl = strlen(conn);
+    if (status < 100 || status > 999 || rl + dl + tl + cl + 80 + FMT_I64_MAX > sizeof head)
         abort(); /* the fixed parts cannot outgrow head */
+    memcpy(p, "HTTP/1.1 ", 9);
+    p += 9 + fmt_i64(p + 9, status);
+    *p++ = ' ';
+    memcpy(p, reason, rl);
+    p += rl;
+    memcpy(p, "\r\nDate: ", 8);
+    memcpy(p + 8, date, dl);
+    p += 8 + dl;
+    memcpy(p, "\r\nContent-Type: ", 16);
+    memcpy(p + 16, content_type, tl);
+    p += 16 + tl;
+    memcpy(p, "\r\nContent-Length: ", 18);
+    p += 18 + fmt_i64(p + 18, (int64_t)(n1 + n2));
+    memcpy(p, "\r\n", 2);
+    memcpy(p + 2, conn, cl);
+    p += 2 + cl;
+    size_t n = (size_t)(p - head);
     size_t body = c->head ? 0 : n1 + n2;
     reserve_bytes(&c->out, &c->out_cap, c->out_len,
-                  (size_t)n + strlen(extra_headers) + c->xh_len + 2 + body);
-    out_add(c, head, (size_t)n);
+                  n + strlen(extra_headers) + c->xh_len + 2 + body);
+    out_add(c, head, n);
     out_add(c, extra_headers, strlen(extra_headers));
     out_add(c, c->xh ? c->xh : "", c->xh_len);
     out_add(c, "\r\n", 2);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/fmt.h"
 #include "core/validate.h"
 
 static const char *str_at(const redisReply *r, size_t i)
@@ -245,15 +246,18 @@ void order_reserve_prepare(struct order_reserve_call *c, int64_t sku, int64_t us
                            int64_t deadline_ms)
 {
     keys_reserve(c->keys, sku, user, idem ? idem : "");
-    snprintf(c->user, sizeof c->user, "%" PRId64, user);
-    snprintf(c->qty, sizeof c->qty, "%" PRId64, qty);
-    /* what "the same request" means for an Idempotency-Key */
-    snprintf(c->fp, sizeof c->fp, "%" PRId64 ":%" PRId64, user, qty);
-    snprintf(c->ttl, sizeof c->ttl, "%" PRId64, idem_ttl_s);
-    snprintf(c->deadline, sizeof c->deadline, "%" PRId64, deadline_ms);
-    snprintf(c->per_epoch, sizeof c->per_epoch, "%" PRId64, ORDER_IDS_PER_EPOCH);
+    /* fmt_i64z, not snprintf: this runs for every order */
+    fmt_i64z(c->user, user);
+    fmt_i64z(c->qty, qty);
+    /* what "the same request" means for an Idempotency-Key: "<user>:<qty>" */
+    size_t n = fmt_i64(c->fp, user);
+    c->fp[n++] = ':';
+    fmt_i64z(c->fp + n, qty);
+    fmt_i64z(c->ttl, idem_ttl_s);
+    fmt_i64z(c->deadline, deadline_ms);
+    fmt_i64z(c->per_epoch, ORDER_IDS_PER_EPOCH);
     order_reserve_limit(c, 0, 0);
-    size_t n = 0;
+    n = 0;
     for (size_t i = 0; i < KEYS_RESERVE_N; i++)
         c->argv[n++] = c->keys[i];
     const char *args[ORDER_RESERVE_NARGS] = {c->user,
@@ -278,6 +282,6 @@ void order_reserve_limit(struct order_reserve_call *c, int64_t per_min, int64_t 
 {
     /* one order every 60 s / per_min, in the microseconds of Redis TIME */
     int64_t interval_us = per_min > 0 && burst > 0 ? INT64_C(60000000) / per_min : 0;
-    snprintf(c->rate_interval_us, sizeof c->rate_interval_us, "%" PRId64, interval_us);
-    snprintf(c->rate_burst, sizeof c->rate_burst, "%" PRId64, burst);
+    fmt_i64z(c->rate_interval_us, interval_us);
+    fmt_i64z(c->rate_burst, burst);
 }

@@ -253,6 +253,22 @@ START_TEST(test_every_key_of_a_sku_shares_its_hash_tag)
     keys_reserve(r, 42, 7, "abc");
     for (int i = 0; i < KEYS_RESERVE_N; i++)
         ck_assert_ptr_nonnull(strstr(r[i], "{sku:42}"));
+    /* keys_reserve builds by hand the names the other functions print */
+    static const enum keys_kind first[] = {KEY_META,   KEY_STOCK,   KEY_SEQ,
+                                           KEY_BOUGHT, KEY_JOURNAL, KEY_STREAM};
+    for (int i = 0; i < 6; i++) {
+        keys_sku(k, 42, first[i]);
+        ck_assert_str_eq(r[i], k);
+    }
+    keys_idem(k, 42, 7, "abc");
+    ck_assert_str_eq(r[6], k);
+    keys_buyer_rate(k, 42, 7);
+    ck_assert_str_eq(r[7], k);
+    keys_reserve(r, INT64_MAX, INT64_MAX, "");
+    keys_idem(k, INT64_MAX, INT64_MAX, "");
+    ck_assert_str_eq(r[6], k);
+    keys_buyer_rate(k, INT64_MAX, INT64_MAX);
+    ck_assert_str_eq(r[7], k);
     keys_sku(k, 42, KEY_WRITER_LOCK);
     ck_assert_ptr_nonnull(strstr(k, "{sku:42}"));
     keys_sku(k, 42, KEY_SKU_LOCK);
