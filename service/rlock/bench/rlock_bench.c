@@ -5,8 +5,8 @@
  * next to the same workload on node-redlock and prints the ratio.
  *
  *   rlock-bench --redis-url redis://127.0.0.1:6379/0 --mode uncontended|contended
- *               [--client library|raw] [--concurrency 50] [--duration-ms 5000]
- *               [--ttl-ms 10000] [--retry-ms 10]
+ *               [--client library|raw] [--notifier on|off] [--concurrency 50]
+ *               [--duration-ms 5000] [--ttl-ms 10000] [--retry-ms 10]
  *
  * uncontended: 'concurrency' loops, each on its own key, each doing
  *   SET key token NX PX ttl, then the release script, then again.
@@ -18,8 +18,10 @@
  *   holder's release reply to the next holder's acquire reply.
  *
  * --client library (default) goes through the library's async API
- * (rlock_async.h: per-command timers, waiting, and in contended mode early
- * wake-ups from a notifier on the release channel, as the daemon runs it).
+ * (rlock_async.h: per-command deadlines, waiting, and with --notifier on,
+ * the default, early wake-ups from a notifier on the release channel, as the
+ * daemon runs it: a second connection, subscribed only while someone waits).
+ * --notifier off leaves the library one connection, polling only.
  * --client raw sends the same kind of operations by hand (SET NX PX; EVALSHA
  * of lua/rlock/release.lua, EVAL on NOSCRIPT, via rlock_script_run_async()):
  * the floor of what one connection can do, to see the library's own cost.
@@ -59,7 +61,8 @@
 struct opts {
     struct rlock_url redis;
     int contended;
-    int raw; /* 1: hand-made commands; 0: the library's async API */
+    int raw;      /* 1: hand-made commands; 0: the library's async API */
+    int notifier; /* library: wake waiters through a notifier (pub/sub) */
     int concurrency;
     int duration_ms;
     int ttl_ms;
@@ -437,8 +440,8 @@ static void usage(FILE *out)
 {
     fputs("usage: rlock-bench --redis-url redis://[USER:PASSWORD@]HOST:PORT[/DB] --mode "
           "uncontended|contended\n"
-          "                   [--client library|raw] [--concurrency N] [--duration-ms MS]\n"
-          "                   [--ttl-ms MS] [--retry-ms MS]\n",
+          "                   [--client library|raw] [--notifier on|off] [--concurrency N]\n"
+          "                   [--duration-ms MS] [--ttl-ms MS] [--retry-ms MS]\n",
           out);
 }
 
@@ -452,10 +455,12 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         {"ttl-ms", required_argument, NULL, 't'},
         {"retry-ms", required_argument, NULL, 'r'},
         {"client", required_argument, NULL, 'k'},
+        {"notifier", required_argument, NULL, 'n'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    *o = (struct opts){.concurrency = 50, .duration_ms = 5000, .ttl_ms = 10000, .retry_ms = 10};
+    *o = (struct opts){
+        .concurrency = 50, .duration_ms = 5000, .ttl_ms = 10000, .retry_ms = 10, .notifier = 1};
     int have_url = 0, have_mode = 0, ch;
     while ((ch = getopt_long(argc, argv, "", longs, NULL)) != -1) {
         int bad = 0;
@@ -476,6 +481,14 @@ static int parse_opts(int argc, char **argv, struct opts *o)
                 o->raw = 1;
             else
                 bad = strcmp(optarg, "library") != 0;
+            break;
+        case 'n':
+            if (strcmp(optarg, "on") == 0)
+                o->notifier = 1;
+            else if (strcmp(optarg, "off") == 0)
+                o->notifier = 0;
+            else
+                bad = 1;
             break;
         case 'c':
             bad = parse_int(optarg, 1, MAX_CONCURRENCY, &o->concurrency);
@@ -519,7 +532,8 @@ int main(int argc, char **argv)
     /* Retry pauses are a few ms: with the default millisecond epoll timeouts,
      * waiters would wake in batches and the hand-over would measure the timer
      * granularity instead of the lock. */
-    if (!b.o.raw && evthread_use_pthreads() != 0) /* the notifier wakes the loop */
+    int use_notifier = !b.o.raw && b.o.notifier;
+    if (use_notifier && evthread_use_pthreads() != 0) /* the notifier wakes the loop */
         return 1;
     struct event_config *ec = event_config_new();
     if (ec)
@@ -542,9 +556,10 @@ int main(int argc, char **argv)
     }
     if (!b.o.raw) {
         char err[160] = "out of memory";
-        b.notifier = rlock_notifier_new(notifier_connect, &b.o, err, sizeof err);
+        if (use_notifier)
+            b.notifier = rlock_notifier_new(notifier_connect, &b.o, err, sizeof err);
         struct rlock_async_opts ao = {.op_timeout_ms = OP_TIMEOUT_MS, .notifier = b.notifier};
-        b.lib = b.notifier ? rlock_async_new(b.base, &ao) : NULL;
+        b.lib = !use_notifier || b.notifier ? rlock_async_new(b.base, &ao) : NULL;
         if (!b.lib) {
             fprintf(stderr, "rlock-bench: library client: %s\n", err);
             return 1;
@@ -591,13 +606,14 @@ int main(int argc, char **argv)
         qsort(b.pair_us.v, b.pair_us.n, sizeof *b.pair_us.v, cmp_u32);
     if (b.handover_us.n)
         qsort(b.handover_us.v, b.handover_us.n, sizeof *b.handover_us.v, cmp_u32);
-    printf("mode=%s impl=%s concurrency=%d duration_s=%.2f pairs=%llu pairs_per_s=%.0f "
+    printf("mode=%s impl=%s notifier=%s concurrency=%d duration_s=%.2f pairs=%llu pairs_per_s=%.0f "
            "pair_p50_ms=%.3f pair_p99_ms=%.3f handover_p50_ms=%.3f handover_p99_ms=%.3f "
            "busy_retries=%llu lost=%llu errors=%llu\n",
            b.o.contended ? "contended" : "uncontended", b.o.raw ? "rlock-raw" : "rlock-async",
-           b.o.concurrency, secs, b.pairs, b.pairs / secs, quantile_ms(&b.pair_us, 0.50),
-           quantile_ms(&b.pair_us, 0.99), quantile_ms(&b.handover_us, 0.50),
-           quantile_ms(&b.handover_us, 0.99), b.busy_retries, b.lost, b.errors);
+           use_notifier ? "on" : "off", b.o.concurrency, secs, b.pairs, b.pairs / secs,
+           quantile_ms(&b.pair_us, 0.50), quantile_ms(&b.pair_us, 0.99),
+           quantile_ms(&b.handover_us, 0.50), quantile_ms(&b.handover_us, 0.99), b.busy_retries,
+           b.lost, b.errors);
     if (b.errors)
         fprintf(stderr, "rlock-bench: %llu errors, first: %s\n", b.errors, b.first_error);
 

@@ -2,18 +2,38 @@
  * async: locks on a libevent loop (see rlock/async.h).
  *
  * Three kinds of objects:
- *  - struct cmd: one script call in flight.  Its completion function runs
- *    exactly once: with the reply, or with an error when its timer fires, the
- *    connection drops, or the client is freed.  The cmd itself lives until
- *    hiredis hands it back (hiredis keeps privdata until it answers or is
- *    freed), so a reply after the timeout finds it and is ignored -- or, for
- *    an acquisition, undone.
- *  - struct acq: one acquisition, retrying on a timer and on notifier wake-ups.
- *  - struct rlock_async_lock: a held lock, reference counted: the user holds
- *    one reference until release/forget, every cmd about it holds one.
+ *  - struct cmd: one command in flight.  Its completion function runs
+ *    exactly once: with the reply, or with an error when its deadline
+ *    passes, the connection drops, or the client is freed.  The cmd itself
+ *    lives until hiredis hands it back (hiredis keeps privdata until it
+ *    answers or is freed), so a reply after the deadline finds it and is
+ *    ignored -- or, for an acquisition, undone.
+ *  - struct acq: one acquisition, retrying on a timer and on notifier
+ *    wake-ups; it lives inside the lock it acquires.
+ *  - struct rlock_async_lock: a lock, reference counted: the acquisition
+ *    holds one reference, the user one from success until release/forget,
+ *    every cmd about it one until hiredis hands the cmd back.  Its key,
+ *    release channel and owner are in the same allocation.
+ *
+ * What one acquire + release costs is what this file is about (the bench,
+ * bench/rlock_bench.c, measures it): two allocations of ours (the lock, then
+ * one cmd per command), commands written straight into the wire format
+ * (redisAsyncFormattedCommand(): no hiredis argv formatting), a plain
+ * SET NX PX for the simple lock, and no timer per command.
+ *
+ * Deadlines: every command gets the same op_timeout_ms, so commands sent
+ * later time out later and the client's in-flight list, appended at the
+ * tail, is always in deadline order.  One timer per client is armed for the
+ * oldest command's deadline; when it fires it fails every command whose
+ * deadline has passed (moving each to the "late" list, where it waits for
+ * hiredis to hand it back) and re-arms itself for the new oldest.  Replies
+ * never touch the timer: a timer that fires for a command already answered
+ * just re-arms, about once per op_timeout_ms while commands flow.
  */
 #include "rlock/async.h"
 
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,23 +48,36 @@
 #define UUID_MAX 64
 /* A failed renewal is retried after lease / this, while the lease lasts. */
 #define RENEW_RETRY_DIVISOR 10
+/* Commands up to this many bytes are formatted on the stack. */
+#define CMD_STACK_BYTES 1024
+/* Most arguments a command of this file has (EVALSHA, sha, numkeys, 5). */
+#define CMD_MAX_ARGS 8
 
-typedef void cmd_fn(void *owner, redisReply *r, const char *err);
-
-struct cmd {
-    struct cmd *prev, *next; /* in the client's list while attached */
-    struct rlock_async *a;   /* NULL once detached (client freed) */
-    struct event *timer;
-    cmd_fn *fn;
-    void *owner;
-    int done; /* fn has run */
-    /* An acquisition's cmd: what to release if a late reply took the lock. */
-    int undo_reentrant;
-    char *undo_key;
-    char *undo_owner;
+enum op {
+    OP_ACQUIRE, /* simple: SET NX PX; reentrant: reentrant_acquire.lua */
+    OP_RELEASE, /* release.lua / reentrant_release.lua */
+    OP_RENEW,   /* extend.lua / reentrant_renew.lua (watchdog and extend) */
 };
 
-struct acq;
+struct cmd;
+typedef void cmd_fn(struct cmd *c, redisReply *r, const char *err);
+
+struct cmd {
+    struct cmd *prev, *next;    /* in the client's pending or late list while attached */
+    struct rlock_async *a;      /* NULL once detached (client freed) */
+    struct rlock_async_lock *l; /* the lock it is about (a reference) */
+    cmd_fn *fn;
+    int64_t sent_at;  /* rlock_mono_ms() before it was sent */
+    int64_t deadline; /* sent_at + op_timeout_ms */
+    enum op op;
+    int ttl_ms;   /* the ttl it sends (acquire, release of a reentrant lock, renew) */
+    int watchdog; /* renew: sent by the watchdog rather than rlock_async_extend() */
+    int done;     /* fn has run */
+    int late;     /* in the late list (timed out or cancelled, still inside hiredis) */
+    int retried;  /* NOSCRIPT answered: sent again as EVAL */
+    rlock_async_done_fn *user_fn; /* release and extend */
+    void *user_arg;
+};
 
 struct rlock_async {
     struct event_base *base;
@@ -54,46 +87,52 @@ struct rlock_async {
     int lease_ms;
     char uuid[UUID_MAX];
     int closing;
-    struct cmd *cmds;
+    int in_timer;        /* the deadline timer's callback is running */
+    int free_late;       /* rlock_async_free() ran inside it: the callback frees */
+    struct event *timer; /* the one deadline timer */
+    int timer_armed;     /* pending, for pending's head (or earlier) */
+    struct cmd *pending; /* not done, oldest (earliest deadline) first */
+    struct cmd *pending_tail;
+    struct cmd *late; /* done, still inside hiredis */
     struct acq *acqs;
     struct rlock_async_lock *locks;
 };
 
+struct acq {
+    struct acq *prev, *next;
+    struct rlock_async *a;
+    rlock_async_acquire_fn *fn;
+    void *arg;
+    int64_t start;
+    int64_t deadline;
+    int retry_ms;
+    uint64_t seed;      /* 0 until the first busy answer */
+    struct event *wake; /* created at the first busy answer */
+    struct rlock_notify_wait *w;
+    struct cmd *inflight;
+    int again;  /* woken while a try was in flight: try again at once */
+    int waited; /* found busy at least once */
+};
+
 struct rlock_async_lock {
     struct rlock_async_lock *prev, *next; /* in the client's list */
-    struct rlock_async *a;                /* NULL once the client is freed */
+    struct rlock_async *a;                /* NULL until acquired and once the client is freed */
     int refs;
     int user;      /* the user still holds it (not released/forgotten) */
     int reentrant; /* Redisson hash format */
-    char *key;
-    char *channel;               /* release wake-up channel */
+    char *key;     /* in this allocation, after the struct */
+    char *channel; /* release wake-up channel, also in this allocation */
+    size_t key_len, channel_len, owner_len;
     char owner[RLOCK_OWNER_MAX]; /* token (simple) or owner field (reentrant) */
     int ttl_ms;
     int64_t acquired_mono_ms; /* the lease counts from here */
     int lost;
     int watched;
     int renew_inflight;
-    struct event *renew_timer;
+    struct event *renew_timer; /* watched locks only */
     rlock_lost_fn *on_lost;
     void *lost_arg;
-};
-
-struct acq {
-    struct acq *prev, *next;
-    struct rlock_async *a;
-    struct rlock_async_lock *l; /* handed to the user on success */
-    rlock_async_acquire_fn *fn;
-    void *arg;
-    int64_t start;
-    int64_t deadline;
-    int retry_ms;
-    uint64_t seed;
-    struct event *wake;
-    struct rlock_notify_wait *w;
-    struct cmd *inflight;
-    int64_t sent_at;
-    int again;  /* woken while a try was in flight: try again at once */
-    int waited; /* found busy at least once */
+    struct acq acq; /* while acquiring */
 };
 
 /* ---- list helpers (doubly linked, head pointer) ---- */
@@ -126,124 +165,18 @@ static struct timeval ms_tv(int64_t ms)
     return tv;
 }
 
-/* ---- commands ---- */
-
-static void cmd_free(struct cmd *c)
+/* Writes v in decimal into out (at least 21 bytes), no NUL; returns the length. */
+static size_t fmt_u64(char *out, uint64_t v)
 {
-    if (c->a)
-        LIST_DEL(c->a->cmds, c);
-    if (c->timer)
-        event_free(c->timer);
-    free(c->undo_key);
-    free(c->undo_owner);
-    free(c);
-}
-
-/* Runs c's completion once; later calls are no-ops. */
-static void cmd_finish(struct cmd *c, redisReply *r, const char *err)
-{
-    if (c->done)
-        return;
-    c->done = 1;
-    if (c->timer)
-        event_del(c->timer);
-    c->fn(c->owner, r, err);
-}
-
-static int reply_took_lock(const redisReply *r, int reentrant)
-{
-    if (!r)
-        return 0;
-    if (reentrant)
-        return r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-               r->element[0]->type == REDIS_REPLY_INTEGER && r->element[0]->integer == 1;
-    return r->type == REDIS_REPLY_INTEGER && r->integer == 1;
-}
-
-static void ignore_reply(redisAsyncContext *ac, void *reply, void *privdata)
-{
-    (void)ac;
-    (void)reply;
-    (void)privdata;
-}
-
-/* Releases a lock whose acquisition was already reported as failed.
- * Best effort, no callback: if it cannot be sent, the lease expires it. */
-static void undo_acquire(redisAsyncContext *ac, const struct cmd *c)
-{
-    char *channel = rlock_channel_name(c->undo_reentrant ? RLOCK_REDISSON_CHANNEL_PREFIX
-                                                         : RLOCK_RELEASE_CHANNEL_PREFIX,
-                                       c->undo_key);
-    if (!channel)
-        return;
-    int rc;
-    if (c->undo_reentrant) {
-        char ttl[16];
-        snprintf(ttl, sizeof ttl, "%d", RLOCK_WATCHDOG_LEASE_MS);
-        const char *argv[] = {c->undo_key, channel, "0", ttl, c->undo_owner};
-        rc = rlock_script_run_async(ac, rlock_lua(RLOCK_LUA_REENTRANT_RELEASE), ignore_reply, NULL,
-                                    2, 3, argv, NULL);
-    } else {
-        const char *argv[] = {c->undo_key, c->undo_owner, channel};
-        rc = rlock_script_run_async(ac, rlock_lua(RLOCK_LUA_RELEASE), ignore_reply, NULL, 1, 2,
-                                    argv, NULL);
-    }
-    (void)rc; /* not sent: the lease expires it */
-    free(channel);
-}
-
-static void cmd_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
-{
-    struct cmd *c = privdata;
-    redisReply *r = reply;
-    if (!c->done) {
-        const char *err = NULL;
-        if (!r)
-            err = ac->errstr[0] ? ac->errstr : "connection lost";
-        cmd_finish(c, r, err);
-    } else if (c->undo_key && reply_took_lock(r, c->undo_reentrant)) {
-        undo_acquire(ac, c);
-    }
-    cmd_free(c);
-}
-
-static void cmd_on_timeout(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    struct cmd *c = arg;
-    char err[64];
-    rlock_err_set(err, sizeof err, "timed out after %d ms", c->a ? c->a->op_timeout_ms : 0);
-    cmd_finish(c, NULL, err);
-}
-
-/* Sends a script with a timeout.  Returns the cmd (owned by hiredis until it
- * answers), or NULL when nothing was sent (fn is then not called). */
-static struct cmd *cmd_send(struct rlock_async *a, const struct rlock_script *s, int nkeys,
-                            int nargs, const char **argv, cmd_fn *fn, void *owner)
-{
-    if (!a || a->closing || !a->ac)
-        return NULL;
-    struct cmd *c = calloc(1, sizeof *c);
-    if (!c)
-        return NULL;
-    c->fn = fn;
-    c->owner = owner;
-    c->timer = evtimer_new(a->base, cmd_on_timeout, c);
-    if (!c->timer) {
-        free(c);
-        return NULL;
-    }
-    if (rlock_script_run_async(a->ac, s, cmd_on_reply, c, nkeys, nargs, argv, NULL) != 0) {
-        event_free(c->timer);
-        free(c);
-        return NULL;
-    }
-    c->a = a;
-    LIST_ADD(a->cmds, c);
-    struct timeval tv = ms_tv(a->op_timeout_ms);
-    evtimer_add(c->timer, &tv);
-    return c;
+    char tmp[20];
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (size_t i = 0; i < n; i++)
+        out[i] = tmp[n - 1 - i];
+    return n;
 }
 
 /* ---- locks ---- */
@@ -256,10 +189,303 @@ static void lock_unref(struct rlock_async_lock *l)
         LIST_DEL(l->a->locks, l);
     if (l->renew_timer)
         event_free(l->renew_timer);
-    free(l->key);
-    free(l->channel);
     free(l);
 }
+
+/* ---- commands: the wire format ---- */
+
+/* Bytes of one bulk string of len bytes: "$<len>\r\n<bytes>\r\n". */
+static size_t bulk_size(size_t len)
+{
+    char digits[21];
+    return 1 + fmt_u64(digits, len) + 2 + len + 2;
+}
+
+static char *put_bulk(char *p, const char *s, size_t len)
+{
+    *p++ = '$';
+    p += fmt_u64(p, len);
+    *p++ = '\r';
+    *p++ = '\n';
+    memcpy(p, s, len);
+    p += len;
+    *p++ = '\r';
+    *p++ = '\n';
+    return p;
+}
+
+/*
+ * Writes argv as one RESP command and queues it on ac with c as privdata.
+ * Returns REDIS_OK, or REDIS_ERR when it could not be queued (or memory is
+ * short for a long command).
+ */
+static void cmd_on_reply(redisAsyncContext *ac, void *reply, void *privdata);
+
+static int send_argv(redisAsyncContext *ac, struct cmd *c, int argc, const char **v,
+                     const size_t *n)
+{
+    char digits[21];
+    size_t total = 1 + fmt_u64(digits, (uint64_t)argc) + 2;
+    for (int i = 0; i < argc; i++)
+        total += bulk_size(n[i]);
+    char stack[CMD_STACK_BYTES];
+    char *buf = total <= sizeof stack ? stack : malloc(total);
+    if (!buf)
+        return REDIS_ERR;
+    char *p = buf;
+    *p++ = '*';
+    p += fmt_u64(p, (uint64_t)argc);
+    *p++ = '\r';
+    *p++ = '\n';
+    for (int i = 0; i < argc; i++)
+        p = put_bulk(p, v[i], n[i]);
+    int rc = redisAsyncFormattedCommand(ac, cmd_on_reply, c, buf, (size_t)(p - buf));
+    if (buf != stack)
+        free(buf);
+    return rc;
+}
+
+/* Sends c's command on ac: by EVALSHA, or by EVAL when eval is set (the
+ * script was missing); the simple lock's acquire is a plain SET NX PX. */
+static int cmd_write(redisAsyncContext *ac, struct cmd *c, int eval)
+{
+    struct rlock_async_lock *l = c->l;
+    char ttl[21];
+    size_t ttl_len = fmt_u64(ttl, (uint64_t)(c->ttl_ms > 0 ? c->ttl_ms : 0));
+    const char *v[CMD_MAX_ARGS];
+    size_t n[CMD_MAX_ARGS];
+    int argc = 3, nkeys = 1;
+    const struct rlock_script *s;
+
+#define ARG(str, len) (v[argc] = (str), n[argc] = (len), argc++)
+    switch (c->op) {
+    case OP_ACQUIRE:
+        if (!l->reentrant) {
+            /* Byte for byte what redsync and node-redlock send. */
+            argc = 0;
+            ARG("SET", 3);
+            ARG(l->key, l->key_len);
+            ARG(l->owner, l->owner_len);
+            ARG("NX", 2);
+            ARG("PX", 2);
+            ARG(ttl, ttl_len);
+            return send_argv(ac, c, argc, v, n);
+        }
+        s = rlock_lua(RLOCK_LUA_REENTRANT_ACQUIRE);
+        ARG(l->key, l->key_len);
+        ARG(ttl, ttl_len);
+        ARG(l->owner, l->owner_len);
+        break;
+    case OP_RELEASE:
+        if (l->reentrant) {
+            s = rlock_lua(RLOCK_LUA_REENTRANT_RELEASE);
+            nkeys = 2;
+            ARG(l->key, l->key_len);
+            ARG(l->channel, l->channel_len);
+            ARG("0", 1);
+            ARG(ttl, ttl_len);
+            ARG(l->owner, l->owner_len);
+        } else {
+            s = rlock_lua(RLOCK_LUA_RELEASE);
+            ARG(l->key, l->key_len);
+            ARG(l->owner, l->owner_len);
+            ARG(l->channel, l->channel_len);
+        }
+        break;
+    case OP_RENEW:
+    default:
+        if (l->reentrant) {
+            s = rlock_lua(RLOCK_LUA_REENTRANT_RENEW);
+            ARG(l->key, l->key_len);
+            ARG(ttl, ttl_len);
+            ARG(l->owner, l->owner_len);
+        } else {
+            s = rlock_lua(RLOCK_LUA_EXTEND);
+            ARG(l->key, l->key_len);
+            ARG(l->owner, l->owner_len);
+            ARG(ttl, ttl_len);
+        }
+        break;
+    }
+#undef ARG
+    char numkeys[21];
+    v[0] = eval ? "EVAL" : "EVALSHA";
+    n[0] = eval ? 4 : 7;
+    v[1] = eval ? s->text : s->sha;
+    n[1] = eval ? s->len : RLOCK_SHA1_HEX_LEN;
+    v[2] = numkeys;
+    n[2] = fmt_u64(numkeys, (uint64_t)nkeys);
+    return send_argv(ac, c, argc, v, n);
+}
+
+/* ---- commands: lifetime and deadlines ---- */
+
+static void cmd_unlink(struct cmd *c)
+{
+    struct rlock_async *a = c->a;
+    if (!a)
+        return;
+    if (c->late) {
+        LIST_DEL(a->late, c);
+        return;
+    }
+    if (a->pending_tail == c)
+        a->pending_tail = c->prev;
+    LIST_DEL(a->pending, c);
+}
+
+static void cmd_free(struct cmd *c)
+{
+    cmd_unlink(c);
+    lock_unref(c->l);
+    free(c);
+}
+
+/* Runs c's completion once; later calls are no-ops. */
+static void cmd_finish(struct cmd *c, redisReply *r, const char *err)
+{
+    if (c->done)
+        return;
+    c->done = 1;
+    c->fn(c, r, err);
+}
+
+/* Ends c with err while hiredis still has it: it moves to the late list,
+ * where its reply (if any) is ignored or undone. */
+static void cmd_fail_early(struct cmd *c, const char *err)
+{
+    struct rlock_async *a = c->a;
+    cmd_unlink(c);
+    c->late = 1;
+    LIST_ADD(a->late, c);
+    cmd_finish(c, NULL, err);
+}
+
+static int reply_took_lock(const redisReply *r, int reentrant)
+{
+    if (!r)
+        return 0;
+    if (reentrant)
+        return r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+               r->element[0]->type == REDIS_REPLY_INTEGER && r->element[0]->integer == 1;
+    return r->type == REDIS_REPLY_STATUS && r->len == 2 && memcmp(r->str, "OK", 2) == 0;
+}
+
+static void ignore_reply(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    (void)ac;
+    (void)reply;
+    (void)privdata;
+}
+
+/* Releases a lock whose acquisition was already reported as failed.
+ * Best effort, no callback: if it cannot be sent, the lease expires it. */
+static void undo_acquire(redisAsyncContext *ac, const struct rlock_async_lock *l)
+{
+    int rc;
+    if (l->reentrant) {
+        char ttl[16];
+        snprintf(ttl, sizeof ttl, "%d", RLOCK_WATCHDOG_LEASE_MS);
+        const char *argv[] = {l->key, l->channel, "0", ttl, l->owner};
+        rc = rlock_script_run_async(ac, rlock_lua(RLOCK_LUA_REENTRANT_RELEASE), ignore_reply, NULL,
+                                    2, 3, argv, NULL);
+    } else {
+        const char *argv[] = {l->key, l->owner, l->channel};
+        rc = rlock_script_run_async(ac, rlock_lua(RLOCK_LUA_RELEASE), ignore_reply, NULL, 1, 2,
+                                    argv, NULL);
+    }
+    (void)rc; /* not sent: the lease expires it */
+}
+
+static void cmd_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    struct cmd *c = privdata;
+    redisReply *r = reply;
+    if (!c->done) {
+        /* The script is missing (first use, restart, SCRIPT FLUSH): once,
+         * the same call with the script's text, under the same deadline. */
+        if (!c->retried && rlock_is_noscript(r)) {
+            c->retried = 1;
+            if (cmd_write(ac, c, 1) == REDIS_OK)
+                return;
+            r = NULL; /* cannot queue (disconnecting): as a cut-off command */
+        }
+        const char *err = NULL;
+        if (!r)
+            err = ac->errstr[0] ? ac->errstr : "connection lost";
+        cmd_finish(c, r, err);
+    } else if (c->op == OP_ACQUIRE && reply_took_lock(r, c->l->reentrant)) {
+        undo_acquire(ac, c->l);
+    }
+    cmd_free(c);
+}
+
+static void deadline_arm(struct rlock_async *a, int64_t now)
+{
+    if (a->timer_armed || !a->pending || a->free_late)
+        return;
+    struct timeval tv = ms_tv(a->pending->deadline - now);
+    if (evtimer_add(a->timer, &tv) == 0)
+        a->timer_armed = 1;
+}
+
+static void deadline_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct rlock_async *a = arg;
+    a->timer_armed = 0;
+    a->in_timer = 1;
+    int64_t now = rlock_mono_ms();
+    char err[64];
+    rlock_err_set(err, sizeof err, "timed out after %d ms", a->op_timeout_ms);
+    /* Completions may send (appended, later deadlines) or free the client. */
+    while (!a->closing && a->pending && a->pending->deadline <= now)
+        cmd_fail_early(a->pending, err);
+    a->in_timer = 0;
+    if (a->free_late) {
+        event_free(a->timer);
+        free(a);
+        return;
+    }
+    deadline_arm(a, rlock_mono_ms());
+}
+
+/* Sends op about l with a deadline.  Returns the cmd (owned by hiredis until
+ * it answers), or NULL when nothing was sent (fn is then not called). */
+static struct cmd *cmd_send(struct rlock_async *a, struct rlock_async_lock *l, enum op op,
+                            int ttl_ms, cmd_fn *fn)
+{
+    if (!a || a->closing || !a->ac)
+        return NULL;
+    struct cmd *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->a = a;
+    c->l = l;
+    c->fn = fn;
+    c->op = op;
+    c->ttl_ms = ttl_ms;
+    c->sent_at = rlock_mono_ms();
+    c->deadline = c->sent_at + a->op_timeout_ms;
+    if (cmd_write(a->ac, c, 0) != REDIS_OK) {
+        free(c);
+        return NULL;
+    }
+    l->refs++; /* the cmd's */
+    /* Appended: the list stays in deadline order. */
+    c->prev = a->pending_tail;
+    c->next = NULL;
+    if (a->pending_tail)
+        a->pending_tail->next = c;
+    else
+        a->pending = c;
+    a->pending_tail = c;
+    deadline_arm(a, c->sent_at);
+    return c;
+}
+
+/* ---- the watchdog ---- */
 
 static void lock_stop_watchdog(struct rlock_async_lock *l)
 {
@@ -287,19 +513,9 @@ static void renew_schedule(struct rlock_async_lock *l, int64_t delay_ms)
     evtimer_add(l->renew_timer, &tv);
 }
 
-struct renew_ctx {
-    struct rlock_async_lock *l;
-    int64_t sent_at;
-    int ttl_ms;
-    int watchdog;
-    rlock_async_done_fn *fn; /* extend only */
-    void *arg;
-};
-
-static void renew_done(void *owner, redisReply *r, const char *err)
+static void renew_done(struct cmd *c, redisReply *r, const char *err)
 {
-    struct renew_ctx *x = owner;
-    struct rlock_async_lock *l = x->l;
+    struct rlock_async_lock *l = c->l;
     enum rlock_status st = RLOCK_ERR;
     char msg[128] = "";
     if (err)
@@ -315,61 +531,41 @@ static void renew_done(void *owner, redisReply *r, const char *err)
         rlock_err_set(msg, sizeof msg, "extend: the lock expired or has another owner");
     }
 
-    if (x->watchdog)
+    if (c->watchdog)
         l->renew_inflight = 0;
     if (st == RLOCK_OK) {
         if (!l->lost) {
-            l->ttl_ms = x->ttl_ms;
-            l->acquired_mono_ms = x->sent_at;
+            l->ttl_ms = c->ttl_ms;
+            l->acquired_mono_ms = c->sent_at;
         }
-        if (x->watchdog) {
+        if (c->watchdog) {
             rlock_metrics_add(RLOCK_M_RENEWED, 1);
-            renew_schedule(l, x->ttl_ms / 3);
+            renew_schedule(l, c->ttl_ms / 3);
         }
     } else if (st == RLOCK_NOT_OWNER) {
         if (l->user)
             lock_mark_lost(l);
-    } else if (x->watchdog && l->user && l->watched) {
+    } else if (c->watchdog && l->user && l->watched) {
         /* Redis did not answer: keep trying while the lease lasts. */
         if (rlock_async_remaining_ms(l) == 0)
             lock_mark_lost(l);
         else
             renew_schedule(l, l->ttl_ms / RENEW_RETRY_DIVISOR);
     }
-    if (x->fn)
-        x->fn(st, msg, x->arg);
-    free(x);
-    lock_unref(l);
+    if (c->user_fn)
+        c->user_fn(st, msg, c->user_arg);
 }
 
 /* Sends a renewal of l to ttl_ms.  Returns 0, or -1 if nothing was sent. */
 static int renew_send(struct rlock_async_lock *l, int ttl_ms, int watchdog, rlock_async_done_fn *fn,
                       void *arg)
 {
-    struct renew_ctx *x = calloc(1, sizeof *x);
-    if (!x)
+    struct cmd *c = cmd_send(l->a, l, OP_RENEW, ttl_ms, renew_done);
+    if (!c)
         return -1;
-    x->l = l;
-    x->ttl_ms = ttl_ms;
-    x->watchdog = watchdog;
-    x->fn = fn;
-    x->arg = arg;
-    x->sent_at = rlock_mono_ms();
-    char ttl[16];
-    snprintf(ttl, sizeof ttl, "%d", ttl_ms);
-    struct cmd *c;
-    if (l->reentrant) {
-        const char *argv[] = {l->key, ttl, l->owner};
-        c = cmd_send(l->a, rlock_lua(RLOCK_LUA_REENTRANT_RENEW), 1, 2, argv, renew_done, x);
-    } else {
-        const char *argv[] = {l->key, l->owner, ttl};
-        c = cmd_send(l->a, rlock_lua(RLOCK_LUA_EXTEND), 1, 2, argv, renew_done, x);
-    }
-    if (!c) {
-        free(x);
-        return -1;
-    }
-    l->refs++;
+    c->watchdog = watchdog;
+    c->user_fn = fn;
+    c->user_arg = arg;
     return 0;
 }
 
@@ -391,19 +587,28 @@ static void renew_timer_cb(evutil_socket_t fd, short what, void *arg)
 
 /* ---- acquisition ---- */
 
-static void acq_try(struct acq *q);
+static void acq_wake(evutil_socket_t fd, short what, void *arg);
 static void acq_notified(void *arg);
+static void acq_reply(struct cmd *c, redisReply *r, const char *err);
+
+static struct rlock_async_lock *acq_lock(struct acq *q)
+{
+    return (struct rlock_async_lock *)((char *)q - offsetof(struct rlock_async_lock, acq));
+}
 
 static void acq_finish(struct acq *q, enum rlock_status st, const char *err)
 {
     struct rlock_async *a = q->a;
+    struct rlock_async_lock *l = acq_lock(q);
     LIST_DEL(a->acqs, q);
     rlock_notify_unwatch(q->w); /* after this the notifier never touches q */
     q->w = NULL;
-    event_free(q->wake);
+    if (q->wake) {
+        event_free(q->wake);
+        q->wake = NULL;
+    }
 
     rlock_count_acquire(st, q->waited, q->waited ? rlock_mono_ms() - q->start : 0);
-    struct rlock_async_lock *l = q->l;
     if (st == RLOCK_OK) {
         l->user = 1;
         l->refs++;
@@ -412,17 +617,29 @@ static void acq_finish(struct acq *q, enum rlock_status st, const char *err)
         if (l->watched)
             renew_schedule(l, l->ttl_ms / 3);
     }
-    rlock_async_acquire_fn *fn = q->fn;
-    void *arg = q->arg;
-    free(q);
-    fn(st, st == RLOCK_OK ? l : NULL, err ? err : "", arg);
+    q->fn(st, st == RLOCK_OK ? l : NULL, err ? err : "", q->arg);
     lock_unref(l); /* the acquisition's reference */
 }
 
-static void acq_reply(void *owner, redisReply *r, const char *err)
+/* Sends one attempt.  Returns 0, or -1 when nothing could be sent. */
+static int acq_send(struct acq *q)
 {
-    struct acq *q = owner;
-    struct rlock_async_lock *l = q->l;
+    struct rlock_async_lock *l = acq_lock(q);
+    q->inflight = cmd_send(q->a, l, OP_ACQUIRE, l->ttl_ms, acq_reply);
+    return q->inflight ? 0 : -1;
+}
+
+/* Sends one attempt; on failure to send ends the acquisition. */
+static void acq_try(struct acq *q)
+{
+    if (acq_send(q) != 0)
+        acq_finish(q, RLOCK_ERR, "acquire: cannot send (disconnected or out of memory)");
+}
+
+static void acq_reply(struct cmd *c, redisReply *r, const char *err)
+{
+    struct rlock_async_lock *l = c->l;
+    struct acq *q = &l->acq;
     q->inflight = NULL;
     char msg[160];
     if (err) {
@@ -434,8 +651,10 @@ static void acq_reply(void *owner, redisReply *r, const char *err)
     long long busy_ms = -1;
     if (l->reentrant) {
         st = rlock_parse_acquire_reply(r, NULL, &busy_ms, msg, sizeof msg);
-    } else if (r->type == REDIS_REPLY_INTEGER) {
-        st = r->integer == 1 ? RLOCK_OK : RLOCK_BUSY;
+    } else if (reply_took_lock(r, 0)) {
+        st = RLOCK_OK;
+    } else if (r->type == REDIS_REPLY_NIL) {
+        st = RLOCK_BUSY; /* the key exists, whatever its type */
     } else {
         st = RLOCK_ERR;
         if (r->type == REDIS_REPLY_ERROR)
@@ -444,7 +663,7 @@ static void acq_reply(void *owner, redisReply *r, const char *err)
             rlock_err_set(msg, sizeof msg, "acquire: unexpected reply type %d", r->type);
     }
     if (st == RLOCK_OK) {
-        l->acquired_mono_ms = q->sent_at;
+        l->acquired_mono_ms = c->sent_at;
         acq_finish(q, RLOCK_OK, NULL);
         return;
     }
@@ -457,12 +676,21 @@ static void acq_reply(void *owner, redisReply *r, const char *err)
         acq_finish(q, RLOCK_BUSY, "acquire: held by another owner when the wait expired");
         return;
     }
+    /* Waiting from here on: what the uncontended path never needs. */
+    if (!q->wake) {
+        q->wake = evtimer_new(q->a->base, acq_wake, q);
+        if (!q->wake) {
+            acq_finish(q, RLOCK_ERR, "acquire: out of memory");
+            return;
+        }
+        q->seed = rlock_jitter_seed();
+    }
     q->waited = 1;
     if (!q->w) {
-        struct rlock_notifier *n = q->a->notifier ? q->a->notifier : rlock_notifier_default();
+        struct rlock_notifier *nf = q->a->notifier ? q->a->notifier : rlock_notifier_default();
         const char *ch[] = {l->channel};
-        if (n)
-            q->w = rlock_notify_watch(n, ch, 1, acq_notified, q);
+        if (nf)
+            q->w = rlock_notify_watch(nf, ch, 1, acq_notified, q);
     }
     if (q->again) {
         q->again = 0;
@@ -476,31 +704,6 @@ static void acq_reply(void *owner, redisReply *r, const char *err)
         pause = q->deadline - now;
     struct timeval tv = ms_tv(pause);
     evtimer_add(q->wake, &tv);
-}
-
-/* Sends one attempt; on failure to send ends the acquisition. */
-static void acq_try(struct acq *q)
-{
-    struct rlock_async_lock *l = q->l;
-    char ttl[16];
-    snprintf(ttl, sizeof ttl, "%d", l->ttl_ms);
-    q->sent_at = rlock_mono_ms();
-    struct cmd *c;
-    if (l->reentrant) {
-        const char *argv[] = {l->key, ttl, l->owner};
-        c = cmd_send(q->a, rlock_lua(RLOCK_LUA_REENTRANT_ACQUIRE), 1, 2, argv, acq_reply, q);
-    } else {
-        const char *argv[] = {l->key, l->owner, ttl};
-        c = cmd_send(q->a, rlock_lua(RLOCK_LUA_MULTI_ACQUIRE), 1, 2, argv, acq_reply, q);
-    }
-    if (!c) {
-        acq_finish(q, RLOCK_ERR, "acquire: cannot send (disconnected or out of memory)");
-        return;
-    }
-    c->undo_reentrant = l->reentrant;
-    c->undo_key = strdup(l->key);
-    c->undo_owner = strdup(l->owner);
-    q->inflight = c;
 }
 
 /* The wake event: a timer, or activated by the notifier's thread. */
@@ -537,6 +740,11 @@ struct rlock_async *rlock_async_new(struct event_base *base, const struct rlock_
     struct rlock_async *a = calloc(1, sizeof *a);
     if (!a)
         return NULL;
+    a->timer = evtimer_new(base, deadline_timer_cb, a);
+    if (!a->timer) {
+        free(a);
+        return NULL;
+    }
     a->base = base;
     a->notifier = o->notifier;
     a->op_timeout_ms = o->op_timeout_ms;
@@ -552,33 +760,22 @@ void rlock_async_set_context(struct rlock_async *a, redisAsyncContext *ac)
 
 void rlock_async_free(struct rlock_async *a)
 {
-    if (!a)
+    if (!a || a->closing)
         return;
     a->closing = 1;
     /* Every pending completion runs now (acquisitions end, releases and
-     * extends report RLOCK_ERR).  Completions may add or free objects, so
-     * restart from the head each time. */
-    for (;;) {
-        struct cmd *c = a->cmds;
-        while (c && c->done)
-            c = c->next;
-        if (!c)
-            break;
-        cmd_finish(c, NULL, "cancelled: client freed");
-    }
+     * extends report RLOCK_ERR).  Completions send nothing more (closing). */
+    while (a->pending)
+        cmd_fail_early(a->pending, "cancelled: client freed");
     /* Acquisitions sleeping between tries. */
     while (a->acqs)
         acq_finish(a->acqs, RLOCK_ERR, "acquire: cancelled: client freed");
     /* Commands still inside hiredis: detach (their late replies are ignored
      * or undone without the client). */
-    while (a->cmds) {
-        struct cmd *c = a->cmds;
-        LIST_DEL(a->cmds, c);
+    while (a->late) {
+        struct cmd *c = a->late;
+        LIST_DEL(a->late, c);
         c->a = NULL;
-        if (c->timer) {
-            event_free(c->timer);
-            c->timer = NULL;
-        }
     }
     /* Locks the user still holds: no more renewals; forget() frees them. */
     while (a->locks) {
@@ -587,6 +784,11 @@ void rlock_async_free(struct rlock_async *a)
         lock_stop_watchdog(l);
         l->a = NULL;
     }
+    if (a->in_timer) {
+        a->free_late = 1; /* the timer's callback is still using a */
+        return;
+    }
+    event_free(a->timer);
     free(a);
 }
 
@@ -596,85 +798,64 @@ int rlock_async_acquire(struct rlock_async *a, const struct rlock_async_req *r,
     if (!a || a->closing || !a->ac || !r || !r->key || !fn || r->ttl_ms < 0 || r->wait_ms < 0 ||
         (r->reentrant && r->thread_id == 0))
         return -1;
-    struct rlock_async_lock *l = calloc(1, sizeof *l);
-    struct acq *q = calloc(1, sizeof *q);
-    if (!l || !q)
-        goto fail;
+    int reentrant = r->reentrant ? 1 : 0;
+    const char *prefix = reentrant ? RLOCK_REDISSON_CHANNEL_PREFIX : RLOCK_RELEASE_CHANNEL_PREFIX;
+    size_t key_len = strlen(r->key);
+    size_t channel_len = rlock_channel_len(prefix, r->key, key_len);
+    if (key_len > SIZE_MAX / 4 || channel_len > SIZE_MAX / 4)
+        return -1;
+    /* The lock, its key and its channel in one allocation. */
+    struct rlock_async_lock *l = malloc(sizeof *l + key_len + 1 + channel_len + 1);
+    if (!l)
+        return -1;
+    memset(l, 0, sizeof *l);
+    l->key = (char *)(l + 1);
+    memcpy(l->key, r->key, key_len + 1);
+    l->key_len = key_len;
+    l->channel = l->key + key_len + 1;
+    rlock_channel_write(l->channel, prefix, r->key, key_len);
+    l->channel_len = channel_len;
     l->refs = 1; /* the acquisition's */
-    l->reentrant = r->reentrant ? 1 : 0;
+    l->reentrant = reentrant;
     l->ttl_ms = r->ttl_ms > 0 ? r->ttl_ms : a->lease_ms;
     l->watched = r->ttl_ms == 0;
     l->on_lost = r->on_lost;
     l->lost_arg = r->lost_arg;
-    l->key = strdup(r->key);
-    l->channel = rlock_channel_name(
-        l->reentrant ? RLOCK_REDISSON_CHANNEL_PREFIX : RLOCK_RELEASE_CHANNEL_PREFIX, r->key);
-    if (!l->key || !l->channel)
-        goto fail;
     if (l->reentrant) {
         if (rlock_owner_field(l->owner, a->uuid, r->thread_id) < 0)
             goto fail;
     } else if (rlock_token_new(l->owner) < 0) {
         goto fail;
     }
-    l->renew_timer = evtimer_new(a->base, renew_timer_cb, l);
-    q->wake = evtimer_new(a->base, acq_wake, q);
-    if (!l->renew_timer || !q->wake)
-        goto fail;
+    l->owner_len = strlen(l->owner);
+    if (l->watched) {
+        l->renew_timer = evtimer_new(a->base, renew_timer_cb, l);
+        if (!l->renew_timer)
+            goto fail;
+    }
 
+    struct acq *q = &l->acq;
     q->a = a;
-    q->l = l;
     q->fn = fn;
     q->arg = arg;
-    q->start = rlock_mono_ms();
-    q->deadline = q->start + r->wait_ms;
     q->retry_ms = r->retry_ms > 0 ? r->retry_ms : RLOCK_DEFAULT_RETRY_MS;
-    q->seed = rlock_jitter_seed();
-
-    struct cmd *c;
-    char ttl[16];
-    snprintf(ttl, sizeof ttl, "%d", l->ttl_ms);
-    q->sent_at = q->start;
-    if (l->reentrant) {
-        const char *argv[] = {l->key, ttl, l->owner};
-        c = cmd_send(a, rlock_lua(RLOCK_LUA_REENTRANT_ACQUIRE), 1, 2, argv, acq_reply, q);
-    } else {
-        const char *argv[] = {l->key, l->owner, ttl};
-        c = cmd_send(a, rlock_lua(RLOCK_LUA_MULTI_ACQUIRE), 1, 2, argv, acq_reply, q);
-    }
-    if (!c)
+    if (acq_send(q) != 0)
         goto fail;
-    c->undo_reentrant = l->reentrant;
-    c->undo_key = strdup(l->key);
-    c->undo_owner = strdup(l->owner);
-    q->inflight = c;
+    q->start = q->inflight->sent_at;
+    q->deadline = q->start + r->wait_ms;
     LIST_ADD(a->acqs, q);
     return 0;
 
 fail:
-    if (q && q->wake)
-        event_free(q->wake);
-    free(q);
-    if (l) {
-        if (l->renew_timer)
-            event_free(l->renew_timer);
-        free(l->key);
-        free(l->channel);
-        free(l);
-    }
+    if (l->renew_timer)
+        event_free(l->renew_timer);
+    free(l);
     return -1;
 }
 
-struct release_ctx {
-    struct rlock_async_lock *l;
-    rlock_async_done_fn *fn;
-    void *arg;
-};
-
-static void release_done(void *owner, redisReply *r, const char *err)
+static void release_done(struct cmd *c, redisReply *r, const char *err)
 {
-    struct release_ctx *x = owner;
-    struct rlock_async_lock *l = x->l;
+    struct rlock_async_lock *l = c->l;
     enum rlock_status st = RLOCK_ERR;
     char msg[160] = "";
     if (err)
@@ -690,37 +871,19 @@ static void release_done(void *owner, redisReply *r, const char *err)
         rlock_err_set(msg, sizeof msg, "release: not held any more (expired or another owner's)");
     }
     rlock_count_release(st);
-    if (x->fn)
-        x->fn(st, msg, x->arg);
-    free(x);
-    lock_unref(l);
+    if (c->user_fn)
+        c->user_fn(st, msg, c->user_arg);
 }
 
 int rlock_async_release(struct rlock_async_lock *l, rlock_async_done_fn *fn, void *arg)
 {
     if (!l || !l->user || !l->a)
         return -1;
-    struct release_ctx *x = calloc(1, sizeof *x);
-    if (!x)
+    struct cmd *c = cmd_send(l->a, l, OP_RELEASE, l->ttl_ms, release_done);
+    if (!c)
         return -1;
-    x->l = l;
-    x->fn = fn;
-    x->arg = arg;
-    struct cmd *c;
-    if (l->reentrant) {
-        char ttl[16];
-        snprintf(ttl, sizeof ttl, "%d", l->ttl_ms);
-        const char *argv[] = {l->key, l->channel, "0", ttl, l->owner};
-        c = cmd_send(l->a, rlock_lua(RLOCK_LUA_REENTRANT_RELEASE), 2, 3, argv, release_done, x);
-    } else {
-        const char *argv[] = {l->key, l->owner, l->channel};
-        c = cmd_send(l->a, rlock_lua(RLOCK_LUA_RELEASE), 1, 2, argv, release_done, x);
-    }
-    if (!c) {
-        free(x);
-        return -1;
-    }
-    l->refs++; /* the cmd's */
+    c->user_fn = fn;
+    c->user_arg = arg;
     lock_stop_watchdog(l);
     l->user = 0;
     lock_unref(l); /* the user's */

@@ -5,7 +5,9 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,12 +128,58 @@ void rlock_hex(char *out, const void *in, size_t len)
     out[2 * len] = '\0';
 }
 
+/*
+ * Tokens come from a per-thread buffer of getrandom() bytes, refilled every
+ * TOKEN_POOL_BYTES / 16 tokens: one system call for many locks instead of
+ * one each.  A forked child must never hand out its parent's next tokens, so
+ * a fork handler bumps a generation that makes the child's copy of the
+ * buffer stale; consumed bytes are wiped.  Without the fork handler
+ * (pthread_atfork failed) every token is drawn directly.
+ */
+#define TOKEN_POOL_BYTES 512
+#define TOKEN_BYTES (RLOCK_TOKEN_LEN / 2)
+
+static atomic_uint fork_generation;
+static int token_pool_usable;
+static pthread_once_t token_pool_once = PTHREAD_ONCE_INIT;
+static _Thread_local struct {
+    unsigned char bytes[TOKEN_POOL_BYTES];
+    size_t left;
+    unsigned generation;
+} token_pool;
+
+static void token_pool_after_fork(void)
+{
+    atomic_fetch_add_explicit(&fork_generation, 1, memory_order_relaxed);
+}
+
+static void token_pool_init(void)
+{
+    token_pool_usable = pthread_atfork(NULL, NULL, token_pool_after_fork) == 0;
+}
+
 int rlock_token_new(char out[RLOCK_TOKEN_LEN + 1])
 {
-    unsigned char rnd[RLOCK_TOKEN_LEN / 2];
-    if (rlock_random_bytes(rnd, sizeof rnd) < 0)
-        return -1;
-    rlock_hex(out, rnd, sizeof rnd);
+    (void)pthread_once(&token_pool_once, token_pool_init);
+    if (!token_pool_usable) {
+        unsigned char rnd[TOKEN_BYTES];
+        if (rlock_random_bytes(rnd, sizeof rnd) < 0)
+            return -1;
+        rlock_hex(out, rnd, sizeof rnd);
+        return 0;
+    }
+    unsigned gen = atomic_load_explicit(&fork_generation, memory_order_relaxed);
+    if (token_pool.left < TOKEN_BYTES || token_pool.generation != gen) {
+        token_pool.left = 0;
+        if (rlock_random_bytes(token_pool.bytes, sizeof token_pool.bytes) < 0)
+            return -1;
+        token_pool.left = sizeof token_pool.bytes;
+        token_pool.generation = gen;
+    }
+    unsigned char *p = token_pool.bytes + sizeof token_pool.bytes - token_pool.left;
+    rlock_hex(out, p, TOKEN_BYTES);
+    memset(p, 0, TOKEN_BYTES);
+    token_pool.left -= TOKEN_BYTES;
     return 0;
 }
 
@@ -162,15 +210,37 @@ char **rlock_strv_dup(const char *const *v, size_t n)
 }
 
 /* Redisson's rule: "<prefix>:{<key>}", or "<prefix>:<key>" when the key
- * already has a brace, so that the name hashes to the key's cluster slot.
- * Returns the length without the NUL; writes when out is not NULL. */
+ * already has a brace, so that the name hashes to the key's cluster slot. */
+size_t rlock_channel_len(const char *prefix, const char *key, size_t key_len)
+{
+    int braced = memchr(key, '{', key_len) != NULL;
+    return strlen(prefix) + 1 + key_len + (braced ? 0 : 2);
+}
+
+void rlock_channel_write(char *out, const char *prefix, const char *key, size_t key_len)
+{
+    int braced = memchr(key, '{', key_len) != NULL;
+    size_t n = strlen(prefix);
+    memcpy(out, prefix, n);
+    out[n++] = ':';
+    if (!braced)
+        out[n++] = '{';
+    memcpy(out + n, key, key_len);
+    n += key_len;
+    if (!braced)
+        out[n++] = '}';
+    out[n] = '\0';
+}
+
+/* Returns the length without the NUL; writes when out is not NULL (cap is
+ * then at least that length + 1). */
 static size_t format_channel(char *out, size_t cap, const char *prefix, const char *key)
 {
-    int braced = strchr(key, '{') != NULL;
-    size_t len = strlen(prefix) + 1 + strlen(key) + (braced ? 0 : 2);
+    (void)cap;
+    size_t key_len = strlen(key);
     if (out)
-        snprintf(out, cap, braced ? "%s:%s" : "%s:{%s}", prefix, key);
-    return len;
+        rlock_channel_write(out, prefix, key, key_len);
+    return rlock_channel_len(prefix, key, key_len);
 }
 
 char *rlock_channel_name(const char *prefix, const char *key)

@@ -86,6 +86,14 @@ void rlock_hex(char *out, const void *in, size_t len);
 char **rlock_strv_dup(const char *const *v, size_t n);
 
 /*
+ * rlock_channel_name(prefix, key) without the allocation: the length
+ * (without the NUL) of the channel of key[0..key_len), and writing it plus a
+ * NUL into out, which has room for that.
+ */
+size_t rlock_channel_len(const char *prefix, const char *key, size_t key_len);
+void rlock_channel_write(char *out, const char *prefix, const char *key, size_t key_len);
+
+/*
  * Returns the release channels of n simple-lock keys,
  * rlock_channel_name(RLOCK_RELEASE_CHANNEL_PREFIX, key) each, in one
  * allocation freed with free(); NULL when out of memory (or n is 0).

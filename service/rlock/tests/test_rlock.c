@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -489,6 +490,51 @@ START_TEST(test_bad_arguments_are_errors)
 }
 END_TEST
 
+/* Tokens come from a per-thread buffer of random bytes: a forked child must
+ * not hand out the tokens its parent hands out next. */
+START_TEST(test_tokens_unique_and_never_repeated_after_fork)
+{
+    char seen[64][RLOCK_TOKEN_LEN + 1];
+    for (int i = 0; i < 64; i++) {
+        ck_assert_int_eq(rlock_token_new(seen[i]), 0);
+        ck_assert_uint_eq(strlen(seen[i]), RLOCK_TOKEN_LEN);
+        ck_assert_uint_eq(strspn(seen[i], "0123456789abcdef"), RLOCK_TOKEN_LEN);
+        for (int j = 0; j < i; j++)
+            ck_assert_str_ne(seen[i], seen[j]);
+    }
+    /* Forks at three points, one token apart, so that whatever the buffer's
+     * size some fork happens with tokens still buffered. */
+    for (int round = 0; round < 3; round++) {
+        char one[RLOCK_TOKEN_LEN + 1];
+        ck_assert_int_eq(rlock_token_new(one), 0);
+        int fds[2];
+        ck_assert_int_eq(pipe(fds), 0);
+        pid_t pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+            char t[4][RLOCK_TOKEN_LEN + 1];
+            for (int i = 0; i < 4; i++)
+                if (rlock_token_new(t[i]) != 0)
+                    _exit(1);
+            _exit(write(fds[1], t, sizeof t) == (ssize_t)sizeof t ? 0 : 1);
+        }
+        close(fds[1]);
+        char child[4][RLOCK_TOKEN_LEN + 1];
+        ck_assert_int_eq(read(fds[0], child, sizeof child), (ssize_t)sizeof child);
+        close(fds[0]);
+        int status;
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        for (int i = 0; i < 4; i++) {
+            char mine[RLOCK_TOKEN_LEN + 1];
+            ck_assert_int_eq(rlock_token_new(mine), 0);
+            for (int j = 0; j < 4; j++)
+                ck_assert_str_ne(mine, child[j]);
+        }
+    }
+}
+END_TEST
+
 START_TEST(test_remaining_ms_shrinks)
 {
     char key[128];
@@ -670,6 +716,7 @@ static Suite *rlock_suite(void)
     tcase_add_test(tc, test_expiry_frees_dead_holders_lock);
     tcase_add_test(tc, test_multi_lock_all_or_nothing);
     tcase_add_test(tc, test_bad_arguments_are_errors);
+    tcase_add_test(tc, test_tokens_unique_and_never_repeated_after_fork);
     tcase_add_test(tc, test_remaining_ms_shrinks);
     tcase_add_test(tc, test_extend_by_owner);
     tcase_add_test(tc, test_mutual_exclusion_many_threads);

@@ -2,10 +2,13 @@
  * Tests for the libevent lock API (rlock/async.h) against a
  * real Redis named by SECKILL_TEST_REDIS_ADMIN_URL: acquire, release, extend and
  * the watchdog on a loop, callbacks exactly once, wake-ups through the
- * shared notifier, and per-operation timeouts while Redis is paused.
+ * shared notifier, per-operation deadlines (one timer per client) while
+ * Redis is paused or frozen, scripts reloaded after SCRIPT FLUSH, and the
+ * simple lock's SET NX PX format.
  */
 #include <check.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +21,7 @@
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 
+#include "harness_redis.h"
 #include "harness_rlock.h"
 #include <rlock/async.h>
 #include <rlock/metrics.h>
@@ -361,6 +365,214 @@ START_TEST(test_async_free_ends_pending_acquisitions_once)
 }
 END_TEST
 
+/* ---- deadlines with one timer per client, against a frozen Redis ---- */
+
+/* A loop on a private server (the test may SIGSTOP it). */
+static void loop_open_port(struct loop *lp, int port, const struct rlock_async_opts *o)
+{
+    ck_assert_int_eq(evthread_use_pthreads(), 0);
+    lp->base = event_base_new();
+    ck_assert_ptr_nonnull(lp->base);
+    lp->ac = redisAsyncConnect("127.0.0.1", port);
+    ck_assert_msg(lp->ac && !lp->ac->err, "async connect failed");
+    ck_assert_int_eq(redisLibeventAttach(lp->ac, lp->base), REDIS_OK);
+    lp->a = rlock_async_new(lp->base, o);
+    ck_assert_ptr_nonnull(lp->a);
+    rlock_async_set_context(lp->a, lp->ac);
+}
+
+/* Acquires key on lp and returns the lock (asserts RLOCK_OK). */
+static struct rlock_async_lock *must_acquire(struct loop *lp, const char *key, int ttl_ms)
+{
+    struct outcome got = {0};
+    struct rlock_async_req req = {.key = key, .ttl_ms = ttl_ms};
+    ck_assert_int_eq(rlock_async_acquire(lp->a, &req, on_acquired, &got), 0);
+    run_until(lp, &got.calls, 5000);
+    ck_assert_msg(got.st == RLOCK_OK, "%s %s", rlock_status_str(got.st), got.err);
+    return got.l;
+}
+
+START_TEST(test_async_deadlines_fire_while_redis_is_frozen)
+{
+    struct th_redis_server srv = {0};
+    th_redis_server_start(&srv, NULL);
+    redisContext *c = th_redis_server_connect(&srv);
+    struct rlock_async_opts o = {.op_timeout_ms = 300};
+    struct loop lp;
+    loop_open_port(&lp, srv.port, &o);
+    struct rlock_async_lock *held = must_acquire(&lp, "frozen:held", 10000);
+
+    /* Redis stops answering (not even a TCP reset): only deadlines end the
+     * operations.  They are sent 150 ms apart, so a timer armed for the
+     * first and never re-armed would end the second too early or never. */
+    ck_assert_int_eq(kill(srv.pid, SIGSTOP), 0);
+    struct outcome a1 = {0}, a2 = {0}, rel = {0}, ext = {0};
+    struct rlock_async_req r1 = {.key = "frozen:a", .ttl_ms = 10000};
+    struct rlock_async_req r2 = {.key = "frozen:b", .ttl_ms = 10000};
+    int64_t t1 = rlock_mono_ms();
+    ck_assert_int_eq(rlock_async_acquire(lp.a, &r1, on_acquired, &a1), 0);
+    run_until(&lp, NULL, 150);
+    int64_t t2 = rlock_mono_ms();
+    ck_assert_int_eq(rlock_async_acquire(lp.a, &r2, on_acquired, &a2), 0);
+    ck_assert_int_eq(rlock_async_extend(held, 20000, on_done, &ext), 0);
+    run_until(&lp, &a2.calls, 3000);
+    run_until(&lp, &ext.calls, 3000);
+    ck_assert_int_eq(a1.calls, 1);
+    ck_assert_int_eq(a1.st, RLOCK_ERR);
+    ck_assert_msg(strstr(a1.err, "timed out") != NULL, "err: %s", a1.err);
+    ck_assert_int_ge(a1.at - t1, 280);
+    ck_assert_int_lt(a1.at - t1, 800);
+    ck_assert_int_eq(a2.st, RLOCK_ERR);
+    ck_assert_int_ge(a2.at - t2, 280);
+    ck_assert_int_lt(a2.at - t2, 800);
+    ck_assert_int_ge(a2.at - a1.at, 100); /* each at its own deadline */
+    ck_assert_int_eq(ext.st, RLOCK_ERR);
+
+    /* A release while frozen ends by its deadline too. */
+    int64_t t3 = rlock_mono_ms();
+    ck_assert_int_eq(rlock_async_release(held, on_done, &rel), 0);
+    run_until(&lp, &rel.calls, 3000);
+    ck_assert_int_eq(rel.st, RLOCK_ERR);
+    ck_assert_msg(strstr(rel.err, "timed out") != NULL, "err: %s", rel.err);
+    ck_assert_int_ge(rel.at - t3, 280);
+    ck_assert_int_lt(rel.at - t3, 800);
+
+    /* Thawed: the late replies are not reported again, and the two
+     * acquisitions that took their keys after giving up are undone. */
+    ck_assert_int_eq(kill(srv.pid, SIGCONT), 0);
+    run_until(&lp, NULL, 500);
+    ck_assert_int_eq(a1.calls + a2.calls + rel.calls + ext.calls, 4);
+    ck_assert_int_eq(th_rl_int(c, "EXISTS frozen:a frozen:b"), 0);
+
+    /* The timer works again after the list emptied. */
+    struct rlock_async_lock *again = must_acquire(&lp, "frozen:a", 10000);
+    struct outcome rel2 = {0};
+    ck_assert_int_eq(rlock_async_release(again, on_done, &rel2), 0);
+    run_until(&lp, &rel2.calls, 3000);
+    ck_assert_int_eq(rel2.st, RLOCK_OK);
+
+    loop_close(&lp);
+    redisFree(c);
+    th_redis_server_stop(&srv);
+}
+END_TEST
+
+struct free_in_cb {
+    struct loop *lp;
+    int calls;
+    enum rlock_status st;
+};
+
+static void acquired_then_free_client(enum rlock_status st, struct rlock_async_lock *l,
+                                      const char *err, void *arg)
+{
+    (void)l;
+    (void)err;
+    struct free_in_cb *f = arg;
+    f->calls++;
+    f->st = st;
+    rlock_async_free(f->lp->a);
+    f->lp->a = NULL;
+}
+
+START_TEST(test_async_client_freed_inside_a_timeout_callback)
+{
+    struct th_redis_server srv = {0};
+    th_redis_server_start(&srv, NULL);
+    struct rlock_async_opts o = {.op_timeout_ms = 200};
+    struct loop lp;
+    loop_open_port(&lp, srv.port, &o);
+    struct rlock_async_lock *held = must_acquire(&lp, "free:held", 10000);
+    rlock_async_forget(held);
+
+    ck_assert_int_eq(kill(srv.pid, SIGSTOP), 0);
+    /* Two acquisitions expire in the same timer run; the first one's
+     * callback frees the client, which ends the second at once. */
+    struct free_in_cb f = {.lp = &lp};
+    struct outcome other = {0};
+    struct rlock_async_req r1 = {.key = "free:a", .ttl_ms = 10000};
+    struct rlock_async_req r2 = {.key = "free:b", .ttl_ms = 10000};
+    ck_assert_int_eq(rlock_async_acquire(lp.a, &r1, acquired_then_free_client, &f), 0);
+    ck_assert_int_eq(rlock_async_acquire(lp.a, &r2, on_acquired, &other), 0);
+    run_until(&lp, &other.calls, 3000);
+    ck_assert_int_eq(f.calls, 1);
+    ck_assert_int_eq(f.st, RLOCK_ERR);
+    ck_assert_int_eq(other.calls, 1);
+    ck_assert_int_eq(other.st, RLOCK_ERR);
+    ck_assert_ptr_null(lp.a);
+    ck_assert_int_eq(kill(srv.pid, SIGCONT), 0);
+    run_until(&lp, NULL, 300);
+    ck_assert_int_eq(f.calls, 1);
+    ck_assert_int_eq(other.calls, 1);
+    redisAsyncFree(lp.ac);
+    event_base_free(lp.base);
+    th_redis_server_stop(&srv);
+}
+END_TEST
+
+/* ---- formats and scripts ---- */
+
+START_TEST(test_async_simple_lock_is_set_nx_px_and_scripts_reload)
+{
+    char key[128], rkey[128], wrong[128];
+    test_key(key, sizeof key, "format");
+    test_key(rkey, sizeof rkey, "format:reentrant");
+    test_key(wrong, sizeof wrong, "format:wrongtype");
+    redisContext *c = th_rl_connect_or_fail();
+    freeReplyObject(th_rl_cmd(c, "DEL %s %s %s", key, rkey, wrong));
+    struct loop lp;
+    loop_open(&lp, &default_opts);
+
+    /* Every script is gone: each one is sent again as EVAL. */
+    freeReplyObject(th_rl_cmd(c, "SCRIPT FLUSH"));
+    struct rlock_async_lock *l = must_acquire(&lp, key, 7000);
+    redisReply *r = th_rl_cmd(c, "GET %s", key);
+    ck_assert_int_eq(r->type, REDIS_REPLY_STRING);
+    ck_assert_int_eq((int)r->len, RLOCK_TOKEN_LEN);
+    ck_assert_uint_eq(strspn(r->str, "0123456789abcdef"), RLOCK_TOKEN_LEN);
+    freeReplyObject(r);
+    long long pttl = th_rl_int(c, "PTTL %s", key);
+    ck_assert_int_gt(pttl, 5000);
+    ck_assert_int_le(pttl, 7000);
+
+    struct outcome ext = {0}, rel = {0};
+    ck_assert_int_eq(rlock_async_extend(l, 20000, on_done, &ext), 0);
+    run_until(&lp, &ext.calls, 5000);
+    ck_assert_msg(ext.st == RLOCK_OK, "%s", ext.err);
+    ck_assert_int_gt(th_rl_int(c, "PTTL %s", key), 15000);
+    freeReplyObject(th_rl_cmd(c, "SCRIPT FLUSH"));
+    ck_assert_int_eq(rlock_async_release(l, on_done, &rel), 0);
+    run_until(&lp, &rel.calls, 5000);
+    ck_assert_msg(rel.st == RLOCK_OK, "%s", rel.err);
+    ck_assert_int_eq(th_rl_int(c, "EXISTS %s", key), 0);
+
+    /* The reentrant lock's scripts too. */
+    freeReplyObject(th_rl_cmd(c, "SCRIPT FLUSH"));
+    struct outcome got = {0}, rrel = {0};
+    struct rlock_async_req rreq = {.key = rkey, .reentrant = 1, .thread_id = 7, .ttl_ms = 5000};
+    ck_assert_int_eq(rlock_async_acquire(lp.a, &rreq, on_acquired, &got), 0);
+    run_until(&lp, &got.calls, 5000);
+    ck_assert_msg(got.st == RLOCK_OK, "%s", got.err);
+    freeReplyObject(th_rl_cmd(c, "SCRIPT FLUSH"));
+    ck_assert_int_eq(rlock_async_release(got.l, on_done, &rrel), 0);
+    run_until(&lp, &rrel.calls, 5000);
+    ck_assert_msg(rrel.st == RLOCK_OK, "%s", rrel.err);
+    ck_assert_int_eq(th_rl_int(c, "EXISTS %s", rkey), 0);
+
+    /* A key of another type is busy, as for the sync API. */
+    freeReplyObject(th_rl_cmd(c, "HSET %s f v", wrong));
+    struct outcome busy = {0};
+    struct rlock_async_req wreq = {.key = wrong, .ttl_ms = 5000};
+    ck_assert_int_eq(rlock_async_acquire(lp.a, &wreq, on_acquired, &busy), 0);
+    run_until(&lp, &busy.calls, 5000);
+    ck_assert_int_eq(busy.st, RLOCK_BUSY);
+    ck_assert_int_eq(th_rl_int(c, "HLEN %s", wrong), 1);
+    freeReplyObject(th_rl_cmd(c, "DEL %s", wrong));
+    loop_close(&lp);
+    redisFree(c);
+}
+END_TEST
+
 static Suite *async_suite(void)
 {
     Suite *s = suite_create("rlock_async");
@@ -371,6 +583,9 @@ static Suite *async_suite(void)
     tcase_add_test(tc, test_async_watchdog_renews_on_the_loop_and_reports_loss);
     tcase_add_test(tc, test_async_op_timeout_fires_while_redis_is_paused);
     tcase_add_test(tc, test_async_free_ends_pending_acquisitions_once);
+    tcase_add_test(tc, test_async_deadlines_fire_while_redis_is_frozen);
+    tcase_add_test(tc, test_async_client_freed_inside_a_timeout_callback);
+    tcase_add_test(tc, test_async_simple_lock_is_set_nx_px_and_scripts_reload);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -2,17 +2,19 @@
  * rlock_async: the lock API for a libevent loop, on a hiredis
  * redisAsyncContext attached to that loop.  Same scripts and on-Redis
  * formats as the sync API, so sync and async holders exclude each other:
- *   simple lock     SET-NX-PX format (lua/rlock/multi_acquire.lua with one
- *                   key, release/extend by token), released with a wake-up
- *                   on "rlock:release:{key}"
+ *   simple lock     SET-NX-PX format (acquired with a plain
+ *                   SET key token NX PX ttl, released/extended by token),
+ *                   released with a wake-up on "rlock:release:{key}"
  *   reentrant lock  Redisson's hash format (lua/rlock/reentrant_*.lua); the
  *                   owner is "<uuid>:<thread_id>", where on an event loop the
  *                   "thread id" names a task, e.g. a request id
  *
  * Every operation takes a callback that runs exactly once, on the loop,
  * never before the call returns: with the outcome, or RLOCK_ERR when the
- * command's own timer (op_timeout_ms; hiredis 0.14 has no command timeout)
- * fires first, the connection drops or the client is freed.  A late reply to
+ * command's deadline (op_timeout_ms after it was sent; hiredis 0.14 has no
+ * command timeout) passes first, the connection drops or the client is
+ * freed.  The deadlines of a client are kept by one libevent timer, not one
+ * per command.  A late reply to
  * an acquisition that already timed out is undone: if it did take the lock,
  * the lock is released at once instead of being left to expire.
  *
@@ -96,7 +98,8 @@ void rlock_async_set_context(struct rlock_async *a, redisAsyncContext *ac);
  * now with RLOCK_ERR ("cancelled"); locks still held stop being renewed and
  * can then only be forgotten (rlock_async_forget()), after which Redis
  * expires them.  Commands still inside hiredis are detached and end when the
- * context answers or is freed.  NULL is a no-op.
+ * context answers or is freed.  May be called from inside one of the
+ * client's callbacks.  NULL is a no-op.
  */
 void rlock_async_free(struct rlock_async *a);
 

@@ -239,7 +239,9 @@ int64_t rlock_mono_ms(void);
 
 /*
  * Writes a fresh owner token (RLOCK_TOKEN_LEN lowercase hex characters from
- * 128 bits of the kernel CSPRNG, plus a NUL) into out.  Returns 0, or -1 with
+ * 128 bits of the kernel CSPRNG, plus a NUL) into out.  The bytes come from a
+ * per-thread buffer refilled by getrandom() (one call per 32 tokens; a
+ * forked child refills before its first token).  Returns 0, or -1 with
  * errno set when getrandom() fails (out is then unspecified).
  */
 RLOCK_MUST_CHECK int rlock_token_new(char out[RLOCK_TOKEN_LEN + 1]);
