@@ -281,18 +281,20 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 {
     struct ra_op *op = priv;
     struct redis_async *ra = op->ra;
+    int64_t now_us = 0;
     if (r) {
-        int64_t now_us = clock_mono_us();
+        now_us = clock_mono_us();
         ra->last_reply_ms = now_us / 1000;
         ra->stalled = 0; /* Redis is answering again */
-        metrics_hist_observe(op->hist, now_us - op->sent_us);
     }
     if (op->script && !op->retried && is_noscript(r)) {
         op->retried = 1;
         if (resend_as_eval(ac, op) == 0)
-            return;
+            return; /* one run, measured once: when the EVAL answers */
         r = NULL; /* could not queue (disconnecting): as a command cut off */
     }
+    if (r)
+        metrics_hist_observe(op->hist, now_us - op->sent_us);
     if (op->state == OP_WAITING)
         op_answer(op, r, r ? REDIS_ASYNC_REPLIED : REDIS_ASYNC_LOST);
     else if (r && ra->on_late)
