@@ -424,11 +424,15 @@ static int64_t *units_of(struct user_units *u, int64_t user)
     return &u->units[i];
 }
 
-/* Reads, in one round trip after the fenced row lock, what the batch's
- * decisions depend on: the rows its ids already have, the SKU's rules, and
- * the confirmed units each of its buyers holds (into u).  Returns 0 or -1
- * (the transaction has failed). */
-static int load_state(struct dbtx *tx, struct batch *b, const char *sid, struct user_units *u)
+/* Reads, in one round trip, the fenced row lock (when 'fence' is not NULL: it
+ * goes first, so the reads come after it) and what the batch's decisions
+ * depend on: the rows its ids already have, the SKU's rules, and the
+ * confirmed units each of its buyers holds (into u).  Returns 1 with *stock
+ * set (the fence's, when asked) once the reads are in; 0 or TXLOCK_STALE when
+ * the fence was refused for good (see txlock_fence); -1 when the transaction
+ * failed. */
+static int load_state(struct dbtx *tx, struct batch *b, const char *sid, struct user_units *u,
+                      struct txlock *fence, int64_t *stock)
 {
     struct sbuf ids = {0}, users = {0};
     const char *sep = "{";
@@ -440,22 +444,38 @@ static int load_state(struct dbtx *tx, struct batch *b, const char *sid, struct 
     sb_str(&ids, "}");
     sb_str(&users, "}");
     const char *existing_p[] = {ids.p}, *rules_p[] = {sid}, *units_p[] = {sid, users.p};
-    const struct pgwait_stmt q[] = {
-        {sql_text("orders_existing"), 1, existing_p},
-        {sql_text("sku_write_rules"), 1, rules_p},
-        {sql_text("orders_user_units"), 2, units_p},
-    };
-    PGresult *r[3];
-    int rc = dbtx_exec_pipeline(tx, 3, q, r);
+    struct txlock_fence_args fa;
+    struct pgwait_stmt q[4];
+    size_t nq = 0;
+    if (fence)
+        txlock_fence_stmt(fence, &fa, &q[nq++]);
+    size_t first = nq;
+    q[nq++] = (struct pgwait_stmt){sql_text("orders_existing"), 1, existing_p};
+    q[nq++] = (struct pgwait_stmt){sql_text("sku_write_rules"), 1, rules_p};
+    q[nq++] = (struct pgwait_stmt){sql_text("orders_user_units"), 2, units_p};
+    PGresult *r[4];
+    int rc = dbtx_exec_pipeline(tx, nq, q, r) != 0 ? -1 : 1;
     free(ids.p);
     free(users.p);
-    if (rc != 0)
+    if (rc == 1 && fence && PQntuples(r[0]) != 1) {
+        /* Refused: these reads ran without the row lock.  Once the renewals
+         * win it, they run again. */
+        rc = txlock_fence_result(fence, tx, r[0], stock);
+        for (size_t i = 0; i < nq; i++)
+            PQclear(r[i]);
+        return rc == 1 ? load_state(tx, b, sid, u, NULL, stock) : rc;
+    }
+    if (rc != 1)
         return -1;
-    load_existing(b, r[0]);
-    rc = load_rules(b, r[1]);
-    for (int row = 0; row < PQntuples(r[2]); row++)
-        *units_of(u, atoll(PQgetvalue(r[2], row, 0))) = atoll(PQgetvalue(r[2], row, 1));
-    for (int i = 0; i < 3; i++)
+    if (fence && txlock_fence_result(fence, tx, r[0], stock) != 1)
+        rc = -1; /* cannot happen: one row was there */
+    load_existing(b, r[first]);
+    if (load_rules(b, r[first + 1]) != 0)
+        rc = -1;
+    for (int row = 0; row < PQntuples(r[first + 2]); row++)
+        *units_of(u, atoll(PQgetvalue(r[first + 2], row, 0))) =
+            atoll(PQgetvalue(r[first + 2], row, 1));
+    for (size_t i = 0; i < nq; i++)
         PQclear(r[i]);
     return rc;
 }
@@ -725,13 +745,13 @@ static int process_once(struct writer *w, int64_t sku, struct batch_input *in, i
     }
     char sid[24];
     snprintf(sid, sizeof sid, "%" PRId64, sku);
-    /* The fenced row lock comes first: a writer whose lease ran out while it
-     * was paused is refused here by PostgreSQL, before it reads or writes. */
-    int64_t stock;
-    int fenced = txlock_fence(&t, tx, &stock);
+    /* The fenced row lock comes first, in the round trip of the reads: a
+     * writer whose lease ran out while it was paused is refused there by
+     * PostgreSQL, before it writes anything. */
+    int64_t stock = 0;
+    int fenced = load_state(tx, &b, sid, &u, &t, &stock);
     *stale = fenced == TXLOCK_STALE;
-    if (fenced != 1 || load_state(tx, &b, sid, &u) != 0 ||
-        write_new_orders(tx, &b, sid, stock, &u) != 0) {
+    if (fenced != 1 || write_new_orders(tx, &b, sid, stock, &u) != 0) {
         log_warn("sku %" PRId64 ": batch of %zu rolled back: %s", sku, n, dbtx_error(tx));
         (void)dbtx_rollback(tx);
         goto out;

@@ -173,6 +173,27 @@ int txlock_fence(struct txlock *t, struct dbtx *tx, int64_t *stock)
     return TXLOCK_STALE;
 }
 
+void txlock_fence_stmt(const struct txlock *t, struct txlock_fence_args *a,
+                       struct pgwait_stmt *stmt)
+{
+    snprintf(a->sid, sizeof a->sid, "%" PRId64, t->sku);
+    snprintf(a->tok, sizeof a->tok, "%" PRId64, t->fence);
+    a->params[0] = a->sid;
+    a->params[1] = a->tok;
+    *stmt = (struct pgwait_stmt){sql_text("sku_fence"), 2, a->params};
+}
+
+int txlock_fence_result(struct txlock *t, struct dbtx *tx, const PGresult *r, int64_t *stock)
+{
+    if (PQntuples(r) == 1) {
+        *stock = atoll(PQgetvalue(r, 0, 0));
+        return 1;
+    }
+    /* Refused (or no such SKU): the same token is refused again at once,
+     * then the renewals decide. */
+    return txlock_fence(t, tx, stock);
+}
+
 int txlock_still_valid(const struct txlock *t, int64_t margin_ms)
 {
     return !rlock_lost(&t->lock) && rlock_remaining_ms(&t->lock) > margin_ms;

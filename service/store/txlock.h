@@ -73,6 +73,22 @@ void txlock_release(struct txlock *t);
 int txlock_fence(struct txlock *t, struct dbtx *tx, int64_t *stock)
     __attribute__((warn_unused_result));
 
+/* The fenced row lock as the first statement of a pipeline of reads
+ * (dbtx_exec_pipeline), saving its own round trip: txlock_fence_stmt fills
+ * *stmt, whose parameters live in *a (keep both until the pipeline ran);
+ * txlock_fence_result reads its result: 1 and the stock when PostgreSQL took
+ * the token, else it goes on as txlock_fence() does after a refusal and
+ * returns what that returns (the statements after it in the pipeline saw no
+ * row lock: the caller runs them again when this returns 1). */
+struct txlock_fence_args {
+    char sid[24], tok[24];
+    const char *params[2];
+};
+void txlock_fence_stmt(const struct txlock *t, struct txlock_fence_args *a,
+                       struct pgwait_stmt *stmt);
+int txlock_fence_result(struct txlock *t, struct dbtx *tx, const PGresult *r, int64_t *stock)
+    __attribute__((warn_unused_result));
+
 /* True when the lock is still ours with more than margin_ms of lease left: a
  * writer checks it right before COMMIT and rolls back otherwise. */
 int txlock_still_valid(const struct txlock *t, int64_t margin_ms);
