@@ -291,7 +291,7 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
         op->retried = 1;
         if (resend_as_eval(ac, op) == 0)
             return; /* one run, measured once: when the EVAL answers */
-        r = NULL; /* could not queue (disconnecting): as a command cut off */
+        r = NULL;   /* could not queue (disconnecting): as a command cut off */
     }
     if (r)
         metrics_hist_observe(op->hist, now_us - op->sent_us);
