@@ -1,15 +1,19 @@
 -- sku_state.lua: one consistent view of a SKU's Redis side, for reconciliation.
 -- KEYS: 1 meta, 2 stock, 3 stream, 4 bought, 5 adjustments, 6 dead letters, 7 journal
--- ARGV: 1 '1' to count the journal's pending entries (reads the whole journal:
---       only for the locked check, not for every pass's peek), '0' not
+-- ARGV: 1 '1' for the locked check's full view: count the journal's pending
+--       entries and list every buyer's units (both read a whole hash, as long
+--       as the sale has buyers: never for every pass's peek, which would stall
+--       Redis for milliseconds every reconcile_interval_ms), '0' not
 -- Returns {loaded (0/1), stock ('' when missing), entries in flight, open
 --   adjustment records, dead letters, run the state was built on ('' unknown),
---   load epoch ('' unknown), bought as a flat user, units list, journal
---   entries still 'pending'}
+--   load epoch ('' unknown), bought as a flat user, units list (empty without
+--   the full view), journal entries still 'pending'}
 local loaded = redis.call('EXISTS', KEYS[1])
 local meta = redis.call('HMGET', KEYS[1], 'built_run', 'loaded', 'epoch')
 local pending = 0
+local bought = {}
 if ARGV[1] == '1' then
+  bought = redis.call('HGETALL', KEYS[4])
   for _, state in ipairs(redis.call('HVALS', KEYS[7])) do
     if string.match(state, '^pending') then
       pending = pending + 1
@@ -18,4 +22,4 @@ if ARGV[1] == '1' then
 end
 return {loaded, redis.call('GET', KEYS[2]) or '', redis.call('XLEN', KEYS[3]),
         redis.call('HLEN', KEYS[5]), redis.call('XLEN', KEYS[6]), meta[1] or '',
-        meta[2] or meta[3] or '', redis.call('HGETALL', KEYS[4]), pending}
+        meta[2] or meta[3] or '', bought, pending}

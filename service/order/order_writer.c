@@ -905,12 +905,16 @@ static int refresh_skus(struct writer *w)
     if (!r)
         return -1;
     free(w->skus);
-    w->nskus = (size_t)PQntuples(r);
-    w->skus = calloc(w->nskus ? w->nskus : 1, sizeof *w->skus);
+    size_t rows = (size_t)PQntuples(r);
+    w->skus = calloc(rows ? rows : 1, sizeof *w->skus);
     if (!w->skus)
         abort();
-    for (size_t i = 0; i < w->nskus; i++)
-        w->skus[i] = atoll(PQgetvalue(r, (int)i, 0));
+    w->nskus = 0;
+    for (size_t i = 0; i < rows; i++) {
+        int64_t sku = atoll(PQgetvalue(r, (int)i, 0));
+        if (w->nparts <= 1 || (uint64_t)sku % w->nparts == w->part)
+            w->skus[w->nskus++] = sku;
+    }
     PQclear(r);
     return 0;
 }
@@ -1089,6 +1093,8 @@ struct order_writer *order_writer_start(const struct cfg *c, char *err, size_t e
         snprintf(consumer, sizeof consumer, "%s-%d-%zu", host, (int)getpid(), i);
         if (writer_init(&ow->writers[i], c, consumer, err, errlen) != 0)
             break;
+        ow->writers[i].part = i;
+        ow->writers[i].nparts = ow->n;
         struct writer_arg *a = malloc(sizeof *a);
         if (!a)
             abort();

@@ -33,6 +33,11 @@ struct writer {
     int64_t *skus;
     size_t nskus;
     int64_t next_refresh_ms, next_claim_ms;
+    /* This writer reads the streams of the SKUs whose id is 'part' modulo
+     * 'nparts' (nparts <= 1: all), so that an instance's writer threads share
+     * many SKUs instead of one thread reading every stream's batch at once;
+     * each SKU still has one reader per instance, and every instance's. */
+    size_t part, nparts;
 };
 
 /* Prepares a writer (no I/O yet).  Returns 0, or -1 with err set. */

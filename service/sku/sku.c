@@ -509,7 +509,8 @@ enum sku_result sku_adjust(struct worker_ctx *w, int64_t sku, int64_t delta, con
 /* ---- check, rebuild, reload ------------------------------------------- */
 
 /* Reads sku_state.lua's view into c.  *bought gets the reply (caller frees):
- * its element 7 is the flat user, units list.  Returns 0 or -1. */
+ * its element 7 is the flat user, units list (with count_pending only: the
+ * full view of the locked check).  Returns 0 or -1. */
 static int read_redis_state(struct worker_ctx *w, int64_t sku, int count_pending,
                             struct sku_check *c, redisReply **bought)
 {

@@ -219,6 +219,33 @@ START_TEST(test_writer_that_waited_for_the_lock_writes_what_queued_meanwhile)
 }
 END_TEST
 
+/* An instance's writer threads share the SKUs (id modulo their number): a
+ * thread writes the orders of its own SKUs only, so one read cannot take
+ * every SKU's batch at once while the other threads idle. */
+START_TEST(test_writer_threads_share_the_skus)
+{
+    create_sku(20, 10, 5);
+    create_sku(21, 10, 5);
+    reserve(20, 1, 1);
+    reserve(21, 1, 1);
+    struct writer w;
+    char err[160];
+    ck_assert(writer_init(&w, &cfg, "even", err, sizeof err) == 0);
+    w.part = 0;
+    w.nparts = 2;
+    ck_assert_int_eq(writer_poll(&w), 1);
+    writer_close(&w);
+    ck_assert_int_eq(q_int("SELECT count(*) FROM orders WHERE sku_id = %lld", 20), 1);
+    ck_assert_int_eq(q_int("SELECT count(*) FROM orders WHERE sku_id = %lld", 21), 0);
+    ck_assert(writer_init(&w, &cfg, "odd", err, sizeof err) == 0);
+    w.part = 1;
+    w.nparts = 2;
+    ck_assert_int_eq(writer_poll(&w), 1);
+    writer_close(&w);
+    ck_assert_int_eq(q_int("SELECT count(*) FROM orders WHERE sku_id = %lld", 21), 1);
+}
+END_TEST
+
 START_TEST(test_replayed_batch_changes_nothing)
 {
     create_sku(2, 10, 5);
@@ -710,6 +737,7 @@ static Suite *writer_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_two_writers_same_order_insert_once);
     tcase_add_test(tc, test_replayed_batch_changes_nothing);
+    tcase_add_test(tc, test_writer_threads_share_the_skus);
     tcase_add_test(tc, test_writer_that_waited_for_the_lock_writes_what_queued_meanwhile);
     tcase_add_test(tc, test_database_refusal_rejects_and_returns_stock_once);
     tcase_add_test(tc, test_entries_of_dead_writer_are_reclaimed);
