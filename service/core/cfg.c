@@ -137,7 +137,8 @@ static const struct cfg_def defs[] = {
     I(reconcile_retry_ms, 1000, 10, 3600000,
       "next reconciliation after a pass that could not finish (a dead process's lock, a store "
       "down)"),
-    I(writer_threads, 2, 0, 64, "order writer threads, each on its share of the SKUs (0: this instance writes no orders)"),
+    I(writer_threads, 2, 0, 64,
+      "order writer threads, each on its share of the SKUs (0: this instance writes no orders)"),
     I(writer_batch, 500, 1, 10000, "stream entries per database transaction"),
     I(writer_block_ms, 200, 1, 60000, "XREADGROUP block time"),
     I(writer_claim_idle_ms, 5000, 100, 3600000, "reclaim stream entries idle this long"),
