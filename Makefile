@@ -99,9 +99,6 @@ $(BUILD)/tests/%: $(BUILD)/service/tests/%.o $(TEST_HOBJ) $(BUILD)/libseckill.a 
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) $(CHECK_LIBS)
 # test_loadtest also unit-tests the load generator's latency histogram and buyer tokens.
 $(BUILD)/tests/test_loadtest: $(BUILD)/loadtest/lt_hist.o $(BUILD)/loadtest/lt_buyers.o
-# test_pgwait borrows the lock library's test harness (th_sleep_ms).
-$(BUILD)/tests/test_pgwait: $(BUILD)/service/rlock/tests/harness_rlock.o
-$(BUILD)/service/tests/test_pgwait.o: CPPFLAGS += -Iservice/rlock/tests
 
 deps:
 	scripts/deps.sh

@@ -160,10 +160,11 @@ static int free_port(void)
     return ntohs(a.sin_port);
 }
 
-static void sleep_ms(int ms)
+void th_sleep_ms(long ms)
 {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
 }
 
 /* Forks seckilld serve on 'port' with the test settings and extra_env. */
@@ -205,7 +206,7 @@ int th_daemon_start_fails(const char *const *extra_env)
     for (int i = 0; i < 400; i++) { /* 400 x 25 ms */
         if (waitpid(pid, &st, WNOHANG) == pid)
             return st;
-        sleep_ms(25);
+        th_sleep_ms(25);
     }
     kill(pid, SIGKILL);
     waitpid(pid, &st, 0);
@@ -224,7 +225,7 @@ void th_daemon_start(struct th_daemon *d, const char *const *extra_env)
             return;
         int st;
         ck_assert_msg(waitpid(d->pid, &st, WNOHANG) == 0, "seckilld exited during start-up");
-        sleep_ms(50);
+        th_sleep_ms(50);
     }
     ck_abort_msg("seckilld did not start listening on port %d", d->port);
 }
@@ -261,7 +262,7 @@ int th_daemon_stop(struct th_daemon *d)
                           "seckilld did not exit cleanly (status %d)", st);
             return st;
         }
-        sleep_ms(25);
+        th_sleep_ms(25);
     }
     kill(d->pid, SIGKILL);
     waitpid(d->pid, &st, 0);
@@ -390,7 +391,7 @@ void th_wait_drained(int64_t sku, int timeout_ms)
             break;
         ck_assert_msg(waited < timeout_ms, "order stream of sku %lld not drained: %lld left",
                       (long long)sku, n);
-        sleep_ms(20);
+        th_sleep_ms(20);
     }
     redisFree(r);
 }

@@ -27,6 +27,9 @@ const char *th_env(const char *name);
 /* A config pointing at the test stack, with short writer intervals. */
 void th_cfg(struct cfg *c);
 
+/* Sleeps ms milliseconds (EINTR resumes the rest). */
+void th_sleep_ms(long ms);
+
 /* Empties Redis and every table, so each test starts from nothing. */
 void th_reset(void);
 

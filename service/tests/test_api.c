@@ -26,12 +26,6 @@
 
 /* ---- helpers ------------------------------------------------------------- */
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 static void start(struct th_daemon *d, const char *const *extra_env)
 {
     th_daemon_start(d, extra_env);
@@ -255,7 +249,7 @@ static void wait_order_status(int port, int64_t user, long long id, const char *
         ck_assert_msg(strcmp(st, "pending") == 0, "order %lld: unexpected status in %s", id,
                       r.body);
         ck_assert_msg(waited < POLL_MS, "order %lld still %s after %d ms", id, st, waited);
-        sleep_ms(20);
+        th_sleep_ms(20);
     }
 }
 
@@ -673,7 +667,7 @@ START_TEST(test_sku_lost_by_redis_is_restored_by_the_service)
     /* No operator: the service reloads it by itself, promptly. */
     int waited = 0;
     for (; order(d.port, 1, 2, 1, NULL, &r) == 503 && waited < POLL_MS; waited += 50)
-        sleep_ms(50);
+        th_sleep_ms(50);
     expect(&r, 201, NULL, "order once the service restored the SKU");
     order(d.port, 1, 1, 1, NULL, &r); /* the restore kept user 1's unit */
     expect(&r, 409, "limit_exceeded", "user 1 again after the restore");

@@ -23,12 +23,6 @@
 #define CT_JSON "Content-Type: application/json\r\n"
 #define BOUND_MS 15000 /* liveness bound of every poll below, never a speed claim */
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 static int order(int port, int64_t sku, int64_t user, int64_t qty, const char *idem,
                  struct th_response *r)
 {
@@ -88,7 +82,7 @@ static void wait_agreement(int64_t sku)
             return;
         ck_assert_msg(waited < BOUND_MS, "sku %lld: Redis %lld, database %lld after %d ms",
                       (long long)sku, redis_int(sku, KEY_STOCK), pg(sql), waited);
-        sleep_ms(50);
+        th_sleep_ms(50);
     }
 }
 
@@ -237,7 +231,7 @@ struct timed_order {
 static void *order_after(void *arg)
 {
     struct timed_order *t = arg;
-    sleep_ms(t->delay_ms);
+    th_sleep_ms(t->delay_ms);
     order(t->port, 11, t->user, 1, NULL, &t->r);
     return NULL;
 }
@@ -363,7 +357,7 @@ START_TEST(test_adjustment_cut_by_a_crash_is_settled_by_the_next_daemon)
                      1);
     int st;
     for (int i = 0; i < 200 && waitpid(d.pid, &st, WNOHANG) != d.pid; i++)
-        sleep_ms(25);
+        th_sleep_ms(25);
     ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "the fault point did not fire");
     d.pid = 0;
     ck_assert_int_eq(redis_int(8, KEY_STOCK), 17); /* applied in Redis, never committed */
@@ -406,7 +400,7 @@ START_TEST(test_redis_restart_rebuilds_each_sku_once)
         after = th_json_int(r.body, "order_id", 0);
         if (order_id_epoch(after) > order_id_epoch(before))
             break;
-        sleep_ms(50);
+        th_sleep_ms(50);
     }
     ck_assert_msg(order_id_epoch(after) > order_id_epoch(before), "no rebuild after restart");
     th_daemon_stop(&d);

@@ -29,12 +29,6 @@
 #define TRICKLE_MS 300
 #define SLOW_CONNECTIONS 300
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 static int connect_to(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -392,7 +386,7 @@ static void wait_metric_at_least(int port, const char *name, long want)
             if (p && atol(p + strlen(key)) >= want)
                 return;
         }
-        sleep_ms(100);
+        th_sleep_ms(100);
     }
     ck_abort_msg("%s stayed below %ld", name, want);
 }

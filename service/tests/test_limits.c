@@ -16,6 +16,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "core/keys.h"
 #include "harness.h"
 
@@ -27,19 +28,6 @@
 #define RIGHT_TOKEN "Authorization: Bearer " TH_ADMIN_TOKEN "\r\n"
 
 /* ---- helpers ------------------------------------------------------------- */
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-static long long mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void req(int port, const char *method, const char *path, const char *headers,
                 const char *body, struct th_response *r)
@@ -124,7 +112,7 @@ START_TEST(test_a_buyer_past_the_burst_gets_429_and_the_refused_take_nothing)
     struct th_daemon d;
     th_daemon_start(&d, env);
     th_create_sku(d.port, 1, 1000, 1000);
-    long long t0 = mono_ms();
+    long long t0 = clock_mono_ms();
     int ok = 0, limited = 0;
     for (int i = 0; i < 300; i++) {
         struct th_response r;
@@ -138,7 +126,7 @@ START_TEST(test_a_buyer_past_the_burst_gets_429_and_the_refused_take_nothing)
             limited++;
         }
     }
-    long long minutes = (mono_ms() - t0) / 60000;
+    long long minutes = (clock_mono_ms() - t0) / 60000;
     ck_assert_msg(ok <= 5 + 1 + minutes, "%d orders passed a bucket of 5 refilled once a minute",
                   ok);
     ck_assert_int_eq(ok + limited, 300);
@@ -169,7 +157,7 @@ START_TEST(test_the_buyer_bucket_holds_across_two_instances)
     th_daemon_start(&a, env);
     th_daemon_start(&b, env);
     th_create_sku(a.port, 2, 100, 100);
-    long long t0 = mono_ms();
+    long long t0 = clock_mono_ms();
     int ok = 0, limited_a = 0, limited_b = 0;
     for (int i = 0; i < 20; i++) {
         struct th_daemon *d = i % 2 ? &b : &a;
@@ -183,7 +171,7 @@ START_TEST(test_the_buyer_bucket_holds_across_two_instances)
         *(d == &a ? &limited_a : &limited_b) += 1;
     }
     /* Two buckets of 4 would have let 8 through. */
-    long long minutes = (mono_ms() - t0) / 60000;
+    long long minutes = (clock_mono_ms() - t0) / 60000;
     ck_assert_msg(ok >= 4 && ok <= 4 + 1 + minutes, "%d orders passed one bucket of 4 shared", ok);
     ck_assert_msg(limited_a > 0 && limited_b > 0, "both instances refuse: %d, %d", limited_a,
                   limited_b);
@@ -215,10 +203,10 @@ START_TEST(test_an_idempotency_replay_takes_no_token_and_a_429_is_not_remembered
     /* ten replays later the bucket of 2 still has its second order */
     order(d.port, 3, 11, "key-two", &r);
     ck_assert_msg(accepted(&r), "the second order of the bucket: %d %s", r.status, r.body);
-    long long t_empty = mono_ms();
+    long long t_empty = clock_mono_ms();
     order(d.port, 3, 11, "key-three", &r);
     int passed = accepted(&r); /* only if a minute went by: one order a minute */
-    if (!passed || mono_ms() - t_empty < 60000)
+    if (!passed || clock_mono_ms() - t_empty < 60000)
         assert_limited(&r, 60);
     /* a replay is answered from its stored result even with the bucket empty */
     order(d.port, 3, 11, "key-one", &r);
@@ -260,7 +248,7 @@ START_TEST(test_a_buyers_bucket_refills)
     ck_assert_msg(limited, "50 orders in a row never met the bucket of 1");
     int again = 0;
     for (int waited = 0; waited < REFILL_WAIT_MS && !again; waited += POLL_MS) {
-        sleep_ms(POLL_MS);
+        th_sleep_ms(POLL_MS);
         order(d.port, 4, 12, NULL, &r);
         again = accepted(&r);
         if (!again)
@@ -281,7 +269,7 @@ START_TEST(test_lookups_from_one_address_past_the_burst_get_429)
     const char *env[] = {"SECKILL_RATE_ADDR_PER_S=1", "SECKILL_RATE_ADDR_BURST=10", NULL};
     struct th_daemon d;
     th_daemon_start(&d, env);
-    long long t0 = mono_ms();
+    long long t0 = clock_mono_ms();
     int answered = 0, limited = 0;
     for (int i = 0; i < 300; i++) {
         struct th_response r;
@@ -296,7 +284,7 @@ START_TEST(test_lookups_from_one_address_past_the_burst_get_429)
             limited++;
         }
     }
-    long long secs = (mono_ms() - t0) / 1000;
+    long long secs = (clock_mono_ms() - t0) / 1000;
     ck_assert_msg(answered <= 10 + 1 + secs, "%d lookups answered in %lld s, bucket 10 + 1/s",
                   answered, secs);
     ck_assert_int_eq(metric(d.port, "seckill_rate_limited_total{scope=\"addr\"}"), limited);
@@ -307,7 +295,7 @@ START_TEST(test_lookups_from_one_address_past_the_burst_get_429)
     /* and the address's bucket refills */
     int again = 0;
     for (int waited = 0; waited < REFILL_WAIT_MS && !again; waited += POLL_MS) {
-        sleep_ms(POLL_MS);
+        th_sleep_ms(POLL_MS);
         struct th_response r;
         lookup(d.port, "/api/v1/orders/12345", &r);
         again = r.status == 404;
@@ -328,7 +316,7 @@ START_TEST(test_wrong_admin_tokens_past_the_burst_get_429_even_with_the_right_to
     th_daemon_start(&d, env);
     const char *path = "/admin/v1/skus/1";
     struct th_response r;
-    long long t0 = mono_ms();
+    long long t0 = clock_mono_ms();
     for (int i = 0; i < 3; i++) {
         req(d.port, "GET", path, WRONG_TOKEN, NULL, &r);
         ck_assert_int_eq(r.status, 401);
@@ -352,15 +340,15 @@ START_TEST(test_wrong_admin_tokens_past_the_burst_get_429_even_with_the_right_to
         assert_limited(&r, 60);
         limited++;
     }
-    long long minutes = (mono_ms() - t0) / 60000;
+    long long minutes = (clock_mono_ms() - t0) / 60000;
     ck_assert_msg(unauthorized <= 5 + 1 + minutes, "%d wrong tokens compared, burst 5",
                   unauthorized);
     /* while the bucket is empty the right token is refused too, uncompared */
-    long long t_empty = mono_ms();
+    long long t_empty = clock_mono_ms();
     req(d.port, "GET", path, RIGHT_TOKEN, NULL, &r);
     struct th_response other;
     req(d.port, "GET", "/admin/v1/no-such-thing", RIGHT_TOKEN, NULL, &other);
-    if (mono_ms() - t_empty < 60000) {
+    if (clock_mono_ms() - t_empty < 60000) {
         assert_limited(&r, 60);
         assert_limited(&other, 60);
         limited += 2;
@@ -416,7 +404,7 @@ START_TEST(test_the_admin_failure_bucket_refills)
     ck_assert_msg(limited, "50 wrong tokens in a row never met the bucket of 2");
     int again = 0;
     for (int waited = 0; waited < REFILL_WAIT_MS && !again; waited += POLL_MS) {
-        sleep_ms(POLL_MS);
+        th_sleep_ms(POLL_MS);
         req(d.port, "GET", "/admin/v1/skus/1", RIGHT_TOKEN, NULL, &r);
         again = r.status == 404;
         if (!again)

@@ -117,12 +117,6 @@ END_TEST
 
 /* ---- the load generator against the daemon ------------------------------- */
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 /* build/seckill-loadtest next to the daemon under test. */
 static void loadtest_path(char *out, size_t cap)
 {
@@ -185,7 +179,7 @@ static int run_loadtest(const char *const *args, int expect)
             waitpid(pid, &st, 0);
             ck_abort_msg("seckill-loadtest did not finish within %d ms", RUN_TIMEOUT_MS);
         }
-        sleep_ms(POLL_MS);
+        th_sleep_ms(POLL_MS);
     }
     int rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
     if (rc != expect)

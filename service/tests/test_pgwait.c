@@ -26,7 +26,6 @@
 
 #include "core/keys.h"
 #include "harness.h"
-#include "harness_rlock.h"
 #include "store/db.h"
 #include "store/dbtx.h"
 #include "store/pgwait.h"

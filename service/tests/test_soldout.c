@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "harness.h"
 #include "order/soldout.h"
 
@@ -254,19 +255,6 @@ END_TEST
 
 /* ---- the daemon ----------------------------------------------------------- */
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-static long long mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* POST an order; returns the status, or -1 on a connection error (no
  * assertion: the storm thread uses it too). */
 static int try_order(int port, long long sku, long long user, long long qty, const char *idem,
@@ -437,7 +425,7 @@ static int reopened_within(int port, long long sku, long long user)
         ck_assert_msg(slept < REOPEN_SLEEP_MS,
                       "port %d: still sold out after %d ms of sleep since the restock", port,
                       slept);
-        sleep_ms(POLL_MS);
+        th_sleep_ms(POLL_MS);
         slept += POLL_MS;
     }
 }
@@ -454,10 +442,10 @@ START_TEST(test_a_restock_reopens_on_every_instance_within_100ms)
     pthread_t th;
     ck_assert_int_eq(pthread_create(&th, NULL, storm_run, &s), 0);
     /* both instances answer from their flag before the restock */
-    long long t0 = mono_ms();
+    long long t0 = clock_mono_ms();
     while (metric(a.port, LOCAL) == 0 || metric(b.port, LOCAL) == 0) {
-        ck_assert_msg(mono_ms() - t0 < FLAG_WAIT_MS, "no flag on both instances");
-        sleep_ms(POLL_MS);
+        ck_assert_msg(clock_mono_ms() - t0 < FLAG_WAIT_MS, "no flag on both instances");
+        th_sleep_ms(POLL_MS);
     }
     adjust(a.port, 2, 5);
     int slept_b = reopened_within(b.port, 2, 7001); /* b was told nothing */
