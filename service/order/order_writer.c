@@ -338,6 +338,66 @@ static void on_batch_complete(enum dbtx_outcome outcome, void *arg)
         log_error("sku %" PRId64 ": batch outcome unknown; it will be replayed", b->sku);
 }
 
+/* The statements of a batch, prepared once per session of the writer's
+ * connection (PostgreSQL then parses and plans them once, not per batch). */
+enum writer_stmt {
+    WS_EXISTING,
+    WS_RULES,
+    WS_USER_UNITS,
+    WS_TAKE_STOCK,
+    WS_INSERT,
+    WS_LEDGER,
+    WS_COUNT
+};
+static const struct {
+    const char *name, *sql; /* statement name, sql/<sql>.sql */
+    int nparams;
+} writer_stmts[WS_COUNT] = {
+    [WS_EXISTING] = {"seckill_w_existing", "orders_existing", 1},
+    [WS_RULES] = {"seckill_w_rules", "sku_write_rules", 1},
+    [WS_USER_UNITS] = {"seckill_w_user_units", "orders_user_units", 2},
+    [WS_TAKE_STOCK] = {"seckill_w_take_stock", "sku_take_stock", 2},
+    [WS_INSERT] = {"seckill_w_insert", "orders_insert_batch", 9},
+    [WS_LEDGER] = {"seckill_w_ledger", "ledger_insert_batch", 5},
+};
+
+/* Prepares the batch statements on conn (a new session of w's connection),
+ * after DEALLOCATE ALL so that a half-done earlier attempt cannot collide.
+ * Outside any transaction.  On failure the batch runs them unnamed. */
+static void prepare_stmts(struct writer *w, PGconn *conn)
+{
+    struct pgwait_stmt q[1 + WS_COUNT] = {{.sql = "DEALLOCATE ALL"}};
+    for (int i = 0; i < WS_COUNT; i++)
+        q[1 + i] = (struct pgwait_stmt){.sql = sql_text(writer_stmts[i].sql),
+                                        .nparams = writer_stmts[i].nparams,
+                                        .name = writer_stmts[i].name,
+                                        .prepare = 1};
+    PGresult *r[1 + WS_COUNT];
+    struct pgwait pw;
+    pgwait_start(&pw, 0, NULL);
+    int ok = pgwait_pipeline(&pw, conn, 1 + WS_COUNT, q, r) == 0;
+    for (int i = 0; ok && i < 1 + WS_COUNT; i++)
+        ok = PQresultStatus(r[i]) == PGRES_COMMAND_OK;
+    if (!ok)
+        log_warn("writer: preparing statements failed (%s); batches parse them each time",
+                 pw.err[0] ? pw.err : "refused");
+    for (int i = 0; i < 1 + WS_COUNT; i++)
+        PQclear(r[i]); /* NULL after a failed pipeline */
+    w->prepared_session = ok ? w->ctx.db.session : 0;
+}
+
+/* Statement s of a batch with its parameters: the prepared one when this
+ * session has it. */
+static struct pgwait_stmt writer_stmt(const struct writer *w, enum writer_stmt s,
+                                      const char *const *params)
+{
+    int named = w->prepared_session != 0 && w->prepared_session == w->ctx.db.session;
+    return (struct pgwait_stmt){.sql = sql_text(writer_stmts[s].sql),
+                                .nparams = writer_stmts[s].nparams,
+                                .params = params,
+                                .name = named ? writer_stmts[s].name : NULL};
+}
+
 /* Reads which of the batch's orders the database already holds (a replay),
  * and what each row says, from the result of orders_existing.sql.  An entry
  * whose id the database holds for another order (Redis went back in time and
@@ -450,9 +510,9 @@ static int load_state(struct dbtx *tx, struct batch *b, const char *sid, struct 
     if (fence)
         txlock_fence_stmt(fence, &fa, &q[nq++]);
     size_t first = nq;
-    q[nq++] = (struct pgwait_stmt){sql_text("orders_existing"), 1, existing_p};
-    q[nq++] = (struct pgwait_stmt){sql_text("sku_write_rules"), 1, rules_p};
-    q[nq++] = (struct pgwait_stmt){sql_text("orders_user_units"), 2, units_p};
+    q[nq++] = writer_stmt(b->w, WS_EXISTING, existing_p);
+    q[nq++] = writer_stmt(b->w, WS_RULES, rules_p);
+    q[nq++] = writer_stmt(b->w, WS_USER_UNITS, units_p);
     PGresult *r[4];
     int rc = dbtx_exec_pipeline(tx, nq, q, r) != 0 ? -1 : 1;
     free(ids.p);
@@ -571,9 +631,9 @@ static int write_new_orders(struct dbtx *tx, struct batch *b, const char *sid, i
     struct pgwait_stmt q[3];
     size_t nq = 0;
     if (take > 0)
-        q[nq++] = (struct pgwait_stmt){sql_text("sku_take_stock"), 2, take_p};
-    q[nq++] = (struct pgwait_stmt){sql_text("orders_insert_batch"), 9, ins_p};
-    q[nq++] = (struct pgwait_stmt){sql_text("ledger_insert_batch"), 5, led_p};
+        q[nq++] = writer_stmt(b->w, WS_TAKE_STOCK, take_p);
+    q[nq++] = writer_stmt(b->w, WS_INSERT, ins_p);
+    q[nq++] = writer_stmt(b->w, WS_LEDGER, led_p);
     PGresult *r[3];
     if (dbtx_exec_pipeline(tx, nq, q, r) != 0)
         goto out;
@@ -731,7 +791,11 @@ static int process_once(struct writer *w, int64_t sku, struct batch_input *in, i
     struct user_units u;
     units_init(&u, n);
     PGconn *conn = db_conn_get(&w->ctx.db);
-    struct dbtx *tx = conn ? dbtx_begin(conn, c->pg_dsn, DBTX_ISO_READ_COMMITTED, NULL, 0) : NULL;
+    if (conn && w->prepared_session != w->ctx.db.session)
+        prepare_stmts(w, conn);
+    struct dbtx *tx = conn && PQstatus(conn) == CONNECTION_OK
+                          ? dbtx_begin(conn, c->pg_dsn, DBTX_ISO_READ_COMMITTED, NULL, 0)
+                          : NULL;
     /* Hooks run in reverse: finish the batch first, release the lock last. */
     if (!tx || txlock_bind(&t, tx) != 0) {
         if (tx)
@@ -753,6 +817,8 @@ static int process_once(struct writer *w, int64_t sku, struct batch_input *in, i
     *stale = fenced == TXLOCK_STALE;
     if (fenced != 1 || write_new_orders(tx, &b, sid, stock, &u) != 0) {
         log_warn("sku %" PRId64 ": batch of %zu rolled back: %s", sku, n, dbtx_error(tx));
+        if (strcmp(dbtx_sqlstate(tx), "26000") == 0) /* a prepared statement is gone */
+            w->prepared_session = 0;
         (void)dbtx_rollback(tx);
         goto out;
     }

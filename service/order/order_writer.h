@@ -38,6 +38,7 @@ struct writer {
      * many SKUs instead of one thread reading every stream's batch at once;
      * each SKU still has one reader per instance, and every instance's. */
     size_t part, nparts;
+    unsigned long prepared_session; /* the db session the batch statements are prepared on */
 };
 
 /* Prepares a writer (no I/O yet).  Returns 0, or -1 with err set. */

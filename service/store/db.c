@@ -66,6 +66,7 @@ PGconn *db_conn_get(struct db_conn *d)
         db_conn_close(d);
         return NULL;
     }
+    d->session++;
     return d->conn;
 }
 

@@ -16,6 +16,8 @@
 struct db_conn {
     const struct cfg *cfg;
     PGconn *conn;
+    unsigned long session; /* grows with each connection made: what was prepared on
+                            * session N is gone in session N+1 */
 };
 
 void db_conn_init(struct db_conn *d, const struct cfg *c);

@@ -306,15 +306,20 @@ int pgwait_pipeline(struct pgwait *w, PGconn *conn, size_t n, const struct pgwai
             (void)PQsetnonblocking(conn, 0);
         return -1;
     }
-    for (size_t i = 0; i < n; i++)
-        if (!PQsendQueryParams(conn, stmts[i].sql, stmts[i].nparams, NULL, stmts[i].params, NULL,
-                               NULL, 0)) {
+    for (size_t i = 0; i < n; i++) {
+        const struct pgwait_stmt *q = &stmts[i];
+        int sent =
+            q->name && q->prepare ? PQsendPrepare(conn, q->name, q->sql, q->nparams, NULL)
+            : q->name ? PQsendQueryPrepared(conn, q->name, q->nparams, q->params, NULL, NULL, 0)
+                      : PQsendQueryParams(conn, q->sql, q->nparams, NULL, q->params, NULL, NULL, 0);
+        if (!sent) {
             /* Part of the pipeline may be queued: the session cannot be
              * trusted to be where the caller thinks. */
             pgwait_message(w->err, sizeof(w->err), conn, NULL);
             abandon(conn);
             return -1;
         }
+    }
     if (!PQpipelineSync(conn)) {
         pgwait_message(w->err, sizeof(w->err), conn, NULL);
         abandon(conn);

@@ -90,11 +90,16 @@ PGresult *pgwait_query(struct pgwait *w, PGconn *conn, const char *sql) PGWAIT_M
 PGresult *pgwait_params(struct pgwait *w, PGconn *conn, const char *sql, int nparams,
                         const char *const *params) PGWAIT_MUST_CHECK;
 
-/* One statement of a pipeline (text parameters, text results). */
+/* One statement of a pipeline (text parameters, text results).  With a
+ * name, the statement prepared under that name on this connection runs
+ * ('sql' unused); with a name and 'prepare', 'sql' is prepared under the
+ * name (parameter types inferred; no parameters are sent). */
 struct pgwait_stmt {
     const char *sql;
     int nparams;
     const char *const *params; /* may be NULL when nparams is 0 */
+    const char *name;          /* NULL: an unnamed statement, parsed each time */
+    int prepare;
 };
 
 /*

@@ -180,7 +180,7 @@ void txlock_fence_stmt(const struct txlock *t, struct txlock_fence_args *a,
     snprintf(a->tok, sizeof a->tok, "%" PRId64, t->fence);
     a->params[0] = a->sid;
     a->params[1] = a->tok;
-    *stmt = (struct pgwait_stmt){sql_text("sku_fence"), 2, a->params};
+    *stmt = (struct pgwait_stmt){.sql = sql_text("sku_fence"), .nparams = 2, .params = a->params};
 }
 
 int txlock_fence_result(struct txlock *t, struct dbtx *tx, const PGresult *r, int64_t *stock)

@@ -308,7 +308,9 @@ START_TEST(test_pipeline_runs_statements_in_order_in_the_transaction)
     snprintf(ins, sizeof(ins), "INSERT INTO %s (k, v) VALUES ($1, $2) RETURNING v", table);
     snprintf(cnt, sizeof(cnt), "SELECT count(*) FROM %s WHERE k LIKE 'pipe-%%'", table);
     const char *a[] = {"pipe-a", "1"}, *b[] = {"pipe-b", "2"};
-    const struct pgwait_stmt q[] = {{ins, 2, a}, {ins, 2, b}, {cnt, 0, NULL}};
+    const struct pgwait_stmt q[] = {{.sql = ins, .nparams = 2, .params = a},
+                                    {.sql = ins, .nparams = 2, .params = b},
+                                    {.sql = cnt}};
     ck_assert_msg(dbtx_exec_pipeline(tx, 3, q, r) == 0, "pipeline: %s", dbtx_error(tx));
     ck_assert_str_eq(PQgetvalue(r[0], 0, 0), "1");
     ck_assert_str_eq(PQgetvalue(r[1], 0, 0), "2");
@@ -342,7 +344,9 @@ START_TEST(test_pipeline_failure_fails_the_transaction)
     register_ok(tx, &h);
     snprintf(ins, sizeof(ins), "INSERT INTO %s (k, v) VALUES ($1, $2)", table);
     const char *a[] = {"pipe-dup", "1"}, *z[] = {"pipe-after", "3"};
-    const struct pgwait_stmt q[] = {{ins, 2, a}, {ins, 2, a}, {ins, 2, z}};
+    const struct pgwait_stmt q[] = {{.sql = ins, .nparams = 2, .params = a},
+                                    {.sql = ins, .nparams = 2, .params = a},
+                                    {.sql = ins, .nparams = 2, .params = z}};
     ck_assert_int_eq(dbtx_exec_pipeline(tx, 3, q, r), -1);
     for (int i = 0; i < 3; i++)
         ck_assert_ptr_null(r[i]);

@@ -195,7 +195,7 @@ START_TEST(test_pipeline_on_frozen_postgres_gives_up)
     PGconn *conn = db_conn_get(&d);
     ck_assert_ptr_nonnull(conn);
 
-    const struct pgwait_stmt q[] = {{"SELECT 1", 0, NULL}, {"SELECT 2", 0, NULL}};
+    const struct pgwait_stmt q[] = {{.sql = "SELECT 1"}, {.sql = "SELECT 2"}};
     PGresult *r[2];
     struct pgwait w;
     freeze();

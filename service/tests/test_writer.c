@@ -246,6 +246,41 @@ START_TEST(test_writer_threads_share_the_skus)
 }
 END_TEST
 
+/* The batch statements are prepared once per session of the writer's
+ * connection; a session that ends (the backend killed) is replaced and its
+ * statements prepared again, and the batch after it is written. */
+START_TEST(test_writer_prepares_its_statements_once_per_session)
+{
+    create_sku(30, 10, 5);
+    reserve(30, 1, 1);
+    struct writer w;
+    char err[160];
+    ck_assert(writer_init(&w, &cfg, "prepared", err, sizeof err) == 0);
+    ck_assert_int_eq(writer_poll(&w), 1);
+    ck_assert_uint_ne(w.prepared_session, 0);
+    ck_assert_uint_eq(w.prepared_session, w.ctx.db.session);
+    PGresult *r = PQexec(w.ctx.db.conn, "SELECT count(*) FROM pg_prepared_statements "
+                                        "WHERE name LIKE 'seckill_w_%'");
+    ck_assert_int_eq(PQresultStatus(r), PGRES_TUPLES_OK);
+    ck_assert_str_eq(PQgetvalue(r, 0, 0), "6");
+    PQclear(r);
+    unsigned long first = w.prepared_session;
+    char sql[96];
+    snprintf(sql, sizeof sql, "SELECT pg_terminate_backend(%d)", PQbackendPID(w.ctx.db.conn));
+    PGconn *admin = th_pg_admin();
+    th_pg_int(admin, sql);
+    PQfinish(admin);
+    reserve(30, 2, 1);
+    /* The first batch may meet the dead session and stay pending; the
+     * writer reconnects and reclaims it (writer_claim_idle_ms is 300 here). */
+    for (int i = 0; i < 80 && q_int("SELECT count(*) FROM orders WHERE sku_id = %lld", 30) < 2; i++)
+        (void)writer_poll(&w);
+    ck_assert_int_eq(q_int("SELECT count(*) FROM orders WHERE sku_id = %lld", 30), 2);
+    ck_assert_uint_gt(w.prepared_session, first);
+    writer_close(&w);
+}
+END_TEST
+
 START_TEST(test_replayed_batch_changes_nothing)
 {
     create_sku(2, 10, 5);
@@ -738,6 +773,7 @@ static Suite *writer_suite(void)
     tcase_add_test(tc, test_two_writers_same_order_insert_once);
     tcase_add_test(tc, test_replayed_batch_changes_nothing);
     tcase_add_test(tc, test_writer_threads_share_the_skus);
+    tcase_add_test(tc, test_writer_prepares_its_statements_once_per_session);
     tcase_add_test(tc, test_writer_that_waited_for_the_lock_writes_what_queued_meanwhile);
     tcase_add_test(tc, test_database_refusal_rejects_and_returns_stock_once);
     tcase_add_test(tc, test_entries_of_dead_writer_are_reclaimed);
