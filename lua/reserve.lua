@@ -30,8 +30,10 @@ local meta = redis.call('HMGET', KEYS[1], 'epoch', 'starts_ms', 'ends_ms', 'limi
 if not meta[1] then
   return {'not_loaded'}
 end
+-- The stock and the sequence in one read (plain keys of the SKU's hash tag).
 -- A loaded SKU without a stock key has lost data: unknown is not infinite (I6).
-local stock = tonumber(redis.call('GET', KEYS[2]))
+local stock_seq = redis.call('MGET', KEYS[2], KEYS[3])
+local stock = tonumber(stock_seq[1])
 if not stock then
   return redis.error_reply('SECKILL stock key missing for a loaded SKU')
 end
@@ -103,7 +105,7 @@ if stock < qty then
 end
 -- sku_load.lua sets the sequence; a loaded SKU without one has lost data, and
 -- restarting it at 0 would hand out ids that already exist (I4).
-local seq = tonumber(redis.call('GET', KEYS[3]))
+local seq = tonumber(stock_seq[2])
 if not seq then
   return redis.error_reply('SECKILL sequence key missing for a loaded SKU')
 end
@@ -113,10 +115,10 @@ if seq >= per_epoch then
   return {'exhausted'}
 end
 
--- writes start here
-redis.call('SET', KEYS[3], seq)
+-- writes start here; the sequence and the stock in one write (this script
+-- read both, and nothing runs between)
+redis.call('MSET', KEYS[3], seq, KEYS[2], string.format('%.0f', stock - qty))
 local id = string.format('%.0f', tonumber(meta[1]) * per_epoch + seq)
-redis.call('DECRBY', KEYS[2], qty)
 redis.call('HINCRBY', KEYS[4], ARGV[1], qty)
 -- the journal names the buyer: only they may read the order while it is pending
 redis.call('HSET', KEYS[5], id, 'pending:' .. ARGV[1])

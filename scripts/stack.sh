@@ -299,7 +299,7 @@ R_SVC_COMMANDS=(
     # scripts (EVAL when the script cache was flushed), replicas of a lock
     evalsha eval wait
     # plain keys, in C and in lua/*.lua, lua/rlock/*.lua
-    get set del exists type pttl pexpire incrby decrby time
+    get set mget mset del exists type pttl pexpire incrby decrby time
     hget hset hdel hgetall hkeys hlen hmget hvals hincrby hscan
     # order streams and their consumer group; /metrics reads the group's lag
     xadd xack xdel xlen xrange xreadgroup xautoclaim 'xgroup|create' 'xinfo|groups'

@@ -2,7 +2,7 @@
  * txlock: the service's distributed locks, from acquisition to release.
  *
  * Every lock that guards a write to a SKU's row (the SKU lock of admin
- * operations, the order locks of a writer's batch) is taken with a fencing
+ * operations, the writer lock of a batch) is taken with a fencing
  * token from one counter per SKU, renewed by the watchdog while held, and
  * handed to the database transaction:
  *   - txlock_fence() is the transaction's first statement: PostgreSQL accepts
