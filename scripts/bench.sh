@@ -36,8 +36,8 @@
 # non-zero only when a phase could not run or an invariant failed; a missed
 # target is reported (MISSED), not fatal.
 #
-# Env in: BUILD (build), LT_VAR (var), SECKILL_REDIS_PORT / SECKILL_PG_PORT (for
-#         a stack started here), BENCH_ONLY (all), BENCH_SECONDS (20),
+# Env in: BUILD (build), LT_VAR (var), BENCH_STACK (LT_VAR/bench-stack: made
+#         afresh on free ports each run unless a stack runs there), BENCH_ONLY (all), BENCH_SECONDS (20),
 #         BENCH_WARMUP (2), BENCH_CONNECTIONS (50), BENCH_OUT (LT_VAR/bench),
 #         BENCH_WRK (1; 0 skips wrk), BENCH_SCENARIO_SECONDS (10: soldout, skus),
 #         BENCH_REDIS_REQUESTS (300000), BENCH_PG_BATCH (500),
@@ -204,7 +204,21 @@ if want burst; then
     ulimit -n "$NOFILE_WANT"
 fi
 
-lt_stack_up "$VAR"
+# Its own stack, fresh each run: what earlier runs leave behind (millions of
+# idempotency keys and buyers, an AOF of hundreds of MB that Redis reloads and
+# rewrites while it is measured, gigabytes of rows) weighs on the numbers.  A
+# stack already running there (a bench of another shell) is used as it is.
+STACK=${BENCH_STACK:-$VAR/bench-stack}
+[[ $STACK == /* ]] || STACK=$ROOT/$STACK
+FRESH_STACK=0
+if ! "$LT_STACK" status "$STACK" >/dev/null 2>&1; then
+    rm -rf "$STACK"
+    mkdir -p "$STACK"
+    se_stack_start_free "$STACK" || die "could not start a stack in $STACK"
+    FRESH_STACK=1
+fi
+lt_stack_up "$STACK"
+((FRESH_STACK == 0)) || LT_STACK_STARTED=1 # stopped on exit (lt_cleanup)
 export SECKILL_ADMIN_TOKEN SECKILL_BUYER_TOKEN_SECRET
 SECKILL_ADMIN_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
 # Every buyer, against the ceiling too (same request bytes), carries a token.
