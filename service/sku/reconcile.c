@@ -82,22 +82,29 @@ static int pass_one(struct worker_ctx *w, int64_t sku, enum sku_check_mode mode,
     return 0;
 }
 
-int reconcile_pass(struct worker_ctx *w, int64_t sku, enum sku_check_mode mode, FILE *out,
-                   struct reconcile_totals *t)
+/* Every active SKU, one after the other; stops between two SKUs once *halt
+ * (may be NULL) is set: each SKU's check stands alone, and a pass over
+ * thousands of SKUs must not hold a daemon's shutdown. */
+static int pass_all(struct worker_ctx *w, enum sku_check_mode mode, FILE *out,
+                    struct reconcile_totals *t, const atomic_int *halt)
 {
-    if (sku > 0)
-        return pass_one(w, sku, mode, 1, out, t);
     PGresult *r = db_query(&w->db, "sku_ids_active", 0, NULL);
     if (!r) {
         t->failed++;
         return -1;
     }
     int rc = 0;
-    for (int i = 0; i < PQntuples(r); i++)
+    for (int i = 0; i < PQntuples(r) && !(halt && atomic_load(halt)); i++)
         if (pass_one(w, atoll(PQgetvalue(r, i, 0)), mode, mode == SKU_CHECK_ONLY, out, t) != 0)
             rc = -1;
     PQclear(r);
     return rc;
+}
+
+int reconcile_pass(struct worker_ctx *w, int64_t sku, enum sku_check_mode mode, FILE *out,
+                   struct reconcile_totals *t)
+{
+    return sku > 0 ? pass_one(w, sku, mode, 1, out, t) : pass_all(w, mode, out, t, NULL);
 }
 
 /* ---- the daemon's thread ------------------------------------------------ */
@@ -113,6 +120,7 @@ struct reconciler {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int stopping, kicked;
+    atomic_int halt;  /* stopping, for the pass to look at between SKUs without mu */
     int64_t *refused; /* under mu: SKUs whose orders the database refused */
     size_t nrefused, caprefused;
     struct rebuilt_at *rebuilt; /* the thread's own: last refusal rebuild per SKU */
@@ -198,7 +206,7 @@ static void *reconcile_main(void *arg)
     for (;;) {
         struct reconcile_totals t = {0};
         int failed = rebuild_refused(r, &t) != 0;
-        failed |= reconcile_pass(&r->ctx, 0, SKU_CHECK_REPAIR, NULL, &t) != 0;
+        failed |= pass_all(&r->ctx, SKU_CHECK_REPAIR, NULL, &t, &r->halt) != 0;
         if (!failed) { /* what is left after this pass's repairs */
             metrics_set(M_DRIFT_SKUS, (long)t.drifted);
             metrics_set(M_DRIFT_UNITS, (long)t.drift_units);
@@ -236,6 +244,7 @@ struct reconciler *reconcile_start(const struct cfg *c, char *err, size_t errlen
     struct reconciler *r = calloc(1, sizeof *r);
     if (!r)
         abort();
+    atomic_init(&r->halt, 0);
     r->cfg = c;
     if (worker_ctx_init(&r->ctx, c, err, errlen) != 0) {
         free(r);
@@ -264,6 +273,7 @@ void reconcile_stop(struct reconciler *r)
     if (!r)
         return;
     atomic_store(&running, NULL);
+    atomic_store(&r->halt, 1);
     pthread_mutex_lock(&r->mu);
     r->stopping = 1;
     pthread_cond_signal(&r->cv);
