@@ -368,6 +368,15 @@ fi
 
 # ---- pg: the PostgreSQL-only design, and the writer's own batch
 PG_TPS='' PG_P99='' PGB_TPS='' PGB_P99=''
+# pgbench_tps FILE: transactions/s of a pgbench report
+pgbench_tps() { awk -F'[ =]+' '/^tps/ && /without initial/ { print $2 }' "$1"; }
+# pgbench_p99 PREFIX: p99 in ms of the per-transaction logs PREFIX.* (client
+# xact latency_us script epoch us), which it then removes
+pgbench_p99() {
+    cat "$1".* | awk '{ print $3 }' | sort -n |
+        awk '{ v[NR] = $1 } END { if (NR) { i = int(NR * 0.99); if (i < NR * 0.99) i++; printf "%.3f", v[i] / 1000 } }'
+    rm -f "$1".*
+}
 if want pg; then
     say "=== pg: PostgreSQL-only, pgbench, $CONNS connections, ${SECS}s"
     # Its own schema, made and dropped by the owner: the service's role may not.
@@ -377,13 +386,10 @@ if want pg; then
     (cd "$OUT" && timeout $((SECS + 60)) "$PGBENCH" -n -c "$CONNS" -j 2 -T "$SECS" -M prepared \
         -f "$ROOT/loadtest/pg_only.sql" -l --log-prefix=pgbench_log "$PG_OWNER_DSN") \
         >"$OUT/pgbench.txt" 2>&1 || die "pgbench failed ($OUT/pgbench.txt)"
-    PG_TPS=$(awk -F'[ =]+' '/^tps/ && /without initial/ { print $2 }' "$OUT/pgbench.txt")
-    # per-transaction log: client xact latency_us script epoch us
-    PG_P99=$(cat "$OUT"/pgbench_log.* | awk '{ print $3 }' | sort -n |
-        awk '{ v[NR] = $1 } END { if (NR) { i = int(NR * 0.99); if (i < NR * 0.99) i++; printf "%.3f", v[i] / 1000 } }')
+    PG_TPS=$(pgbench_tps "$OUT/pgbench.txt")
+    PG_P99=$(pgbench_p99 "$OUT/pgbench_log")
     PG_SOLD=$(psql "$PG_OWNER_DSN" -X -At -c 'SELECT count(*) FROM lt_pgonly.orders')
     psql "$PG_OWNER_DSN" -X -q -c 'DROP SCHEMA lt_pgonly CASCADE' >/dev/null 2>&1 || true
-    rm -f "$OUT"/pgbench_log.*
     printf 'pgbench   %s transactions/s, p99 %s ms, %s orders\n' "$PG_TPS" "$PG_P99" "$PG_SOLD"
 
     say "=== pg: the writer's batch of $PG_BATCH orders, pgbench, $PG_BATCH_CLIENTS clients (one SKU each), ${SECS}s"
@@ -391,15 +397,13 @@ if want pg; then
         -f "$ROOT/loadtest/pg_writer_batch_setup.sql" >"$OUT/pgbench-batch-setup.log" 2>&1 ||
         die "pg_writer_batch_setup.sql failed ($OUT/pgbench-batch-setup.log)"
     (cd "$OUT" && PGOPTIONS='-c search_path=lt_pgbatch' timeout $((SECS + 120)) "$PGBENCH" -n \
-        -c "$PG_BATCH_CLIENTS" -j "$PG_BATCH_CLIENTS" -T "$SECS" -M extended -D B="$PG_BATCH" \
+        -c "$PG_BATCH_CLIENTS" -j "$PG_BATCH_CLIENTS" -T "$SECS" -M prepared -D B="$PG_BATCH" \
         -f "$ROOT/loadtest/pg_writer_batch.sql" -l --log-prefix=pgbench_batch_log "$PG_OWNER_DSN") \
         >"$OUT/pgbench-batch.txt" 2>&1 || die "pgbench of the writer's batch failed ($OUT/pgbench-batch.txt)"
-    PGB_TPS=$(awk -F'[ =]+' '/^tps/ && /without initial/ { print $2 }' "$OUT/pgbench-batch.txt")
-    PGB_P99=$(cat "$OUT"/pgbench_batch_log.* | awk '{ print $3 }' | sort -n |
-        awk '{ v[NR] = $1 } END { if (NR) { i = int(NR * 0.99); if (i < NR * 0.99) i++; printf "%.3f", v[i] / 1000 } }')
+    PGB_TPS=$(pgbench_tps "$OUT/pgbench-batch.txt")
+    PGB_P99=$(pgbench_p99 "$OUT/pgbench_batch_log")
     PGB_ROWS=$(psql "$PG_OWNER_DSN" -X -At -c 'SELECT count(*) FROM lt_pgbatch.orders')
     psql "$PG_OWNER_DSN" -X -q -c 'DROP SCHEMA lt_pgbatch CASCADE' >/dev/null 2>&1 || true
-    rm -f "$OUT"/pgbench_batch_log.*
     printf 'pgbench   %s batches/s = %.0f orders/s, p99 %s ms per batch, %s orders\n' "$PGB_TPS" \
         "$(awk -v t="$PGB_TPS" -v b="$PG_BATCH" 'BEGIN { print t * b }')" "$PGB_P99" "$PGB_ROWS"
 fi

@@ -390,7 +390,8 @@ static void render_skus(struct out *o, const struct metrics_sku *s, size_t n)
                      4);
 }
 
-char *metrics_render_skus(const struct metrics_sku *skus, size_t n, size_t *len)
+char *metrics_render_skus(const struct metrics_sku *skus, size_t n, const int64_t *sold_out,
+                          size_t nsold_out, size_t *len)
 {
     struct out o = {.cap = 65536};
     o.p = malloc(o.cap);
@@ -431,11 +432,17 @@ char *metrics_render_skus(const struct metrics_sku *skus, size_t n, size_t *len)
     render_hists(&o);
     if (n > 0)
         render_skus(&o, skus, n);
+    out_head(&o, "seckill_sku_sold_out_flag",
+             "1 while this instance answers the SKU's orders sold out without asking Redis "
+             "(sold_out_flag_ms)",
+             "gauge");
+    for (size_t i = 0; i < nsold_out; i++)
+        out_printf(&o, "seckill_sku_sold_out_flag{sku=\"%" PRId64 "\"} 1\n", sold_out[i]);
     *len = o.n;
     return o.p;
 }
 
 char *metrics_render(size_t *len)
 {
-    return metrics_render_skus(NULL, 0, len);
+    return metrics_render_skus(NULL, 0, NULL, 0, len);
 }

@@ -91,8 +91,9 @@ struct metrics_hist *metrics_hist_get(enum metrics_family f, const char *labels)
  * MF_WRITER_BATCH_ORDERS.  Negative values count as 0; NULL h is a no-op. */
 void metrics_hist_observe(struct metrics_hist *h, int64_t v);
 
-/* One order writer batch of 'entries' stream entries, which began at
- * started_us (clock_mono_us: when the stream read returned), done now. */
+/* One order writer batch of 'entries' orders (those read and those its
+ * top-up added), which began at started_us (clock_mono_us: once its entries
+ * were parsed), done now. */
 void metrics_writer_batch(int64_t started_us, size_t entries);
 
 /* ---- per-SKU gauges, read from the stores at scrape time ---- */
@@ -109,8 +110,11 @@ struct metrics_sku {
 
 /* Appends the Prometheus text exposition of every counter, gauge and
  * histogram to a fresh heap string (caller frees); *len gets its length.
- * With n > 0, the per-SKU gauges of skus[0..n) follow. */
-char *metrics_render_skus(const struct metrics_sku *skus, size_t n, size_t *len);
+ * With n > 0, the per-SKU gauges of skus[0..n) follow; then
+ * seckill_sku_sold_out_flag, one sample per SKU of sold_out[0..nsold_out)
+ * (the SKUs this process answers sold out from its local flag). */
+char *metrics_render_skus(const struct metrics_sku *skus, size_t n, const int64_t *sold_out,
+                          size_t nsold_out, size_t *len);
 /* The same without per-SKU gauges. */
 char *metrics_render(size_t *len);
 

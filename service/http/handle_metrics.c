@@ -1,9 +1,6 @@
 #include "http/handle_metrics.h"
 
-#include <inttypes.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "core/clock.h"
 #include "core/metrics.h"
@@ -26,53 +23,33 @@ static void job_run(struct job *j, struct worker_ctx *w)
         metrics_add(M_METRICS_SCRAPE_ERRORS, 1);
 }
 
-/* The exposition so far, grown as the sold-out flags are appended. */
-struct text {
-    char *p;
-    size_t len;
+struct flagged {
+    int64_t sku[SOLDOUT_SLOTS]; /* one flag per slot at most */
+    size_t n;
 };
 
-static void append(struct text *t, const char *s, size_t n)
+static void note_flagged(int64_t sku, void *arg)
 {
-    char *p = realloc(t->p, t->len + n + 1);
-    if (!p)
-        abort();
-    memcpy(p + t->len, s, n);
-    t->len += n;
-    p[t->len] = '\0';
-    t->p = p;
-}
-
-static void flag_line(int64_t sku, void *arg)
-{
-    char line[96];
-    int n = snprintf(line, sizeof line, "seckill_sku_sold_out_flag{sku=\"%" PRId64 "\"} 1\n", sku);
-    append(arg, line, (size_t)n);
-}
-
-/* This process's local sold-out flags (order/soldout.h): one sample per SKU
- * answered without Redis right now; read on the loop, from memory. */
-static void render_sold_out_flags(struct text *t, int64_t window_ms)
-{
-    static const char head[] =
-        "# HELP seckill_sku_sold_out_flag 1 while this instance answers the SKU's orders sold "
-        "out without asking Redis (sold_out_flag_ms)\n"
-        "# TYPE seckill_sku_sold_out_flag gauge\n";
-    append(t, head, sizeof head - 1);
-    if (window_ms > 0)
-        (void)soldout_each(soldout_shared(), clock_mono_ms(), flag_line, t);
+    struct flagged *f = arg;
+    if (f->n < SOLDOUT_SLOTS)
+        f->sku[f->n++] = sku;
 }
 
 static void job_done(struct job *j)
 {
     struct metrics_job *mj = (struct metrics_job *)j;
-    struct text t = {0};
-    t.p = metrics_render_skus(mj->skus, mj->n, &t.len);
-    render_sold_out_flags(&t, http_loop_cfg(mj->req.loop)->sold_out_flag_ms);
-    char *text = t.p;
-    size_t len = t.len;
+    /* This process's local sold-out flags (order/soldout.h), read on the
+     * loop from memory. */
+    struct flagged *f = calloc(1, sizeof *f);
+    if (!f)
+        abort();
+    if (http_loop_cfg(mj->req.loop)->sold_out_flag_ms > 0)
+        (void)soldout_each(soldout_shared(), clock_mono_ms(), note_flagged, f);
+    size_t len;
+    char *text = metrics_render_skus(mj->skus, mj->n, f->sku, f->n, &len);
     http_reply_raw(&mj->req, 200, CONTENT_TYPE, text, len);
     free(text);
+    free(f);
     free(mj->skus);
     free(mj);
 }

@@ -514,21 +514,23 @@ static int load_state(struct dbtx *tx, struct batch *b, const char *sid, struct 
     q[nq++] = writer_stmt(b->w, WS_RULES, rules_p);
     q[nq++] = writer_stmt(b->w, WS_USER_UNITS, units_p);
     PGresult *r[4];
-    int rc = dbtx_exec_pipeline(tx, nq, q, r) != 0 ? -1 : 1;
+    int rc = dbtx_exec_pipeline(tx, nq, q, r);
     free(ids.p);
     free(users.p);
-    if (rc == 1 && fence && PQntuples(r[0]) != 1) {
-        /* Refused: these reads ran without the row lock.  Once the renewals
-         * win it, they run again. */
-        rc = txlock_fence_result(fence, tx, r[0], stock);
-        for (size_t i = 0; i < nq; i++)
-            PQclear(r[i]);
-        return rc == 1 ? load_state(tx, b, sid, u, NULL, stock) : rc;
-    }
-    if (rc != 1)
+    if (rc != 0)
         return -1;
-    if (fence && txlock_fence_result(fence, tx, r[0], stock) != 1)
-        rc = -1; /* cannot happen: one row was there */
+    rc = 1;
+    if (fence) {
+        int taken = PQntuples(r[0]) == 1;
+        rc = txlock_fence_result(fence, tx, r[0], stock);
+        if (!taken || rc != 1) {
+            /* Refused, then the renewals ran: these reads ran without the
+             * row lock; once a renewal won it, they run again. */
+            for (size_t i = 0; i < nq; i++)
+                PQclear(r[i]);
+            return rc == 1 ? load_state(tx, b, sid, u, NULL, stock) : rc;
+        }
+    }
     load_existing(b, r[first]);
     if (load_rules(b, r[first + 1]) != 0)
         rc = -1;
@@ -695,7 +697,8 @@ static void mark_dups(int64_t sku, struct batch_input *in, size_t from)
     }
 }
 
-static int parse_entry(const redisReply *r, struct writer_entry *e);
+static size_t parse_entries(const redisReply *list, struct writer_entry *e, const char **bad,
+                            const char **why, size_t *nbad);
 
 /* Adds the SKU's entries that reached the stream after the batch was read
  * (one XREADGROUP without BLOCK, up to writer_batch in all), once the SKU's
@@ -727,16 +730,7 @@ static void top_up(struct writer *w, int64_t sku, struct batch_input *in)
         if (!bad || !why)
             abort();
         input_reserve(in, in->n + list->elements);
-        for (size_t i = 0; i < list->elements; i++) {
-            const redisReply *en = list->element[i];
-            if (parse_entry(en, &in->e[in->n]) == 0) {
-                in->n++;
-            } else if (en->type == REDIS_REPLY_ARRAY && en->elements >= 1 &&
-                       en->element[0]->type == REDIS_REPLY_STRING) {
-                bad[nbad] = en->element[0]->str;
-                why[nbad++] = "malformed";
-            }
-        }
+        in->n += parse_entries(list, in->e + in->n, bad, why, &nbad);
         mark_dups(sku, in, from);
         /* still pending if this fails: a reclaim replays them */
         (void)dead_letter(w, sku, bad, why, 0, nbad);
@@ -857,6 +851,7 @@ static int process_batch(struct writer *w, int64_t sku, const struct writer_entr
 {
     if (n == 0)
         return 0;
+    int64_t started_us = clock_mono_us();
     struct batch_input in = {.top_up = top};
     input_reserve(&in, n);
     memcpy(in.e, e, n * sizeof *e);
@@ -865,6 +860,7 @@ static int process_batch(struct writer *w, int64_t sku, const struct writer_entr
     int rc = -1, stale = 1, conflicts = 0;
     for (int i = 0; i < TXLOCK_FENCE_ATTEMPTS && rc != 0 && stale; i++)
         rc = process_once(w, sku, &in, &stale, &conflicts);
+    metrics_writer_batch(started_us, in.n); /* with its top-up */
     free(in.e);
     free(in.dup);
     if (rc != 0) {
@@ -924,35 +920,43 @@ static int parse_entry(const redisReply *r, struct writer_entry *e)
     return have == 7 && e->order_id > 0 && e->user_id > 0 && e->qty > 0 ? 0 : -1;
 }
 
-/* Writes the entries of one stream reply (array of [id, fields]).  Entries
- * reserve.lua did not write go to the dead letters, never guessed at.
- * With top, the batch takes what queued while its lock was awaited (see
- * top_up).  Returns the number read and decided, or -1. */
-static int process_entries(struct writer *w, int64_t sku, const redisReply *list, int top)
+/* Parses the entries of one stream reply (array of [id, fields]) into e;
+ * entries reserve.lua did not write go to bad/why[0..*nbad) (their ids
+ * point into list).  Returns the number parsed into e. */
+static size_t parse_entries(const redisReply *list, struct writer_entry *e, const char **bad,
+                            const char **why, size_t *nbad)
 {
-    if (list->type != REDIS_REPLY_ARRAY || list->elements == 0)
-        return 0;
-    int64_t started_us = clock_mono_us();
-    struct writer_entry *e = calloc(list->elements, sizeof *e);
-    const char **bad = calloc(list->elements, sizeof *bad);
-    const char **why = calloc(list->elements, sizeof *why);
-    if (!e || !bad || !why)
-        abort();
-    size_t n = 0, nbad = 0;
+    size_t n = 0;
     for (size_t i = 0; i < list->elements; i++) {
         const redisReply *en = list->element[i];
         if (parse_entry(en, &e[n]) == 0) {
             n++;
         } else if (en->type == REDIS_REPLY_ARRAY && en->elements >= 1 &&
                    en->element[0]->type == REDIS_REPLY_STRING) {
-            bad[nbad] = en->element[0]->str;
-            why[nbad++] = "malformed";
+            bad[*nbad] = en->element[0]->str;
+            why[(*nbad)++] = "malformed";
         }
     }
+    return n;
+}
+
+/* Writes the entries of one stream reply.  Entries reserve.lua did not write
+ * go to the dead letters, never guessed at.  With top, the batch takes what
+ * queued while its lock was awaited (see top_up).  Returns the number read
+ * and decided, or -1. */
+static int process_entries(struct writer *w, int64_t sku, const redisReply *list, int top)
+{
+    if (list->type != REDIS_REPLY_ARRAY || list->elements == 0)
+        return 0;
+    struct writer_entry *e = calloc(list->elements, sizeof *e);
+    const char **bad = calloc(list->elements, sizeof *bad);
+    const char **why = calloc(list->elements, sizeof *why);
+    if (!e || !bad || !why)
+        abort();
+    size_t nbad = 0, n = parse_entries(list, e, bad, why, &nbad);
     int rc = dead_letter(w, sku, bad, why, 0, nbad) == 0 && process_batch(w, sku, e, n, top) == 0
                  ? (int)(n + nbad)
                  : -1;
-    metrics_writer_batch(started_us, list->elements);
     free(e);
     free(bad);
     free(why);

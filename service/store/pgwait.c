@@ -191,6 +191,21 @@ PGconn *pgwait_connect(struct pgwait *w, const char *const *keys, const char *co
     return c;
 }
 
+/* Reads until a result (or the end of one statement's results, NULL) can be
+ * taken without blocking.  Returns 0, or -1 after abandoning conn. */
+static int wait_result(struct pgwait *w, PGconn *conn)
+{
+    while (PQisBusy(conn) && PQstatus(conn) == CONNECTION_OK) {
+        if (wait_ready(w, PQsocket(conn), POLLIN) != 0) {
+            abandon(conn);
+            return -1;
+        }
+        if (!PQconsumeInput(conn) && PQstatus(conn) == CONNECTION_OK)
+            abandon(conn); /* a read error libpq did not count as fatal */
+    }
+    return 0;
+}
+
 /* Sends, then collects every result as PQexec would (see pgwait.h). */
 static PGresult *run(struct pgwait *w, PGconn *conn, const char *sql, int simple, int nparams,
                      const char *const *params)
@@ -229,11 +244,9 @@ static PGresult *run(struct pgwait *w, PGconn *conn, const char *sql, int simple
             break;
     }
     for (;;) {
-        while (PQisBusy(conn) && PQstatus(conn) == CONNECTION_OK) {
-            if (wait_ready(w, PQsocket(conn), POLLIN) != 0)
-                goto give_up;
-            if (!PQconsumeInput(conn) && PQstatus(conn) == CONNECTION_OK)
-                abandon(conn); /* a read error libpq did not count as fatal */
+        if (wait_result(w, conn) != 0) {
+            PQclear(last);
+            return NULL;
         }
         /* Not busy, or the connection is gone: PQgetResult cannot block. */
         PGresult *r = PQgetResult(conn);
@@ -265,21 +278,6 @@ PGresult *pgwait_params(struct pgwait *w, PGconn *conn, const char *sql, int npa
                         const char *const *params)
 {
     return run(w, conn, sql, 0, nparams, params);
-}
-
-/* Reads until a result (or the end of one statement's results, NULL) can be
- * taken without blocking.  Returns 0, or -1 after abandoning conn. */
-static int wait_result(struct pgwait *w, PGconn *conn)
-{
-    while (PQisBusy(conn) && PQstatus(conn) == CONNECTION_OK) {
-        if (wait_ready(w, PQsocket(conn), POLLIN) != 0) {
-            abandon(conn);
-            return -1;
-        }
-        if (!PQconsumeInput(conn) && PQstatus(conn) == CONNECTION_OK)
-            abandon(conn);
-    }
-    return 0;
 }
 
 int pgwait_pipeline(struct pgwait *w, PGconn *conn, size_t n, const struct pgwait_stmt *stmts,

@@ -5,7 +5,8 @@
  * operations, the writer lock of a batch) is taken with a fencing
  * token from one counter per SKU, renewed by the watchdog while held, and
  * handed to the database transaction:
- *   - txlock_fence() is the transaction's first statement: PostgreSQL accepts
+ *   - the fenced row lock is the transaction's first statement (txlock_fence(),
+ *     or txlock_fence_stmt() leading a pipeline of reads): PostgreSQL accepts
  *     the token only if no newer holder has written (skus.fence_token), so a
  *     holder whose lease ran out during a pause cannot commit (I5);
  *   - txlock_still_valid() right before COMMIT: lease left and not lost;

@@ -108,7 +108,7 @@ START_TEST(test_per_sku_gauges_follow_the_histograms_when_read)
         {.sku = 8, .stock_db = 3}, /* not in Redis: only the database's stock */
     };
     size_t len;
-    char *t = metrics_render_skus(s, 2, &len);
+    char *t = metrics_render_skus(s, 2, NULL, 0, &len);
     ck_assert_double_eq(series(t, "seckill_sku_inflight_units{sku=\"7\"}"), 6);
     ck_assert_double_eq(series(t, "seckill_sku_stream_lag{sku=\"7\"}"), 5);
     ck_assert_double_eq(series(t, "seckill_sku_stock_db{sku=\"8\"}"), 3);
