@@ -193,6 +193,12 @@ enum life_result order_pay(struct worker_ctx *w, int64_t order_id, const char *p
         res = where == ORDER_PENDING       ? LIFE_WRONG_STATE
               : where == ORDER_UNAVAILABLE ? LIFE_UNAVAILABLE
                                            : LIFE_NOT_FOUND;
+        /* not written yet, and perhaps cancelled by its buyer already */
+        int64_t cancelled = res == LIFE_WRONG_STATE ? order_cancel_requested(w, order_id) : 0;
+        if (cancelled < 0)
+            res = LIFE_UNAVAILABLE;
+        else if (cancelled > 0)
+            state = "cancelled";
     } else {
         state = PQgetvalue(r, 0, 4);
         int same_ref = !PQgetisnull(r, 0, 11) && strcmp(PQgetvalue(r, 0, 11), payment_ref) == 0;
@@ -261,8 +267,11 @@ static int cancel_step(struct worker_ctx *w, struct dbtx *tx, int64_t sku, void 
         else if (strcmp(state, "cancelled") == 0)
             c->res = LIFE_REPLAYED;
         else {
+            /* confirmed here means its window passed: as a payment would, it
+             * counts as expired, which the next sweep makes it */
             c->res = LIFE_WRONG_STATE;
-            snprintf(c->state, sizeof c->state, "%s", state);
+            snprintf(c->state, sizeof c->state, "%s",
+                     strcmp(state, "confirmed") == 0 ? "expired" : state);
         }
         PQclear(r);
         return 0;

@@ -213,9 +213,8 @@ START_TEST(test_cancel_confirmed_returns_units_once)
     /* another buyer's order is not found for them; an order id never issued neither */
     ck_assert_int_eq(cancel(b, 7), LIFE_NOT_FOUND);
     ck_assert_int_eq(cancel(b + 1000, 8), LIFE_NOT_FOUND);
-    ck_assert_int_eq(q_int("SELECT count(*) FROM orders WHERE return_settled = false AND %lld > 0",
-                           1),
-                     0);
+    ck_assert_int_eq(
+        q_int("SELECT count(*) FROM orders WHERE return_settled = false AND %lld > 0", 1), 0);
     th_assert_invariants(1);
 }
 END_TEST
@@ -408,9 +407,8 @@ static int race(int64_t sku, const int *kinds, int n)
 START_TEST(test_pay_racing_expiry_ends_in_one_state)
 {
     int ok = race(10, (const int[]){1, 0}, 2);
-    ck_assert_int_eq(q_int("SELECT count(*) FROM orders WHERE sku_id = %lld AND status = 'paid'",
-                           10),
-                     ok);
+    ck_assert_int_eq(
+        q_int("SELECT count(*) FROM orders WHERE sku_id = %lld AND status = 'paid'", 10), ok);
 }
 END_TEST
 
