@@ -298,8 +298,10 @@ static int cancel_step(struct worker_ctx *w, struct dbtx *tx, int64_t sku, void 
     return c->res == LIFE_OK; /* nothing returned yet: the writer gives the units back */
 }
 
-/* The order's SKU: from its row, else from the pending reservation of
- * 'buyer'.  Returns LIFE_OK with *sku, LIFE_NOT_FOUND or LIFE_UNAVAILABLE. */
+/* The SKU of buyer's order: from its row, else from the buyer's pending
+ * reservation.  Returns LIFE_OK with *sku, LIFE_NOT_FOUND or
+ * LIFE_UNAVAILABLE.  Another buyer's order is not found before any lock is
+ * taken, through the same reads as a missing one (as order_lookup does). */
 static enum life_result order_sku(struct worker_ctx *w, int64_t order_id, int64_t buyer,
                                   int64_t *sku)
 {
@@ -308,10 +310,10 @@ static enum life_result order_sku(struct worker_ctx *w, int64_t order_id, int64_
     PGresult *r = db_query(&w->db, "order_sku", 1, (const char *[]){oid});
     if (!r)
         return LIFE_UNAVAILABLE;
-    long long s;
-    int found = db_get_i64(r, 0, 0, &s) == 0;
+    long long s, user;
+    int found = db_get_i64(r, 0, 0, &s) == 0 && db_get_i64(r, 0, 1, &user) == 0;
     PQclear(r);
-    if (found) {
+    if (found && user == buyer) {
         *sku = s;
         return LIFE_OK;
     }
