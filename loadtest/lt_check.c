@@ -28,18 +28,18 @@ static const struct {
 } check_info[LT_CHK_COUNT] = {
     [LT_CHK_DRAINED] = {"order stream drained", "drained"},
     [LT_CHK_ANSWERS] = {"only expected answers (201/202/409/503/unknown)", "answers"},
-    [LT_CHK_SOLD] = {"units sold = 201s + confirmed 202s + unknown-outcome", "sold"},
+    [LT_CHK_SOLD] = {"units sold = answered - given back + unknown-outcome", "sold"},
     [LT_CHK_I1_LEDGER] = {"I1 stock >= 0, = initial + deltas - sold = ledger", "i1_ledger"},
     [LT_CHK_I1_RUN] = {"I1 stock = before + run's deltas - run's sales", "i1_run"},
     [LT_CHK_I1_ADMIN] = {"I1 admin ledger = deltas answered 200", "i1_admin"},
     [LT_CHK_I2_STOCK] = {"I2 Redis stock = skus.stock", "i2_stock"},
-    [LT_CHK_I2_HELD] = {"I2 Redis units held = confirmed units, per user", "i2_held"},
+    [LT_CHK_I2_HELD] = {"I2 Redis units held = confirmed + paid, per user", "i2_held"},
     [LT_CHK_I2_JOURNAL] = {"I2 no reservation left pending", "i2_journal"},
     [LT_CHK_I3_LIMIT] = {"I3 no user above the per-user limit", "i3_limit"},
     [LT_CHK_I4_ANSWERED] = {"I4 201 confirmed, 409+id rejected, 202 one row", "i4_answered"},
     [LT_CHK_I4_ROWS] = {"I4 no row without an answer or an unknown", "i4_rows"},
     [LT_CHK_I4_IDEM] = {"I4 same Idempotency-Key, same order", "i4_idempotency"},
-    [LT_CHK_I4_LEDGER] = {"I4 one ledger row per order", "i4_ledger"},
+    [LT_CHK_I4_LEDGER] = {"I4 one ledger write per order, as its state says", "i4_ledger"},
 };
 
 const char *lt_check_name(enum lt_check_id id)
@@ -59,9 +59,12 @@ static const char SQL_SKU[] = "SELECT stock, initial_stock, per_user_limit FROM 
 static const char SQL_MAX_ORDER[] = "SELECT coalesce(max(id), 0) FROM orders WHERE sku_id = $1";
 static const char SQL_MAX_LEDGER[] =
     "SELECT coalesce(max(id), 0) FROM stock_ledger WHERE sku_id = $1";
+/* Orders that hold their units: the others (rejected, cancelled, expired)
+ * never took any or gave them back. */
+#define SOLD "('confirmed', 'paid')"
 /* $1 sku, $2 first order id of the run - 1 */
 static const char SQL_RUN[] =
-    "SELECT count(*), coalesce(sum(qty) FILTER (WHERE status = 'confirmed'), 0),"
+    "SELECT count(*), coalesce(sum(qty) FILTER (WHERE status IN " SOLD "), 0),"
     " count(*) FILTER (WHERE status = 'rejected'),"
     " coalesce(sum(qty) FILTER (WHERE status = 'rejected'), 0),"
     " coalesce(floor(extract(epoch FROM min(created_at)) * 1e6), 0)::bigint,"
@@ -70,10 +73,15 @@ static const char SQL_RUN[] =
 /* $1 sku, $2 last ledger id before the run */
 static const char SQL_ADMIN[] = "SELECT coalesce(sum(delta), 0), count(*) FROM stock_ledger"
                                 " WHERE sku_id = $1 AND kind = 'admin' AND id > $2";
+/* $1 sku, $2 last ledger id before the run, $3 last order id before it: units
+ * that orders older than the run gave back during it (cancelled, expired) */
+static const char SQL_EARLY_RETURNS[] =
+    "SELECT coalesce(sum(delta), 0) FROM stock_ledger"
+    " WHERE sku_id = $1 AND kind = 'return' AND id > $2 AND order_id <= $3";
 /* $1 sku */
 static const char SQL_LIMIT[] =
     "SELECT o.user_id, sum(o.qty) AS units, s.per_user_limit FROM orders o"
-    " JOIN skus s ON s.id = o.sku_id WHERE o.sku_id = $1 AND o.status = 'confirmed'"
+    " JOIN skus s ON s.id = o.sku_id WHERE o.sku_id = $1 AND o.status IN " SOLD
     " GROUP BY o.user_id, s.per_user_limit HAVING sum(o.qty) > s.per_user_limit"
     " ORDER BY o.user_id LIMIT 1000";
 static const char SQL_HELD_TEMP[] =
@@ -81,7 +89,7 @@ static const char SQL_HELD_TEMP[] =
 static const char SQL_HELD[] =
     "SELECT coalesce(d.user_id, h.user_id) AS user_id, coalesce(d.units, 0) AS db_units,"
     " coalesce(h.units, 0) AS redis_units FROM"
-    " (SELECT user_id, sum(qty) AS units FROM orders WHERE sku_id = $1 AND status = 'confirmed'"
+    " (SELECT user_id, sum(qty) AS units FROM orders WHERE sku_id = $1 AND status IN " SOLD
     "  GROUP BY user_id) d FULL JOIN lt_held h ON h.user_id = d.user_id"
     " WHERE coalesce(d.units, 0) <> coalesce(h.units, 0) ORDER BY 1 LIMIT 1000";
 /* promise: 'c' 201 confirmed, 'p' 202 pending, 'r' 409 rejected (lt_answers.h) */
@@ -96,13 +104,15 @@ static const char SQL_ANSWERED[] =
     " FROM lt_answers a LEFT JOIN orders o ON o.id = a.id"
     " WHERE (o.id IS NULL AND NOT (a.promise = 'p' AND $2::boolean))"
     "    OR o.sku_id <> $1 OR o.user_id <> a.user_id OR o.qty <> a.qty"
-    "    OR (a.promise = 'c' AND o.status <> 'confirmed')"
+    "    OR (a.promise = 'c' AND (o.status NOT IN ('confirmed', 'paid', 'cancelled', 'expired')"
+    "                             OR o.reason IS NOT NULL))"
     "    OR (a.promise = 'r' AND o.status <> 'rejected')"
     "    OR (SELECT count(*) FROM lt_answers b WHERE b.id = a.id) <> 1"
     " ORDER BY a.id LIMIT 1000";
 static const char SQL_ANSWERED_SUMS[] =
     "SELECT count(*), coalesce(sum(a.qty), 0),"
     " coalesce(sum(o.qty) FILTER (WHERE o.status = 'rejected'), 0),"
+    " coalesce(sum(o.qty) FILTER (WHERE o.status IN ('cancelled', 'expired')), 0),"
     " count(*) FILTER (WHERE a.promise = 'c'), count(*) FILTER (WHERE a.promise = 'r'),"
     " count(*) FILTER (WHERE a.promise = 'p'),"
     " count(*) FILTER (WHERE a.promise = 'p' AND o.id IS NULL),"
@@ -114,19 +124,26 @@ static const char SQL_UNANSWERED[] =
     " WHERE o.sku_id = $1 AND o.id > $2"
     "   AND NOT EXISTS (SELECT 1 FROM lt_answers a WHERE a.id = o.id) ORDER BY o.id LIMIT 1000";
 static const char SQL_UNANSWERED_SUMS[] =
-    "SELECT count(*), coalesce(sum(o.qty) FILTER (WHERE o.status = 'confirmed'), 0)"
+    "SELECT count(*), coalesce(sum(o.qty) FILTER (WHERE o.status IN " SOLD "), 0)"
     " FROM orders o WHERE o.sku_id = $1 AND o.id > $2"
     "   AND NOT EXISTS (SELECT 1 FROM lt_answers a WHERE a.id = o.id)";
-/* $1 sku, $2 first order id - 1 */
+/* $1 sku, $2 first order id - 1: the one ledger row the writer wrote per
+ * order, of the kind and delta its state says: 'rejection' (0) for a rejected
+ * order, 'cancel' (0) for one cancelled before it was written, else 'order'
+ * (-qty; a cancelled or expired order's 'return' is LT_CHK_LC_RETURNS's). */
+#define WRITE_KINDS "('order', 'rejection', 'cancel')"
 static const char SQL_LEDGER_ROWS[] =
-    "SELECT o.id, o.status, o.qty, count(l.id) AS ledger_rows, coalesce(sum(l.delta), 0) AS delta"
+    "SELECT o.id, o.status, o.reason, o.qty,"
+    " count(l.id) FILTER (WHERE l.kind IN " WRITE_KINDS ") AS ledger_rows,"
+    " coalesce(sum(l.delta) FILTER (WHERE l.kind IN " WRITE_KINDS "), 0) AS delta"
     " FROM orders o LEFT JOIN stock_ledger l ON l.order_id = o.id"
-    " WHERE o.sku_id = $1 AND o.id > $2 GROUP BY o.id, o.status, o.qty"
-    " HAVING count(l.id) <> 1"
-    "    OR (o.status = 'confirmed' AND coalesce(sum(l.delta), 0) <> -o.qty)"
-    "    OR (o.status = 'rejected' AND coalesce(sum(l.delta), 0) <> 0)"
-    "    OR count(l.id) FILTER (WHERE l.kind = CASE o.status WHEN 'confirmed' THEN 'order'"
-    "                                                        ELSE 'rejection' END) <> 1"
+    " WHERE o.sku_id = $1 AND o.id > $2 GROUP BY o.id, o.status, o.reason, o.qty"
+    " HAVING count(l.id) FILTER (WHERE l.kind IN " WRITE_KINDS ") <> 1"
+    "    OR count(l.id) FILTER (WHERE l.kind = CASE WHEN o.status = 'rejected' THEN 'rejection'"
+    "                                               WHEN o.reason = 'cancelled' THEN 'cancel'"
+    "                                               ELSE 'order' END) <> 1"
+    "    OR coalesce(sum(l.delta) FILTER (WHERE l.kind IN " WRITE_KINDS "), 0)"
+    "       <> CASE WHEN o.status = 'rejected' OR o.reason = 'cancelled' THEN 0 ELSE -o.qty END"
     " ORDER BY o.id LIMIT 1000";
 
 /* ---- helpers ---------------------------------------------------------------- */
@@ -546,6 +563,13 @@ static int check_i1(struct ctx *c, const struct lt_answers *a, struct lt_check_r
     PQclear(res);
     if (!a->base.known)
         return 0;
+    char base_order[24];
+    snprintf(base_order, sizeof base_order, "%" PRId64, a->base.max_order_id);
+    const char *pe[] = {p[0], base_ledger, base_order};
+    if (!(res = q(c, SQL_EARLY_RETURNS, 3, pe)))
+        return -1;
+    f->early_returned_units = iv(res, 0, 0);
+    PQclear(res);
     if (a->admin_unknown == 0)
         item_set(r, LT_CHK_I1_ADMIN, f->admin_ledger_sum == a->admin_applied,
                  "admin ledger since the start: %+" PRId64 " in %" PRId64
@@ -558,11 +582,13 @@ static int check_i1(struct ctx *c, const struct lt_answers *a, struct lt_check_r
                  "admin ledger %+" PRId64 ", answered 200 %+" PRId64 ", %" PRIu64
                  " deltas unanswered (|sum| <= %" PRId64 ")",
                  f->admin_ledger_sum, a->admin_applied, a->admin_unknown, a->admin_unknown_abs);
-    int64_t expect = a->base.stock + f->admin_ledger_sum - f->run_confirmed_units;
+    int64_t expect =
+        a->base.stock + f->admin_ledger_sum - f->run_confirmed_units + f->early_returned_units;
     item_set(r, LT_CHK_I1_RUN, f->db_stock == expect && f->db_stock >= 0,
              "stock %" PRId64 " = %" PRId64 " before %+" PRId64 " deltas - %" PRId64
-             " sold = %" PRId64,
-             f->db_stock, a->base.stock, f->admin_ledger_sum, f->run_confirmed_units, expect);
+             " sold + %" PRId64 " given back by older orders = %" PRId64,
+             f->db_stock, a->base.stock, f->admin_ledger_sum, f->run_confirmed_units,
+             f->early_returned_units, expect);
     return 0;
 }
 
@@ -609,8 +635,8 @@ static int check_i4(struct ctx *c, const struct lt_answers *a, struct lt_check_r
     if (!res)
         return -1;
     item_set(r, LT_CHK_I4_LEDGER, PQntuples(res) == 0,
-             "%" PRId64 " orders, %d without exactly one matching ledger row", f->run_orders,
-             PQntuples(res));
+             "%" PRId64 " orders, %d without exactly one matching order/rejection/cancel row",
+             f->run_orders, PQntuples(res));
     if (PQntuples(res))
         item_rows(&r->item[LT_CHK_I4_LEDGER], res);
     PQclear(res);
@@ -624,11 +650,12 @@ static int check_i4(struct ctx *c, const struct lt_answers *a, struct lt_check_r
     f->answered_orders = iv(res, 0, 0);
     f->answered_units = iv(res, 0, 1);
     f->answered_rejected_units = iv(res, 0, 2);
-    f->answered_confirmed = iv(res, 0, 3);
-    f->answered_rejected = iv(res, 0, 4);
-    f->answered_pending = iv(res, 0, 5);
-    f->lost_pending_orders = iv(res, 0, 6);
-    f->lost_pending_units = iv(res, 0, 7);
+    f->answered_returned_units = iv(res, 0, 3);
+    f->answered_confirmed = iv(res, 0, 4);
+    f->answered_rejected = iv(res, 0, 5);
+    f->answered_pending = iv(res, 0, 6);
+    f->lost_pending_orders = iv(res, 0, 7);
+    f->lost_pending_units = iv(res, 0, 8);
     PQclear(res);
 
     const char *pa[] = {p2[0], c->o->allow_lost_pending ? "true" : "false"};
@@ -667,16 +694,18 @@ static int check_i4(struct ctx *c, const struct lt_answers *a, struct lt_check_r
     item_set(r, LT_CHK_ANSWERS, a->unexpected == 0,
              "%" PRIu64 " answers outside 201/202/409/503/no answer", a->unexpected);
 
-    /* Every answered order counts unless its row says rejected, or it was a 202
-     * that Redis lost (only when that is allowed): a lost 201 is still owed. */
+    /* Every answered order counts unless its row says rejected, cancelled or
+     * expired (its units came back), or it was a 202 that Redis lost (only
+     * when that is allowed): a lost 201 is still owed. */
     int64_t lost_units = c->o->allow_lost_pending ? f->lost_pending_units : 0;
-    int64_t expect =
-        f->answered_units - f->answered_rejected_units - lost_units + f->unanswered_confirmed_units;
+    int64_t expect = f->answered_units - f->answered_rejected_units - f->answered_returned_units -
+                     lost_units + f->unanswered_confirmed_units;
     item_set(r, LT_CHK_SOLD, f->run_confirmed_units == expect,
              "sold %" PRId64 " = %" PRId64 " answered - %" PRId64 " rejected - %" PRId64
-             " lost 202s + %" PRId64 " of unknown outcome = %" PRId64,
-             f->run_confirmed_units, f->answered_units, f->answered_rejected_units, lost_units,
-             f->unanswered_confirmed_units, expect);
+             " cancelled or expired - %" PRId64 " lost 202s + %" PRId64
+             " of unknown outcome = %" PRId64,
+             f->run_confirmed_units, f->answered_units, f->answered_rejected_units,
+             f->answered_returned_units, lost_units, f->unanswered_confirmed_units, expect);
     return 0;
 }
 
@@ -760,6 +789,8 @@ void lt_check_merge(struct lt_check_result *into, const struct lt_check_result *
     SUM(answered_orders);
     SUM(answered_units);
     SUM(answered_rejected_units);
+    SUM(answered_returned_units);
+    SUM(early_returned_units);
     SUM(answered_confirmed);
     SUM(answered_rejected);
     SUM(answered_pending);

@@ -4,21 +4,26 @@
  * order ids, the unknown outcomes, the admin deltas answered 200) is compared
  * with what the database holds:
  *
- *   sold      units sold = units of the answered orders (201, 202, 409 with an order id)
- *             - those whose row is rejected - 202s Redis lost (with --allow-lost-pending)
- *             + orders of unknown outcome
+ *   sold      units sold (of orders confirmed or paid) = units of the answered orders
+ *             (201, 202, 409 with an order id) - those whose row is rejected, cancelled
+ *             or expired - 202s Redis lost (with --allow-lost-pending) + orders of
+ *             unknown outcome still confirmed or paid
  *   I1        skus.stock >= 0, = initial + admin deltas - sold, = sum of the ledger
  *             (sql/invariant_check.sql); = stock before the run + the run's deltas
- *             answered 200 - the run's sales; the admin ledger holds exactly those deltas
- *   I2        Redis stock = skus.stock; Redis units held per user = confirmed units;
- *             no reservation left 'pending' in the journal
- *   I3        no user holds more than the per-user limit
- *   I4        every 201 is exactly one confirmed row and every 409 with an order id
- *             one rejected row (same user, same qty), whatever fault happened; every
- *             202 is exactly one row (at most one with --allow-lost-pending, the lost
- *             ones counted); every row of the run has an answer or could belong to an
- *             unknown one (a 503 took nothing); a retry with the same Idempotency-Key
- *             named the same order; one ledger row per order
+ *             answered 200 - the run's sales + what older orders gave back during it;
+ *             the admin ledger holds exactly those deltas
+ *   I2        Redis stock = skus.stock; Redis units held per user = units of the
+ *             user's confirmed and paid orders; no reservation left 'pending' in the
+ *             journal
+ *   I3        no user holds more than the per-user limit (confirmed and paid orders)
+ *   I4        every 201 is exactly one row, confirmed then (or paid, cancelled or
+ *             expired since), and every 409 with an order id one rejected row (same
+ *             user, same qty), whatever fault happened; every 202 is exactly one row
+ *             (at most one with --allow-lost-pending, the lost ones counted); every row
+ *             of the run has an answer or could belong to an unknown one (a 503 took
+ *             nothing); a retry with the same Idempotency-Key named the same order;
+ *             one ledger row of the writer's per order ('order', 'rejection' or
+ *             'cancel', as its state says)
  */
 #ifndef LT_CHECK_H
 #define LT_CHECK_H
@@ -61,7 +66,10 @@ struct lt_check_item {
 struct lt_check_facts {
     int64_t db_stock, redis_stock, initial_stock, per_user_limit;
     int64_t run_orders, run_confirmed_units, run_rejected_orders, run_rejected_units;
+    /* run_confirmed_units: units of the run's orders that hold them (confirmed, paid) */
     int64_t answered_orders, answered_units, answered_rejected_units;
+    int64_t answered_returned_units; /* of answered orders now cancelled or expired */
+    int64_t early_returned_units;    /* given back during the run by older orders */
     int64_t answered_confirmed, answered_rejected, answered_pending; /* by promise */
     int64_t lost_pending_orders, lost_pending_units;                 /* 202s without a row */
     int64_t unanswered_rows, unanswered_confirmed_units;
