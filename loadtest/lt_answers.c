@@ -22,6 +22,9 @@ void lt_answers_free(struct lt_answers *a)
     free(a->orders);
     a->orders = NULL;
     a->n = a->cap = 0;
+    free(a->acts);
+    a->acts = NULL;
+    a->nacts = 0;
 }
 
 int lt_answers_add(struct lt_answers *a, int64_t id, int64_t user, int64_t qty,

@@ -526,6 +526,15 @@ out:
     return rc;
 }
 
+int lt_check_drain(const struct lt_opts *o, int64_t sku, char *err, size_t errlen)
+{
+    struct ctx c = {.o = o, .sku = sku, .err = err, .errlen = errlen};
+    double waited;
+    int rc = connect_all(&c) == 0 && wait_drained(&c, &waited) == 0 ? 0 : -1;
+    disconnect_all(&c);
+    return rc;
+}
+
 /* I1 from the service's own query, and the SKU's facts. */
 static int check_i1(struct ctx *c, const struct lt_answers *a, struct lt_check_result *r,
                     const char *const *p)

@@ -95,6 +95,12 @@ const char *lt_check_key(enum lt_check_id id);
 int lt_check_baseline(const struct lt_opts *o, int64_t sku, struct lt_baseline *b, char *err,
                       size_t errlen) __attribute__((warn_unused_result));
 
+/* Waits (bounded by o->drain_timeout_s) until the SKU's order stream is
+ * empty: every order of the run has its row.  Returns 0, or -1 with a
+ * message in err. */
+int lt_check_drain(const struct lt_opts *o, int64_t sku, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+
 /* Runs every check that the record 'a' allows (a->base.known == 0 skips the
  * run-relative ones; an answers record with no baseline means check-only
  * without --answers).  Returns 0 when the check could be made (r->ok tells
