@@ -24,6 +24,18 @@
  *             nothing); a retry with the same Idempotency-Key named the same order;
  *             one ledger row of the writer's per order ('order', 'rejection' or
  *             'cancel', as its state says)
+ *   lifecycle settled: no confirmed order past its payment deadline (in a run with
+ *             --payment-window: none with a deadline at all, waited for up to the
+ *             window + --lifecycle-timeout), no return still on its way to Redis;
+ *             every unit given back once: a cancelled or expired order that took
+ *             units has one 'return' row of its qty, no other order has one, and an
+ *             order cancelled before it was written has one 'cancel' row and no
+ *             'order' row; every pay answered 200 left its order paid with its ref,
+ *             every cancel answered 200 cancelled, every 409 names the state the
+ *             row is in (never paid after a refused pay); orders left alone expired
+ *             (or, without a window, stayed confirmed), and no order the run did not
+ *             pay or cancel is paid or cancelled; a pay sent twice with one ref
+ *             answered 200 twice, the second "replayed"
  */
 #ifndef LT_CHECK_H
 #define LT_CHECK_H
@@ -36,6 +48,7 @@
 
 enum lt_check_id {
     LT_CHK_DRAINED,
+    LT_CHK_LC_SETTLED,
     LT_CHK_ANSWERS,
     LT_CHK_SOLD,
     LT_CHK_I1_LEDGER,
@@ -49,6 +62,10 @@ enum lt_check_id {
     LT_CHK_I4_ROWS,
     LT_CHK_I4_IDEM,
     LT_CHK_I4_LEDGER,
+    LT_CHK_LC_RETURNS,
+    LT_CHK_LC_ANSWERS,
+    LT_CHK_LC_LEFT,
+    LT_CHK_LC_PAY_AGAIN,
     LT_CHK_COUNT
 };
 
@@ -76,6 +93,13 @@ struct lt_check_facts {
     int64_t admin_ledger_sum, admin_ledger_rows;
     int64_t first_created_us, last_created_us; /* wall clock of the run's first/last row */
     double drain_s;                            /* wait for the stream to drain */
+    /* the lifecycle: the SKU's window, and the run's orders by their state now */
+    int64_t payment_window_s;
+    int64_t lc_paid, lc_expired;
+    int64_t lc_cancelled_early; /* cancelled before the writer wrote them (reason 'cancelled') */
+    int64_t lc_cancelled_late;  /* cancelled once confirmed: their units came back */
+    int64_t lc_returned_units;  /* the 'return' ledger rows of the run's orders */
+    double settle_s;            /* wait for the deadlines and the returns to Redis */
 };
 
 struct lt_check_result {

@@ -24,9 +24,16 @@ int lt_life_enabled(const struct lt_opts *o)
     return o->pay_share > 0 || o->cancel_share > 0 || o->payment_window_s > 0;
 }
 
+void lt_life_payment_ref_prefix(char *out, size_t cap, uint64_t seed)
+{
+    snprintf(out, cap, "lt-%" PRIu64 "-", seed);
+}
+
 void lt_life_payment_ref(char *out, size_t cap, uint64_t seed, int64_t order_id)
 {
-    snprintf(out, cap, "lt-%" PRIu64 "-%" PRId64, seed, order_id);
+    char prefix[LT_PAYMENT_REF_PREFIX_MAX];
+    lt_life_payment_ref_prefix(prefix, sizeof prefix, seed);
+    snprintf(out, cap, "%s%" PRId64, prefix, order_id);
 }
 
 static void reply_clear(struct lt_reply *r, int code)

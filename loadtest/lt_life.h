@@ -18,15 +18,18 @@
 #include "lt_opts.h"
 #include "lt_rand.h"
 
-#define LT_PAY_AGAIN_SHARE 0.05 /* of the pays, sent a second time with the same ref */
-#define LT_PAYMENT_REF_MAX 64
+#define LT_PAY_AGAIN_SHARE 0.05      /* of the pays, sent a second time with the same ref */
+#define LT_PAYMENT_REF_PREFIX_MAX 32 /* "lt-" + a 64-bit seed + "-" */
+#define LT_PAYMENT_REF_MAX 64        /* the prefix and an order id */
 
 /* True when o asks for a lifecycle phase: a share to pay or cancel, or a
  * payment window (then every order walks away and expires). */
 int lt_life_enabled(const struct lt_opts *o);
 
-/* The payment_ref of an order's pay: "lt-<seed>-<order id>" (out: cap bytes). */
+/* The payment_ref of an order's pay: "lt-<seed>-<order id>" (out: cap bytes),
+ * and what every ref of a seed starts with: "lt-<seed>-". */
 void lt_life_payment_ref(char *out, size_t cap, uint64_t seed, int64_t order_id);
+void lt_life_payment_ref_prefix(char *out, size_t cap, uint64_t seed);
 
 /* Plans the lifecycle of the orders of 'a' (deduplicated: lt_answers_dedupe)
  * that a 201 or 202 named into a->acts, in order id order, three draws of
