@@ -5,9 +5,12 @@
 -- on; 'loaded' records that this state was built from the database at that
 -- epoch: orders reserved under an older epoch are not counted by it (their
 -- writer takes them again, orders_reapply.lua; their returns give nothing back).
--- Debts (orders_reapply.lua) owed to this load are paid here; debts owed to an
--- older load are dropped, because this load read those orders from the database.
--- KEYS: 1 meta, 2 stock, 3 seq, 4 stream, 5 bought, 6 debts
+-- Debts owed to this load are settled here: orders it must take
+-- (orders_reapply.lua, a positive qty) and units it must give back
+-- (order_release.lua, a negative one); debts owed to an older load are
+-- dropped, because this load read those orders from the database.
+-- KEYS: 1 meta, 2 stock, 3 seq, 4 stream, 5 bought, 6 debts (hash "<epoch>:<order>[:return]"
+--       -> "<user>:<qty>", qty negative for units given back)
 -- ARGV: 1 epoch, 2 stock, 3 per-user limit, 4 starts_ms ('' none), 5 ends_ms ('' none),
 --       6 consumer group, 7 'new' (refused when loaded: a second load would double
 --       the stock) or 'rebuild' (replaces what Redis holds; the caller read the
@@ -28,10 +31,12 @@ local this = tonumber(ARGV[1])
 local debts = redis.call('HGETALL', KEYS[6])
 for i = 1, #debts, 2 do
   local epoch = tonumber(string.match(debts[i], '^(%d+):'))
-  local user, qty = string.match(debts[i + 1], '^(%d+):(%d+)$')
+  local user, qty = string.match(debts[i + 1], '^(%d+):(-?%d+)$')
   if epoch == this and user then
     redis.call('DECRBY', KEYS[2], qty)
-    redis.call('HINCRBY', KEYS[5], user, qty)
+    if redis.call('HINCRBY', KEYS[5], user, qty) <= 0 then
+      redis.call('HDEL', KEYS[5], user)
+    end
   end
   if not epoch or epoch <= this then
     redis.call('HDEL', KEYS[6], debts[i])

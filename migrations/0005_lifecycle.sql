@@ -43,8 +43,9 @@ ALTER TABLE orders
         CHECK ((return_epoch IS NULL) = (return_settled IS NULL)
                AND (return_epoch IS NULL OR status IN ('cancelled', 'expired')));
 
--- the sweepers' work: confirmed orders by deadline
-CREATE INDEX orders_expiring ON orders (expires_at) WHERE status = 'confirmed' AND expires_at IS NOT NULL;
+-- the sweepers' work: each SKU's confirmed orders by deadline
+CREATE INDEX orders_expiring ON orders (sku_id, expires_at)
+    WHERE status = 'confirmed' AND expires_at IS NOT NULL;
 -- units given back to PostgreSQL whose Redis half is still to do
 CREATE INDEX orders_return_unsettled ON orders (sku_id) WHERE return_settled = false;
 -- a payment reference pays one order

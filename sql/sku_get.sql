@@ -1,4 +1,5 @@
 SELECT id, name, stock, initial_stock, per_user_limit,
        (extract(epoch FROM sale_starts_at) * 1000)::bigint,
-       (extract(epoch FROM sale_ends_at) * 1000)::bigint
+       (extract(epoch FROM sale_ends_at) * 1000)::bigint,
+       payment_window_s
 FROM skus WHERE id = $1

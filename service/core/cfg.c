@@ -137,6 +137,10 @@ static const struct cfg_def defs[] = {
     I(reconcile_retry_ms, 1000, 10, 3600000,
       "next reconciliation after a pass that could not finish (a dead process's lock, a store "
       "down)"),
+    I(expiry_sweep_interval_ms, 1000, 0, 3600000,
+      "how often this instance expires confirmed orders whose payment window passed and settles "
+      "returns a dead process left (0: this instance does not sweep)"),
+    I(expiry_batch, 1000, 1, 100000, "orders expired per database transaction"),
     I(writer_threads, 2, 0, 64,
       "order writer threads, each on its share of the SKUs (0: this instance writes no orders)"),
     I(writer_batch, 500, 1, 10000, "stream entries per database transaction"),

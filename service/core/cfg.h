@@ -72,6 +72,8 @@ struct cfg {
     int64_t sold_out_flag_ms;           /* sold out answered locally this long; 0: off */
     int64_t reconcile_interval_ms;      /* settle, reload, compare Redis with PostgreSQL */
     int64_t reconcile_retry_ms;         /* next pass after one that could not finish */
+    int64_t expiry_sweep_interval_ms;   /* expire unpaid orders, settle returns; 0: off */
+    int64_t expiry_batch;               /* orders expired per transaction */
     int64_t writer_threads;             /* order writer threads in this process */
     int64_t writer_batch;               /* stream entries per transaction */
     int64_t writer_block_ms;            /* XREADGROUP BLOCK */

@@ -13,7 +13,7 @@ extern const size_t migration_count;
 
 struct rlock_script script_reserve, script_sku_load, script_stock_adjust, script_stock_adjust_undo,
     script_order_return, script_orders_ack, script_orders_reapply, script_orders_dead_letter,
-    script_sku_state;
+    script_sku_state, script_order_release;
 
 static void init_one(struct rlock_script *s, const char *name)
 {
@@ -37,6 +37,7 @@ void embedded_init(void)
     init_one(&script_orders_reapply, "orders_reapply");
     init_one(&script_orders_dead_letter, "orders_dead_letter");
     init_one(&script_sku_state, "sku_state");
+    init_one(&script_order_release, "order_release");
 }
 
 const char *sql_text(const char *name)

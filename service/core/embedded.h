@@ -12,7 +12,7 @@
 /* The service's scripts, initialised once by embedded_init(). */
 extern struct rlock_script script_reserve, script_sku_load, script_stock_adjust,
     script_stock_adjust_undo, script_order_return, script_orders_ack, script_orders_reapply,
-    script_orders_dead_letter, script_sku_state;
+    script_orders_dead_letter, script_sku_state, script_order_release;
 
 /* Computes the scripts' SHA1s.  Call once at start-up, before any thread. */
 void embedded_init(void);

@@ -20,6 +20,7 @@ void keys_sku(char *out, int64_t sku, enum keys_kind kind)
         [KEY_WRITER_LOCK] = "lock:writer",
         [KEY_DEAD] = "dead",
         [KEY_DEBTS] = "debts",
+        [KEY_RELEASED] = "released",
     };
     snprintf(out, KEYS_MAX, "seckill:{sku:%" PRId64 "}:%s", sku, suffix[kind]);
 }

@@ -28,7 +28,9 @@ enum keys_kind {
     KEY_SKU_LOCK,
     KEY_WRITER_LOCK, /* the SKU's order writers take turns under it, one batch each */
     KEY_DEAD,        /* stream of entries no writer could write */
-    KEY_DEBTS,       /* orders a rebuild's pending load must take (orders_reapply.lua) */
+    KEY_DEBTS,       /* orders a rebuild's pending load must take (orders_reapply.lua) or
+                      * give back (order_release.lua) */
+    KEY_RELEASED,    /* confirmed orders whose units came back (order_release.lua) */
     KEY_COUNT
 };
 

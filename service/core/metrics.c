@@ -100,6 +100,23 @@ static const struct {
                                  "scrapes of /metrics whose per-SKU gauges were left out because "
                                  "Redis or PostgreSQL failed (or no worker was free)",
                                  NULL},
+#define TRANSITIONS "seckill_order_transitions_total", "orders that changed state, by transition"
+    [M_ORDERS_TO_CONFIRMED] = {TRANSITIONS, "from=\"pending\",to=\"confirmed\""},
+    [M_ORDERS_TO_REJECTED] = {TRANSITIONS, "from=\"pending\",to=\"rejected\""},
+    [M_ORDERS_CANCELLED_PENDING] = {TRANSITIONS, "from=\"pending\",to=\"cancelled\""},
+    [M_ORDERS_PAID] = {TRANSITIONS, "from=\"confirmed\",to=\"paid\""},
+    [M_ORDERS_CANCELLED] = {TRANSITIONS, "from=\"confirmed\",to=\"cancelled\""},
+    [M_ORDERS_EXPIRED_UNPAID] = {TRANSITIONS, "from=\"confirmed\",to=\"expired\""},
+#undef TRANSITIONS
+    [M_UNITS_RETURNED] = {"seckill_units_returned_total",
+                          "units of cancelled and expired orders given back to skus.stock", NULL},
+    [M_RETURNS_SETTLED] = {"seckill_returns_settled_total",
+                           "returned orders whose units Redis got back (order_release.lua)", NULL},
+    [M_RETURNS_SETTLED_LATE] = {"seckill_returns_settled_late_total",
+                                "returns a process died before giving to Redis, settled by another "
+                                "transaction",
+                                NULL},
+    [M_SWEEPS] = {"seckill_expiry_sweeps_total", "expiry sweeps run by this process", NULL},
 };
 
 void metrics_add(enum metric m, long n)

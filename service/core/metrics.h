@@ -58,6 +58,17 @@ enum metric {
     M_RATE_LIMITED_ADDR,       /* the buyer API, per client address */
     M_RATE_LIMITED_ADMIN_AUTH, /* failed admin authentications, per client address */
     M_METRICS_SCRAPE_ERRORS,   /* scrapes whose per-SKU block was left out (a store failed) */
+    /* the order's life, one sample each of seckill_order_transitions_total{from=,to=} */
+    M_ORDERS_TO_CONFIRMED,      /* pending -> confirmed (a writer's commit) */
+    M_ORDERS_TO_REJECTED,       /* pending -> rejected */
+    M_ORDERS_CANCELLED_PENDING, /* pending -> cancelled (written so: its buyer cancelled first) */
+    M_ORDERS_PAID,              /* confirmed -> paid */
+    M_ORDERS_CANCELLED,         /* confirmed -> cancelled */
+    M_ORDERS_EXPIRED_UNPAID,    /* confirmed -> expired */
+    M_UNITS_RETURNED,           /* units of cancelled and expired orders given back to PostgreSQL */
+    M_RETURNS_SETTLED,          /* returns given to Redis (order_release.lua) */
+    M_RETURNS_SETTLED_LATE,     /* ... of which a process that died had left undone */
+    M_SWEEPS,                   /* expiry sweeps run by this process */
     M_COUNT
 };
 

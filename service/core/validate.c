@@ -570,9 +570,16 @@ int validate_rfc3339_ms(const char *s, int64_t *out_ms)
 int validate_sku_body(const char *body, size_t len, struct validate_sku *out, char *detail,
                       size_t cap)
 {
-    static const char *const allowed[] = {
-        "id", "name", "stock", "per_user_limit", "sale_starts_at", "sale_ends_at", NULL};
+    static const char *const allowed[] = {"id",
+                                          "name",
+                                          "stock",
+                                          "per_user_limit",
+                                          "sale_starts_at",
+                                          "sale_ends_at",
+                                          "payment_window_s",
+                                          NULL};
     struct validate_sku v;
+    int has_window;
     const char *name;
     size_t name_len;
     json_t *root;
@@ -589,7 +596,9 @@ int validate_sku_body(const char *body, size_t len, struct validate_sku *out, ch
         get_int(root, "per_user_limit", 1, VALIDATE_PER_USER_LIMIT_MAX, &v.per_user_limit, NULL,
                 detail, cap) != 0 ||
         get_time(root, "sale_starts_at", &v.has_starts, &v.starts_ms, detail, cap) != 0 ||
-        get_time(root, "sale_ends_at", &v.has_ends, &v.ends_ms, detail, cap) != 0)
+        get_time(root, "sale_ends_at", &v.has_ends, &v.ends_ms, detail, cap) != 0 ||
+        get_int(root, "payment_window_s", 0, VALIDATE_WINDOW_MAX, &v.payment_window_s, &has_window,
+                detail, cap) != 0)
         goto out;
     if (v.has_starts && v.has_ends && v.ends_ms <= v.starts_ms) {
         set_detail(detail, cap, "sale_ends_at must be after sale_starts_at");
@@ -598,6 +607,48 @@ int validate_sku_body(const char *body, size_t len, struct validate_sku *out, ch
     memcpy(v.name, name, name_len);
     v.name[name_len] = '\0';
     *out = v;
+    rc = 0;
+out:
+    json_decref(root);
+    return rc;
+}
+
+int validate_window_body(const char *body, size_t len, int64_t *window_s, char *detail, size_t cap)
+{
+    static const char *const allowed[] = {"payment_window_s", NULL};
+    json_t *root = load_object(body, len, detail, cap);
+    if (root == NULL)
+        return -1;
+    int rc = known_keys_only(root, allowed, detail, cap) != 0 ||
+                     get_int(root, "payment_window_s", 0, VALIDATE_WINDOW_MAX, window_s, NULL,
+                             detail, cap) != 0
+                 ? -1
+                 : 0;
+    json_decref(root);
+    return rc;
+}
+
+int validate_payment_body(const char *body, size_t len, char *ref, char *detail, size_t cap)
+{
+    static const char *const allowed[] = {"payment_ref", NULL};
+    const char *text;
+    size_t n;
+    json_t *root = load_object(body, len, detail, cap);
+    int rc = -1;
+
+    if (root == NULL)
+        return -1;
+    if (known_keys_only(root, allowed, detail, cap) != 0 ||
+        get_text(root, "payment_ref", VALIDATE_PAYMENT_REF_MAX, &text, &n, detail, cap) != 0)
+        goto out;
+    /* It is logged and compared as it is: printable ASCII, no space. */
+    for (size_t i = 0; i < n; i++)
+        if (text[i] <= ' ' || text[i] > '~') {
+            set_detail(detail, cap, "payment_ref must be printable ASCII without spaces");
+            goto out;
+        }
+    memcpy(ref, text, n);
+    ref[n] = '\0';
     rc = 0;
 out:
     json_decref(root);

@@ -27,6 +27,8 @@
 #define VALIDATE_PER_USER_LIMIT_MAX 1000000
 #define VALIDATE_DELTA_MAX 1000000000000LL /* 10^12 */
 #define VALIDATE_REASON_MAX 500            /* bytes of UTF-8 */
+#define VALIDATE_WINDOW_MAX 2592000        /* payment window: 30 days, in seconds */
+#define VALIDATE_PAYMENT_REF_MAX 128       /* bytes of printable ASCII */
 
 /*
  * Order body {"user_id"?: integer >= 1, "qty": integer 1..max_qty}, nothing
@@ -72,6 +74,7 @@ struct validate_sku {
     int64_t starts_ms; /* Unix epoch milliseconds */
     int has_ends;
     int64_t ends_ms;
+    int64_t payment_window_s; /* 0: no payment step (absent) */
 };
 
 /*
@@ -84,6 +87,7 @@ struct validate_sku {
  *   "sale_starts_at"? RFC 3339 string or null
  *   "sale_ends_at"?   RFC 3339 string or null; after sale_starts_at when both
  *                     are given
+ *   "payment_window_s"? integer 0..VALIDATE_WINDOW_MAX (absent: 0)
  * Fills *out on success.
  */
 int validate_sku_body(const char *body, size_t len, struct validate_sku *out, char *detail,
@@ -95,6 +99,15 @@ int validate_sku_body(const char *body, size_t len, struct validate_sku *out, ch
  * The reason is copied to 'reason' (NUL-terminated); a reason_cap too small
  * for it refuses the body.
  */
+/* Admin change of a SKU {"payment_window_s": integer 0..VALIDATE_WINDOW_MAX}. */
+int validate_window_body(const char *body, size_t len, int64_t *window_s, char *detail,
+                         size_t cap) VALIDATE_MUST_CHECK;
+
+/* Payment callback {"payment_ref": 1..VALIDATE_PAYMENT_REF_MAX bytes of printable
+ * ASCII}, copied NUL-terminated into ref (VALIDATE_PAYMENT_REF_MAX + 1 bytes). */
+int validate_payment_body(const char *body, size_t len, char *ref, char *detail,
+                          size_t cap) VALIDATE_MUST_CHECK;
+
 int validate_adjust_body(const char *body, size_t len, int64_t *delta, char *reason,
                          size_t reason_cap, char *detail, size_t cap) VALIDATE_MUST_CHECK;
 

@@ -21,6 +21,7 @@
 #include "http/limits.h"
 #include "http/routes.h"
 #include "http/server.h"
+#include "order/order_sweeper.h"
 #include "order/order_writer.h"
 #include "sku/reconcile.h"
 #include "store/migrate.h"
@@ -87,6 +88,7 @@ static int serve(const struct cfg *c)
     struct http_server *http = NULL;
     struct order_writer *writer = NULL;
     struct reconciler *reconciler = NULL;
+    struct order_sweeper *sweeper = NULL;
     struct workers *ws = NULL;
     /* The lock library's two background threads: one subscriber connection
      * that wakes every waiting lock on release, and the watchdog that renews
@@ -121,6 +123,9 @@ static int serve(const struct cfg *c)
     writer = order_writer_start(c, err, sizeof err);
     if (!writer)
         goto out;
+    sweeper = order_sweeper_start(c, err, sizeof err);
+    if (!sweeper)
+        goto out;
     log_info("seckilld listening on %s (%" PRId64 " HTTP threads, %" PRId64 " writers)",
              c->http_addr, c->http_threads, c->writer_threads);
     event_base_dispatch(base);
@@ -132,6 +137,7 @@ out:
      * still reach running loops; then each loop answers what waits on Redis
      * (503) and exits; the pool's memory goes last, as loops may still submit
      * (and be refused) until they exit. */
+    order_sweeper_stop(sweeper);
     order_writer_stop(writer);
     workers_drain(ws);
     http_server_stop(http);

@@ -13,6 +13,7 @@
 #include "core/validate.h"
 #include "http/limits.h"
 #include "order/order_desk.h"
+#include "order/order_life.h"
 #include "order/order_lookup.h"
 
 /* One order request between the handler and its outcome. */
@@ -66,12 +67,18 @@ static void reply_order(const struct order_req *q, int status, const struct orde
 static void reply_rejected(const struct order_req *q, const struct order_outcome *o)
 {
     enum order_result why = order_rejection_result(o->d.reason);
-    json_t *body =
-        json_pack("{s:s, s:s, s:I, s:s, s:s, s:I, s:I, s:I}", "error",
-                  why == ORDER_REJECTED ? "order_rejected" : order_result_name(why), "detail",
-                  "the database refused this order; nothing was taken", "order_id",
-                  (json_int_t)o->d.order_id, "status", "rejected", "reason", o->d.reason, "sku_id",
-                  (json_int_t)q->sku, "user_id", (json_int_t)q->user, "qty", (json_int_t)q->qty);
+    int cancelled = strcmp(o->d.reason, ORDER_REASON_CANCELLED) == 0;
+    json_t *body = json_pack(
+        "{s:s, s:s, s:I, s:s, s:s, s:I, s:I, s:I}", "error",
+        cancelled               ? "order_cancelled"
+        : why == ORDER_REJECTED ? "order_rejected"
+                                : order_result_name(why),
+        "detail",
+        cancelled ? "the buyer cancelled this order before it was written; nothing was taken"
+                  : "the database refused this order; nothing was taken",
+        "order_id", (json_int_t)o->d.order_id, "status", cancelled ? "cancelled" : "rejected",
+        "reason", o->d.reason, "sku_id", (json_int_t)q->sku, "user_id", (json_int_t)q->user, "qty",
+        (json_int_t)q->qty);
     if (o->replayed)
         json_object_set_new(body, "replayed", json_true());
     http_reply_json(&q->req, 409, body);
@@ -293,4 +300,111 @@ void handle_order_get(struct http_req *r, int64_t order_id)
     lj->job.done = lookup_done;
     if (http_submit(r, &lj->job, 0) != 0)
         free(lj);
+}
+
+/* ---- the order's life: cancel (buyer) and pay (admin), on a worker ------- */
+
+struct life_job {
+    struct job job; /* first: the pool hands back this pointer */
+    struct http_req req;
+    int64_t order_id, buyer; /* buyer 0: the payment callback */
+    char payment_ref[VALIDATE_PAYMENT_REF_MAX + 1];
+    enum life_result res;
+    json_t *out;
+};
+
+static void life_run(struct job *j, struct worker_ctx *w)
+{
+    struct life_job *lj = (struct life_job *)j;
+    lj->res = lj->buyer ? order_cancel(w, lj->order_id, lj->buyer, &lj->out)
+                        : order_pay(w, lj->order_id, lj->payment_ref, &lj->out);
+}
+
+/* The one place where lifecycle outcomes become HTTP answers. */
+static void life_done(struct job *j)
+{
+    struct life_job *lj = (struct life_job *)j;
+    const struct http_req *r = &lj->req;
+    int cancel = lj->buyer != 0;
+    switch (lj->res) {
+    case LIFE_OK:
+    case LIFE_REPLAYED:
+        if (lj->out) {
+            http_reply_json(r, 200, lj->out);
+            lj->out = NULL;
+        } else { /* paid, then the re-read failed: a retry answers "replayed" */
+            http_reply_unavailable(r);
+        }
+        break;
+    case LIFE_NOT_FOUND:
+        http_reply_error(r, 404, "unknown_order", NULL);
+        break;
+    case LIFE_WRONG_STATE: {
+        json_t *o = json_pack("{s:s, s:s}", "error",
+                              cancel ? "order_not_cancellable" : "order_not_payable", "detail",
+                              cancel ? "only a pending or confirmed order can be cancelled"
+                                     : "only a confirmed order within its payment window can be "
+                                       "paid");
+        json_object_update(o, lj->out); /* its "status" */
+        http_reply_json(r, 409, o);
+        break;
+    }
+    case LIFE_REF_CONFLICT:
+        http_reply_error(r, 409, "payment_ref_conflict",
+                         "the order was paid under another payment_ref, or this payment_ref paid "
+                         "another order");
+        break;
+    case LIFE_UNAVAILABLE:
+        http_reply_unavailable(r);
+        break;
+    }
+    json_decref(lj->out);
+    free(lj);
+}
+
+static void life_submit(const struct http_req *r, struct life_job *lj)
+{
+    lj->req = *r;
+    lj->job.run = life_run;
+    lj->job.done = life_done;
+    if (http_submit(r, &lj->job, lj->buyer == 0) != 0)
+        free(lj);
+}
+
+void handle_order_cancel(struct http_req *r, int64_t order_id)
+{
+    int64_t buyer;
+    if (!buyer_of(r, &buyer))
+        return;
+    if (http_body_len(r) != 0) {
+        http_reply_error(r, 400, "invalid_request", "a cancel takes no body");
+        return;
+    }
+    struct life_job *lj = calloc(1, sizeof *lj);
+    if (!lj)
+        abort();
+    lj->order_id = order_id;
+    lj->buyer = buyer;
+    life_submit(r, lj);
+}
+
+void handle_order_pay(struct http_req *r, int64_t order_id)
+{
+    size_t len;
+    char *body = http_take_json(r, &len);
+    if (!body)
+        return;
+    struct life_job *lj = calloc(1, sizeof *lj);
+    if (!lj)
+        abort();
+    char detail[160];
+    int bad = validate_payment_body(body, len, lj->payment_ref, detail, sizeof detail);
+    free(body);
+    if (bad) {
+        free(lj);
+        http_reply_error(r, 400, "invalid_request", detail);
+        return;
+    }
+    lj->order_id = order_id;
+    life_submit(r, lj);
 }

@@ -1,10 +1,13 @@
 /*
  * handle_order: the buyer's order endpoints, over the order module.
  *
- *   POST /api/v1/skus/{sku_id}/orders   place an order (order_desk, on the loop)
- *   GET  /api/v1/orders/{order_id}      look one up (order_lookup, on a worker)
+ *   POST /api/v1/skus/{sku_id}/orders          place an order (order_desk, on the loop)
+ *   GET  /api/v1/orders/{order_id}             look one up (order_lookup, on a worker)
+ *   POST /api/v1/orders/{order_id}/cancel      its buyer cancels it (order_life, on a worker)
+ *   POST /admin/v1/orders/{order_id}/payment   the payment callback (order_life, on a worker)
  *
- * Both end in one switch that maps an order_result to the HTTP answer.
+ * Placing and looking up end in one switch that maps an order_result to the
+ * HTTP answer; cancel and pay in one that maps a life_result.
  */
 #ifndef SECKILL_HANDLE_ORDER_H
 #define SECKILL_HANDLE_ORDER_H
@@ -15,5 +18,7 @@
 
 void handle_order_place(struct http_req *r, int64_t sku);
 void handle_order_get(struct http_req *r, int64_t order_id);
+void handle_order_cancel(struct http_req *r, int64_t order_id);
+void handle_order_pay(struct http_req *r, int64_t order_id);
 
 #endif

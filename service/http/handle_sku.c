@@ -7,14 +7,14 @@
 #include "order/soldout.h"
 #include "sku/sku.h"
 
-enum sku_op { OP_VIEW, OP_VIEW_ADMIN, OP_CREATE, OP_ADJUST, OP_RELOAD, OP_HEALTH };
+enum sku_op { OP_VIEW, OP_VIEW_ADMIN, OP_CREATE, OP_ADJUST, OP_RELOAD, OP_HEALTH, OP_WINDOW };
 
 /* One blocking SKU operation: run on a worker, answered on the loop. */
 struct sku_job {
     struct job job; /* first: the pool hands back this pointer */
     struct http_req req;
     enum sku_op op;
-    int64_t id, delta;
+    int64_t id, delta; /* OP_WINDOW: delta is the payment window */
     struct validate_sku spec;
     char reason[501];
     char idem[201]; /* adjustments: the Idempotency-Key, "" for none */
@@ -42,6 +42,9 @@ static void job_run(struct job *j, struct worker_ctx *w)
         break;
     case OP_HEALTH:
         sj->res = sku_health(w, &sj->out);
+        break;
+    case OP_WINDOW:
+        sj->res = sku_set_window(w, sj->id, sj->delta, &sj->out);
         break;
     }
 }
@@ -178,6 +181,24 @@ void handle_sku_adjust(struct http_req *r, int64_t sku)
     snprintf(sj->idem, sizeof sj->idem, "%s", idem ? idem : "");
     int bad = validate_adjust_body(body, len, &sj->delta, sj->reason, sizeof sj->reason, detail,
                                    sizeof detail);
+    free(body);
+    if (bad) {
+        free(sj);
+        http_reply_error(r, 400, "invalid_request", detail);
+        return;
+    }
+    submit(sj);
+}
+
+void handle_sku_update(struct http_req *r, int64_t sku)
+{
+    size_t len;
+    char *body = http_take_json(r, &len);
+    if (!body)
+        return;
+    struct sku_job *sj = new_job(r, OP_WINDOW, sku);
+    char detail[160];
+    int bad = validate_window_body(body, len, &sj->delta, detail, sizeof detail);
     free(body);
     if (bad) {
         free(sj);

@@ -7,6 +7,7 @@
  *   POST /admin/v1/skus                                handle_sku_create
  *   GET  /admin/v1/skus/{sku_id}                       handle_sku_get_admin
  *   POST /admin/v1/skus/{sku_id}/reload                handle_sku_reload
+ *   PATCH /admin/v1/skus/{sku_id}                      handle_sku_update (payment window)
  *   POST /admin/v1/skus/{sku_id}/stock-adjustments     handle_sku_adjust
  *   GET  /healthz                                      handle_sku_health
  */
@@ -22,6 +23,7 @@ void handle_sku_create(struct http_req *r, int64_t unused);
 void handle_sku_get_admin(struct http_req *r, int64_t sku);
 void handle_sku_reload(struct http_req *r, int64_t sku);
 void handle_sku_adjust(struct http_req *r, int64_t sku);
+void handle_sku_update(struct http_req *r, int64_t sku);
 void handle_sku_health(struct http_req *r, int64_t unused);
 
 #endif

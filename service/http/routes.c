@@ -57,6 +57,7 @@ static const struct http_answer place_order_answers[] = {
     {409, "limit_exceeded"},         /* also a rejected order (limit_exceeded) */
     {409, "sale_not_active"},        /* outside the sale window */
     {409, "order_rejected"},         /* a rejected order for another reason */
+    {409, "order_cancelled"},        /* its buyer cancelled it before it was written */
     {422, "idempotency_key_reused"}, /* the key was used with another body */
     ANSWER_429,                      /* the buyer's bucket on the SKU, or the address's */
     ANSWER_503,                      /* nothing taken, being restored, or outcome open */
@@ -93,6 +94,33 @@ static const struct http_answer adjust_stock_answers[] = {{200, NULL},
                                                           ANSWER_405,
                                                           ANSWERS_END};
 
+static const struct http_answer update_sku_answers[] = {
+    {200, NULL}, ANSWER_BAD, ANSWER_401, {404, "unknown_sku"},
+    ANSWER_429,  ANSWER_503, ANSWER_405, ANSWERS_END};
+
+static const struct http_answer cancel_order_answers[] = {
+    {200, NULL},                    /* cancelled now, or already ("replayed") */
+    ANSWER_BAD,                     /* id, or a body */
+    ANSWER_401,                     /* no valid buyer token */
+    {404, "unknown_order"},         /* also another buyer's */
+    {409, "order_not_cancellable"}, /* paid, expired or rejected: "status" says which */
+    ANSWER_429,
+    ANSWER_503,
+    ANSWER_405,
+    ANSWERS_END};
+
+static const struct http_answer pay_order_answers[] = {
+    {200, NULL},                   /* paid now, or already with this payment_ref ("replayed") */
+    ANSWER_BAD,                    /* id, Content-Type, body */
+    ANSWER_401,                    /* the admin token */
+    {404, "unknown_order"},        /* no such order */
+    {409, "order_not_payable"},    /* not confirmed, or its window passed: "status" says */
+    {409, "payment_ref_conflict"}, /* paid under another ref, or the ref paid another order */
+    ANSWER_429,
+    ANSWER_503,
+    ANSWER_405,
+    ANSWERS_END};
+
 const struct http_answer routes_unrouted_answers[] = {
     {404, "not_found"},
     ANSWER_401, /* anything under /admin/ needs the token first */
@@ -109,10 +137,16 @@ const struct routes_route routes_table[] = {
      .handle = handle_sku_get, .answers = get_sku_answers},
     {ROUTE("GET", "/api/v1/orders/{order_id}"), .operation = "getOrder", .buyer = 1,
      .addr_limited = 1, .handle = handle_order_get, .answers = get_order_answers},
+    {ROUTE("POST", "/api/v1/orders/{order_id}/cancel"), .operation = "cancelOrder", .buyer = 1,
+     .addr_limited = 1, .handle = handle_order_cancel, .answers = cancel_order_answers},
+    {ROUTE("POST", "/admin/v1/orders/{order_id}/payment"), .operation = "payOrder", .admin = 1,
+     .handle = handle_order_pay, .answers = pay_order_answers},
     {ROUTE("POST", "/admin/v1/skus"), .operation = "createSku", .admin = 1,
      .handle = handle_sku_create, .answers = create_sku_answers},
     {ROUTE("GET", "/admin/v1/skus/{sku_id}"), .operation = "getSkuAdmin", .admin = 1,
      .handle = handle_sku_get_admin, .answers = get_sku_admin_answers},
+    {ROUTE("PATCH", "/admin/v1/skus/{sku_id}"), .operation = "updateSku", .admin = 1,
+     .handle = handle_sku_update, .answers = update_sku_answers},
     {ROUTE("POST", "/admin/v1/skus/{sku_id}/reload"), .operation = "reloadSku", .admin = 1,
      .handle = handle_sku_reload, .answers = reload_sku_answers},
     {ROUTE("POST", "/admin/v1/skus/{sku_id}/stock-adjustments"), .operation = "adjustStock",
@@ -204,8 +238,8 @@ static int path_matches(const struct routes_route *t, const struct segment *seg,
 
 static int method_matches(const struct routes_route *t, const char *method)
 {
-    if (strcmp(t->method, "POST") == 0)
-        return strcmp(method, "POST") == 0;
+    if (strcmp(t->method, "GET") != 0)
+        return strcmp(method, t->method) == 0;
     return strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
 }
 
@@ -228,15 +262,25 @@ enum routes_verdict routes_match(const char *method, const char *path, struct ro
         .route = found ? found : same_path,
         .admin_area = n >= 1 && seg[0].len == 5 && memcmp(seg[0].at, "admin", 5) == 0,
     };
+    /* Allow lists every method of the path (a path may have several routes). */
+    for (size_t i = 0; !found && same_path && i < routes_count; i++) {
+        int p;
+        if (!path_matches(&routes_table[i], seg, n, &p))
+            continue;
+        const char *add =
+            strcmp(routes_table[i].method, "GET") == 0 ? "GET, HEAD" : routes_table[i].method;
+        size_t len = strlen(m->allow);
+        snprintf(m->allow + len, sizeof m->allow - len, "%s%s", len ? ", " : "", add);
+    }
     if (found && param >= 0)
         m->param = seg[param].at, m->param_len = seg[param].len;
     return found ? ROUTES_FOUND : same_path ? ROUTES_WRONG_METHOD : ROUTES_NO_ROUTE;
 }
 
 /* 405 for a path we serve with another method. */
-static void method_not_allowed(struct http_req *r, const struct routes_route *t)
+static void method_not_allowed(struct http_req *r, const char *allow)
 {
-    http_add_header(r, "Allow", strcmp(t->method, "GET") == 0 ? "GET, HEAD" : t->method);
+    http_add_header(r, "Allow", allow);
     http_reply_error(r, 405, "method_not_allowed", NULL);
 }
 
@@ -272,7 +316,7 @@ void routes_dispatch(struct http_req *r)
         return;
     }
     if (v == ROUTES_WRONG_METHOD) {
-        method_not_allowed(r, t);
+        method_not_allowed(r, m.allow);
         return;
     }
     /* Before anything touches a store: even a bad id costs a token. */

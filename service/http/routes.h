@@ -61,6 +61,7 @@ struct routes_match {
                                          'path'; otherwise NULL */
     size_t param_len;                 /* 1..ROUTES_SEGMENT_BYTES-1 when param is set */
     int admin_area;                   /* the path's first segment is "admin" */
+    char allow[32];                   /* WRONG_METHOD: the path's methods ("GET, HEAD, PATCH") */
 };
 
 /*

@@ -757,6 +757,11 @@ char *http_take_json(const struct http_req *r, size_t *len)
     return b;
 }
 
+size_t http_body_len(const struct http_req *r)
+{
+    return r->conn->parser.req.body_len;
+}
+
 int http_try_submit(const struct http_req *r, struct job *j, int urgent)
 {
     j->base = r->loop->base;

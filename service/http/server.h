@@ -112,6 +112,8 @@ const char *http_peer_addr(const struct http_req *r);
  * NULL after replying 400 when the Content-Type is not JSON or the body is
  * larger than max_body_bytes. */
 char *http_take_json(const struct http_req *r, size_t *len);
+/* The length of the request's body (0: none). */
+size_t http_body_len(const struct http_req *r);
 
 /* Queues j on the worker pool; its 'done' runs on r's loop.  'urgent' jobs
  * (admin, health) pass buyer lookups.  Returns 0; -1 after replying 503 (the

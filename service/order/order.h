@@ -55,6 +55,9 @@ extern const char *const order_fields[ORDER_NFIELDS];
 #define ORDER_REASON_NO_STOCK "insufficient_stock"
 #define ORDER_REASON_LIMIT "limit_exceeded"
 #define ORDER_REASON_ID_CONFLICT "id_conflict"
+/* Not refused: its buyer cancelled it before any writer wrote it (the row says
+ * status 'cancelled' with this reason; it never took stock). */
+#define ORDER_REASON_CANCELLED "cancelled"
 
 /*
  * Every outcome of asking for an order, in one enum: placing it (what

@@ -6,6 +6,26 @@
 #include <string.h>
 
 #include "core/keys.h"
+#include "core/timefmt.h"
+
+json_t *order_row_json(const PGresult *r)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "order_id", json_integer(atoll(PQgetvalue(r, 0, 0))));
+    json_object_set_new(o, "sku_id", json_integer(atoll(PQgetvalue(r, 0, 1))));
+    json_object_set_new(o, "user_id", json_integer(atoll(PQgetvalue(r, 0, 2))));
+    json_object_set_new(o, "qty", json_integer(atoll(PQgetvalue(r, 0, 3))));
+    json_object_set_new(o, "status", json_string(PQgetvalue(r, 0, 4)));
+    if (!PQgetisnull(r, 0, 5))
+        json_object_set_new(o, "reason", json_string(PQgetvalue(r, 0, 5)));
+    db_json_time(o, "reserved_at", r, 6);
+    /* the times of the life after the writer, those that are set */
+    static const char *const times[] = {"expires_at", "paid_at", "cancelled_at", "expired_at"};
+    for (int i = 0; i < 4; i++)
+        if (!PQgetisnull(r, 0, 7 + i))
+            db_json_time(o, times[i], r, 7 + i);
+    return o;
+}
 
 /* Reads a decided order of 'buyer' from PostgreSQL: ORDER_FOUND with *out,
  * ORDER_NOT_FOUND when there is no row (yet) or it is another buyer's,
@@ -22,43 +42,39 @@ static enum order_result order_row(struct worker_ctx *w, int64_t order_id, int64
         PQclear(r);
         return ORDER_NOT_FOUND;
     }
-    json_t *o = json_object();
-    json_object_set_new(o, "order_id", json_integer(order_id));
-    json_object_set_new(o, "sku_id", json_integer(atoll(PQgetvalue(r, 0, 1))));
-    json_object_set_new(o, "user_id", json_integer(atoll(PQgetvalue(r, 0, 2))));
-    json_object_set_new(o, "qty", json_integer(atoll(PQgetvalue(r, 0, 3))));
-    json_object_set_new(o, "status", json_string(PQgetvalue(r, 0, 4)));
-    if (!PQgetisnull(r, 0, 5))
-        json_object_set_new(o, "reason", json_string(PQgetvalue(r, 0, 5)));
-    db_json_time(o, "reserved_at", r, 6);
+    *out = order_row_json(r);
     PQclear(r);
-    *out = o;
     return ORDER_FOUND;
 }
 
-enum order_result order_lookup(struct worker_ctx *w, int64_t order_id, int64_t buyer, json_t **out)
+enum order_result order_pending_where(struct worker_ctx *w, int64_t order_id, int64_t *sku,
+                                      int64_t *buyer)
 {
-    *out = NULL;
-    /* Another buyer's order goes on like a missing one, through the same
-     * reads, so neither the answer nor its time tells them apart. */
-    enum order_result res = order_row(w, order_id, buyer, out);
-    if (res != ORDER_NOT_FOUND)
-        return res;
     /* Beyond the largest epoch the id was never issued (and would overflow the query). */
-    if (order_id_epoch(order_id) > ORDER_EPOCH_MAX)
+    if (order_id <= 0 || order_id_epoch(order_id) > ORDER_EPOCH_MAX)
         return ORDER_NOT_FOUND;
-    /* Not decided yet?  The epoch names the SKU load, the journal the state. */
-    char epoch[24], oid[24];
+    /* The epoch names the SKU load, the journal the state. */
+    char epoch[24];
     snprintf(epoch, sizeof epoch, "%" PRId64, order_id_epoch(order_id));
-    snprintf(oid, sizeof oid, "%" PRId64, order_id);
     PGresult *r = db_query(&w->db, "epoch_sku", 1, (const char *[]){epoch});
     if (!r)
         return ORDER_UNAVAILABLE;
-    long long sku;
-    int found = db_get_i64(r, 0, 0, &sku) == 0;
+    long long s;
+    int found = db_get_i64(r, 0, 0, &s) == 0;
     PQclear(r);
     if (!found)
         return ORDER_NOT_FOUND;
+    enum order_result res = order_pending_owner_of(w, s, order_id, buyer);
+    if (res == ORDER_PENDING)
+        *sku = s;
+    return res;
+}
+
+enum order_result order_pending_owner_of(struct worker_ctx *w, int64_t sku, int64_t order_id,
+                                         int64_t *buyer)
+{
+    char oid[24];
+    snprintf(oid, sizeof oid, "%" PRId64, order_id);
     char journal[KEYS_MAX];
     keys_sku(journal, sku, KEY_JOURNAL);
     const char *argv[] = {"HGET", journal, oid};
@@ -71,11 +87,55 @@ enum order_result order_lookup(struct worker_ctx *w, int64_t order_id, int64_t b
     struct order_decision d;
     const char *state = rr->type == REDIS_REPLY_STRING ? rr->str : NULL;
     order_parse_state(state, &d);
-    int pending = d.status == ORDER_PENDING && order_pending_owner(state) == buyer;
+    int64_t owner = d.status == ORDER_PENDING ? order_pending_owner(state) : 0;
     freeReplyObject(rr);
-    if (pending) {
-        *out = json_pack("{s:I, s:I, s:s}", "order_id", (json_int_t)order_id, "sku_id",
-                         (json_int_t)sku, "status", "pending");
+    if (owner == 0)
+        return ORDER_NOT_FOUND;
+    *buyer = owner;
+    return ORDER_PENDING;
+}
+
+/* A pending order its buyer cancelled: the request's time, or 0 when there is
+ * none; -1 when PostgreSQL failed. */
+static int64_t cancel_requested(struct worker_ctx *w, int64_t order_id)
+{
+    char oid[24];
+    snprintf(oid, sizeof oid, "%" PRId64, order_id);
+    PGresult *r = db_query(&w->db, "order_cancel_request_get", 1, (const char *[]){oid});
+    if (!r)
+        return -1;
+    long long ms = 0;
+    if (db_get_i64(r, 0, 2, &ms) != 0)
+        ms = 0;
+    PQclear(r);
+    return ms;
+}
+
+enum order_result order_lookup(struct worker_ctx *w, int64_t order_id, int64_t buyer, json_t **out)
+{
+    *out = NULL;
+    /* Another buyer's order goes on like a missing one, through the same
+     * reads, so neither the answer nor its time tells them apart. */
+    enum order_result res = order_row(w, order_id, buyer, out);
+    if (res != ORDER_NOT_FOUND)
+        return res;
+    int64_t sku = 0, owner = 0;
+    res = order_pending_where(w, order_id, &sku, &owner);
+    if (res == ORDER_UNAVAILABLE)
+        return res;
+    if (res == ORDER_PENDING && owner == buyer) {
+        int64_t cancelled_ms = cancel_requested(w, order_id);
+        if (cancelled_ms < 0)
+            return ORDER_UNAVAILABLE;
+        json_t *o = json_pack("{s:I, s:I, s:I, s:s}", "order_id", (json_int_t)order_id, "sku_id",
+                              (json_int_t)sku, "user_id", (json_int_t)buyer, "status",
+                              cancelled_ms ? "cancelled" : "pending");
+        if (cancelled_ms) {
+            char t[40];
+            timefmt_rfc3339(cancelled_ms, t, sizeof t);
+            json_object_set_new(o, "cancelled_at", json_string(t));
+        }
+        *out = o;
         return ORDER_FOUND;
     }
     /* The writer commits before it drops the journal entry, so a miss in both

@@ -4,11 +4,14 @@
  * A decided order is a row in PostgreSQL.  One not decided yet lives only in
  * Redis: the id's epoch names the SKU load that issued it (sku_epochs), and
  * that SKU's journal says "pending:<user>": the buyer is part of the state.
+ * A pending order its buyer cancelled has a cancel request in PostgreSQL
+ * until the writer writes it as cancelled.
  */
 #ifndef SECKILL_ORDER_LOOKUP_H
 #define SECKILL_ORDER_LOOKUP_H
 
 #include <jansson.h>
+#include <libpq-fe.h>
 #include <stdint.h>
 
 #include "order/order.h"
@@ -20,5 +23,19 @@
  * of orders not theirs, not even that they exist), or ORDER_UNAVAILABLE when
  * Redis or PostgreSQL failed; *out is NULL unless ORDER_FOUND. */
 enum order_result order_lookup(struct worker_ctx *w, int64_t order_id, int64_t buyer, json_t **out);
+
+/* The JSON of the order in row 0 of a sql/order_get.sql result: id, SKU,
+ * buyer, qty, status, reason, and the times of its states that are set. */
+json_t *order_row_json(const PGresult *r);
+
+/* Where an order that has no row yet is: ORDER_PENDING with its SKU and
+ * buyer (the journal's "pending:<user>"), ORDER_NOT_FOUND when Redis holds
+ * no pending reservation under that id, or ORDER_UNAVAILABLE. */
+enum order_result order_pending_where(struct worker_ctx *w, int64_t order_id, int64_t *sku,
+                                      int64_t *buyer);
+
+/* The same on a known SKU, from Redis alone (the journal's "pending:<user>"). */
+enum order_result order_pending_owner_of(struct worker_ctx *w, int64_t sku, int64_t order_id,
+                                         int64_t *buyer);
 
 #endif

@@ -90,7 +90,9 @@ struct batch {
     enum decision *dec;  /* what the database holds for each entry after commit */
     const char **reason; /* of rejections and dead letters */
     int32_t *reapply;    /* load epoch the confirmed order must be taken from, or 0 */
+    int64_t *cancel_ms;  /* its buyer cancelled it before it was written: when (Unix ms), or 0 */
     int64_t limit;       /* per-user limit, from skus */
+    int64_t window_s;    /* payment window of the orders it confirms, from skus (0: none) */
     int64_t load_epoch;  /* the SKU's last load into Redis, from sku_epochs */
     int conflicts;       /* dead letters: Redis went back in time, rebuild the SKU */
     int finished;        /* stock returned, reapplied, dead letters moved, acknowledged */
@@ -99,6 +101,12 @@ struct batch {
 static int is_rejected(const struct batch *b, size_t i)
 {
     return b->dec[i] == DEC_REJECTED;
+}
+
+/* A rejection by its buyer, not by the database's guards. */
+static int is_cancelled(const struct batch *b, size_t i)
+{
+    return b->dec[i] == DEC_REJECTED && strcmp(b->reason[i], ORDER_REASON_CANCELLED) == 0;
 }
 
 /* Runs a script over the SKU's journal, stock, bought and meta keys (and,
@@ -344,6 +352,7 @@ enum writer_stmt {
     WS_EXISTING,
     WS_RULES,
     WS_USER_UNITS,
+    WS_CANCELS,
     WS_TAKE_STOCK,
     WS_INSERT,
     WS_LEDGER,
@@ -356,8 +365,9 @@ static const struct {
     [WS_EXISTING] = {"seckill_w_existing", "orders_existing", 1},
     [WS_RULES] = {"seckill_w_rules", "sku_write_rules", 1},
     [WS_USER_UNITS] = {"seckill_w_user_units", "orders_user_units", 2},
+    [WS_CANCELS] = {"seckill_w_cancels", "orders_cancel_requested", 1},
     [WS_TAKE_STOCK] = {"seckill_w_take_stock", "sku_take_stock", 2},
-    [WS_INSERT] = {"seckill_w_insert", "orders_insert_batch", 9},
+    [WS_INSERT] = {"seckill_w_insert", "orders_insert_batch", 11},
     [WS_LEDGER] = {"seckill_w_ledger", "ledger_insert_batch", 5},
 };
 
@@ -406,7 +416,11 @@ static void load_existing(struct batch *b, const PGresult *r)
 {
     for (int row = 0; row < PQntuples(r); row++) {
         int64_t id = atoll(PQgetvalue(r, row, 0));
-        int rejected = strcmp(PQgetvalue(r, row, 1), "rejected") == 0;
+        /* rejected by the database, or cancelled by its buyer before any
+         * writer wrote it: either way it never took stock */
+        const char *status = PQgetvalue(r, row, 1);
+        int cancelled = strcmp(status, "cancelled") == 0 && !PQgetisnull(r, row, 4);
+        int rejected = strcmp(status, "rejected") == 0 || cancelled;
         int64_t user = atoll(PQgetvalue(r, row, 2)), qty = atoll(PQgetvalue(r, row, 3));
         int64_t reserved_ms = atoll(PQgetvalue(r, row, 6));
         for (size_t i = 0; i < b->n; i++) {
@@ -431,7 +445,8 @@ static void load_existing(struct batch *b, const PGresult *r)
             /* the row's reason string dies with r: map it to our constants
              * (a rejected row says one of the two guards; an id conflict is
              * never a row) */
-            b->reason[i] = !rejected ? ""
+            b->reason[i] = !rejected   ? ""
+                           : cancelled ? ORDER_REASON_CANCELLED
                            : strcmp(PQgetvalue(r, row, 4), ORDER_REASON_LIMIT) == 0
                                ? ORDER_REASON_LIMIT
                                : ORDER_REASON_NO_STOCK;
@@ -448,7 +463,21 @@ static int load_rules(struct batch *b, const PGresult *r)
         return -1;
     b->limit = atoll(PQgetvalue(r, 0, 0));
     b->load_epoch = PQgetisnull(r, 0, 1) ? 0 : atoll(PQgetvalue(r, 0, 1));
+    b->window_s = atoll(PQgetvalue(r, 0, 2));
     return 0;
+}
+
+/* The cancel requests of the batch's orders, from orders_cancel_requested.sql:
+ * a request counts for the buyer who made it (an id Redis issued again after
+ * losing writes may name another buyer's order). */
+static void load_cancels(struct batch *b, const PGresult *r)
+{
+    for (int row = 0; row < PQntuples(r); row++) {
+        int64_t id = atoll(PQgetvalue(r, row, 0)), user = atoll(PQgetvalue(r, row, 1));
+        for (size_t i = 0; i < b->n; i++)
+            if (b->e[i].order_id == id && b->e[i].user_id == user)
+                b->cancel_ms[i] = atoll(PQgetvalue(r, row, 2));
+    }
 }
 
 /* Units each user of the batch holds: confirmed rows, then this batch's
@@ -486,8 +515,9 @@ static int64_t *units_of(struct user_units *u, int64_t user)
 
 /* Reads, in one round trip, the fenced row lock (when 'fence' is not NULL: it
  * goes first, so the reads come after it) and what the batch's decisions
- * depend on: the rows its ids already have, the SKU's rules, and the
- * confirmed units each of its buyers holds (into u).  Returns 1 with *stock
+ * depend on: the rows its ids already have, the SKU's rules, the units each
+ * of its buyers holds in active orders (into u), and its buyers' cancel
+ * requests.  Returns 1 with *stock
  * set (the fence's, when asked) once the reads are in; 0 or TXLOCK_STALE when
  * the fence was refused for good (see txlock_fence); -1 when the transaction
  * failed. */
@@ -505,7 +535,7 @@ static int load_state(struct dbtx *tx, struct batch *b, const char *sid, struct 
     sb_str(&users, "}");
     const char *existing_p[] = {ids.p}, *rules_p[] = {sid}, *units_p[] = {sid, users.p};
     struct txlock_fence_args fa;
-    struct pgwait_stmt q[4];
+    struct pgwait_stmt q[5];
     size_t nq = 0;
     if (fence)
         txlock_fence_stmt(fence, &fa, &q[nq++]);
@@ -513,7 +543,8 @@ static int load_state(struct dbtx *tx, struct batch *b, const char *sid, struct 
     q[nq++] = writer_stmt(b->w, WS_EXISTING, existing_p);
     q[nq++] = writer_stmt(b->w, WS_RULES, rules_p);
     q[nq++] = writer_stmt(b->w, WS_USER_UNITS, units_p);
-    PGresult *r[4];
+    q[nq++] = writer_stmt(b->w, WS_CANCELS, existing_p);
+    PGresult *r[5];
     int rc = dbtx_exec_pipeline(tx, nq, q, r);
     free(ids.p);
     free(users.p);
@@ -537,6 +568,7 @@ static int load_state(struct dbtx *tx, struct batch *b, const char *sid, struct 
     for (int row = 0; row < PQntuples(r[first + 2]); row++)
         *units_of(u, atoll(PQgetvalue(r[first + 2], row, 0))) =
             atoll(PQgetvalue(r[first + 2], row, 1));
+    load_cancels(b, r[first + 3]);
     for (size_t i = 0; i < nq; i++)
         PQclear(r[i]);
     return rc;
@@ -555,7 +587,10 @@ static void decide_new(struct batch *b, struct user_units *u, int64_t stock, int
             continue;
         (*fresh)++;
         int64_t *held = units_of(u, b->e[i].user_id);
-        if (b->e[i].qty > stock - *take) {
+        if (b->cancel_ms[i]) { /* its buyer cancelled it first: it takes nothing */
+            b->dec[i] = DEC_REJECTED;
+            b->reason[i] = ORDER_REASON_CANCELLED;
+        } else if (b->e[i].qty > stock - *take) {
             b->dec[i] = DEC_REJECTED;
             b->reason[i] = ORDER_REASON_NO_STOCK;
         } else if (*held + b->e[i].qty > b->limit) {
@@ -584,7 +619,8 @@ static int write_new_orders(struct dbtx *tx, struct batch *b, const char *sid, i
     memcpy(was, b->dec, b->n * sizeof *was);
     int rc = -1;
     struct sbuf ids = {0}, users = {0}, qtys = {0}, status = {0}, reasons = {0}, idems = {0},
-                ms = {0}, reapply = {0}, kinds = {0}, deltas = {0}, afters = {0}, lids = {0};
+                ms = {0}, reapply = {0}, cancelled = {0}, kinds = {0}, deltas = {0}, afters = {0},
+                lids = {0};
     int64_t take;
     size_t fresh;
     decide_new(b, u, stock, &take, &fresh);
@@ -598,11 +634,12 @@ static int write_new_orders(struct dbtx *tx, struct batch *b, const char *sid, i
         if (was[i] != DEC_NONE)
             continue;
         const struct writer_entry *e = &b->e[i];
-        int ok = b->dec[i] == DEC_CONFIRMED;
+        int ok = b->dec[i] == DEC_CONFIRMED, cancel = is_cancelled(b, i);
         sb_str(&ids, sep), sb_i64(&ids, e->order_id);
         sb_str(&users, sep), sb_i64(&users, e->user_id);
         sb_str(&qtys, sep), sb_i64(&qtys, e->qty);
-        sb_str(&status, sep), sb_str(&status, ok ? "confirmed" : "rejected");
+        sb_str(&status, sep);
+        sb_str(&status, ok ? "confirmed" : cancel ? "cancelled" : "rejected");
         sb_str(&reasons, sep), sb_array_text(&reasons, ok ? NULL : b->reason[i]);
         sb_str(&idems, sep), sb_array_text(&idems, e->idem[0] ? e->idem : NULL);
         sb_str(&ms, sep), sb_i64(&ms, e->reserved_ms);
@@ -611,24 +648,30 @@ static int write_new_orders(struct dbtx *tx, struct batch *b, const char *sid, i
             sb_i64(&reapply, b->reapply[i]);
         else
             sb_str(&reapply, "NULL");
+        sb_str(&cancelled, sep);
+        if (cancel)
+            sb_i64(&cancelled, b->cancel_ms[i]);
+        else
+            sb_str(&cancelled, "NULL");
         if (ok)
             ledger_after -= e->qty;
-        sb_str(&kinds, sep), sb_str(&kinds, ok ? "order" : "rejection");
+        sb_str(&kinds, sep), sb_str(&kinds, ok ? "order" : cancel ? "cancel" : "rejection");
         sb_str(&deltas, sep), sb_i64(&deltas, ok ? -e->qty : 0);
         sb_str(&afters, sep), sb_i64(&afters, ledger_after);
         sb_str(&lids, sep), sb_i64(&lids, e->order_id);
         sep = ",";
     }
-    struct sbuf *all[] = {&ids, &users,   &qtys,  &status, &reasons, &idems,
-                          &ms,  &reapply, &kinds, &deltas, &afters,  &lids};
+    struct sbuf *all[] = {&ids,     &users,     &qtys,  &status, &reasons, &idems, &ms,
+                          &reapply, &cancelled, &kinds, &deltas, &afters,  &lids};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         sb_str(all[i], "}");
-    char n[24];
+    char n[24], window[24];
     snprintf(n, sizeof n, "%" PRId64, take);
+    snprintf(window, sizeof window, "%" PRId64, b->window_s);
     /* (the parameter arrays live as long as the statements that point at them) */
     const char *take_p[] = {sid, n};
-    const char *ins_p[] = {sid,       ids.p,   users.p, qtys.p,   status.p,
-                           reasons.p, idems.p, ms.p,    reapply.p};
+    const char *ins_p[] = {sid,     ids.p, users.p,   qtys.p, status.p,   reasons.p,
+                           idems.p, ms.p,  reapply.p, window, cancelled.p};
     const char *led_p[] = {sid, kinds.p, deltas.p, afters.p, lids.p};
     struct pgwait_stmt q[3];
     size_t nq = 0;
@@ -653,7 +696,8 @@ static int write_new_orders(struct dbtx *tx, struct batch *b, const char *sid, i
         PQclear(r[i]);
 out:
     free(ids.p), free(users.p), free(qtys.p), free(status.p), free(reasons.p), free(idems.p);
-    free(ms.p), free(reapply.p), free(kinds.p), free(deltas.p), free(afters.p), free(lids.p);
+    free(ms.p), free(reapply.p), free(cancelled.p), free(kinds.p), free(deltas.p), free(afters.p);
+    free(lids.p);
     free(was);
     return rc;
 }
@@ -773,7 +817,8 @@ static int process_once(struct writer *w, int64_t sku, struct batch_input *in, i
     b.dec = calloc(n, sizeof *b.dec);
     b.reason = calloc(n, sizeof *b.reason);
     b.reapply = calloc(n, sizeof *b.reapply);
-    if (!b.dec || !b.reason || !b.reapply)
+    b.cancel_ms = calloc(n, sizeof *b.cancel_ms);
+    if (!b.dec || !b.reason || !b.reapply || !b.cancel_ms)
         abort();
     for (size_t i = 0; i < n; i++)
         if (in->dup[i]) { /* a second entry with an id seen earlier in the batch */
@@ -825,12 +870,18 @@ static int process_once(struct writer *w, int64_t sku, struct batch_input *in, i
     if (dbtx_commit(tx, NULL, 0, NULL) == DBTX_COMMITTED && b.finished)
         rc = 0;
     if (rc == 0) {
-        long confirmed = 0, rejected = 0;
-        for (size_t i = 0; i < n; i++)
-            confirmed += b.dec[i] == DEC_CONFIRMED, rejected += b.dec[i] == DEC_REJECTED;
+        long confirmed = 0, rejected = 0, cancelled = 0;
+        for (size_t i = 0; i < n; i++) {
+            confirmed += b.dec[i] == DEC_CONFIRMED;
+            cancelled += is_cancelled(&b, i);
+            rejected += b.dec[i] == DEC_REJECTED && !is_cancelled(&b, i);
+        }
         metrics_add(M_WRITER_BATCHES_COMMITTED, 1);
         metrics_add(M_WRITER_ORDERS_CONFIRMED, confirmed);
         metrics_add(M_WRITER_ORDERS_REJECTED, rejected);
+        metrics_add(M_ORDERS_TO_CONFIRMED, confirmed);
+        metrics_add(M_ORDERS_TO_REJECTED, rejected);
+        metrics_add(M_ORDERS_CANCELLED_PENDING, cancelled);
         *conflicts = b.conflicts;
         /* The database refused what Redis sold: Redis is ahead of it (an
          * adjustment left by a dead process, lost writes). */
@@ -839,6 +890,7 @@ static int process_once(struct writer *w, int64_t sku, struct batch_input *in, i
     }
 out:
     units_free(&u);
+    free(b.cancel_ms);
     free(b.reapply);
     free(b.reason);
     free(b.dec);

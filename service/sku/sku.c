@@ -34,12 +34,8 @@ static int lock_sku(struct worker_ctx *w, struct txlock *t, int64_t sku)
     return 0;
 }
 
-/* Takes the SKU's lock and begins a transaction that owns it (released by
- * the transaction's completion), with hook(outcome, arg) registered to run
- * before that release.  Returns the transaction, or NULL (logged) with the
- * lock released and the hook never run. */
-static struct dbtx *begin_sku(struct worker_ctx *w, struct txlock *t, int64_t sku,
-                              dbtx_hook_fn *hook, void *arg)
+struct dbtx *sku_tx_begin(struct worker_ctx *w, struct txlock *t, int64_t sku, dbtx_hook_fn *hook,
+                          void *arg)
 {
     if (lock_sku(w, t, sku) != 0)
         return NULL;
@@ -162,9 +158,8 @@ static int draw_epoch(struct dbtx *tx, struct load_job *lj)
     return ok ? 0 : -1;
 }
 
-/* Commits tx after the lease check; returns SKU_OK or SKU_UNAVAILABLE. */
-static enum sku_result commit_locked(struct worker_ctx *w, struct dbtx *tx, const struct txlock *t,
-                                     int64_t sku)
+enum sku_result sku_tx_commit(struct worker_ctx *w, struct dbtx *tx, const struct txlock *t,
+                              int64_t sku)
 {
     if (!txlock_still_valid(t, w->cfg->lock_commit_margin_ms)) {
         log_warn("sku %" PRId64 ": lock lease too short to commit", sku);
@@ -192,13 +187,14 @@ static enum sku_result create_with_id(struct worker_ctx *w, const struct validat
     if (spec->has_ends)
         i64s(lj.ends_ms, sizeof lj.ends_ms, spec->ends_ms);
     struct txlock t;
-    struct dbtx *tx = begin_sku(w, &t, id, load_on_commit, &lj);
+    struct dbtx *tx = sku_tx_begin(w, &t, id, load_on_commit, &lj);
     if (!tx)
         return SKU_UNAVAILABLE;
-    char sid[24], stock[24], limit[24];
+    char sid[24], stock[24], limit[24], window[24];
     i64s(sid, sizeof sid, id);
     i64s(stock, sizeof stock, spec->stock);
     i64s(limit, sizeof limit, spec->per_user_limit);
+    i64s(window, sizeof window, spec->payment_window_s);
     char fence[24];
     i64s(fence, sizeof fence, t.fence);
     const char *ins[] = {sid,
@@ -207,8 +203,9 @@ static enum sku_result create_with_id(struct worker_ctx *w, const struct validat
                          limit,
                          spec->has_starts ? lj.starts_ms : NULL,
                          spec->has_ends ? lj.ends_ms : NULL,
-                         fence};
-    PGresult *r = tx_query(tx, "sku_insert", 7, ins);
+                         fence,
+                         window};
+    PGresult *r = tx_query(tx, "sku_insert", 8, ins);
     if (!r || PQntuples(r) == 0) {
         enum sku_result res = r ? SKU_EXISTS : SKU_UNAVAILABLE;
         PQclear(r);
@@ -223,7 +220,7 @@ static enum sku_result create_with_id(struct worker_ctx *w, const struct validat
         (void)dbtx_rollback(tx);
         return SKU_UNAVAILABLE;
     }
-    if (commit_locked(w, tx, &t, id) != SKU_OK)
+    if (sku_tx_commit(w, tx, &t, id) != SKU_OK)
         return SKU_UNAVAILABLE;
     if (lj.res != SKU_OK)
         return SKU_NOT_LOADED; /* in the database; Redis refused or failed */
@@ -241,6 +238,7 @@ static enum sku_result create_with_id(struct worker_ctx *w, const struct validat
     if (spec->has_ends)
         timefmt_rfc3339(spec->ends_ms, buf, sizeof buf);
     json_object_set_new(o, "sale_ends_at", spec->has_ends ? json_string(buf) : json_null());
+    json_object_set_new(o, "payment_window_s", json_integer(spec->payment_window_s));
     *out = o;
     return SKU_OK;
 }
@@ -403,7 +401,7 @@ static enum sku_result adjust_once(struct worker_ctx *w, int64_t sku, int64_t de
     *stale = 0;
     struct adjust_job a = {.w = w, .sku = sku};
     struct txlock t;
-    struct dbtx *tx = begin_sku(w, &t, sku, adjust_on_complete, &a);
+    struct dbtx *tx = sku_tx_begin(w, &t, sku, adjust_on_complete, &a);
     if (!tx)
         return SKU_UNAVAILABLE;
     snprintf(a.id, sizeof a.id, "%lld", dbtx_txid(tx));
@@ -484,7 +482,7 @@ static enum sku_result adjust_once(struct worker_ctx *w, int64_t sku, int64_t de
                              (json_int_t)available);
         return res;
     }
-    if (commit_locked(w, tx, &t, sku) != SKU_OK)
+    if (sku_tx_commit(w, tx, &t, sku) != SKU_OK)
         return SKU_UNAVAILABLE;
     metrics_add(M_STOCK_ADJUSTMENTS, 1);
     json_t *o = json_object();
@@ -634,7 +632,7 @@ static enum sku_result check_once(struct worker_ctx *w, int64_t sku, enum sku_ch
     struct load_job lj = {.w = w, .id = sku};
     snprintf(lj.run, sizeof lj.run, "%s", run);
     struct txlock t;
-    struct dbtx *tx = begin_sku(w, &t, sku, load_on_commit, &lj);
+    struct dbtx *tx = sku_tx_begin(w, &t, sku, load_on_commit, &lj);
     if (!tx)
         return SKU_UNAVAILABLE;
     char sid[24];
@@ -683,7 +681,7 @@ static enum sku_result check_once(struct worker_ctx *w, int64_t sku, enum sku_ch
     freeReplyObject(state);
     PQclear(bought);
     PQclear(bad);
-    res = commit_locked(w, tx, &t, sku);
+    res = sku_tx_commit(w, tx, &t, sku);
     PQclear(lj.bought);
     if (res == SKU_OK && lj.wanted) {
         if (lj.res != SKU_OK)
@@ -818,6 +816,7 @@ enum sku_result sku_view(struct worker_ctx *w, int64_t sku, int admin, json_t **
     json_object_set_new(o, "per_user_limit", json_integer(atoll(PQgetvalue(r, 0, 4))));
     db_json_time(o, "sale_starts_at", r, 5);
     db_json_time(o, "sale_ends_at", r, 6);
+    json_object_set_new(o, "payment_window_s", json_integer(atoll(PQgetvalue(r, 0, 7))));
     /* An unloaded SKU has no known availability; it is never reported as stock. */
     json_object_set_new(o, "available", available >= 0 ? json_integer(available) : json_null());
     if (admin) {
@@ -836,14 +835,35 @@ enum sku_result sku_view(struct worker_ctx *w, int64_t sku, int admin, json_t **
             json_decref(o);
             return SKU_UNAVAILABLE;
         }
+        /* units held by buyers: confirmed (unpaid) and paid orders */
         json_object_set_new(o, "confirmed_units", json_integer(atoll(PQgetvalue(s, 0, 1))));
-        json_object_set_new(o, "confirmed_orders", json_integer(atoll(PQgetvalue(s, 0, 2))));
-        json_object_set_new(o, "rejected_orders", json_integer(atoll(PQgetvalue(s, 0, 3))));
+        static const char *const by_state[] = {"confirmed_orders", "rejected_orders", "paid_orders",
+                                               "cancelled_orders", "expired_orders"};
+        for (int i = 0; i < 5; i++)
+            json_object_set_new(o, by_state[i], json_integer(atoll(PQgetvalue(s, 0, 2 + i))));
         PQclear(s);
     }
     PQclear(r);
     *out = o;
     return SKU_OK;
+}
+
+enum sku_result sku_set_window(struct worker_ctx *w, int64_t sku, int64_t window_s, json_t **out)
+{
+    *out = NULL;
+    char sid[24], win[24];
+    i64s(sid, sizeof sid, sku);
+    i64s(win, sizeof win, window_s);
+    PGresult *r = db_query(&w->db, "sku_set_window", 2, (const char *[]){sid, win});
+    if (!r)
+        return SKU_UNAVAILABLE;
+    int found = PQntuples(r) == 1;
+    PQclear(r);
+    if (!found)
+        return SKU_UNKNOWN;
+    log_info("sku %" PRId64 ": payment window now %" PRId64 " s for orders confirmed from now on",
+             sku, window_s);
+    return sku_view(w, sku, 1, out);
 }
 
 enum sku_result sku_exists(struct worker_ctx *w, int64_t sku)

@@ -12,6 +12,8 @@
 #include <stdint.h>
 
 #include "core/validate.h"
+#include "store/dbtx.h"
+#include "store/txlock.h"
 #include "store/workers.h"
 
 /* Business outcomes of the SKU operations; the HTTP handlers map them to
@@ -25,6 +27,19 @@ enum sku_result {
     SKU_NOT_LOADED,    /* known to PostgreSQL, not (or not loadable) in Redis */
     SKU_IDEM_MISMATCH, /* an Idempotency-Key already used with another request */
 };
+
+/* Takes the SKU's lock (with a fencing token) and begins a transaction that
+ * owns it: the lock is released by the transaction's completion, after
+ * COMMIT or ROLLBACK, and hook(outcome, arg) runs just before that release
+ * (still under the lock).  The caller's first statement is the fenced row
+ * lock (txlock_fence).  Returns the transaction, or NULL (logged) with the
+ * lock released and the hook never run. */
+struct dbtx *sku_tx_begin(struct worker_ctx *w, struct txlock *t, int64_t sku, dbtx_hook_fn *hook,
+                          void *arg);
+/* Commits a transaction of sku_tx_begin once the lock's lease still covers
+ * lock_commit_margin_ms (else rolls back).  SKU_OK or SKU_UNAVAILABLE. */
+enum sku_result sku_tx_commit(struct worker_ctx *w, struct dbtx *tx, const struct txlock *t,
+                              int64_t sku);
 
 /* Each fills *out (caller json_decref) on SKU_OK and SKU_INSUFFICIENT; on
  * other results *out is NULL. */
@@ -93,6 +108,9 @@ enum sku_result sku_reload(struct worker_ctx *w, int64_t sku, json_t **out);
 enum sku_result sku_adjust(struct worker_ctx *w, int64_t sku, int64_t delta, const char *reason,
                            const char *idem, json_t **out);
 enum sku_result sku_view(struct worker_ctx *w, int64_t sku, int admin, json_t **out);
+/* Sets the SKU's payment window (seconds, 0: none) for the orders confirmed
+ * from now on; answers the admin view.  SKU_UNKNOWN when there is no such SKU. */
+enum sku_result sku_set_window(struct worker_ctx *w, int64_t sku, int64_t window_s, json_t **out);
 /* SKU_OK if the SKU exists in PostgreSQL, SKU_UNKNOWN if not. */
 enum sku_result sku_exists(struct worker_ctx *w, int64_t sku);
 /* SKU_OK when both Redis and PostgreSQL answer. */

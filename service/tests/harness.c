@@ -142,7 +142,9 @@ void th_reset(void)
     freeReplyObject(rep);
     redisFree(r);
     PGconn *c = th_pg_admin();
-    PGresult *res = PQexec(c, "TRUNCATE stock_ledger, orders, sku_epochs, skus RESTART IDENTITY");
+    PGresult *res = PQexec(
+        c,
+        "TRUNCATE stock_ledger, order_cancel_requests, orders, sku_epochs, skus RESTART IDENTITY");
     ck_assert_msg(PQresultStatus(res) == PGRES_COMMAND_OK, "%s", PQerrorMessage(c));
     PQclear(res);
     PQfinish(c);

@@ -262,7 +262,7 @@ START_TEST(test_writer_prepares_its_statements_once_per_session)
     PGresult *r = PQexec(w.ctx.db.conn, "SELECT count(*) FROM pg_prepared_statements "
                                         "WHERE name LIKE 'seckill_w_%'");
     ck_assert_int_eq(PQresultStatus(r), PGRES_TUPLES_OK);
-    ck_assert_str_eq(PQgetvalue(r, 0, 0), "6");
+    ck_assert_str_eq(PQgetvalue(r, 0, 0), "7");
     PQclear(r);
     unsigned long first = w.prepared_session;
     char sql[96];
