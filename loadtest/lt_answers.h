@@ -21,6 +21,7 @@ enum lt_promise {
 struct lt_order {
     int64_t id, user, qty;
     enum lt_promise promise;
+    int64_t answered_wall_us; /* the first answer naming it came then (0: unknown, a file's) */
 };
 
 /* The order lifecycle (lt_life.h): what the run did, after its buyers, with
@@ -44,9 +45,10 @@ struct lt_reply {
 
 struct lt_act {
     int64_t id, user;
-    enum lt_plan plan; /* a pay or cancel the phase could not send becomes a walk */
-    int again;         /* a pay sent a second time with the same payment_ref */
-    uint64_t due_us;   /* sent this long after the phase began */
+    enum lt_plan plan;   /* a pay or cancel the phase could not send becomes a walk */
+    int again;           /* a pay sent a second time with the same payment_ref */
+    int64_t aim_wall_us; /* not 0: sent then (wall clock), about its deadline */
+    uint64_t due_us;     /* sent this long after the phase began */
     struct lt_reply first, second;
 };
 
@@ -55,6 +57,7 @@ struct lt_life_counts {
     uint64_t pays, pay_ok, pay_refused, pay_unknown, pay_other; /* 200, 409, 0/503, else */
     uint64_t pay_again, pay_again_ok;                           /* the second pays */
     uint64_t cancels, cancel_ok, cancel_refused, cancel_unknown, cancel_other;
+    uint64_t aimed;  /* pays and cancels aimed at their order's deadline */
     uint64_t walks;  /* orders left alone */
     uint64_t unsent; /* pays and cancels the phase's end left unsent (walks now) */
     double elapsed_s;
@@ -88,12 +91,14 @@ struct lt_answers {
 void lt_answers_init(struct lt_answers *a, int64_t sku);
 void lt_answers_free(struct lt_answers *a);
 
-/* Appends an answer naming an order.  Returns 0 or -1 when out of memory. */
+/* Appends an answer naming an order, which arrived at wall_us (wall clock,
+ * 0 unknown).  Returns 0 or -1 when out of memory. */
 int lt_answers_add(struct lt_answers *a, int64_t id, int64_t user, int64_t qty,
-                   enum lt_promise promise) __attribute__((warn_unused_result));
+                   enum lt_promise promise, int64_t wall_us) __attribute__((warn_unused_result));
 
 /* Sorts by id and merges the answers about one order (a retry's replay): a
- * 202 and a later 201 or 409 of the same order keep the stronger promise.
+ * 202 and a later 201 or 409 of the same order keep the stronger promise,
+ * and the earliest answer's time.
  * Returns the number of ids seen with two different users, quantities, or
  * both confirmed and rejected (kept, so that the check reports them). */
 size_t lt_answers_dedupe(struct lt_answers *a);

@@ -14,6 +14,7 @@
 #include "lt_load.h"
 
 #define US_PER_S 1000000ULL
+#define US_PER_MS 1000
 #define MAX_BODY_BYTES 4096 /* an order's JSON; larger is not an answer we know */
 #define PATH_MAX_LEN 96
 /* Buyer tokens outlive the phase, as lt_load's outlive the buyers. */
@@ -59,9 +60,10 @@ int lt_life_plan(const struct lt_opts *o, struct lt_rand *rng, struct lt_answers
     double spread_us = (double)o->payment_window_s * (double)US_PER_S / 2.0;
     for (size_t i = 0; i < a->n; i++) {
         const struct lt_order *ord = &a->orders[i];
-        /* Three draws for every order, planned or not: an order's plan does
+        /* Five draws for every order, planned or not: an order's plan does
          * not depend on what was drawn for the ones before it. */
         double u = lt_rand_unit(rng), again = lt_rand_unit(rng), when = lt_rand_unit(rng);
+        double aim = lt_rand_unit(rng), jitter = lt_rand_unit(rng);
         if (ord->promise == LT_PROMISE_REJECTED)
             continue; /* a 409 with an order id: rejected, nothing to pay or cancel */
         if (i > 0 && ord->id == a->orders[i - 1].id)
@@ -74,6 +76,13 @@ int lt_life_plan(const struct lt_opts *o, struct lt_rand *rng, struct lt_answers
                                                        : LT_PLAN_WALK;
         t->again = t->plan == LT_PLAN_PAY && again < LT_PAY_AGAIN_SHARE;
         t->due_us = (uint64_t)(when * spread_us);
+        if (t->plan != LT_PLAN_WALK && o->payment_window_s > 0 && ord->answered_wall_us > 0 &&
+            aim < LT_DEADLINE_SHARE) {
+            int64_t off_us = (int64_t)((2 * jitter - 1) * LT_DEADLINE_JITTER_MS * US_PER_MS);
+            t->aim_wall_us =
+                ord->answered_wall_us + (int64_t)o->payment_window_s * 1000000 + off_us;
+            a->life.aimed++;
+        }
         reply_clear(&t->first, -1);
         reply_clear(&t->second, -1);
         if (t->plan == LT_PLAN_WALK)
@@ -317,8 +326,9 @@ static void on_signal(evutil_socket_t fd, short what, void *arg)
     pump(lf);
 }
 
-/* The pays and cancels of every SKU, by due time.  Returns 0 or -1. */
-static int collect_jobs(struct life *lf, struct lt_answers *ans, int n)
+/* The pays and cancels of every SKU, by due time: an aimed one's from its
+ * wall clock aim (at once when that has passed).  Returns 0 or -1. */
+static int collect_jobs(struct life *lf, struct lt_answers *ans, int n, int64_t t0_wall)
 {
     size_t total = 0;
     for (int i = 0; i < n; i++)
@@ -328,8 +338,12 @@ static int collect_jobs(struct life *lf, struct lt_answers *ans, int n)
         return -1;
     for (int i = 0; i < n; i++)
         for (size_t k = 0; k < ans[i].nacts; k++)
-            if (ans[i].acts[k].plan != LT_PLAN_WALK)
-                lf->jobs[lf->njobs++] = (struct job){&ans[i].acts[k], &ans[i].life};
+            if (ans[i].acts[k].plan != LT_PLAN_WALK) {
+                struct lt_act *t = &ans[i].acts[k];
+                if (t->aim_wall_us)
+                    t->due_us = t->aim_wall_us > t0_wall ? (uint64_t)(t->aim_wall_us - t0_wall) : 0;
+                lf->jobs[lf->njobs++] = (struct job){t, &ans[i].life};
+            }
     qsort(lf->jobs, lf->njobs, sizeof *lf->jobs, job_cmp);
     return 0;
 }
@@ -361,9 +375,10 @@ static int setup(struct life *lf, char *err, size_t errlen)
         evhttp_connection_set_max_body_size(s->conn, MAX_BODY_BYTES);
         lf->idle[lf->nidle++] = i;
     }
-    /* Bounded: the spread, then the timeout for the last answers (a second
-     * pay may follow its first). */
-    uint64_t end_us = (uint64_t)o->payment_window_s * US_PER_S / 2 +
+    /* Bounded: the window (an aimed one is due at most a window after the
+     * phase began), then the timeout for the last answers (a second pay may
+     * follow its first). */
+    uint64_t end_us = (uint64_t)o->payment_window_s * US_PER_S + LT_DEADLINE_JITTER_MS * US_PER_MS +
                       (uint64_t)o->lifecycle_timeout_s * US_PER_S +
                       2 * (uint64_t)o->timeout_ms * 1000u;
     struct timeval end = us_tv(end_us);
@@ -425,7 +440,8 @@ int lt_life_run(const struct lt_opts *o, struct lt_answers *ans, int n, double *
     lf.o = o;
     *elapsed_s = 0;
     int rc = -1;
-    if (collect_jobs(&lf, ans, n) != 0) {
+    lf.t0_us = lt_now_us(); /* the phase's start, on both clocks */
+    if (collect_jobs(&lf, ans, n, lt_wall_us()) != 0) {
         snprintf(err, errlen, "out of memory");
         goto out;
     }
@@ -435,7 +451,6 @@ int lt_life_run(const struct lt_opts *o, struct lt_answers *ans, int n, double *
     }
     if (setup(&lf, err, errlen) != 0)
         goto out;
-    lf.t0_us = lt_now_us();
     pump(&lf);
     /* A loopbreak before the loop runs is forgotten: enter it only when
      * something is in flight or still to send. */

@@ -115,6 +115,7 @@ static void life_add(struct lt_life_counts *into, const struct lt_life_counts *c
     into->cancel_refused += c->cancel_refused;
     into->cancel_unknown += c->cancel_unknown;
     into->cancel_other += c->cancel_other;
+    into->aimed += c->aimed;
     into->walks += c->walks;
     into->unsent += c->unsent;
 }
@@ -156,10 +157,11 @@ static int lifecycle(const struct lt_opts *o, struct lt_answers *ans, int n, str
             PROG ": lifecycle: %" PRIu64 " pays (200 %" PRIu64 ", 409 %" PRIu64 ", unknown %" PRIu64
                  ", other %" PRIu64 ") + %" PRIu64 " again (200 %" PRIu64 "); %" PRIu64
                  " cancels (200 %" PRIu64 ", 409 %" PRIu64 ", unknown %" PRIu64 ", other %" PRIu64
-                 "); %" PRIu64 " walk away (%" PRIu64 " unsent); %.2f s\n",
+                 "); %" PRIu64 " of those aimed at the deadline; %" PRIu64 " walk away (%" PRIu64
+                 " unsent); %.2f s\n",
             c->pays, c->pay_ok, c->pay_refused, c->pay_unknown, c->pay_other, c->pay_again,
             c->pay_again_ok, c->cancels, c->cancel_ok, c->cancel_refused, c->cancel_unknown,
-            c->cancel_other, c->walks, c->unsent, elapsed);
+            c->cancel_other, c->aimed, c->walks, c->unsent, elapsed);
     return 0;
 }
 

@@ -139,12 +139,13 @@ void lt_report_text(FILE *out, const struct lt_report_in *in)
                 "lifecycle window %d s, pay %.2f, cancel %.2f: %" PRIu64 " pays (200 %" PRIu64
                 ", 409 %" PRIu64 ", open %" PRIu64 ", other %" PRIu64 "), %" PRIu64
                 " sent twice (200 %" PRIu64 "); %" PRIu64 " cancels (200 %" PRIu64 ", 409 %" PRIu64
-                ", open %" PRIu64 ", other %" PRIu64 "); %" PRIu64 " left alone (%" PRIu64
+                ", open %" PRIu64 ", other %" PRIu64 "); %" PRIu64
+                " of those aimed at the deadline; %" PRIu64 " left alone (%" PRIu64
                 " unsent); %.2f s\n",
                 o->payment_window_s, o->pay_share, o->cancel_share, l->pays, l->pay_ok,
                 l->pay_refused, l->pay_unknown, l->pay_other, l->pay_again, l->pay_again_ok,
                 l->cancels, l->cancel_ok, l->cancel_refused, l->cancel_unknown, l->cancel_other,
-                l->walks, l->unsent, l->elapsed_s);
+                l->aimed, l->walks, l->unsent, l->elapsed_s);
     }
     const struct lt_check_result *c = in->check;
     if (c && life_shown(in))
@@ -290,15 +291,16 @@ int lt_report_json(const char *path, const struct lt_report_in *in, char *err, s
         json_object_set_new(
             root, "lifecycle",
             json_pack("{s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I, s:I, s:I, s:I}, "
-                      "s:I, s:I, s:f}",
+                      "s:I, s:I, s:I, s:f}",
                       "pays", "sent", (json_int_t)l->pays, "ok_200", (json_int_t)l->pay_ok,
                       "refused_409", (json_int_t)l->pay_refused, "open", (json_int_t)l->pay_unknown,
                       "other", (json_int_t)l->pay_other, "sent_twice", (json_int_t)l->pay_again,
                       "twice_ok_200", (json_int_t)l->pay_again_ok, "cancels", "sent",
                       (json_int_t)l->cancels, "ok_200", (json_int_t)l->cancel_ok, "refused_409",
                       (json_int_t)l->cancel_refused, "open", (json_int_t)l->cancel_unknown, "other",
-                      (json_int_t)l->cancel_other, "left_alone", (json_int_t)l->walks, "unsent",
-                      (json_int_t)l->unsent, "elapsed_s", l->elapsed_s));
+                      (json_int_t)l->cancel_other, "aimed_at_deadline", (json_int_t)l->aimed,
+                      "left_alone", (json_int_t)l->walks, "unsent", (json_int_t)l->unsent,
+                      "elapsed_s", l->elapsed_s));
     }
     if (m.have_writer)
         json_object_set_new(root, "writer",
@@ -635,11 +637,12 @@ int lt_report_html(const char *path, const struct lt_report_in *in, char *err, s
                     "<tr><td>cancel</td><td class=\"n\">%" PRIu64 "</td><td class=\"n\">%" PRIu64
                     "</td><td class=\"n\">%" PRIu64 "</td><td class=\"n\">%" PRIu64
                     "</td><td class=\"n\">%" PRIu64 "</td></tr>\n</table>\n"
-                    "<p>%" PRIu64 " orders left alone (%" PRIu64
+                    "<p>%" PRIu64 " pays and cancels aimed at their order's deadline; %" PRIu64
+                    " orders left alone (%" PRIu64
                     " of them unsent at the phase's end); payment window %d s.</p>\n",
                     l->pays, l->pay_ok, l->pay_refused, l->pay_unknown, l->pay_other, l->pay_again,
                     l->pay_again_ok, l->cancels, l->cancel_ok, l->cancel_refused, l->cancel_unknown,
-                    l->cancel_other, l->walks, l->unsent, o->payment_window_s);
+                    l->cancel_other, l->aimed, l->walks, l->unsent, o->payment_window_s);
         }
         if (m.have_writer)
             fprintf(f,
