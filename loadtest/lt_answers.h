@@ -54,7 +54,7 @@ struct lt_act {
 
 /* The lifecycle phase's requests and answers, counted. */
 struct lt_life_counts {
-    uint64_t pays, pay_ok, pay_refused, pay_unknown, pay_other; /* 200, 409, 0/503, else */
+    uint64_t pays, pay_ok, pay_refused, pay_unknown, pay_other; /* 200, 409, 0/429/503, else */
     uint64_t pay_again, pay_again_ok;                           /* the second pays */
     uint64_t cancels, cancel_ok, cancel_refused, cancel_unknown, cancel_other;
     uint64_t aimed;  /* pays and cancels aimed at their order's deadline */

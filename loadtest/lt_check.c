@@ -210,7 +210,8 @@ static const char SQL_LIFE_TEMP[] =
  * with its ref; one refused (409 order_not_payable) names the state its row
  * ends in (or 'pending': not written yet), never paid; a cancel answered 200
  * cancelled it; one refused (409 order_not_cancellable) names the state its
- * row is in: paid, expired or rejected.  No answer or a 503 leaves it open.
+ * row is in: paid, expired or rejected.  No answer, a 503 or a 429 (a rate
+ * limit refused it: the order is as if it had not been sent) leaves it open.
  * An order without a row is I4's. */
 static const char SQL_LIFE_ANSWERS[] =
     "SELECT l.id, l.plan, l.code, l.error, l.state, l.ref_ok, o.status AS row_status,"
@@ -222,12 +223,12 @@ static const char SQL_LIFE_ANSWERS[] =
     "      OR (l.code = 409 AND l.error = 'order_not_payable' AND o.status <> 'paid'"
     "          AND (l.state = 'pending' OR (l.state IN ('cancelled', 'expired', 'rejected')"
     "                                       AND o.status = l.state)))"
-    "      OR l.code IN (0, 503)))"
+    "      OR l.code IN (0, 429, 503)))"
     "    OR (l.plan = 'c' AND NOT ("
     "         (l.code = 200 AND l.state = 'cancelled' AND o.status = 'cancelled')"
     "      OR (l.code = 409 AND l.error = 'order_not_cancellable'"
     "          AND l.state IN ('paid', 'expired', 'rejected') AND o.status = l.state)"
-    "      OR l.code IN (0, 503)))"
+    "      OR l.code IN (0, 429, 503)))"
     " ORDER BY l.id LIMIT 1000";
 /* $1 sku, $2 first order id - 1, $3 whether the SKU has a payment window.
  * Only the run pays and cancels the run's orders; one it left alone expired
@@ -254,7 +255,7 @@ static const char SQL_LIFE_PAY_AGAIN[] =
     "         AND o.payment_ref = $1::text || l.id::text AND (l.replayed2 OR l.code <> 200))"
     "     OR (l.code2 = 409 AND l.error2 = 'order_not_payable' AND l.code <> 200"
     "         AND o.status <> 'paid')"
-    "     OR l.code2 IN (0, 503))"
+    "     OR l.code2 IN (0, 429, 503))"
     " ORDER BY l.id LIMIT 1000";
 
 /* ---- helpers ---------------------------------------------------------------- */

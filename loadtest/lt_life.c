@@ -180,7 +180,9 @@ static void read_reply(struct evhttp_request *req, const struct life *lf, const 
 static void count(struct lt_life_counts *c, const struct lt_act *t, const struct lt_reply *r,
                   int second)
 {
-    int unknown = r->code == 0 || r->code == 503; /* 503: the service may or may not have acted */
+    /* Open: no answer or a 503 (the service may or may not have acted), or a
+     * 429 (a rate limit refused it: the order is left as it was). */
+    int unknown = r->code == 0 || r->code == 429 || r->code == 503;
     if (second) {
         c->pay_again++;
         c->pay_again_ok += r->code == 200;

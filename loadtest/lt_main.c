@@ -139,11 +139,17 @@ static int lifecycle(const struct lt_opts *o, struct lt_answers *ans, int n, str
             fprintf(stderr, PROG ": out of memory planning the lifecycle\n");
             return -1;
         }
-    fprintf(stderr,
-            PROG ": lifecycle: paying %.0f %%, cancelling %.0f %% of the orders, over %.1f s "
-                 "(half the payment window of %d s)\n",
-            o->pay_share * 100, o->cancel_share * 100, o->payment_window_s / 2.0,
-            o->payment_window_s);
+    if (o->payment_window_s > 0)
+        fprintf(stderr,
+                PROG ": lifecycle: paying %.0f %%, cancelling %.0f %% of the orders over %.1f s "
+                     "(half the payment window of %d s), the rest left to expire\n",
+                o->pay_share * 100, o->cancel_share * 100, o->payment_window_s / 2.0,
+                o->payment_window_s);
+    else
+        fprintf(stderr,
+                PROG ": lifecycle: cancelling %.0f %% of the orders at once (no payment window: "
+                     "the rest stay confirmed)\n",
+                o->cancel_share * 100);
     double elapsed;
     if (lt_life_run(o, ans, n, &elapsed, err, sizeof err) != 0) {
         fprintf(stderr, PROG ": %s\n", err);
