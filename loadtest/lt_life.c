@@ -50,6 +50,7 @@ int lt_life_plan(const struct lt_opts *o, struct lt_rand *rng, struct lt_answers
     free(a->acts);
     a->acts = NULL;
     a->nacts = 0;
+    memset(&a->life, 0, sizeof a->life);
     if (a->n == 0)
         return 0;
     a->acts = calloc(a->n, sizeof *a->acts);
