@@ -46,7 +46,11 @@ static void put(char **p, const char *s, size_t n)
 static void reply_order(const struct order_req *q, int status, const struct order_outcome *o)
 {
     char body[224], *p = body;
-    const char *st = order_result_name(o->d.status);
+    /* a reservation its buyer cancelled before it was written is "cancelled" */
+    const char *st =
+        o->d.status == ORDER_REJECTED && strcmp(o->d.reason, ORDER_REASON_CANCELLED) == 0
+            ? "cancelled"
+            : order_result_name(o->d.status);
     PUT(&p, "{\"order_id\":");
     p += fmt_i64(p, o->d.order_id);
     PUT(&p, ",\"status\":\"");

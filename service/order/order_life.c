@@ -104,10 +104,10 @@ static void mark_settled(struct worker_ctx *w, const struct release_job *j, int6
 
 /* ---- one transaction under the SKU lock --------------------------------- */
 
-/* What a transaction does under the SKU's lock and fenced row: returns the
- * number of orders whose units it gave back to PostgreSQL (0: nothing), or
- * -1 when a statement failed. */
-typedef int64_t life_step(struct worker_ctx *w, struct dbtx *tx, int64_t sku, void *arg);
+/* What a transaction does under the SKU's lock and fenced row: returns 1
+ * when it wrote something, 0 when not, -1 when a statement failed; *own gets
+ * the number of orders whose units it gave back to PostgreSQL. */
+typedef int life_step(struct worker_ctx *w, struct dbtx *tx, int64_t sku, void *arg, int64_t *own);
 
 /*
  * Runs step under the SKU's lock and fenced row lock, then reads the SKU's
@@ -136,18 +136,19 @@ static int locked(struct worker_ctx *w, int64_t sku, life_step *step, void *arg)
                 continue; /* a writer wrote with a newer token first: lock again */
             return -1;
         }
-        int64_t own = step(w, tx, sku, arg);
-        if (own >= 0)
+        int64_t own = 0;
+        int wrote = step(w, tx, sku, arg, &own);
+        if (wrote >= 0)
             j.returns =
                 dbtx_exec(tx, sql_text("orders_return_unsettled"), 2, (const char *[]){sid, max});
-        if (own < 0 || !j.returns) {
+        if (wrote < 0 || !j.returns) {
             log_warn("sku %" PRId64 ": order lifecycle transaction failed: %s", sku,
                      dbtx_error(tx));
             (void)dbtx_rollback(tx);
             PQclear(j.returns);
             return -1;
         }
-        if (own == 0 && PQntuples(j.returns) == 0) {
+        if (!wrote && PQntuples(j.returns) == 0) {
             (void)dbtx_rollback(tx);
             PQclear(j.returns);
             return 0;
@@ -192,6 +193,12 @@ enum life_result order_pay(struct worker_ctx *w, int64_t order_id, const char *p
         res = where == ORDER_PENDING       ? LIFE_WRONG_STATE
               : where == ORDER_UNAVAILABLE ? LIFE_UNAVAILABLE
                                            : LIFE_NOT_FOUND;
+        /* not written yet, and perhaps cancelled by its buyer already */
+        int64_t cancelled = res == LIFE_WRONG_STATE ? order_cancel_requested(w, order_id) : 0;
+        if (cancelled < 0)
+            res = LIFE_UNAVAILABLE;
+        else if (cancelled > 0)
+            state = "cancelled";
     } else {
         state = PQgetvalue(r, 0, 4);
         int same_ref = !PQgetisnull(r, 0, 11) && strcmp(PQgetvalue(r, 0, 11), payment_ref) == 0;
@@ -231,7 +238,7 @@ struct cancel_arg {
     int64_t units;   /* a confirmed order: its units, given back */
 };
 
-static int64_t cancel_step(struct worker_ctx *w, struct dbtx *tx, int64_t sku, void *arg)
+static int cancel_step(struct worker_ctx *w, struct dbtx *tx, int64_t sku, void *arg, int64_t *own)
 {
     struct cancel_arg *c = arg;
     char sid[24], oid[24], uid[24];
@@ -246,6 +253,7 @@ static int64_t cancel_step(struct worker_ctx *w, struct dbtx *tx, int64_t sku, v
     PQclear(r);
     if (moved == 1) {
         c->res = LIFE_OK;
+        *own = 1;
         return 1;
     }
     /* Not a confirmed order of this buyer: what is it? */
@@ -259,8 +267,11 @@ static int64_t cancel_step(struct worker_ctx *w, struct dbtx *tx, int64_t sku, v
         else if (strcmp(state, "cancelled") == 0)
             c->res = LIFE_REPLAYED;
         else {
+            /* confirmed here means its window passed: as a payment would, it
+             * counts as expired, which the next sweep makes it */
             c->res = LIFE_WRONG_STATE;
-            snprintf(c->state, sizeof c->state, "%s", state);
+            snprintf(c->state, sizeof c->state, "%s",
+                     strcmp(state, "confirmed") == 0 ? "expired" : state);
         }
         PQclear(r);
         return 0;
@@ -284,7 +295,7 @@ static int64_t cancel_step(struct worker_ctx *w, struct dbtx *tx, int64_t sku, v
     c->res = strcmp(PQcmdTuples(r), "1") == 0 ? LIFE_OK : LIFE_REPLAYED;
     c->not_written = 1;
     PQclear(r);
-    return 0; /* nothing returned yet: the writer's return gives the units back */
+    return c->res == LIFE_OK; /* nothing returned yet: the writer gives the units back */
 }
 
 /* The order's SKU: from its row, else from the pending reservation of
@@ -348,7 +359,7 @@ struct expire_arg {
     int64_t expired, units; /* by this transaction */
 };
 
-static int64_t expire_step(struct worker_ctx *w, struct dbtx *tx, int64_t sku, void *arg)
+static int expire_step(struct worker_ctx *w, struct dbtx *tx, int64_t sku, void *arg, int64_t *own)
 {
     (void)w;
     struct expire_arg *e = arg;
@@ -363,7 +374,8 @@ static int64_t expire_step(struct worker_ctx *w, struct dbtx *tx, int64_t sku, v
     for (int row = 0; row < PQntuples(r); row++)
         e->units += atoll(PQgetvalue(r, row, 2));
     PQclear(r);
-    return e->expired;
+    *own = e->expired;
+    return e->expired > 0;
 }
 
 int order_life_sweep(struct worker_ctx *w, int64_t batch, struct life_sweep *s)

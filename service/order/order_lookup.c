@@ -95,9 +95,7 @@ enum order_result order_pending_owner_of(struct worker_ctx *w, int64_t sku, int6
     return ORDER_PENDING;
 }
 
-/* A pending order its buyer cancelled: the request's time, or 0 when there is
- * none; -1 when PostgreSQL failed. */
-static int64_t cancel_requested(struct worker_ctx *w, int64_t order_id)
+int64_t order_cancel_requested(struct worker_ctx *w, int64_t order_id)
 {
     char oid[24];
     snprintf(oid, sizeof oid, "%" PRId64, order_id);
@@ -124,7 +122,7 @@ enum order_result order_lookup(struct worker_ctx *w, int64_t order_id, int64_t b
     if (res == ORDER_UNAVAILABLE)
         return res;
     if (res == ORDER_PENDING && owner == buyer) {
-        int64_t cancelled_ms = cancel_requested(w, order_id);
+        int64_t cancelled_ms = order_cancel_requested(w, order_id);
         if (cancelled_ms < 0)
             return ORDER_UNAVAILABLE;
         json_t *o = json_pack("{s:I, s:I, s:I, s:s}", "order_id", (json_int_t)order_id, "sku_id",

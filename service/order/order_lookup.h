@@ -38,4 +38,9 @@ enum order_result order_pending_where(struct worker_ctx *w, int64_t order_id, in
 enum order_result order_pending_owner_of(struct worker_ctx *w, int64_t sku, int64_t order_id,
                                          int64_t *buyer);
 
+/* A pending order its buyer cancelled (the writer has not written it yet):
+ * the request's time (Unix ms), 0 when there is none, -1 when PostgreSQL
+ * failed. */
+int64_t order_cancel_requested(struct worker_ctx *w, int64_t order_id);
+
 #endif

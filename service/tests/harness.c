@@ -414,17 +414,38 @@ void th_assert_invariants(int64_t sku)
     long long db = th_pg_int(c, q);
     snprintf(q, sizeof q,
              "SELECT count(*) FROM (SELECT user_id FROM orders o JOIN skus s ON s.id = o.sku_id "
-             "WHERE o.sku_id = %s AND o.status = 'confirmed' GROUP BY user_id, s.per_user_limit "
-             "HAVING sum(o.qty) > s.per_user_limit) x",
+             "WHERE o.sku_id = %s AND o.status IN ('confirmed', 'paid') "
+             "GROUP BY user_id, s.per_user_limit HAVING sum(o.qty) > s.per_user_limit) x",
              id);
     ck_assert_msg(th_pg_int(c, q) == 0, "I3 violated: a user holds more than the limit");
-    PQfinish(c);
     char key[KEYS_MAX];
     keys_sku(key, sku, KEY_STOCK);
     redisContext *rc = th_redis();
     long long avail = th_redis_int(rc, key);
-    redisFree(rc);
     ck_assert_msg(avail == db, "I2 violated: redis available %lld, database stock %lld", avail, db);
+    /* and every buyer's units held, as the active (confirmed, paid) orders say */
+    keys_sku(key, sku, KEY_BOUGHT);
+    redisReply *held = redisCommand(rc, "HGETALL %s", key);
+    ck_assert(held && held->type == REDIS_REPLY_ARRAY);
+    snprintf(q, sizeof q,
+             "SELECT count(DISTINCT user_id) FROM orders WHERE sku_id = %s "
+             "AND status IN ('confirmed', 'paid')",
+             id);
+    ck_assert_msg((long long)held->elements / 2 == th_pg_int(c, q),
+                  "I2 violated: Redis holds units for %zu buyers, the database for %lld",
+                  held->elements / 2, th_pg_int(c, q));
+    for (size_t i = 0; i + 1 < held->elements; i += 2) {
+        snprintf(q, sizeof q,
+                 "SELECT coalesce(sum(qty), 0) FROM orders WHERE sku_id = %s AND user_id = %s "
+                 "AND status IN ('confirmed', 'paid')",
+                 id, held->element[i]->str);
+        ck_assert_msg(atoll(held->element[i + 1]->str) == th_pg_int(c, q),
+                      "I2 violated: Redis says user %s holds %s units, the database %lld",
+                      held->element[i]->str, held->element[i + 1]->str, th_pg_int(c, q));
+    }
+    freeReplyObject(held);
+    redisFree(rc);
+    PQfinish(c);
 }
 
 long long th_json_int(const char *body, const char *key, long long dflt)

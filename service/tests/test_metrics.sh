@@ -71,7 +71,7 @@ redis_admin() { se_redis_admin "$SECKILL_TEST_STACK_DIR" "$SECKILL_TEST_REDIS_PO
 reset_stores() {
     [[ $(redis_admin FLUSHALL) == OK ]] || die "FLUSHALL failed"
     psql -q -X -v ON_ERROR_STOP=1 "$SECKILL_TEST_PG_ADMIN_DSN" \
-        -c 'TRUNCATE stock_ledger, orders, sku_epochs, skus RESTART IDENTITY' >/dev/null ||
+        -c 'TRUNCATE stock_ledger, order_cancel_requests, orders, sku_epochs, skus RESTART IDENTITY' >/dev/null ||
         die "TRUNCATE failed"
 }
 
