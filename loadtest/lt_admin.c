@@ -78,6 +78,10 @@ int lt_admin_create_sku(const struct lt_opts *o, int64_t *sku, char *err, size_t
     }
     if (o->sku)
         json_object_set_new(b, "id", json_integer(o->sku));
+    /* Sent only when asked for: a service without the lifecycle refuses an
+     * unknown field, and 0 is its default anyway. */
+    if (o->payment_window_s > 0)
+        json_object_set_new(b, "payment_window_s", json_integer(o->payment_window_s));
     char *text = json_dumps(b, JSON_COMPACT);
     json_decref(b);
     struct lt_http_answer a;

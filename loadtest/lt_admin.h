@@ -24,8 +24,8 @@ int lt_admin_request(const struct lt_opts *o, const char *method, const char *pa
                      const char *body, struct lt_http_answer *out);
 
 /* Creates the run's SKU (id o->sku, or one the service picks when 0) with
- * o->stock and o->limit.  Returns 0 and its id in *sku, or -1 with a message
- * in err. */
+ * o->stock, o->limit and (when not 0) o->payment_window_s.  Returns 0 and
+ * its id in *sku, or -1 with a message in err. */
 int lt_admin_create_sku(const struct lt_opts *o, int64_t *sku, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 

@@ -22,10 +22,13 @@ void lt_answers_free(struct lt_answers *a)
     free(a->orders);
     a->orders = NULL;
     a->n = a->cap = 0;
+    free(a->acts);
+    a->acts = NULL;
+    a->nacts = 0;
 }
 
 int lt_answers_add(struct lt_answers *a, int64_t id, int64_t user, int64_t qty,
-                   enum lt_promise promise)
+                   enum lt_promise promise, int64_t wall_us)
 {
     if (a->n == a->cap) {
         size_t cap = a->cap ? a->cap * 2 : INITIAL_CAP;
@@ -35,7 +38,7 @@ int lt_answers_add(struct lt_answers *a, int64_t id, int64_t user, int64_t qty,
         a->orders = o;
         a->cap = cap;
     }
-    a->orders[a->n++] = (struct lt_order){id, user, qty, promise};
+    a->orders[a->n++] = (struct lt_order){id, user, qty, promise, wall_us};
     return 0;
 }
 
@@ -63,6 +66,9 @@ size_t lt_answers_dedupe(struct lt_answers *a)
             /* A 202 says less than a 201 or a 409 about the same order. */
             if (prev->promise == LT_PROMISE_PENDING)
                 prev->promise = cur->promise;
+            if (cur->answered_wall_us &&
+                (!prev->answered_wall_us || cur->answered_wall_us < prev->answered_wall_us))
+                prev->answered_wall_us = cur->answered_wall_us;
             if (cur->promise == prev->promise || cur->promise == LT_PROMISE_PENDING)
                 continue;
         }
@@ -140,7 +146,7 @@ int lt_answers_load(struct lt_answers *a, const char *path, char *err, size_t er
             goto out;
         }
         if (nf >= 3) {
-            if (lt_answers_add(a, x, y, z, (enum lt_promise)pr) != 0) {
+            if (lt_answers_add(a, x, y, z, (enum lt_promise)pr, 0) != 0) {
                 snprintf(err, errlen, "out of memory reading %s", path);
                 goto out;
             }

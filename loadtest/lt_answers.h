@@ -21,6 +21,46 @@ enum lt_promise {
 struct lt_order {
     int64_t id, user, qty;
     enum lt_promise promise;
+    int64_t answered_wall_us; /* the first answer naming it came then (0: unknown, a file's) */
+};
+
+/* The order lifecycle (lt_life.h): what the run did, after its buyers, with
+ * an order a 201 or 202 named. */
+enum lt_plan {
+    LT_PLAN_PAY = 'p',    /* the admin pays it: POST /admin/v1/orders/{id}/payment */
+    LT_PLAN_CANCEL = 'c', /* its buyer cancels it: POST /api/v1/orders/{id}/cancel */
+    LT_PLAN_WALK = 'w'    /* nobody does anything: with a payment window it expires */
+};
+
+#define LT_WORD_MAX 32 /* an error code or an order state an answer names */
+
+/* One answer to a pay or a cancel. */
+struct lt_reply {
+    int code;                /* HTTP status; 0 no answer (timeout, connection); -1 not sent */
+    int replayed;            /* the body says "replayed": true */
+    int ref_ok;              /* the body names the payment_ref that was sent */
+    char error[LT_WORD_MAX]; /* the body's "error" ("" none, "?" not a plain word) */
+    char state[LT_WORD_MAX]; /* the body's "status": the order's state ("" none) */
+};
+
+struct lt_act {
+    int64_t id, user;
+    enum lt_plan plan;   /* a pay or cancel the phase could not send becomes a walk */
+    int again;           /* a pay sent a second time with the same payment_ref */
+    int64_t aim_wall_us; /* not 0: sent then (wall clock), about its deadline */
+    uint64_t due_us;     /* sent this long after the phase began */
+    struct lt_reply first, second;
+};
+
+/* The lifecycle phase's requests and answers, counted. */
+struct lt_life_counts {
+    uint64_t pays, pay_ok, pay_refused, pay_unknown, pay_other; /* 200, 409, 0/429/503, else */
+    uint64_t pay_again, pay_again_ok;                           /* the second pays */
+    uint64_t cancels, cancel_ok, cancel_refused, cancel_unknown, cancel_other;
+    uint64_t aimed;  /* pays and cancels aimed at their order's deadline */
+    uint64_t walks;  /* orders left alone */
+    uint64_t unsent; /* pays and cancels the phase's end left unsent (walks now) */
+    double elapsed_s;
 };
 
 /* The SKU as it was before the run (after its stream had drained). */
@@ -42,18 +82,23 @@ struct lt_answers {
     int64_t admin_applied;  /* sum of the deltas answered 200 */
     uint64_t admin_ok, admin_refused, admin_unknown;
     int64_t admin_unknown_abs; /* sum of |delta| of deltas with no definite answer */
+    struct lt_act *acts;       /* the lifecycle, one per order it planned (lt_life.h) */
+    size_t nacts;
+    struct lt_life_counts life;
 };
 
 /* Empty record for 'sku'. */
 void lt_answers_init(struct lt_answers *a, int64_t sku);
 void lt_answers_free(struct lt_answers *a);
 
-/* Appends an answer naming an order.  Returns 0 or -1 when out of memory. */
+/* Appends an answer naming an order, which arrived at wall_us (wall clock,
+ * 0 unknown).  Returns 0 or -1 when out of memory. */
 int lt_answers_add(struct lt_answers *a, int64_t id, int64_t user, int64_t qty,
-                   enum lt_promise promise) __attribute__((warn_unused_result));
+                   enum lt_promise promise, int64_t wall_us) __attribute__((warn_unused_result));
 
 /* Sorts by id and merges the answers about one order (a retry's replay): a
- * 202 and a later 201 or 409 of the same order keep the stronger promise.
+ * 202 and a later 201 or 409 of the same order keep the stronger promise,
+ * and the earliest answer's time.
  * Returns the number of ids seen with two different users, quantities, or
  * both confirmed and rejected (kept, so that the check reports them). */
 size_t lt_answers_dedupe(struct lt_answers *a);

@@ -228,7 +228,8 @@ static int book(struct lt_load *ld, struct lt_req *r, enum lt_answer a, const st
         return 0;
     if (lt_answer_is_unexpected(a))
         ans->unexpected++;
-    if (lt_answer_names_order(a) && lt_answers_add(ans, n->id, r->user, r->qty, n->promise) != 0) {
+    if (lt_answer_names_order(a) &&
+        lt_answers_add(ans, n->id, r->user, r->qty, n->promise, lt_wall_us()) != 0) {
         fprintf(stderr, "seckill-loadtest: out of memory recording answers\n");
         abort();
     }

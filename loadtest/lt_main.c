@@ -13,6 +13,7 @@
 #include "lt_admin.h"
 #include "lt_answers.h"
 #include "lt_check.h"
+#include "lt_life.h"
 #include "lt_load.h"
 #include "lt_opts.h"
 #include "lt_report.h"
@@ -21,6 +22,9 @@
 #define PROG "seckill-loadtest"
 #define FD_RESERVE 64         /* descriptors beyond the connections */
 #define STATS_SLACK_SECONDS 5 /* per-second slots beyond duration + timeout */
+/* The lifecycle's draws come from their own stream of --seed: the buyers'
+ * draws stay what they were without it. */
+#define LIFE_SEED_SALT 0x6c69666563796c65ULL
 
 /* Raises the open file limit to fit the connections.  Returns 0 or -1. */
 static int fit_fd_limit(int connections)
@@ -95,6 +99,76 @@ static void answers_total(struct lt_answers *agg, const struct lt_answers *ans, 
         agg->admin_unknown += ans[i].admin_unknown;
         agg->admin_unknown_abs += ans[i].admin_unknown_abs;
     }
+}
+
+static void life_add(struct lt_life_counts *into, const struct lt_life_counts *c)
+{
+    into->pays += c->pays;
+    into->pay_ok += c->pay_ok;
+    into->pay_refused += c->pay_refused;
+    into->pay_unknown += c->pay_unknown;
+    into->pay_other += c->pay_other;
+    into->pay_again += c->pay_again;
+    into->pay_again_ok += c->pay_again_ok;
+    into->cancels += c->cancels;
+    into->cancel_ok += c->cancel_ok;
+    into->cancel_refused += c->cancel_refused;
+    into->cancel_unknown += c->cancel_unknown;
+    into->cancel_other += c->cancel_other;
+    into->aimed += c->aimed;
+    into->walks += c->walks;
+    into->unsent += c->unsent;
+}
+
+/* The lifecycle phase (lt_life.h) on the orders of every SKU, once their
+ * streams have drained (a 202's order can be paid once it is written); its
+ * counts go into agg.  Returns 0 (also when a stream did not drain: the
+ * check reports that), or -1 (message printed) when it could not run. */
+static int lifecycle(const struct lt_opts *o, struct lt_answers *ans, int n, struct lt_answers *agg)
+{
+    char err[512];
+    for (int i = 0; i < n; i++)
+        if (lt_check_drain(o, ans[i].sku, err, sizeof err) != 0) {
+            fprintf(stderr, PROG ": lifecycle skipped: SKU %" PRId64 ": %s\n", ans[i].sku, err);
+            return 0;
+        }
+    struct lt_rand rng;
+    lt_rand_seed(&rng, o->seed ^ LIFE_SEED_SALT);
+    for (int i = 0; i < n; i++)
+        if (lt_life_plan(o, &rng, &ans[i]) != 0) {
+            fprintf(stderr, PROG ": out of memory planning the lifecycle\n");
+            return -1;
+        }
+    if (o->payment_window_s > 0)
+        fprintf(stderr,
+                PROG ": lifecycle: paying %.0f %%, cancelling %.0f %% of the orders over %.1f s "
+                     "(half the payment window of %d s), the rest left to expire\n",
+                o->pay_share * 100, o->cancel_share * 100, o->payment_window_s / 2.0,
+                o->payment_window_s);
+    else
+        fprintf(stderr,
+                PROG ": lifecycle: cancelling %.0f %% of the orders at once (no payment window: "
+                     "the rest stay confirmed)\n",
+                o->cancel_share * 100);
+    double elapsed;
+    if (lt_life_run(o, ans, n, &elapsed, err, sizeof err) != 0) {
+        fprintf(stderr, PROG ": %s\n", err);
+        return -1;
+    }
+    for (int i = 0; i < n; i++)
+        life_add(&agg->life, &ans[i].life);
+    struct lt_life_counts *c = &agg->life;
+    c->elapsed_s = elapsed;
+    fprintf(stderr,
+            PROG ": lifecycle: %" PRIu64 " pays (200 %" PRIu64 ", 409 %" PRIu64 ", unknown %" PRIu64
+                 ", other %" PRIu64 ") + %" PRIu64 " again (200 %" PRIu64 "); %" PRIu64
+                 " cancels (200 %" PRIu64 ", 409 %" PRIu64 ", unknown %" PRIu64 ", other %" PRIu64
+                 "); %" PRIu64 " of those aimed at the deadline; %" PRIu64 " walk away (%" PRIu64
+                 " unsent); %.2f s\n",
+            c->pays, c->pay_ok, c->pay_refused, c->pay_unknown, c->pay_other, c->pay_again,
+            c->pay_again_ok, c->cancels, c->cancel_ok, c->cancel_refused, c->cancel_unknown,
+            c->cancel_other, c->aimed, c->walks, c->unsent, elapsed);
+    return 0;
 }
 
 /* Checks every SKU of the run (answers ans[i] about skus[i]) into chk.
@@ -216,6 +290,8 @@ static int run(const struct lt_opts *o)
         write_outputs(o, &in);
         goto out;
     }
+    if (lt_life_enabled(o) && lifecycle(o, ans, n, &agg) != 0)
+        goto out;
     chk = calloc(1, sizeof *chk);
     if (!chk) {
         fprintf(stderr, PROG ": out of memory\n");

@@ -26,6 +26,8 @@
 #define DEFAULT_DRAIN_TIMEOUT_S 120
 #define DEFAULT_PROGRESS_MS 1000
 #define DEFAULT_SEED 1
+#define DEFAULT_LIFECYCLE_TIMEOUT_S 60
+#define MAX_LIFECYCLE_TIMEOUT_S 3600
 #define MAX_TIMEOUT_MS 600000
 #define MAX_ADMIN_EVERY_MS 60000
 #define MAX_DRAIN_TIMEOUT_S 3600
@@ -74,6 +76,10 @@ enum {
     OPT_ALLOW_LOST_PENDING,
     OPT_NO_CHECK,
     OPT_LABEL,
+    OPT_PAY_SHARE,
+    OPT_CANCEL_SHARE,
+    OPT_PAYMENT_WINDOW,
+    OPT_LIFECYCLE_TIMEOUT,
     OPT_HELP
 };
 
@@ -115,6 +121,10 @@ static const struct option long_opts[] = {
     {"allow-lost-pending", no_argument, NULL, OPT_ALLOW_LOST_PENDING},
     {"no-check", no_argument, NULL, OPT_NO_CHECK},
     {"label", required_argument, NULL, OPT_LABEL},
+    {"pay-share", required_argument, NULL, OPT_PAY_SHARE},
+    {"cancel-share", required_argument, NULL, OPT_CANCEL_SHARE},
+    {"payment-window", required_argument, NULL, OPT_PAYMENT_WINDOW},
+    {"lifecycle-timeout", required_argument, NULL, OPT_LIFECYCLE_TIMEOUT},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -165,6 +175,20 @@ void lt_opts_usage(FILE *out)
             "  --admin-deltas N       fire N relative stock adjustments (default 0)\n"
             "  --admin-every-ms N     one every N ms (default %d)\n"
             "  --admin-max-delta N    each a random +/-1..N (default %d)\n"
+            "order lifecycle (after the buyers and the stream's drain)\n"
+            "  --payment-window S     a created SKU's payment window in seconds, 0..%d\n"
+            "                         (default 0: no payment step, confirmed is final); its\n"
+            "                         orders not paid by then expire and give their units back\n"
+            "  --pay-share F          share of the orders (201/202) the admin pays, each with\n"
+            "                         payment_ref lt-SEED-ORDER, 5 %% of them twice (default 0;\n"
+            "                         needs --payment-window > 0)\n"
+            "  --cancel-share F       share of the orders their buyer cancels (default 0);\n"
+            "                         pay + cancel <= 1, the rest walk away (and expire);\n"
+            "                         the pays and cancels spread over half the window, a\n"
+            "                         tenth of them sent at their order's deadline instead\n"
+            "  --lifecycle-timeout S  the check waits at most the window + S seconds for\n"
+            "                         every deadline to pass and every return to reach Redis\n"
+            "                         (default %d)\n"
             "checking\n"
             "  --pg-dsn DSN           libpq conninfo (default $SECKILL_PG_DSN)\n"
             "  --redis-url URL        redis://host:port/db (default $SECKILL_REDIS_URL)\n"
@@ -185,8 +209,8 @@ void lt_opts_usage(FILE *out)
             LT_MAX_TARGETS, LT_MAX_SKUS, DEFAULT_STOCK, DEFAULT_LIMIT, DEFAULT_USERS,
             DEFAULT_CONCURRENCY, LT_MAX_CONCURRENCY, LT_MAX_SOURCE_ADDRS, DEFAULT_DURATION_S,
             LT_MAX_DURATION_S, DEFAULT_SEED, DEFAULT_TIMEOUT_MS, DEFAULT_ERROR_PAUSE_MS,
-            DEFAULT_ADMIN_EVERY_MS, DEFAULT_ADMIN_MAX_DELTA, DEFAULT_DRAIN_TIMEOUT_S,
-            DEFAULT_PROGRESS_MS);
+            DEFAULT_ADMIN_EVERY_MS, DEFAULT_ADMIN_MAX_DELTA, LT_MAX_PAYMENT_WINDOW_S,
+            DEFAULT_LIFECYCLE_TIMEOUT_S, DEFAULT_DRAIN_TIMEOUT_S, DEFAULT_PROGRESS_MS);
 }
 
 int lt_is_loopback(const char *host)
@@ -378,6 +402,7 @@ static void set_defaults(struct lt_opts *o)
     o->admin_max_delta = DEFAULT_ADMIN_MAX_DELTA;
     o->drain_timeout_s = DEFAULT_DRAIN_TIMEOUT_S;
     o->progress_ms = DEFAULT_PROGRESS_MS;
+    o->lifecycle_timeout_s = DEFAULT_LIFECYCLE_TIMEOUT_S;
     const char *e;
     if ((e = getenv("SECKILL_ADMIN_TOKEN")) && strlen(e) < sizeof o->token)
         snprintf(o->token, sizeof o->token, "%s", e);
@@ -518,10 +543,46 @@ static int apply(struct lt_opts *o, int c, const char *arg, char *err, size_t er
         return 0;
     case OPT_LABEL:
         return copy_str("label", o->label, sizeof o->label, arg, err, errlen);
+    case OPT_PAY_SHARE:
+        return parse_double("pay-share", arg, 0, 1, &o->pay_share, err, errlen);
+    case OPT_CANCEL_SHARE:
+        return parse_double("cancel-share", arg, 0, 1, &o->cancel_share, err, errlen);
+    case OPT_PAYMENT_WINDOW:
+        return parse_int("payment-window", arg, 0, LT_MAX_PAYMENT_WINDOW_S, &o->payment_window_s,
+                         err, errlen);
+    case OPT_LIFECYCLE_TIMEOUT:
+        return parse_int("lifecycle-timeout", arg, 1, MAX_LIFECYCLE_TIMEOUT_S,
+                         &o->lifecycle_timeout_s, err, errlen);
     default:
         snprintf(err, errlen, "unknown flag (see --help)");
         return -1;
     }
+}
+
+/* The lifecycle flags: how they combine, and the one mode they fit (a run:
+ * its buyers' orders are what gets paid and cancelled). */
+static int check_lifecycle(const struct lt_opts *o, char *err, size_t errlen)
+{
+    /* Shares are decimal fractions: 0.7 + 0.3 may add up to a hair above 1. */
+    if (o->pay_share + o->cancel_share > 1.0 + 1e-9) {
+        snprintf(err, errlen, "--pay-share (%g) + --cancel-share (%g) is more than 1", o->pay_share,
+                 o->cancel_share);
+        return -1;
+    }
+    if (o->pay_share > 0 && o->payment_window_s == 0) {
+        snprintf(err, errlen,
+                 "--pay-share needs --payment-window > 0: without a window a confirmed order is "
+                 "final and a payment answers 409");
+        return -1;
+    }
+    if ((o->pay_share > 0 || o->cancel_share > 0 || o->payment_window_s > 0) &&
+        o->mode != LT_MODE_RUN) {
+        snprintf(err, errlen,
+                 "--pay-share, --cancel-share and --payment-window act on the orders of a run: "
+                 "not with --check-only, --load-only or --no-check");
+        return -1;
+    }
+    return 0;
 }
 
 int lt_opts_parse(struct lt_opts *o, int argc, char **argv, char *err, size_t errlen)
@@ -575,6 +636,8 @@ int lt_opts_parse(struct lt_opts *o, int argc, char **argv, char *err, size_t er
                  o->duration_s);
         return -1;
     }
+    if (check_lifecycle(o, err, errlen) != 0)
+        return -1;
     if (!o->label[0])
         snprintf(o->label, sizeof o->label, "%s",
                  o->mode == LT_MODE_RAW          ? "raw load"
@@ -616,6 +679,12 @@ int lt_opts_parse(struct lt_opts *o, int argc, char **argv, char *err, size_t er
     }
     if (!o->sku)
         o->create_sku = 1;
+    if (o->payment_window_s > 0 && !o->create_sku) {
+        snprintf(err, errlen,
+                 "--payment-window is sent when the SKU is created: not with --sku of an existing "
+                 "SKU (add --create-sku, or leave --sku out)");
+        return -1;
+    }
     if (strlen(o->buyer_secret) < BUYER_TOKEN_SECRET_MIN_BYTES) {
         snprintf(err, errlen,
                  "buyers need tokens signed with the service's buyer_token_secret: "

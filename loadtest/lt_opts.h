@@ -42,6 +42,8 @@ enum lt_sku_pick { LT_SKU_RANDOM, LT_SKU_ROUND_ROBIN };
 #define LT_MAX_TARGETS 8        /* --url given several times: instances of one service */
 #define LT_MAX_SKUS 10000       /* --skus: SKUs bought at once */
 #define LT_MAX_SOURCE_ADDRS 250 /* --source-addrs: 127.0.0.1 .. 127.0.0.250 */
+/* --payment-window: the service's bound of skus.payment_window_s (30 days) */
+#define LT_MAX_PAYMENT_WINDOW_S 2592000
 
 struct lt_target {
     char url[LT_URL_MAX];
@@ -86,6 +88,11 @@ struct lt_opts {
     const char *json_path;   /* NULL: derived from report_html, else none */
     const char *answers_path;
     int allow_lost_pending; /* a 202 without a row is counted, not a violation */
+    /* The order lifecycle (lt_life.h): after the buyers, a share of the orders
+     * is paid, a share cancelled, the rest walks away and expires. */
+    double pay_share, cancel_share;
+    int payment_window_s;    /* of a created SKU; 0: no payment step, confirmed is final */
+    int lifecycle_timeout_s; /* beyond the window, for the last expiries and returns */
     char label[LT_LABEL_MAX];
 };
 

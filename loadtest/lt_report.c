@@ -1,5 +1,7 @@
 #include "lt_report.h"
 
+#include "lt_life.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -71,6 +73,15 @@ static const char *sku_words(const struct lt_report_in *in, char *buf, size_t ca
     return buf;
 }
 
+/* Whether the report has lifecycle figures to show: a run with a phase, or
+ * a check that found orders paid, cancelled or expired. */
+static int life_shown(const struct lt_report_in *in)
+{
+    const struct lt_check_facts *f = in->check ? &in->check->f : NULL;
+    return (in->ans && lt_life_enabled(in->o)) ||
+           (f && f->lc_paid + f->lc_expired + f->lc_cancelled_early + f->lc_cancelled_late > 0);
+}
+
 static const char *state_word(enum lt_check_state s)
 {
     return s == LT_CHECK_PASSED ? "PASS" : s == LT_CHECK_FAILED ? "FAIL" : "skip";
@@ -122,7 +133,29 @@ void lt_report_text(FILE *out, const struct lt_report_in *in)
                 " refused 409, %" PRIu64 " unknown\n",
                 a->admin_ok + a->admin_refused + a->admin_unknown, a->admin_ok, a->admin_applied,
                 a->admin_refused, a->admin_unknown);
+    if (a && lt_life_enabled(o)) {
+        const struct lt_life_counts *l = &a->life;
+        fprintf(out,
+                "lifecycle window %d s, pay %.2f, cancel %.2f: %" PRIu64 " pays (200 %" PRIu64
+                ", 409 %" PRIu64 ", open %" PRIu64 ", other %" PRIu64 "), %" PRIu64
+                " sent twice (200 %" PRIu64 "); %" PRIu64 " cancels (200 %" PRIu64 ", 409 %" PRIu64
+                ", open %" PRIu64 ", other %" PRIu64 "); %" PRIu64
+                " of those aimed at the deadline; %" PRIu64 " left alone (%" PRIu64
+                " unsent); %.2f s\n",
+                o->payment_window_s, o->pay_share, o->cancel_share, l->pays, l->pay_ok,
+                l->pay_refused, l->pay_unknown, l->pay_other, l->pay_again, l->pay_again_ok,
+                l->cancels, l->cancel_ok, l->cancel_refused, l->cancel_unknown, l->cancel_other,
+                l->aimed, l->walks, l->unsent, l->elapsed_s);
+    }
     const struct lt_check_result *c = in->check;
+    if (c && life_shown(in))
+        fprintf(out,
+                "orders    paid %" PRId64 ", cancelled %" PRId64 " (%" PRId64
+                " before confirmation, %" PRId64 " after), expired %" PRId64 "; %" PRId64
+                " units given back; settled %.2f s after the drain\n",
+                c->f.lc_paid, c->f.lc_cancelled_early + c->f.lc_cancelled_late,
+                c->f.lc_cancelled_early, c->f.lc_cancelled_late, c->f.lc_expired,
+                c->f.lc_returned_units, c->f.settle_s);
     if (c) {
         const struct lt_check_facts *f = &c->f;
         fprintf(out,
@@ -217,6 +250,10 @@ int lt_report_json(const char *path, const struct lt_report_in *in, char *err, s
                   "admin_max_delta", (json_int_t)o->admin_max_delta));
     json_object_set_new(json_object_get(root, "config"), "source_addrs",
                         json_integer(o->source_addrs));
+    json_object_set_new(json_object_get(root, "config"), "lifecycle",
+                        json_pack("{s:f, s:f, s:i, s:i}", "pay_share", o->pay_share, "cancel_share",
+                                  o->cancel_share, "payment_window_s", o->payment_window_s,
+                                  "lifecycle_timeout_s", o->lifecycle_timeout_s));
     if (in->st && in->sum) {
         const struct lt_load_summary *s = in->sum;
         json_t *answers = json_object();
@@ -249,6 +286,22 @@ int lt_report_json(const char *path, const struct lt_report_in *in, char *err, s
                       (json_int_t)in->ans->admin_applied, "ok", (json_int_t)in->ans->admin_ok,
                       "refused", (json_int_t)in->ans->admin_refused, "unknown",
                       (json_int_t)in->ans->admin_unknown));
+    if (in->ans && lt_life_enabled(o)) {
+        const struct lt_life_counts *l = &in->ans->life;
+        json_object_set_new(
+            root, "lifecycle",
+            json_pack("{s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I, s:I, s:I, s:I}, "
+                      "s:I, s:I, s:I, s:f}",
+                      "pays", "sent", (json_int_t)l->pays, "ok_200", (json_int_t)l->pay_ok,
+                      "refused_409", (json_int_t)l->pay_refused, "open", (json_int_t)l->pay_unknown,
+                      "other", (json_int_t)l->pay_other, "sent_twice", (json_int_t)l->pay_again,
+                      "twice_ok_200", (json_int_t)l->pay_again_ok, "cancels", "sent",
+                      (json_int_t)l->cancels, "ok_200", (json_int_t)l->cancel_ok, "refused_409",
+                      (json_int_t)l->cancel_refused, "open", (json_int_t)l->cancel_unknown, "other",
+                      (json_int_t)l->cancel_other, "aimed_at_deadline", (json_int_t)l->aimed,
+                      "left_alone", (json_int_t)l->walks, "unsent", (json_int_t)l->unsent,
+                      "elapsed_s", l->elapsed_s));
+    }
     if (m.have_writer)
         json_object_set_new(root, "writer",
                             json_pack("{s:f, s:f, s:f, s:f}", "accepted_per_s",
@@ -289,6 +342,14 @@ int lt_report_json(const char *path, const struct lt_report_in *in, char *err, s
                                       (json_int_t)f->answered_pending, "lost_202",
                                       (json_int_t)f->lost_pending_orders, "lost_202_units",
                                       (json_int_t)f->lost_pending_units));
+        json_object_set_new(
+            json_object_get(inv, "facts"), "lifecycle",
+            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:f}", "payment_window_s",
+                      (json_int_t)f->payment_window_s, "paid", (json_int_t)f->lc_paid,
+                      "cancelled_before_confirmation", (json_int_t)f->lc_cancelled_early,
+                      "cancelled_after_confirmation", (json_int_t)f->lc_cancelled_late, "expired",
+                      (json_int_t)f->lc_expired, "returned_units", (json_int_t)f->lc_returned_units,
+                      "settle_s", f->settle_s));
     }
     json_object_set_new(root, "invariants", inv);
     int rc = json_dump_file(root, path, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
@@ -556,6 +617,33 @@ int lt_report_html(const char *path, const struct lt_report_in *in, char *err, s
                 " rejected.</p>\n",
                 fa->db_stock, fa->redis_stock, fa->initial_stock, fa->run_orders,
                 fa->run_confirmed_units, fa->run_rejected_orders);
+        if (life_shown(in))
+            fprintf(f,
+                    "<p>Order lifecycle: %" PRId64 " paid, %" PRId64 " cancelled (%" PRId64
+                    " before confirmation), %" PRId64 " expired; %" PRId64
+                    " units given back; settled %.2f s after the drain.</p>\n",
+                    fa->lc_paid, fa->lc_cancelled_early + fa->lc_cancelled_late,
+                    fa->lc_cancelled_early, fa->lc_expired, fa->lc_returned_units, fa->settle_s);
+        if (in->ans && lt_life_enabled(o)) {
+            const struct lt_life_counts *l = &in->ans->life;
+            fprintf(f,
+                    "<table><tr><th>lifecycle</th><th>sent</th><th>200</th><th>409</th>"
+                    "<th>open</th><th>other</th></tr>\n"
+                    "<tr><td>pay</td><td class=\"n\">%" PRIu64 "</td><td class=\"n\">%" PRIu64
+                    "</td><td class=\"n\">%" PRIu64 "</td><td class=\"n\">%" PRIu64
+                    "</td><td class=\"n\">%" PRIu64 "</td></tr>\n"
+                    "<tr><td>pay again (same ref)</td><td class=\"n\">%" PRIu64
+                    "</td><td class=\"n\">%" PRIu64 "</td><td></td><td></td><td></td></tr>\n"
+                    "<tr><td>cancel</td><td class=\"n\">%" PRIu64 "</td><td class=\"n\">%" PRIu64
+                    "</td><td class=\"n\">%" PRIu64 "</td><td class=\"n\">%" PRIu64
+                    "</td><td class=\"n\">%" PRIu64 "</td></tr>\n</table>\n"
+                    "<p>%" PRIu64 " pays and cancels aimed at their order's deadline; %" PRIu64
+                    " orders left alone (%" PRIu64
+                    " of them unsent at the phase's end); payment window %d s.</p>\n",
+                    l->pays, l->pay_ok, l->pay_refused, l->pay_unknown, l->pay_other, l->pay_again,
+                    l->pay_again_ok, l->cancels, l->cancel_ok, l->cancel_refused, l->cancel_unknown,
+                    l->cancel_other, l->aimed, l->walks, l->unsent, o->payment_window_s);
+        }
         if (m.have_writer)
             fprintf(f,
                     "<p>Order writer: %.0f rows/s confirmed vs %.0f orders/s accepted (ratio "
