@@ -597,6 +597,30 @@ START_TEST(test_http_lifecycle_answers_and_metrics)
 }
 END_TEST
 
+/* A SKU sold out on this instance (its local flag set) sells the unit a
+ * cancel gave back at once: the cancel clears the flag here, and Redis and
+ * the database both have the unit again. */
+START_TEST(test_cancel_reopens_a_sold_out_sku)
+{
+    struct th_daemon d;
+    th_daemon_start(&d, (const char *const[]){"SECKILL_SOLD_OUT_FLAG_MS=10000", NULL});
+    th_create_sku(d.port, 31, 1, 1);
+    struct th_response res;
+    ck_assert_int_eq(th_order(d.port, 31, 60, 1, NULL, &res), 201);
+    int64_t id = th_json_int(res.body, "order_id", 0);
+    ck_assert_int_eq(th_order(d.port, 31, 61, 1, NULL, &res), 409); /* sets the flag */
+    ck_assert_int_eq(th_order(d.port, 31, 62, 1, NULL, &res), 409); /* from the flag */
+    char path[96];
+    snprintf(path, sizeof path, "/api/v1/orders/%lld/cancel", (long long)id);
+    ck_assert_int_eq(post_buyer(d.port, path, 60, &res), 200);
+    /* within the flag's 10 s: only the cleared flag lets this through */
+    ck_assert_int_eq(th_order(d.port, 31, 61, 1, NULL, &res), 201);
+    ck_assert_int_eq(th_order(d.port, 31, 60, 1, NULL, &res), 409);
+    ck_assert_int_eq(th_daemon_stop(&d), 0);
+    th_assert_invariants(31);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("lifecycle");
@@ -615,6 +639,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_return_settled_after_a_rebuild_is_not_doubled);
     tcase_add_test(tc, test_return_after_a_rebuild_reaches_the_rebuilt_state);
     tcase_add_test(tc, test_http_lifecycle_answers_and_metrics);
+    tcase_add_test(tc, test_cancel_reopens_a_sold_out_sku);
     suite_add_tcase(s, tc);
     return s;
 }
