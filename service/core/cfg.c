@@ -141,6 +141,8 @@ static const struct cfg_def defs[] = {
       "how often this instance expires confirmed orders whose payment window passed and settles "
       "returns a dead process left (0: this instance does not sweep)"),
     I(expiry_batch, 1000, 1, 100000, "orders expired per database transaction"),
+    I(expiry_sweep_skus, 1000, 1, 1000000,
+      "SKUs one sweep works on; the next sweep goes on after the last one"),
     I(writer_threads, 2, 0, 64,
       "order writer threads, each on its share of the SKUs (0: this instance writes no orders)"),
     I(writer_batch, 500, 1, 10000, "stream entries per database transaction"),

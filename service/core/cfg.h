@@ -74,6 +74,7 @@ struct cfg {
     int64_t reconcile_retry_ms;         /* next pass after one that could not finish */
     int64_t expiry_sweep_interval_ms;   /* expire unpaid orders, settle returns; 0: off */
     int64_t expiry_batch;               /* orders expired per transaction */
+    int64_t expiry_sweep_skus;          /* SKUs per sweep (the next goes on from there) */
     int64_t writer_threads;             /* order writer threads in this process */
     int64_t writer_batch;               /* stream entries per transaction */
     int64_t writer_block_ms;            /* XREADGROUP BLOCK */

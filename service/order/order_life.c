@@ -21,8 +21,6 @@
 #define LIFE_SETTLE_MAX 1000
 /* Transactions of one SKU in one sweep: a bound on a sweep's time. */
 #define LIFE_SWEEP_ROUNDS 64
-/* SKUs one sweep looks at. */
-#define LIFE_SWEEP_SKUS 1000
 
 static void i64s(char *buf, size_t cap, int64_t v)
 {
@@ -380,15 +378,19 @@ static int expire_step(struct worker_ctx *w, struct dbtx *tx, int64_t sku, void 
     return e->expired > 0;
 }
 
-int order_life_sweep(struct worker_ctx *w, int64_t batch, struct life_sweep *s)
+int order_life_sweep(struct worker_ctx *w, int64_t batch, int64_t max_skus, int64_t *cursor,
+                     struct life_sweep *s)
 {
     memset(s, 0, sizeof *s);
-    char max[24];
-    i64s(max, sizeof max, LIFE_SWEEP_SKUS);
-    PGresult *due = db_query(&w->db, "skus_lifecycle_due", 1, (const char *[]){max});
+    char max[24], after[24];
+    i64s(max, sizeof max, max_skus);
+    i64s(after, sizeof after, *cursor);
+    PGresult *due = db_query(&w->db, "skus_lifecycle_due", 2, (const char *[]){max, after});
     if (!due)
         return -1;
     metrics_add(M_SWEEPS, 1);
+    /* a full page: the next sweep goes on after its last SKU; else from the start */
+    *cursor = PQntuples(due) == max_skus ? atoll(PQgetvalue(due, PQntuples(due) - 1, 0)) : 0;
     for (int row = 0; row < PQntuples(due); row++) {
         int64_t sku = atoll(PQgetvalue(due, row, 0));
         s->skus++;

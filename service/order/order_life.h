@@ -54,10 +54,14 @@ struct life_sweep {
 };
 
 /* Expires the orders whose window has passed and settles unsettled returns,
- * on every SKU that has such work, at most 'batch' orders per transaction.
- * Safe with any number of sweepers at once (the SKU lock orders them, and
- * every state change is guarded).  Returns 0, or -1 when the database could
- * not be asked. */
-int order_life_sweep(struct worker_ctx *w, int64_t batch, struct life_sweep *s);
+ * on the SKUs that have such work (at most max_skus per sweep, from the
+ * first id above *cursor, which it moves on: start it at 0 and keep it
+ * between sweeps, so that no SKU waits behind others that always have work),
+ * at most 'batch' orders per transaction.  Safe with any
+ * number of sweepers at once (the SKU lock orders them, and every state
+ * change is guarded).  Returns 0, or -1 when the database could not be
+ * asked. */
+int order_life_sweep(struct worker_ctx *w, int64_t batch, int64_t max_skus, int64_t *cursor,
+                     struct life_sweep *s);
 
 #endif

@@ -24,10 +24,12 @@ struct order_sweeper {
 static void *sweeper_main(void *arg)
 {
     struct order_sweeper *s = arg;
-    int64_t pause = s->cfg->expiry_sweep_interval_ms;
+    int64_t pause = s->cfg->expiry_sweep_interval_ms, cursor = 0;
     for (;;) {
         struct life_sweep done;
-        if (order_life_sweep(&s->ctx, s->cfg->expiry_batch, &done) == 0 && done.expired > 0)
+        if (order_life_sweep(&s->ctx, s->cfg->expiry_batch, s->cfg->expiry_sweep_skus, &cursor,
+                             &done) == 0 &&
+            done.expired > 0)
             log_info("expiry sweep: %" PRId64 " unpaid orders expired on %" PRId64 " SKUs",
                      done.expired, done.skus);
         struct timespec until;

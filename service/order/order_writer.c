@@ -373,25 +373,36 @@ static const struct {
 
 /* Prepares the batch statements on conn (a new session of w's connection),
  * after DEALLOCATE ALL so that a half-done earlier attempt cannot collide.
- * Outside any transaction.  On failure the batch runs them unnamed. */
+ * Outside any transaction.  On failure the batch runs them unnamed.
+ *
+ * The session never prefers a sequential scan (enable_seqscan off; each of
+ * these statements has its index): a sale starts on an empty orders table,
+ * and after five executions PostgreSQL keeps a generic plan, which it cost
+ * before autovacuum had analyzed anything.  On a fresh table that plan was
+ * a sequential scan for "id = ANY($1)", kept while the table grew: every
+ * batch read every order, and a 20 s sale wrote half as many orders.
+ * Planning each execution instead (plan_cache_mode = force_custom_plan)
+ * cured it too, at a fifth of the throughput. */
+#define WRITER_SESSION_SETUP 2
 static void prepare_stmts(struct writer *w, PGconn *conn)
 {
-    struct pgwait_stmt q[1 + WS_COUNT] = {{.sql = "DEALLOCATE ALL"}};
+    struct pgwait_stmt q[WRITER_SESSION_SETUP + WS_COUNT] = {{.sql = "DEALLOCATE ALL"},
+                                                             {.sql = "SET enable_seqscan = off"}};
     for (int i = 0; i < WS_COUNT; i++)
-        q[1 + i] = (struct pgwait_stmt){.sql = sql_text(writer_stmts[i].sql),
-                                        .nparams = writer_stmts[i].nparams,
-                                        .name = writer_stmts[i].name,
-                                        .prepare = 1};
-    PGresult *r[1 + WS_COUNT];
+        q[WRITER_SESSION_SETUP + i] = (struct pgwait_stmt){.sql = sql_text(writer_stmts[i].sql),
+                                                           .nparams = writer_stmts[i].nparams,
+                                                           .name = writer_stmts[i].name,
+                                                           .prepare = 1};
+    PGresult *r[WRITER_SESSION_SETUP + WS_COUNT];
     struct pgwait pw;
     pgwait_start(&pw, 0, NULL);
-    int ok = pgwait_pipeline(&pw, conn, 1 + WS_COUNT, q, r) == 0;
-    for (int i = 0; ok && i < 1 + WS_COUNT; i++)
+    int ok = pgwait_pipeline(&pw, conn, WRITER_SESSION_SETUP + WS_COUNT, q, r) == 0;
+    for (int i = 0; ok && i < WRITER_SESSION_SETUP + WS_COUNT; i++)
         ok = PQresultStatus(r[i]) == PGRES_COMMAND_OK;
     if (!ok)
         log_warn("writer: preparing statements failed (%s); batches parse them each time",
                  pw.err[0] ? pw.err : "refused");
-    for (int i = 0; i < 1 + WS_COUNT; i++)
+    for (int i = 0; i < WRITER_SESSION_SETUP + WS_COUNT; i++)
         PQclear(r[i]); /* NULL after a failed pipeline */
     w->prepared_session = ok ? w->ctx.db.session : 0;
 }

@@ -177,7 +177,8 @@ static int64_t sweep(void)
     struct worker_ctx w;
     ctx_open(&w);
     struct life_sweep s;
-    ck_assert_int_eq(order_life_sweep(&w, 1000, &s), 0);
+    int64_t cursor = 0;
+    ck_assert_int_eq(order_life_sweep(&w, 1000, 1000, &cursor, &s), 0);
     worker_ctx_close(&w);
     return s.expired;
 }
@@ -317,6 +318,38 @@ START_TEST(test_expiry_returns_units_and_refuses_late_payment)
 }
 END_TEST
 
+/* A sweep works on a bounded number of SKUs and the next goes on after the
+ * last: no SKU waits behind others for ever. */
+START_TEST(test_sweeps_take_turns_over_the_skus)
+{
+    for (int64_t sku = 6; sku <= 8; sku++) {
+        create_sku(sku, 10, 5, 600);
+        (void)reserve(sku, 1, 1);
+        write_all(sku);
+        make_due(sku);
+    }
+    struct worker_ctx w;
+    ctx_open(&w);
+    struct life_sweep s;
+    int64_t cursor = 0;
+    ck_assert_int_eq(order_life_sweep(&w, 1000, 2, &cursor, &s), 0);
+    ck_assert_int_eq(s.skus, 2);
+    ck_assert_int_eq(cursor, 7);
+    ck_assert_int_eq(q_int("SELECT count(*) FROM orders WHERE sku_id = %lld AND status = "
+                           "'confirmed'",
+                           8),
+                     1);
+    ck_assert_int_eq(order_life_sweep(&w, 1000, 2, &cursor, &s), 0);
+    ck_assert_int_eq(s.skus, 1);
+    ck_assert_int_eq(cursor, 0); /* a short page: from the start next time */
+    ck_assert_int_eq(
+        q_int("SELECT count(*) FROM orders WHERE status = 'confirmed' AND %lld > 0", 1), 0);
+    worker_ctx_close(&w);
+    for (int64_t sku = 6; sku <= 8; sku++)
+        th_assert_invariants(sku);
+}
+END_TEST
+
 /* ---- races ---------------------------------------------------------------- */
 
 #define RACE_ORDERS 40
@@ -338,7 +371,8 @@ static void *race_main(void *arg)
         /* sweeps across the deadlines, in small batches: more interleaving */
         for (int i = 0; i < 40; i++) {
             struct life_sweep s;
-            ck_assert_int_eq(order_life_sweep(&w, 7, &s), 0);
+            int64_t cursor = 0;
+            ck_assert_int_eq(order_life_sweep(&w, 7, 1000, &cursor, &s), 0);
             th_sleep_ms(10);
         }
     } else {
@@ -632,6 +666,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_without_a_window_confirmed_is_final_and_never_expires);
     tcase_add_test(tc, test_pending_cancel_is_written_as_cancelled);
     tcase_add_test(tc, test_expiry_returns_units_and_refuses_late_payment);
+    tcase_add_test(tc, test_sweeps_take_turns_over_the_skus);
     tcase_add_test(tc, test_pay_racing_expiry_ends_in_one_state);
     tcase_add_test(tc, test_cancel_racing_expiry_returns_once);
     tcase_add_test(tc, test_two_sweepers_expire_each_order_once);

@@ -281,6 +281,40 @@ START_TEST(test_writer_prepares_its_statements_once_per_session)
 }
 END_TEST
 
+/* A sale starts on an empty orders table: after a few batches PostgreSQL
+ * keeps a generic plan for each prepared statement, and it must not be a
+ * sequential scan of the orders (which every batch of the sale would then
+ * pay in full). */
+START_TEST(test_writer_plans_keep_to_the_indexes_on_a_fresh_table)
+{
+    create_sku(31, 1000, 5);
+    struct writer w;
+    char err[160];
+    ck_assert(writer_init(&w, &cfg, "plans", err, sizeof err) == 0);
+    for (int i = 0; i < 12; i++) { /* past the five custom plans */
+        reserve(31, 100 + i, 1);
+        for (int k = 0; k < 20 && writer_poll(&w) == 0; k++)
+            ;
+    }
+    ck_assert_int_eq(q_int("SELECT count(*) FROM orders WHERE sku_id = %lld", 31), 12);
+    static const char *const probes[] = {
+        "EXPLAIN EXECUTE seckill_w_existing('{1,2,3}')",
+        "EXPLAIN EXECUTE seckill_w_user_units(31, '{1,2,3}')",
+        "EXPLAIN EXECUTE seckill_w_cancels('{1,2,3}')",
+    };
+    for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) {
+        PGresult *r = PQexec(w.ctx.db.conn, probes[i]);
+        ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK, "%s: %s", probes[i],
+                      PQerrorMessage(w.ctx.db.conn));
+        for (int row = 0; row < PQntuples(r); row++)
+            ck_assert_msg(strstr(PQgetvalue(r, row, 0), "Seq Scan") == NULL, "%s: %s", probes[i],
+                          PQgetvalue(r, row, 0));
+        PQclear(r);
+    }
+    writer_close(&w);
+}
+END_TEST
+
 START_TEST(test_replayed_batch_changes_nothing)
 {
     create_sku(2, 10, 5);
@@ -778,6 +812,7 @@ static Suite *writer_suite(void)
     tcase_add_test(tc, test_replayed_batch_changes_nothing);
     tcase_add_test(tc, test_writer_threads_share_the_skus);
     tcase_add_test(tc, test_writer_prepares_its_statements_once_per_session);
+    tcase_add_test(tc, test_writer_plans_keep_to_the_indexes_on_a_fresh_table);
     tcase_add_test(tc, test_writer_that_waited_for_the_lock_writes_what_queued_meanwhile);
     tcase_add_test(tc, test_database_refusal_rejects_and_returns_stock_once);
     tcase_add_test(tc, test_entries_of_dead_writer_are_reclaimed);
