@@ -311,6 +311,17 @@ START_TEST(test_writer_plans_keep_to_the_indexes_on_a_fresh_table)
                           PQgetvalue(r, row, 0));
         PQclear(r);
     }
+    /* ... and the generic plans are used: planning every batch again would
+     * cost a fifth of the writer's throughput */
+    PGresult *r = PQexec(w.ctx.db.conn, "SELECT name, generic_plans, custom_plans FROM "
+                                        "pg_prepared_statements WHERE name LIKE 'seckill_w_%' "
+                                        "AND generic_plans + custom_plans > 6");
+    ck_assert_int_eq(PQresultStatus(r), PGRES_TUPLES_OK);
+    ck_assert_int_ge(PQntuples(r), 5);
+    for (int row = 0; row < PQntuples(r); row++)
+        ck_assert_msg(atoll(PQgetvalue(r, row, 1)) > 0, "%s: %s generic plans, %s custom",
+                      PQgetvalue(r, row, 0), PQgetvalue(r, row, 1), PQgetvalue(r, row, 2));
+    PQclear(r);
     writer_close(&w);
 }
 END_TEST
