@@ -210,7 +210,8 @@ static const char SQL_LIFE_TEMP[] =
  * with its ref; one refused (409 order_not_payable) names the state its row
  * ends in (or 'pending': not written yet), never paid; a cancel answered 200
  * cancelled it; one refused (409 order_not_cancellable) names the state its
- * row is in: paid, expired or rejected.  No answer, a 503 or a 429 (a rate
+ * row is in: paid, expired, rejected, or confirmed (final without a payment
+ * window).  No answer, a 503 or a 429 (a rate
  * limit refused it: the order is as if it had not been sent) leaves it open.
  * An order without a row is I4's. */
 static const char SQL_LIFE_ANSWERS[] =
@@ -227,7 +228,8 @@ static const char SQL_LIFE_ANSWERS[] =
     "    OR (l.plan = 'c' AND NOT ("
     "         (l.code = 200 AND l.state = 'cancelled' AND o.status = 'cancelled')"
     "      OR (l.code = 409 AND l.error = 'order_not_cancellable'"
-    "          AND l.state IN ('paid', 'expired', 'rejected') AND o.status = l.state)"
+    "          AND l.state IN ('paid', 'expired', 'rejected', 'confirmed')"
+    "          AND o.status = l.state)"
     "      OR l.code IN (0, 429, 503)))"
     " ORDER BY l.id LIMIT 1000";
 /* $1 sku, $2 first order id - 1, $3 whether the SKU has a payment window.

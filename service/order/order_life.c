@@ -265,11 +265,12 @@ static int cancel_step(struct worker_ctx *w, struct dbtx *tx, int64_t sku, void 
         else if (strcmp(state, "cancelled") == 0)
             c->res = LIFE_REPLAYED;
         else {
-            /* confirmed here means its window passed: as a payment would, it
-             * counts as expired, which the next sweep makes it */
+            /* confirmed here is final (no payment window), or its window
+             * passed: as a payment would, it counts as expired, which the
+             * next sweep makes it */
+            int overdue = strcmp(state, "confirmed") == 0 && !PQgetisnull(r, 0, 7);
             c->res = LIFE_WRONG_STATE;
-            snprintf(c->state, sizeof c->state, "%s",
-                     strcmp(state, "confirmed") == 0 ? "expired" : state);
+            snprintf(c->state, sizeof c->state, "%s", overdue ? "expired" : state);
         }
         PQclear(r);
         return 0;

@@ -2,8 +2,8 @@
  * order_life: an order's life after the writer (runs on workers and the
  * sweeper thread).
  *
- *   pending --writer--> confirmed --pay--> paid
- *      |                    |------cancel--> cancelled
+ *   pending --writer--> confirmed --pay--> paid     (a SKU without a payment
+ *      |                    |------cancel--> cancelled   window: confirmed is final)
  *      |                    '--window ends-> expired
  *      |--writer--> rejected
  *      '--cancel--> cancelled (the writer writes it so; it never took stock)
@@ -41,9 +41,11 @@ enum life_result {
 enum life_result order_pay(struct worker_ctx *w, int64_t order_id, const char *payment_ref,
                            json_t **out);
 
-/* The buyer's cancel: confirmed -> cancelled (units back), or a pending
- * order recorded as cancelled for the writer.  LIFE_NOT_FOUND for an order
- * that is not buyer's (as the lookup answers). */
+/* The buyer's cancel: confirmed -> cancelled (units back) while its payment
+ * window is open, or a pending order recorded as cancelled for the writer.
+ * Without a payment window confirmed is final (LIFE_WRONG_STATE
+ * "confirmed"); past the window it counts as expired.  LIFE_NOT_FOUND for
+ * an order that is not buyer's (as the lookup answers). */
 enum life_result order_cancel(struct worker_ctx *w, int64_t order_id, int64_t buyer, json_t **out);
 
 /* What one sweep did. */

@@ -256,8 +256,12 @@ START_TEST(test_without_a_window_confirmed_is_final_and_never_expires)
     ck_assert_str_eq(st, "confirmed");
     ck_assert_int_eq(sweep(), 0);
     ck_assert_str_eq(status_of(a, st, sizeof st), "confirmed");
-    /* ... and its buyer may still cancel it */
-    ck_assert_int_eq(cancel(a, 1), LIFE_OK);
+    /* ... nor cancelled: confirmed is final; a pending order still may be */
+    ck_assert_int_eq(cancel(a, 1), LIFE_WRONG_STATE);
+    int64_t b = reserve(3, 2, 1);
+    ck_assert_int_eq(cancel(b, 2), LIFE_OK);
+    write_all(3);
+    ck_assert_str_eq(status_of(b, st, sizeof st), "cancelled");
     th_assert_invariants(3);
 }
 END_TEST
@@ -638,8 +642,13 @@ START_TEST(test_cancel_reopens_a_sold_out_sku)
 {
     struct th_daemon d;
     th_daemon_start(&d, (const char *const[]){"SECKILL_SOLD_OUT_FLAG_MS=10000", NULL});
-    th_create_sku(d.port, 31, 1, 1);
     struct th_response res;
+    ck_assert_int_eq(th_admin(d.port, "POST", "/admin/v1/skus",
+                              "{\"id\":31,\"name\":\"one\",\"stock\":1,\"per_user_limit\":1,"
+                              "\"payment_window_s\":600}",
+                              &res),
+                     0);
+    ck_assert_int_eq(res.status, 201);
     ck_assert_int_eq(th_order(d.port, 31, 60, 1, NULL, &res), 201);
     int64_t id = th_json_int(res.body, "order_id", 0);
     ck_assert_int_eq(th_order(d.port, 31, 61, 1, NULL, &res), 409); /* sets the flag */
