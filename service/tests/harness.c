@@ -17,6 +17,8 @@
 #include "core/buyer_token.h"
 #include "core/embedded.h"
 #include "core/keys.h"
+#include "order/order.h"
+#include "sku/sku.h"
 #include "store/pgwait.h"
 #include "store/redis_conn.h"
 
@@ -366,6 +368,41 @@ int th_order(int port, int64_t sku, int64_t user, int64_t qty, const char *idem,
     ck_assert_msg(th_http(port, "POST", path, headers, body, out) == 0, "POST %s: no HTTP answer",
                   path);
     return out->status;
+}
+
+void th_sku_create_direct(const struct cfg *c, int64_t id, int64_t stock, int limit,
+                          int64_t window_s)
+{
+    struct worker_ctx w;
+    char err[160];
+    ck_assert_msg(worker_ctx_init(&w, c, err, sizeof err) == 0, "%s", err);
+    struct validate_sku spec = {.has_id = 1,
+                                .id = id,
+                                .stock = stock,
+                                .per_user_limit = limit,
+                                .payment_window_s = window_s};
+    snprintf(spec.name, sizeof spec.name, "sku %lld", (long long)id);
+    json_t *out;
+    ck_assert_int_eq(sku_create(&w, &spec, &out), SKU_OK);
+    json_decref(out);
+    worker_ctx_close(&w);
+}
+
+int64_t th_reserve(const struct cfg *c, int64_t sku, int64_t user, int64_t qty)
+{
+    struct redis_conn rc;
+    char err[160];
+    ck_assert_msg(redis_conn_init(&rc, c, err, sizeof err) == 0, "%s", err);
+    struct order_reserve_call call;
+    order_reserve_prepare(&call, sku, user, qty, NULL, 0, 60, INT64_MAX);
+    redisReply *r = redis_conn_script(&rc, &script_reserve, ORDER_RESERVE_NKEYS,
+                                      ORDER_RESERVE_NARGS, call.argv, NULL);
+    ck_assert(r && r->type == REDIS_REPLY_ARRAY && r->elements >= 2);
+    ck_assert_str_eq(r->element[0]->str, "ok");
+    int64_t id = atoll(r->element[1]->str);
+    freeReplyObject(r);
+    redis_conn_close(&rc);
+    return id;
 }
 
 void th_create_sku(int port, int64_t id, int64_t stock, int limit)

@@ -111,6 +111,14 @@ int th_order(int port, int64_t sku, int64_t user, int64_t qty, const char *idem,
 /* Creates a SKU through the admin API; asserts 201. */
 void th_create_sku(int port, int64_t id, int64_t stock, int limit);
 
+/* Without a daemon: creates (and loads) a SKU through sku_create with config
+ * c, with a payment window of window_s seconds (0: none); asserts success. */
+void th_sku_create_direct(const struct cfg *c, int64_t id, int64_t stock, int limit,
+                          int64_t window_s);
+/* Without a daemon: reserves qty units for user through reserve.lua, as the
+ * HTTP path does; asserts it was taken and returns the order id. */
+int64_t th_reserve(const struct cfg *c, int64_t sku, int64_t user, int64_t qty);
+
 /* Waits (bounded) until the SKU's order stream is empty: every reservation decided. */
 void th_wait_drained(int64_t sku, int timeout_ms);
 

@@ -35,33 +35,12 @@ static void teardown(void)
 
 static void create_sku(int64_t id, int64_t stock, int limit)
 {
-    struct worker_ctx w;
-    char err[160];
-    ck_assert(worker_ctx_init(&w, &cfg, err, sizeof err) == 0);
-    struct validate_sku spec = {.has_id = 1, .id = id, .stock = stock, .per_user_limit = limit};
-    snprintf(spec.name, sizeof spec.name, "sku %lld", (long long)id);
-    json_t *out;
-    ck_assert_int_eq(sku_create(&w, &spec, &out), SKU_OK);
-    json_decref(out);
-    worker_ctx_close(&w);
+    th_sku_create_direct(&cfg, id, stock, limit, 0);
 }
 
-/* Reserves through reserve.lua, as the HTTP path does; returns the order id. */
 static int64_t reserve(int64_t sku, int64_t user, int64_t qty)
 {
-    struct redis_conn rc;
-    char err[160];
-    ck_assert(redis_conn_init(&rc, &cfg, err, sizeof err) == 0);
-    struct order_reserve_call call;
-    order_reserve_prepare(&call, sku, user, qty, NULL, 0, 60, INT64_MAX);
-    redisReply *r = redis_conn_script(&rc, &script_reserve, ORDER_RESERVE_NKEYS,
-                                      ORDER_RESERVE_NARGS, call.argv, NULL);
-    ck_assert(r && r->type == REDIS_REPLY_ARRAY && r->elements >= 2);
-    ck_assert_str_eq(r->element[0]->str, "ok");
-    int64_t id = atoll(r->element[1]->str);
-    freeReplyObject(r);
-    redis_conn_close(&rc);
-    return id;
+    return th_reserve(&cfg, sku, user, qty);
 }
 
 /* Reads the SKU's stream entries as a consumer named 'consumer' (they become
