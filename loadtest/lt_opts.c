@@ -182,8 +182,9 @@ void lt_opts_usage(FILE *out)
             "  --pay-share F          share of the orders (201/202) the admin pays, each with\n"
             "                         payment_ref lt-SEED-ORDER, 5 %% of them twice (default 0;\n"
             "                         needs --payment-window > 0)\n"
-            "  --cancel-share F       share of the orders their buyer cancels (default 0);\n"
-            "                         pay + cancel <= 1, the rest walk away (and expire);\n"
+            "  --cancel-share F       share of the orders their buyer cancels (default 0;\n"
+            "                         needs --payment-window > 0); pay + cancel <= 1, the\n"
+            "                         rest walk away (and expire);\n"
             "                         the pays and cancels spread over half the window, a\n"
             "                         tenth of them sent at their order's deadline instead\n"
             "  --lifecycle-timeout S  the check waits at most the window + S seconds for\n"
@@ -569,10 +570,10 @@ static int check_lifecycle(const struct lt_opts *o, char *err, size_t errlen)
                  o->cancel_share);
         return -1;
     }
-    if (o->pay_share > 0 && o->payment_window_s == 0) {
+    if ((o->pay_share > 0 || o->cancel_share > 0) && o->payment_window_s == 0) {
         snprintf(err, errlen,
-                 "--pay-share needs --payment-window > 0: without a window a confirmed order is "
-                 "final and a payment answers 409");
+                 "--pay-share and --cancel-share need --payment-window > 0: without a window a "
+                 "confirmed order is final, and a payment or a cancel answers 409");
         return -1;
     }
     if ((o->pay_share > 0 || o->cancel_share > 0 || o->payment_window_s > 0) &&

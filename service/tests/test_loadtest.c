@@ -684,7 +684,7 @@ END_TEST
 
 START_TEST(test_bad_flags_exit_2)
 {
-    static const char *const bad[][6] = {
+    static const char *const bad[][7] = {
         {"--concurrency", "0", NULL},
         {"--url", "http://10.1.2.3:8080", NULL},
         {"--qty", "0-3", NULL},
@@ -698,6 +698,11 @@ START_TEST(test_bad_flags_exit_2)
         {"--sku-pick", "sideways", NULL},
         {"--source-addrs", "0", NULL},
         {"--source-addrs", "251", NULL},
+        /* the order's life: shares need a payment window, and add up to 1 at most */
+        {"--pay-share", "0.5", NULL},
+        {"--cancel-share", "0.5", NULL},
+        {"--payment-window", "5", "--pay-share", "0.7", "--cancel-share", "0.4", NULL},
+        {"--payment-window", "2592001", NULL},
         {"--buyer-secret-file", "/nonexistent/buyer-secret", NULL},
         /* secrets never as flags: ps shows them */
         {"--token", TH_ADMIN_TOKEN, NULL},
