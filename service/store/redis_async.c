@@ -20,7 +20,7 @@
 struct redis_async {
     struct event_base *base;
     struct rlock_url target;
-    int timeout_ms, reconnect_ms;
+    int timeout_ms, reconnect_ms, connect_timeout_ms;
     redisAsyncContext *ac; /* NULL while disconnected */
     struct event *reconnect_ev;
     int closing;
@@ -122,10 +122,10 @@ static void on_connect(const redisAsyncContext *ac, int status)
 {
     struct redis_async *ra = ac->data;
     if (status == REDIS_OK) {
-        log_info("redis connected to %s:%d", ra->target.host, ra->target.port);
+        log_info("redis connected to %s:%d", ac->c.tcp.host, ac->c.tcp.port);
         return;
     }
-    log_warn("redis connect to %s:%d failed: %s", ra->target.host, ra->target.port, ac->errstr);
+    log_warn("redis connect to %s:%d failed: %s", ac->c.tcp.host, ac->c.tcp.port, ac->errstr);
     if (ra->ac == ac) /* hiredis frees ac after this callback */
         ra->ac = NULL;
     schedule_reconnect(ra);
@@ -177,9 +177,18 @@ static void ra_connect(struct redis_async *ra)
 {
     if (ra->ac || ra->closing)
         return;
-    redisAsyncContext *ac = redisAsyncConnect(ra->target.host, ra->target.port);
+    /* Behind Sentinels, the master they name now (a blocking question of at
+     * most connect_timeout_ms per Sentinel, asked only on a reconnect). */
+    struct rlock_url t = ra->target;
+    char err[320];
+    if (rlock_url_resolve(&t, ra->connect_timeout_ms, err, sizeof err) != 0) {
+        log_warn("redis: %s", err);
+        schedule_reconnect(ra);
+        return;
+    }
+    redisAsyncContext *ac = redisAsyncConnect(t.host, t.port);
     if (!ac || ac->err) {
-        log_warn("redis connect to %s:%d failed: %s", ra->target.host, ra->target.port,
+        log_warn("redis connect to %s:%d failed: %s", t.host, t.port,
                  ac ? ac->errstr : "out of memory");
         if (ac)
             redisAsyncFree(ac);
@@ -199,7 +208,7 @@ static void ra_connect(struct redis_async *ra)
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
     ra->ac = ac;
     /* Queued before any command, so they run first on the new connection. */
-    if (rlock_url_handshake_async(ac, &ra->target, on_handshake, NULL) != 0) {
+    if (rlock_url_handshake_async(ac, &t, on_handshake, NULL) != 0) {
         log_warn("redis: cannot queue the handshake on a new connection");
         ra_drop(ra);
         return;
@@ -223,6 +232,7 @@ struct redis_async *redis_async_new(struct event_base *base, const struct cfg *c
     ra->base = base;
     ra->timeout_ms = (int)c->redis_timeout_ms;
     ra->reconnect_ms = (int)c->redis_reconnect_ms;
+    ra->connect_timeout_ms = (int)c->redis_connect_timeout_ms;
     ra->reconnect_ev = evtimer_new(base, on_reconnect_timer, ra);
     if (!ra->reconnect_ev)
         abort();

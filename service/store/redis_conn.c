@@ -28,7 +28,13 @@ redisContext *redis_conn_open(void *template)
 
 int redis_conn_check_credentials(const struct redis_conn *rc, char *err, size_t errlen)
 {
-    const struct rlock_url *t = &rc->target;
+    struct rlock_url resolved = rc->target;
+    const struct rlock_url *t = &resolved;
+    char why[320];
+    if (rlock_url_resolve(&resolved, rc->connect_timeout_ms, why, sizeof why) != 0) {
+        log_warn("redis: %s at start-up; carrying on, it is retried", why);
+        return 0;
+    }
     struct timeval tv = {rc->connect_timeout_ms / 1000, (rc->connect_timeout_ms % 1000) * 1000};
     redisContext *c = redisConnectWithTimeout(t->host, t->port, tv);
     if (!c || c->err || redisSetTimeout(c, tv) != REDIS_OK) {

@@ -152,7 +152,7 @@ void th_reset(void)
     PQfinish(c);
 }
 
-static int free_port(void)
+int th_free_port(void)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -205,7 +205,7 @@ static pid_t spawn_daemon(int port, const char *const *extra_env)
 
 int th_daemon_start_fails(const char *const *extra_env)
 {
-    pid_t pid = spawn_daemon(free_port(), extra_env);
+    pid_t pid = spawn_daemon(th_free_port(), extra_env);
     int st;
     for (int i = 0; i < 400; i++) { /* 400 x 25 ms */
         if (waitpid(pid, &st, WNOHANG) == pid)
@@ -220,7 +220,7 @@ int th_daemon_start_fails(const char *const *extra_env)
 
 void th_daemon_start(struct th_daemon *d, const char *const *extra_env)
 {
-    d->port = free_port();
+    d->port = th_free_port();
     d->pid = spawn_daemon(d->port, extra_env);
     /* Bounded wait for the listener: 100 x 50 ms. */
     struct th_response resp;

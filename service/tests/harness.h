@@ -27,6 +27,9 @@ const char *th_env(const char *name);
 /* A config pointing at the test stack, with short writer intervals. */
 void th_cfg(struct cfg *c);
 
+/* A loopback TCP port free at the time of the call. */
+int th_free_port(void);
+
 /* Sleeps ms milliseconds (EINTR resumes the rest). */
 void th_sleep_ms(long ms);
 

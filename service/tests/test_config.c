@@ -116,6 +116,55 @@ START_TEST(test_redis_url_forms)
     ck_assert_int_eq(rlock_url_parse("redis://h:99999", &t, err, sizeof err), -1);
     ck_assert_int_eq(rlock_url_parse("redis://h:1/x", &t, err, sizeof err), -1);
     ck_assert_int_eq(rlock_url_parse("redis://", &t, err, sizeof err), -1);
+    ck_assert_int_eq(rlock_url_parse("redis://h:1/2/3", &t, err, sizeof err), -1);
+}
+END_TEST
+
+START_TEST(test_redis_sentinel_url_forms)
+{
+    struct rlock_url t;
+    char err[200];
+    ck_assert_int_eq(rlock_url_parse("redis-sentinel://svc:p%40ss@127.0.0.1:26380,127.0.0.2,"
+                                     "s3.example:26382/seckill/4",
+                                     &t, err, sizeof err),
+                     0);
+    ck_assert_int_eq(t.nsentinels, 3);
+    ck_assert_str_eq(t.sentinel[0].host, "127.0.0.1");
+    ck_assert_int_eq(t.sentinel[0].port, 26380);
+    ck_assert_str_eq(t.sentinel[1].host, "127.0.0.2");
+    ck_assert_int_eq(t.sentinel[1].port, RLOCK_URL_SENTINEL_PORT);
+    ck_assert_str_eq(t.sentinel[2].host, "s3.example");
+    ck_assert_int_eq(t.sentinel[2].port, 26382);
+    ck_assert_str_eq(t.master, "seckill");
+    ck_assert_int_eq(t.db, 4);
+    ck_assert_str_eq(t.user, "svc");
+    ck_assert_str_eq(t.password, "p@ss");
+    ck_assert_str_eq(t.host, ""); /* the Sentinels say where the master is */
+    ck_assert_int_eq(rlock_url_parse("redis-sentinel://h/m", &t, err, sizeof err), 0);
+    ck_assert_int_eq(t.db, 0);
+    ck_assert_int_eq(t.nsentinels, 1);
+    /* refused: no master name, a bad one, a bad port, too many Sentinels, a bad db */
+    static const char *const bad[] = {
+        "redis-sentinel://h:26379",
+        "redis-sentinel://h:26379/",
+        "redis-sentinel://h:26379/a b",
+        "redis-sentinel://h:0/m",
+        "redis-sentinel://h:26379,/m",
+        "redis-sentinel://,h/m",
+        "redis-sentinel://a,b,c,d,e,f,g,h,i/m",
+        "redis-sentinel://h/m/x",
+        "redis-sentinel://u:s3cret@/m",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_msg(rlock_url_parse(bad[i], &t, err, sizeof err) == -1, "%s was accepted",
+                      bad[i]);
+        ck_assert_ptr_null(strstr(err, "s3cret"));
+    }
+    /* a plain URL has nothing to resolve */
+    ck_assert_int_eq(rlock_url_parse("redis://h:7", &t, err, sizeof err), 0);
+    ck_assert_int_eq(t.nsentinels, 0);
+    ck_assert_int_eq(rlock_url_resolve(&t, 100, err, sizeof err), 0);
+    ck_assert_str_eq(t.host, "h");
 }
 END_TEST
 
@@ -315,6 +364,7 @@ int main(void)
     tcase_add_test(tc, test_flags_override_env_and_bad_values_are_refused);
     tcase_add_test(tc, test_buyer_token_secret_shorter_than_32_bytes_is_refused);
     tcase_add_test(tc, test_redis_url_forms);
+    tcase_add_test(tc, test_redis_sentinel_url_forms);
     tcase_add_test(tc, test_secret_flags_are_refused_naming_env_and_file);
     tcase_add_test(tc, test_secret_file_variant_reads_the_secret);
     tcase_add_test(tc, test_short_admin_token_is_refused_empty_disables);

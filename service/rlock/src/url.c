@@ -5,6 +5,7 @@
 #include <string.h>
 
 #define SCHEME "redis://"
+#define SENTINEL_SCHEME "redis-sentinel://"
 #define MAX_DB 1000000
 
 static int hex_value(char c)
@@ -70,41 +71,33 @@ static int parse_userinfo(const char *info, size_t n, struct rlock_url *u, char 
     return 0;
 }
 
-static int parse(const char *url, struct rlock_url *u, char *err, size_t errlen)
+/* Parses "HOST[:PORT]" at *p up to one of the bytes in 'stop' (or the end)
+ * into n, *p moving past it.  Returns 0 or -1. */
+static int parse_node(const char **p, const char *stop, struct rlock_url_node *n)
 {
-    if (strncmp(url, "rediss://", 9) == 0) {
-        snprintf(err, errlen, "redis URL: rediss:// (TLS) is not supported; use redis://");
+    size_t hl = strcspn(*p, stop);
+    size_t colon = strcspn(*p, ":");
+    if (colon < hl)
+        hl = colon;
+    if (hl == 0 || hl >= sizeof n->host)
         return -1;
-    }
-    if (strncmp(url, SCHEME, strlen(SCHEME)) != 0) {
-        snprintf(err, errlen, "redis URL must start with redis://");
-        return -1;
-    }
-    const char *p = url + strlen(SCHEME);
-    const char *at = strrchr(p, '@');
-    if (at) {
-        if (parse_userinfo(p, (size_t)(at - p), u, err, errlen) != 0)
-            return -1;
-        p = at + 1;
-    }
-    size_t hl = strcspn(p, ":/");
-    if (hl == 0 || hl >= sizeof u->host) {
-        snprintf(err, errlen, "redis URL has no valid host");
-        return -1;
-    }
-    memcpy(u->host, p, hl);
-    u->host[hl] = '\0';
-    p += hl;
-    if (*p == ':') {
+    memcpy(n->host, *p, hl);
+    n->host[hl] = '\0';
+    *p += hl;
+    if (**p == ':') {
         char *end;
-        long port = strtol(p + 1, &end, 10);
-        if (end == p + 1 || port < 1 || port > 65535 || (*end && *end != '/')) {
-            snprintf(err, errlen, "redis URL has an invalid port");
+        long port = strtol(*p + 1, &end, 10);
+        if (end == *p + 1 || port < 1 || port > 65535 || (*end && !strchr(stop, *end)))
             return -1;
-        }
-        u->port = (int)port;
-        p = end;
+        n->port = (int)port;
+        *p = end;
     }
+    return 0;
+}
+
+/* Parses "/DB" (or nothing) at p into u->db. */
+static int parse_db(const char *p, struct rlock_url *u, char *err, size_t errlen)
+{
     if (*p == '/' && p[1]) {
         char *end;
         long db = strtol(p + 1, &end, 10);
@@ -113,8 +106,83 @@ static int parse(const char *url, struct rlock_url *u, char *err, size_t errlen)
             return -1;
         }
         u->db = (int)db;
+    } else if (*p && strcmp(p, "/") != 0) {
+        snprintf(err, errlen, "redis URL has an invalid database number");
+        return -1;
     }
     return 0;
+}
+
+/* The rest of a redis-sentinel:// URL: "HOST[:PORT][,...]/MASTER[/DB]". */
+static int parse_sentinels(const char *p, struct rlock_url *u, char *err, size_t errlen)
+{
+    for (;;) {
+        if (u->nsentinels == RLOCK_URL_MAX_SENTINELS) {
+            snprintf(err, errlen, "redis-sentinel URL: more than %d Sentinels",
+                     RLOCK_URL_MAX_SENTINELS);
+            return -1;
+        }
+        struct rlock_url_node *n = &u->sentinel[u->nsentinels];
+        n->port = RLOCK_URL_SENTINEL_PORT;
+        if (parse_node(&p, ",/", n) != 0) {
+            snprintf(err, errlen, "redis-sentinel URL: Sentinel %d has no valid host or port",
+                     u->nsentinels + 1);
+            return -1;
+        }
+        u->nsentinels++;
+        if (*p != ',')
+            break;
+        p++;
+    }
+    size_t ml = *p == '/' ? strcspn(p + 1, "/") : 0;
+    if (ml == 0 || ml >= sizeof u->master) {
+        snprintf(err, errlen,
+                 "redis-sentinel URL: the master's name is missing after the hosts "
+                 "(redis-sentinel://HOST:PORT,.../NAME[/DB])");
+        return -1;
+    }
+    for (size_t i = 1; i <= ml; i++)
+        if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-", p[i])) {
+            snprintf(err, errlen,
+                     "redis-sentinel URL: the master's name may hold letters, "
+                     "digits, '.', '_' and '-' only");
+            return -1;
+        }
+    memcpy(u->master, p + 1, ml);
+    u->master[ml] = '\0';
+    u->host[0] = '\0'; /* the master's address comes from the Sentinels */
+    u->port = 0;
+    return parse_db(p + 1 + ml, u, err, errlen);
+}
+
+static int parse(const char *url, struct rlock_url *u, char *err, size_t errlen)
+{
+    if (strncmp(url, "rediss://", 9) == 0) {
+        snprintf(err, errlen, "redis URL: rediss:// (TLS) is not supported; use redis://");
+        return -1;
+    }
+    int sentinel = strncmp(url, SENTINEL_SCHEME, strlen(SENTINEL_SCHEME)) == 0;
+    if (!sentinel && strncmp(url, SCHEME, strlen(SCHEME)) != 0) {
+        snprintf(err, errlen, "redis URL must start with redis:// or redis-sentinel://");
+        return -1;
+    }
+    const char *p = url + strlen(sentinel ? SENTINEL_SCHEME : SCHEME);
+    const char *at = strrchr(p, '@');
+    if (at) {
+        if (parse_userinfo(p, (size_t)(at - p), u, err, errlen) != 0)
+            return -1;
+        p = at + 1;
+    }
+    if (sentinel)
+        return parse_sentinels(p, u, err, errlen);
+    struct rlock_url_node n = {.port = u->port};
+    if (parse_node(&p, "/", &n) != 0) {
+        snprintf(err, errlen, "redis URL has no valid host, or an invalid port");
+        return -1;
+    }
+    memcpy(u->host, n.host, sizeof u->host);
+    u->port = n.port;
+    return parse_db(p, u, err, errlen);
 }
 
 int rlock_url_parse(const char *url, struct rlock_url *u, char *err, size_t errlen)
@@ -142,6 +210,78 @@ static int auth_argv(const struct rlock_url *u, const char *argv[3])
     return 3;
 }
 
+/* Whether an INFO replication reply says "role:master". */
+static int says_master(const redisReply *r)
+{
+    return r && r->type == REDIS_REPLY_STRING && strstr(r->str, "role:master\r\n") != NULL;
+}
+
+static struct timeval ms_tv(int ms)
+{
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    return tv;
+}
+
+/* Asks one Sentinel of u for the master's address.  Returns 0 with n set, or
+ * -1 with err set. */
+static int ask_sentinel(const struct rlock_url *u, const struct rlock_url_node *s, int timeout_ms,
+                        struct rlock_url_node *n, char *err, size_t errlen)
+{
+    redisContext *c = redisConnectWithTimeout(s->host, s->port, ms_tv(timeout_ms));
+    if (!c || c->err || redisSetTimeout(c, ms_tv(timeout_ms)) != REDIS_OK) {
+        snprintf(err, errlen, "Sentinel %s:%d: %s", s->host, s->port,
+                 c && c->err ? c->errstr : "cannot connect");
+        redisFree(c);
+        return -1;
+    }
+    struct rlock_url auth_only = *u; /* the Sentinel's own users: no SELECT, no master check */
+    auth_only.db = 0;
+    auth_only.nsentinels = 0;
+    int rc = -1;
+    if (rlock_url_handshake(c, &auth_only, err, errlen) == 0) {
+        const char *argv[] = {"SENTINEL", "GET-MASTER-ADDR-BY-NAME", u->master};
+        redisReply *r = redisCommandArgv(c, 3, argv, NULL);
+        if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+            r->element[0]->type == REDIS_REPLY_STRING &&
+            r->element[1]->type == REDIS_REPLY_STRING && r->element[0]->len > 0 &&
+            r->element[0]->len < sizeof n->host) {
+            long port = strtol(r->element[1]->str, NULL, 10);
+            if (port >= 1 && port <= 65535) {
+                snprintf(n->host, sizeof n->host, "%s", r->element[0]->str);
+                n->port = (int)port;
+                rc = 0;
+            }
+        }
+        if (rc != 0)
+            snprintf(err, errlen, "Sentinel %s:%d knows no master '%s'%s%s", s->host, s->port,
+                     u->master, r && r->type == REDIS_REPLY_ERROR ? ": " : "",
+                     r && r->type == REDIS_REPLY_ERROR ? r->str : "");
+        freeReplyObject(r);
+    }
+    redisFree(c);
+    return rc;
+}
+
+int rlock_url_resolve(struct rlock_url *u, int timeout_ms, char *err, size_t errlen)
+{
+    if (u->nsentinels == 0)
+        return 0;
+    u->host[0] = '\0';
+    u->port = 0;
+    char last[320] = "";
+    for (int i = 0; i < u->nsentinels; i++) {
+        struct rlock_url_node n;
+        if (ask_sentinel(u, &u->sentinel[i], timeout_ms, &n, last, sizeof last) == 0) {
+            memcpy(u->host, n.host, sizeof u->host);
+            u->port = n.port;
+            return 0;
+        }
+    }
+    snprintf(err, errlen, "no Sentinel of %d named a master for '%s' (last: %s)", u->nsentinels,
+             u->master, last);
+    return -1;
+}
+
 int rlock_url_handshake(redisContext *c, const struct rlock_url *u, char *err, size_t errlen)
 {
     const char *auth[3];
@@ -166,18 +306,29 @@ int rlock_url_handshake(redisContext *c, const struct rlock_url *u, char *err, s
         }
         freeReplyObject(r);
     }
+    if (u->nsentinels > 0) {
+        redisReply *r = redisCommand(c, "INFO replication");
+        int master = says_master(r);
+        if (!master)
+            snprintf(err, errlen, "redis %s:%d is not the master of '%s' (%s)", u->host, u->port,
+                     u->master,
+                     r && r->type == REDIS_REPLY_ERROR ? r->str
+                     : r                               ? "a replica"
+                                                       : c->errstr);
+        freeReplyObject(r);
+        if (!master)
+            return -1;
+    }
     return 0;
 }
 
-static struct timeval ms_tv(int ms)
-{
-    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-    return tv;
-}
-
-redisContext *rlock_url_connect(const struct rlock_url *u, int connect_timeout_ms,
+redisContext *rlock_url_connect(const struct rlock_url *url, int connect_timeout_ms,
                                 int io_timeout_ms, char *err, size_t errlen)
 {
+    struct rlock_url resolved = *url;
+    if (rlock_url_resolve(&resolved, connect_timeout_ms, err, errlen) != 0)
+        return NULL;
+    const struct rlock_url *u = &resolved;
     redisContext *c = redisConnectWithTimeout(u->host, u->port, ms_tv(connect_timeout_ms));
     if (!c || c->err) {
         snprintf(err, errlen, "redis connect %s:%d failed: %s", u->host, u->port,
@@ -197,6 +348,15 @@ redisContext *rlock_url_connect(const struct rlock_url *u, int connect_timeout_m
     return c;
 }
 
+/* The master check of an async connection: anything but a master is dropped
+ * before the commands queued behind the check can run on it. */
+static void on_master_check(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    (void)privdata;
+    if (reply && !says_master(reply))
+        redisAsyncDisconnect(ac);
+}
+
 int rlock_url_handshake_async(redisAsyncContext *ac, const struct rlock_url *u, redisCallbackFn *fn,
                               void *privdata)
 {
@@ -209,6 +369,11 @@ int rlock_url_handshake_async(redisAsyncContext *ac, const struct rlock_url *u, 
         snprintf(db, sizeof db, "%d", u->db);
         const char *sel[] = {"SELECT", db};
         if (redisAsyncCommandArgv(ac, fn, privdata, 2, sel, NULL) != REDIS_OK)
+            return -1;
+    }
+    if (u->nsentinels > 0) {
+        const char *info[] = {"INFO", "replication"};
+        if (redisAsyncCommandArgv(ac, on_master_check, NULL, 2, info, NULL) != REDIS_OK)
             return -1;
     }
     return 0;

@@ -3,11 +3,21 @@
  * authenticate and select the database.
  *
  *   redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]
+ *   redis-sentinel://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]...]/MASTER[/DB]
  *
  * USER and PASSWORD may be percent-encoded ("%40" for '@', "%3A" for ':').
  * With a USER the handshake is `AUTH USER PASSWORD` (a Redis 6 ACL user);
  * with only a PASSWORD (`redis://:PASSWORD@HOST`) it is `AUTH PASSWORD` (the
  * default user).  TLS (`rediss://`) is not supported and is refused.
+ *
+ * A redis-sentinel:// URL names up to RLOCK_URL_MAX_SENTINELS Sentinels
+ * (port 26379 by default) and the name of the master they watch.  Every
+ * connection asks them, in the order given, for the master's address
+ * (SENTINEL GET-MASTER-ADDR-BY-NAME, authenticated with the same USER and
+ * PASSWORD), connects to it, and refuses it unless it says it is a master
+ * (INFO replication): so each reconnect follows a failover, a demoted master
+ * is never written to, and while no Sentinel names a master there is no
+ * connection at all (fail closed).
  *
  * No message written by these functions ever holds the password.
  */
@@ -23,12 +33,24 @@
 
 #define RLOCK_URL_DEFAULT_PORT 6379
 
-struct rlock_url {
+#define RLOCK_URL_SENTINEL_PORT 26379
+#define RLOCK_URL_MAX_SENTINELS 8
+
+struct rlock_url_node {
     char host[256];
+    int port;
+};
+
+struct rlock_url {
+    char host[256]; /* redis-sentinel://: "" until rlock_url_resolve() found the master */
     int port;
     int db;
     char user[128];     /* "" : the default user */
     char password[256]; /* "" : no AUTH */
+    /* redis-sentinel:// only (nsentinels 0 otherwise) */
+    int nsentinels;
+    struct rlock_url_node sentinel[RLOCK_URL_MAX_SENTINELS];
+    char master[128]; /* the name the Sentinels watch it under */
 };
 
 /* Parses url into u.  Returns 0, or -1 with a message in err (which names
@@ -36,22 +58,37 @@ struct rlock_url {
 int rlock_url_parse(const char *url, struct rlock_url *u, char *err,
                     size_t errlen) RLOCK_MUST_CHECK;
 
+/* For a redis-sentinel:// URL, asks its Sentinels (each within timeout_ms)
+ * where the master is now and sets u->host and u->port to it.  Returns 0
+ * (also for a plain URL, which it leaves alone), or -1 with err set when no
+ * Sentinel named a master (u's address is then cleared: nothing to connect
+ * to, never a stale master). */
+int rlock_url_resolve(struct rlock_url *u, int timeout_ms, char *err,
+                      size_t errlen) RLOCK_MUST_CHECK;
+
 /* Sends AUTH (when u has a password) and SELECT (when u->db != 0) on a fresh
- * connection.  Returns 0, or -1 with err set (the server's refusal, e.g.
- * WRONGPASS, or the I/O error); c stays the caller's either way. */
+ * connection, and for a redis-sentinel:// URL checks that the server is a
+ * master.  Returns 0, or -1 with err set (the server's refusal, e.g.
+ * WRONGPASS, a replica, or the I/O error); c stays the caller's either way. */
 int rlock_url_handshake(redisContext *c, const struct rlock_url *u, char *err,
                         size_t errlen) RLOCK_MUST_CHECK;
 
-/* Connects within connect_timeout_ms, sets io_timeout_ms on every command,
- * then rlock_url_handshake().  Returns a context the caller redisFree()s, or
- * NULL with err set. */
+/* Connects within connect_timeout_ms (to the master its Sentinels name now,
+ * for a redis-sentinel:// URL), sets io_timeout_ms on every command, then
+ * rlock_url_handshake().  Returns a context the caller redisFree()s, or NULL
+ * with err set. */
 redisContext *rlock_url_connect(const struct rlock_url *u, int connect_timeout_ms,
                                 int io_timeout_ms, char *err, size_t errlen);
 
 /* Queues AUTH and SELECT (as rlock_url_handshake) on a new async connection,
  * before any other command, so they run first.  fn gets each reply (an error
- * reply when refused; NULL when the connection went), may be NULL.  Returns 0,
- * or -1 when hiredis refused to queue (the connection is unusable). */
+ * reply when refused; NULL when the connection went), may be NULL.  For a
+ * redis-sentinel:// URL (u resolved first: rlock_url_resolve) it also queues
+ * the master check, which disconnects the connection when the server is not
+ * a master: commands already sent behind it still reach that server, which
+ * as a replica refuses every write (READONLY), and the next connection asks
+ * the Sentinels again.  Returns 0, or -1 when hiredis refused to queue (the
+ * connection is unusable). */
 int rlock_url_handshake_async(redisAsyncContext *ac, const struct rlock_url *u, redisCallbackFn *fn,
                               void *privdata) RLOCK_MUST_CHECK;
 
