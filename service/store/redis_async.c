@@ -305,6 +305,13 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
     }
     if (r)
         metrics_hist_observe(op->hist, now_us - op->sent_us);
+    /* A failover demoted this server: the commands still queued get their
+     * answers (a replica refuses every write), and the connection goes; the
+     * next one asks the Sentinels again. */
+    if (rlock_reply_is_readonly(r) && ra->ac == ac && !(ac->c.flags & REDIS_DISCONNECTING)) {
+        log_warn("redis: the server is a replica now (%s); reconnecting", ((redisReply *)r)->str);
+        redisAsyncDisconnect(ac);
+    }
     if (op->state == OP_WAITING)
         op_answer(op, r, r ? REDIS_ASYNC_REPLIED : REDIS_ASYNC_LOST);
     else if (r && ra->on_late)

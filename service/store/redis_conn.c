@@ -75,6 +75,16 @@ redisContext *redis_conn_get(struct redis_conn *rc)
     return rc->ctx;
 }
 
+/* A READONLY answer: the server was demoted (a failover); the next call
+ * reconnects, through the Sentinels when the URL names them. */
+static void drop_if_demoted(struct redis_conn *rc, const redisReply *r)
+{
+    if (!rlock_reply_is_readonly(r))
+        return;
+    log_warn("redis: the server is a replica now (%s); reconnecting", r->str);
+    redis_conn_close(rc);
+}
+
 redisReply *redis_conn_cmd(struct redis_conn *rc, int argc, const char **argv, const size_t *lens)
 {
     redisContext *c = redis_conn_get(rc);
@@ -85,6 +95,7 @@ redisReply *redis_conn_cmd(struct redis_conn *rc, int argc, const char **argv, c
         log_warn("redis %s failed: %s", argv[0], c->errstr);
         redis_conn_close(rc);
     }
+    drop_if_demoted(rc, r);
     return r;
 }
 
@@ -105,6 +116,8 @@ int redis_conn_pipeline(struct redis_conn *rc, size_t n, const int *argcs,
             goto fail;
         out[i] = r;
     }
+    for (size_t i = 0; i < n; i++)
+        drop_if_demoted(rc, out[i]);
     return 0;
 fail:
     log_warn("redis pipeline of %zu commands failed: %s", n, c->errstr);
@@ -128,6 +141,7 @@ redisReply *redis_conn_script(struct redis_conn *rc, const struct rlock_script *
         log_warn("redis script %s failed: %s", s->name, c->errstr);
         redis_conn_close(rc);
     }
+    drop_if_demoted(rc, r);
     return r;
 }
 

@@ -232,6 +232,29 @@ START_TEST(test_a_replica_is_never_taken_for_the_master)
     ck_assert_int_eq(rlock_url_handshake(c, &behind, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "not the master") != NULL, "%s", err);
     redisFree(c);
+
+    /* A connection made to a master that a failover then demoted gets
+     * READONLY for a write: the service drops it, so that the next call
+     * reconnects (through the Sentinels) instead of writing there again. */
+    struct cfg cfg;
+    th_cfg(&cfg);
+    char url[512];
+    snprintf(url, sizeof url, "redis://%s:%s@127.0.0.1:%d/0", s.svc.user, s.svc.password, port);
+    ck_assert(cfg_set(&cfg, "redis_url", url, err, sizeof err) == 0);
+    struct redis_conn rc;
+    ck_assert(redis_conn_init(&rc, &cfg, err, sizeof err) == 0);
+    const char *set[] = {"SET", "seckill:sentinel-probe", "no"};
+    redisReply *r = redis_conn_cmd(&rc, 3, set, NULL);
+    ck_assert(r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "READONLY", 8) == 0);
+    freeReplyObject(r);
+    ck_assert_ptr_null(rc.ctx);
+    const char *get[] = {"GET", "seckill:sentinel-probe"}; /* a read is fine on a replica */
+    r = redis_conn_cmd(&rc, 2, get, NULL);
+    ck_assert(r && r->type != REDIS_REPLY_ERROR);
+    freeReplyObject(r);
+    ck_assert_ptr_nonnull(rc.ctx);
+    redis_conn_close(&rc);
+    cfg_free(&cfg);
     sentinel_stop();
 }
 END_TEST

@@ -348,6 +348,11 @@ redisContext *rlock_url_connect(const struct rlock_url *url, int connect_timeout
     return c;
 }
 
+int rlock_reply_is_readonly(const redisReply *r)
+{
+    return r && r->type == REDIS_REPLY_ERROR && r->str && strncmp(r->str, "READONLY", 8) == 0;
+}
+
 /* The master check of an async connection: anything but a master is dropped
  * before the commands queued behind the check can run on it. */
 static void on_master_check(redisAsyncContext *ac, void *reply, void *privdata)
