@@ -364,8 +364,14 @@ static int connect_all(struct ctx *c)
     if (rlock_url_parse(c->o->redis_url, &c->redis.target, c->err, c->errlen) != 0)
         return -1;
     if (!redis_conn_get(&c->redis)) {
-        snprintf(c->err, c->errlen, "cannot connect to Redis at %s:%d", c->redis.target.host,
-                 c->redis.target.port);
+        const struct rlock_url *t = &c->redis.target;
+        if (t->nsentinels)
+            snprintf(c->err, c->errlen,
+                     "cannot connect to Redis: no master '%s' reachable via %d "
+                     "Sentinels",
+                     t->master, t->nsentinels);
+        else
+            snprintf(c->err, c->errlen, "cannot connect to Redis at %s:%d", t->host, t->port);
         return -1;
     }
     return 0;
