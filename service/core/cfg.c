@@ -47,6 +47,10 @@ struct cfg_def {
 /* The one table of settings.  Env name is SECKILL_<NAME upper-cased>. */
 static const struct cfg_def defs[] = {
     S(http_addr, "127.0.0.1:8080", "address the HTTP API listens on"),
+    S(http_trusted_proxies, "",
+      "comma-separated addresses of load balancers that send the PROXY protocol (v1) header: "
+      "from them it is required, and its client address is the one rate limits and logs use; "
+      "\"\" none"),
     I(http_threads, 2, 1, 64, "HTTP event-loop threads"),
     I(http_backlog, 4096, 16, 65535, "listen queue of the HTTP socket (a sale opens many at once)"),
     I(http_request_timeout_ms, 5000, 100, 600000,

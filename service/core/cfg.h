@@ -21,6 +21,7 @@
 
 struct cfg {
     char *http_addr;                       /* host:port the HTTP API listens on */
+    char *http_trusted_proxies;            /* peers that send a PROXY v1 header first */
     int64_t http_threads;                  /* event-loop threads serving HTTP */
     int64_t http_backlog;                  /* listen queue length */
     int64_t http_request_timeout_ms;       /* whole request, first byte to last */

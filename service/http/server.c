@@ -22,6 +22,7 @@
 #include "core/log.h"
 #include "core/metrics.h"
 #include "core/validate.h"
+#include "http/proxy_header.h"
 
 /* How often a closing loop looks whether its reservations in flight ended. */
 #define SHUTDOWN_POLL_US 10000
@@ -94,6 +95,10 @@ struct http_conn {
     int version_minor;
     int64_t started_us;              /* the request's first byte (clock_mono_us) */
     struct metrics_hist *reply_hist; /* the answer's latency histogram, set by its check */
+    int counted;                     /* holds a place under the per-address cap for 'peer' */
+    int awaiting_proxy;              /* a trusted proxy's connection: its PROXY header first */
+    char proxy_buf[PROXY_HEADER_MAX];
+    size_t proxy_len;
 };
 
 struct http_loop {
@@ -254,7 +259,8 @@ static void conn_close(struct http_conn *c)
         c->fd = -1;
         atomic_fetch_sub(&c->loop->srv->open, 1);
         metrics_add(M_HTTP_CONNECTIONS_OPEN, -1);
-        addr_give(c->loop->srv, c->peer);
+        if (c->counted)
+            addr_give(c->loop->srv, c->peer);
     }
     if (!c->busy)
         conn_free(c);
@@ -503,6 +509,42 @@ static void conn_feed(struct http_conn *c, const char *data, size_t len, int fro
     }
 }
 
+/* A trusted proxy's connection begins with its PROXY header: read it from
+ * data[0..len), then feed what follows as HTTP.  The client it names is the
+ * connection's peer from then on (rate limits, logs); a bad header closes
+ * the connection (the proxy is misconfigured, or not what it claims). */
+static void proxy_feed(struct http_conn *c, const char *data, size_t len)
+{
+    if (c->proxy_len == 0)
+        set_timer(c, TIMER_REQUEST); /* the header is part of the first request's time */
+    size_t take = sizeof c->proxy_buf - c->proxy_len;
+    if (take > len)
+        take = len;
+    memcpy(c->proxy_buf + c->proxy_len, data, take);
+    size_t have = c->proxy_len + take, used = 0;
+    char src[PROXY_ADDR_MAX];
+    enum proxy_header_result r = proxy_header_parse(c->proxy_buf, have, src, sizeof src, &used);
+    if (r == PROXY_HEADER_MORE) {
+        c->proxy_len = have;
+        return;
+    }
+    if (r == PROXY_HEADER_BAD) {
+        metrics_add(M_HTTP_MALFORMED, 1);
+        log_warn("http: a bad PROXY header from trusted proxy %s; closing", c->peer);
+        conn_close(c);
+        return;
+    }
+    c->awaiting_proxy = 0;
+    if (src[0])
+        snprintf(c->peer, sizeof c->peer, "%s", src);
+    set_timer(c, TIMER_IDLE);
+    /* the bytes after the header: those of this read past it */
+    size_t rest_at = used - c->proxy_len;
+    c->proxy_len = 0;
+    if (rest_at < len)
+        conn_feed(c, data + rest_at, len - rest_at, 0);
+}
+
 static void on_read(evutil_socket_t fd, short what, void *arg)
 {
     struct http_conn *c = arg;
@@ -519,7 +561,10 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
         conn_close(c); /* the client is gone; a half-sent request goes with it */
         return;
     }
-    conn_feed(c, buf, (size_t)n, 0);
+    if (c->awaiting_proxy)
+        proxy_feed(c, buf, (size_t)n);
+    else
+        conn_feed(c, buf, (size_t)n, 0);
 }
 
 static void on_write(evutil_socket_t fd, short what, void *arg)
@@ -549,8 +594,9 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-/* A new connection (already counted under both caps). */
-static void conn_open(struct http_loop *l, evutil_socket_t fd, const char *peer)
+/* A new connection (already counted under the global cap, and under the
+ * per-address one unless it comes from a trusted proxy). */
+static void conn_open(struct http_loop *l, evutil_socket_t fd, const char *peer, int proxied)
 {
     const struct cfg *cfg = l->srv->cfg;
     struct http_conn *c = calloc(1, sizeof *c);
@@ -559,6 +605,8 @@ static void conn_open(struct http_loop *l, evutil_socket_t fd, const char *peer)
     c->loop = l;
     c->fd = fd;
     snprintf(c->peer, sizeof c->peer, "%s", peer);
+    c->counted = !proxied;
+    c->awaiting_proxy = proxied;
     http_parse_init(&c->parser, (size_t)cfg->max_header_bytes, (size_t)cfg->max_body_bytes);
     event_assign(&c->ev_read, l->base, fd, EV_READ | EV_PERSIST, on_read, c);
     event_assign(&c->ev_write, l->base, fd, EV_WRITE | EV_PERSIST, on_write, c);
@@ -619,13 +667,17 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
         }
         char peer[INET6_ADDRSTRLEN];
         peer_text(&ss, peer, sizeof peer);
-        if (addr_take(s, peer) != 0) {
+        /* A load balancer's connections are many from one address: its own
+         * maxconn caps them, and the clients they carry are told apart by
+         * its PROXY header. */
+        int proxied = proxy_header_trusted(s->cfg->http_trusted_proxies, peer);
+        if (!proxied && addr_take(s, peer) != 0) {
             atomic_fetch_sub(&s->open, 1);
             metrics_add(M_HTTP_REFUSED_PER_ADDR, 1);
             evutil_closesocket(fd);
             continue;
         }
-        conn_open(l, fd, peer);
+        conn_open(l, fd, peer, proxied);
     }
 }
 

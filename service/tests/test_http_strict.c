@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "http/proxy_header.h"
 
 /* The longest any read here waits for the daemon. */
 #define WAIT_S 15
@@ -421,6 +422,139 @@ START_TEST(test_global_cap_refuses_the_extra_connection)
 }
 END_TEST
 
+/* ---- behind a load balancer: the PROXY protocol (v1) ------------------- */
+
+START_TEST(test_proxy_header_parse)
+{
+    char src[PROXY_ADDR_MAX];
+    size_t used = 0;
+    static const char v4[] = "PROXY TCP4 10.1.2.3 127.0.0.1 51234 8080\r\nGET / HTTP/1.1\r\n";
+    ck_assert_int_eq(proxy_header_parse(v4, sizeof v4 - 1, src, sizeof src, &used),
+                     PROXY_HEADER_DONE);
+    ck_assert_str_eq(src, "10.1.2.3");
+    ck_assert_uint_eq(used, strlen("PROXY TCP4 10.1.2.3 127.0.0.1 51234 8080\r\n"));
+    static const char v6[] = "PROXY TCP6 2001:db8::0:1 ::1 1 65535\r\n";
+    ck_assert_int_eq(proxy_header_parse(v6, sizeof v6 - 1, src, sizeof src, &used),
+                     PROXY_HEADER_DONE);
+    ck_assert_str_eq(src, "2001:db8::1"); /* canonical, as the socket's peers are shown */
+    static const char unknown[] = "PROXY UNKNOWN ffff:f::1 ::1 1 2\r\n";
+    ck_assert_int_eq(proxy_header_parse(unknown, sizeof unknown - 1, src, sizeof src, &used),
+                     PROXY_HEADER_DONE);
+    ck_assert_str_eq(src, "");
+    ck_assert_int_eq(proxy_header_parse("PROXY UNKNOWN\r\n", 15, src, sizeof src, &used),
+                     PROXY_HEADER_DONE);
+    /* not yet whole: every proper prefix of a valid header asks for more */
+    size_t whole = strlen("PROXY TCP4 10.1.2.3 127.0.0.1 51234 8080\r\n");
+    for (size_t n = 1; n < whole; n++)
+        ck_assert_int_eq(proxy_header_parse(v4, n, src, sizeof src, &used), PROXY_HEADER_MORE);
+    static const char *const bad[] = {
+        "GET / HTTP/1.1\r\n",                             /* no header at all */
+        "PROXY TCP4 10.1.2.3 127.0.0.1 51234\r\n",        /* a field missing */
+        "PROXY TCP4 10.1.2.3 127.0.0.1 51234 8080 x\r\n", /* one too many */
+        "PROXY TCP4  10.1.2.3 127.0.0.1 1 2\r\n",         /* two spaces */
+        "PROXY TCP4 10.1.2.300 127.0.0.1 1 2\r\n",        /* not an address */
+        "PROXY TCP4 ::1 127.0.0.1 1 2\r\n",               /* v6 in TCP4 */
+        "PROXY TCP4 10.1.2.3 127.0.0.1 65536 2\r\n",      /* port range */
+        "PROXY TCP4 10.1.2.3 127.0.0.1 01 2\r\n",         /* leading zero */
+        "PROXY TCP4 10.1.2.3 127.0.0.1 -1 2\r\n",         /* sign */
+        "PROXY TCP5 10.1.2.3 127.0.0.1 1 2\r\n",          /* protocol */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        ck_assert_msg(proxy_header_parse(bad[i], strlen(bad[i]), src, sizeof src, &used) ==
+                          PROXY_HEADER_BAD,
+                      "%s was accepted", bad[i]);
+    /* a bare LF never ends it: more, until the protocol's bound */
+    static const char lf[] = "PROXY TCP4 10.1.2.3 127.0.0.1 1 2\n";
+    ck_assert_int_eq(proxy_header_parse(lf, sizeof lf - 1, src, sizeof src, &used),
+                     PROXY_HEADER_MORE);
+    char longer[200];
+    memset(longer, 'x', sizeof longer);
+    memcpy(longer, "PROXY ", 6);
+    ck_assert_int_eq(proxy_header_parse(longer, sizeof longer, src, sizeof src, &used),
+                     PROXY_HEADER_BAD); /* past 107 bytes without CRLF */
+    ck_assert(proxy_header_trusted("10.0.0.1, 127.0.0.1", "127.0.0.1"));
+    ck_assert(!proxy_header_trusted("10.0.0.1,127.0.0.10", "127.0.0.1"));
+    ck_assert(!proxy_header_trusted("", "127.0.0.1"));
+}
+END_TEST
+
+/* The test's load balancer speaks from 127.0.0.2 (the harness's own probes
+ * come from 127.0.0.1, plain). */
+#define PROXY_ADDR "127.0.0.2"
+
+/* Sends raw bytes from PROXY_ADDR on a fresh connection; reads the answers. */
+static void exchange_from_proxy(int port, const char *raw, size_t len, struct answers *a)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert(fd >= 0);
+    struct timeval tv = {WAIT_S, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    struct sockaddr_in me = {.sin_family = AF_INET};
+    ck_assert_int_eq(inet_pton(AF_INET, PROXY_ADDR, &me.sin_addr), 1);
+    ck_assert_msg(bind(fd, (struct sockaddr *)&me, sizeof me) == 0, "bind: %s", strerror(errno));
+    struct sockaddr_in to = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    ck_assert_msg(connect(fd, (struct sockaddr *)&to, sizeof to) == 0, "connect: %s",
+                  strerror(errno));
+    send_all(fd, raw, len);
+    read_answers(fd, a, 0); /* until the daemon closes (Connection: close) */
+    close(fd);
+}
+
+/* A request as the load balancer forwards it for client 'src'. */
+static int proxied_status(int port, const char *src)
+{
+    char raw[256];
+    int n = snprintf(raw, sizeof raw,
+                     "PROXY TCP4 %s 127.0.0.1 40000 80\r\n"
+                     "GET /api/v1/skus/1 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+                     src);
+    struct answers a;
+    exchange_from_proxy(port, raw, (size_t)n, &a);
+    return a.count ? a.status[0] : 0;
+}
+
+START_TEST(test_trusted_proxy_names_the_client_for_the_rate_limits)
+{
+    th_reset();
+    const char *env[] = {"SECKILL_HTTP_TRUSTED_PROXIES=" PROXY_ADDR, "SECKILL_RATE_ADDR_BURST=2",
+                         "SECKILL_RATE_ADDR_PER_S=1", NULL};
+    struct th_daemon d;
+    th_daemon_start(&d, env);
+    /* each client its own bucket, though all come from the proxy's address */
+    ck_assert_int_eq(proxied_status(d.port, "10.9.0.1"), 404);
+    ck_assert_int_eq(proxied_status(d.port, "10.9.0.1"), 404);
+    ck_assert_int_eq(proxied_status(d.port, "10.9.0.1"), 429);
+    ck_assert_int_eq(proxied_status(d.port, "10.9.0.2"), 404);
+    /* from a trusted proxy the header is required: plain HTTP is not served */
+    static const char plain[] = "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n";
+    struct answers a;
+    exchange_from_proxy(d.port, plain, sizeof plain - 1, &a);
+    ck_assert_int_eq(a.count, 0);
+    ck_assert(a.closed);
+    /* ... while everyone else speaks plain HTTP as ever */
+    exchange(d.port, plain, sizeof plain - 1, &a, 1);
+    ck_assert_int_eq(a.status[0], 200);
+    th_daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_proxy_header_from_an_untrusted_peer_is_not_believed)
+{
+    th_reset();
+    struct th_daemon d;
+    th_daemon_start(&d, NULL); /* no trusted proxy */
+    struct answers a;
+    static const char raw[] = "PROXY TCP4 10.9.0.1 127.0.0.1 40000 80\r\n"
+                              "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n";
+    exchange(d.port, raw, sizeof raw - 1, &a, 1);
+    ck_assert_int_eq(a.count, 1);
+    ck_assert_int_ge(a.status[0], 400); /* "PROXY" is no HTTP method: refused */
+    th_daemon_stop(&d);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("http_strict");
@@ -434,6 +568,9 @@ int main(void)
     tcase_add_test(tc, test_buyers_are_served_while_hundreds_of_slow_clients_wait);
     tcase_add_test(tc, test_per_address_cap_refuses_the_extra_connection);
     tcase_add_test(tc, test_global_cap_refuses_the_extra_connection);
+    tcase_add_test(tc, test_proxy_header_parse);
+    tcase_add_test(tc, test_trusted_proxy_names_the_client_for_the_rate_limits);
+    tcase_add_test(tc, test_proxy_header_from_an_untrusted_peer_is_not_believed);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
