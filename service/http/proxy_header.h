@@ -15,9 +15,9 @@
 #define PROXY_ADDR_MAX 46    /* INET6_ADDRSTRLEN */
 
 enum proxy_header_result {
-    PROXY_HEADER_MORE = 0,  /* no CRLF yet, and still within PROXY_HEADER_MAX */
-    PROXY_HEADER_DONE = 1,  /* *used bytes are the header; src set ("" for UNKNOWN) */
-    PROXY_HEADER_BAD = -1,  /* not a valid version 1 header */
+    PROXY_HEADER_MORE = 0, /* no CRLF yet, and still within PROXY_HEADER_MAX */
+    PROXY_HEADER_DONE = 1, /* *used bytes are the header; src set ("" for UNKNOWN) */
+    PROXY_HEADER_BAD = -1, /* not a valid version 1 header */
 };
 
 /* Reads the header at the start of buf[0..len).  On DONE, src (cap >=
