@@ -355,7 +355,13 @@ static int check_backends(const struct lt_opts *o, char *err, size_t errlen)
         snprintf(err, errlen, "--redis-url: %s", rerr);
         return -1;
     }
-    if (!lt_is_loopback(t.host)) {
+    for (int i = 0; i < t.nsentinels; i++) /* behind Sentinels: every one on loopback */
+        if (!lt_is_loopback(t.sentinel[i].host)) {
+            snprintf(err, errlen, "--redis-url Sentinel %s is not in 127.0.0.0/8",
+                     t.sentinel[i].host);
+            return -1;
+        }
+    if (t.nsentinels == 0 && !lt_is_loopback(t.host)) {
         snprintf(err, errlen, "--redis-url host %s is not in 127.0.0.0/8", t.host);
         return -1;
     }

@@ -708,6 +708,7 @@ START_TEST(test_bad_flags_exit_2)
         {"--token", TH_ADMIN_TOKEN, NULL},
         {"--redis-url", "redis://seckill:secret-password@127.0.0.1:6380/0", NULL},
         {"--redis-url", "redis://:secret-password@127.0.0.1:6380/0", NULL},
+        {"--redis-url", "redis-sentinel://127.0.0.1:26380,10.1.2.3:26381/seckill", NULL},
         {"--pg-dsn", "host=127.0.0.1 dbname=seckill password=secret-password", NULL},
         {"--pg-dsn", "postgresql://seckill:secret-password@127.0.0.1/seckill", NULL},
     };
