@@ -350,9 +350,8 @@ else
         maxconn=$(((fd_limit - 100) / 2)) # a client and a server socket each
         say "haproxy: maxconn $maxconn (file descriptor limit $fd_limit)"
     fi
-    bind=$HTTP_HOST:$HTTP_PORT
-    [[ ${ADDR%:*} == '' || ${ADDR%:*} == '*' ]] && bind=$ADDR
-    haproxy_conf "$bind" "$maxconn" "${BPORTS[@]}" >"$HCONF.tmp"
+    # HAProxy binds what the daemon would have (its syntax is the same).
+    haproxy_conf "$ADDR" "$maxconn" "${BPORTS[@]}" >"$HCONF.tmp"
     chmod 644 "$HCONF.tmp"
     mv -f "$HCONF.tmp" "$HCONF"
     HAPROXY=(haproxy)
