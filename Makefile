@@ -104,9 +104,11 @@ deps:
 	scripts/deps.sh
 
 # make run: everything a newcomer needs, in the foreground; Ctrl-C stops it all.
+# INSTANCES=N: N daemons behind HAProxy; REDIS=sentinel: Redis behind Sentinel.
 run: deps
 	$(MAKE) $(BUILD)/seckilld $(BUILD)/seckillctl
-	BUILD=$(BUILD) scripts/run.sh
+	BUILD=$(BUILD) $(if $(INSTANCES),SECKILL_RUN_INSTANCES=$(INSTANCES)) \
+	    $(if $(REDIS),SECKILL_REDIS_TOPOLOGY=$(REDIS)) scripts/run.sh
 
 # make test: a fresh stack on free ports, every test binary, then teardown.
 test: deps

@@ -18,6 +18,8 @@ PACKAGES=(
     libssl-dev # libcrypto: HMAC-SHA256 of buyer tokens
     check libsubunit-dev
     redis-server postgresql
+    redis-sentinel # SECKILL_REDIS_TOPOLOGY=sentinel: scripts/stack.sh's Sentinels
+    haproxy        # `make run INSTANCES=N`: the load balancer in front of the daemons
     curl ca-certificates
     iproute2 # ss, used by scripts/run-tests.sh to find free ports
     jq procps # scripts/faults.sh reads the load generator's JSON, finds PostgreSQL's children
@@ -138,9 +140,9 @@ fi
 
 printf '%s: installing missing packages: %s\n' "$PROG" "${missing[*]}"
 
-# Keep apt from starting the distribution's redis/postgresql services during
-# the install (we run our own instances on other ports).  Only remove the
-# policy file if we created it.
+# Keep apt from starting the distribution's redis, redis-sentinel, postgresql
+# and haproxy services during the install (we run our own instances on other
+# ports).  Only remove the policy file if we created it.
 POLICY=/usr/sbin/policy-rc.d
 created_policy=0
 cleanup() {

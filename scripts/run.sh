@@ -1,19 +1,49 @@
 #!/usr/bin/env bash
 # `make run`: start Redis + PostgreSQL under var/, migrate, run the daemon in
 # the foreground with a demo SKU.  Ctrl-C stops the daemon and the stack.
+# With SECKILL_RUN_INSTANCES=N (`make run INSTANCES=N`, N up to 8) N daemons
+# run on loopback ports of their own behind HAProxy, which listens on
+# SECKILL_HTTP_ADDR instead; one that dies is taken out of the rotation and
+# the others go on.  Ctrl-C stops HAProxy too.
 #
 # Env in: BUILD (default build), SECKILL_REDIS_PORT (6380), SECKILL_PG_PORT
 #         (5433), SECKILL_HTTP_ADDR (127.0.0.1:8080), SECKILL_ADMIN_TOKEN
 #         (default: var/admin-token, generated on first use and passed as
 #         SECKILL_ADMIN_TOKEN_FILE), SECKILL_BUYER_TOKEN_SECRET (default:
-#         var/buyer-secret, likewise generated); any other SECKILL_* setting
-#         is passed through to the daemon.  Secrets go by environment or
-#         file, never as flags (they would show in ps).
+#         var/buyer-secret, likewise generated), SECKILL_RUN_INSTANCES (1),
+#         SECKILL_RUN_BACKEND_PORT (18081: the first daemon's port behind
+#         HAProxy, the others the next ones; a taken port is replaced by a
+#         free one), SECKILL_REDIS_TOPOLOGY (single; sentinel: `make run
+#         REDIS=sentinel`, read by scripts/stack.sh); any other SECKILL_*
+#         setting is passed through to the daemons.  Secrets go by
+#         environment or file, never as flags (they would show in ps).
 set -euo pipefail
 
 PROG=run.sh
 HEALTH_WAIT=15
 STOP_WAIT=15
+MAX_INSTANCES=8
+BACKEND_BASE_PORT=18081
+# HAProxy, in front of several daemons.  Every connection a daemon sees comes
+# from HAProxy's address: a daemon takes HAPROXY_SERVER_MAXCONN requests at
+# once (the others queue for HAPROXY_TIMEOUT_QUEUE), below its per-address
+# cap (http_max_connections_per_addr, 1000).
+HAPROXY_MAXCONN=2000 # client connections, lowered to what the fd limit allows
+HAPROXY_SERVER_MAXCONN=256
+# A daemon that fails two checks a second apart is out (~2 s); two good ones
+# bring it back.
+HAPROXY_CHECK='inter 1s fall 2 rise 2'
+HAPROXY_TIMEOUT_CONNECT=2s
+HAPROXY_TIMEOUT_CHECK=2s
+HAPROXY_TIMEOUT_CLIENT=30s
+# Longer than any answer of a daemon: an order waits at most order_ack_wait_ms
+# (2 s), an admin request a SKU lock (2 s) and the database (6 s).
+HAPROXY_TIMEOUT_SERVER=15s
+HAPROXY_TIMEOUT_QUEUE=5s
+# As the daemon's http_request_timeout_ms and http_idle_timeout_ms.
+HAPROXY_TIMEOUT_HTTP_REQUEST=5s
+HAPROXY_TIMEOUT_KEEP_ALIVE=10s
+HAPROXY_STOP_WAIT=5
 
 die() {
     printf '%s: error: %s\n' "$PROG" "$*" >&2
@@ -36,47 +66,95 @@ CTL=$BUILD_DIR/seckillctl
 [[ -f $CTL && -x $CTL ]] || die "$CTL is missing; build it first (make $BUILD_DIR/seckillctl)"
 command -v curl >/dev/null 2>&1 || die "curl is not installed (run scripts/deps.sh)"
 
-DPID=
-TPID=
+INSTANCES=${SECKILL_RUN_INSTANCES:-1}
+if ! [[ $INSTANCES =~ ^[1-9]$ ]] || ((INSTANCES > MAX_INSTANCES)); then
+    die "SECKILL_RUN_INSTANCES (make run INSTANCES=N) must be 1 to $MAX_INSTANCES, got '$INSTANCES'"
+fi
+if ((INSTANCES > 1)); then
+    command -v haproxy >/dev/null 2>&1 || die "haproxy is not installed (run scripts/deps.sh)"
+fi
+
+DPIDS=() # the daemons still running (not reaped)
+HPID=    # HAProxy
+TPIDS=() # the log streams
 STACK_STARTED=0
 CLEANED=0
 
-log_tail() {
-    if [[ -s $LOG ]]; then
-        printf -- '--- last lines of %s ---\n' "$LOG" >&2
-        tail -n 40 "$LOG" >&2 || true
+log_tail() { # log_tail [FILE]: the last lines of a daemon's log (default LOG)
+    local f=${1:-$LOG}
+    if [[ -s $f ]]; then
+        printf -- '--- last lines of %s ---\n' "$f" >&2
+        tail -n 40 "$f" >&2 || true
         printf -- '--- end of log ---\n' >&2
     fi
 }
 
-stop_daemon() {
+# forget_daemon PID: PID was reaped; it is no longer ours to stop.
+forget_daemon() {
+    local p keep=()
+    for p in "${DPIDS[@]}"; do
+        [[ $p == "$1" ]] || keep+=("$p")
+    done
+    DPIDS=("${keep[@]}")
+}
+
+# stop_daemons: SIGTERM to every daemon, SIGKILL to those still there after
+# STOP_WAIT seconds.
+stop_daemons() {
+    local i pid alive
+    ((${#DPIDS[@]} > 0)) || return 0
+    for pid in "${DPIDS[@]}"; do
+        if kill -0 "$pid" 2>/dev/null; then
+            say "stopping seckilld (pid $pid)"
+            kill -TERM "$pid" 2>/dev/null || true
+        fi
+    done
+    for ((i = 0; i < STOP_WAIT * 5; i++)); do
+        alive=0
+        for pid in "${DPIDS[@]}"; do
+            kill -0 "$pid" 2>/dev/null && alive=1
+        done
+        ((alive)) || break
+        sleep 0.2
+    done
+    for pid in "${DPIDS[@]}"; do
+        if kill -0 "$pid" 2>/dev/null; then
+            printf '%s: seckilld did not exit within %ss; killing it\n' "$PROG" "$STOP_WAIT" >&2
+            kill -KILL "$pid" 2>/dev/null || true
+        fi
+        wait "$pid" 2>/dev/null || true
+    done
+    DPIDS=()
+}
+
+stop_haproxy() {
     local i
-    [[ -n $DPID ]] || return 0
-    if kill -0 "$DPID" 2>/dev/null; then
-        say "stopping seckilld (pid $DPID)"
-        kill -TERM "$DPID" 2>/dev/null || true
-        for ((i = 0; i < STOP_WAIT * 5; i++)); do
-            kill -0 "$DPID" 2>/dev/null || break
+    [[ -n $HPID ]] || return 0
+    if kill -0 "$HPID" 2>/dev/null; then
+        say "stopping haproxy (pid $HPID)"
+        kill -TERM "$HPID" 2>/dev/null || true
+        for ((i = 0; i < HAPROXY_STOP_WAIT * 5; i++)); do
+            kill -0 "$HPID" 2>/dev/null || break
             sleep 0.2
         done
-        if kill -0 "$DPID" 2>/dev/null; then
-            printf '%s: seckilld did not exit within %ss; killing it\n' "$PROG" "$STOP_WAIT" >&2
-            kill -KILL "$DPID" 2>/dev/null || true
-        fi
+        kill -KILL "$HPID" 2>/dev/null || true
     fi
-    wait "$DPID" 2>/dev/null || true
-    DPID=
+    wait "$HPID" 2>/dev/null || true
+    HPID=
 }
 
 cleanup() {
+    local pid
     ((CLEANED)) && return 0
     CLEANED=1
     trap '' INT TERM
-    stop_daemon
-    if [[ -n $TPID ]]; then
-        kill "$TPID" 2>/dev/null || true
-        wait "$TPID" 2>/dev/null || true
-    fi
+    # The balancer first: no request goes to a daemon that is stopping.
+    stop_haproxy
+    stop_daemons
+    for pid in "${TPIDS[@]}"; do
+        kill "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
     if ((STACK_STARTED)); then
         "$STACK" stop "$VAR" || printf '%s: warning: stopping the stack failed\n' "$PROG" >&2
     fi
@@ -146,28 +224,149 @@ if command -v ss >/dev/null 2>&1 && [[ -n $(ss -ltnH "sport = :$HTTP_PORT" 2>/de
     die "port $HTTP_PORT is already in use (another seckilld?); set SECKILL_HTTP_ADDR"
 fi
 
-: >>"$LOG"
-LOG_OFFSET=$(($(stat -c %s "$LOG") + 1))
-say "starting $DAEMON serve on $ADDR (log: $LOG)"
-"$DAEMON" serve </dev/null >>"$LOG" 2>&1 &
-DPID=$!
+# wait_healthy URL PID LOG: until URL/healthz answers 200, while PID (its
+# daemon, or HAProxy) lives, at most HEALTH_WAIT seconds.
+wait_healthy() {
+    local url=$1 pid=$2 log=$3 deadline st
+    deadline=$((SECONDS + HEALTH_WAIT))
+    until curl -fsS --max-time 2 -o /dev/null "$url/healthz" 2>/dev/null; do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            st=0
+            wait "$pid" || st=$?
+            forget_daemon "$pid"
+            [[ $pid == "$HPID" ]] && HPID=
+            log_tail "$log"
+            die "$(basename "${log%.log}") exited during startup (status $st)$HINT"
+        fi
+        if ((SECONDS >= deadline)); then
+            log_tail "$log"
+            die "$(basename "${log%.log}") did not answer $url/healthz within ${HEALTH_WAIT}s"
+        fi
+        sleep 0.3
+    done
+}
+HINT=
+if [[ ${SECKILL_REDIS_URL:-} == redis-sentinel://* ]]; then
+    HINT=" (REDIS=sentinel needs a seckilld that reads redis-sentinel:// URLs)"
+fi
 
-deadline=$((SECONDS + HEALTH_WAIT))
-until curl -fsS --max-time 2 -o /dev/null "$BASE/healthz" 2>/dev/null; do
-    if ! kill -0 "$DPID" 2>/dev/null; then
-        st=0
-        wait "$DPID" || st=$?
-        DPID=
-        log_tail
-        die "seckilld exited during startup (status $st)"
+# start_daemon ADDR LOG: seckilld serve on ADDR, in the background.
+start_daemon() {
+    SECKILL_HTTP_ADDR=$1 "$DAEMON" serve </dev/null >>"$2" 2>&1 &
+    DPIDS+=("$!")
+}
+
+# haproxy_conf BIND MAXCONN PORT...: HAProxy's config, HTTP on BIND, round
+# robin over the daemons on 127.0.0.1:PORT..., each checked on GET /healthz.
+haproxy_conf() {
+    local bind=$1 maxconn=$2 i=0 p
+    shift 2
+    cat <<EOF
+# generated by scripts/run.sh on every start (no secret in it)
+global
+    maxconn $maxconn
+    # In the foreground (run.sh keeps its pid), its log on its standard output
+    log stdout format raw local0 info
+
+defaults
+    mode http
+    log global
+    option httplog
+    # One connection to a daemon per request: a kept-alive one may be closed
+    # by the daemon (its idle timeout) just as a POST goes out on it.
+    option http-server-close
+    # A request no daemon took (connection refused: it died) tries another.
+    option redispatch
+    retries 2
+    timeout connect $HAPROXY_TIMEOUT_CONNECT
+    timeout check $HAPROXY_TIMEOUT_CHECK
+    timeout client $HAPROXY_TIMEOUT_CLIENT
+    timeout server $HAPROXY_TIMEOUT_SERVER
+    timeout queue $HAPROXY_TIMEOUT_QUEUE
+    timeout http-request $HAPROXY_TIMEOUT_HTTP_REQUEST
+    timeout http-keep-alive $HAPROXY_TIMEOUT_KEEP_ALIVE
+
+frontend seckill
+    bind $bind
+    default_backend seckilld
+
+backend seckilld
+    balance roundrobin
+    option httpchk
+    http-check send meth GET uri /healthz ver HTTP/1.1 hdr Host localhost
+    http-check expect status 200
+    default-server check $HAPROXY_CHECK maxconn $HAPROXY_SERVER_MAXCONN
+EOF
+    for p in "$@"; do
+        i=$((i + 1))
+        printf '    server seckilld-%d 127.0.0.1:%s\n' "$i" "$p"
+    done
+}
+
+if ((INSTANCES == 1)); then
+    : >>"$LOG"
+    LOG_OFFSET=$(($(stat -c %s "$LOG") + 1))
+    say "starting $DAEMON serve on $ADDR (log: $LOG)"
+    start_daemon "$ADDR" "$LOG"
+    wait_healthy "$BASE" "${DPIDS[0]}" "$LOG"
+    say "healthy: $BASE/healthz"
+else
+    # The daemons, on BACKEND_BASE_PORT and the next ports (a taken one is
+    # replaced by a free one), each with its own log.
+    BPORTS=()
+    BLOGS=()
+    BOFFSETS=()
+    p=${SECKILL_RUN_BACKEND_PORT:-$BACKEND_BASE_PORT}
+    if ! [[ $p =~ ^[0-9]+$ ]] || ((p < 1 || p + INSTANCES - 1 > 65535)); then
+        die "bad SECKILL_RUN_BACKEND_PORT: $p"
     fi
-    if ((SECONDS >= deadline)); then
-        log_tail
-        die "seckilld did not answer $BASE/healthz within ${HEALTH_WAIT}s"
+    for ((i = 1; i <= INSTANCES; i++, p++)); do
+        bp=$p
+        if [[ $bp == "$HTTP_PORT" ]] || se_port_busy "$bp"; then
+            bp=$(se_free_port "$HTTP_PORT" "${BPORTS[@]}") || die "no free port for seckilld-$i"
+            say "port $p is taken; seckilld-$i uses $bp"
+        fi
+        BPORTS+=("$bp")
+        BLOGS+=("$VAR/seckilld-$i.log")
+        : >>"${BLOGS[-1]}"
+        BOFFSETS+=("$(($(stat -c %s "${BLOGS[-1]}") + 1))")
+        say "starting $DAEMON serve on 127.0.0.1:$bp (seckilld-$i, log: ${BLOGS[-1]})"
+        start_daemon "127.0.0.1:$bp" "${BLOGS[-1]}"
+    done
+    for ((i = 0; i < INSTANCES; i++)); do
+        wait_healthy "http://127.0.0.1:${BPORTS[i]}" "${DPIDS[i]}" "${BLOGS[i]}"
+    done
+    say "healthy: $INSTANCES daemons on 127.0.0.1:${BPORTS[*]}"
+
+    # HAProxy: its config under var/haproxy, its log there too; as root it
+    # runs as Debian's haproxy user (no_new_privs), else as ourselves.
+    HDIR=$VAR/haproxy
+    HCONF=$HDIR/haproxy.cfg
+    HLOG=$HDIR/haproxy.log
+    mkdir -p "$HDIR"
+    maxconn=$HAPROXY_MAXCONN
+    fd_limit=$(ulimit -Hn)
+    if [[ $fd_limit =~ ^[0-9]+$ ]] && ((maxconn * 2 + 100 > fd_limit)); then
+        maxconn=$(((fd_limit - 100) / 2)) # a client and a server socket each
+        say "haproxy: maxconn $maxconn (file descriptor limit $fd_limit)"
     fi
-    sleep 0.3
-done
-say "healthy: $BASE/healthz"
+    # HAProxy binds what the daemon would have (its syntax is the same).
+    haproxy_conf "$ADDR" "$maxconn" "${BPORTS[@]}" >"$HCONF.tmp"
+    chmod 644 "$HCONF.tmp"
+    mv -f "$HCONF.tmp" "$HCONF"
+    HAPROXY=(haproxy)
+    if [[ $(id -u) -eq 0 ]]; then
+        id -u haproxy >/dev/null 2>&1 || die "no 'haproxy' user to run HAProxy as (Debian's haproxy package makes it)"
+        HAPROXY=(setpriv --reuid=haproxy --regid=haproxy --init-groups --no-new-privs -- haproxy)
+    fi
+    "${HAPROXY[@]}" -c -q -f "$HCONF" || die "haproxy refuses $HCONF (see above)"
+    : >"$HLOG"
+    say "starting haproxy on $ADDR (config: $HCONF, log: $HLOG)"
+    "${HAPROXY[@]}" -db -f "$HCONF" </dev/null >>"$HLOG" 2>&1 &
+    HPID=$!
+    wait_healthy "$BASE" "$HPID" "$HLOG"
+    say "healthy: $BASE/healthz (haproxy, pid $HPID)"
+fi
 
 # curl with the admin token passed on stdin (keeps it out of `ps`).
 admin_curl() {
@@ -209,9 +408,14 @@ else
     secret_hint="export SECKILL_BUYER_TOKEN_SECRET=\$(cat $SECRET_FROM)"
 fi
 CTL_REL=${CTL#"$ROOT"/}
+if ((INSTANCES == 1)); then
+    where="daemon log: $LOG"
+else
+    where="HAProxy in front of $INSTANCES daemons"
+fi
 cat <<EOF
 
-seckill is running on $BASE   (daemon log: $LOG; Ctrl-C stops everything)
+seckill is running on $BASE   ($where; Ctrl-C stops everything)
 
   $token_hint
   $secret_hint
@@ -228,14 +432,59 @@ seckill is running on $BASE   (daemon log: $LOG; Ctrl-C stops everything)
 
 EOF
 
-# Stream the daemon's log (from its start) until it exits.
-tail -c +"$LOG_OFFSET" -f --pid="$DPID" "$LOG" &
-TPID=$!
+if ((INSTANCES == 1)); then
+    # Stream the daemon's log (from its start) until it exits.
+    tail -c +"$LOG_OFFSET" -f --pid="${DPIDS[0]}" "$LOG" &
+    TPIDS+=("$!")
 
-st=0
-wait "$DPID" || st=$?
-DPID=
-sleep 0.5 # let tail print the last lines
-printf '%s: seckilld exited by itself (status %s)\n' "$PROG" "$st" >&2
-cleanup
-exit "$st"
+    st=0
+    wait "${DPIDS[0]}" || st=$?
+    DPIDS=()
+    sleep 0.5 # let tail print the last lines
+    printf '%s: seckilld exited by itself (status %s)\n' "$PROG" "$st" >&2
+    cleanup
+    exit "$st"
+fi
+
+cat <<EOF
+  # behind HAProxy ($HCONF, log $HLOG):
+EOF
+for ((i = 0; i < INSTANCES; i++)); do
+    printf '  #   seckilld-%d on 127.0.0.1:%s, pid %s, log %s\n' "$((i + 1))" "${BPORTS[i]}" "${DPIDS[i]}" "${BLOGS[i]}"
+done
+cat <<EOF
+  # kill one: HAProxy takes it out within ~2 s and the others serve on
+  kill ${DPIDS[0]}
+
+EOF
+
+# Stream each log (a daemon's from its start), lines marked with their source.
+for ((i = 0; i < INSTANCES; i++)); do
+    tail -c +"${BOFFSETS[i]}" -f --pid="${DPIDS[i]}" "${BLOGS[i]}" | sed -u "s/^/[seckilld-$((i + 1))] /" &
+    TPIDS+=("$!")
+done
+tail -n +1 -f --pid="$HPID" "$HLOG" | sed -u 's/^/[haproxy] /' &
+TPIDS+=("$!")
+
+# Until HAProxy or the last daemon exits: a daemon that dies is out of
+# HAProxy's rotation, the others go on.
+while :; do
+    st=0
+    done_pid=
+    wait -n -p done_pid "$HPID" "${DPIDS[@]}" || st=$?
+    [[ -n $done_pid ]] || continue # a signal; its trap has run
+    if [[ $done_pid == "$HPID" ]]; then
+        HPID=
+        printf '%s: haproxy exited by itself (status %s)\n' "$PROG" "$st" >&2
+        cleanup
+        exit 1
+    fi
+    forget_daemon "$done_pid"
+    printf '%s: seckilld (pid %s) exited (status %s); %d left behind HAProxy\n' \
+        "$PROG" "$done_pid" "$st" "${#DPIDS[@]}" >&2
+    if ((${#DPIDS[@]} == 0)); then
+        sleep 0.5 # let tail print the last lines
+        cleanup
+        exit "$st"
+    fi
+done

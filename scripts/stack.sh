@@ -8,6 +8,15 @@
 # start reads SECKILL_REDIS_PORT (default 6380) and SECKILL_PG_PORT (default
 # 5433).  stop/status use the ports recorded in DIR's generated configs.
 #
+# SECKILL_REDIS_TOPOLOGY=sentinel (default single: one Redis) makes start run
+# Redis behind Sentinel: the master on SECKILL_REDIS_PORT, one replica on
+# SECKILL_REDIS_REPLICA_PORT (default the master's + 1) and the Sentinels on
+# SECKILL_SENTINEL_PORTS (default 26380,26381,26382), all on loopback, all as
+# the same OS user; DIR/env then names the Sentinels (redis-sentinel://).
+# stop and status handle whatever DIR holds.  After a failover the replica's
+# node stays the master: start asks the Sentinels (or their last config) which
+# node is master and starts the other one as its replica.
+#
 # Neither server runs as root: as root, PostgreSQL runs as 'postgres' and Redis
 # as 'redis' (Debian's package users), else as a 'seckill' system user created
 # here; as anyone else, as that user.  Redis has no default user: the service
@@ -23,6 +32,15 @@
 #                 AOF files; owned by the Redis OS user
 #   redis-password        password of ACL user seckill (mode 600)
 #   redis-admin-password  password of ACL user seckill-admin (mode 600)
+#   sentinel topology only:
+#   redis-replica/        the same as redis/, for the replica (its own AOF)
+#   sentinel-N/           sentinel.conf (written on each start of that
+#                 Sentinel, which rewrites it while it runs), sentinel.pid,
+#                 sentinel.log; owned by the Redis OS user
+#   redis-replication-password  password of ACL user seckill-replication
+#                 (replicas log in to their master as it; mode 600)
+#   redis-sentinel-password     password of ACL user seckill-sentinel (the
+#                 Sentinels log in to the data nodes and to each other; 600)
 #   pg/data/      PGDATA (seckill.conf there holds our settings)
 #   pg/run/       unix socket directory
 #   pg.log        server log (pg_ctl -l)
@@ -34,7 +52,9 @@
 #   pgpass-admin  the same for the superuser (this script, tests; mode 600)
 #   env           `export` lines to source (mode 600: the Redis URL holds the
 #                 service user's password): the service's DSN and PGPASSFILE,
-#                 and SECKILL_MIGRATE_PG_DSN (the owner, its own passfile)
+#                 and SECKILL_MIGRATE_PG_DSN (the owner, its own passfile);
+#                 with Sentinel also SECKILL_REDIS_TOPOLOGY,
+#                 SECKILL_REDIS_REPLICA_PORT and SECKILL_SENTINEL_PORTS
 #
 # Exit codes: 0 ok, 1 failure, 2 usage, 3 a port is already taken by
 # something else (callers may retry with other ports).
@@ -44,6 +64,27 @@ PROG=stack.sh
 REDIS_WAIT_TENTHS=100 # 10 s
 PG_CTL_TIMEOUT=30
 LOCK_WAIT=60
+
+# The Sentinel topology.  Short timings, for tests and a local demo: a master
+# that does not answer for S_DOWN_AFTER_MS is down once S_QUORUM Sentinels
+# say so; S_FAILOVER_TIMEOUT_MS bounds a failover's steps (and is the pause
+# before the same master is failed over again).
+S_MASTER_NAME=seckill
+S_QUORUM=2
+S_DOWN_AFTER_MS=1000
+S_FAILOVER_TIMEOUT_MS=5000
+S_PARALLEL_SYNCS=1
+S_DEFAULT_PORTS=26380,26381,26382
+S_MAX_COUNT=9
+# start waits this long for the replica to follow and every Sentinel to know
+# the master, the replica and the other Sentinels (a failover needs them).
+S_READY_WAIT_TENTHS=300 # 30 s
+# A master refuses writes unless this many replicas follow it, none more than
+# the lag (s) behind: a write acknowledged by a master that a failover then
+# discards is lost, and a master cut off from its replica must not take any.
+# With one replica, writes stop while either data node is down.
+R_MIN_REPLICAS_TO_WRITE=1
+R_MIN_REPLICAS_MAX_LAG=10
 
 die() {
     printf '%s: error: %s\n' "$PROG" "$*" >&2
@@ -131,8 +172,6 @@ esac
 
 R_DIR=$DIR/redis
 R_CONF=$R_DIR/redis.conf
-R_PIDFILE=$R_DIR/redis.pid
-R_LOG=$R_DIR/redis.log
 PG_DIR=$DIR/pg
 PG_DATA=$PG_DIR/data
 PG_RUN=$PG_DIR/run
@@ -155,9 +194,15 @@ R_SVC_USER=seckill
 R_PW_BYTES=32
 PG_PW_BYTES=16
 R_ADMIN_USER=seckill-admin
+RR_DIR=$DIR/redis-replica
+R_REPL_PW_FILE=$DIR/redis-replication-password
+R_REPL_USER=seckill-replication
+R_SENT_PW_FILE=$DIR/redis-sentinel-password
+R_SENT_USER=seckill-sentinel
 
 IS_ROOT=0
 [[ $(id -u) -eq 0 ]] && IS_ROOT=1
+HA=0 # 1: the Sentinel topology (start: requested; status: DIR's)
 
 # Serialise concurrent invocations on the same DIR.  Daemons are started
 # with fd 9 closed so they never inherit the lock.
@@ -246,19 +291,51 @@ ensure_password() {
 
 # ---------------------------------------------------------------- redis
 
-# Port recorded in the generated redis.conf (empty if none).
-redis_conf_port() {
-    [[ -r $R_CONF ]] || return 0
-    awk '$1 == "port" { print $2; exit }' "$R_CONF"
+# A Redis process of the stack (a node) lives in its own directory: redis/
+# (the data node, the master of a new stack), redis-replica/ and sentinel-N/
+# (Sentinel topology), each holding KIND.conf, KIND.pid and KIND.log, KIND
+# being redis or sentinel.
+node_kind() {
+    case ${1##*/} in
+    sentinel-*) printf 'sentinel\n' ;;
+    *) printf 'redis\n' ;;
+    esac
+}
+node_file() { printf '%s/%s.%s\n' "$1" "$(node_kind "$1")" "$2"; } # node_file NODE conf|pid|log
+node_label() { printf '%s\n' "${1##*/}"; }
+# The command name of the node's process (pid_is) and its server binary.
+node_comm() {
+    if [[ $(node_kind "$1") == sentinel ]]; then printf 'redis-sentinel\n'; else printf 'redis\n'; fi
+}
+node_binary() {
+    if [[ $(node_kind "$1") == sentinel ]]; then printf 'redis-sentinel\n'; else printf 'redis-server\n'; fi
 }
 
-redis_pid() {
-    [[ -r $R_PIDFILE ]] || return 0
-    head -n1 "$R_PIDFILE" 2>/dev/null | tr -dc '0-9'
+# Port recorded in the node's generated config (empty if none).
+node_port() {
+    local conf
+    conf=$(node_file "$1" conf)
+    [[ -r $conf ]] || return 0
+    awk '$1 == "port" { print $2; exit }' "$conf"
+}
+
+node_pid() {
+    local pidfile
+    pidfile=$(node_file "$1" pid)
+    [[ -r $pidfile ]] || return 0
+    head -n1 "$pidfile" 2>/dev/null | tr -dc '0-9'
+}
+
+# True if the node's process (pid file) is alive, answering or not.
+node_alive() {
+    local pid
+    pid=$(node_pid "$1")
+    [[ -n $pid ]] && pid_is "$pid" "$(node_comm "$1")"
 }
 
 # redis_admin PORT ARGS...: redis-cli as the admin ACL user (the password
-# goes through the environment, not the command line).
+# goes through the environment, not the command line).  The Sentinels have
+# the same admin user.
 redis_admin() {
     local port=$1 pw
     shift
@@ -273,13 +350,49 @@ redis_ping() { # redis_ping PORT
     [[ $out == PONG ]]
 }
 
-# True if our redis (pid file) is alive and answers on its port.
-redis_up() {
+# True if the node's process (pid file) is alive and answers on its port.
+node_up() {
     local pid port
-    pid=$(redis_pid)
-    port=$(redis_conf_port)
+    pid=$(node_pid "$1")
+    port=$(node_port "$1")
     [[ -n $pid && -n $port ]] || return 1
-    pid_is "$pid" redis && redis_ping "$port"
+    pid_is "$pid" "$(node_comm "$1")" && redis_ping "$port"
+}
+
+# The Sentinels' directories, in order (sentinel-1, sentinel-2, ...).
+sentinel_dirs() {
+    local d
+    for d in "$DIR"/sentinel-[0-9]*; do
+        [[ -d $d ]] && printf '%s\n' "$d"
+    done | sort -V
+}
+
+# The topology DIR's Redis was last started with: sentinel when the data
+# node's config names a replication user (both data nodes' do), else single.
+dir_topology() {
+    if [[ -r $R_CONF ]] && grep -q '^masteruser ' "$R_CONF"; then
+        printf 'sentinel\n'
+    else
+        printf 'single\n'
+    fi
+}
+
+# The topology of what runs in DIR now: none, single or sentinel.
+running_topology() {
+    local d
+    local -a ha=("$RR_DIR")
+    mapfile -t -O 1 ha < <(sentinel_dirs)
+    for d in "${ha[@]}"; do
+        if node_alive "$d"; then
+            printf 'sentinel\n'
+            return 0
+        fi
+    done
+    if node_alive "$R_DIR"; then
+        dir_topology
+    else
+        printf 'none\n'
+    fi
 }
 
 # The service's ACL user may use its own keys and channels and the commands
@@ -306,14 +419,45 @@ R_SVC_COMMANDS=(
     # decisions and lock wake-ups; seckillctl lock list / force-release
     publish subscribe unsubscribe scan multi exec
 )
+# Sentinel topology.  A replica logs in to its master with what replication
+# takes and nothing else.
+R_REPL_COMMANDS=(psync replconf ping)
+# What a Sentinel sends to a data node (Redis 7.0's Sentinel documentation):
+# hellos on its channel, INFO and ROLE to watch it, and a failover's MULTI,
+# SLAVEOF, CONFIG REWRITE, CLIENT KILL (of the old clients) and EXEC.  No key.
+R_SENT_CHANNELS='&__sentinel__:hello'
+R_SENT_COMMANDS=(
+    ping info role publish subscribe 'client|setname' 'client|kill'
+    multi exec slaveof 'config|rewrite' 'script|kill'
+)
+# On the Sentinels, the service's user may ask where the master is and hear
+# of a switch, nothing else (no SENTINEL SET, FAILOVER, RESET or CONFIG).
+S_SVC_CHANNELS='&+switch-master'
+S_SVC_COMMANDS=(
+    auth hello ping role subscribe psubscribe unsubscribe punsubscribe
+    'sentinel|get-master-addr-by-name' 'sentinel|masters' 'sentinel|master' 'sentinel|sentinels'
+)
+# What one Sentinel sends another: its hellos, and in a failover the question
+# whether the master is down, which also asks for its vote.
+S_PEER_CHANNELS='&__sentinel__:hello'
+S_PEER_COMMANDS=(auth ping publish 'client|setname' 'sentinel|is-master-down-by-addr')
 
-# redis_acl_rules SERVICE_PW ADMIN_PW: the ACL lines of redis.conf (passwords
-# as SHA-256, so the config holds no password).
+sha256_hex() { printf '%s' "$1" | sha256sum | cut -d' ' -f1; }
+
+# acl_allow CMD...: " +cmd1 +cmd2 ..."
+acl_allow() {
+    local out
+    printf -v out ' +%s' "$@"
+    printf '%s' "$out"
+}
+
+# redis_acl_rules SERVICE_PW ADMIN_PW [REPLICATION_PW SENTINEL_PW]: the ACL
+# lines of redis.conf (passwords as SHA-256, so the config holds no password);
+# the last two users only with the last two passwords (Sentinel topology).
 redis_acl_rules() {
-    local svc_hash admin_hash cmds=
-    svc_hash=$(printf '%s' "$1" | sha256sum | cut -d' ' -f1)
-    admin_hash=$(printf '%s' "$2" | sha256sum | cut -d' ' -f1)
-    printf -v cmds ' +%s' "${R_SVC_COMMANDS[@]}"
+    local svc_hash admin_hash
+    svc_hash=$(sha256_hex "$1")
+    admin_hash=$(sha256_hex "$2")
     # Nobody can log in as the default user (off, no password), but it keeps
     # every right: Redis 7.0 replays the AOF as that user and re-checks the
     # ACL at each EXEC, so a default user without rights would silently drop
@@ -321,113 +465,332 @@ redis_acl_rules() {
     # #14541, valkey #3983).
     printf 'user default off resetpass ~* &* +@all\n'
     printf 'user %s on #%s resetkeys %s resetchannels %s -@all%s\n' \
-        "$R_SVC_USER" "$svc_hash" "$R_SVC_KEYS" "$R_SVC_CHANNELS" "$cmds"
+        "$R_SVC_USER" "$svc_hash" "$R_SVC_KEYS" "$R_SVC_CHANNELS" "$(acl_allow "${R_SVC_COMMANDS[@]}")"
     printf 'user %s on #%s ~* &* +@all\n' "$R_ADMIN_USER" "$admin_hash"
+    [[ -n ${3:-} ]] || return 0
+    printf 'user %s on #%s resetkeys resetchannels -@all%s\n' \
+        "$R_REPL_USER" "$(sha256_hex "$3")" "$(acl_allow "${R_REPL_COMMANDS[@]}")"
+    printf 'user %s on #%s resetkeys resetchannels %s -@all%s\n' \
+        "$R_SENT_USER" "$(sha256_hex "$4")" "$R_SENT_CHANNELS" "$(acl_allow "${R_SENT_COMMANDS[@]}")"
 }
 
-redis_start() {
-    local port=$1 pid i
-    command -v redis-server >/dev/null 2>&1 || die "redis-server not found (run scripts/deps.sh)"
-    command -v redis-cli >/dev/null 2>&1 || die "redis-cli not found (run scripts/deps.sh)"
-    if redis_up; then
-        local cur
-        cur=$(redis_conf_port)
-        if [[ $cur != "$port" ]]; then
-            warn "redis already running on port $cur (requested $port); stop the stack to change ports"
-        fi
-        info "redis: already running on 127.0.0.1:$cur (pid $(redis_pid))"
-        return 0
+# sentinel_acl_rules SERVICE_PW ADMIN_PW SENTINEL_PW: the ACL lines of a
+# Sentinel: nobody without a password, the service's user to find the master
+# (the same password as on the data nodes: one URL), the admin user for this
+# script and the tests, and the Sentinels' own user for each other.
+sentinel_acl_rules() {
+    printf 'user default off resetpass resetkeys resetchannels -@all\n'
+    printf 'user %s on #%s resetkeys resetchannels %s -@all%s\n' \
+        "$R_SVC_USER" "$(sha256_hex "$1")" "$S_SVC_CHANNELS" "$(acl_allow "${S_SVC_COMMANDS[@]}")"
+    printf 'user %s on #%s ~* &* +@all\n' "$R_ADMIN_USER" "$(sha256_hex "$2")"
+    printf 'user %s on #%s resetkeys resetchannels %s -@all%s\n' \
+        "$R_SENT_USER" "$(sha256_hex "$3")" "$S_PEER_CHANNELS" "$(acl_allow "${S_PEER_COMMANDS[@]}")"
+}
+
+# The OS user of every Redis process of the stack: the one of the data node
+# redis/ (as root: its directory's owner, else Debian's 'redis'), so that the
+# replica and the Sentinels run as the same user.
+R_USER=
+redis_user_init() {
+    [[ -n $R_USER ]] && return 0
+    if ((IS_ROOT)); then
+        R_USER=$(stack_os_user "$R_DIR" redis)
+    else
+        R_USER=$(id -un)
     fi
-    pid=$(redis_pid)
-    if [[ -n $pid ]] && pid_is "$pid" redis; then
-        die "redis (pid $pid) is alive but does not answer PING on port $(redis_conf_port); stop it with: $0 stop $DIR"
-    fi
-    rm -f "$R_PIDFILE"
-    if port_busy "$port"; then
-        printf '%s: error: port %s is already in use; cannot start redis (set SECKILL_REDIS_PORT)\n' "$PROG" "$port" >&2
-        exit 3
-    fi
-    local svc_pw admin_pw r_user
+}
+
+# redis_write_conf NODE PORT [MASTER_PORT]: a data node's redis.conf; in the
+# Sentinel topology (HA=1) the replica of MASTER_PORT when given.
+redis_write_conf() {
+    local d=$1 port=$2 master=${3:-} svc_pw admin_pw repl_pw='' sent_pw=''
     svc_pw=$(ensure_password "$R_PW_FILE" "$R_PW_BYTES")
     admin_pw=$(ensure_password "$R_ADMIN_PW_FILE" "$R_PW_BYTES")
-    mkdir -p "$R_DIR"
-    chmod 700 "$R_DIR"
-    if ((IS_ROOT)); then
-        r_user=$(stack_os_user "$R_DIR" redis)
-    else
-        r_user=$(id -un)
-        [[ -O $R_DIR ]] || die "$R_DIR belongs to $(stat -c %U "$R_DIR"); run this as that user or as root"
+    if ((HA)); then
+        repl_pw=$(ensure_password "$R_REPL_PW_FILE" "$R_PW_BYTES")
+        sent_pw=$(ensure_password "$R_SENT_PW_FILE" "$R_PW_BYTES")
     fi
-    write_file "$R_CONF" 600 <<EOF
+    {
+        cat <<EOF
 # generated by scripts/stack.sh; rewritten on every start
 bind 127.0.0.1
 port $port
 protected-mode yes
 daemonize yes
 supervised no
-dir "$R_DIR"
-pidfile "$R_PIDFILE"
-logfile "$R_LOG"
+dir "$d"
+pidfile "$d/redis.pid"
+logfile "$d/redis.log"
 loglevel notice
 appendonly yes
 appendfsync everysec
 save ""
 # DEBUG for the admin user (fault scripts); the ACL keeps it from the service.
 enable-debug-command local
-$(redis_acl_rules "$svc_pw" "$admin_pw")
+$(redis_acl_rules "$svc_pw" "$admin_pw" "$repl_pw" "$sent_pw")
 EOF
-    : >>"$R_LOG"
-    if ((IS_ROOT)); then
-        # Everything the server writes (AOF, pid, log) belongs to its user.
-        chown -R "$r_user": "$R_DIR" 2>/dev/null || chown -R "$r_user" "$R_DIR"
-        fix_traversal "$r_user" "$R_DIR"
+        # Both data nodes: either may be the replica (now, or once a failover
+        # swapped them), and the master must refuse writes no replica takes.
+        if ((HA)); then
+            cat <<EOF
+# Sentinel topology: a replica logs in to its master as $R_REPL_USER.
+masteruser $R_REPL_USER
+masterauth $repl_pw
+min-replicas-to-write $R_MIN_REPLICAS_TO_WRITE
+min-replicas-max-lag $R_MIN_REPLICAS_MAX_LAG
+EOF
+            [[ -z $master ]] || printf 'replicaof 127.0.0.1 %s\n' "$master"
+        fi
+    } | write_file "$d/redis.conf" 600
+}
+
+# sentinel_write_conf NODE PORT MASTER_PORT: a Sentinel's config, fresh: it
+# watches the master on MASTER_PORT (the one that is master now), logs in to
+# the data nodes and to the other Sentinels as their own user.
+sentinel_write_conf() {
+    local d=$1 port=$2 master=$3 conf myid='' svc_pw admin_pw sent_pw
+    conf=$d/sentinel.conf
+    svc_pw=$(ensure_password "$R_PW_FILE" "$R_PW_BYTES")
+    admin_pw=$(ensure_password "$R_ADMIN_PW_FILE" "$R_PW_BYTES")
+    sent_pw=$(ensure_password "$R_SENT_PW_FILE" "$R_PW_BYTES")
+    # The id it wrote last time is kept: the other Sentinels see the same
+    # Sentinel come back, not a new one that takes over its address.
+    if [[ -r $conf ]]; then
+        myid=$(awk '$1 == "sentinel" && $2 == "myid" { print $3; exit }' "$conf")
+        [[ $myid =~ ^[0-9a-f]{40}$ ]] || myid=
     fi
-    as_user "$r_user" redis-server "$R_CONF" </dev/null >>"$R_LOG" 2>&1 9>&- ||
+    {
+        cat <<EOF
+# generated by scripts/stack.sh on every start of this Sentinel, which
+# rewrites it while it runs (what it learns of the master and its peers)
+bind 127.0.0.1
+port $port
+protected-mode yes
+daemonize yes
+dir "$d"
+pidfile "$d/sentinel.pid"
+logfile "$d/sentinel.log"
+loglevel notice
+EOF
+        [[ -z $myid ]] || printf 'sentinel myid %s\n' "$myid"
+        cat <<EOF
+sentinel monitor $S_MASTER_NAME 127.0.0.1 $master $S_QUORUM
+sentinel down-after-milliseconds $S_MASTER_NAME $S_DOWN_AFTER_MS
+sentinel failover-timeout $S_MASTER_NAME $S_FAILOVER_TIMEOUT_MS
+sentinel parallel-syncs $S_MASTER_NAME $S_PARALLEL_SYNCS
+sentinel auth-user $S_MASTER_NAME $R_SENT_USER
+sentinel auth-pass $S_MASTER_NAME $sent_pw
+sentinel sentinel-user $R_SENT_USER
+sentinel sentinel-pass $sent_pw
+$(sentinel_acl_rules "$svc_pw" "$admin_pw" "$sent_pw")
+EOF
+    } | write_file "$conf" 600
+}
+
+# node_start NODE PORT PORTVAR [MASTER_PORT]: starts the node unless it runs
+# already: a data node (the replica of MASTER_PORT when given) or a Sentinel
+# (watching the master on MASTER_PORT).  PORTVAR: the setting of PORT, for
+# messages.  Exit 3 when PORT is taken by something else.
+node_start() {
+    local d=$1 port=$2 portvar=$3 master=${4:-} label bin log pid i
+    label=$(node_label "$d")
+    bin=$(node_binary "$d")
+    command -v "$bin" >/dev/null 2>&1 || die "$bin not found (run scripts/deps.sh)"
+    command -v redis-cli >/dev/null 2>&1 || die "redis-cli not found (run scripts/deps.sh)"
+    if node_up "$d"; then
+        local cur
+        cur=$(node_port "$d")
+        if [[ $cur != "$port" ]]; then
+            warn "$label already running on port $cur (requested $port); stop the stack to change ports"
+        fi
+        info "$label: already running on 127.0.0.1:$cur (pid $(node_pid "$d"))"
+        return 0
+    fi
+    if node_alive "$d"; then
+        die "$label (pid $(node_pid "$d")) is alive but does not answer PING on port $(node_port "$d"); stop it with: $0 stop $DIR"
+    fi
+    rm -f "$(node_file "$d" pid)"
+    if port_busy "$port"; then
+        printf '%s: error: port %s is already in use; cannot start %s (set %s)\n' "$PROG" "$port" "$label" "$portvar" >&2
+        exit 3
+    fi
+    mkdir -p "$d"
+    chmod 700 "$d"
+    redis_user_init
+    if ((!IS_ROOT)); then
+        [[ -O $d ]] || die "$d belongs to $(stat -c %U "$d"); run this as that user or as root"
+    fi
+    if [[ $(node_kind "$d") == sentinel ]]; then
+        sentinel_write_conf "$d" "$port" "$master"
+    else
+        redis_write_conf "$d" "$port" "$master"
+    fi
+    log=$(node_file "$d" log)
+    : >>"$log"
+    if ((IS_ROOT)); then
+        # Everything the server writes (AOF, pid, log; a Sentinel its config)
+        # belongs to its user.
+        chown -R "$R_USER": "$d" 2>/dev/null || chown -R "$R_USER" "$d"
+        fix_traversal "$R_USER" "$d"
+    fi
+    # Sentinel topology: Redis rewrites these configs (a Sentinel at each
+    # change, a data node at the CONFIG REWRITE of a failover) with mode 644
+    # less its umask, and they hold passwords (auth-pass, masterauth).
+    (
+        ((HA)) && umask 077
+        as_user "$R_USER" "$bin" "$(node_file "$d" conf)" </dev/null >>"$log" 2>&1 9>&-
+    ) ||
         {
-            warn "redis-server failed to start"
-            log_tail "$R_LOG"
+            warn "$bin failed to start"
+            log_tail "$log"
             exit 1
         }
     for ((i = 0; i < REDIS_WAIT_TENTHS; i++)); do
-        if redis_up; then
-            info "redis: started on 127.0.0.1:$port (pid $(redis_pid), user $r_user)"
+        if node_up "$d"; then
+            info "$label: started on 127.0.0.1:$port (pid $(node_pid "$d"), user $R_USER)"
             return 0
         fi
         sleep 0.1
     done
-    warn "redis did not answer PING on port $port within $((REDIS_WAIT_TENTHS / 10))s"
-    log_tail "$R_LOG"
+    warn "$label did not answer PING on port $port within $((REDIS_WAIT_TENTHS / 10))s"
+    log_tail "$log"
     exit 1
 }
 
-redis_stop() {
-    local pid port i
-    pid=$(redis_pid)
-    port=$(redis_conf_port)
-    if [[ -z $pid ]] || ! pid_is "$pid" redis; then
-        rm -f "$R_PIDFILE"
-        info "redis: not running"
+node_stop() {
+    local d=$1 pid port i label comm
+    label=$(node_label "$d")
+    comm=$(node_comm "$d")
+    pid=$(node_pid "$d")
+    port=$(node_port "$d")
+    if [[ -z $pid ]] || ! pid_is "$pid" "$comm"; then
+        rm -f "$(node_file "$d" pid)"
+        info "$label: not running"
         return 0
     fi
     if [[ -n $port ]]; then
         redis_admin "$port" shutdown nosave >/dev/null 2>&1 || true
     fi
     for ((i = 0; i < 100; i++)); do
-        pid_is "$pid" redis || break
+        pid_is "$pid" "$comm" || break
         if ((i == 50)); then kill -TERM "$pid" 2>/dev/null || true; fi
         sleep 0.1
     done
-    if pid_is "$pid" redis; then
-        warn "redis (pid $pid) did not exit after 10s; sending SIGKILL"
+    if pid_is "$pid" "$comm"; then
+        warn "$label (pid $pid) did not exit after 10s; sending SIGKILL"
         kill -KILL "$pid" 2>/dev/null || true
         for ((i = 0; i < 50; i++)); do
-            pid_is "$pid" redis || break
+            pid_is "$pid" "$comm" || break
             sleep 0.1
         done
-        pid_is "$pid" redis && die "could not stop redis (pid $pid)"
+        pid_is "$pid" "$comm" && die "could not stop $label (pid $pid)"
     fi
-    rm -f "$R_PIDFILE"
-    info "redis: stopped"
+    rm -f "$(node_file "$d" pid)"
+    info "$label: stopped"
+}
+
+# ---------------------------------------------------------------- sentinel
+
+# redis_master_node: the directory of the data node that is master now: the
+# one a running Sentinel names, else the one the Sentinels' configs name last
+# (the highest config epoch: each Sentinel rewrites its config at every
+# change), else redis/.  After a failover redis-replica/ is the master and
+# redis/, started again, must follow it, not the other way round.
+redis_master_node() {
+    local s conf port='' p epoch best_epoch=-1 out rport rrport
+    local -a sentinels
+    rport=$(node_port "$R_DIR")
+    rrport=$(node_port "$RR_DIR")
+    mapfile -t sentinels < <(sentinel_dirs)
+    for s in "${sentinels[@]}"; do
+        node_up "$s" || continue
+        out=$(redis_admin "$(node_port "$s")" SENTINEL GET-MASTER-ADDR-BY-NAME "$S_MASTER_NAME" 2>/dev/null) ||
+            continue
+        p=$(sed -n 2p <<<"$out" | tr -dc '0-9')
+        if [[ -n $p ]]; then
+            port=$p
+            break
+        fi
+    done
+    if [[ -z $port ]]; then
+        for s in "${sentinels[@]}"; do
+            conf=$s/sentinel.conf
+            [[ -r $conf ]] || continue
+            read -r p epoch < <(awk -v m="$S_MASTER_NAME" '
+                $1 == "sentinel" && $2 == "monitor" && $3 == m { p = $5 }
+                $1 == "sentinel" && $2 == "config-epoch" && $3 == m { e = $4 }
+                END { print (p == "" ? "-" : p), e + 0 }' "$conf")
+            [[ $p =~ ^[0-9]+$ && $epoch =~ ^[0-9]+$ ]] || continue
+            if ((epoch > best_epoch)); then
+                port=$p
+                best_epoch=$epoch
+            fi
+        done
+    fi
+    if [[ -n $port && -n $rrport && $port == "$rrport" && $port != "$rport" ]]; then
+        printf '%s\n' "$RR_DIR"
+    else
+        printf '%s\n' "$R_DIR"
+    fi
+}
+
+# sentinel_view PORT: "PORT FLAGS REPLICAS OTHER_SENTINELS" of the master as
+# the Sentinel on PORT sees it (SENTINEL MASTER), "- - 0 0" when it cannot say.
+sentinel_view() {
+    { redis_admin "$1" SENTINEL MASTER "$S_MASTER_NAME" 2>/dev/null || true; } | tr -d '\r' |
+        awk 'NR % 2 == 1 { k = $0; next } { v[k] = $0 }
+             END { print (v["port"] == "" ? "-" : v["port"]), (v["flags"] == "" ? "-" : v["flags"]),
+                         v["num-slaves"] + 0, v["num-other-sentinels"] + 0 }'
+}
+
+# ha_not_ready MASTER_PORT REPLICA_PORT SENTINEL_PORT...: prints what keeps
+# the topology from being ready; fails (nothing to say) when the replica
+# follows the master and every Sentinel sees the master there up, its
+# replica and all the other Sentinels (a failover needs them).
+ha_not_ready() {
+    local mport=$1 rport=$2 s n repl sport flags nrepl nsent
+    shift 2
+    n=$#
+    repl=$(redis_admin "$rport" INFO replication 2>/dev/null | tr -d '\r') || {
+        printf 'the replica on :%s does not answer\n' "$rport"
+        return 0
+    }
+    if ! grep -qx "master_port:$mport" <<<"$repl" || ! grep -qx 'master_link_status:up' <<<"$repl"; then
+        printf 'the replica on :%s does not follow the master on :%s yet\n' "$rport" "$mport"
+        return 0
+    fi
+    for s in "$@"; do
+        read -r sport flags nrepl nsent < <(sentinel_view "$s")
+        if [[ $sport != "$mport" || $flags != master ]]; then
+            printf 'the Sentinel on :%s does not see the master on :%s up (it sees :%s, %s)\n' \
+                "$s" "$mport" "$sport" "$flags"
+            return 0
+        fi
+        if ((nrepl < 1 || nsent < n - 1)); then
+            printf 'the Sentinel on :%s knows %d replica(s) and %d other Sentinel(s), not 1 and %d\n' \
+                "$s" "$nrepl" "$nsent" "$((n - 1))"
+            return 0
+        fi
+    done
+    return 1
+}
+
+# ha_wait_ready MASTER_PORT REPLICA_PORT SENTINEL_PORT...: waits (bounded)
+# until ha_not_ready has nothing to say.
+ha_wait_ready() {
+    local i why=
+    for ((i = 0; i < S_READY_WAIT_TENTHS; i += 2)); do
+        why=$(ha_not_ready "$@") || return 0
+        sleep 0.2
+    done
+    warn "the Sentinel topology is not ready after $((S_READY_WAIT_TENTHS / 10))s: $why"
+    local d
+    local -a nodes=("$R_DIR" "$RR_DIR")
+    mapfile -t -O 2 nodes < <(sentinel_dirs)
+    for d in "${nodes[@]}"; do
+        log_tail "$(node_file "$d" log)"
+    done
+    exit 1
 }
 
 # ---------------------------------------------------------------- postgres
@@ -638,8 +1001,11 @@ pg_dsn() {
     printf '%s connect_timeout=5\n' "$dsn"
 }
 
+# write_client_files REDIS_PORT PG_PORT [REPLICA_PORT SENTINEL_PORTS]: the
+# password files and DIR/env; with the last two, of the Sentinel topology.
 write_client_files() {
-    local rport=$1 pport=$2 pw rpw opw apw
+    local rport=$1 pport=$2 rrport=${3:-} sports=${4:-} pw rpw opw apw p hosts=''
+    local -a list
     pw=$(tr -dc '0-9a-f' <"$PG_PWFILE")
     opw=$(ensure_password "$PG_OWNER_PWFILE" "$PG_PW_BYTES")
     apw=$(ensure_password "$PG_APP_PWFILE" "$PG_PW_BYTES")
@@ -650,13 +1016,31 @@ write_client_files() {
     {
         printf '# generated by scripts/stack.sh start; source me\n'
         # The service's ACL user; the admin user's password stays in its file.
-        printf 'export SECKILL_REDIS_URL=redis://%s:%s@127.0.0.1:%s/0\n' "$R_SVC_USER" "$rpw" "$rport"
+        if [[ -z $sports ]]; then
+            printf 'export SECKILL_REDIS_URL=redis://%s:%s@127.0.0.1:%s/0\n' "$R_SVC_USER" "$rpw" "$rport"
+        else
+            # Behind Sentinel the service asks the Sentinels where the master
+            # is, as the same user with the same password.
+            IFS=, read -r -a list <<<"$sports"
+            for p in "${list[@]}"; do
+                hosts+=${hosts:+,}127.0.0.1:$p
+            done
+            printf 'export SECKILL_REDIS_URL=redis-sentinel://%s:%s@%s/%s/0\n' "$R_SVC_USER" "$rpw" \
+                "$hosts" "$S_MASTER_NAME"
+        fi
         # The service's role; `seckilld migrate` logs in as the owner.
         printf 'export SECKILL_PG_DSN=%q\n' "$(pg_dsn "$pport" "$PG_APP")"
         printf 'export SECKILL_MIGRATE_PG_DSN=%q\n' "$(pg_dsn "$pport" "$PG_OWNER" "$PGPASS_OWNER")"
         printf 'export PGPASSFILE=%q\n' "$PGPASS"
         printf 'export SECKILL_REDIS_PORT=%s\n' "$rport"
         printf 'export SECKILL_PG_PORT=%s\n' "$pport"
+        if [[ -n $sports ]]; then
+            # For scripts: the nodes' ports (SECKILL_REDIS_PORT's node is not
+            # the master after a failover: the Sentinels say which is).
+            printf 'export SECKILL_REDIS_TOPOLOGY=sentinel\n'
+            printf 'export SECKILL_REDIS_REPLICA_PORT=%s\n' "$rrport"
+            printf 'export SECKILL_SENTINEL_PORTS=%s\n' "$sports"
+        fi
     } | write_file "$ENV_FILE" 600
 }
 
@@ -735,44 +1119,171 @@ EOF
 
 # ---------------------------------------------------------------- commands
 
-cmd_start() {
-    local rport=${SECKILL_REDIS_PORT:-6380} pport=${SECKILL_PG_PORT:-5433}
-    valid_port "$rport" || die "bad SECKILL_REDIS_PORT: $rport"
-    valid_port "$pport" || die "bad SECKILL_PG_PORT: $pport"
-    [[ $rport != "$pport" ]] || die "SECKILL_REDIS_PORT and SECKILL_PG_PORT are both $rport"
-    redis_start "$rport"
+# single_start REDIS_PORT PG_PORT: one Redis, as always.
+single_start() {
+    local rport=$1 pport=$2
+    if [[ -d $RR_DIR && $(redis_master_node) == "$RR_DIR" ]]; then
+        warn "note: redis-replica/ was the master last (Sentinel topology); one Redis uses redis/'s data"
+    fi
+    node_start "$R_DIR" "$rport" SECKILL_REDIS_PORT
     pg_start "$pport"
     # Actual ports (they differ from the requested ones if already running).
-    rport=$(redis_conf_port)
+    rport=$(node_port "$R_DIR")
     pport=$(pg_conf_port)
     write_client_files "$rport" "$pport"
     pg_ensure_roles_db
+}
+
+# ha_start REDIS_PORT REPLICA_PORT PG_PORT SENTINEL_PORTS: the master and its
+# replica, the Sentinels, PostgreSQL (while the Sentinels find each other),
+# then waits until a failover could happen.
+ha_start() {
+    local rport=$1 rrport=$2 pport=$3 sports=$4 p i mnode rnode mport s
+    local -a ports sentinels=() actual=()
+    IFS=, read -r -a ports <<<"$sports"
+    ((${#ports[@]} >= S_QUORUM && ${#ports[@]} <= S_MAX_COUNT)) ||
+        die "SECKILL_SENTINEL_PORTS must list $S_QUORUM to $S_MAX_COUNT ports (quorum $S_QUORUM), got '$sports'"
+    for p in "${ports[@]}"; do
+        valid_port "$p" || die "bad port in SECKILL_SENTINEL_PORTS: '$p'"
+    done
+    [[ $(printf '%s\n' "$rport" "$rrport" "$pport" "${ports[@]}" | sort | uniq -d) == "" ]] ||
+        die "SECKILL_REDIS_PORT, SECKILL_REDIS_REPLICA_PORT, SECKILL_PG_PORT and SECKILL_SENTINEL_PORTS must all differ"
+
+    mnode=$(redis_master_node)
+    if [[ $mnode == "$R_DIR" ]]; then
+        rnode=$RR_DIR
+        node_start "$R_DIR" "$rport" SECKILL_REDIS_PORT
+        mport=$(node_port "$R_DIR")
+        node_start "$RR_DIR" "$rrport" SECKILL_REDIS_REPLICA_PORT "$mport"
+    else
+        rnode=$R_DIR
+        info "redis: redis-replica is the master since a failover; redis follows it"
+        node_start "$RR_DIR" "$rrport" SECKILL_REDIS_REPLICA_PORT
+        mport=$(node_port "$RR_DIR")
+        node_start "$R_DIR" "$rport" SECKILL_REDIS_PORT "$mport"
+    fi
+    for i in "${!ports[@]}"; do
+        s=$DIR/sentinel-$((i + 1))
+        node_start "$s" "${ports[i]}" SECKILL_SENTINEL_PORTS "$mport"
+        sentinels+=("$s")
+        actual+=("$(node_port "$s")")
+    done
+    # Sentinels of an earlier start with more of them: stopped and removed,
+    # else status would count them and the others would wait for their votes.
+    while read -r s; do
+        [[ ${s##*/sentinel-} -gt ${#ports[@]} ]] || continue
+        node_stop "$s"
+        rm -rf "$s"
+        info "$(node_label "$s"): removed (SECKILL_SENTINEL_PORTS names ${#ports[@]} Sentinels)"
+    done < <(sentinel_dirs)
+
+    pg_start "$pport"
+    rport=$(node_port "$R_DIR")
+    rrport=$(node_port "$RR_DIR")
+    pport=$(pg_conf_port)
+    write_client_files "$rport" "$pport" "$rrport" "$(
+        IFS=,
+        printf '%s' "${actual[*]}"
+    )"
+    pg_ensure_roles_db
+    ha_wait_ready "$mport" "$(node_port "$rnode")" "${actual[@]}"
+    info "redis: master on 127.0.0.1:$mport, its replica on 127.0.0.1:$(node_port "$rnode"), Sentinels on ${actual[*]} (quorum $S_QUORUM)"
+}
+
+cmd_start() {
+    local rport=${SECKILL_REDIS_PORT:-6380} pport=${SECKILL_PG_PORT:-5433}
+    local topology=${SECKILL_REDIS_TOPOLOGY:-single} running
+    valid_port "$rport" || die "bad SECKILL_REDIS_PORT: $rport"
+    valid_port "$pport" || die "bad SECKILL_PG_PORT: $pport"
+    [[ $rport != "$pport" ]] || die "SECKILL_REDIS_PORT and SECKILL_PG_PORT are both $rport"
+    case $topology in single | sentinel) ;; *) die "bad SECKILL_REDIS_TOPOLOGY: '$topology' (single or sentinel)" ;; esac
+    # Switching topologies under running processes would mix configs.
+    running=$(running_topology)
+    if [[ $running != none && $running != "$topology" ]]; then
+        die "redis in $DIR runs the $running topology; stop the stack first to change to $topology: $0 stop $DIR"
+    fi
+    if [[ $topology == single ]]; then
+        single_start "$rport" "$pport"
+    else
+        HA=1
+        local rrport=${SECKILL_REDIS_REPLICA_PORT:-$((10#$rport + 1))}
+        valid_port "$rrport" || die "bad SECKILL_REDIS_REPLICA_PORT: $rrport"
+        ha_start "$rport" "$rrport" "$pport" "${SECKILL_SENTINEL_PORTS:-$S_DEFAULT_PORTS}"
+    fi
     info "env: source $ENV_FILE"
 }
 
 cmd_stop() {
-    local rc=0
+    local rc=0 s
+    local -a sentinels
+    # The Sentinels first: they would fail over as the data nodes go.
+    mapfile -t sentinels < <(sentinel_dirs)
+    for s in "${sentinels[@]}"; do
+        node_stop "$s" || rc=1
+    done
     if [[ -d $PG_DATA ]]; then
         pg_stop || rc=1
     else
         info "postgres: not running"
     fi
-    redis_stop || rc=1
+    if [[ -d $RR_DIR ]]; then
+        node_stop "$RR_DIR" || rc=1
+    fi
+    node_stop "$R_DIR" || rc=1
     return "$rc"
 }
 
-cmd_status() {
-    local rc=0 pid port
-    pid=$(redis_pid)
-    port=$(redis_conf_port)
-    if redis_up; then
-        info "redis: running on 127.0.0.1:$port (pid $pid)"
-    elif [[ -n $pid ]] && pid_is "$pid" redis; then
-        info "redis: NOT ANSWERING (pid $pid alive, port ${port:-?})"
-        rc=1
+# node_role NODE: how a running node of the Sentinel topology sees itself.
+node_role() {
+    local port out
+    port=$(node_port "$1")
+    if [[ $(node_kind "$1") == sentinel ]]; then
+        local sport flags nrepl nsent
+        read -r sport flags nrepl nsent < <(sentinel_view "$port")
+        printf 'master %s on :%s %s, %d replica(s), %d other Sentinel(s)' \
+            "$S_MASTER_NAME" "$sport" "$flags" "$nrepl" "$nsent"
+        return 0
+    fi
+    out=$(redis_admin "$port" INFO replication 2>/dev/null | tr -d '\r') || return 0
+    awk -F: '$1 == "role" { role = $2 } $1 == "master_port" { mp = $2 }
+             $1 == "master_link_status" { link = $2 } $1 == "connected_slaves" { n = $2 }
+             END { if (role == "master") printf "master, %d replica(s)", n
+                   else printf "replica of :%s, link %s", mp, link }' <<<"$out"
+}
+
+# node_status NODE: one line; fails unless the node is up.
+node_status() {
+    local d=$1 label pid port extra=
+    label=$(node_label "$d")
+    pid=$(node_pid "$d")
+    port=$(node_port "$d")
+    if node_up "$d"; then
+        ((HA)) && extra=$(node_role "$d")
+        info "$label: running on 127.0.0.1:$port (pid $pid${extra:+, $extra})"
+    elif node_alive "$d"; then
+        info "$label: NOT ANSWERING (pid $pid alive, port ${port:-?})"
+        return 1
     else
-        info "redis: stopped"
-        rc=1
+        info "$label: stopped"
+        return 1
+    fi
+}
+
+cmd_status() {
+    local rc=0 pid port s
+    local -a sentinels
+    [[ $(dir_topology) == sentinel ]] && HA=1
+    node_status "$R_DIR" || rc=1
+    if ((HA)); then
+        node_status "$RR_DIR" || rc=1
+        mapfile -t sentinels < <(sentinel_dirs)
+        if ((${#sentinels[@]} == 0)); then
+            info "sentinels: none"
+            rc=1
+        fi
+        for s in "${sentinels[@]}"; do
+            node_status "$s" || rc=1
+        done
     fi
     if [[ -d $PG_DATA ]]; then
         PG_BIN=$(pg_bindir)
