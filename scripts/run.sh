@@ -24,11 +24,15 @@ HEALTH_WAIT=15
 STOP_WAIT=15
 MAX_INSTANCES=8
 BACKEND_BASE_PORT=18081
-# HAProxy, in front of several daemons.  Every connection a daemon sees comes
-# from HAProxy's address: a daemon takes HAPROXY_SERVER_MAXCONN requests at
-# once (the others queue for HAPROXY_TIMEOUT_QUEUE), below its per-address
-# cap (http_max_connections_per_addr, 1000).
+# HAProxy, in front of several daemons.  It speaks to them from its own
+# loopback address (HAPROXY_SOURCE) and opens each connection with the PROXY
+# protocol header naming the buyer, which the daemons trust from that address
+# only (http_trusted_proxies): their per-address limits see the buyers, and
+# this script's own checks from 127.0.0.1 stay plain HTTP.  A daemon takes
+# HAPROXY_SERVER_MAXCONN requests at once (the others queue for
+# HAPROXY_TIMEOUT_QUEUE).
 HAPROXY_MAXCONN=2000 # client connections, lowered to what the fd limit allows
+HAPROXY_SOURCE=127.0.0.2
 HAPROXY_SERVER_MAXCONN=256
 # A daemon that fails two checks a second apart is out (~2 s); two good ones
 # bring it back.
@@ -299,7 +303,8 @@ backend seckilld
 EOF
     for p in "$@"; do
         i=$((i + 1))
-        printf '    server seckilld-%d 127.0.0.1:%s\n' "$i" "$p"
+        printf '    server seckilld-%d 127.0.0.1:%s send-proxy check-send-proxy source %s\n' \
+            "$i" "$p" "$HAPROXY_SOURCE"
     done
 }
 
@@ -331,7 +336,7 @@ else
         : >>"${BLOGS[-1]}"
         BOFFSETS+=("$(($(stat -c %s "${BLOGS[-1]}") + 1))")
         say "starting $DAEMON serve on 127.0.0.1:$bp (seckilld-$i, log: ${BLOGS[-1]})"
-        start_daemon "127.0.0.1:$bp" "${BLOGS[-1]}"
+        SECKILL_HTTP_TRUSTED_PROXIES=$HAPROXY_SOURCE start_daemon "127.0.0.1:$bp" "${BLOGS[-1]}"
     done
     for ((i = 0; i < INSTANCES; i++)); do
         wait_healthy "http://127.0.0.1:${BPORTS[i]}" "${DPIDS[i]}" "${BLOGS[i]}"

@@ -80,10 +80,13 @@ S_MAX_COUNT=9
 # the master, the replica and the other Sentinels (a failover needs them).
 S_READY_WAIT_TENTHS=300 # 30 s
 # A master refuses writes unless this many replicas follow it, none more than
-# the lag (s) behind: a write acknowledged by a master that a failover then
-# discards is lost, and a master cut off from its replica must not take any.
-# With one replica, writes stop while either data node is down.
-R_MIN_REPLICAS_TO_WRITE=1
+# the lag (s) behind (SECKILL_REDIS_MIN_REPLICAS_TO_WRITE, default 0): with
+# 1, a write acknowledged by a master that a failover then discards cannot
+# happen, but with this stack's one replica every write stops from a failover
+# until the old master is back.  The default keeps selling after a failover
+# (the service's durable answers are PostgreSQL commits; what Redis loses,
+# the reconciliation rebuilds); a deployment with two replicas sets 1.
+R_MIN_REPLICAS_TO_WRITE=${SECKILL_REDIS_MIN_REPLICAS_TO_WRITE:-0}
 R_MIN_REPLICAS_MAX_LAG=10
 
 die() {
@@ -1197,6 +1200,8 @@ cmd_start() {
     valid_port "$pport" || die "bad SECKILL_PG_PORT: $pport"
     [[ $rport != "$pport" ]] || die "SECKILL_REDIS_PORT and SECKILL_PG_PORT are both $rport"
     case $topology in single | sentinel) ;; *) die "bad SECKILL_REDIS_TOPOLOGY: '$topology' (single or sentinel)" ;; esac
+    [[ $R_MIN_REPLICAS_TO_WRITE =~ ^[0-9]$ ]] ||
+        die "bad SECKILL_REDIS_MIN_REPLICAS_TO_WRITE: '$R_MIN_REPLICAS_TO_WRITE' (0-9)"
     # Switching topologies under running processes would mix configs.
     running=$(running_topology)
     if [[ $running != none && $running != "$topology" ]]; then

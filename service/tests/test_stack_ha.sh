@@ -151,7 +151,10 @@ say "sentinel stack in $DIR"
 mkdir -p "$ROOT/var"
 mkdir "$DIR"
 STARTED=1
-SECKILL_REDIS_TOPOLOGY=sentinel se_stack_start_free "$DIR" >"$LOG" 2>&1 || {
+# min-replicas-to-write 1: the stack's refusal to write without a replica is
+# part of what this test proves (the default, 0, keeps selling instead)
+SECKILL_REDIS_TOPOLOGY=sentinel SECKILL_REDIS_MIN_REPLICAS_TO_WRITE=1 \
+    se_stack_start_free "$DIR" >"$LOG" 2>&1 || {
     cat "$LOG" >&2
     die "stack.sh start (sentinel) failed"
 }
