@@ -19,6 +19,8 @@
 #   adjust-crash         a daemon dies between the Redis step and COMMIT of a delta
 #   expiry-crash         a daemon dies in an expiry sweep, after its COMMIT and before
 #                        Redis got the expired orders' units back
+#   redis-failover       Redis behind Sentinel (a master, a replica, three Sentinels):
+#                        kill -9 of the master under load; Sentinel promotes the replica
 #
 # Env in: BUILD (build), FAULTS_SHORT=1 (small loads: the whole suite in a few
 #         minutes), FAULTS_ONLY, FAULTS_ORDER_ACK (durable; reserved judges
@@ -45,7 +47,7 @@ for c in curl jq redis-cli ps; do
 done
 
 ALL_SCENARIOS=(daemon-kill redis-restart-aof redis-restart-empty pg-stop pg-freeze redis-freeze
-    two-daemons-kill-one writer-frozen adjust-crash expiry-crash)
+    two-daemons-kill-one writer-frozen adjust-crash expiry-crash redis-failover)
 
 # ---------------------------------------------------------------- settings
 
@@ -102,12 +104,16 @@ declare -A HEAL_BOUND=(
     [daemon-kill]=20 [redis-restart-aof]=15 [redis-restart-empty]=30 [pg-stop]=20
     [pg-freeze]=15 [redis-freeze]=15 [two-daemons-kill-one]=20 [writer-frozen]=20
     [adjust-crash]=15 [expiry-crash]=15
+    # the Sentinels' detection (down-after-milliseconds, 1 s in scripts/stack.sh)
+    # and promotion, plus the issue's 5 s
+    [redis-failover]=10
 )
 
 # ---------------------------------------------------------------- bookkeeping
 
 SCRATCH=
 STACK_DIR=
+HA_DIR=      # the Sentinel stack of redis-failover, while it runs
 DAEMON_PIDS=() # every seckilld started here and not yet stopped
 FROZEN_PIDS=() # every process SIGSTOPped here and not yet continued
 LOAD_PID=
@@ -164,6 +170,10 @@ faults_cleanup() {
     thaw
     lt_stop "$LOAD_PID" seckill-loadtest
     stop_daemons
+    if [[ -n $HA_DIR ]]; then
+        "$LT_STACK" stop "$HA_DIR" >/dev/null 2>&1 ||
+            printf '%s: warning: stopping the stack in %s failed\n' "$PROG" "$HA_DIR" >&2
+    fi
     if [[ -n $STACK_DIR ]]; then
         "$LT_STACK" stop "$STACK_DIR" >/dev/null ||
             printf '%s: warning: stopping the stack in %s failed\n' "$PROG" "$STACK_DIR" >&2
@@ -658,6 +668,59 @@ scenario_expiry_crash() {
     out=$(curl -s --max-time 5 "http://127.0.0.1:$nport/metrics" |
         awk '/^seckill_(returns_settled_late_total|sku_reloads_total) / { printf "%s %s; ", $1, $2 }')
     note "healed ${HEAL_S}s after a normal daemon started (bound ${HEAL_BOUND[$SCEN]}s): $(jq -r '.invariants.checks[] | select(.key == "i2_stock") | .detail' "$SDIR/healed.check.json"); ${out:-no metrics}"
+}
+
+# The service behind Sentinel: a stack of its own (SECKILL_REDIS_TOPOLOGY=
+# sentinel: a master, a replica, three Sentinels, on free ports) whose
+# redis-sentinel:// URL the daemon, the load and the checks use; kill -9 of
+# the master under load.  The Sentinels promote the replica, every
+# connection of the daemon finds it, and sales go on within the bound; the
+# load's answers are judged (202s Redis lost with the master's last writes,
+# not yet replicated, are counted, as after a restart without data); the
+# reconciliation rebuilds what the new master lacks.
+HA_SAVED=()
+ha_env_on() {
+    HA_SAVED=("$STACK_DIR" "$SECKILL_REDIS_URL" "$SECKILL_PG_DSN" "$PGPASSFILE"
+        "${SECKILL_MIGRATE_PG_DSN:-}")
+    STACK_DIR=$HA_DIR
+    # shellcheck source=/dev/null
+    source "$HA_DIR/env"
+    export SECKILL_REDIS_URL SECKILL_PG_DSN PGPASSFILE SECKILL_MIGRATE_PG_DSN
+}
+ha_env_off() {
+    ((${#HA_SAVED[@]})) || return 0
+    STACK_DIR=${HA_SAVED[0]} SECKILL_REDIS_URL=${HA_SAVED[1]} SECKILL_PG_DSN=${HA_SAVED[2]}
+    PGPASSFILE=${HA_SAVED[3]} SECKILL_MIGRATE_PG_DSN=${HA_SAVED[4]}
+    export SECKILL_REDIS_URL SECKILL_PG_DSN PGPASSFILE SECKILL_MIGRATE_PG_DSN
+    HA_SAVED=()
+}
+
+scenario_redis_failover() {
+    local sku=$1 pid
+    HA_DIR=$SCRATCH/ha-stack
+    mkdir -p "$HA_DIR"
+    SECKILL_REDIS_TOPOLOGY=sentinel se_stack_start_free "$HA_DIR" >"$SDIR/ha-stack.log" 2>&1 || {
+        fail "the Sentinel stack did not start ($SDIR/ha-stack.log)"
+        return
+    }
+    ha_env_on
+    if ! "$BUILD_DIR/seckilld" migrate >"$SDIR/ha-migrate.log" 2>&1; then
+        fail "migrating the Sentinel stack failed ($SDIR/ha-migrate.log)"
+    elif start_daemon d1; then
+        local url=http://127.0.0.1:$D_PORT
+        if under_load "$sku" "$url"; then
+            pid=$(tr -dc '0-9' <"$HA_DIR/redis/redis.pid")
+            note "kill -9 of the Redis master (pid $pid); the Sentinels promote its replica"
+            kill -KILL "$pid"
+            after_fault "$url" "$sku" "$(now)" "the master was killed" --allow-lost-pending
+        fi
+    fi
+    # the daemon goes now, while its stack still runs; then the stack
+    stop_daemons
+    ha_env_off
+    "$LT_STACK" stop "$HA_DIR" >"$SDIR/ha-stop.log" 2>&1 ||
+        fail "stopping the Sentinel stack failed ($SDIR/ha-stop.log)"
+    HA_DIR=
 }
 
 # ---------------------------------------------------------------- runner
