@@ -204,6 +204,12 @@ static enum lt_answer classify(struct lt_slot *s, struct evhttp_request *req, st
         json_decref(j);
         return named ? LT_ANS_UNCERTAIN : LT_ANS_UNAVAILABLE;
     }
+    case 502:
+    case 504:
+        /* A load balancer's: the daemon it passed the request to died or
+         * stalled before answering, so it may have taken the order: the
+         * outcome is unknown, as when the connection breaks. */
+        return LT_ANS_NET_ERROR;
     default:
         return LT_ANS_OTHER;
     }

@@ -21,6 +21,7 @@
 #                        Redis got the expired orders' units back
 #   redis-failover       Redis behind Sentinel (a master, a replica, three Sentinels):
 #                        kill -9 of the master under load; Sentinel promotes the replica
+#   balancer-daemon-kill two daemons behind HAProxy, the load through it; kill -9 of one
 #
 # Env in: BUILD (build), FAULTS_SHORT=1 (small loads: the whole suite in a few
 #         minutes), FAULTS_ONLY, FAULTS_ORDER_ACK (durable; reserved judges
@@ -47,7 +48,8 @@ for c in curl jq redis-cli ps; do
 done
 
 ALL_SCENARIOS=(daemon-kill redis-restart-aof redis-restart-empty pg-stop pg-freeze redis-freeze
-    two-daemons-kill-one writer-frozen adjust-crash expiry-crash redis-failover)
+    two-daemons-kill-one writer-frozen adjust-crash expiry-crash redis-failover
+    balancer-daemon-kill)
 
 # ---------------------------------------------------------------- settings
 
@@ -107,6 +109,8 @@ declare -A HEAL_BOUND=(
     # the Sentinels' detection (down-after-milliseconds, 1 s in scripts/stack.sh)
     # and promotion, plus the issue's 5 s
     [redis-failover]=10
+    # HAProxy's checks (two failures a second apart) take the dead one out
+    [balancer-daemon-kill]=10
 )
 
 # ---------------------------------------------------------------- bookkeeping
@@ -114,6 +118,7 @@ declare -A HEAL_BOUND=(
 SCRATCH=
 STACK_DIR=
 HA_DIR=      # the Sentinel stack of redis-failover, while it runs
+BALANCER_PID= # the HAProxy of balancer-daemon-kill, while it runs
 DAEMON_PIDS=() # every seckilld started here and not yet stopped
 FROZEN_PIDS=() # every process SIGSTOPped here and not yet continued
 LOAD_PID=
@@ -169,6 +174,7 @@ faults_cleanup() {
     trap - EXIT INT TERM
     thaw
     lt_stop "$LOAD_PID" seckill-loadtest
+    lt_stop "$BALANCER_PID" haproxy
     stop_daemons
     if [[ -n $HA_DIR ]]; then
         "$LT_STACK" stop "$HA_DIR" >/dev/null 2>&1 ||
@@ -723,6 +729,39 @@ scenario_redis_failover() {
     HA_DIR=
 }
 
+# Two daemons behind HAProxy (scripts/stack-env.sh's, as `make run
+# INSTANCES=2`: health checks on /healthz, the PROXY header from its own
+# source address, which the daemons trust), the load through HAProxy; kill -9
+# of one daemon mid-batch.  HAProxy's checks take it out and send its share
+# to the other, whose writers claim the dead one's stream entries; answers
+# the dead daemon owed are unknown outcomes (HAProxy's 502), every promise
+# made holds.
+scenario_balancer_daemon_kill() {
+    local sku=$1 pid1 p1 p2 hport url i
+    SECKILL_HTTP_TRUSTED_PROXIES=$HAPROXY_SOURCE start_daemon d1 || return
+    pid1=$D_PID p1=$D_PORT
+    SECKILL_HTTP_TRUSTED_PROXIES=$HAPROXY_SOURCE start_daemon d2 || return
+    p2=$D_PORT
+    hport=$(se_free_port "$p1" "$p2") || {
+        fail "no free port for HAProxy"
+        return
+    }
+    se_haproxy_start "$SDIR/haproxy" "127.0.0.1:$hport" "$p1" "$p2" || {
+        fail "HAProxy did not start ($SDIR/haproxy)"
+        return
+    }
+    BALANCER_PID=$SE_HAPROXY_PID
+    url=http://127.0.0.1:$hport
+    for ((i = 0; i < 100; i++)); do
+        curl -fsS --max-time 2 -o /dev/null "$url/healthz" 2>/dev/null && break
+        sleep 0.1
+    done
+    under_load "$sku" "$url" || return
+    kill_mid_batch "$pid1" "$sku"
+    note "kill -9 of one of two daemons behind HAProxy, $HELD stream entries in its writer's hands"
+    after_fault "$url" "$sku" "$(now)" "the daemon was killed"
+}
+
 # ---------------------------------------------------------------- runner
 
 # report_failure: the check's offending rows and the daemon logs' tails.
@@ -766,6 +805,8 @@ run_scenario() {
     lt_stop "$LOAD_PID" seckill-loadtest
     LOAD_PID=
     ((${#REASONS[@]} == 0)) || report_failure
+    lt_stop "$BALANCER_PID" haproxy
+    BALANCER_PID=
     stop_daemons
     stack_ok || fail "the stack could not be brought back"
     secs=$((SECONDS - t0))
