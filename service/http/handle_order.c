@@ -346,7 +346,8 @@ static void life_done(struct job *j)
     case LIFE_WRONG_STATE: {
         json_t *o = json_pack("{s:s, s:s}", "error",
                               cancel ? "order_not_cancellable" : "order_not_payable", "detail",
-                              cancel ? "only a pending or confirmed order can be cancelled"
+                              cancel ? "only a pending order, or a confirmed one within its "
+                                       "payment window, can be cancelled"
                                      : "only a confirmed order within its payment window can be "
                                        "paid");
         json_object_update(o, lj->out); /* its "status" */

@@ -516,7 +516,7 @@ static void conn_feed(struct http_conn *c, const char *data, size_t len, int fro
 static void proxy_feed(struct http_conn *c, const char *data, size_t len)
 {
     if (c->proxy_len == 0)
-        set_timer(c, TIMER_REQUEST); /* the header is part of the first request's time */
+        set_timer(c, TIMER_REQUEST); /* the header within the request deadline, too */
     size_t take = sizeof c->proxy_buf - c->proxy_len;
     if (take > len)
         take = len;
@@ -537,7 +537,8 @@ static void proxy_feed(struct http_conn *c, const char *data, size_t len)
     c->awaiting_proxy = 0;
     if (src[0])
         snprintf(c->peer, sizeof c->peer, "%s", src);
-    set_timer(c, TIMER_IDLE);
+    /* The header's deadline runs on until the request's first byte, which
+     * starts the request's own (conn_feed): a proxy sends both at once. */
     /* the bytes after the header: those of this read past it */
     size_t rest_at = used - c->proxy_len;
     c->proxy_len = 0;
