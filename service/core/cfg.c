@@ -91,6 +91,9 @@ static const struct cfg_def defs[] = {
     I(redis_timeout_ms, 1000, 10, 60000, "timeout of one Redis command"),
     I(redis_connect_timeout_ms, 1000, 10, 60000, "timeout of a Redis connect"),
     I(redis_reconnect_ms, 200, 10, 60000, "pause between Redis reconnect attempts"),
+    I(redis_sentinel_poll_ms, 1000, 50, 60000,
+      "with a redis-sentinel:// URL: how often the daemon asks its Sentinel where the master is, "
+      "besides following its +switch-master announcements"),
     SF(pg_dsn, "host=127.0.0.1 port=5433 dbname=seckill user=seckill_app connect_timeout=5",
        CFG_SECRET_IN_URL,
        "libpq connection string of the service's role (best without a password: PGPASSFILE; with "

@@ -47,8 +47,9 @@ struct cfg {
     int64_t redis_timeout_ms; /* per command, sync and async */
     int64_t redis_connect_timeout_ms;
     int64_t redis_reconnect_ms; /* pause between reconnect attempts */
-    char *pg_dsn;               /* libpq conninfo; password best via PGPASSFILE */
-    char *migrate_pg_dsn;       /* the schema owner's conninfo for migrate; "": pg_dsn */
+    int64_t redis_sentinel_poll_ms;
+    char *pg_dsn;         /* libpq conninfo; password best via PGPASSFILE */
+    char *migrate_pg_dsn; /* the schema owner's conninfo for migrate; "": pg_dsn */
     int64_t pg_statement_timeout_ms;
     int64_t pg_client_timeout_ms;        /* longest wait for any PostgreSQL answer */
     int64_t pg_client_check_interval_ms; /* server checks a running statement's client */

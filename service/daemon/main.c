@@ -96,7 +96,8 @@ static int serve(const struct cfg *c)
     struct redis_conn lock_conn;
     struct rlock_notifier *notifier = NULL;
     struct rlock_watchdog *watchdog = NULL;
-    if (redis_conn_init(&lock_conn, c, err, sizeof err) != 0 ||
+    if (redis_conn_follow_start(c, err, sizeof err) != 0 ||
+        redis_conn_init(&lock_conn, c, err, sizeof err) != 0 ||
         redis_conn_check_credentials(&lock_conn, err, sizeof err) != 0)
         goto out;
     notifier = rlock_notifier_new(redis_conn_open, &lock_conn, err, sizeof err);
@@ -150,6 +151,7 @@ out:
     rlock_notifier_set_default(NULL);
     rlock_watchdog_free(watchdog);
     rlock_notifier_free(notifier);
+    redis_conn_follow_stop(); /* after every connection that asked it */
     event_free(sigint);
     event_free(sigterm);
     event_base_free(base);

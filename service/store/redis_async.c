@@ -22,6 +22,10 @@ struct redis_async {
     struct rlock_url target;
     int timeout_ms, reconnect_ms, connect_timeout_ms;
     redisAsyncContext *ac; /* NULL while disconnected */
+    uint64_t gen;          /* the Sentinel watch's generation when ac was made */
+    /* The connection to a master the Sentinels replaced: no new command goes
+     * on it; it goes once the commands on it are answered. */
+    redisAsyncContext *retiring;
     struct event *reconnect_ev;
     int closing;
     int pending;           /* commands whose caller has not been answered */
@@ -134,11 +138,35 @@ static void on_connect(const redisAsyncContext *ac, int status)
 static void on_disconnect(const redisAsyncContext *ac, int status)
 {
     struct redis_async *ra = ac->data;
+    if (ra->retiring == ac) {
+        ra->retiring = NULL;
+        return;
+    }
     if (status != REDIS_OK)
         log_warn("redis connection lost: %s", ac->errstr);
     if (ra->ac == ac)
         ra->ac = NULL;
     schedule_reconnect(ra);
+}
+
+/* The Sentinels named a new master: new commands go to it at once, on a new
+ * connection; those sent to the old one get their replies (a demoted master
+ * refuses writes: READONLY) or their deadline. */
+static void ra_retire(struct redis_async *ra)
+{
+    redisAsyncContext *ac = ra->ac;
+    log_info("redis: the Sentinels moved the master away from %s:%d; reconnecting", ac->c.tcp.host,
+             ac->c.tcp.port);
+    if (ra->retiring) { /* two moves in a row: the oldest goes now */
+        redisAsyncContext *old = ra->retiring;
+        ra->retiring = NULL;
+        redisAsyncFree(old);
+    }
+    ra->ac = NULL;
+    ra->stalled = 0;
+    ra->retiring = ac;
+    redisAsyncDisconnect(ac); /* may free it at once (nothing pending): on_disconnect */
+    ra_connect(ra);
 }
 
 static void on_handshake(redisAsyncContext *ac, void *r, void *priv)
@@ -177,10 +205,12 @@ static void ra_connect(struct redis_async *ra)
 {
     if (ra->ac || ra->closing)
         return;
-    /* Behind Sentinels, the master they name now (a blocking question of at
-     * most connect_timeout_ms per Sentinel, asked only on a reconnect). */
+    /* Behind Sentinels, the master the process's watch knows (no question
+     * asked); before it knows one, a blocking question of at most
+     * connect_timeout_ms per Sentinel. */
     struct rlock_url t = ra->target;
     char err[320];
+    ra->gen = rlock_url_generation(&t);
     if (rlock_url_resolve(&t, ra->connect_timeout_ms, err, sizeof err) != 0) {
         log_warn("redis: %s", err);
         schedule_reconnect(ra);
@@ -229,6 +259,8 @@ struct redis_async *redis_async_new(struct event_base *base, const struct cfg *c
         free(ra);
         return NULL;
     }
+    if (ra->target.nsentinels > 0)
+        ra->target.watch = redis_conn_followed();
     ra->base = base;
     ra->timeout_ms = (int)c->redis_timeout_ms;
     ra->reconnect_ms = (int)c->redis_reconnect_ms;
@@ -384,6 +416,8 @@ void redis_async_script(struct redis_async *ra, const struct rlock_script *s, in
 {
     if (ra->ac && ra->stalled && ra->pending == 0)
         ra_drop(ra); /* every command on it has had its answer: replace it */
+    else if (ra->ac && rlock_sentinel_moved(&ra->target, ra->gen))
+        ra_retire(ra);
     if (!ra->ac || ra->stalled || nkeys < 0 || nargs < 0) {
         fn(NULL, REDIS_ASYNC_NOT_SENT, arg);
         return;
@@ -474,6 +508,11 @@ void redis_async_free(struct redis_async *ra)
     if (ra->ac) { /* commands still waiting learn that the connection went */
         redisAsyncContext *ac = ra->ac;
         ra->ac = NULL;
+        redisAsyncFree(ac);
+    }
+    if (ra->retiring) {
+        redisAsyncContext *ac = ra->retiring;
+        ra->retiring = NULL;
         redisAsyncFree(ac);
     }
     event_free(ra->reconnect_ev);

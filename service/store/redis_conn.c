@@ -7,12 +7,55 @@
 
 #include "core/log.h"
 
+static struct rlock_sentinel_watch *followed;
+
+static void on_master_change(const struct rlock_url_node *old, const struct rlock_url_node *now,
+                             const char *how, void *arg)
+{
+    (void)arg;
+    if (old)
+        log_warn("redis: the Sentinels name a new master, %s:%d (was %s:%d; %s)", now->host,
+                 now->port, old->host, old->port, how);
+    else
+        log_info("redis: the Sentinels name the master %s:%d", now->host, now->port);
+}
+
+int redis_conn_follow_start(const struct cfg *c, char *err, size_t errlen)
+{
+    struct rlock_url u;
+    if (rlock_url_parse(c->redis_url, &u, err, errlen) != 0)
+        return -1;
+    if (u.nsentinels == 0)
+        return 0;
+    struct rlock_sentinel_watch_opts o = {.timeout_ms = (int)c->redis_connect_timeout_ms,
+                                          .poll_ms = (int)c->redis_sentinel_poll_ms,
+                                          .retry_ms = (int)c->redis_reconnect_ms,
+                                          .on_change = on_master_change};
+    followed = rlock_sentinel_watch_start(&u, &o, err, errlen);
+    return followed ? 0 : -1;
+}
+
+void redis_conn_follow_stop(void)
+{
+    rlock_sentinel_watch_stop(followed);
+    followed = NULL;
+}
+
+struct rlock_sentinel_watch *redis_conn_followed(void)
+{
+    return followed;
+}
+
 int redis_conn_init(struct redis_conn *rc, const struct cfg *c, char *err, size_t errlen)
 {
     memset(rc, 0, sizeof *rc);
     rc->connect_timeout_ms = (int)c->redis_connect_timeout_ms;
     rc->timeout_ms = (int)c->redis_timeout_ms;
-    return rlock_url_parse(c->redis_url, &rc->target, err, errlen);
+    if (rlock_url_parse(c->redis_url, &rc->target, err, errlen) != 0)
+        return -1;
+    if (rc->target.nsentinels > 0)
+        rc->target.watch = followed;
+    return 0;
 }
 
 redisContext *redis_conn_open(void *template)
@@ -68,9 +111,11 @@ static int conn_stale(const redisContext *c)
 
 redisContext *redis_conn_get(struct redis_conn *rc)
 {
-    if (rc->ctx && rc->ctx->err == 0 && !conn_stale(rc->ctx))
+    if (rc->ctx && rc->ctx->err == 0 && !conn_stale(rc->ctx) &&
+        !rlock_sentinel_moved(&rc->target, rc->gen))
         return rc->ctx;
     redis_conn_close(rc);
+    rc->gen = rlock_url_generation(&rc->target); /* before: a move meanwhile is seen next time */
     rc->ctx = redis_conn_open(rc);
     return rc->ctx;
 }

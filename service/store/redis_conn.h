@@ -10,9 +10,11 @@
 
 #include <hiredis.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/cfg.h"
 #include <rlock/script.h>
+#include <rlock/sentinel.h>
 #include <rlock/url.h>
 
 struct redis_conn {
@@ -20,7 +22,23 @@ struct redis_conn {
     int connect_timeout_ms;
     int timeout_ms;
     redisContext *ctx;
+    uint64_t gen; /* the Sentinel watch's generation when ctx was made */
 };
+
+/*
+ * With a redis-sentinel:// redis_url, starts the process's watch of the
+ * master (rlock/sentinel.h: +switch-master, and a question every
+ * redis_sentinel_poll_ms): every redis_conn and redis_async prepared
+ * afterwards resolves the master through it and drops a connection made
+ * before the master moved.  A plain URL: nothing to do.  Call once at
+ * start-up, before any connection is prepared; returns 0, or -1 with err.
+ */
+int redis_conn_follow_start(const struct cfg *c, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+/* Stops it, after the last connection that used it is gone. */
+void redis_conn_follow_stop(void);
+/* The watch (NULL without one), for redis_async. */
+struct rlock_sentinel_watch *redis_conn_followed(void);
 
 /* Prepares rc from the config (does not connect).  Returns 0, or -1 on a bad URL. */
 int redis_conn_init(struct redis_conn *rc, const struct cfg *c, char *err, size_t errlen)
@@ -41,7 +59,8 @@ int redis_conn_check_credentials(const struct redis_conn *rc, char *err, size_t 
 
 /* Returns a connected context (owned by rc), or NULL when Redis cannot be
  * reached.  A kept connection the server has closed meanwhile (it became
- * readable) is replaced first, so a restart of Redis fails no call; a
+ * readable), or made to a master the Sentinels have since replaced, is
+ * replaced first, so a restart of Redis or a failover fails no call; a
  * command that failed on I/O is never re-sent (scripts are not all
  * idempotent). */
 redisContext *redis_conn_get(struct redis_conn *rc);

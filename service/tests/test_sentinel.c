@@ -5,11 +5,13 @@
  * service's ACL user on the Sentinel too, and connects through it as every
  * client of the project does (rlock_url_connect, redis_conn).  Then what
  * must fail closed: a master name no Sentinel knows, no Sentinel answering,
- * wrong credentials.
+ * wrong credentials.  Last, a failover of the test's own pair of servers:
+ * the Sentinel's +switch-master moves every connection that follows it.
  */
 #include <check.h>
 #include <errno.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +21,7 @@
 
 #include "harness.h"
 #include "store/redis_conn.h"
+#include <rlock/sentinel.h>
 #include <rlock/url.h>
 
 #define WAIT_TENTHS 100 /* 10 s for the Sentinel to answer */
@@ -259,6 +262,171 @@ START_TEST(test_a_replica_is_never_taken_for_the_master)
 }
 END_TEST
 
+/* Starts "redis-server <dir>/<name>.conf [--sentinel]" with the given
+ * config text (after bind, port, dir and logfile); returns its pid. */
+static pid_t server_start(const char *name, int port, int sentinel, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static pid_t server_start(const char *name, int port, int sentinel, const char *fmt, ...)
+{
+    char conf[128];
+    snprintf(conf, sizeof conf, "%s/%s.conf", s.dir, name);
+    FILE *f = fopen(conf, "w");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fchmod(fileno(f), 0600), 0);
+    fprintf(f, "bind 127.0.0.1\nport %d\ndaemonize no\ndir \"%s\"\nlogfile \"%s/%s.log\"\n", port,
+            s.dir, s.dir, name);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+    ck_assert_int_eq(fclose(f), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (sentinel)
+            execlp("redis-server", "redis-server", conf, "--sentinel", (char *)NULL);
+        else
+            execlp("redis-server", "redis-server", conf, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* One command as the test's user on 127.0.0.1:port; the reply (caller frees). */
+static redisReply *ask(int port, const char *cmd)
+{
+    struct rlock_url u = s.svc;
+    snprintf(u.host, sizeof u.host, "127.0.0.1");
+    u.port = port;
+    u.db = 0;
+    char err[320];
+    redisContext *c = rlock_url_connect(&u, 200, 1000, err, sizeof err);
+    if (!c)
+        return NULL;
+    redisReply *r = redisCommand(c, cmd);
+    redisFree(c);
+    return r;
+}
+
+/*
+ * A failover of a pair the test owns (master A, replica B, a Sentinel
+ * watching A; the shared test Redis stays out of it), made by SENTINEL
+ * FAILOVER while A is still up: the case where nothing breaks the old
+ * connections.  The watch hears +switch-master; the service's connection,
+ * made to A before, goes to B for its next command (it would otherwise
+ * write to A, a master still, or a replica by then: READONLY).
+ */
+START_TEST(test_a_failover_moves_every_following_connection)
+{
+    char err[320];
+    struct rlock_url admin;
+    ck_assert(rlock_url_parse(th_env("SECKILL_TEST_REDIS_URL"), &s.svc, err, sizeof err) == 0);
+    ck_assert(rlock_url_parse(th_env("SECKILL_TEST_REDIS_ADMIN_URL"), &admin, err, sizeof err) ==
+              0);
+    snprintf(s.dir, sizeof s.dir, "/tmp/seckill-failover-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(s.dir));
+    int pa = th_free_port(), pb, ps;
+    do
+        pb = th_free_port();
+    while (pb == pa);
+    do
+        ps = th_free_port();
+    while (ps == pa || ps == pb);
+    /* one user for everything: the test's own servers */
+    char users[512];
+    snprintf(users, sizeof users, "user default off\nuser %s on >%s +@all ~* &*\n", s.svc.user,
+             s.svc.password);
+    pid_t a = server_start("a", pa, 0, "save \"\"\nappendonly no\nmasteruser %s\nmasterauth %s\n%s",
+                           s.svc.user, s.svc.password, users);
+    pid_t b = server_start("b", pb, 0,
+                           "save \"\"\nappendonly no\nreplicaof 127.0.0.1 %d\nmasteruser %s\n"
+                           "masterauth %s\n%s",
+                           pa, s.svc.user, s.svc.password, users);
+    s.pid = server_start("sentinel", ps, 1,
+                         "sentinel monitor pair 127.0.0.1 %d 1\nsentinel auth-user pair %s\n"
+                         "sentinel auth-pass pair %s\nsentinel down-after-milliseconds pair 60000\n"
+                         "%s",
+                         pa, s.svc.user, s.svc.password, users);
+    s.port = ps;
+
+    char url[512];
+    sentinel_url(url, sizeof url, s.svc.user, s.svc.password, "pair");
+    struct rlock_url u;
+    ck_assert(rlock_url_parse(url, &u, err, sizeof err) == 0);
+    struct rlock_sentinel_watch_opts o = {.timeout_ms = 500, .poll_ms = 60000, .retry_ms = 100};
+    struct rlock_sentinel_watch *w = rlock_sentinel_watch_start(&u, &o, err, sizeof err);
+    ck_assert_msg(w != NULL, "%s", err);
+    struct rlock_url_node m = {.port = 0};
+    for (int i = 0; i < WAIT_TENTHS && rlock_sentinel_master(w, &m, NULL) != 0; i++)
+        th_sleep_ms(100);
+    ck_assert_int_eq(m.port, pa);
+    ck_assert_int_eq(rlock_sentinel_generation(w), 1);
+
+    /* the service's connection, made to A through the process's watch */
+    struct cfg cfg;
+    th_cfg(&cfg);
+    ck_assert(cfg_set(&cfg, "redis_url", url, err, sizeof err) == 0);
+    ck_assert(redis_conn_follow_start(&cfg, err, sizeof err) == 0);
+    struct redis_conn rc;
+    ck_assert(redis_conn_init(&rc, &cfg, err, sizeof err) == 0);
+    const char *set[] = {"SET", "probe", "before"};
+    redisReply *r = NULL;
+    for (int i = 0; i < WAIT_TENTHS; i++) { /* until the process's watch knows A */
+        freeReplyObject(r);
+        r = redis_conn_cmd(&rc, 3, set, NULL);
+        if (r && r->type == REDIS_REPLY_STATUS)
+            break;
+        th_sleep_ms(100);
+    }
+    ck_assert(r && r->type == REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+
+    /* The failover, once the Sentinel has seen B in sync. */
+    int asked = 0;
+    for (int i = 0; i < 2 * WAIT_TENTHS && !asked; i++) {
+        r = ask(ps, "SENTINEL FAILOVER pair");
+        asked = r && r->type == REDIS_REPLY_STATUS;
+        freeReplyObject(r);
+        if (!asked)
+            th_sleep_ms(100);
+    }
+    ck_assert_msg(asked, "the Sentinel never accepted SENTINEL FAILOVER (see %s)", s.dir);
+    for (int i = 0; i < 2 * WAIT_TENTHS && rlock_sentinel_generation(w) < 2; i++)
+        th_sleep_ms(100);
+    ck_assert_int_eq(rlock_sentinel_generation(w), 2);
+    ck_assert_int_eq(rlock_sentinel_master(w, &m, NULL), 0);
+    ck_assert_int_eq(m.port, pb);
+    ck_assert_uint_ge(rlock_sentinel_switches(w), 1);
+    for (int i = 0; i < WAIT_TENTHS && !rlock_sentinel_moved(&rc.target, 1); i++)
+        th_sleep_ms(100); /* the process's watch hears it too */
+
+    /* The next command of the connection made to A goes to B, first time. */
+    const char *after[] = {"SET", "probe", "after"};
+    r = redis_conn_cmd(&rc, 3, after, NULL);
+    ck_assert_msg(r && r->type == REDIS_REPLY_STATUS, "%s", r ? r->str : "no reply");
+    freeReplyObject(r);
+    r = ask(pb, "GET probe");
+    ck_assert(r && r->type == REDIS_REPLY_STRING && strcmp(r->str, "after") == 0);
+    freeReplyObject(r);
+    redis_conn_close(&rc);
+    redis_conn_follow_stop();
+    rlock_sentinel_watch_stop(w);
+    cfg_free(&cfg);
+
+    kill(a, SIGKILL);
+    kill(b, SIGKILL);
+    (void)waitpid(a, NULL, 0);
+    (void)waitpid(b, NULL, 0);
+    static const char *const files[] = {"a.conf", "a.log", "b.conf", "b.log", "dump.rdb"};
+    char path[128];
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", s.dir, files[i]);
+        (void)unlink(path);
+    }
+    sentinel_stop();
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *su = suite_create("sentinel");
@@ -267,6 +435,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_connects_to_the_master_the_sentinel_names);
     tcase_add_test(tc, test_fails_closed_without_a_master);
     tcase_add_test(tc, test_a_replica_is_never_taken_for_the_master);
+    tcase_add_test(tc, test_a_failover_moves_every_following_connection);
     suite_add_tcase(su, tc);
     return su;
 }

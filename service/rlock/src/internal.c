@@ -298,3 +298,54 @@ void rlock_count_release(enum rlock_status st)
     else if (st == RLOCK_NOT_OWNER)
         rlock_metrics_add(RLOCK_M_RELEASE_REFUSED, 1);
 }
+
+/* ---- where a Sentinel watch says the master is ---- */
+
+void rlock_master_seen_init(struct rlock_master_seen *m)
+{
+    pthread_mutex_init(&m->mu, NULL);
+    m->host[0] = '\0';
+    m->port = 0;
+    atomic_init(&m->gen, 0);
+}
+
+void rlock_master_seen_destroy(struct rlock_master_seen *m)
+{
+    pthread_mutex_destroy(&m->mu);
+}
+
+int rlock_master_seen_set(struct rlock_master_seen *m, const char *host, int port, char *old_host,
+                          size_t cap, int *old_port)
+{
+    pthread_mutex_lock(&m->mu);
+    int changed = strcmp(m->host, host) != 0 || m->port != port;
+    if (changed) {
+        snprintf(old_host, cap, "%s", m->host);
+        *old_port = m->port;
+        snprintf(m->host, sizeof m->host, "%s", host);
+        m->port = port;
+        atomic_fetch_add(&m->gen, 1);
+    }
+    pthread_mutex_unlock(&m->mu);
+    return changed;
+}
+
+int rlock_master_seen_get(struct rlock_master_seen *m, char *host, size_t cap, int *port,
+                          uint64_t *gen)
+{
+    pthread_mutex_lock(&m->mu);
+    int known = m->host[0] != '\0';
+    if (known) {
+        snprintf(host, cap, "%s", m->host);
+        *port = m->port;
+        if (gen)
+            *gen = atomic_load(&m->gen);
+    }
+    pthread_mutex_unlock(&m->mu);
+    return known ? 0 : -1;
+}
+
+uint64_t rlock_master_seen_gen(struct rlock_master_seen *m)
+{
+    return atomic_load(&m->gen);
+}

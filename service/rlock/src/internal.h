@@ -16,6 +16,8 @@
 #ifndef RLOCK_INTERNAL_H
 #define RLOCK_INTERNAL_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
@@ -205,6 +207,45 @@ enum rlock_lua {
  * static and immutable; never NULL for id < RLOCK_LUA_COUNT.
  */
 const struct rlock_script *rlock_lua(enum rlock_lua id);
+
+/* ---- internal.c: where a Sentinel watch says the master is ---- */
+
+/*
+ * The state a Sentinel watch (sentinel.c) publishes and URLs carrying it
+ * (url.c) read: the first member of struct rlock_sentinel_watch, so that
+ * url.c reads it through the watch's pointer without depending on
+ * sentinel.c, which depends on url.c.
+ */
+struct rlock_master_seen {
+    pthread_mutex_t mu;
+    char host[256]; /* "" until known */
+    int port;
+    _Atomic uint64_t gen; /* bumped on every change of address */
+};
+
+void rlock_master_seen_init(struct rlock_master_seen *m);
+void rlock_master_seen_destroy(struct rlock_master_seen *m);
+/* Records host:port; returns 1 (and the former address in old_host, "" if
+ * none, and old_port) when it changed, else 0. */
+int rlock_master_seen_set(struct rlock_master_seen *m, const char *host, int port, char *old_host,
+                          size_t cap, int *old_port);
+/* Copies the address out; 0, or -1 while none is known. */
+int rlock_master_seen_get(struct rlock_master_seen *m, char *host, size_t cap, int *port,
+                          uint64_t *gen);
+uint64_t rlock_master_seen_gen(struct rlock_master_seen *m);
+
+/* ---- url.c: Sentinels ---- */
+
+struct rlock_url;
+struct rlock_url_node;
+
+/*
+ * Asks Sentinel s, authenticated with u's user and password, for the
+ * address of u's master (SENTINEL GET-MASTER-ADDR-BY-NAME), every step
+ * within timeout_ms.  Returns 0 with *n set, or -1 with err set.
+ */
+int rlock_sentinel_ask(const struct rlock_url *u, const struct rlock_url_node *s, int timeout_ms,
+                       struct rlock_url_node *n, char *err, size_t errlen);
 
 #pragma GCC visibility pop
 

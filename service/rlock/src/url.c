@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "internal.h"
+
 #define SCHEME "redis://"
 #define SENTINEL_SCHEME "redis-sentinel://"
 #define MAX_DB 1000000
@@ -222,10 +224,8 @@ static struct timeval ms_tv(int ms)
     return tv;
 }
 
-/* Asks one Sentinel of u for the master's address.  Returns 0 with n set, or
- * -1 with err set. */
-static int ask_sentinel(const struct rlock_url *u, const struct rlock_url_node *s, int timeout_ms,
-                        struct rlock_url_node *n, char *err, size_t errlen)
+int rlock_sentinel_ask(const struct rlock_url *u, const struct rlock_url_node *s, int timeout_ms,
+                       struct rlock_url_node *n, char *err, size_t errlen)
 {
     redisContext *c = redisConnectWithTimeout(s->host, s->port, ms_tv(timeout_ms));
     if (!c || c->err || redisSetTimeout(c, ms_tv(timeout_ms)) != REDIS_OK) {
@@ -262,16 +262,22 @@ static int ask_sentinel(const struct rlock_url *u, const struct rlock_url_node *
     return rc;
 }
 
-int rlock_url_resolve(struct rlock_url *u, int timeout_ms, char *err, size_t errlen)
+/* What u's watch has seen: the first member of the watch (internal.h), read
+ * here without calling into sentinel.c, which calls into this file. */
+static struct rlock_master_seen *watch_seen(const struct rlock_url *u)
 {
-    if (u->nsentinels == 0)
-        return 0;
+    return (struct rlock_master_seen *)(void *)u->watch;
+}
+
+/* rlock_url_resolve() without the watch: the Sentinels' first answer. */
+static int ask_sentinels(struct rlock_url *u, int timeout_ms, char *err, size_t errlen)
+{
     u->host[0] = '\0';
     u->port = 0;
     char last[320] = "";
     for (int i = 0; i < u->nsentinels; i++) {
         struct rlock_url_node n;
-        if (ask_sentinel(u, &u->sentinel[i], timeout_ms, &n, last, sizeof last) == 0) {
+        if (rlock_sentinel_ask(u, &u->sentinel[i], timeout_ms, &n, last, sizeof last) == 0) {
             memcpy(u->host, n.host, sizeof u->host);
             u->port = n.port;
             return 0;
@@ -280,6 +286,21 @@ int rlock_url_resolve(struct rlock_url *u, int timeout_ms, char *err, size_t err
     snprintf(err, errlen, "no Sentinel of %d named a master for '%s' (last: %s)", u->nsentinels,
              u->master, last);
     return -1;
+}
+
+int rlock_url_resolve(struct rlock_url *u, int timeout_ms, char *err, size_t errlen)
+{
+    if (u->nsentinels == 0)
+        return 0;
+    if (u->watch &&
+        rlock_master_seen_get(watch_seen(u), u->host, sizeof u->host, &u->port, NULL) == 0)
+        return 0;
+    return ask_sentinels(u, timeout_ms, err, errlen);
+}
+
+uint64_t rlock_url_generation(const struct rlock_url *u)
+{
+    return u->watch ? rlock_master_seen_gen(watch_seen(u)) : 0;
 }
 
 int rlock_url_handshake(redisContext *c, const struct rlock_url *u, char *err, size_t errlen)
@@ -322,13 +343,10 @@ int rlock_url_handshake(redisContext *c, const struct rlock_url *u, char *err, s
     return 0;
 }
 
-redisContext *rlock_url_connect(const struct rlock_url *url, int connect_timeout_ms,
+/* Connects to u's address as resolved; NULL with err set. */
+static redisContext *connect_to(const struct rlock_url *u, int connect_timeout_ms,
                                 int io_timeout_ms, char *err, size_t errlen)
 {
-    struct rlock_url resolved = *url;
-    if (rlock_url_resolve(&resolved, connect_timeout_ms, err, errlen) != 0)
-        return NULL;
-    const struct rlock_url *u = &resolved;
     redisContext *c = redisConnectWithTimeout(u->host, u->port, ms_tv(connect_timeout_ms));
     if (!c || c->err) {
         snprintf(err, errlen, "redis connect %s:%d failed: %s", u->host, u->port,
@@ -346,6 +364,24 @@ redisContext *rlock_url_connect(const struct rlock_url *url, int connect_timeout
         return NULL;
     }
     return c;
+}
+
+redisContext *rlock_url_connect(const struct rlock_url *url, int connect_timeout_ms,
+                                int io_timeout_ms, char *err, size_t errlen)
+{
+    struct rlock_url resolved = *url;
+    if (rlock_url_resolve(&resolved, connect_timeout_ms, err, errlen) != 0)
+        return NULL;
+    redisContext *c = connect_to(&resolved, connect_timeout_ms, io_timeout_ms, err, errlen);
+    if (c || !url->watch || url->nsentinels == 0)
+        return c;
+    /* The watch's address failed: its Sentinel may lag the others. */
+    struct rlock_url asked = *url;
+    if (ask_sentinels(&asked, connect_timeout_ms, err, errlen) != 0)
+        return NULL;
+    if (strcmp(asked.host, resolved.host) == 0 && asked.port == resolved.port)
+        return NULL; /* the same answer: err already says why it failed */
+    return connect_to(&asked, connect_timeout_ms, io_timeout_ms, err, errlen);
 }
 
 int rlock_reply_is_readonly(const redisReply *r)

@@ -25,11 +25,14 @@
 #define RLOCK_URL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 
 #include "rlock/rlock.h"
+
+struct rlock_sentinel_watch; /* rlock/sentinel.h */
 
 #define RLOCK_URL_DEFAULT_PORT 6379
 
@@ -51,6 +54,10 @@ struct rlock_url {
     int nsentinels;
     struct rlock_url_node sentinel[RLOCK_URL_MAX_SENTINELS];
     char master[128]; /* the name the Sentinels watch it under */
+    /* Optional (NULL after rlock_url_parse()): a watch of this master
+     * (rlock/sentinel.h) that resolving asks first; the caller keeps it
+     * running while u is used. */
+    struct rlock_sentinel_watch *watch;
 };
 
 /* Parses url into u.  Returns 0, or -1 with a message in err (which names
@@ -58,11 +65,12 @@ struct rlock_url {
 int rlock_url_parse(const char *url, struct rlock_url *u, char *err,
                     size_t errlen) RLOCK_MUST_CHECK;
 
-/* For a redis-sentinel:// URL, asks its Sentinels (each within timeout_ms)
- * where the master is now and sets u->host and u->port to it.  Returns 0
- * (also for a plain URL, which it leaves alone), or -1 with err set when no
- * Sentinel named a master (u's address is then cleared: nothing to connect
- * to, never a stale master). */
+/* For a redis-sentinel:// URL, sets u->host and u->port to where the master
+ * is now: the address u->watch knows, when it carries a watch that knows
+ * one (no question asked), else the first answer of its Sentinels, asked in
+ * order, each within timeout_ms.  Returns 0 (also for a plain URL, which it
+ * leaves alone), or -1 with err set when no Sentinel named a master (u's
+ * address is then cleared: nothing to connect to, never a stale master). */
 int rlock_url_resolve(struct rlock_url *u, int timeout_ms, char *err,
                       size_t errlen) RLOCK_MUST_CHECK;
 
@@ -73,10 +81,15 @@ int rlock_url_resolve(struct rlock_url *u, int timeout_ms, char *err,
 int rlock_url_handshake(redisContext *c, const struct rlock_url *u, char *err,
                         size_t errlen) RLOCK_MUST_CHECK;
 
+/* The generation of u's watch (rlock_sentinel_generation()), 0 without one:
+ * read it before connecting, to ask rlock_sentinel_moved() later. */
+uint64_t rlock_url_generation(const struct rlock_url *u);
+
 /* Connects within connect_timeout_ms (to the master its Sentinels name now,
  * for a redis-sentinel:// URL), sets io_timeout_ms on every command, then
- * rlock_url_handshake().  Returns a context the caller redisFree()s, or NULL
- * with err set. */
+ * rlock_url_handshake().  When the address u's watch gave cannot be
+ * connected to or is no master, the Sentinels are asked themselves, once.
+ * Returns a context the caller redisFree()s, or NULL with err set. */
 redisContext *rlock_url_connect(const struct rlock_url *u, int connect_timeout_ms,
                                 int io_timeout_ms, char *err, size_t errlen);
 
