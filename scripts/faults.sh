@@ -21,6 +21,8 @@
 #                        Redis got the expired orders' units back
 #   redis-failover       Redis behind Sentinel (a master, a replica, three Sentinels):
 #                        kill -9 of the master under load; Sentinel promotes the replica
+#   failover-stale-holder  the same, while a second daemon is stopped holding a writer
+#                        lock of the old master, about to write; its token is refused
 #   balancer-daemon-kill two daemons behind HAProxy, the load through it; kill -9 of one
 #
 # Env in: BUILD (build), FAULTS_SHORT=1 (small loads: the whole suite in a few
@@ -49,7 +51,7 @@ done
 
 ALL_SCENARIOS=(daemon-kill redis-restart-aof redis-restart-empty pg-stop pg-freeze redis-freeze
     two-daemons-kill-one writer-frozen adjust-crash expiry-crash redis-failover
-    balancer-daemon-kill)
+    failover-stale-holder balancer-daemon-kill)
 
 # ---------------------------------------------------------------- settings
 
@@ -108,7 +110,7 @@ declare -A HEAL_BOUND=(
     [adjust-crash]=15 [expiry-crash]=15
     # the Sentinels' detection (down-after-milliseconds, 1 s in scripts/stack.sh)
     # and promotion, plus the issue's 5 s
-    [redis-failover]=10
+    [redis-failover]=10 [failover-stale-holder]=10
     # HAProxy's checks (two failures a second apart) take the dead one out
     [balancer-daemon-kill]=10
 )
@@ -701,32 +703,120 @@ ha_env_off() {
     HA_SAVED=()
 }
 
-scenario_redis_failover() {
-    local sku=$1 pid
-    HA_DIR=$SCRATCH/ha-stack
+# ha_up: the Sentinel stack of this scenario, migrated, its settings in
+# force (ha_down stops it and restores the main stack's).
+HA_PORTS=()
+ha_up() {
+    HA_DIR=$SDIR/ha-stack
+    HA_PORTS=("$SE_REDIS_PORT" "$SE_PG_PORT") # the main stack's, set again by ha_down
     mkdir -p "$HA_DIR"
     SECKILL_REDIS_TOPOLOGY=sentinel se_stack_start_free "$HA_DIR" >"$SDIR/ha-stack.log" 2>&1 || {
         fail "the Sentinel stack did not start ($SDIR/ha-stack.log)"
-        return
+        return 1
     }
     ha_env_on
-    if ! "$BUILD_DIR/seckilld" migrate >"$SDIR/ha-migrate.log" 2>&1; then
+    "$BUILD_DIR/seckilld" migrate >"$SDIR/ha-migrate.log" 2>&1 || {
         fail "migrating the Sentinel stack failed ($SDIR/ha-migrate.log)"
-    elif start_daemon d1; then
-        local url=http://127.0.0.1:$D_PORT
-        if under_load "$sku" "$url"; then
-            pid=$(tr -dc '0-9' <"$HA_DIR/redis/redis.pid")
-            note "kill -9 of the Redis master (pid $pid); the Sentinels promote its replica"
-            kill -KILL "$pid"
-            after_fault "$url" "$sku" "$(now)" "the master was killed" --allow-lost-pending
-        fi
-    fi
-    # the daemon goes now, while its stack still runs; then the stack
-    stop_daemons
+        return 1
+    }
+}
+ha_down() {
+    [[ -n $HA_DIR ]] || return 0
+    thaw
+    stop_daemons # while their stack still runs; then the stack
     ha_env_off
     "$LT_STACK" stop "$HA_DIR" >"$SDIR/ha-stop.log" 2>&1 ||
         fail "stopping the Sentinel stack failed ($SDIR/ha-stop.log)"
     HA_DIR=
+    SE_REDIS_PORT=${HA_PORTS[0]} SE_PG_PORT=${HA_PORTS[1]}
+}
+ha_master_kill() {
+    local pid
+    pid=$(tr -dc '0-9' <"$HA_DIR/redis/redis.pid")
+    note "kill -9 of the Redis master (pid $pid); the Sentinels promote its replica"
+    kill -KILL "$pid"
+}
+
+scenario_redis_failover() {
+    local sku=$1
+    if ha_up && start_daemon d1; then
+        local url=http://127.0.0.1:$D_PORT
+        if under_load "$sku" "$url"; then
+            ha_master_kill
+            after_fault "$url" "$sku" "$(now)" "the master was killed" --allow-lost-pending
+        fi
+    fi
+    ha_down
+}
+
+# A stale lock holder across a failover.  Two daemons on a Sentinel stack;
+# one (SECKILL_FAULT=pg_send_under_lock) stops itself in its first batch,
+# holding the batch's fenced lock (its token drawn on the first master),
+# after its last check of the lease, about to send the fenced statement: a
+# pause at the worst moment.  The master is killed; the other daemon's
+# writers take the SKU on the promoted replica with tokens drawn there and
+# commit; then the stopped daemon is continued.  Its batch must not land
+# (its watchdog sees the lock gone and abandons the wait, or PostgreSQL
+# refuses the token, whichever comes first), the invariants hold, and the
+# old master's token, given to PostgreSQL by the service's own fenced
+# statement after the failover, is refused: the new master's tokens are
+# larger although its counter may have lost the old master's last ones.
+scenario_failover_stale_holder() {
+    local sku=$1 d1_url i t0 fence_key token seen accepted d1_said
+    if ! ha_up || ! SECKILL_FAULT=pg_send_under_lock start_daemon d1; then
+        ha_down
+        return
+    fi
+    D1_PID=$D_PID d1_url=http://127.0.0.1:$D_PORT
+    if ! start_daemon d2 || ! under_load "$sku" "$d1_url" "http://127.0.0.1:$D_PORT"; then
+        ha_down
+        return
+    fi
+    D2_URL=http://127.0.0.1:$D_PORT
+    for ((i = 0; i < STACK_WAIT_TENTHS; i++)); do # until d1 stopped itself
+        [[ $(awk '{ print $3 }' "/proc/$D1_PID/stat" 2>/dev/null) == T ]] && break
+        sleep 0.1
+    done
+    if ((i == STACK_WAIT_TENTHS)); then
+        fail "the daemon with pg_send_under_lock never stopped with a lock held"
+        ha_down
+        return
+    fi
+    FROZEN_PIDS+=("$D1_PID") # continued by thaw, whatever happens
+    # The token d1 holds, or a later one: the counter on the first master.
+    fence_key="seckill:{sku:$sku}:lock:sku:fence" # every lock of a SKU draws from it
+    token=$(se_redis_admin "$HA_DIR" "$SE_REDIS_PORT" GET "$fence_key" 2>/dev/null | tr -dc '0-9')
+    note "d1 stopped holding the batch lock, fencing token <= ${token:-?} (lock_ttl_ms $SECKILL_LOCK_TTL_MS)"
+    ha_master_kill
+    t0=$(now)
+    heal "$D2_URL" $((sku + 1)) "$t0" "the master was killed"
+    sleep "$WRITER_FREEZE_S" # the other daemon's writers commit the SKU on the new master
+    thaw
+    note "d1 continued $(since "$t0")s after the kill, its lease long gone"
+    load_wait
+    judge "$sku" --allow-lost-pending
+    sales_continue "$D2_URL" "$sku"
+    # The old master's token against the database, by the service's own
+    # fenced statement (rolled back): it must be refused now.
+    seen=$(psql "$SECKILL_PG_DSN" -X -At -c "SELECT fence_token FROM skus WHERE id = $sku" 2>&1)
+    accepted=$(psql "$SECKILL_PG_DSN" -X -q -At -v ON_ERROR_STOP=1 2>&1 <<SQL
+BEGIN;
+PREPARE fence(bigint, bigint) AS $(grep -v '^--' sql/sku_fence.sql);
+EXECUTE fence($sku, ${token:-0});
+ROLLBACK;
+SQL
+    )
+    if [[ -z $token ]]; then
+        fail "no fencing token was drawn on the first master ($fence_key)"
+    elif [[ -n $accepted ]]; then
+        fail "PostgreSQL accepted the old master's token $token after the failover (fence_token $seen): $accepted"
+    else
+        note "PostgreSQL refuses the old master's token $token: it has seen $seen, drawn on the new master"
+    fi
+    d1_said=$(curl -s --max-time 5 "$d1_url/metrics" 2>/dev/null |
+        awk '/^seckill_(fence_refused|lock_lost|writer_batches_failed)_total/ { printf "%s %s; ", $1, $2 }')
+    note "the stale holder afterwards: ${d1_said:-no metrics}"
+    ha_down
 }
 
 # Two daemons behind HAProxy (scripts/stack-env.sh's, as `make run

@@ -8,11 +8,22 @@
  *   adjust_after_redis  a stock adjustment applied in Redis, before its COMMIT
  *   release_before_redis  a cancel's or an expiry sweep's COMMIT done (units back
  *                       in skus.stock), before order_release.lua gave them to Redis
+ * and pause points, where the process stops itself (SIGSTOP, the first time
+ * only) as a long GC pause or swapping would stop it, until the suite
+ * continues it:
+ *   pg_send_under_lock  statements of a transaction bound to a lock (a writer's
+ *                       fenced batch) passed the last check of the lease and
+ *                       are about to be sent: the worst moment for a pause
+ *                       (Kleppmann's), which only the fencing token covers
  */
 #ifndef SECKILL_FAULT_H
 #define SECKILL_FAULT_H
 
 /* Kills the process if SECKILL_FAULT names this point. */
 void fault_point(const char *name);
+
+/* Stops the process (SIGSTOP) the first time it reaches this point, if
+ * SECKILL_FAULT names it; returns 1 once continued (SIGCONT), else 0. */
+int fault_pause(const char *name);
 
 #endif

@@ -54,6 +54,10 @@ static const struct {
                                     "order batches committed", NULL},
     [M_WRITER_BATCHES_FAILED] = {"seckill_writer_batches_failed_total",
                                  "order batches left for replay", NULL},
+    [M_FENCE_REFUSED] = {"seckill_fence_refused_total",
+                         "transactions PostgreSQL refused for good for their fencing token "
+                         "(a lock holder another had superseded)",
+                         NULL},
     [M_WRITER_ORDERS_CONFIRMED] = {"seckill_writer_orders_confirmed_total", "orders confirmed",
                                    NULL},
     [M_WRITER_ORDERS_REJECTED] = {"seckill_writer_orders_rejected_total",

@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "core/fault.h"
 #include <rlock/rlock.h>
 
 /* How often an abort flag is looked at while waiting: the "at once" of a
@@ -297,6 +298,9 @@ int pgwait_pipeline(struct pgwait *w, PGconn *conn, size_t n, const struct pgwai
         set_err(w, "abandoned on request before sending");
         return -1;
     }
+    /* The paused time is not PostgreSQL's: the budget restarts. */
+    if (w->abort && fault_pause("pg_send_under_lock"))
+        w->deadline_ms = rlock_mono_ms() + w->timeout_ms;
     was_nonblocking = PQisnonblocking(conn);
     if ((!was_nonblocking && PQsetnonblocking(conn, 1) != 0) || !PQenterPipelineMode(conn)) {
         pgwait_message(w->err, sizeof(w->err), conn, NULL);

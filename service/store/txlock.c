@@ -8,6 +8,7 @@
 #include "core/embedded.h"
 #include "core/keys.h"
 #include "core/log.h"
+#include "core/metrics.h"
 #include <rlock/fence.h>
 
 static struct rlock_watchdog *watchdog;
@@ -157,19 +158,23 @@ int txlock_fence(struct txlock *t, struct dbtx *tx, int64_t *stock)
         log_debug("sku %s: fencing token %" PRId64 " refused, PostgreSQL has seen %" PRId64, sid,
                   t->fence, seen);
         if (!txlock_still_valid(t, 0))
-            return TXLOCK_STALE;
+            goto stale;
         redisContext *c = redis_conn_get(t->redis);
         int64_t fresh;
         enum rlock_status st =
             c ? rlock_fence_renew(c, &t->lock, fence_key, seen, &fresh) : RLOCK_ERR;
         if (st == RLOCK_NOT_OWNER) {
             log_warn("sku %s: lock lost while its token was refused", sid);
-            return TXLOCK_STALE;
+            goto stale;
         }
         if (st != RLOCK_OK)
             return -1;
         t->fence = fresh;
     }
+stale:
+    log_warn("sku %s: fencing token %" PRId64 " refused: another holder wrote since", sid,
+             t->fence);
+    metrics_add(M_FENCE_REFUSED, 1);
     return TXLOCK_STALE;
 }
 

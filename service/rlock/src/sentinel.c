@@ -30,8 +30,7 @@ static int stopping(const struct rlock_sentinel_watch *w, int wait_ms)
 }
 
 /* Records n as the master; a new address bumps the generation. */
-static void publish(struct rlock_sentinel_watch *w, const struct rlock_url_node *n,
-                    const char *how)
+static void publish(struct rlock_sentinel_watch *w, const struct rlock_url_node *n, const char *how)
 {
     struct rlock_url_node old;
     int changed =
