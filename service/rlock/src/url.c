@@ -8,6 +8,7 @@
 
 #define SCHEME "redis://"
 #define SENTINEL_SCHEME "redis-sentinel://"
+#define CLUSTER_SCHEME "redis-cluster://"
 #define MAX_DB 1000000
 
 static int hex_value(char c)
@@ -157,6 +158,35 @@ static int parse_sentinels(const char *p, struct rlock_url *u, char *err, size_t
     return parse_db(p + 1 + ml, u, err, errlen);
 }
 
+/* The rest of a redis-cluster:// URL: "HOST[:PORT][,...][/[0]]". */
+static int parse_seeds(const char *p, struct rlock_url *u, char *err, size_t errlen)
+{
+    for (;;) {
+        if (u->nseeds == RLOCK_URL_MAX_SEEDS) {
+            snprintf(err, errlen, "redis-cluster URL: more than %d nodes", RLOCK_URL_MAX_SEEDS);
+            return -1;
+        }
+        struct rlock_url_node *n = &u->seed[u->nseeds];
+        n->port = RLOCK_URL_DEFAULT_PORT;
+        if (parse_node(&p, ",/", n) != 0) {
+            snprintf(err, errlen, "redis-cluster URL: node %d has no valid host or port",
+                     u->nseeds + 1);
+            return -1;
+        }
+        u->nseeds++;
+        if (*p != ',')
+            break;
+        p++;
+    }
+    if (*p && strcmp(p, "/") != 0 && strcmp(p, "/0") != 0) {
+        snprintf(err, errlen, "redis-cluster URL: a cluster has database 0 only");
+        return -1;
+    }
+    u->host[0] = '\0'; /* each key's node comes from the slot map */
+    u->port = 0;
+    return 0;
+}
+
 static int parse(const char *url, struct rlock_url *u, char *err, size_t errlen)
 {
     if (strncmp(url, "rediss://", 9) == 0) {
@@ -164,11 +194,13 @@ static int parse(const char *url, struct rlock_url *u, char *err, size_t errlen)
         return -1;
     }
     int sentinel = strncmp(url, SENTINEL_SCHEME, strlen(SENTINEL_SCHEME)) == 0;
-    if (!sentinel && strncmp(url, SCHEME, strlen(SCHEME)) != 0) {
-        snprintf(err, errlen, "redis URL must start with redis:// or redis-sentinel://");
+    int cluster = strncmp(url, CLUSTER_SCHEME, strlen(CLUSTER_SCHEME)) == 0;
+    if (!sentinel && !cluster && strncmp(url, SCHEME, strlen(SCHEME)) != 0) {
+        snprintf(err, errlen,
+                 "redis URL must start with redis://, redis-sentinel:// or redis-cluster://");
         return -1;
     }
-    const char *p = url + strlen(sentinel ? SENTINEL_SCHEME : SCHEME);
+    const char *p = url + strlen(sentinel ? SENTINEL_SCHEME : cluster ? CLUSTER_SCHEME : SCHEME);
     const char *at = strrchr(p, '@');
     if (at) {
         if (parse_userinfo(p, (size_t)(at - p), u, err, errlen) != 0)
@@ -177,6 +209,8 @@ static int parse(const char *url, struct rlock_url *u, char *err, size_t errlen)
     }
     if (sentinel)
         return parse_sentinels(p, u, err, errlen);
+    if (cluster)
+        return parse_seeds(p, u, err, errlen);
     struct rlock_url_node n = {.port = u->port};
     if (parse_node(&p, "/", &n) != 0) {
         snprintf(err, errlen, "redis URL has no valid host, or an invalid port");
@@ -290,6 +324,11 @@ static int ask_sentinels(struct rlock_url *u, int timeout_ms, char *err, size_t 
 
 int rlock_url_resolve(struct rlock_url *u, int timeout_ms, char *err, size_t errlen)
 {
+    if (u->nseeds > 0) {
+        snprintf(err, errlen,
+                 "a redis-cluster:// URL names no single server: use a cluster client");
+        return -1;
+    }
     if (u->nsentinels == 0)
         return 0;
     if (u->watch &&

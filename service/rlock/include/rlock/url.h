@@ -4,6 +4,7 @@
  *
  *   redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]
  *   redis-sentinel://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]...]/MASTER[/DB]
+ *   redis-cluster://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]...]
  *
  * USER and PASSWORD may be percent-encoded ("%40" for '@', "%3A" for ':').
  * With a USER the handshake is `AUTH USER PASSWORD` (a Redis 6 ACL user);
@@ -18,6 +19,11 @@
  * (INFO replication): so each reconnect follows a failover, a demoted master
  * is never written to, and while no Sentinel names a master there is no
  * connection at all (fail closed).
+ *
+ * A redis-cluster:// URL names up to RLOCK_URL_MAX_SEEDS nodes of a Redis
+ * Cluster (port 6379 by default) to learn the slot map from; it is used
+ * through rlock/cluster.h: resolving or connecting it here fails (one
+ * connection cannot serve a cluster).
  *
  * No message written by these functions ever holds the password.
  */
@@ -38,6 +44,7 @@ struct rlock_sentinel_watch; /* rlock/sentinel.h */
 
 #define RLOCK_URL_SENTINEL_PORT 26379
 #define RLOCK_URL_MAX_SENTINELS 8
+#define RLOCK_URL_MAX_SEEDS 8
 
 struct rlock_url_node {
     char host[256];
@@ -58,6 +65,10 @@ struct rlock_url {
      * (rlock/sentinel.h) that resolving asks first; the caller keeps it
      * running while u is used. */
     struct rlock_sentinel_watch *watch;
+    /* redis-cluster:// only (nseeds 0 otherwise): nodes to read the slot
+     * map from (rlock/cluster.h); host stays "" */
+    int nseeds;
+    struct rlock_url_node seed[RLOCK_URL_MAX_SEEDS];
 };
 
 /* Parses url into u.  Returns 0, or -1 with a message in err (which names

@@ -1,0 +1,113 @@
+/*
+ * rlock/cluster.h: a small synchronous Redis Cluster client on hiredis 0.14
+ * (which has none).  Synchronous API; one client per thread.
+ *
+ *   redis-cluster://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]...]
+ *
+ * names seed nodes (port 6379 unless given); a cluster has database 0 only.
+ * The client reads the slot map (CLUSTER SLOTS) from the first node that
+ * answers, keeps one connection per master (made on first use, with the
+ * URL's AUTH), and sends each command to the master of its keys' slot:
+ *
+ *   - every key of one command must hash to one slot (Redis refuses the
+ *     rest: CROSSSLOT); the caller names that slot, rlock_cluster_slot()
+ *     computes it (CRC16 of the key, or of its {hash tag});
+ *   - MOVED: the slot has a new owner (resharding, failover): the map is
+ *     corrected for that slot at once, read again whole before the next
+ *     command, and the command sent to the new owner;
+ *   - ASK: the slot is being migrated and this key has moved: the command
+ *     goes once to the importing node, after ASKING;
+ *   - TRYAGAIN (a multi-key command while its keys are split by a
+ *     migration): a pause of tryagain_ms, then again;
+ *   - at most RLOCK_CLUSTER_MAX_REDIRECTS of these per command.  A command
+ *     the cluster redirected was not run, so sending it on is safe; a
+ *     command that failed on I/O is never sent again (it may have run): its
+ *     connection is dropped and the map read again before the next command.
+ *   - CLUSTERDOWN and every other error reply are returned as they are.
+ *
+ * Scripts go by EVALSHA; a node without the script (NOSCRIPT) gets SCRIPT
+ * LOAD and the EVALSHA again, on the same node.
+ */
+#ifndef RLOCK_CLUSTER_H
+#define RLOCK_CLUSTER_H
+
+#include <stddef.h>
+
+#include <hiredis/hiredis.h>
+
+#include "rlock/rlock.h"
+#include "rlock/script.h"
+#include "rlock/url.h"
+
+#define RLOCK_CLUSTER_SLOTS 16384
+#define RLOCK_CLUSTER_MAX_NODES 64 /* masters and replicas named by CLUSTER SLOTS */
+#define RLOCK_CLUSTER_MAX_REDIRECTS 5
+
+/* The slot of a key: CRC16/XMODEM of the key, or of its hash tag (the
+ * bytes between the first '{' and the first '}' after it, if any), modulo
+ * 16384.  Pure. */
+unsigned rlock_cluster_slot(const char *key, size_t len);
+
+/* CRC16/XMODEM (polynomial 0x1021, initial 0), as Redis Cluster uses.  Pure. */
+unsigned rlock_crc16(const char *buf, size_t len);
+
+struct rlock_cluster;
+
+struct rlock_cluster_opts {
+    int connect_timeout_ms; /* each connect (> 0) */
+    int io_timeout_ms;      /* each command's round trip (> 0) */
+    int tryagain_ms;        /* pause after TRYAGAIN (>= 0) */
+};
+
+/* A client of the cluster whose seeds u names (a redis-cluster:// URL).
+ * Connects nothing yet.  Returns NULL with err set (not a cluster URL, bad
+ * options, no memory). */
+struct rlock_cluster *rlock_cluster_new(const struct rlock_url *u,
+                                        const struct rlock_cluster_opts *o, char *err,
+                                        size_t errlen);
+
+/* Closes every connection and frees c.  NULL is a no-op. */
+void rlock_cluster_free(struct rlock_cluster *c);
+
+/* Reads the slot map again now, from the first node that answers (the
+ * masters known, then the seeds).  Returns 0, or -1 with err set (the map
+ * is kept). */
+RLOCK_MUST_CHECK int rlock_cluster_refresh(struct rlock_cluster *c, char *err, size_t errlen);
+
+/* The connection to the master that serves slot, made on first use (the
+ * map read first when there is none, or when a redirect or an I/O error
+ * made it stale).  Owned by c: do not free it; a later call may close it.
+ * NULL with err set when no node serves slot or it cannot be reached. */
+redisContext *rlock_cluster_node(struct rlock_cluster *c, unsigned slot, char *err,
+                                 size_t errlen);
+
+/* Runs argv (argc arguments, lens may be NULL) on the master of slot,
+ * following redirects as above.  Returns the reply (caller frees; error
+ * replies included), or NULL with err set on I/O error or when no node
+ * could be reached. */
+redisReply *rlock_cluster_command(struct rlock_cluster *c, unsigned slot, int argc,
+                                  const char **argv, const size_t *lens, char *err,
+                                  size_t errlen);
+
+/* Runs script s with nkeys keys then nargs arguments (argv) on the master
+ * of the first key's slot (slot 0 without keys); same contract as
+ * rlock_cluster_command(). */
+redisReply *rlock_cluster_script(struct rlock_cluster *c, const struct rlock_script *s, int nkeys,
+                                 int nargs, const char **argv, const size_t *lens, char *err,
+                                 size_t errlen);
+
+/* How many masters serve at least one slot (the map read first if need
+ * be); -1 with err set when no map could be read. */
+int rlock_cluster_nmasters(struct rlock_cluster *c, char *err, size_t errlen);
+
+/* Runs argv on the i-th of those masters (0 <= i < rlock_cluster_nmasters()),
+ * without redirects: for commands every master answers for itself (SCAN,
+ * INFO).  Same reply contract as rlock_cluster_command(). */
+redisReply *rlock_cluster_on_master(struct rlock_cluster *c, int i, int argc, const char **argv,
+                                    const size_t *lens, char *err, size_t errlen);
+
+/* How many MOVED and ASK redirects this client followed (for tests and
+ * metrics). */
+unsigned long rlock_cluster_redirects(const struct rlock_cluster *c);
+
+#endif

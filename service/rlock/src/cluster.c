@@ -1,0 +1,506 @@
+#include "rlock/cluster.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define NO_NODE 0xffff
+
+struct node {
+    char host[256];
+    int port;
+    int master; /* serves at least one slot */
+    redisContext *ctx;
+};
+
+struct rlock_cluster {
+    struct rlock_url url;
+    struct rlock_cluster_opts o;
+    struct node nodes[RLOCK_CLUSTER_MAX_NODES];
+    int nnodes;
+    int stale; /* read the map again before the next command */
+    unsigned long redirects;
+    uint16_t slot_node[RLOCK_CLUSTER_SLOTS]; /* index into nodes, NO_NODE if unknown */
+};
+
+unsigned rlock_crc16(const char *buf, size_t len)
+{
+    unsigned crc = 0;
+    for (size_t i = 0; i < len; i++) {
+        crc ^= (unsigned)(unsigned char)buf[i] << 8;
+        for (int b = 0; b < 8; b++)
+            crc = crc & 0x8000 ? (crc << 1) ^ 0x1021 : crc << 1;
+        crc &= 0xffff;
+    }
+    return crc;
+}
+
+unsigned rlock_cluster_slot(const char *key, size_t len)
+{
+    const char *open = memchr(key, '{', len);
+    if (open) {
+        size_t rest = len - (size_t)(open - key) - 1;
+        const char *close = memchr(open + 1, '}', rest);
+        if (close && close > open + 1)
+            return rlock_crc16(open + 1, (size_t)(close - open - 1)) & (RLOCK_CLUSTER_SLOTS - 1);
+    }
+    return rlock_crc16(key, len) & (RLOCK_CLUSTER_SLOTS - 1);
+}
+
+struct rlock_cluster *rlock_cluster_new(const struct rlock_url *u,
+                                        const struct rlock_cluster_opts *o, char *err,
+                                        size_t errlen)
+{
+    if (!u || u->nseeds < 1) {
+        rlock_err_set(err, errlen, "cluster: the URL names no cluster node (redis-cluster://)");
+        return NULL;
+    }
+    if (!o || o->connect_timeout_ms <= 0 || o->io_timeout_ms <= 0 || o->tryagain_ms < 0) {
+        rlock_err_set(err, errlen, "cluster: timeouts must be > 0");
+        return NULL;
+    }
+    struct rlock_cluster *c = calloc(1, sizeof *c);
+    if (!c) {
+        rlock_err_set(err, errlen, "cluster: out of memory");
+        return NULL;
+    }
+    c->url = *u;
+    c->o = *o;
+    c->stale = 1;
+    for (size_t i = 0; i < RLOCK_CLUSTER_SLOTS; i++)
+        c->slot_node[i] = NO_NODE;
+    return c;
+}
+
+static void node_close(struct node *n)
+{
+    if (n->ctx)
+        redisFree(n->ctx);
+    n->ctx = NULL;
+}
+
+void rlock_cluster_free(struct rlock_cluster *c)
+{
+    if (!c)
+        return;
+    for (int i = 0; i < c->nnodes; i++)
+        node_close(&c->nodes[i]);
+    free(c);
+}
+
+static struct timeval ms_tv(int ms)
+{
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    return tv;
+}
+
+/* A connection to host:port, handshaken with the URL's credentials. */
+static redisContext *connect_node(const struct rlock_cluster *c, const char *host, int port,
+                                  char *err, size_t errlen)
+{
+    redisContext *ctx = redisConnectWithTimeout(host, port, ms_tv(c->o.connect_timeout_ms));
+    if (!ctx || ctx->err || redisSetTimeout(ctx, ms_tv(c->o.io_timeout_ms)) != REDIS_OK) {
+        rlock_err_set(err, errlen, "cluster node %s:%d: %s", host, port,
+                      ctx && ctx->err ? ctx->errstr : "cannot connect");
+        redisFree(ctx);
+        return NULL;
+    }
+    struct rlock_url u = c->url;
+    snprintf(u.host, sizeof u.host, "%s", host);
+    u.port = port;
+    u.db = 0;
+    u.nseeds = 0;
+    if (rlock_url_handshake(ctx, &u, err, errlen) != 0) {
+        redisFree(ctx);
+        return NULL;
+    }
+    return ctx;
+}
+
+/* The index of node host:port, added (not connected) if new; -1 when the
+ * table is full. */
+static int node_index(struct rlock_cluster *c, const char *host, int port)
+{
+    for (int i = 0; i < c->nnodes; i++)
+        if (c->nodes[i].port == port && strcmp(c->nodes[i].host, host) == 0)
+            return i;
+    if (c->nnodes == RLOCK_CLUSTER_MAX_NODES)
+        return -1;
+    struct node *n = &c->nodes[c->nnodes];
+    memset(n, 0, sizeof *n);
+    snprintf(n->host, sizeof n->host, "%s", host);
+    n->port = port;
+    return c->nnodes++;
+}
+
+/* One entry's address in a CLUSTER SLOTS reply: [host, port, id, ...]; an
+ * empty or "?" host means the node that answered. */
+static int entry_addr(const redisReply *e, const char *asked, char *host, size_t cap, int *port)
+{
+    if (e->type != REDIS_REPLY_ARRAY || e->elements < 2 ||
+        e->element[0]->type != REDIS_REPLY_STRING || e->element[1]->type != REDIS_REPLY_INTEGER)
+        return -1;
+    const char *h = e->element[0]->str;
+    snprintf(host, cap, "%s", h[0] == '\0' || strcmp(h, "?") == 0 ? asked : h);
+    *port = (int)e->element[1]->integer;
+    return *port >= 1 && *port <= 65535 ? 0 : -1;
+}
+
+/* Applies a CLUSTER SLOTS reply read from node 'asked'.  Returns 0, or -1
+ * (malformed: the map is left as it was). */
+static int apply_slots(struct rlock_cluster *c, const redisReply *r, const char *asked)
+{
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements == 0)
+        return -1;
+    uint16_t *map = malloc(sizeof c->slot_node);
+    if (!map)
+        return -1;
+    for (size_t i = 0; i < RLOCK_CLUSTER_SLOTS; i++)
+        map[i] = NO_NODE;
+    int rc = 0;
+    int is_master[RLOCK_CLUSTER_MAX_NODES] = {0};
+    for (size_t i = 0; i < r->elements && rc == 0; i++) {
+        const redisReply *range = r->element[i];
+        char host[256];
+        int port, idx;
+        if (range->type != REDIS_REPLY_ARRAY || range->elements < 3 ||
+            range->element[0]->type != REDIS_REPLY_INTEGER ||
+            range->element[1]->type != REDIS_REPLY_INTEGER ||
+            entry_addr(range->element[2], asked, host, sizeof host, &port) != 0) {
+            rc = -1;
+            break;
+        }
+        long long from = range->element[0]->integer, to = range->element[1]->integer;
+        if (from < 0 || to < from || to >= RLOCK_CLUSTER_SLOTS ||
+            (idx = node_index(c, host, port)) < 0) {
+            rc = -1;
+            break;
+        }
+        is_master[idx] = 1;
+        for (long long s = from; s <= to; s++)
+            map[s] = (uint16_t)idx;
+    }
+    if (rc == 0) {
+        memcpy(c->slot_node, map, sizeof c->slot_node);
+        for (int i = 0; i < c->nnodes; i++) {
+            c->nodes[i].master = is_master[i];
+            if (!is_master[i]) /* a demoted or departed master: not ours to write */
+                node_close(&c->nodes[i]);
+        }
+    }
+    free(map);
+    return rc;
+}
+
+/* Asks host:port (ctx if connected, else a connection of its own) for the map. */
+static int refresh_from(struct rlock_cluster *c, const char *host, int port, redisContext *ctx,
+                        char *err, size_t errlen)
+{
+    redisContext *own = NULL;
+    if (!ctx) {
+        own = connect_node(c, host, port, err, errlen);
+        if (!own)
+            return -1;
+        ctx = own;
+    }
+    char asked[256];
+    snprintf(asked, sizeof asked, "%s", host); /* host may be a node's, which apply rewrites */
+    redisReply *r = redisCommand(ctx, "CLUSTER SLOTS");
+    int rc = -1;
+    if (!r)
+        rlock_err_set(err, errlen, "cluster node %s:%d: CLUSTER SLOTS: %s", asked, port,
+                      ctx->errstr);
+    else if (r->type == REDIS_REPLY_ERROR)
+        rlock_err_set(err, errlen, "cluster node %s:%d: CLUSTER SLOTS: %s", asked, port, r->str);
+    else if ((rc = apply_slots(c, r, asked)) != 0)
+        rlock_err_set(err, errlen, "cluster node %s:%d: CLUSTER SLOTS: no usable map", asked,
+                      port);
+    freeReplyObject(r);
+    redisFree(own);
+    return rc;
+}
+
+int rlock_cluster_refresh(struct rlock_cluster *c, char *err, size_t errlen)
+{
+    char last[320] = "no node to ask";
+    /* Known masters first (their connections are open), then the seeds. */
+    for (int i = 0; i < c->nnodes; i++) {
+        struct node *n = &c->nodes[i];
+        if (!n->master)
+            continue;
+        char host[256];
+        snprintf(host, sizeof host, "%s", n->host);
+        int port = n->port;
+        if (refresh_from(c, host, port, n->ctx, last, sizeof last) == 0) {
+            c->stale = 0;
+            return 0;
+        }
+        if (c->nodes[i].ctx && c->nodes[i].ctx->err)
+            node_close(&c->nodes[i]);
+    }
+    for (int i = 0; i < c->url.nseeds; i++)
+        if (refresh_from(c, c->url.seed[i].host, c->url.seed[i].port, NULL, last, sizeof last) ==
+            0) {
+            c->stale = 0;
+            return 0;
+        }
+    rlock_err_set(err, errlen, "cluster: no node gave a slot map (last: %s)", last);
+    return -1;
+}
+
+/* The node serving slot, connected; NULL with err. */
+static struct node *node_for(struct rlock_cluster *c, unsigned slot, char *err, size_t errlen)
+{
+    if (slot >= RLOCK_CLUSTER_SLOTS) {
+        rlock_err_set(err, errlen, "cluster: slot %u out of range", slot);
+        return NULL;
+    }
+    if (c->stale && rlock_cluster_refresh(c, err, errlen) != 0 &&
+        c->slot_node[slot] == NO_NODE)
+        return NULL;
+    uint16_t idx = c->slot_node[slot];
+    if (idx == NO_NODE) {
+        rlock_err_set(err, errlen, "cluster: no node serves slot %u", slot);
+        c->stale = 1;
+        return NULL;
+    }
+    struct node *n = &c->nodes[idx];
+    if (n->ctx && n->ctx->err)
+        node_close(n);
+    if (!n->ctx && !(n->ctx = connect_node(c, n->host, n->port, err, errlen))) {
+        c->stale = 1; /* a dead master: its replica may have its slots by now */
+        return NULL;
+    }
+    return n;
+}
+
+redisContext *rlock_cluster_node(struct rlock_cluster *c, unsigned slot, char *err, size_t errlen)
+{
+    struct node *n = node_for(c, slot, err, errlen);
+    return n ? n->ctx : NULL;
+}
+
+/* "MOVED 3999 127.0.0.1:6381" / "ASK ...": the target's index, or -1. */
+static int redirect_target(struct rlock_cluster *c, const char *msg, unsigned *slot)
+{
+    const char *sp = strchr(msg, ' ');
+    if (!sp)
+        return -1;
+    char *end;
+    unsigned long s = strtoul(sp + 1, &end, 10);
+    if (end == sp + 1 || *end != ' ' || s >= RLOCK_CLUSTER_SLOTS)
+        return -1;
+    const char *addr = end + 1, *colon = strrchr(addr, ':');
+    if (!colon || colon == addr || (size_t)(colon - addr) >= 256)
+        return -1;
+    char host[256];
+    memcpy(host, addr, (size_t)(colon - addr));
+    host[colon - addr] = '\0';
+    long port = strtol(colon + 1, &end, 10);
+    if (end == colon + 1 || *end || port < 1 || port > 65535)
+        return -1;
+    *slot = (unsigned)s;
+    return node_index(c, host, (int)port);
+}
+
+static int starts(const redisReply *r, const char *word)
+{
+    size_t n = strlen(word);
+    return r->type == REDIS_REPLY_ERROR && r->len >= n && strncmp(r->str, word, n) == 0 &&
+           (r->str[n] == ' ' || r->str[n] == '\0');
+}
+
+/* Sends argv on n (after ASKING when asking); the reply, or NULL (I/O). */
+static redisReply *send_on(struct node *n, int asking, int argc, const char **argv,
+                           const size_t *lens)
+{
+    if (!asking)
+        return redisCommandArgv(n->ctx, argc, argv, lens);
+    if (redisAppendCommand(n->ctx, "ASKING") != REDIS_OK ||
+        redisAppendCommandArgv(n->ctx, argc, argv, lens) != REDIS_OK)
+        return NULL;
+    void *r = NULL;
+    if (redisGetReply(n->ctx, &r) != REDIS_OK)
+        return NULL;
+    freeReplyObject(r); /* +OK */
+    r = NULL;
+    if (redisGetReply(n->ctx, &r) != REDIS_OK)
+        return NULL;
+    return r;
+}
+
+/* The command loop; script, when set, is loaded on NOSCRIPT and sent again. */
+static redisReply *run(struct rlock_cluster *c, unsigned slot, int argc, const char **argv,
+                       const size_t *lens, const struct rlock_script *script, char *err,
+                       size_t errlen)
+{
+    int ask_idx = -1, loaded = 0;
+    for (int hop = 0; hop <= RLOCK_CLUSTER_MAX_REDIRECTS; hop++) {
+        struct node *n;
+        if (ask_idx >= 0) {
+            n = &c->nodes[ask_idx];
+            if (!n->ctx && !(n->ctx = connect_node(c, n->host, n->port, err, errlen)))
+                return NULL;
+        } else if (!(n = node_for(c, slot, err, errlen))) {
+            return NULL;
+        }
+        redisReply *r = send_on(n, ask_idx >= 0, argc, argv, lens);
+        if (!r) {
+            rlock_err_set(err, errlen, "cluster node %s:%d: %s %s", n->host, n->port, argv[0],
+                          n->ctx->errstr[0] ? n->ctx->errstr : "failed");
+            node_close(n);
+            c->stale = 1;
+            return NULL;
+        }
+        int asking = ask_idx >= 0;
+        ask_idx = -1;
+        unsigned to_slot;
+        if (starts(r, "MOVED")) {
+            int idx = redirect_target(c, r->str, &to_slot);
+            freeReplyObject(r);
+            if (idx < 0) {
+                rlock_err_set(err, errlen, "cluster: a MOVED to an unknown node");
+                return NULL;
+            }
+            c->slot_node[to_slot] = (uint16_t)idx;
+            c->nodes[idx].master = 1;
+            c->stale = 1; /* more slots moved with it, most likely */
+            c->redirects++;
+            continue;
+        }
+        if (starts(r, "ASK")) {
+            ask_idx = redirect_target(c, r->str, &to_slot);
+            freeReplyObject(r);
+            if (ask_idx < 0) {
+                rlock_err_set(err, errlen, "cluster: an ASK to an unknown node");
+                return NULL;
+            }
+            c->redirects++;
+            continue;
+        }
+        if (starts(r, "TRYAGAIN")) {
+            freeReplyObject(r);
+            rlock_sleep_until(rlock_mono_ms() + c->o.tryagain_ms);
+            continue;
+        }
+        if (script && !loaded && rlock_is_noscript(r)) {
+            freeReplyObject(r);
+            redisReply *l = redisCommand(n->ctx, "SCRIPT LOAD %b", script->text, script->len);
+            int ok = l && l->type == REDIS_REPLY_STRING;
+            if (!l) {
+                rlock_err_set(err, errlen, "cluster node %s:%d: SCRIPT LOAD %s: %s", n->host,
+                              n->port, script->name, n->ctx->errstr);
+                node_close(n);
+                c->stale = 1;
+                return NULL;
+            }
+            if (!ok) {
+                rlock_err_set(err, errlen, "cluster node %s:%d: SCRIPT LOAD %s: %s", n->host,
+                              n->port, script->name, l->str ? l->str : "refused");
+                freeReplyObject(l);
+                return NULL;
+            }
+            freeReplyObject(l);
+            loaded = 1;
+            if (asking)
+                ask_idx = (int)(n - c->nodes);
+            hop--; /* not a redirect */
+            continue;
+        }
+        if (starts(r, "CLUSTERDOWN"))
+            c->stale = 1;
+        return r;
+    }
+    rlock_err_set(err, errlen, "cluster: more than %d redirects for slot %u",
+                  RLOCK_CLUSTER_MAX_REDIRECTS, slot);
+    return NULL;
+}
+
+redisReply *rlock_cluster_command(struct rlock_cluster *c, unsigned slot, int argc,
+                                  const char **argv, const size_t *lens, char *err,
+                                  size_t errlen)
+{
+    return run(c, slot, argc, argv, lens, NULL, err, errlen);
+}
+
+redisReply *rlock_cluster_script(struct rlock_cluster *c, const struct rlock_script *s, int nkeys,
+                                 int nargs, const char **argv, const size_t *lens, char *err,
+                                 size_t errlen)
+{
+    if (nkeys < 0 || nargs < 0) {
+        rlock_err_set(err, errlen, "cluster: negative key or argument count");
+        return NULL;
+    }
+    int n = nkeys + nargs, argc = 3 + n;
+    const char **av = malloc(sizeof *av * (size_t)argc);
+    size_t *al = malloc(sizeof *al * (size_t)argc);
+    if (!av || !al) {
+        free(av);
+        free(al);
+        rlock_err_set(err, errlen, "cluster: out of memory");
+        return NULL;
+    }
+    char num[16];
+    snprintf(num, sizeof num, "%d", nkeys);
+    av[0] = "EVALSHA";
+    av[1] = s->sha;
+    av[2] = num;
+    al[0] = 7;
+    al[1] = RLOCK_SHA1_HEX_LEN;
+    al[2] = strlen(num);
+    for (int i = 0; i < n; i++) {
+        av[3 + i] = argv[i];
+        al[3 + i] = lens ? lens[i] : strlen(argv[i]);
+    }
+    unsigned slot = nkeys > 0 ? rlock_cluster_slot(av[3], al[3]) : 0;
+    redisReply *r = run(c, slot, argc, av, al, s, err, errlen);
+    free(av);
+    free(al);
+    return r;
+}
+
+int rlock_cluster_nmasters(struct rlock_cluster *c, char *err, size_t errlen)
+{
+    if (c->stale && rlock_cluster_refresh(c, err, errlen) != 0 && c->nnodes == 0)
+        return -1;
+    int n = 0;
+    for (int i = 0; i < c->nnodes; i++)
+        n += c->nodes[i].master;
+    return n;
+}
+
+redisReply *rlock_cluster_on_master(struct rlock_cluster *c, int i, int argc, const char **argv,
+                                    const size_t *lens, char *err, size_t errlen)
+{
+    struct node *n = NULL;
+    for (int k = 0, seen = 0; k < c->nnodes; k++)
+        if (c->nodes[k].master && seen++ == i) {
+            n = &c->nodes[k];
+            break;
+        }
+    if (!n) {
+        rlock_err_set(err, errlen, "cluster: no master %d", i);
+        return NULL;
+    }
+    if (n->ctx && n->ctx->err)
+        node_close(n);
+    if (!n->ctx && !(n->ctx = connect_node(c, n->host, n->port, err, errlen))) {
+        c->stale = 1;
+        return NULL;
+    }
+    redisReply *r = redisCommandArgv(n->ctx, argc, argv, lens);
+    if (!r) {
+        rlock_err_set(err, errlen, "cluster node %s:%d: %s: %s", n->host, n->port, argv[0],
+                      n->ctx->errstr);
+        node_close(n);
+        c->stale = 1;
+    }
+    return r;
+}
+
+unsigned long rlock_cluster_redirects(const struct rlock_cluster *c)
+{
+    return c->redirects;
+}

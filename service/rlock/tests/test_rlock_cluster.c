@@ -1,0 +1,400 @@
+/*
+ * The cluster client (rlock/cluster.h): the slot function against the
+ * values Redis itself computes, then a real three-master Redis Cluster
+ * started by the test (harness_redis.h servers with cluster-enabled, slots
+ * assigned and nodes introduced with CLUSTER ADDSLOTSRANGE and CLUSTER
+ * MEET): routing, MOVED after a slot changed owner behind the client's
+ * back, ASK during a migration, scripts loaded where they are missing, and
+ * a dead master that fails fast instead of hanging.
+ */
+#include <arpa/inet.h>
+#include <check.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "harness_redis.h"
+#include "harness_rlock.h"
+#include <rlock/cluster.h>
+#include <rlock/script.h>
+#include <rlock/url.h>
+
+#define MASTERS 3
+#define WAIT_TENTHS 100
+
+static struct th_redis_server nodes[MASTERS];
+static redisContext *admin[MASTERS];
+static char ids[MASTERS][64];
+static int bus_ports[MASTERS];
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    ck_assert(fd >= 0);
+    ck_assert(bind(fd, (struct sockaddr *)&a, sizeof a) == 0);
+    ck_assert(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static int cluster_ok(redisContext *c)
+{
+    redisReply *r = redisCommand(c, "CLUSTER INFO");
+    int ok = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_state:ok") &&
+             strstr(r->str, "cluster_known_nodes:3");
+    freeReplyObject(r);
+    return ok;
+}
+
+/* Three masters: 0-5460, 5461-10922, 10923-16383. */
+static void cluster_start(void)
+{
+    static const long ranges[MASTERS][2] = {{0, 5460}, {5461, 10922}, {10923, 16383}};
+    for (int i = 0; i < MASTERS; i++) {
+        char bus[16];
+        bus_ports[i] = free_port(); /* port+10000 may be out of range */
+        snprintf(bus, sizeof bus, "%d", bus_ports[i]);
+        const char *extra[] = {"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                               "--cluster-node-timeout", "2000", "--cluster-port", bus, NULL};
+        th_redis_server_start(&nodes[i], extra);
+        admin[i] = th_redis_server_connect(&nodes[i]);
+        redisReply *r = redisCommand(admin[i], "CLUSTER ADDSLOTSRANGE %ld %ld", ranges[i][0],
+                                     ranges[i][1]);
+        ck_assert_msg(r && r->type == REDIS_REPLY_STATUS, "ADDSLOTSRANGE: %s", r ? r->str : "");
+        freeReplyObject(r);
+        r = redisCommand(admin[i], "CLUSTER MYID");
+        ck_assert(r && r->type == REDIS_REPLY_STRING);
+        snprintf(ids[i], sizeof ids[i], "%s", r->str);
+        freeReplyObject(r);
+    }
+    for (int i = 1; i < MASTERS; i++) {
+        redisReply *r = redisCommand(admin[0], "CLUSTER MEET 127.0.0.1 %d %d", nodes[i].port,
+                                     bus_ports[i]);
+        ck_assert_msg(r && r->type == REDIS_REPLY_STATUS, "MEET: %s", r ? r->str : "");
+        freeReplyObject(r);
+    }
+    for (int t = 0; t < WAIT_TENTHS; t++) {
+        int ok = 1;
+        for (int i = 0; i < MASTERS; i++)
+            ok = ok && cluster_ok(admin[i]);
+        if (ok)
+            return;
+        th_sleep_ms(100);
+    }
+    ck_abort_msg("the test cluster did not become ok");
+}
+
+static void cluster_stop(void)
+{
+    for (int i = 0; i < MASTERS; i++) {
+        redisFree(admin[i]);
+        admin[i] = NULL;
+        th_redis_server_stop(&nodes[i]);
+    }
+}
+
+static struct rlock_cluster *client(void)
+{
+    char url[128], err[320];
+    snprintf(url, sizeof url, "redis-cluster://127.0.0.1:%d", nodes[1].port); /* one seed */
+    struct rlock_url u;
+    ck_assert_msg(rlock_url_parse(url, &u, err, sizeof err) == 0, "%s", err);
+    struct rlock_cluster_opts o = {.connect_timeout_ms = 500, .io_timeout_ms = 1000,
+                                   .tryagain_ms = 20};
+    struct rlock_cluster *c = rlock_cluster_new(&u, &o, err, sizeof err);
+    ck_assert_msg(c != NULL, "%s", err);
+    return c;
+}
+
+/* The master (0..2) whose range holds slot. */
+static int owner_of(unsigned slot)
+{
+    return slot <= 5460 ? 0 : slot <= 10922 ? 1 : 2;
+}
+
+/* A key "k<n>" whose slot belongs to master m. */
+static void key_on(int m, char *out, size_t cap)
+{
+    for (int n = 0;; n++) {
+        snprintf(out, cap, "k%d", n);
+        if (owner_of(rlock_cluster_slot(out, strlen(out))) == m)
+            return;
+    }
+}
+
+static redisReply *cmd(struct rlock_cluster *c, const char *a0, const char *a1, const char *a2)
+{
+    const char *argv[] = {a0, a1, a2};
+    char err[320];
+    redisReply *r = rlock_cluster_command(c, rlock_cluster_slot(a1, strlen(a1)), a2 ? 3 : 2,
+                                          argv, NULL, err, sizeof err);
+    ck_assert_msg(r != NULL, "%s %s: %s", a0, a1, err);
+    return r;
+}
+
+START_TEST(test_slots_are_redis_cluster_slots)
+{
+    /* the CRC of the standard check string, and slots CLUSTER KEYSLOT gives */
+    ck_assert_uint_eq(rlock_crc16("123456789", 9), 0x31c3);
+    ck_assert_uint_eq(rlock_cluster_slot("foo", 3), 12182);
+    ck_assert_uint_eq(rlock_cluster_slot("bar", 3), 5061);
+    ck_assert_uint_eq(rlock_cluster_slot("", 0), 0);
+    /* a hash tag: only what is between the first { and the next } counts */
+    ck_assert_uint_eq(rlock_cluster_slot("{user1000}.following", 20),
+                      rlock_cluster_slot("user1000", 8));
+    ck_assert_uint_eq(rlock_cluster_slot("{user1000}.following", 20),
+                      rlock_cluster_slot("{user1000}.followers", 20));
+    ck_assert_uint_eq(rlock_cluster_slot("foo{}{bar}", 10), rlock_crc16("foo{}{bar}", 10) & 16383);
+    ck_assert_uint_eq(rlock_cluster_slot("foo{{bar}}zap", 13), rlock_cluster_slot("{bar", 4));
+    ck_assert_uint_eq(rlock_cluster_slot("foo{bar}{zap}", 13), rlock_cluster_slot("bar", 3));
+    ck_assert_uint_eq(rlock_cluster_slot("{sku:7}:stock", 13),
+                      rlock_cluster_slot("{sku:7}:orders", 14));
+    /* against the server (a cluster node answers CLUSTER KEYSLOT alone) */
+    char bus[16];
+    snprintf(bus, sizeof bus, "%d", free_port());
+    const char *extra[] = {"--cluster-enabled", "yes", "--cluster-port", bus, NULL};
+    struct th_redis_server s;
+    th_redis_server_start(&s, extra);
+    redisContext *c = th_redis_server_connect(&s);
+    for (int i = 0; i < 200; i++) {
+        char key[32];
+        snprintf(key, sizeof key, i % 2 ? "seckill:{sku:%d}:x" : "key-%d", i * 7919);
+        redisReply *r = redisCommand(c, "CLUSTER KEYSLOT %s", key);
+        ck_assert_msg(r && r->type == REDIS_REPLY_INTEGER, "%s", r ? r->str : c->errstr);
+        ck_assert_uint_eq(rlock_cluster_slot(key, strlen(key)), (unsigned)r->integer);
+        freeReplyObject(r);
+    }
+    redisFree(c);
+    th_redis_server_stop(&s);
+}
+END_TEST
+
+START_TEST(test_urls_of_a_cluster)
+{
+    struct rlock_url u;
+    char err[320];
+    ck_assert(rlock_url_parse("redis-cluster://app:pw@10.0.0.1:7000,10.0.0.2,node-3:7002", &u, err,
+                              sizeof err) == 0);
+    ck_assert_int_eq(u.nseeds, 3);
+    ck_assert_str_eq(u.seed[0].host, "10.0.0.1");
+    ck_assert_int_eq(u.seed[0].port, 7000);
+    ck_assert_int_eq(u.seed[1].port, 6379);
+    ck_assert_str_eq(u.user, "app");
+    ck_assert_str_eq(u.host, "");
+    ck_assert(rlock_url_parse("redis-cluster://h:1/0", &u, err, sizeof err) == 0);
+    ck_assert(rlock_url_parse("redis-cluster://h:1/3", &u, err, sizeof err) == -1);
+    ck_assert_msg(strstr(err, "database 0") != NULL, "%s", err);
+    ck_assert(rlock_url_parse("redis-cluster://", &u, err, sizeof err) == -1);
+    /* one connection cannot serve a cluster */
+    ck_assert(rlock_url_parse("redis-cluster://127.0.0.1:1", &u, err, sizeof err) == 0);
+    ck_assert_ptr_null(rlock_url_connect(&u, 100, 100, err, sizeof err));
+    ck_assert_msg(strstr(err, "cluster") != NULL, "%s", err);
+}
+END_TEST
+
+START_TEST(test_every_key_goes_to_the_master_of_its_slot)
+{
+    cluster_start();
+    struct rlock_cluster *c = client();
+    for (int m = 0; m < MASTERS; m++) {
+        char key[32];
+        key_on(m, key, sizeof key);
+        redisReply *r = cmd(c, "SET", key, "v");
+        ck_assert_int_eq(r->type, REDIS_REPLY_STATUS);
+        freeReplyObject(r);
+        /* it is on that master: a plain GET there answers, no MOVED */
+        r = redisCommand(admin[m], "GET %s", key);
+        ck_assert(r && r->type == REDIS_REPLY_STRING && strcmp(r->str, "v") == 0);
+        freeReplyObject(r);
+    }
+    ck_assert_uint_eq(rlock_cluster_redirects(c), 0);
+    char err[320];
+    ck_assert_int_eq(rlock_cluster_nmasters(c, err, sizeof err), MASTERS);
+    /* keys of different slots in one command: the server's CROSSSLOT */
+    char k0[32], k2[32];
+    key_on(0, k0, sizeof k0);
+    key_on(2, k2, sizeof k2);
+    const char *mget[] = {"MGET", k0, k2};
+    redisReply *r = rlock_cluster_command(c, rlock_cluster_slot(k0, strlen(k0)), 3, mget, NULL,
+                                          err, sizeof err);
+    ck_assert(r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "CROSSSLOT", 9) == 0);
+    freeReplyObject(r);
+    rlock_cluster_free(c);
+    cluster_stop();
+}
+END_TEST
+
+/* Moves slot (and its keys) from master 'from' to master 'to', as redis-cli
+ * --cluster reshard does; with 'half' it stops midway: the slot MIGRATING
+ * on 'from' and IMPORTING on 'to', key 'moved' already on 'to'. */
+static void migrate_slot(unsigned slot, int from, int to, const char *moved, int half)
+{
+    redisReply *r = redisCommand(admin[to], "CLUSTER SETSLOT %u IMPORTING %s", slot, ids[from]);
+    ck_assert(r && r->type == REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    r = redisCommand(admin[from], "CLUSTER SETSLOT %u MIGRATING %s", slot, ids[to]);
+    ck_assert(r && r->type == REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    r = redisCommand(admin[from], "MIGRATE 127.0.0.1 %d %s 0 5000", nodes[to].port, moved);
+    ck_assert_msg(r && r->type == REDIS_REPLY_STATUS, "MIGRATE: %s", r ? r->str : "");
+    freeReplyObject(r);
+    if (half)
+        return;
+    for (int i = 0; i < MASTERS; i++) {
+        r = redisCommand(admin[i], "CLUSTER SETSLOT %u NODE %s", slot, ids[to]);
+        ck_assert(r && r->type == REDIS_REPLY_STATUS);
+        freeReplyObject(r);
+    }
+}
+
+START_TEST(test_moved_and_ask_are_followed)
+{
+    cluster_start();
+    struct rlock_cluster *c = client();
+    char key[32];
+    key_on(0, key, sizeof key);
+    unsigned slot = rlock_cluster_slot(key, strlen(key));
+    redisReply *r = cmd(c, "SET", key, "one");
+    freeReplyObject(r);
+    ck_assert_uint_eq(rlock_cluster_redirects(c), 0);
+
+    /* ASK: mid-migration, the key is on the importing node already */
+    migrate_slot(slot, 0, 1, key, 1);
+    r = cmd(c, "GET", key, NULL);
+    ck_assert(r->type == REDIS_REPLY_STRING && strcmp(r->str, "one") == 0);
+    freeReplyObject(r);
+    ck_assert_uint_eq(rlock_cluster_redirects(c), 1);
+    /* a key of the slot not migrated yet: still on the old owner */
+    char other[48];
+    for (int n = 0;; n++) {
+        snprintf(other, sizeof other, "o%d", n);
+        if (rlock_cluster_slot(other, strlen(other)) == slot)
+            break;
+    }
+    r = cmd(c, "SET", other, "x");
+    ck_assert_int_eq(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+
+    /* MOVED: the migration ends; the client's map still names master 0 */
+    r = redisCommand(admin[0], "MIGRATE 127.0.0.1 %d %s 0 5000", nodes[1].port, other);
+    ck_assert(r && r->type == REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    for (int i = 0; i < MASTERS; i++) {
+        r = redisCommand(admin[i], "CLUSTER SETSLOT %u NODE %s", slot, ids[1]);
+        ck_assert(r && r->type == REDIS_REPLY_STATUS);
+        freeReplyObject(r);
+    }
+    unsigned long before = rlock_cluster_redirects(c);
+    r = cmd(c, "SET", key, "two");
+    ck_assert_int_eq(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    ck_assert_uint_eq(rlock_cluster_redirects(c), before + 1);
+    r = redisCommand(admin[1], "GET %s", key);
+    ck_assert(r && r->type == REDIS_REPLY_STRING && strcmp(r->str, "two") == 0);
+    freeReplyObject(r);
+    /* the map was read again: no more redirects for that slot */
+    r = cmd(c, "GET", other, NULL);
+    ck_assert(r->type == REDIS_REPLY_STRING && strcmp(r->str, "x") == 0);
+    freeReplyObject(r);
+    ck_assert_uint_eq(rlock_cluster_redirects(c), before + 1);
+    rlock_cluster_free(c);
+    cluster_stop();
+}
+END_TEST
+
+static const char incr_body[] = "return redis.call('INCRBY', KEYS[1], ARGV[1])";
+
+START_TEST(test_scripts_are_loaded_where_they_are_missing)
+{
+    cluster_start();
+    struct rlock_cluster *c = client();
+    struct rlock_script s;
+    rlock_script_init(&s, "incr", incr_body, sizeof incr_body - 1);
+    char err[320];
+    for (int m = 0; m < MASTERS; m++) {
+        char key[32];
+        key_on(m, key, sizeof key);
+        for (int round = 1; round <= 2; round++) { /* NOSCRIPT, then EVALSHA alone */
+            const char *argv[] = {key, "5"};
+            redisReply *r = rlock_cluster_script(c, &s, 1, 1, argv, NULL, err, sizeof err);
+            ck_assert_msg(r && r->type == REDIS_REPLY_INTEGER, "%s", r ? r->str : err);
+            ck_assert_int_eq(r->integer, 5 * round);
+            freeReplyObject(r);
+        }
+        redisReply *r = redisCommand(admin[m], "SCRIPT EXISTS %s", s.sha);
+        ck_assert(r && r->type == REDIS_REPLY_ARRAY && r->element[0]->integer == 1);
+        freeReplyObject(r);
+    }
+    /* mid-migration the importing node gets it too, after ASKING */
+    char key[32];
+    key_on(2, key, sizeof key);
+    migrate_slot(rlock_cluster_slot(key, strlen(key)), 2, 0, key, 1);
+    redisReply *r = redisCommand(admin[0], "SCRIPT FLUSH");
+    freeReplyObject(r);
+    const char *argv[] = {key, "1"};
+    r = rlock_cluster_script(c, &s, 1, 1, argv, NULL, err, sizeof err);
+    ck_assert_msg(r && r->type == REDIS_REPLY_INTEGER, "%s", r ? r->str : err);
+    ck_assert_int_eq(r->integer, 11);
+    freeReplyObject(r);
+    rlock_cluster_free(c);
+    cluster_stop();
+}
+END_TEST
+
+START_TEST(test_a_dead_master_fails_fast)
+{
+    cluster_start();
+    struct rlock_cluster *c = client();
+    char key[32], err[320];
+    key_on(2, key, sizeof key);
+    redisReply *r = cmd(c, "SET", key, "v");
+    freeReplyObject(r);
+    th_redis_server_kill(&nodes[2]);
+    const char *argv[] = {"GET", key};
+    r = rlock_cluster_command(c, rlock_cluster_slot(key, strlen(key)), 2, argv, NULL, err,
+                              sizeof err);
+    ck_assert_ptr_null(r);
+    ck_assert_msg(strstr(err, "cluster") != NULL, "%s", err);
+    /* again: the map says it is master 2's, whom nobody can reach */
+    r = rlock_cluster_command(c, rlock_cluster_slot(key, strlen(key)), 2, argv, NULL, err,
+                              sizeof err);
+    ck_assert_ptr_null(r); /* within the timeouts: the test's own would end a hang */
+    /* the other masters still serve their slots */
+    char k0[32];
+    key_on(0, k0, sizeof k0);
+    r = cmd(c, "SET", k0, "v");
+    ck_assert_int_eq(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    rlock_cluster_free(c);
+    cluster_stop();
+}
+END_TEST
+
+static Suite *cluster_suite(void)
+{
+    Suite *s = suite_create("rlock_cluster");
+    TCase *tc = tcase_create("cluster");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_slots_are_redis_cluster_slots);
+    tcase_add_test(tc, test_urls_of_a_cluster);
+    tcase_add_test(tc, test_every_key_goes_to_the_master_of_its_slot);
+    tcase_add_test(tc, test_moved_and_ask_are_followed);
+    tcase_add_test(tc, test_scripts_are_loaded_where_they_are_missing);
+    tcase_add_test(tc, test_a_dead_master_fails_fast);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(cluster_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
