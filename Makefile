@@ -97,6 +97,8 @@ $(BUILD)/http-ceiling: $(BUILD)/loadtest/http_ceiling.o $(BUILD)/libseckill.a $(
 $(BUILD)/tests/%: $(BUILD)/service/tests/%.o $(TEST_HOBJ) $(BUILD)/libseckill.a $(BUILD)/librlock.a
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) $(CHECK_LIBS)
+# test_cluster_conn starts its cluster with the lock library's server harness.
+$(BUILD)/tests/test_cluster_conn: $(BUILD)/$(RLOCK_DIR)/tests/harness_redis.o
 # test_loadtest also unit-tests the load generator's latency histogram and buyer tokens.
 $(BUILD)/tests/test_loadtest: $(BUILD)/loadtest/lt_hist.o $(BUILD)/loadtest/lt_buyers.o
 

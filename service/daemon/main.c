@@ -108,7 +108,10 @@ static int serve(const struct cfg *c)
     if (!watchdog)
         goto out;
     rlock_notifier_set_default(notifier);
-    txlock_set_watchdog(watchdog);
+    /* On a cluster the watchdog's one connection reaches one node, and a
+     * renewal for a key of another slot would be refused (MOVED): there,
+     * SKU locks keep their explicit lease (lock_ttl_ms) unrenewed. */
+    txlock_set_watchdog(lock_conn.target.nseeds > 0 ? NULL : watchdog);
     ws = workers_start(c, err, sizeof err);
     if (!ws)
         goto out;

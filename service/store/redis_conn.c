@@ -4,8 +4,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "core/log.h"
+
+/* Pause after a TRYAGAIN (a slot mid-migration), before sending again. */
+#define REDIS_CONN_TRYAGAIN_MS 20
 
 static struct rlock_sentinel_watch *followed;
 
@@ -58,12 +62,29 @@ int redis_conn_init(struct redis_conn *rc, const struct cfg *c, char *err, size_
     return 0;
 }
 
+/* A cluster's seed nodes in turn, as plain servers. */
+static redisContext *open_seed(const struct redis_conn *rc, char *err, size_t errlen)
+{
+    for (int i = 0; i < rc->target.nseeds; i++) {
+        struct rlock_url u = rc->target;
+        memcpy(u.host, u.seed[i].host, sizeof u.host);
+        u.port = u.seed[i].port;
+        u.nseeds = 0;
+        redisContext *c =
+            rlock_url_connect(&u, rc->connect_timeout_ms, rc->timeout_ms, err, errlen);
+        if (c)
+            return c;
+    }
+    return NULL;
+}
+
 redisContext *redis_conn_open(void *template)
 {
     const struct redis_conn *rc = template;
     char err[320];
-    redisContext *c =
-        rlock_url_connect(&rc->target, rc->connect_timeout_ms, rc->timeout_ms, err, sizeof err);
+    redisContext *c = rc->target.nseeds > 0 ? open_seed(rc, err, sizeof err)
+                                            : rlock_url_connect(&rc->target, rc->connect_timeout_ms,
+                                                                rc->timeout_ms, err, sizeof err);
     if (!c)
         log_warn("%s", err);
     return c;
@@ -71,6 +92,21 @@ redisContext *redis_conn_open(void *template)
 
 int redis_conn_check_credentials(const struct redis_conn *rc, char *err, size_t errlen)
 {
+    if (rc->target.nseeds > 0) { /* a seed node tells as well as any */
+        char why[320];
+        redisContext *c = open_seed(rc, why, sizeof why);
+        if (c) {
+            redisFree(c);
+            return 0;
+        }
+        /* Refused (not cut off): rlock_url_handshake's messages say "refused". */
+        if (strstr(why, "refused:")) {
+            snprintf(err, errlen, "%s", why);
+            return -1;
+        }
+        log_warn("redis cluster not reachable at start-up (%s); carrying on, it is retried", why);
+        return 0;
+    }
     struct rlock_url resolved = rc->target;
     const struct rlock_url *t = &resolved;
     char why[320];
@@ -109,8 +145,66 @@ static int conn_stale(const redisContext *c)
     return n != 0; /* ready (EOF, error, stray bytes) or poll itself failed */
 }
 
+/* The cluster client, made on first use. */
+static struct rlock_cluster *cluster_of(struct redis_conn *rc)
+{
+    if (!rc->cluster) {
+        struct rlock_cluster_opts o = {.connect_timeout_ms = rc->connect_timeout_ms,
+                                       .io_timeout_ms = rc->timeout_ms,
+                                       .tryagain_ms = REDIS_CONN_TRYAGAIN_MS};
+        char err[320];
+        rc->cluster = rlock_cluster_new(&rc->target, &o, err, sizeof err);
+        if (!rc->cluster)
+            log_warn("redis cluster: %s", err);
+    }
+    return rc->cluster;
+}
+
+static int ieq(const char *a, const char *b)
+{
+    return strcasecmp(a, b) == 0;
+}
+
+/* The slot of command argv's keys (see redis_conn.h); 0 without a key. */
+static unsigned cmd_slot(int argc, const char **argv, const size_t *lens)
+{
+    int k = -1;
+    if (argc >= 3 && (ieq(argv[0], "XGROUP") || ieq(argv[0], "XINFO")))
+        k = 2;
+    else if (ieq(argv[0], "XREADGROUP") || ieq(argv[0], "XREAD")) {
+        for (int i = 1; i + 1 < argc; i++)
+            if (ieq(argv[i], "STREAMS")) {
+                k = i + 1;
+                break;
+            }
+    } else if (argc >= 4 && (ieq(argv[0], "EVALSHA") || ieq(argv[0], "EVAL")))
+        k = atoi(argv[2]) > 0 ? 3 : -1;
+    else if (argc >= 2 && !ieq(argv[0], "PING") && !ieq(argv[0], "INFO") &&
+             !ieq(argv[0], "PUBLISH") && !ieq(argv[0], "SCAN") && !ieq(argv[0], "SCRIPT") &&
+             !ieq(argv[0], "CLIENT") && !ieq(argv[0], "CLUSTER") && !ieq(argv[0], "TIME"))
+        k = 1;
+    if (k < 0 || k >= argc)
+        return 0;
+    return rlock_cluster_slot(argv[k], lens ? lens[k] : strlen(argv[k]));
+}
+
+redisContext *redis_conn_get_for(struct redis_conn *rc, const char *key)
+{
+    if (rc->target.nseeds == 0)
+        return redis_conn_get(rc);
+    struct rlock_cluster *c = cluster_of(rc);
+    char err[320];
+    redisContext *ctx =
+        c ? rlock_cluster_node(c, rlock_cluster_slot(key, strlen(key)), err, sizeof err) : NULL;
+    if (c && !ctx)
+        log_warn("redis cluster: %s", err);
+    return ctx;
+}
+
 redisContext *redis_conn_get(struct redis_conn *rc)
 {
+    if (rc->target.nseeds > 0)
+        return redis_conn_get_for(rc, ""); /* slot 0's master */
     if (rc->ctx && rc->ctx->err == 0 && !conn_stale(rc->ctx) &&
         !rlock_sentinel_moved(&rc->target, rc->gen))
         return rc->ctx;
@@ -132,6 +226,16 @@ static void drop_if_demoted(struct redis_conn *rc, const redisReply *r)
 
 redisReply *redis_conn_cmd(struct redis_conn *rc, int argc, const char **argv, const size_t *lens)
 {
+    if (rc->target.nseeds > 0) {
+        struct rlock_cluster *cl = cluster_of(rc);
+        char err[320];
+        redisReply *r = cl ? rlock_cluster_command(cl, cmd_slot(argc, argv, lens), argc, argv, lens,
+                                                   err, sizeof err)
+                           : NULL;
+        if (cl && !r)
+            log_warn("redis %s failed: %s", argv[0], err);
+        return r;
+    }
     redisContext *c = redis_conn_get(rc);
     if (!c)
         return NULL;
@@ -144,11 +248,68 @@ redisReply *redis_conn_cmd(struct redis_conn *rc, int argc, const char **argv, c
     return r;
 }
 
+/* A cluster's pipeline: each command on its slot's master, appended to
+ * that master's connection, the replies read back in order (each
+ * connection answers in its own order); a redirected command runs again
+ * on its own.  Returns 0, or -1 (out all NULL). */
+static int cluster_pipeline(struct redis_conn *rc, size_t n, const int *argcs,
+                            const char *const *const *argvs, redisReply **out)
+{
+    struct rlock_cluster *cl = cluster_of(rc);
+    redisContext **on = calloc(n ? n : 1, sizeof *on);
+    if (!on)
+        abort();
+    char err[320] = "";
+    int rc_ = cl ? 0 : -1;
+    for (size_t i = 0; i < n && rc_ == 0; i++) {
+        const char **argv = (const char **)argvs[i];
+        on[i] = rlock_cluster_node(cl, cmd_slot(argcs[i], argv, NULL), err, sizeof err);
+        if (!on[i] || redisAppendCommandArgv(on[i], argcs[i], argv, NULL) != REDIS_OK)
+            rc_ = -1;
+    }
+    for (size_t i = 0; i < n && rc_ == 0; i++) {
+        void *r = NULL;
+        if (redisGetReply(on[i], &r) != REDIS_OK || !r) {
+            snprintf(err, sizeof err, "%s", on[i]->errstr);
+            rc_ = -1;
+            break;
+        }
+        out[i] = r;
+    }
+    for (size_t i = 0; i < n && rc_ == 0; i++) {
+        const redisReply *r = out[i];
+        if (r->type == REDIS_REPLY_ERROR &&
+            (!strncmp(r->str, "MOVED ", 6) || !strncmp(r->str, "ASK ", 4) ||
+             !strncmp(r->str, "TRYAGAIN", 8))) {
+            freeReplyObject(out[i]);
+            const char **argv = (const char **)argvs[i];
+            out[i] = rlock_cluster_command(cl, cmd_slot(argcs[i], argv, NULL), argcs[i], argv, NULL,
+                                           err, sizeof err);
+            if (!out[i])
+                rc_ = -1;
+        }
+    }
+    free(on);
+    if (rc_ == 0)
+        return 0;
+    if (cl)
+        log_warn("redis cluster pipeline of %zu commands failed: %s", n, err);
+    for (size_t i = 0; i < n; i++) {
+        if (out[i])
+            freeReplyObject(out[i]);
+        out[i] = NULL;
+    }
+    redis_conn_close(rc); /* connections with unread replies are of no use */
+    return -1;
+}
+
 int redis_conn_pipeline(struct redis_conn *rc, size_t n, const int *argcs,
                         const char *const *const *argvs, redisReply **out)
 {
     for (size_t i = 0; i < n; i++)
         out[i] = NULL;
+    if (rc->target.nseeds > 0)
+        return cluster_pipeline(rc, n, argcs, argvs, out);
     redisContext *c = redis_conn_get(rc);
     if (!c)
         return -1;
@@ -178,6 +339,15 @@ fail:
 redisReply *redis_conn_script(struct redis_conn *rc, const struct rlock_script *s, int nkeys,
                               int nargs, const char **argv, const size_t *lens)
 {
+    if (rc->target.nseeds > 0) {
+        struct rlock_cluster *cl = cluster_of(rc);
+        char err[320];
+        redisReply *r =
+            cl ? rlock_cluster_script(cl, s, nkeys, nargs, argv, lens, err, sizeof err) : NULL;
+        if (cl && !r)
+            log_warn("redis script %s failed: %s", s->name, err);
+        return r;
+    }
     redisContext *c = redis_conn_get(rc);
     if (!c)
         return NULL;
@@ -195,4 +365,6 @@ void redis_conn_close(struct redis_conn *rc)
     if (rc->ctx)
         redisFree(rc->ctx);
     rc->ctx = NULL;
+    rlock_cluster_free(rc->cluster);
+    rc->cluster = NULL;
 }

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "core/cfg.h"
+#include <rlock/cluster.h>
 #include <rlock/script.h>
 #include <rlock/sentinel.h>
 #include <rlock/url.h>
@@ -23,6 +24,9 @@ struct redis_conn {
     int timeout_ms;
     redisContext *ctx;
     uint64_t gen; /* the Sentinel watch's generation when ctx was made */
+    /* redis-cluster:// only: the cluster client every command goes through
+     * (rlock/cluster.h), made on first use; ctx is then unused. */
+    struct rlock_cluster *cluster;
 };
 
 /*
@@ -57,6 +61,21 @@ redisContext *redis_conn_open(void *template);
 int redis_conn_check_credentials(const struct redis_conn *rc, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 
+/*
+ * On a Redis Cluster (a redis-cluster:// redis_url) every command goes to
+ * the master of its keys' slot: the key is argv[1], or the third argument
+ * of XGROUP and XINFO, the first stream after STREAMS of XREADGROUP and
+ * XREAD, the first key of EVALSHA and EVAL; commands without a key (PING,
+ * INFO, PUBLISH...) go to the master of slot 0.  The keys of one command
+ * must share a slot (every key of a SKU shares its hash tag); the commands
+ * of one pipeline may each have their own.  MOVED, ASK and TRYAGAIN are
+ * followed (rlock/cluster.h).  redis_conn_open() connects to a seed node:
+ * enough for pub/sub, which a cluster broadcasts to every node.
+ */
+
+/* The context that serves key's slot (a cluster), or redis_conn_get(). */
+redisContext *redis_conn_get_for(struct redis_conn *rc, const char *key);
+
 /* Returns a connected context (owned by rc), or NULL when Redis cannot be
  * reached.  A kept connection the server has closed meanwhile (it became
  * readable), or made to a master the Sentinels have since replaced, is
@@ -81,6 +100,8 @@ int redis_conn_pipeline(struct redis_conn *rc, size_t n, const int *argcs,
 redisReply *redis_conn_script(struct redis_conn *rc, const struct rlock_script *s, int nkeys,
                               int nargs, const char **argv, const size_t *lens);
 
+/* Drops the connection (every connection of a cluster); the next call
+ * connects again.  Also the teardown: nothing is left allocated. */
 void redis_conn_close(struct redis_conn *rc);
 
 #endif

@@ -49,7 +49,7 @@ enum rlock_status txlock_acquire(struct txlock *t, struct redis_conn *rc, const 
     if (rlock_fence_key(fence_key, sizeof fence_key, sku_lock) != 0)
         return RLOCK_ERR;
     struct rlock_opts o = txlock_opts(c);
-    redisContext *ctx = redis_conn_get(rc);
+    redisContext *ctx = redis_conn_get_for(rc, sku_lock); /* every key shares its slot */
     enum rlock_status st =
         !ctx ? RLOCK_ERR
         : n == 1 && strcmp(keys[0], sku_lock) == 0
@@ -80,9 +80,17 @@ enum rlock_status txlock_acquire(struct txlock *t, struct redis_conn *rc, const 
     return RLOCK_OK;
 }
 
+/* The connection that serves t's SKU (its node, on a cluster). */
+static redisContext *conn_of(struct txlock *t)
+{
+    char sku_lock[KEYS_MAX];
+    keys_sku(sku_lock, t->sku, KEY_SKU_LOCK);
+    return redis_conn_get_for(t->redis, sku_lock);
+}
+
 void txlock_release(struct txlock *t)
 {
-    redisContext *c = redis_conn_get(t->redis);
+    redisContext *c = conn_of(t);
     if (!c || rlock_release(c, &t->lock) != RLOCK_OK)
         log_debug("lock release: left to expire with its lease");
     rlock_clear(&t->lock);
@@ -98,7 +106,7 @@ static void release_on_complete(enum dbtx_outcome outcome, void *arg)
         rlock_clear(&t->lock);
         return;
     }
-    redisContext *c = redis_conn_get(t->redis);
+    redisContext *c = conn_of(t);
     enum rlock_status st = c ? rlock_release(c, &t->lock) : RLOCK_ERR;
     if (st != RLOCK_OK)
         /* The lease still bounds how long the key lives. */
@@ -159,7 +167,7 @@ int txlock_fence(struct txlock *t, struct dbtx *tx, int64_t *stock)
                   t->fence, seen);
         if (!txlock_still_valid(t, 0))
             goto stale;
-        redisContext *c = redis_conn_get(t->redis);
+        redisContext *c = conn_of(t);
         int64_t fresh;
         enum rlock_status st =
             c ? rlock_fence_renew(c, &t->lock, fence_key, seen, &fresh) : RLOCK_ERR;

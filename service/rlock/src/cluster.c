@@ -215,8 +215,7 @@ static int refresh_from(struct rlock_cluster *c, const char *host, int port, red
     else if (r->type == REDIS_REPLY_ERROR)
         rlock_err_set(err, errlen, "cluster node %s:%d: CLUSTER SLOTS: %s", asked, port, r->str);
     else if ((rc = apply_slots(c, r, asked)) != 0)
-        rlock_err_set(err, errlen, "cluster node %s:%d: CLUSTER SLOTS: no usable map", asked,
-                      port);
+        rlock_err_set(err, errlen, "cluster node %s:%d: CLUSTER SLOTS: no usable map", asked, port);
     freeReplyObject(r);
     redisFree(own);
     return rc;
@@ -257,8 +256,7 @@ static struct node *node_for(struct rlock_cluster *c, unsigned slot, char *err, 
         rlock_err_set(err, errlen, "cluster: slot %u out of range", slot);
         return NULL;
     }
-    if (c->stale && rlock_cluster_refresh(c, err, errlen) != 0 &&
-        c->slot_node[slot] == NO_NODE)
+    if (c->stale && rlock_cluster_refresh(c, err, errlen) != 0 && c->slot_node[slot] == NO_NODE)
         return NULL;
     uint16_t idx = c->slot_node[slot];
     if (idx == NO_NODE) {
@@ -419,8 +417,7 @@ static redisReply *run(struct rlock_cluster *c, unsigned slot, int argc, const c
 }
 
 redisReply *rlock_cluster_command(struct rlock_cluster *c, unsigned slot, int argc,
-                                  const char **argv, const size_t *lens, char *err,
-                                  size_t errlen)
+                                  const char **argv, const size_t *lens, char *err, size_t errlen)
 {
     return run(c, slot, argc, argv, lens, NULL, err, errlen);
 }

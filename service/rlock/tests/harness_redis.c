@@ -169,3 +169,80 @@ void th_redis_server_wait_replica(const struct th_redis_server *replica, int tim
     redisFree(c);
     ck_abort_msg("replica on port %d did not connect within %d ms", replica->port, timeout_ms);
 }
+
+static int cluster_node_ok(redisContext *c, int n)
+{
+    char known[40];
+    snprintf(known, sizeof known, "cluster_known_nodes:%d\r\n", n);
+    redisReply *r = redisCommand(c, "CLUSTER INFO");
+    int ok = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_state:ok") &&
+             strstr(r->str, known);
+    freeReplyObject(r);
+    return ok;
+}
+
+void th_redis_cluster_start(struct th_redis_cluster *c, int n)
+{
+    ck_assert(n >= 1 && n <= TH_CLUSTER_MAX);
+    memset(c, 0, sizeof *c);
+    c->n = n;
+    redisContext *ctx[TH_CLUSTER_MAX];
+    for (int i = 0; i < n; i++) {
+        char bus[16];
+        c->bus[i] = pick_port(); /* port + 10000 may be out of range */
+        snprintf(bus, sizeof bus, "%d", c->bus[i]);
+        const char *extra[] = {"--cluster-enabled",
+                               "yes",
+                               "--cluster-config-file",
+                               "nodes.conf",
+                               "--cluster-node-timeout",
+                               "2000",
+                               "--cluster-port",
+                               bus,
+                               NULL};
+        th_redis_server_start(&c->node[i], extra);
+        ctx[i] = th_redis_server_connect(&c->node[i]);
+        c->first[i] = (unsigned)(16384L * i / n);
+        c->last[i] = (unsigned)(16384L * (i + 1) / n - 1);
+        redisReply *r =
+            redisCommand(ctx[i], "CLUSTER ADDSLOTSRANGE %u %u", c->first[i], c->last[i]);
+        ck_assert_msg(r && r->type == REDIS_REPLY_STATUS, "ADDSLOTSRANGE: %s", r ? r->str : "");
+        freeReplyObject(r);
+        r = redisCommand(ctx[i], "CLUSTER MYID");
+        ck_assert(r && r->type == REDIS_REPLY_STRING);
+        snprintf(c->id[i], sizeof c->id[i], "%s", r->str);
+        freeReplyObject(r);
+    }
+    for (int i = 1; i < n; i++) {
+        redisReply *r =
+            redisCommand(ctx[0], "CLUSTER MEET 127.0.0.1 %d %d", c->node[i].port, c->bus[i]);
+        ck_assert_msg(r && r->type == REDIS_REPLY_STATUS, "MEET: %s", r ? r->str : "");
+        freeReplyObject(r);
+    }
+    int ok = 0;
+    for (int waited = 0; waited < 20000 && !ok; waited += POLL_STEP_MS) {
+        ok = 1;
+        for (int i = 0; i < n; i++)
+            ok = ok && cluster_node_ok(ctx[i], n);
+        if (!ok)
+            th_sleep_ms(POLL_STEP_MS);
+    }
+    for (int i = 0; i < n; i++)
+        redisFree(ctx[i]);
+    ck_assert_msg(ok, "the test cluster did not become ok");
+}
+
+void th_redis_cluster_stop(struct th_redis_cluster *c)
+{
+    for (int i = 0; i < c->n; i++)
+        th_redis_server_stop(&c->node[i]);
+    c->n = 0;
+}
+
+int th_redis_cluster_owner(const struct th_redis_cluster *c, unsigned slot)
+{
+    for (int i = 0; i < c->n; i++)
+        if (slot >= c->first[i] && slot <= c->last[i])
+            return i;
+    return -1;
+}

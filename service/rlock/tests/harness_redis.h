@@ -41,4 +41,21 @@ redisContext *th_redis_server_connect(const struct th_redis_server *s);
  * to the master up.  Aborts the test otherwise. */
 void th_redis_server_wait_replica(const struct th_redis_server *replica, int timeout_ms);
 
+/* A Redis Cluster of n (<= TH_CLUSTER_MAX) masters, each a private server
+ * with cluster-enabled and a free bus port, the 16384 slots split evenly in
+ * order (master 0 has the lowest), introduced with CLUSTER MEET; returns
+ * once every node says cluster_state:ok.  Aborts the test on failure. */
+#define TH_CLUSTER_MAX 6
+struct th_redis_cluster {
+    int n;
+    struct th_redis_server node[TH_CLUSTER_MAX];
+    int bus[TH_CLUSTER_MAX];                              /* cluster bus ports */
+    char id[TH_CLUSTER_MAX][64];                          /* CLUSTER MYID */
+    unsigned first[TH_CLUSTER_MAX], last[TH_CLUSTER_MAX]; /* slot ranges */
+};
+void th_redis_cluster_start(struct th_redis_cluster *c, int n);
+void th_redis_cluster_stop(struct th_redis_cluster *c);
+/* The master (index) whose range holds slot. */
+int th_redis_cluster_owner(const struct th_redis_cluster *c, unsigned slot);
+
 #endif

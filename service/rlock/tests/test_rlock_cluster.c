@@ -1,20 +1,16 @@
 /*
  * The cluster client (rlock/cluster.h): the slot function against the
  * values Redis itself computes, then a real three-master Redis Cluster
- * started by the test (harness_redis.h servers with cluster-enabled, slots
- * assigned and nodes introduced with CLUSTER ADDSLOTSRANGE and CLUSTER
- * MEET): routing, MOVED after a slot changed owner behind the client's
+ * started by the test (th_redis_cluster_start: harness_redis.h servers with
+ * cluster-enabled, slots assigned and nodes introduced with CLUSTER
+ * ADDSLOTSRANGE and CLUSTER MEET): routing, MOVED after a slot changed owner behind the client's
  * back, ASK during a migration, scripts loaded where they are missing, and
  * a dead master that fails fast instead of hanging.
  */
-#include <arpa/inet.h>
 #include <check.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include "harness_redis.h"
 #include "harness_rlock.h"
@@ -23,70 +19,18 @@
 #include <rlock/url.h>
 
 #define MASTERS 3
-#define WAIT_TENTHS 100
 
-static struct th_redis_server nodes[MASTERS];
+static struct th_redis_cluster cl;
 static redisContext *admin[MASTERS];
-static char ids[MASTERS][64];
-static int bus_ports[MASTERS];
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    ck_assert(fd >= 0);
-    ck_assert(bind(fd, (struct sockaddr *)&a, sizeof a) == 0);
-    ck_assert(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
+#define nodes cl.node
+#define ids cl.id
 
-static int cluster_ok(redisContext *c)
-{
-    redisReply *r = redisCommand(c, "CLUSTER INFO");
-    int ok = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_state:ok") &&
-             strstr(r->str, "cluster_known_nodes:3");
-    freeReplyObject(r);
-    return ok;
-}
-
-/* Three masters: 0-5460, 5461-10922, 10923-16383. */
 static void cluster_start(void)
 {
-    static const long ranges[MASTERS][2] = {{0, 5460}, {5461, 10922}, {10923, 16383}};
-    for (int i = 0; i < MASTERS; i++) {
-        char bus[16];
-        bus_ports[i] = free_port(); /* port+10000 may be out of range */
-        snprintf(bus, sizeof bus, "%d", bus_ports[i]);
-        const char *extra[] = {"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                               "--cluster-node-timeout", "2000", "--cluster-port", bus, NULL};
-        th_redis_server_start(&nodes[i], extra);
-        admin[i] = th_redis_server_connect(&nodes[i]);
-        redisReply *r = redisCommand(admin[i], "CLUSTER ADDSLOTSRANGE %ld %ld", ranges[i][0],
-                                     ranges[i][1]);
-        ck_assert_msg(r && r->type == REDIS_REPLY_STATUS, "ADDSLOTSRANGE: %s", r ? r->str : "");
-        freeReplyObject(r);
-        r = redisCommand(admin[i], "CLUSTER MYID");
-        ck_assert(r && r->type == REDIS_REPLY_STRING);
-        snprintf(ids[i], sizeof ids[i], "%s", r->str);
-        freeReplyObject(r);
-    }
-    for (int i = 1; i < MASTERS; i++) {
-        redisReply *r = redisCommand(admin[0], "CLUSTER MEET 127.0.0.1 %d %d", nodes[i].port,
-                                     bus_ports[i]);
-        ck_assert_msg(r && r->type == REDIS_REPLY_STATUS, "MEET: %s", r ? r->str : "");
-        freeReplyObject(r);
-    }
-    for (int t = 0; t < WAIT_TENTHS; t++) {
-        int ok = 1;
-        for (int i = 0; i < MASTERS; i++)
-            ok = ok && cluster_ok(admin[i]);
-        if (ok)
-            return;
-        th_sleep_ms(100);
-    }
-    ck_abort_msg("the test cluster did not become ok");
+    th_redis_cluster_start(&cl, MASTERS);
+    for (int i = 0; i < MASTERS; i++)
+        admin[i] = th_redis_server_connect(&cl.node[i]);
 }
 
 static void cluster_stop(void)
@@ -94,8 +38,8 @@ static void cluster_stop(void)
     for (int i = 0; i < MASTERS; i++) {
         redisFree(admin[i]);
         admin[i] = NULL;
-        th_redis_server_stop(&nodes[i]);
     }
+    th_redis_cluster_stop(&cl);
 }
 
 static struct rlock_cluster *client(void)
@@ -104,8 +48,8 @@ static struct rlock_cluster *client(void)
     snprintf(url, sizeof url, "redis-cluster://127.0.0.1:%d", nodes[1].port); /* one seed */
     struct rlock_url u;
     ck_assert_msg(rlock_url_parse(url, &u, err, sizeof err) == 0, "%s", err);
-    struct rlock_cluster_opts o = {.connect_timeout_ms = 500, .io_timeout_ms = 1000,
-                                   .tryagain_ms = 20};
+    struct rlock_cluster_opts o = {
+        .connect_timeout_ms = 500, .io_timeout_ms = 1000, .tryagain_ms = 20};
     struct rlock_cluster *c = rlock_cluster_new(&u, &o, err, sizeof err);
     ck_assert_msg(c != NULL, "%s", err);
     return c;
@@ -114,7 +58,7 @@ static struct rlock_cluster *client(void)
 /* The master (0..2) whose range holds slot. */
 static int owner_of(unsigned slot)
 {
-    return slot <= 5460 ? 0 : slot <= 10922 ? 1 : 2;
+    return th_redis_cluster_owner(&cl, slot);
 }
 
 /* A key "k<n>" whose slot belongs to master m. */
@@ -131,8 +75,8 @@ static redisReply *cmd(struct rlock_cluster *c, const char *a0, const char *a1, 
 {
     const char *argv[] = {a0, a1, a2};
     char err[320];
-    redisReply *r = rlock_cluster_command(c, rlock_cluster_slot(a1, strlen(a1)), a2 ? 3 : 2,
-                                          argv, NULL, err, sizeof err);
+    redisReply *r = rlock_cluster_command(c, rlock_cluster_slot(a1, strlen(a1)), a2 ? 3 : 2, argv,
+                                          NULL, err, sizeof err);
     ck_assert_msg(r != NULL, "%s %s: %s", a0, a1, err);
     return r;
 }
@@ -155,12 +99,9 @@ START_TEST(test_slots_are_redis_cluster_slots)
     ck_assert_uint_eq(rlock_cluster_slot("{sku:7}:stock", 13),
                       rlock_cluster_slot("{sku:7}:orders", 14));
     /* against the server (a cluster node answers CLUSTER KEYSLOT alone) */
-    char bus[16];
-    snprintf(bus, sizeof bus, "%d", free_port());
-    const char *extra[] = {"--cluster-enabled", "yes", "--cluster-port", bus, NULL};
-    struct th_redis_server s;
-    th_redis_server_start(&s, extra);
-    redisContext *c = th_redis_server_connect(&s);
+    struct th_redis_cluster one;
+    th_redis_cluster_start(&one, 1);
+    redisContext *c = th_redis_server_connect(&one.node[0]);
     for (int i = 0; i < 200; i++) {
         char key[32];
         snprintf(key, sizeof key, i % 2 ? "seckill:{sku:%d}:x" : "key-%d", i * 7919);
@@ -170,7 +111,7 @@ START_TEST(test_slots_are_redis_cluster_slots)
         freeReplyObject(r);
     }
     redisFree(c);
-    th_redis_server_stop(&s);
+    th_redis_cluster_stop(&one);
 }
 END_TEST
 
@@ -220,8 +161,8 @@ START_TEST(test_every_key_goes_to_the_master_of_its_slot)
     key_on(0, k0, sizeof k0);
     key_on(2, k2, sizeof k2);
     const char *mget[] = {"MGET", k0, k2};
-    redisReply *r = rlock_cluster_command(c, rlock_cluster_slot(k0, strlen(k0)), 3, mget, NULL,
-                                          err, sizeof err);
+    redisReply *r = rlock_cluster_command(c, rlock_cluster_slot(k0, strlen(k0)), 3, mget, NULL, err,
+                                          sizeof err);
     ck_assert(r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "CROSSSLOT", 9) == 0);
     freeReplyObject(r);
     rlock_cluster_free(c);

@@ -78,16 +78,14 @@ RLOCK_MUST_CHECK int rlock_cluster_refresh(struct rlock_cluster *c, char *err, s
  * map read first when there is none, or when a redirect or an I/O error
  * made it stale).  Owned by c: do not free it; a later call may close it.
  * NULL with err set when no node serves slot or it cannot be reached. */
-redisContext *rlock_cluster_node(struct rlock_cluster *c, unsigned slot, char *err,
-                                 size_t errlen);
+redisContext *rlock_cluster_node(struct rlock_cluster *c, unsigned slot, char *err, size_t errlen);
 
 /* Runs argv (argc arguments, lens may be NULL) on the master of slot,
  * following redirects as above.  Returns the reply (caller frees; error
  * replies included), or NULL with err set on I/O error or when no node
  * could be reached. */
 redisReply *rlock_cluster_command(struct rlock_cluster *c, unsigned slot, int argc,
-                                  const char **argv, const size_t *lens, char *err,
-                                  size_t errlen);
+                                  const char **argv, const size_t *lens, char *err, size_t errlen);
 
 /* Runs script s with nkeys keys then nargs arguments (argv) on the master
  * of the first key's slot (slot 0 without keys); same contract as

@@ -1,0 +1,190 @@
+/*
+ * The service's blocking Redis client (store/redis_conn.c) and its SKU lock
+ * (store/txlock.c) on a Redis Cluster: a real three-master cluster the test
+ * starts (rlock's th_redis_cluster_start), a redis-cluster:// redis_url.
+ * Every command, script and pipeline must reach the master of its keys'
+ * slot without a redirect (the key found in each command's own place), and
+ * a SKU's lock keys live on the SKU's master.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/keys.h"
+#include "harness.h"
+#include "rlock/tests/harness_redis.h"
+#include "store/redis_conn.h"
+#include "store/txlock.h"
+#include <rlock/cluster.h>
+
+#define MASTERS 3
+
+static struct th_redis_cluster cl;
+static struct cfg cfg;
+static struct redis_conn rc;
+
+static void setup(void)
+{
+    th_redis_cluster_start(&cl, MASTERS);
+    th_cfg(&cfg);
+    char url[160], err[320];
+    snprintf(url, sizeof url, "redis-cluster://127.0.0.1:%d,127.0.0.1:%d", cl.node[2].port,
+             cl.node[0].port);
+    ck_assert(cfg_set(&cfg, "redis_url", url, err, sizeof err) == 0);
+    ck_assert_msg(redis_conn_init(&rc, &cfg, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(redis_conn_check_credentials(&rc, err, sizeof err), 0);
+}
+
+static void teardown(void)
+{
+    redis_conn_close(&rc);
+    cfg_free(&cfg);
+    th_redis_cluster_stop(&cl);
+}
+
+/* The type of key on master m, asked directly (the key's own master: any
+ * other answers MOVED): "" when there is none. */
+static void on_master(int m, const char *key, char *out, size_t cap)
+{
+    redisContext *c = th_redis_server_connect(&cl.node[m]);
+    redisReply *r = redisCommand(c, "TYPE %s", key);
+    ck_assert_msg(r && r->type == REDIS_REPLY_STATUS, "TYPE %s on master %d: %s", key, m,
+                  r ? r->str : c->errstr);
+    snprintf(out, cap, "%s", strcmp(r->str, "none") == 0 ? "" : r->str);
+    freeReplyObject(r);
+    redisFree(c);
+}
+
+/* A SKU whose keys live on master m. */
+static int64_t sku_on(int m)
+{
+    for (int64_t sku = 1;; sku++) {
+        char k[KEYS_MAX];
+        keys_sku(k, sku, KEY_STOCK);
+        if (th_redis_cluster_owner(&cl, rlock_cluster_slot(k, strlen(k))) == m)
+            return sku;
+    }
+}
+
+static void no_redirects(void)
+{
+    ck_assert_ptr_nonnull(rc.cluster);
+    ck_assert_uint_eq(rlock_cluster_redirects(rc.cluster), 0);
+}
+
+START_TEST(test_commands_reach_the_master_of_their_keys)
+{
+    setup();
+    char type[32];
+    for (int m = 0; m < MASTERS; m++) {
+        int64_t sku = sku_on(m);
+        char stock[KEYS_MAX], stream[KEYS_MAX];
+        keys_sku(stock, sku, KEY_STOCK);
+        keys_sku(stream, sku, KEY_STREAM);
+        const char *set[] = {"SET", stock, "10"};
+        redisReply *r = redis_conn_cmd(&rc, 3, set, NULL);
+        ck_assert(r && r->type == REDIS_REPLY_STATUS);
+        freeReplyObject(r);
+        /* the key is the third argument of XGROUP, after STREAMS for XREADGROUP */
+        const char *grp[] = {"XGROUP", "CREATE", stream, "writers", "$", "MKSTREAM"};
+        r = redis_conn_cmd(&rc, 6, grp, NULL);
+        ck_assert_msg(r && r->type == REDIS_REPLY_STATUS, "%s", r ? r->str : "no reply");
+        freeReplyObject(r);
+        const char *read[] = {"XREADGROUP", "GROUP", "writers", "c1", "COUNT",
+                              "10",         "STREAMS", stream, ">"};
+        r = redis_conn_cmd(&rc, 9, read, NULL);
+        ck_assert_msg(r && r->type != REDIS_REPLY_ERROR, "%s", r ? r->str : "no reply");
+        freeReplyObject(r);
+        on_master(m, stock, type, sizeof type);
+        ck_assert_str_eq(type, "string");
+        on_master(m, stream, type, sizeof type);
+        ck_assert_str_eq(type, "stream");
+    }
+    /* keyless commands go somewhere that answers */
+    const char *ping[] = {"PING"};
+    redisReply *r = redis_conn_cmd(&rc, 1, ping, NULL);
+    ck_assert(r && r->type == REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    no_redirects();
+    teardown();
+}
+END_TEST
+
+START_TEST(test_a_pipeline_across_slots_keeps_its_order)
+{
+    setup();
+    /* one command per master and back, interleaved */
+    char keys[2 * MASTERS][KEYS_MAX], vals[2 * MASTERS][8];
+    int argcs[2 * MASTERS];
+    const char *argv[2 * MASTERS][3];
+    const char *const *argvs[2 * MASTERS];
+    for (int i = 0; i < 2 * MASTERS; i++) {
+        keys_sku(keys[i], sku_on(i % MASTERS) + 1000 * (i / MASTERS), KEY_STOCK);
+        snprintf(vals[i], sizeof vals[i], "v%d", i);
+        argv[i][0] = "SET";
+        argv[i][1] = keys[i];
+        argv[i][2] = vals[i];
+        argcs[i] = 3;
+        argvs[i] = argv[i];
+    }
+    redisReply *out[2 * MASTERS];
+    ck_assert_int_eq(redis_conn_pipeline(&rc, 2 * MASTERS, argcs, argvs, out), 0);
+    for (int i = 0; i < 2 * MASTERS; i++) {
+        ck_assert(out[i] && out[i]->type == REDIS_REPLY_STATUS);
+        freeReplyObject(out[i]);
+        argv[i][0] = "GET";
+        argcs[i] = 2;
+    }
+    ck_assert_int_eq(redis_conn_pipeline(&rc, 2 * MASTERS, argcs, argvs, out), 0);
+    for (int i = 0; i < 2 * MASTERS; i++) {
+        ck_assert(out[i] && out[i]->type == REDIS_REPLY_STRING);
+        ck_assert_str_eq(out[i]->str, vals[i]);
+        freeReplyObject(out[i]);
+    }
+    teardown();
+}
+END_TEST
+
+START_TEST(test_a_sku_lock_lives_on_the_sku_master)
+{
+    setup();
+    for (int m = 0; m < MASTERS; m++) {
+        int64_t sku = sku_on(m);
+        char lock[KEYS_MAX], type[32];
+        keys_sku(lock, sku, KEY_SKU_LOCK);
+        struct txlock t;
+        const char *keys[] = {lock};
+        ck_assert_int_eq(txlock_acquire(&t, &rc, &cfg, sku, keys, 1), RLOCK_OK);
+        ck_assert_int_gt(t.fence, 0);
+        on_master(m, lock, type, sizeof type);
+        ck_assert_str_eq(type, "string");
+        txlock_release(&t);
+        on_master(m, lock, type, sizeof type);
+        ck_assert_str_eq(type, "");
+    }
+    no_redirects();
+    teardown();
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("cluster_conn");
+    TCase *tc = tcase_create("cluster_conn");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_commands_reach_the_master_of_their_keys);
+    tcase_add_test(tc, test_a_pipeline_across_slots_keeps_its_order);
+    tcase_add_test(tc, test_a_sku_lock_lives_on_the_sku_master);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
