@@ -1097,6 +1097,93 @@ static int reclaim(struct writer *w)
     return total;
 }
 
+/* The entries of one XREADGROUP reply ([[stream, entries]...]), written. */
+static int process_read(struct writer *w, const redisReply *r)
+{
+    int total = 0, failed = 0;
+    if (r->type == REDIS_REPLY_ARRAY)
+        for (size_t i = 0; i < r->elements; i++) {
+            const redisReply *s = r->element[i];
+            if (s->type != REDIS_REPLY_ARRAY || s->elements != 2 ||
+                s->element[0]->type != REDIS_REPLY_STRING)
+                continue;
+            int n = process_entries(w, stream_sku(s->element[0]->str), s->element[1], 1);
+            if (n < 0)
+                failed = 1;
+            else
+                total += n;
+        }
+    return failed ? -1 : total;
+}
+
+/*
+ * On a Redis Cluster each SKU's stream has a slot of its own, and one
+ * XREADGROUP may not name streams of several slots (CROSSSLOT): one read
+ * per stream, without BLOCK, all in one pipeline (each on its master).
+ * While nothing comes the pause between polls doubles from 1 ms up to
+ * writer_block_ms; the first entry brings it back to 1 ms.
+ */
+static int read_per_slot(struct writer *w)
+{
+    const struct cfg *c = w->ctx.cfg;
+    size_t n = w->nskus;
+    char count[24];
+    snprintf(count, sizeof count, "%" PRId64, c->writer_batch);
+    char(*names)[KEYS_MAX] = calloc(n, sizeof *names);
+    const char *(*argv)[9] = calloc(n, sizeof *argv);
+    const char *const **argvs = calloc(n, sizeof *argvs);
+    int *argcs = calloc(n, sizeof *argcs);
+    redisReply **out = calloc(n, sizeof *out);
+    if (!names || !argv || !argvs || !argcs || !out)
+        abort();
+    for (size_t i = 0; i < n; i++) {
+        keys_sku(names[i], w->skus[i], KEY_STREAM);
+        const char *a[9] = {"XREADGROUP", "GROUP",   KEYS_WRITER_GROUP, w->consumer, "COUNT",
+                            count,        "STREAMS", names[i],          ">"};
+        memcpy(argv[i], a, sizeof a);
+        argvs[i] = argv[i];
+        argcs[i] = 9;
+    }
+    int total = -1;
+    if (redis_conn_pipeline(&w->ctx.redis, n, argcs, argvs, out) == 0) {
+        total = 0;
+        int nogroup = 0;
+        for (size_t i = 0; i < n; i++) {
+            const redisReply *r = out[i];
+            if (r->type == REDIS_REPLY_ERROR) {
+                if (strncmp(r->str, "NOGROUP", 7) == 0)
+                    nogroup = 1;
+                else
+                    log_warn("XREADGROUP %s: %s", names[i], r->str);
+                continue;
+            }
+            int got = process_read(w, r);
+            if (got < 0)
+                total = -1;
+            else if (total >= 0)
+                total += got;
+        }
+        if (nogroup)
+            ensure_groups(w);
+        for (size_t i = 0; i < n; i++)
+            freeReplyObject(out[i]);
+    }
+    free(out);
+    free(argcs);
+    free(argvs);
+    free(argv);
+    free(names);
+    if (total == 0) {
+        w->idle_ms = w->idle_ms <= 0 ? 1 : w->idle_ms * 2;
+        if (w->idle_ms > c->writer_block_ms)
+            w->idle_ms = (int)c->writer_block_ms;
+        usleep((useconds_t)w->idle_ms * 1000);
+    } else if (total > 0) {
+        w->idle_ms = 0;
+    }
+    return total;
+}
+
 int writer_poll(struct writer *w)
 {
     const struct cfg *c = w->ctx.cfg;
@@ -1117,6 +1204,10 @@ int writer_poll(struct writer *w)
             return -1;
         total += n;
         w->next_claim_ms = now + c->writer_claim_idle_ms / 2;
+    }
+    if (w->ctx.redis.target.nseeds > 0) {
+        int n = read_per_slot(w);
+        return n < 0 ? -1 : total + n;
     }
     size_t argc = 0, max = 9 + 2 * w->nskus; /* head below + 2 per stream */
     const char **argv = calloc(max, sizeof *argv);
@@ -1149,21 +1240,9 @@ int writer_poll(struct writer *w)
         freeReplyObject(r);
         return -1;
     }
-    int failed = 0;
-    if (r->type == REDIS_REPLY_ARRAY)
-        for (size_t i = 0; i < r->elements; i++) {
-            const redisReply *s = r->element[i];
-            if (s->type != REDIS_REPLY_ARRAY || s->elements != 2 ||
-                s->element[0]->type != REDIS_REPLY_STRING)
-                continue;
-            int n = process_entries(w, stream_sku(s->element[0]->str), s->element[1], 1);
-            if (n < 0)
-                failed = 1;
-            else
-                total += n;
-        }
+    int n = process_read(w, r);
     freeReplyObject(r);
-    return failed ? -1 : total;
+    return n < 0 ? -1 : total + n;
 }
 
 int writer_init(struct writer *w, const struct cfg *c, const char *consumer, char *err,

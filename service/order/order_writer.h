@@ -39,6 +39,7 @@ struct writer {
      * each SKU still has one reader per instance, and every instance's. */
     size_t part, nparts;
     unsigned long prepared_session; /* the db session the batch statements are prepared on */
+    int idle_ms; /* on a cluster: the pause before the next poll while nothing comes */
 };
 
 /* Prepares a writer (no I/O yet).  Returns 0, or -1 with err set. */

@@ -84,13 +84,16 @@ struct load_job {
     enum sku_result res;
 };
 
-/* Reads the Redis server's run id (it changes on every restart and failover)
- * into out.  Returns 0, or -1 with out "". */
-static int redis_run_id(struct worker_ctx *w, char *out, size_t cap)
+/* Reads the run id of the Redis server that holds SKU sku (it changes on
+ * every restart and failover; on a cluster, the SKU's master's) into out.
+ * Returns 0, or -1 with out "". */
+static int redis_run_id(struct worker_ctx *w, int64_t sku, char *out, size_t cap)
 {
     out[0] = '\0';
+    char key[KEYS_MAX];
+    keys_sku(key, sku, KEY_STOCK);
     const char *argv[] = {"INFO", "server"};
-    redisReply *r = redis_conn_cmd(&w->redis, 2, argv, NULL);
+    redisReply *r = redis_conn_cmd_at(&w->redis, key, 2, argv, NULL);
     const char *p = r && r->type == REDIS_REPLY_STRING ? strstr(r->str, "run_id:") : NULL;
     if (p) {
         p += 7;
@@ -181,7 +184,7 @@ static enum sku_result create_with_id(struct worker_ctx *w, const struct validat
                           .id = id,
                           .stock = spec->stock,
                           .limit = spec->per_user_limit};
-    (void)redis_run_id(w, lj.run, sizeof lj.run); /* "" only costs a rebuild later */
+    (void)redis_run_id(w, id, lj.run, sizeof lj.run); /* "" only costs a rebuild later */
     if (spec->has_starts)
         i64s(lj.starts_ms, sizeof lj.starts_ms, spec->starts_ms);
     if (spec->has_ends)
@@ -628,7 +631,7 @@ static enum sku_result check_once(struct worker_ctx *w, int64_t sku, enum sku_ch
     memset(c, 0, sizeof *c);
     c->sku = sku;
     char run[48];
-    (void)redis_run_id(w, run, sizeof run);
+    (void)redis_run_id(w, sku, run, sizeof run);
     struct load_job lj = {.w = w, .id = sku};
     snprintf(lj.run, sizeof lj.run, "%s", run);
     struct txlock t;
@@ -729,7 +732,7 @@ enum sku_result sku_peek(struct worker_ctx *w, int64_t sku, struct sku_check *c)
     if (!known)
         return SKU_UNKNOWN;
     redisReply *state;
-    if (redis_run_id(w, run, sizeof run) != 0 || read_redis_state(w, sku, 0, c, &state) != 0)
+    if (redis_run_id(w, sku, run, sizeof run) != 0 || read_redis_state(w, sku, 0, c, &state) != 0)
         return SKU_UNAVAILABLE;
     freeReplyObject(state);
     c->stale_run = c->loaded && strcmp(run, c->built_run) != 0;

@@ -13,6 +13,7 @@
 #include "core/log.h"
 #include "core/metrics.h"
 #include "store/redis_conn.h"
+#include <rlock/cluster.h>
 
 /* Scripts whose latency one client measures (the order path runs one). */
 #define RA_HISTS 4
@@ -44,6 +45,12 @@ struct redis_async {
     } hists[RA_HISTS];
     struct ra_op *free_ops; /* for reuse: no allocation per command */
     int nfree;
+    /* redis-cluster:// only: this client routes each script to the client
+     * of its slot's master (a plain one per master, made from the map). */
+    struct rlock_cluster *map; /* the slot map, read with blocking I/O */
+    struct redis_async *node[RLOCK_CLUSTER_MAX_NODES];
+    int nnodes;
+    const struct cfg *cfg;
 };
 
 enum ra_op_state {
@@ -249,26 +256,82 @@ static void ra_connect(struct redis_async *ra)
     }
 }
 
-struct redis_async *redis_async_new(struct event_base *base, const struct cfg *c, char *err,
-                                    size_t errlen)
+/* A client of the one server (or Sentinel-named master) that target names. */
+static struct redis_async *ra_new(struct event_base *base, const struct cfg *c,
+                                  const struct rlock_url *target)
 {
     struct redis_async *ra = calloc(1, sizeof *ra);
     if (!ra)
         abort();
-    if (rlock_url_parse(c->redis_url, &ra->target, err, errlen) != 0) {
-        free(ra);
-        return NULL;
-    }
+    ra->target = *target;
     if (ra->target.nsentinels > 0)
         ra->target.watch = redis_conn_followed();
     ra->base = base;
+    ra->cfg = c;
     ra->timeout_ms = (int)c->redis_timeout_ms;
     ra->reconnect_ms = (int)c->redis_reconnect_ms;
     ra->connect_timeout_ms = (int)c->redis_connect_timeout_ms;
     ra->reconnect_ev = evtimer_new(base, on_reconnect_timer, ra);
     if (!ra->reconnect_ev)
         abort();
-    ra_connect(ra);
+    return ra;
+}
+
+/* The client of the master at host:port, made (and connecting) if new; NULL
+ * when the table is full. */
+static struct redis_async *cluster_node(struct redis_async *ra, const char *host, int port)
+{
+    for (int i = 0; i < ra->nnodes; i++)
+        if (ra->node[i]->target.port == port && strcmp(ra->node[i]->target.host, host) == 0)
+            return ra->node[i];
+    if (ra->nnodes == RLOCK_CLUSTER_MAX_NODES)
+        return NULL;
+    struct rlock_url u = ra->target;
+    u.nseeds = 0;
+    snprintf(u.host, sizeof u.host, "%s", host);
+    u.port = port;
+    struct redis_async *n = ra_new(ra->base, ra->cfg, &u);
+    n->on_late = ra->on_late;
+    n->late_arg = ra->late_arg;
+    ra->node[ra->nnodes++] = n;
+    ra_connect(n);
+    return n;
+}
+
+/* The client of slot's master; NULL (logged) when no map says. */
+static struct redis_async *cluster_route(struct redis_async *ra, unsigned slot)
+{
+    char host[256], err[320];
+    int port;
+    if (rlock_cluster_slot_addr(ra->map, slot, host, sizeof host, &port, err, sizeof err) != 0) {
+        log_warn("redis cluster: %s", err);
+        return NULL;
+    }
+    return cluster_node(ra, host, port);
+}
+
+struct redis_async *redis_async_new(struct event_base *base, const struct cfg *c, char *err,
+                                    size_t errlen)
+{
+    struct rlock_url u;
+    if (rlock_url_parse(c->redis_url, &u, err, errlen) != 0)
+        return NULL;
+    struct redis_async *ra = ra_new(base, c, &u);
+    if (u.nseeds == 0) {
+        ra_connect(ra);
+        return ra;
+    }
+    struct rlock_cluster_opts o = {.connect_timeout_ms = ra->connect_timeout_ms,
+                                   .io_timeout_ms = ra->timeout_ms,
+                                   .tryagain_ms = 0};
+    ra->map = rlock_cluster_new(&u, &o, err, errlen);
+    if (!ra->map) {
+        redis_async_free(ra);
+        return NULL;
+    }
+    /* A client per master now, so that the first orders find them connected. */
+    for (unsigned slot = 0; slot < RLOCK_CLUSTER_SLOTS; slot += RLOCK_CLUSTER_SLOTS / 64)
+        (void)cluster_route(ra, slot);
     return ra;
 }
 
@@ -411,9 +474,113 @@ static int resend_as_eval(redisAsyncContext *ac, struct ra_op *op)
 /* EVALSHA, as rlock_script_run_async sends it with its EVAL fallback, but
  * written in RESP by hand into one pooled buffer: hiredis's sds formatting
  * and two allocations per command were a tenth of an order's CPU. */
+/* A script on a cluster: the call kept until its master answered anything
+ * but a redirect.  MOVED: the map was wrong, the script goes to the master
+ * named and the map is read again before the next route; ASK: once to the
+ * importing master, after ASKING.  A redirected script did not run. */
+struct ra_redirect {
+    struct redis_async *ra;
+    const struct rlock_script *s;
+    int nkeys, nargs, hops;
+    redis_async_fn *fn;
+    void *arg;
+    const char **argv;
+    size_t *lens;
+    char data[]; /* the arguments' bytes */
+};
+
+static void script_on(struct redis_async *n, struct ra_redirect *rd, int asking);
+
+static void on_cluster_reply(redisReply *r, enum redis_async_status st, void *arg)
+{
+    struct ra_redirect *rd = arg;
+    struct redis_async *ra = rd->ra;
+    int moved = r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "MOVED ", 6) == 0;
+    int ask = r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "ASK ", 4) == 0;
+    if ((moved || ask) && rd->hops < RLOCK_CLUSTER_MAX_REDIRECTS) {
+        const char *addr = strchr(r->str + (moved ? 6 : 4), ' ');
+        const char *colon = addr ? strrchr(addr, ':') : NULL;
+        char host[256];
+        int port = colon ? atoi(colon + 1) : 0;
+        if (addr && colon && colon > addr + 1 && (size_t)(colon - addr - 1) < sizeof host &&
+            port > 0 && port <= 65535) {
+            memcpy(host, addr + 1, (size_t)(colon - addr - 1));
+            host[colon - addr - 1] = '\0';
+            if (moved)
+                rlock_cluster_invalidate(ra->map);
+            struct redis_async *n = cluster_node(ra, host, port);
+            if (n) {
+                rd->hops++;
+                script_on(n, rd, ask);
+                return;
+            }
+        }
+    }
+    rd->fn(r, st, rd->arg);
+    free(rd->argv);
+    free(rd->lens);
+    free(rd);
+}
+
+static void script_on(struct redis_async *n, struct ra_redirect *rd, int asking)
+{
+    if (asking && n->ac && !n->stalled) {
+        const char *argv[] = {"ASKING"};
+        redisAsyncCommandArgv(n->ac, NULL, NULL, 1, argv, NULL);
+    }
+    redis_async_script(n, rd->s, rd->nkeys, rd->nargs, rd->argv, rd->lens, on_cluster_reply, rd);
+}
+
+static void cluster_script(struct redis_async *ra, const struct rlock_script *s, int nkeys,
+                           int nargs, const char **argv, const size_t *lens, redis_async_fn *fn,
+                           void *arg)
+{
+    int n = nkeys + nargs;
+    size_t bytes = 0;
+    for (int i = 0; i < n; i++)
+        bytes += lens ? lens[i] : strlen(argv[i]);
+    struct ra_redirect *rd = malloc(sizeof *rd + bytes + 1);
+    const char **av = malloc(sizeof *av * (size_t)(n ? n : 1));
+    size_t *al = malloc(sizeof *al * (size_t)(n ? n : 1));
+    if (!rd || !av || !al)
+        abort();
+    char *p = rd->data;
+    for (int i = 0; i < n; i++) {
+        al[i] = lens ? lens[i] : strlen(argv[i]);
+        memcpy(p, argv[i], al[i]);
+        av[i] = p;
+        p += al[i];
+    }
+    *rd = (struct ra_redirect){.ra = ra,
+                               .s = s,
+                               .nkeys = nkeys,
+                               .nargs = nargs,
+                               .fn = fn,
+                               .arg = arg,
+                               .argv = av,
+                               .lens = al};
+    struct redis_async *node = cluster_route(ra, nkeys > 0 ? rlock_cluster_slot(av[0], al[0]) : 0);
+    if (!node) {
+        free(av);
+        free(al);
+        free(rd);
+        fn(NULL, REDIS_ASYNC_NOT_SENT, arg);
+        return;
+    }
+    script_on(node, rd, 0);
+}
+
 void redis_async_script(struct redis_async *ra, const struct rlock_script *s, int nkeys, int nargs,
                         const char **argv, const size_t *lens, redis_async_fn *fn, void *arg)
 {
+    if (ra->map) {
+        if (nkeys < 0 || nargs < 0) {
+            fn(NULL, REDIS_ASYNC_NOT_SENT, arg);
+            return;
+        }
+        cluster_script(ra, s, nkeys, nargs, argv, lens, fn, arg);
+        return;
+    }
     if (ra->ac && ra->stalled && ra->pending == 0)
         ra_drop(ra); /* every command on it has had its answer: replace it */
     else if (ra->ac && rlock_sentinel_moved(&ra->target, ra->gen))
@@ -478,16 +645,31 @@ void redis_async_on_late(struct redis_async *ra, redis_async_late_fn *fn, void *
 {
     ra->on_late = fn;
     ra->late_arg = arg;
+    for (int i = 0; i < ra->nnodes; i++)
+        redis_async_on_late(ra->node[i], fn, arg);
 }
 
 int redis_async_pending(const struct redis_async *ra)
 {
-    return ra ? ra->pending : 0;
+    if (!ra)
+        return 0;
+    int n = ra->pending;
+    for (int i = 0; i < ra->nnodes; i++)
+        n += redis_async_pending(ra->node[i]);
+    return n;
 }
 
 void redis_async_subscribe(struct redis_async *ra, const char *channel, redis_async_message_fn *fn,
                            void *arg)
 {
+    if (ra->map) { /* a cluster delivers every PUBLISH to every node: one will do */
+        struct redis_async *n = cluster_route(ra, 0);
+        if (n)
+            redis_async_subscribe(n, channel, fn, arg);
+        else
+            log_warn("redis cluster: no node to subscribe to %s on", channel);
+        return;
+    }
     ra->channel = strdup(channel);
     if (!ra->channel)
         abort();
@@ -503,6 +685,11 @@ void redis_async_free(struct redis_async *ra)
 {
     if (!ra)
         return;
+    for (int i = 0; i < ra->nnodes; i++)
+        redis_async_free(ra->node[i]);
+    ra->nnodes = 0;
+    rlock_cluster_free(ra->map);
+    ra->map = NULL;
     ra->closing = 1;
     event_del(ra->reconnect_ev);
     if (ra->ac) { /* commands still waiting learn that the connection went */

@@ -303,6 +303,21 @@ static int cluster_pipeline(struct redis_conn *rc, size_t n, const int *argcs,
     return -1;
 }
 
+redisReply *redis_conn_cmd_at(struct redis_conn *rc, const char *key, int argc, const char **argv,
+                              const size_t *lens)
+{
+    if (rc->target.nseeds == 0)
+        return redis_conn_cmd(rc, argc, argv, lens);
+    struct rlock_cluster *cl = cluster_of(rc);
+    char err[320];
+    redisReply *r = cl ? rlock_cluster_command(cl, rlock_cluster_slot(key, strlen(key)), argc, argv,
+                                               lens, err, sizeof err)
+                       : NULL;
+    if (cl && !r)
+        log_warn("redis %s failed: %s", argv[0], err);
+    return r;
+}
+
 int redis_conn_pipeline(struct redis_conn *rc, size_t n, const int *argcs,
                         const char *const *const *argvs, redisReply **out)
 {

@@ -88,6 +88,11 @@ redisContext *redis_conn_get(struct redis_conn *rc);
  * after which the connection is dropped.  Error replies are returned as replies. */
 redisReply *redis_conn_cmd(struct redis_conn *rc, int argc, const char **argv, const size_t *lens);
 
+/* redis_conn_cmd for a command without a key (INFO) that must reach the
+ * server that serves key: on a cluster, key's master; else the one server. */
+redisReply *redis_conn_cmd_at(struct redis_conn *rc, const char *key, int argc, const char **argv,
+                              const size_t *lens);
+
 /* Sends n commands (argcs[i] arguments argvs[i] each) in one round trip and
  * reads their n replies into out (caller frees each).  Returns 0, or -1 on an
  * I/O error (out all NULL, the connection dropped).  Error replies are

@@ -4,7 +4,9 @@
  * starts (rlock's th_redis_cluster_start), a redis-cluster:// redis_url.
  * Every command, script and pipeline must reach the master of its keys'
  * slot without a redirect (the key found in each command's own place), and
- * a SKU's lock keys live on the SKU's master.
+ * a SKU's lock keys live on the SKU's master.  Last, a sale through
+ * seckilld on the cluster: a SKU on each master, more buyers than units,
+ * every unit sold once, PostgreSQL and each SKU's master agreeing.
  */
 #include <check.h>
 #include <stdio.h>
@@ -91,8 +93,8 @@ START_TEST(test_commands_reach_the_master_of_their_keys)
         r = redis_conn_cmd(&rc, 6, grp, NULL);
         ck_assert_msg(r && r->type == REDIS_REPLY_STATUS, "%s", r ? r->str : "no reply");
         freeReplyObject(r);
-        const char *read[] = {"XREADGROUP", "GROUP", "writers", "c1", "COUNT",
-                              "10",         "STREAMS", stream, ">"};
+        const char *read[] = {"XREADGROUP", "GROUP",   "writers", "c1", "COUNT",
+                              "10",         "STREAMS", stream,    ">"};
         r = redis_conn_cmd(&rc, 9, read, NULL);
         ck_assert_msg(r && r->type != REDIS_REPLY_ERROR, "%s", r ? r->str : "no reply");
         freeReplyObject(r);
@@ -168,6 +170,66 @@ START_TEST(test_a_sku_lock_lives_on_the_sku_master)
 }
 END_TEST
 
+/* The integer at key on master m (-1 when absent). */
+static long long int_on(int m, const char *key)
+{
+    redisContext *c = th_redis_server_connect(&cl.node[m]);
+    long long v = th_redis_int(c, key);
+    redisFree(c);
+    return v;
+}
+
+START_TEST(test_a_sale_on_a_cluster)
+{
+    enum { STOCK = 8, BUYERS = 20 };
+    th_reset();
+    setup();
+    char env[200];
+    snprintf(env, sizeof env, "SECKILL_REDIS_URL=%s", cfg.redis_url);
+    const char *extra[] = {env, NULL};
+    struct th_daemon d;
+    th_daemon_start(&d, extra);
+    int64_t skus[MASTERS];
+    for (int m = 0; m < MASTERS; m++) {
+        skus[m] = sku_on(m);
+        th_create_sku(d.port, skus[m], STOCK, 1);
+    }
+    struct th_response res;
+    int ok[MASTERS] = {0}, sold_out[MASTERS] = {0};
+    for (int u = 1; u <= BUYERS; u++)
+        for (int m = 0; m < MASTERS; m++) {
+            int st = th_order(d.port, skus[m], u, 1, NULL, &res);
+            if (st == 201 || st == 202)
+                ok[m]++;
+            else if (st == 409)
+                sold_out[m]++;
+            else
+                ck_abort_msg("sku %lld, buyer %d: %d %s", (long long)skus[m], u, st, res.body);
+        }
+    PGconn *pg = th_pg();
+    for (int m = 0; m < MASTERS; m++) {
+        ck_assert_int_eq(ok[m], STOCK);
+        ck_assert_int_eq(sold_out[m], BUYERS - STOCK);
+        char sql[160];
+        snprintf(sql, sizeof sql,
+                 "SELECT count(*) FROM orders WHERE sku_id = %lld AND status = 'confirmed'",
+                 (long long)skus[m]);
+        long long confirmed = 0;
+        for (int i = 0; i < 100 && (confirmed = th_pg_int(pg, sql)) < STOCK; i++)
+            th_sleep_ms(100); /* the writer reads each SKU's stream on its master */
+        ck_assert_int_eq(confirmed, STOCK);
+        snprintf(sql, sizeof sql, "SELECT stock FROM skus WHERE id = %lld", (long long)skus[m]);
+        ck_assert_int_eq(th_pg_int(pg, sql), 0);
+        char stock[KEYS_MAX];
+        keys_sku(stock, skus[m], KEY_STOCK);
+        ck_assert_int_eq(int_on(m, stock), 0);
+    }
+    PQfinish(pg);
+    ck_assert_int_eq(th_daemon_stop(&d), 0);
+    teardown();
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("cluster_conn");
@@ -176,6 +238,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_commands_reach_the_master_of_their_keys);
     tcase_add_test(tc, test_a_pipeline_across_slots_keeps_its_order);
     tcase_add_test(tc, test_a_sku_lock_lives_on_the_sku_master);
+    tcase_add_test(tc, test_a_sale_on_a_cluster);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -274,6 +274,31 @@ static struct node *node_for(struct rlock_cluster *c, unsigned slot, char *err, 
     return n;
 }
 
+int rlock_cluster_slot_addr(struct rlock_cluster *c, unsigned slot, char *host, size_t cap,
+                            int *port, char *err, size_t errlen)
+{
+    if (slot >= RLOCK_CLUSTER_SLOTS) {
+        rlock_err_set(err, errlen, "cluster: slot %u out of range", slot);
+        return -1;
+    }
+    if (c->stale && rlock_cluster_refresh(c, err, errlen) != 0 && c->slot_node[slot] == NO_NODE)
+        return -1;
+    uint16_t idx = c->slot_node[slot];
+    if (idx == NO_NODE) {
+        rlock_err_set(err, errlen, "cluster: no node serves slot %u", slot);
+        c->stale = 1;
+        return -1;
+    }
+    snprintf(host, cap, "%s", c->nodes[idx].host);
+    *port = c->nodes[idx].port;
+    return 0;
+}
+
+void rlock_cluster_invalidate(struct rlock_cluster *c)
+{
+    c->stale = 1;
+}
+
 redisContext *rlock_cluster_node(struct rlock_cluster *c, unsigned slot, char *err, size_t errlen)
 {
     struct node *n = node_for(c, slot, err, errlen);

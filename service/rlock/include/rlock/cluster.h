@@ -80,6 +80,16 @@ RLOCK_MUST_CHECK int rlock_cluster_refresh(struct rlock_cluster *c, char *err, s
  * NULL with err set when no node serves slot or it cannot be reached. */
 redisContext *rlock_cluster_node(struct rlock_cluster *c, unsigned slot, char *err, size_t errlen);
 
+/* The address of the master that serves slot (the map read first when
+ * there is none or it went stale); connects nothing.  Returns 0, or -1 with
+ * err set.  For clients of their own (an event loop's async connections)
+ * that only borrow the map. */
+RLOCK_MUST_CHECK int rlock_cluster_slot_addr(struct rlock_cluster *c, unsigned slot, char *host,
+                                             size_t cap, int *port, char *err, size_t errlen);
+
+/* Marks the map stale: it is read again before the next use. */
+void rlock_cluster_invalidate(struct rlock_cluster *c);
+
 /* Runs argv (argc arguments, lens may be NULL) on the master of slot,
  * following redirects as above.  Returns the reply (caller frees; error
  * replies included), or NULL with err set on I/O error or when no node
