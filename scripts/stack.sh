@@ -494,11 +494,14 @@ R_SVC_COMMANDS=(
 )
 # Cluster topology: what a cluster client asks besides (where the slots are,
 # which node it is on, a key's slot; ASKING during a slot's migration,
-# READONLY/READWRITE to read from a replica).  Not CLUSTER RESET, FAILOVER,
-# SETSLOT, ADDSLOTS, FORGET, MEET or NODES: the layout is the operator's.
+# READONLY/READWRITE to read from a replica; SCRIPT LOAD after a NOSCRIPT,
+# which the lock library's cluster client sends instead of EVAL: no more than
+# EVAL may do, which caches the script as well).  Not CLUSTER RESET,
+# FAILOVER, SETSLOT, ADDSLOTS, FORGET, MEET or NODES: the layout is the
+# operator's; nor SCRIPT FLUSH or KILL.
 R_SVC_CLUSTER_COMMANDS=(
     'cluster|slots' 'cluster|shards' 'cluster|info' 'cluster|myid' 'cluster|keyslot'
-    asking readonly readwrite
+    asking readonly readwrite 'script|load'
 )
 # Sentinel and cluster topologies.  A replica logs in to its master with what
 # replication takes and nothing else.

@@ -11,7 +11,8 @@
 #  2. the service's ACL user: a key with a hash tag lives on the master of
 #     its slot (SET/GET there, MOVED from the others, readable on its replica
 #     after READONLY); it may ask the layout (CLUSTER SLOTS, SHARDS, INFO,
-#     MYID, KEYSLOT) and send ASKING, and is refused FLUSHALL, CONFIG, KEYS,
+#     MYID, KEYSLOT), send ASKING and SCRIPT LOAD, and is refused FLUSHALL,
+#     CONFIG, KEYS, SCRIPT FLUSH,
 #     CLUSTER RESET / SETSLOT / FAILOVER / ADDSLOTS / FORGET / MEET / NODES
 #     and keys of others;
 #  3. a real failover: kill -9 of the key's master; within the node timeout
@@ -293,6 +294,9 @@ expect "WAIT for the replica" 1 "$(svc "$OWNER" WAIT 1 2000)"
     $'OK\n42\nOK\nMOVED '"$slot 127.0.0.1:$OWNER" ]] ||
     die "READONLY, GET, READWRITE, GET on the replica :$OWNER_REPLICA did not read, then redirect"
 expect "ASKING" OK "$(svc "$OTHER" ASKING)"
+# The lock library's cluster client loads a script after a NOSCRIPT.
+[[ $(svc "$OWNER" SCRIPT LOAD 'return 1') =~ ^[0-9a-f]{40}$ ]] || die "SCRIPT LOAD as the service's user is refused"
+expect "SCRIPT FLUSH" NOPERM "$(svc "$OWNER" SCRIPT FLUSH)"
 for sub in SLOTS SHARDS INFO MYID; do
     out=$(svc "$OWNER_REPLICA" CLUSTER "$sub")
     [[ -n $out && $out != NOPERM* && $out != ERR* ]] || die "CLUSTER $sub as the service's user: '$out'"
