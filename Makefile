@@ -106,7 +106,8 @@ deps:
 	scripts/deps.sh
 
 # make run: everything a newcomer needs, in the foreground; Ctrl-C stops it all.
-# INSTANCES=N: N daemons behind HAProxy; REDIS=sentinel: Redis behind Sentinel.
+# INSTANCES=N: N daemons behind HAProxy; REDIS=sentinel: Redis behind Sentinel;
+# REDIS=cluster: a Redis Cluster (scripts/stack.sh; seckilld cannot use it yet).
 run: deps
 	$(MAKE) $(BUILD)/seckilld $(BUILD)/seckillctl
 	BUILD=$(BUILD) $(if $(INSTANCES),SECKILL_RUN_INSTANCES=$(INSTANCES)) \

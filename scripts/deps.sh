@@ -17,7 +17,7 @@ PACKAGES=(
     libhiredis-dev libevent-dev libpq-dev libjansson-dev
     libssl-dev # libcrypto: HMAC-SHA256 of buyer tokens
     check libsubunit-dev
-    redis-server postgresql
+    redis-server postgresql # redis-server pulls in redis-tools: redis-cli, and its --cluster create
     redis-sentinel # SECKILL_REDIS_TOPOLOGY=sentinel: scripts/stack.sh's Sentinels
     haproxy        # `make run INSTANCES=N`: the load balancer in front of the daemons
     curl ca-certificates

@@ -14,7 +14,8 @@
 #         SECKILL_RUN_BACKEND_PORT (18081: the first daemon's port behind
 #         HAProxy, the others the next ones; a taken port is replaced by a
 #         free one), SECKILL_REDIS_TOPOLOGY (single; sentinel: `make run
-#         REDIS=sentinel`, read by scripts/stack.sh); any other SECKILL_*
+#         REDIS=sentinel`; cluster: `make run REDIS=cluster`, read by
+#         scripts/stack.sh with its SECKILL_REDIS_CLUSTER_* settings); any other SECKILL_*
 #         setting is passed through to the daemons.  Secrets go by
 #         environment or file, never as flags (they would show in ps).
 set -euo pipefail
@@ -229,6 +230,8 @@ wait_healthy() {
 HINT=
 if [[ ${SECKILL_REDIS_URL:-} == redis-sentinel://* ]]; then
     HINT=" (REDIS=sentinel needs a seckilld that reads redis-sentinel:// URLs)"
+elif [[ ${SECKILL_REDIS_URL:-} == redis-cluster://* ]]; then
+    HINT=" (REDIS=cluster needs a seckilld that reads redis-cluster:// URLs: the cluster client is in progress)"
 fi
 
 # start_daemon ADDR LOG: seckilld serve on ADDR, in the background.

@@ -14,6 +14,17 @@ SE_PG_PORT=
 SE_SENTINEL_COUNT=3
 SE_REPLICA_PORT=
 SE_SENTINEL_PORTS=
+# SECKILL_REDIS_TOPOLOGY=cluster: the masters' and the replicas' ports (a
+# node's cluster bus is on its port + SE_CLUSTER_BUS_OFFSET, free too).  The
+# nodes' ports are drawn below SE_CLUSTER_PORT_HI so that the bus ports stay
+# in se_free_port's range, under the kernel's ephemeral ports.
+SE_CLUSTER_MASTERS=3
+SE_CLUSTER_BUS_OFFSET=10000
+SE_CLUSTER_PORT_LO=10000
+SE_CLUSTER_PORT_HI=22000
+SE_CLUSTER_REPLICAS=
+SE_CLUSTER_PORTS=
+SE_CLUSTER_REPLICA_PORTS=
 
 # se_port_busy PORT: true if something listens on PORT.
 se_port_busy() {
@@ -40,19 +51,64 @@ se_free_port() {
     return 1
 }
 
+# se_free_cluster_port [EXCLUDE...]: a port for a cluster node: it and its
+# bus port (+ SE_CLUSTER_BUS_OFFSET) free and neither among EXCLUDE.
+se_free_cluster_port() {
+    local i p b
+    for ((i = 0; i < SE_PORT_TRIES; i++)); do
+        p=$((SE_CLUSTER_PORT_LO + (RANDOM * 32768 + RANDOM) % (SE_CLUSTER_PORT_HI - SE_CLUSTER_PORT_LO)))
+        b=$((p + SE_CLUSTER_BUS_OFFSET))
+        [[ " $* " == *" $p "* || " $* " == *" $b "* ]] && continue
+        se_port_busy "$p" || se_port_busy "$b" || {
+            printf '%s\n' "$p"
+            return 0
+        }
+    done
+    return 1
+}
+
+# se_env_value DIR NAME: NAME's value in DIR/env (what stack.sh wrote).
+se_env_value() {
+    # shellcheck disable=SC2016  # expanded by the inner shell
+    bash -c 'source "$1" >/dev/null 2>&1 && printf "%s" "${!2:-}"' _ "$1/env" "$2"
+}
+
 # se_stack_start_free DIR: starts a stack in DIR on free ports, with other
 # ports when one was taken meanwhile (stack.sh exit 3).  Sets SE_REDIS_PORT
 # and SE_PG_PORT, and with SECKILL_REDIS_TOPOLOGY=sentinel SE_REPLICA_PORT and
-# SE_SENTINEL_PORTS (SE_SENTINEL_COUNT of them, comma-separated).  Returns 0,
-# or 1 after stopping what it started.
+# SE_SENTINEL_PORTS (SE_SENTINEL_COUNT of them, comma-separated); with
+# SECKILL_REDIS_TOPOLOGY=cluster SE_CLUSTER_PORTS (SE_CLUSTER_MASTERS masters),
+# SE_CLUSTER_REPLICAS (SECKILL_REDIS_CLUSTER_REPLICAS, default 1) and
+# SE_CLUSTER_REPLICA_PORTS, as DIR/env names them, and SE_REDIS_PORT the first
+# master.  Returns 0, or 1 after stopping what it started.
 se_stack_start_free() {
     local dir=$1 attempt st i p
     local -a taken
     for ((attempt = 1; attempt <= SE_START_TRIES; attempt++)); do
-        SE_REDIS_PORT=$(se_free_port) || return 1
-        SE_PG_PORT=$(se_free_port "$SE_REDIS_PORT") || return 1
         SE_REPLICA_PORT=
         SE_SENTINEL_PORTS=
+        SE_CLUSTER_REPLICAS=
+        SE_CLUSTER_PORTS=
+        SE_CLUSTER_REPLICA_PORTS=
+        if [[ ${SECKILL_REDIS_TOPOLOGY:-single} == cluster ]]; then
+            SE_CLUSTER_REPLICAS=${SECKILL_REDIS_CLUSTER_REPLICAS:-1}
+            [[ $SE_CLUSTER_REPLICAS =~ ^[0-9]$ ]] || return 1
+            taken=()
+            for ((i = 0; i < SE_CLUSTER_MASTERS * (1 + SE_CLUSTER_REPLICAS); i++)); do
+                p=$(se_free_cluster_port "${taken[@]}") || return 1
+                taken+=("$p" "$((p + SE_CLUSTER_BUS_OFFSET))")
+                if ((i < SE_CLUSTER_MASTERS)); then
+                    SE_CLUSTER_PORTS+=${SE_CLUSTER_PORTS:+,}$p
+                else
+                    SE_CLUSTER_REPLICA_PORTS+=${SE_CLUSTER_REPLICA_PORTS:+,}$p
+                fi
+            done
+            SE_REDIS_PORT=${SE_CLUSTER_PORTS%%,*}
+            SE_PG_PORT=$(se_free_port "${taken[@]}") || return 1
+        else
+            SE_REDIS_PORT=$(se_free_port) || return 1
+            SE_PG_PORT=$(se_free_port "$SE_REDIS_PORT") || return 1
+        fi
         if [[ ${SECKILL_REDIS_TOPOLOGY:-single} == sentinel ]]; then
             taken=("$SE_REDIS_PORT" "$SE_PG_PORT")
             SE_REPLICA_PORT=$(se_free_port "${taken[@]}") || return 1
@@ -65,6 +121,14 @@ se_stack_start_free() {
         fi
         st=0
         se_stack start "$dir" || st=$?
+        if ((st == 0)) && [[ -n $SE_CLUSTER_PORTS ]]; then
+            # A cluster keeps the ports it was made on (a retry after a
+            # clash may have found it made): the ones DIR/env names.
+            SE_CLUSTER_PORTS=$(se_env_value "$dir" SECKILL_REDIS_CLUSTER_PORTS)
+            SE_CLUSTER_REPLICA_PORTS=$(se_env_value "$dir" SECKILL_REDIS_CLUSTER_REPLICA_PORTS)
+            SE_REDIS_PORT=${SE_CLUSTER_PORTS%%,*}
+            [[ -n $SE_CLUSTER_PORTS ]] || return 1
+        fi
         ((st == 0)) && return 0
         "$SE_STACK" stop "$dir" >/dev/null 2>&1 || true
         ((st == 3)) || return 1
@@ -75,7 +139,11 @@ se_stack_start_free() {
 
 # se_stack CMD DIR: stack.sh CMD DIR on the ports se_stack_start_free chose.
 se_stack() {
-    if [[ -n $SE_SENTINEL_PORTS ]]; then
+    if [[ -n $SE_CLUSTER_PORTS ]]; then
+        SECKILL_REDIS_TOPOLOGY=cluster SECKILL_REDIS_PORT=$SE_REDIS_PORT SECKILL_PG_PORT=$SE_PG_PORT \
+            SECKILL_REDIS_CLUSTER_PORTS=$SE_CLUSTER_PORTS SECKILL_REDIS_CLUSTER_REPLICAS=$SE_CLUSTER_REPLICAS \
+            SECKILL_REDIS_CLUSTER_REPLICA_PORTS=$SE_CLUSTER_REPLICA_PORTS "$SE_STACK" "$1" "$2"
+    elif [[ -n $SE_SENTINEL_PORTS ]]; then
         SECKILL_REDIS_TOPOLOGY=sentinel SECKILL_REDIS_PORT=$SE_REDIS_PORT SECKILL_PG_PORT=$SE_PG_PORT \
             SECKILL_REDIS_REPLICA_PORT=$SE_REPLICA_PORT SECKILL_SENTINEL_PORTS=$SE_SENTINEL_PORTS \
             "$SE_STACK" "$1" "$2"
@@ -110,7 +178,9 @@ se_secret_file() {
 # (FLUSHALL, SCRIPT FLUSH, CLIENT KILL: what tests and scripts do to Redis,
 # never the service, whose DIR/env URL names the restricted user).  A plain
 # redis:// URL to the master: PORT, or in the Sentinel topology the master the
-# Sentinels name (another node than PORT's after a failover).
+# Sentinels name (another node than PORT's after a failover), or in the
+# cluster topology the first master that answers (one node of several: a
+# FLUSHALL there empties its slots only).
 se_redis_admin_url() {
     local pw port
     pw=$(tr -dc '0-9a-f' <"$1/redis-admin-password") || return 1
@@ -130,10 +200,17 @@ se_redis_admin() {
 }
 
 # se_redis_master_port DIR PORT: the port of the master of DIR's Redis: in the
-# Sentinel topology what the first Sentinel that answers says, else PORT.
+# Sentinel topology what the first Sentinel that answers says, in the cluster
+# topology the first master se_cluster_master_ports names, else PORT.
 se_redis_master_port() {
     local dir=$1 conf sport out p
-    if grep -qs '^masteruser ' "$dir/redis/redis.conf"; then
+    if [[ $(cat "$dir/redis-topology" 2>/dev/null) == cluster ]]; then
+        p=$(se_cluster_master_ports "$dir" | head -n1)
+        if [[ -n $p ]]; then
+            printf '%s\n' "$p"
+            return 0
+        fi
+    elif grep -qs '^masteruser ' "$dir/redis/redis.conf"; then
         for conf in "$dir"/sentinel-[0-9]*/sentinel.conf; do
             [[ -r $conf ]] || continue
             sport=$(awk '$1 == "port" { print $2; exit }' "$conf")
@@ -147,6 +224,30 @@ se_redis_master_port() {
         done
     fi
     printf '%s\n' "$2"
+}
+
+# se_cluster_master_ports DIR: the ports of the masters of DIR's cluster now
+# (one per line, in slot order): those serving slots that the first node
+# answering (as the admin user) sees neither failed nor suspected (CLUSTER
+# NODES).  Prints nothing (status 1) when no node answers.
+se_cluster_master_ports() {
+    local dir=$1 conf port out pw
+    pw=$(tr -dc '0-9a-f' <"$dir/redis-admin-password") || return 1
+    for conf in "$dir"/redis-cluster-[0-9]*/redis.conf; do
+        [[ -r $conf ]] || continue
+        port=$(awk '$1 == "port" { print $2; exit }' "$conf")
+        [[ -n $port ]] || continue
+        # Bounded: a node stopped (SIGSTOP) by a fault scenario never answers.
+        out=$(REDISCLI_AUTH=$pw timeout 5 redis-cli --user seckill-admin -h 127.0.0.1 -p "$port" \
+            CLUSTER NODES 2>/dev/null | tr -d '\r') || continue
+        [[ $out == *master* ]] || continue
+        awk '$3 ~ /(^|,)master(,|$)/ && $3 !~ /(^|,)(fail\??|noaddr|handshake)(,|$)/ && NF >= 9 {
+                 addr = $2; sub(/[@,].*/, "", addr); sub(/.*:/, "", addr)
+                 first = $9; sub(/^\[/, "", first); sub(/[^0-9].*/, "", first)
+                 print first + 0, addr }' <<<"$out" | sort -n | awk '{ print $2 }'
+        return 0
+    done
+    return 1
 }
 
 # se_pg_admin_dsn DIR PORT: the stack's PostgreSQL as its superuser, with the

@@ -17,6 +17,18 @@
 # node stays the master: start asks the Sentinels (or their last config) which
 # node is master and starts the other one as its replica.
 #
+# SECKILL_REDIS_TOPOLOGY=cluster makes start run a Redis Cluster instead: the
+# masters on SECKILL_REDIS_CLUSTER_PORTS (default 6390,6391,6392; at least 3),
+# SECKILL_REDIS_CLUSTER_REPLICAS replicas of each (default 1; 0 allowed) on
+# SECKILL_REDIS_CLUSTER_REPLICA_PORTS (default 6393 and up, one port per
+# replica), cluster-node-timeout SECKILL_REDIS_CLUSTER_NODE_TIMEOUT_MS (default
+# 1000); each node's cluster bus is on its port + 10000, so ports are at most
+# 55535.  The first start of DIR creates the cluster (redis-cli --cluster
+# create); later starts start the nodes that are down, on the ports DIR
+# recorded, and wait for cluster_state:ok (a master that was failed over comes
+# back as a replica by itself).  DIR/env then names the masters' ports as seed
+# nodes (redis-cluster://).
+#
 # Neither server runs as root: as root, PostgreSQL runs as 'postgres' and Redis
 # as 'redis' (Debian's package users), else as a 'seckill' system user created
 # here; as anyone else, as that user.  Redis has no default user: the service
@@ -41,6 +53,14 @@
 #                 (replicas log in to their master as it; mode 600)
 #   redis-sentinel-password     password of ACL user seckill-sentinel (the
 #                 Sentinels log in to the data nodes and to each other; 600)
+#   cluster topology only (redis/ is not used):
+#   redis-cluster-N/      a node: redis.conf, nodes.conf (the cluster's state,
+#                 Redis's own), redis.pid, redis.log, AOF files; N = 1.. the
+#                 masters of the first start (SECKILL_REDIS_CLUSTER_PORTS), then
+#                 their replicas; owned by the Redis OS user
+#   redis-replication-password  as above (replicas log in to their master)
+#   redis-topology        the topology of the last start (single, sentinel or
+#                 cluster), for status
 #   pg/data/      PGDATA (seckill.conf there holds our settings)
 #   pg/run/       unix socket directory
 #   pg.log        server log (pg_ctl -l)
@@ -54,7 +74,9 @@
 #                 service user's password): the service's DSN and PGPASSFILE,
 #                 and SECKILL_MIGRATE_PG_DSN (the owner, its own passfile);
 #                 with Sentinel also SECKILL_REDIS_TOPOLOGY,
-#                 SECKILL_REDIS_REPLICA_PORT and SECKILL_SENTINEL_PORTS
+#                 SECKILL_REDIS_REPLICA_PORT and SECKILL_SENTINEL_PORTS; with
+#                 the cluster SECKILL_REDIS_TOPOLOGY,
+#                 SECKILL_REDIS_CLUSTER_PORTS, SECKILL_REDIS_CLUSTER_REPLICA_PORTS
 #
 # Exit codes: 0 ok, 1 failure, 2 usage, 3 a port is already taken by
 # something else (callers may retry with other ports).
@@ -88,6 +110,29 @@ S_READY_WAIT_TENTHS=300 # 30 s
 # the reconciliation rebuilds); a deployment with two replicas sets 1.
 R_MIN_REPLICAS_TO_WRITE=${SECKILL_REDIS_MIN_REPLICAS_TO_WRITE:-0}
 R_MIN_REPLICAS_MAX_LAG=10
+
+# The cluster topology.  A node that does not answer for the node timeout is
+# suspected, failed once most masters say so, and its replica elected about a
+# second later: the short default keeps failover tests quick.
+C_DEFAULT_PORTS=6390,6391,6392
+C_DEFAULT_REPLICA_BASE=6393 # the replicas' default ports: from here up
+C_DEFAULT_REPLICAS=1
+C_DEFAULT_NODE_TIMEOUT_MS=1000
+C_MIN_MASTERS=3 # redis-cli --cluster create wants at least three
+C_MAX_MASTERS=9
+C_MAX_REPLICAS=3
+C_BUS_OFFSET=10000 # a node's cluster bus port is its port + this (Redis's default)
+C_MAX_PORT=$((65535 - C_BUS_OFFSET))
+C_SLOTS=16384
+# redis-cli --cluster create: meets, slots, replicas, and its own wait for
+# the nodes to agree.
+C_CREATE_TIMEOUT=60
+# start waits this long for every node to say cluster_state:ok with every
+# slot assigned, to know every node, and for every replica's link to be up.
+C_READY_WAIT_TENTHS=300 # 30 s
+C_NODE_TIMEOUT_MS=$C_DEFAULT_NODE_TIMEOUT_MS # start: SECKILL_REDIS_CLUSTER_NODE_TIMEOUT_MS
+C_SEED_PORTS=    # start: the masters' ports when the cluster was made (DIR/env)
+C_REPLICA_PORTS= # start: the other nodes' ports
 
 die() {
     printf '%s: error: %s\n' "$PROG" "$*" >&2
@@ -202,10 +247,12 @@ R_REPL_PW_FILE=$DIR/redis-replication-password
 R_REPL_USER=seckill-replication
 R_SENT_PW_FILE=$DIR/redis-sentinel-password
 R_SENT_USER=seckill-sentinel
+TOPOLOGY_FILE=$DIR/redis-topology
 
 IS_ROOT=0
 [[ $(id -u) -eq 0 ]] && IS_ROOT=1
-HA=0 # 1: the Sentinel topology (start: requested; status: DIR's)
+HA=0      # 1: the Sentinel topology (start: requested; status: DIR's)
+CLUSTER=0 # 1: the cluster topology, likewise
 
 # Serialise concurrent invocations on the same DIR.  Daemons are started
 # with fd 9 closed so they never inherit the lock.
@@ -296,8 +343,8 @@ ensure_password() {
 
 # A Redis process of the stack (a node) lives in its own directory: redis/
 # (the data node, the master of a new stack), redis-replica/ and sentinel-N/
-# (Sentinel topology), each holding KIND.conf, KIND.pid and KIND.log, KIND
-# being redis or sentinel.
+# (Sentinel topology), redis-cluster-N/ (cluster topology), each holding
+# KIND.conf, KIND.pid and KIND.log, KIND being redis or sentinel.
 node_kind() {
     case ${1##*/} in
     sentinel-*) printf 'sentinel\n' ;;
@@ -370,17 +417,33 @@ sentinel_dirs() {
     done | sort -V
 }
 
-# The topology DIR's Redis was last started with: sentinel when the data
-# node's config names a replication user (both data nodes' do), else single.
-dir_topology() {
-    if [[ -r $R_CONF ]] && grep -q '^masteruser ' "$R_CONF"; then
-        printf 'sentinel\n'
-    else
-        printf 'single\n'
-    fi
+# The cluster's nodes' directories, in order (redis-cluster-1, ...).
+cluster_dirs() {
+    local d
+    for d in "$DIR"/redis-cluster-[0-9]*; do
+        [[ -d $d ]] && printf '%s\n' "$d"
+    done | sort -V
 }
 
-# The topology of what runs in DIR now: none, single or sentinel.
+# The topology DIR's Redis was last started with: what start recorded, else
+# (a DIR of an older stack.sh) sentinel when the data node's config names a
+# replication user (both data nodes' do), else single.
+dir_topology() {
+    local t=
+    if [[ -r $TOPOLOGY_FILE ]]; then read -r t <"$TOPOLOGY_FILE" || true; fi
+    case $t in
+    single | sentinel | cluster) printf '%s\n' "$t" ;;
+    *)
+        if [[ -r $R_CONF ]] && grep -q '^masteruser ' "$R_CONF"; then
+            printf 'sentinel\n'
+        else
+            printf 'single\n'
+        fi
+        ;;
+    esac
+}
+
+# The topology of what runs in DIR now: none, single, sentinel or cluster.
 running_topology() {
     local d
     local -a ha=("$RR_DIR")
@@ -391,8 +454,15 @@ running_topology() {
             return 0
         fi
     done
+    while read -r d; do
+        if node_alive "$d"; then
+            printf 'cluster\n'
+            return 0
+        fi
+    done < <(cluster_dirs)
     if node_alive "$R_DIR"; then
-        dir_topology
+        d=$(dir_topology)
+        printf '%s\n' "${d/cluster/single}"
     else
         printf 'none\n'
     fi
@@ -422,8 +492,19 @@ R_SVC_COMMANDS=(
     # decisions and lock wake-ups; seckillctl lock list / force-release
     publish subscribe unsubscribe scan multi exec
 )
-# Sentinel topology.  A replica logs in to its master with what replication
-# takes and nothing else.
+# Cluster topology: what a cluster client asks besides (where the slots are,
+# which node it is on, a key's slot; ASKING during a slot's migration,
+# READONLY/READWRITE to read from a replica; SCRIPT LOAD after a NOSCRIPT,
+# which the lock library's cluster client sends instead of EVAL: no more than
+# EVAL may do, which caches the script as well).  Not CLUSTER RESET,
+# FAILOVER, SETSLOT, ADDSLOTS, FORGET, MEET or NODES: the layout is the
+# operator's; nor SCRIPT FLUSH or KILL.
+R_SVC_CLUSTER_COMMANDS=(
+    'cluster|slots' 'cluster|shards' 'cluster|info' 'cluster|myid' 'cluster|keyslot'
+    asking readonly readwrite 'script|load'
+)
+# Sentinel and cluster topologies.  A replica logs in to its master with what
+# replication takes and nothing else.
 R_REPL_COMMANDS=(psync replconf ping)
 # What a Sentinel sends to a data node (Redis 7.0's Sentinel documentation):
 # hellos on its channel, INFO and ROLE to watch it, and a failover's MULTI,
@@ -454,11 +535,15 @@ acl_allow() {
     printf '%s' "$out"
 }
 
-# redis_acl_rules SERVICE_PW ADMIN_PW [REPLICATION_PW SENTINEL_PW]: the ACL
+# redis_acl_rules SERVICE_PW ADMIN_PW [REPLICATION_PW [SENTINEL_PW]]: the ACL
 # lines of redis.conf (passwords as SHA-256, so the config holds no password);
-# the last two users only with the last two passwords (Sentinel topology).
+# the replication and Sentinel users only with their passwords (Sentinel
+# topology: both; cluster: replication only).  In the cluster topology
+# (CLUSTER=1) the service's user may also ask the cluster's layout.
 redis_acl_rules() {
     local svc_hash admin_hash
+    local -a svc_commands=("${R_SVC_COMMANDS[@]}")
+    ((CLUSTER)) && svc_commands+=("${R_SVC_CLUSTER_COMMANDS[@]}")
     svc_hash=$(sha256_hex "$1")
     admin_hash=$(sha256_hex "$2")
     # Nobody can log in as the default user (off, no password), but it keeps
@@ -468,11 +553,12 @@ redis_acl_rules() {
     # #14541, valkey #3983).
     printf 'user default off resetpass ~* &* +@all\n'
     printf 'user %s on #%s resetkeys %s resetchannels %s -@all%s\n' \
-        "$R_SVC_USER" "$svc_hash" "$R_SVC_KEYS" "$R_SVC_CHANNELS" "$(acl_allow "${R_SVC_COMMANDS[@]}")"
+        "$R_SVC_USER" "$svc_hash" "$R_SVC_KEYS" "$R_SVC_CHANNELS" "$(acl_allow "${svc_commands[@]}")"
     printf 'user %s on #%s ~* &* +@all\n' "$R_ADMIN_USER" "$admin_hash"
     [[ -n ${3:-} ]] || return 0
     printf 'user %s on #%s resetkeys resetchannels -@all%s\n' \
         "$R_REPL_USER" "$(sha256_hex "$3")" "$(acl_allow "${R_REPL_COMMANDS[@]}")"
+    [[ -n ${4:-} ]] || return 0
     printf 'user %s on #%s resetkeys resetchannels %s -@all%s\n' \
         "$R_SENT_USER" "$(sha256_hex "$4")" "$R_SENT_CHANNELS" "$(acl_allow "${R_SENT_COMMANDS[@]}")"
 }
@@ -491,20 +577,25 @@ sentinel_acl_rules() {
 }
 
 # The OS user of every Redis process of the stack: the one of the data node
-# redis/ (as root: its directory's owner, else Debian's 'redis'), so that the
-# replica and the Sentinels run as the same user.
+# redis/ (as root: its directory's owner, else Debian's 'redis'; in a DIR
+# that only ever held a cluster, the first cluster node's), so that the
+# replica, the Sentinels and the cluster's nodes run as the same user.
 R_USER=
 redis_user_init() {
+    local owner_dir=$R_DIR
     [[ -n $R_USER ]] && return 0
+    [[ ! -d $R_DIR && -d $DIR/redis-cluster-1 ]] && owner_dir=$DIR/redis-cluster-1
     if ((IS_ROOT)); then
-        R_USER=$(stack_os_user "$R_DIR" redis)
+        R_USER=$(stack_os_user "$owner_dir" redis)
     else
         R_USER=$(id -un)
     fi
 }
 
 # redis_write_conf NODE PORT [MASTER_PORT]: a data node's redis.conf; in the
-# Sentinel topology (HA=1) the replica of MASTER_PORT when given.
+# Sentinel topology (HA=1) the replica of MASTER_PORT when given; in the
+# cluster topology (CLUSTER=1) a cluster node (the cluster says who follows
+# whom).
 redis_write_conf() {
     local d=$1 port=$2 master=${3:-} svc_pw admin_pw repl_pw='' sent_pw=''
     svc_pw=$(ensure_password "$R_PW_FILE" "$R_PW_BYTES")
@@ -512,6 +603,8 @@ redis_write_conf() {
     if ((HA)); then
         repl_pw=$(ensure_password "$R_REPL_PW_FILE" "$R_PW_BYTES")
         sent_pw=$(ensure_password "$R_SENT_PW_FILE" "$R_PW_BYTES")
+    elif ((CLUSTER)); then
+        repl_pw=$(ensure_password "$R_REPL_PW_FILE" "$R_PW_BYTES")
     fi
     {
         cat <<EOF
@@ -543,6 +636,20 @@ min-replicas-to-write $R_MIN_REPLICAS_TO_WRITE
 min-replicas-max-lag $R_MIN_REPLICAS_MAX_LAG
 EOF
             [[ -z $master ]] || printf 'replicaof 127.0.0.1 %s\n' "$master"
+        fi
+        # Cluster: the node's state (who it is, its peers, its slots) is
+        # Redis's own nodes.conf in its directory, kept across starts; the
+        # bus (node to node, no login) listens on loopback like the port.
+        if ((CLUSTER)); then
+            cat <<EOF
+# Cluster topology: a replica logs in to its master as $R_REPL_USER.
+cluster-enabled yes
+cluster-config-file nodes.conf
+cluster-node-timeout $C_NODE_TIMEOUT_MS
+cluster-port $((port + C_BUS_OFFSET))
+masteruser $R_REPL_USER
+masterauth $repl_pw
+EOF
         fi
     } | write_file "$d/redis.conf" 600
 }
@@ -593,7 +700,8 @@ EOF
 # node_start NODE PORT PORTVAR [MASTER_PORT]: starts the node unless it runs
 # already: a data node (the replica of MASTER_PORT when given) or a Sentinel
 # (watching the master on MASTER_PORT).  PORTVAR: the setting of PORT, for
-# messages.  Exit 3 when PORT is taken by something else.
+# messages.  Exit 3 when PORT (or a cluster node's bus port) is taken by
+# something else.
 node_start() {
     local d=$1 port=$2 portvar=$3 master=${4:-} label bin log pid i
     label=$(node_label "$d")
@@ -617,6 +725,11 @@ node_start() {
         printf '%s: error: port %s is already in use; cannot start %s (set %s)\n' "$PROG" "$port" "$label" "$portvar" >&2
         exit 3
     fi
+    if ((CLUSTER)) && port_busy "$((port + C_BUS_OFFSET))"; then
+        printf '%s: error: port %s (the cluster bus of %s, its port + %s) is already in use; cannot start %s (set %s)\n' \
+            "$PROG" "$((port + C_BUS_OFFSET))" "$port" "$C_BUS_OFFSET" "$label" "$portvar" >&2
+        exit 3
+    fi
     mkdir -p "$d"
     chmod 700 "$d"
     redis_user_init
@@ -638,9 +751,10 @@ node_start() {
     fi
     # Sentinel topology: Redis rewrites these configs (a Sentinel at each
     # change, a data node at the CONFIG REWRITE of a failover) with mode 644
-    # less its umask, and they hold passwords (auth-pass, masterauth).
+    # less its umask, and they hold passwords (auth-pass, masterauth).  A
+    # cluster node's files are its own (nodes.conf, AOF): nobody else's.
     (
-        ((HA)) && umask 077
+        ((HA || CLUSTER)) && umask 077
         as_user "$R_USER" "$bin" "$(node_file "$d" conf)" </dev/null >>"$log" 2>&1 9>&-
     ) ||
         {
@@ -794,6 +908,219 @@ ha_wait_ready() {
         log_tail "$(node_file "$d" log)"
     done
     exit 1
+}
+
+# ---------------------------------------------------------------- cluster
+
+# info_field TEXT NAME: the value of NAME:value in INFO-style TEXT.
+info_field() { awk -F: -v n="$2" '$1 == n { print $2; exit }' <<<"$1"; }
+
+# cluster_info PORT: CLUSTER INFO of the node on PORT (admin), without CRs.
+cluster_info() { redis_admin "$1" CLUSTER INFO 2>/dev/null | tr -d '\r'; }
+
+# cluster_formed: true once a node of DIR has been part of a cluster: its
+# nodes.conf (Redis's) knows another node, or owns slots.  A node writes one
+# alone at its first start, before any --cluster create.
+cluster_formed() {
+    local d
+    while read -r d; do
+        [[ -r $d/nodes.conf ]] || continue
+        awk '$1 != "vars" && NF >= 8 { n++; if (NF >= 9) slots = 1 }
+             END { exit !(n > 1 || slots) }' "$d/nodes.conf" && return 0
+    done < <(cluster_dirs)
+    return 1
+}
+
+# cluster_masters PORT...: the ports of the masters that serve slots now, in
+# slot order, as the first of the nodes on PORT... that answers sees them
+# (CLUSTER NODES): none failed or suspected.  Prints nothing when none answers.
+cluster_masters() {
+    local p out
+    for p in "$@"; do
+        out=$(redis_admin "$p" CLUSTER NODES 2>/dev/null | tr -d '\r') || continue
+        [[ -n $out ]] || continue
+        awk '$3 ~ /(^|,)master(,|$)/ && $3 !~ /(^|,)(fail\??|noaddr|handshake)(,|$)/ && NF >= 9 {
+                 addr = $2; sub(/[@,].*/, "", addr); sub(/.*:/, "", addr)
+                 first = $9; sub(/^\[/, "", first); sub(/[^0-9].*/, "", first)
+                 print first + 0, addr }' <<<"$out" | sort -n | awk '{ print $2 }'
+        return 0
+    done
+}
+
+# cluster_not_ready NODES PORT...: prints what keeps the cluster from being
+# ready; fails (nothing to say) when every node (on PORT...) answers
+# cluster_state:ok with every slot assigned, knows all NODES nodes, and every
+# replica's link to its master is up (a failover needs a replica in sync).
+cluster_not_ready() {
+    local want=$1 p out repl
+    shift
+    for p in "$@"; do
+        out=$(cluster_info "$p") || out=
+        if [[ -z $out ]]; then
+            printf 'the node on :%s does not answer CLUSTER INFO\n' "$p"
+            return 0
+        fi
+        if [[ $(info_field "$out" cluster_state) != ok ||
+            $(info_field "$out" cluster_slots_assigned) != "$C_SLOTS" ]]; then
+            printf 'the node on :%s says cluster_state:%s, %s of %s slots assigned\n' "$p" \
+                "$(info_field "$out" cluster_state)" "$(info_field "$out" cluster_slots_assigned)" "$C_SLOTS"
+            return 0
+        fi
+        if [[ $(info_field "$out" cluster_known_nodes) != "$want" ]]; then
+            printf 'the node on :%s knows %s nodes, not %s\n' "$p" "$(info_field "$out" cluster_known_nodes)" "$want"
+            return 0
+        fi
+        repl=$(redis_admin "$p" INFO replication 2>/dev/null | tr -d '\r') || repl=
+        if [[ $(info_field "$repl" role) == slave && $(info_field "$repl" master_link_status) != up ]]; then
+            printf 'the replica on :%s has no link to its master :%s yet\n' "$p" "$(info_field "$repl" master_port)"
+            return 0
+        fi
+    done
+    return 1
+}
+
+# cluster_wait_ready NODES PORT...: waits (bounded) until cluster_not_ready
+# has nothing to say.
+cluster_wait_ready() {
+    local i why='' d
+    for ((i = 0; i < C_READY_WAIT_TENTHS; i += 2)); do
+        why=$(cluster_not_ready "$@") || return 0
+        sleep 0.2
+    done
+    warn "the cluster is not ready after $((C_READY_WAIT_TENTHS / 10))s: $why"
+    while read -r d; do
+        log_tail "$(node_file "$d" log)"
+    done < <(cluster_dirs)
+    exit 1
+}
+
+# cluster_create REPLICAS PORT...: makes the cluster of the fresh nodes on
+# PORT... (the masters first), REPLICAS replicas per master, as the admin
+# user (its password through the environment).  redis-cli's output goes to
+# DIR/redis-cluster-create.log.
+cluster_create() {
+    local replicas=$1 pw p log=$DIR/redis-cluster-create.log
+    local -a addrs=()
+    shift
+    for p in "$@"; do
+        addrs+=("127.0.0.1:$p")
+    done
+    pw=$(tr -dc '0-9a-f' <"$R_ADMIN_PW_FILE")
+    info "redis: creating the cluster (masters first, $replicas replica(s) each): ${addrs[*]}"
+    if ! REDISCLI_AUTH=$pw timeout "$C_CREATE_TIMEOUT" redis-cli --user "$R_ADMIN_USER" \
+        --cluster create "${addrs[@]}" --cluster-replicas "$replicas" --cluster-yes \
+        </dev/null >"$log" 2>&1; then
+        warn "redis-cli --cluster create failed (or took over ${C_CREATE_TIMEOUT}s)"
+        log_tail "$log"
+        exit 1
+    fi
+}
+
+# cluster_start MASTER_PORTS REPLICA_PORTS REPLICAS PG_PORT: the cluster's
+# nodes (created on DIR's first start, else the nodes DIR holds, on the ports
+# they had), PostgreSQL, then waits until the cluster is ok.
+cluster_start() {
+    local mports=$1 rports=$2 replicas=$3 pport=$4 p i d dup pgpid nmasters
+    local -a masters=() reps=() ports=() buses=() dirs=() actual=()
+    IFS=, read -r -a masters <<<"$mports"
+    IFS=, read -r -a reps <<<"$rports"
+    ((${#masters[@]} >= C_MIN_MASTERS && ${#masters[@]} <= C_MAX_MASTERS)) ||
+        die "SECKILL_REDIS_CLUSTER_PORTS must list $C_MIN_MASTERS to $C_MAX_MASTERS ports, got '$mports'"
+    if ! [[ $replicas =~ ^[0-9]$ ]] || ((replicas > C_MAX_REPLICAS)); then
+        die "bad SECKILL_REDIS_CLUSTER_REPLICAS: '$replicas' (0 to $C_MAX_REPLICAS)"
+    fi
+    ((${#reps[@]} == ${#masters[@]} * replicas)) ||
+        die "SECKILL_REDIS_CLUSTER_REPLICA_PORTS must list $((${#masters[@]} * replicas)) ports ($replicas per master), got '$rports'"
+    for p in "${masters[@]}" "${reps[@]}"; do
+        if ! valid_port "$p" || ((10#$p > C_MAX_PORT)); then
+            die "bad port in SECKILL_REDIS_CLUSTER_PORTS or SECKILL_REDIS_CLUSTER_REPLICA_PORTS: '$p'" \
+                "(1 to $C_MAX_PORT: its cluster bus is on port + $C_BUS_OFFSET)"
+        fi
+        ports+=("$((10#$p))")
+        buses+=("$((10#$p + C_BUS_OFFSET))")
+    done
+    dup=$(printf '%s\n' "${ports[@]}" "${buses[@]}" "$((10#$pport))" | sort | uniq -d | tr '\n' ' ')
+    [[ -z $dup ]] ||
+        die "the cluster's ports, their bus ports (port + $C_BUS_OFFSET) and SECKILL_PG_PORT must all differ: ${dup% } twice"
+    record_topology cluster
+
+    if cluster_formed; then
+        # The nodes keep their ports: the others know each one by its
+        # address (nodes.conf).
+        mapfile -t dirs < <(cluster_dirs)
+        for d in "${dirs[@]}"; do
+            p=$(node_port "$d")
+            [[ -n $p ]] || die "$d/redis.conf names no port; remove DIR's redis-cluster-*/ to create the cluster anew"
+            actual+=("$p")
+        done
+        if [[ ${actual[*]} != "${ports[*]}" ]]; then
+            warn "note: the cluster in $DIR has its nodes on ${actual[*]} (asked for ${ports[*]});" \
+                "they keep those ports (remove DIR's redis-cluster-*/ to create it anew)"
+        fi
+        for i in "${!dirs[@]}"; do
+            node_start "${dirs[i]}" "${actual[i]}" SECKILL_REDIS_CLUSTER_PORTS
+        done
+    else
+        # A fresh cluster: every port must be free before any node starts (a
+        # cluster, once made, keeps its ports), PostgreSQL's too.
+        for i in "${!ports[@]}"; do
+            d=$DIR/redis-cluster-$((i + 1))
+            dirs+=("$d")
+            if node_up "$d"; then
+                # A node of a start that stopped short of creating the
+                # cluster: on the requested port, or restarted there.
+                [[ $(node_port "$d") == "${ports[i]}" ]] && continue
+                node_stop "$d"
+            fi
+            for p in "${ports[i]}" "${buses[i]}"; do
+                if port_busy "$p"; then
+                    printf '%s: error: port %s is already in use; cannot start %s (%s; %s)\n' \
+                        "$PROG" "$p" "$(node_label "$d")" \
+                        "set SECKILL_REDIS_CLUSTER_PORTS / SECKILL_REDIS_CLUSTER_REPLICA_PORTS" \
+                        "a node needs its port and its port + $C_BUS_OFFSET" >&2
+                    exit 3
+                fi
+            done
+        done
+        pgpid=$(pg_pid)
+        if ! { [[ -n $pgpid ]] && pid_is "$pgpid" postgres; } && port_busy "$pport"; then
+            printf '%s: error: port %s is already in use; cannot start postgres (set SECKILL_PG_PORT)\n' "$PROG" "$pport" >&2
+            exit 3
+        fi
+        # Nodes of an earlier attempt with more of them: not part of this one.
+        while read -r d; do
+            ((${d##*/redis-cluster-} > ${#ports[@]})) || continue
+            node_stop "$d"
+            rm -rf "$d"
+            info "$(node_label "$d"): removed (the cluster is made of ${#ports[@]} nodes)"
+        done < <(cluster_dirs)
+        for i in "${!dirs[@]}"; do
+            node_start "${dirs[i]}" "${ports[i]}" SECKILL_REDIS_CLUSTER_PORTS
+        done
+        cluster_create "$replicas" "${ports[@]}"
+        actual=("${ports[@]}")
+    fi
+
+    pg_start "$pport"
+    pport=$(pg_conf_port)
+    cluster_wait_ready "${#actual[@]}" "${actual[@]}"
+    # The first nodes were the masters when the cluster was made: the seeds
+    # of the URL, whichever of them is a replica since a failover.
+    nmasters=$(info_field "$(cluster_info "${actual[0]}")" cluster_size)
+    if ! [[ $nmasters =~ ^[0-9]+$ ]] || ((nmasters < 1 || nmasters > ${#actual[@]})); then
+        die "cannot read cluster_size from the node on :${actual[0]}"
+    fi
+    C_SEED_PORTS=$(
+        IFS=,
+        printf '%s' "${actual[*]:0:nmasters}"
+    )
+    C_REPLICA_PORTS=$(
+        IFS=,
+        printf '%s' "${actual[*]:nmasters}"
+    )
+    write_client_files "${actual[0]}" "$pport"
+    pg_ensure_roles_db
+    info "redis: cluster ok, $C_SLOTS slots over the masters on $(cluster_masters "${actual[@]}" | tr '\n' ' ')(${#actual[@]} nodes)"
 }
 
 # ---------------------------------------------------------------- postgres
@@ -1005,7 +1332,8 @@ pg_dsn() {
 }
 
 # write_client_files REDIS_PORT PG_PORT [REPLICA_PORT SENTINEL_PORTS]: the
-# password files and DIR/env; with the last two, of the Sentinel topology.
+# password files and DIR/env; with the last two, of the Sentinel topology;
+# with CLUSTER=1, of the cluster of C_SEED_PORTS and C_REPLICA_PORTS.
 write_client_files() {
     local rport=$1 pport=$2 rrport=${3:-} sports=${4:-} pw rpw opw apw p hosts=''
     local -a list
@@ -1019,7 +1347,16 @@ write_client_files() {
     {
         printf '# generated by scripts/stack.sh start; source me\n'
         # The service's ACL user; the admin user's password stays in its file.
-        if [[ -z $sports ]]; then
+        if ((CLUSTER)); then
+            # The masters as seed nodes (any node tells a client where every
+            # slot is); no /db: a cluster has only database 0.  The password
+            # is hex: nothing to percent-encode.
+            IFS=, read -r -a list <<<"$C_SEED_PORTS"
+            for p in "${list[@]}"; do
+                hosts+=${hosts:+,}127.0.0.1:$p
+            done
+            printf 'export SECKILL_REDIS_URL=redis-cluster://%s:%s@%s\n' "$R_SVC_USER" "$rpw" "$hosts"
+        elif [[ -z $sports ]]; then
             printf 'export SECKILL_REDIS_URL=redis://%s:%s@127.0.0.1:%s/0\n' "$R_SVC_USER" "$rpw" "$rport"
         else
             # Behind Sentinel the service asks the Sentinels where the master
@@ -1043,6 +1380,14 @@ write_client_files() {
             printf 'export SECKILL_REDIS_TOPOLOGY=sentinel\n'
             printf 'export SECKILL_REDIS_REPLICA_PORT=%s\n' "$rrport"
             printf 'export SECKILL_SENTINEL_PORTS=%s\n' "$sports"
+        fi
+        if ((CLUSTER)); then
+            # For scripts: SECKILL_REDIS_PORT above is the first seed; these
+            # nodes were the masters and the replicas when the cluster was
+            # made (se_cluster_master_ports says which are masters now).
+            printf 'export SECKILL_REDIS_TOPOLOGY=cluster\n'
+            printf 'export SECKILL_REDIS_CLUSTER_PORTS=%s\n' "$C_SEED_PORTS"
+            printf 'export SECKILL_REDIS_CLUSTER_REPLICA_PORTS=%s\n' "$C_REPLICA_PORTS"
         fi
     } | write_file "$ENV_FILE" 600
 }
@@ -1122,9 +1467,14 @@ EOF
 
 # ---------------------------------------------------------------- commands
 
+# record_topology NAME: DIR's Redis is started as NAME from now on (status
+# reads it).
+record_topology() { printf '%s\n' "$1" | write_file "$TOPOLOGY_FILE" 644; }
+
 # single_start REDIS_PORT PG_PORT: one Redis, as always.
 single_start() {
     local rport=$1 pport=$2
+    record_topology single
     if [[ -d $RR_DIR && $(redis_master_node) == "$RR_DIR" ]]; then
         warn "note: redis-replica/ was the master last (Sentinel topology); one Redis uses redis/'s data"
     fi
@@ -1151,6 +1501,7 @@ ha_start() {
     done
     [[ $(printf '%s\n' "$rport" "$rrport" "$pport" "${ports[@]}" | sort | uniq -d) == "" ]] ||
         die "SECKILL_REDIS_PORT, SECKILL_REDIS_REPLICA_PORT, SECKILL_PG_PORT and SECKILL_SENTINEL_PORTS must all differ"
+    record_topology sentinel
 
     mnode=$(redis_master_node)
     if [[ $mnode == "$R_DIR" ]]; then
@@ -1199,7 +1550,10 @@ cmd_start() {
     valid_port "$rport" || die "bad SECKILL_REDIS_PORT: $rport"
     valid_port "$pport" || die "bad SECKILL_PG_PORT: $pport"
     [[ $rport != "$pport" ]] || die "SECKILL_REDIS_PORT and SECKILL_PG_PORT are both $rport"
-    case $topology in single | sentinel) ;; *) die "bad SECKILL_REDIS_TOPOLOGY: '$topology' (single or sentinel)" ;; esac
+    case $topology in
+    single | sentinel | cluster) ;;
+    *) die "bad SECKILL_REDIS_TOPOLOGY: '$topology' (single, sentinel or cluster)" ;;
+    esac
     [[ $R_MIN_REPLICAS_TO_WRITE =~ ^[0-9]$ ]] ||
         die "bad SECKILL_REDIS_MIN_REPLICAS_TO_WRITE: '$R_MIN_REPLICAS_TO_WRITE' (0-9)"
     # Switching topologies under running processes would mix configs.
@@ -1209,21 +1563,53 @@ cmd_start() {
     fi
     if [[ $topology == single ]]; then
         single_start "$rport" "$pport"
-    else
+    elif [[ $topology == sentinel ]]; then
         HA=1
         local rrport=${SECKILL_REDIS_REPLICA_PORT:-$((10#$rport + 1))}
         valid_port "$rrport" || die "bad SECKILL_REDIS_REPLICA_PORT: $rrport"
         ha_start "$rport" "$rrport" "$pport" "${SECKILL_SENTINEL_PORTS:-$S_DEFAULT_PORTS}"
+    else
+        CLUSTER=1
+        local mports=${SECKILL_REDIS_CLUSTER_PORTS:-$C_DEFAULT_PORTS}
+        local replicas=${SECKILL_REDIS_CLUSTER_REPLICAS:-$C_DEFAULT_REPLICAS} rports nmasters i
+        C_NODE_TIMEOUT_MS=${SECKILL_REDIS_CLUSTER_NODE_TIMEOUT_MS:-$C_DEFAULT_NODE_TIMEOUT_MS}
+        [[ $C_NODE_TIMEOUT_MS =~ ^[1-9][0-9]{1,5}$ ]] ||
+            die "bad SECKILL_REDIS_CLUSTER_NODE_TIMEOUT_MS: '$C_NODE_TIMEOUT_MS' (10 to 999999)"
+        [[ $replicas =~ ^[0-9]$ ]] || die "bad SECKILL_REDIS_CLUSTER_REPLICAS: '$replicas'"
+        if [[ -n ${SECKILL_REDIS_CLUSTER_REPLICA_PORTS+set} ]]; then
+            rports=$SECKILL_REDIS_CLUSTER_REPLICA_PORTS
+        else
+            # One port per replica from C_DEFAULT_REPLICA_BASE up.
+            nmasters=$(tr -cd , <<<"$mports" | wc -c)
+            rports=
+            for ((i = 0; i < (nmasters + 1) * replicas; i++)); do
+                rports+=${rports:+,}$((C_DEFAULT_REPLICA_BASE + i))
+            done
+        fi
+        cluster_start "$mports" "$rports" "$replicas" "$pport"
     fi
     info "env: source $ENV_FILE"
 }
 
 cmd_stop() {
     local rc=0 s
-    local -a sentinels
+    local -a sentinels cnodes masters=()
     # The Sentinels first: they would fail over as the data nodes go.
     mapfile -t sentinels < <(sentinel_dirs)
     for s in "${sentinels[@]}"; do
+        node_stop "$s" || rc=1
+    done
+    # A cluster's replicas before the masters, for the same reason: a
+    # replica that saw its master go would be elected in its place.
+    mapfile -t cnodes < <(cluster_dirs)
+    for s in "${cnodes[@]}"; do
+        if node_up "$s" && [[ $(redis_admin "$(node_port "$s")" ROLE 2>/dev/null | head -n1 | tr -d '\r') == master ]]; then
+            masters+=("$s")
+        else
+            node_stop "$s" || rc=1
+        fi
+    done
+    for s in "${masters[@]}"; do
         node_stop "$s" || rc=1
     done
     if [[ -d $PG_DATA ]]; then
@@ -1234,7 +1620,9 @@ cmd_stop() {
     if [[ -d $RR_DIR ]]; then
         node_stop "$RR_DIR" || rc=1
     fi
-    node_stop "$R_DIR" || rc=1
+    if [[ -d $R_DIR ]] || ((${#cnodes[@]} == 0)); then
+        node_stop "$R_DIR" || rc=1
+    fi
     return "$rc"
 }
 
@@ -1263,7 +1651,7 @@ node_status() {
     pid=$(node_pid "$d")
     port=$(node_port "$d")
     if node_up "$d"; then
-        ((HA)) && extra=$(node_role "$d")
+        ((HA || CLUSTER)) && extra=$(node_role "$d")
         info "$label: running on 127.0.0.1:$port (pid $pid${extra:+, $extra})"
     elif node_alive "$d"; then
         info "$label: NOT ANSWERING (pid $pid alive, port ${port:-?})"
@@ -1274,11 +1662,47 @@ node_status() {
     fi
 }
 
+# cluster_status: one line on the cluster as the first node that answers
+# sees it; fails unless cluster_state is ok.
+cluster_status() {
+    local d out=
+    local -a ports=()
+    while read -r d; do
+        ports+=("$(node_port "$d")")
+    done < <(cluster_dirs)
+    for d in "${ports[@]}"; do
+        out=$(cluster_info "$d") && [[ -n $out ]] && break
+    done
+    if [[ -z $out ]]; then
+        info "cluster: no node answers"
+        return 1
+    fi
+    info "cluster: state $(info_field "$out" cluster_state)," \
+        "$(info_field "$out" cluster_slots_assigned) of $C_SLOTS slots assigned," \
+        "masters on $(cluster_masters "${ports[@]}" | tr '\n' ' ')($(info_field "$out" cluster_known_nodes) nodes known)"
+    [[ $(info_field "$out" cluster_state) == ok ]]
+}
+
 cmd_status() {
     local rc=0 pid port s
-    local -a sentinels
-    [[ $(dir_topology) == sentinel ]] && HA=1
-    node_status "$R_DIR" || rc=1
+    local -a sentinels cnodes
+    case $(dir_topology) in
+    sentinel) HA=1 ;;
+    cluster) CLUSTER=1 ;;
+    esac
+    if ((CLUSTER)); then
+        mapfile -t cnodes < <(cluster_dirs)
+        if ((${#cnodes[@]} == 0)); then
+            info "cluster: no node"
+            rc=1
+        fi
+        for s in "${cnodes[@]}"; do
+            node_status "$s" || rc=1
+        done
+        ((${#cnodes[@]} == 0)) || cluster_status || rc=1
+    else
+        node_status "$R_DIR" || rc=1
+    fi
     if ((HA)); then
         node_status "$RR_DIR" || rc=1
         mapfile -t sentinels < <(sentinel_dirs)
