@@ -107,7 +107,7 @@ deps:
 
 # make run: everything a newcomer needs, in the foreground; Ctrl-C stops it all.
 # INSTANCES=N: N daemons behind HAProxy; REDIS=sentinel: Redis behind Sentinel;
-# REDIS=cluster: a Redis Cluster (scripts/stack.sh; seckilld cannot use it yet).
+# REDIS=cluster: a Redis Cluster (scripts/stack.sh).
 run: deps
 	$(MAKE) $(BUILD)/seckilld $(BUILD)/seckillctl
 	BUILD=$(BUILD) $(if $(INSTANCES),SECKILL_RUN_INSTANCES=$(INSTANCES)) \

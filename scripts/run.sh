@@ -231,7 +231,7 @@ HINT=
 if [[ ${SECKILL_REDIS_URL:-} == redis-sentinel://* ]]; then
     HINT=" (REDIS=sentinel needs a seckilld that reads redis-sentinel:// URLs)"
 elif [[ ${SECKILL_REDIS_URL:-} == redis-cluster://* ]]; then
-    HINT=" (REDIS=cluster needs a seckilld that reads redis-cluster:// URLs: the cluster client is in progress)"
+    HINT=" (REDIS=cluster needs a seckilld that reads redis-cluster:// URLs)"
 fi
 
 # start_daemon ADDR LOG: seckilld serve on ADDR, in the background.
