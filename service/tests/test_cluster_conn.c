@@ -117,7 +117,7 @@ START_TEST(test_a_pipeline_across_slots_keeps_its_order)
 {
     setup();
     /* one command per master and back, interleaved */
-    char keys[2 * MASTERS][KEYS_MAX], vals[2 * MASTERS][8];
+    char keys[2 * MASTERS][KEYS_MAX], vals[2 * MASTERS][16];
     int argcs[2 * MASTERS];
     const char *argv[2 * MASTERS][3];
     const char *const *argvs[2 * MASTERS];
