@@ -370,6 +370,9 @@ static int connect_all(struct ctx *c)
                      "cannot connect to Redis: no master '%s' reachable via %d "
                      "Sentinels",
                      t->master, t->nsentinels);
+        else if (t->nseeds)
+            snprintf(c->err, c->errlen, "cannot connect to the Redis Cluster of %d seed nodes",
+                     t->nseeds);
         else
             snprintf(c->err, c->errlen, "cannot connect to Redis at %s:%d", t->host, t->port);
         return -1;

@@ -361,7 +361,13 @@ static int check_backends(const struct lt_opts *o, char *err, size_t errlen)
                      t.sentinel[i].host);
             return -1;
         }
-    if (t.nsentinels == 0 && !lt_is_loopback(t.host)) {
+    for (int i = 0; i < t.nseeds; i++) /* a cluster: every seed on loopback */
+        if (!lt_is_loopback(t.seed[i].host)) {
+            snprintf(err, errlen, "--redis-url cluster node %s is not in 127.0.0.0/8",
+                     t.seed[i].host);
+            return -1;
+        }
+    if (t.nsentinels == 0 && t.nseeds == 0 && !lt_is_loopback(t.host)) {
         snprintf(err, errlen, "--redis-url host %s is not in 127.0.0.0/8", t.host);
         return -1;
     }

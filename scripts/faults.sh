@@ -24,6 +24,10 @@
 #   failover-stale-holder  the same, while a second daemon is stopped holding a writer
 #                        lock of the old master, about to write; its token is refused
 #   balancer-daemon-kill two daemons behind HAProxy, the load through it; kill -9 of one
+#   cluster-master-kill  Redis Cluster (three masters, a replica each): kill -9 of the
+#                        master serving the load's SKU; its replica takes over
+#   cluster-reshard      Redis Cluster: the SKU's slot migrated to another master with
+#                        redis-cli --cluster reshard during the sale
 #
 # Env in: BUILD (build), FAULTS_SHORT=1 (small loads: the whole suite in a few
 #         minutes), FAULTS_ONLY, FAULTS_ORDER_ACK (durable; reserved judges
@@ -51,7 +55,7 @@ done
 
 ALL_SCENARIOS=(daemon-kill redis-restart-aof redis-restart-empty pg-stop pg-freeze redis-freeze
     two-daemons-kill-one writer-frozen adjust-crash expiry-crash redis-failover
-    failover-stale-holder balancer-daemon-kill)
+    failover-stale-holder balancer-daemon-kill cluster-master-kill cluster-reshard)
 
 # ---------------------------------------------------------------- settings
 
@@ -79,6 +83,7 @@ DRAIN_TIMEOUT_S=120
 STACK_WAIT_TENTHS=300 # a killed server must be gone within 30 s
 MID_BATCH_TRIES=100   # samples of the writer's pending entries before a kill
 ADMIN_MAX_TIME_S=10
+RESHARD_TIMEOUT_S=120  # redis-cli --cluster reshard of up to a third of the slots
 AFTER_USER_BASE=2000000000 # buyers of the "sales continue" run, apart from the load's
 PROBE_STOCK=1000000000 # never sold out during a scenario
 PROBE_LIMIT=1000
@@ -111,6 +116,10 @@ declare -A HEAL_BOUND=(
     # the Sentinels' detection (down-after-milliseconds, 1 s in scripts/stack.sh)
     # and promotion, plus the issue's 5 s
     [redis-failover]=10 [failover-stale-holder]=10
+    # cluster-node-timeout (1 s) and the replica's election, plus the issue's 5 s
+    [cluster-master-kill]=10
+    # slots move one by one; the SKU's only at the end of the reshard
+    [cluster-reshard]=60
     # HAProxy's checks (two failures a second apart) take the dead one out
     [balancer-daemon-kill]=10
 )
@@ -706,17 +715,18 @@ ha_env_off() {
 # ha_up: the Sentinel stack of this scenario, migrated, its settings in
 # force (ha_down stops it and restores the main stack's).
 HA_PORTS=()
-ha_up() {
+ha_up() { # ha_up [TOPOLOGY]: sentinel (default) or cluster
+    local topo=${1:-sentinel}
     HA_DIR=$SDIR/ha-stack
     HA_PORTS=("$SE_REDIS_PORT" "$SE_PG_PORT") # the main stack's, set again by ha_down
     mkdir -p "$HA_DIR"
-    SECKILL_REDIS_TOPOLOGY=sentinel se_stack_start_free "$HA_DIR" >"$SDIR/ha-stack.log" 2>&1 || {
-        fail "the Sentinel stack did not start ($SDIR/ha-stack.log)"
+    SECKILL_REDIS_TOPOLOGY=$topo se_stack_start_free "$HA_DIR" >"$SDIR/ha-stack.log" 2>&1 || {
+        fail "the $topo stack did not start ($SDIR/ha-stack.log)"
         return 1
     }
     ha_env_on
     "$BUILD_DIR/seckilld" migrate >"$SDIR/ha-migrate.log" 2>&1 || {
-        fail "migrating the Sentinel stack failed ($SDIR/ha-migrate.log)"
+        fail "migrating the $topo stack failed ($SDIR/ha-migrate.log)"
         return 1
     }
 }
@@ -726,7 +736,7 @@ ha_down() {
     stop_daemons # while their stack still runs; then the stack
     ha_env_off
     "$LT_STACK" stop "$HA_DIR" >"$SDIR/ha-stop.log" 2>&1 ||
-        fail "stopping the Sentinel stack failed ($SDIR/ha-stop.log)"
+        fail "stopping the HA stack failed ($SDIR/ha-stop.log)"
     HA_DIR=
     SE_REDIS_PORT=${HA_PORTS[0]} SE_PG_PORT=${HA_PORTS[1]}
 }
@@ -816,6 +826,122 @@ SQL
     d1_said=$(curl -s --max-time 5 "$d1_url/metrics" 2>/dev/null |
         awk '/^seckill_(fence_refused|lock_lost|writer_batches_failed)_total/ { printf "%s %s; ", $1, $2 }')
     note "the stale holder afterwards: ${d1_said:-no metrics}"
+    ha_down
+}
+
+# ---- Redis Cluster (scripts/stack.sh's cluster topology: three masters,
+# a replica each, cluster-node-timeout 1000 ms)
+
+# cluster_admin ARGS...: a command as the admin user, to a master that answers.
+cluster_admin() {
+    local port
+    port=$(se_redis_master_port "$HA_DIR" "") && [[ -n $port ]] || return 1
+    se_redis_admin "$HA_DIR" "$port" "$@"
+}
+
+# cluster_slot_owner SLOT: "PORT ID" of the master serving SLOT now.
+cluster_slot_owner() {
+    cluster_admin CLUSTER NODES 2>/dev/null | tr -d '\r' | awk -v s="$1" '
+        $3 ~ /master/ && $3 !~ /fail/ {
+            for (i = 9; i <= NF; i++) {
+                if ($i ~ /^\[/) continue
+                n = split($i, r, "-"); if (n == 1) r[2] = r[1]
+                if (s + 0 >= r[1] + 0 && s + 0 <= r[2] + 0) {
+                    split($2, a, "[:@]"); print a[2], $1; exit
+                }
+            }
+        }'
+}
+
+# cluster_node_pid PORT: the pid of the node of the HA stack on PORT.
+cluster_node_pid() {
+    local d
+    for d in "$HA_DIR"/redis-cluster-[0-9]*; do
+        if [[ $(awk '$1 == "port" { print $2; exit }' "$d/redis.conf" 2>/dev/null) == "$1" ]]; then
+            tr -dc '0-9' <"$d/redis.pid"
+            return 0
+        fi
+    done
+    return 1
+}
+
+# A SKU's slot (its keys share the tag {sku:N}).
+sku_slot() { cluster_admin CLUSTER KEYSLOT "seckill:{sku:$1}:stock" 2>/dev/null | tr -dc '0-9'; }
+
+# Kill -9 of the master that serves the load's SKU (and the probes' SKU),
+# mid-sale.  Its replica is promoted (node timeout 1 s); the daemon's
+# clients find the new owner (a dead master's slot map is read again) and
+# sales go on; 202s the dead master had not replicated are counted as lost,
+# as after a crash.
+scenario_cluster_master_kill() {
+    local sku=$1 url slot port pid i
+    # the load's SKU and the healing probes' (sku + 1) on one master, so that
+    # the healing time is that of the killed master's slots
+    if ha_up cluster; then
+        for ((i = 0; i < 50; i++)); do
+            [[ $(cluster_slot_owner "$(sku_slot "$sku")") == "$(cluster_slot_owner "$(sku_slot $((sku + 1)))")" ]] &&
+                break
+            sku=$((sku + 1))
+        done
+    fi
+    if [[ -n $HA_DIR ]] && start_daemon d1; then
+        url=http://127.0.0.1:$D_PORT
+        if under_load "$sku" "$url"; then
+            slot=$(sku_slot "$sku")
+            read -r port _ < <(cluster_slot_owner "$slot") || true
+            pid=$(cluster_node_pid "${port:-0}") || pid=
+            if [[ -z $pid ]]; then
+                fail "no master found for the SKU's slot ${slot:-?}"
+            else
+                note "kill -9 of the master of the SKU's slot $slot (port $port, pid $pid)"
+                kill -KILL "$pid"
+                after_fault "$url" "$sku" "$(now)" "the SKU's master was killed" --allow-lost-pending
+                read -r port _ < <(cluster_slot_owner "$slot") || true
+                note "slot $slot is served by port ${port:-?} now"
+            fi
+        fi
+    fi
+    ha_down
+}
+
+# A slot migrated mid-sale with redis-cli --cluster reshard: every slot of
+# the SKU's master up to and including the SKU's moves to another master
+# (the stream, the hashes and the lock keys with it), while orders come.
+# MOVED and ASK are followed; nothing is lost or sold twice.
+scenario_cluster_reshard() {
+    local sku=$1 url slot port id to_port to_id first n pw t0
+    if ha_up cluster && start_daemon d1; then
+        url=http://127.0.0.1:$D_PORT
+        if under_load "$sku" "$url"; then
+            slot=$(sku_slot "$sku")
+            read -r port id < <(cluster_slot_owner "$slot") || true
+            read -r to_port to_id < <(cluster_admin CLUSTER NODES 2>/dev/null | tr -d '\r' |
+                awk -v me="$id" '$3 ~ /master/ && $3 !~ /fail/ && $1 != me && NF >= 9 {
+                    split($2, a, "[:@]"); print a[2], $1; exit }') || true
+            first=$(cluster_admin CLUSTER NODES 2>/dev/null | tr -d '\r' | awk -v me="$id" -v s="$slot" '
+                $1 == me { for (i = 9; i <= NF; i++) { n = split($i, r, "-"); if (n == 1) r[2] = r[1]
+                    if (s + 0 >= r[1] + 0 && s + 0 <= r[2] + 0) { print r[1]; exit } } }')
+            if [[ -z $id || -z $to_id || -z $first ]]; then
+                fail "cannot tell the SKU's master, another master or its range (slot ${slot:-?})"
+            else
+                n=$((slot - first + 1))
+                pw=$(tr -dc '0-9a-f' <"$HA_DIR/redis-admin-password")
+                note "resharding $n slots ($first..$slot) from port $port to port $to_port under load"
+                t0=$(now)
+                if REDISCLI_AUTH=$pw timeout "$RESHARD_TIMEOUT_S" redis-cli --user seckill-admin \
+                    --cluster reshard "127.0.0.1:$port" --cluster-from "$id" --cluster-to "$to_id" \
+                    --cluster-slots "$n" --cluster-yes >"$SDIR/reshard.log" 2>&1; then
+                    note "resharded in $(since "$t0")s"
+                else
+                    fail "redis-cli --cluster reshard failed ($SDIR/reshard.log)"
+                fi
+                after_fault "$url" "$sku" "$(now)" "the reshard ended"
+                read -r port _ < <(cluster_slot_owner "$slot") || true
+                [[ $port == "$to_port" ]] ||
+                    fail "slot $slot is served by port ${port:-?}, not $to_port, after the reshard"
+            fi
+        fi
+    fi
     ha_down
 }
 

@@ -50,6 +50,7 @@ struct redis_async {
     struct rlock_cluster *map; /* the slot map, read with blocking I/O */
     struct redis_async *node[RLOCK_CLUSTER_MAX_NODES];
     int nnodes;
+    int64_t map_read_ms; /* when a dead master last made the map be read again */
     const struct cfg *cfg;
 };
 
@@ -298,16 +299,26 @@ static struct redis_async *cluster_node(struct redis_async *ra, const char *host
     return n;
 }
 
-/* The client of slot's master; NULL (logged) when no map says. */
+/* The client of slot's master; NULL (logged) when no map says.  A master
+ * whose client is not connected may have failed over without a redirect to
+ * say so: the map is read again, at most once per redis_reconnect_ms. */
 static struct redis_async *cluster_route(struct redis_async *ra, unsigned slot)
 {
     char host[256], err[320];
     int port;
-    if (rlock_cluster_slot_addr(ra->map, slot, host, sizeof host, &port, err, sizeof err) != 0) {
-        log_warn("redis cluster: %s", err);
-        return NULL;
+    for (int again = 0;; again++) {
+        if (rlock_cluster_slot_addr(ra->map, slot, host, sizeof host, &port, err, sizeof err) !=
+            0) {
+            log_warn("redis cluster: %s", err);
+            return NULL;
+        }
+        struct redis_async *n = cluster_node(ra, host, port);
+        int64_t now = clock_mono_ms();
+        if (!n || n->ac || again || now - ra->map_read_ms < ra->reconnect_ms)
+            return n;
+        ra->map_read_ms = now;
+        rlock_cluster_invalidate(ra->map);
     }
-    return cluster_node(ra, host, port);
 }
 
 struct redis_async *redis_async_new(struct event_base *base, const struct cfg *c, char *err,
