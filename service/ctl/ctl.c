@@ -28,10 +28,26 @@ int ctl_usage_error(const char *fmt, ...)
     return CTL_EXIT_USAGE;
 }
 
+static redisContext *said(struct ctl *ctl, redisContext *c)
+{
+    const struct rlock_url *t = &ctl->redis.target;
+    if (c)
+        return c;
+    if (t->nseeds)
+        ctl_say("cannot reach the Redis Cluster (%d seed nodes)", t->nseeds);
+    else if (t->nsentinels)
+        ctl_say("cannot reach the master '%s' through %d Sentinels", t->master, t->nsentinels);
+    else
+        ctl_say("cannot reach Redis at %s:%d", t->host, t->port);
+    return NULL;
+}
+
 redisContext *ctl_redis(struct ctl *ctl)
 {
-    redisContext *c = redis_conn_get(&ctl->redis);
-    if (!c)
-        ctl_say("cannot reach Redis at %s:%d", ctl->redis.target.host, ctl->redis.target.port);
-    return c;
+    return said(ctl, redis_conn_get(&ctl->redis));
+}
+
+redisContext *ctl_redis_for(struct ctl *ctl, const char *key)
+{
+    return said(ctl, redis_conn_get_for(&ctl->redis, key));
 }

@@ -166,12 +166,10 @@ static int list_batch(redisContext *c, char **keys, size_t n)
     return rc;
 }
 
-static int cmd_list(struct ctl *ctl, const char *match)
+/* The locks on one server (a cluster's master answers SCAN for its own
+ * slots), printed. */
+static int list_on(redisContext *c, const char *match)
 {
-    redisContext *c = ctl_redis(ctl);
-    if (!c)
-        return CTL_EXIT_ERROR;
-    printf("%-48s %-7s %-34s %9s %s\n", "KEY", "TYPE", "OWNER", "TTL_MS", "FENCE");
     char cursor[32] = "0";
     char *batch[LIST_BATCH];
     size_t n = 0;
@@ -213,11 +211,33 @@ static int cmd_list(struct ctl *ctl, const char *match)
     return rc;
 }
 
+static int cmd_list(struct ctl *ctl, const char *match)
+{
+    int n = redis_conn_nservers(&ctl->redis);
+    redisContext *c = n > 0 ? redis_conn_server(&ctl->redis, 0) : NULL;
+    if (!c) {
+        (void)ctl_redis(ctl); /* says why */
+        return CTL_EXIT_ERROR;
+    }
+    printf("%-48s %-7s %-34s %9s %s\n", "KEY", "TYPE", "OWNER", "TTL_MS", "FENCE");
+    for (int i = 0; i < n; i++) {
+        c = redis_conn_server(&ctl->redis, i);
+        if (!c) {
+            ctl_say("Redis server %d of %d cannot be reached", i + 1, n);
+            return CTL_EXIT_ERROR;
+        }
+        int rc = list_on(c, match);
+        if (rc != CTL_EXIT_OK)
+            return rc;
+    }
+    return CTL_EXIT_OK;
+}
+
 /* ---- lock inspect ---- */
 
 static int cmd_inspect(struct ctl *ctl, const char *key)
 {
-    redisContext *c = ctl_redis(ctl);
+    redisContext *c = ctl_redis_for(ctl, key);
     if (!c)
         return CTL_EXIT_ERROR;
     struct lock_view v;
@@ -241,7 +261,7 @@ static int cmd_inspect(struct ctl *ctl, const char *key)
 
 static int cmd_force_release(struct ctl *ctl, const char *key)
 {
-    redisContext *c = ctl_redis(ctl);
+    redisContext *c = ctl_redis_for(ctl, key);
     if (!c)
         return CTL_EXIT_ERROR;
     char *channel = rlock_channel_name(RLOCK_RELEASE_CHANNEL_PREFIX, key);
@@ -320,7 +340,7 @@ static int cmd_hold(struct ctl *ctl, const char *key, int ttl_ms, int wait_ms,
         ctl_say("sigprocmask: %s", strerror(errno));
         return CTL_EXIT_ERROR;
     }
-    redisContext *c = ctl_redis(ctl);
+    redisContext *c = ctl_redis_for(ctl, key);
     if (!c)
         return CTL_EXIT_ERROR;
 
@@ -354,7 +374,7 @@ static int cmd_hold(struct ctl *ctl, const char *key, int ttl_ms, int wait_ms,
         }
     }
 
-    c = ctl_redis(ctl);
+    c = ctl_redis_for(ctl, key);
     st = c ? rlock_release(c, &l) : RLOCK_ERR;
     if (!c)
         rlock_clear(&l);

@@ -188,6 +188,30 @@ static unsigned cmd_slot(int argc, const char **argv, const size_t *lens)
     return rlock_cluster_slot(argv[k], lens ? lens[k] : strlen(argv[k]));
 }
 
+int redis_conn_nservers(struct redis_conn *rc)
+{
+    if (rc->target.nseeds == 0)
+        return 1;
+    struct rlock_cluster *c = cluster_of(rc);
+    char err[320];
+    int n = c ? rlock_cluster_nmasters(c, err, sizeof err) : -1;
+    if (c && n < 0)
+        log_warn("redis cluster: %s", err);
+    return n;
+}
+
+redisContext *redis_conn_server(struct redis_conn *rc, int i)
+{
+    if (rc->target.nseeds == 0)
+        return i == 0 ? redis_conn_get(rc) : NULL;
+    struct rlock_cluster *c = cluster_of(rc);
+    char err[320];
+    redisContext *ctx = c ? rlock_cluster_master(c, i, err, sizeof err) : NULL;
+    if (c && !ctx)
+        log_warn("redis cluster: %s", err);
+    return ctx;
+}
+
 redisContext *redis_conn_get_for(struct redis_conn *rc, const char *key)
 {
     if (rc->target.nseeds == 0)

@@ -73,6 +73,13 @@ int redis_conn_check_credentials(const struct redis_conn *rc, char *err, size_t 
  * enough for pub/sub, which a cluster broadcasts to every node.
  */
 
+/* How many servers hold keys: the masters of a cluster, else 1; -1 when a
+ * cluster's map cannot be read.  redis_conn_server(rc, i) is the i-th's
+ * connection (owned by rc; NULL when unreachable): for commands each
+ * server answers for itself (SCAN). */
+int redis_conn_nservers(struct redis_conn *rc);
+redisContext *redis_conn_server(struct redis_conn *rc, int i);
+
 /* The context that serves key's slot (a cluster), or redis_conn_get(). */
 redisContext *redis_conn_get_for(struct redis_conn *rc, const char *key);
 

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include "core/keys.h"
 #include "harness.h"
@@ -230,6 +231,57 @@ START_TEST(test_a_sale_on_a_cluster)
 }
 END_TEST
 
+/* Runs "seckillctl ARGS" with the cluster's redis_url; its output into out
+ * (stdout and stderr), its exit status returned. */
+static int ctl(const char *args, char *out, size_t cap)
+{
+    char path[512], cmd[1024];
+    snprintf(path, sizeof path, "%s", th_env("SECKILL_TEST_DAEMON"));
+    char *slash = strrchr(path, '/');
+    ck_assert_ptr_nonnull(slash);
+    snprintf(slash + 1, sizeof path - (size_t)(slash + 1 - path), "seckillctl");
+    snprintf(cmd, sizeof cmd, "SECKILL_REDIS_URL='%s' '%s' %s 2>&1", cfg.redis_url, path, args);
+    FILE *f = popen(cmd, "r");
+    ck_assert_ptr_nonnull(f);
+    size_t n = fread(out, 1, cap - 1, f);
+    out[n] = '\0';
+    int st = pclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* seckillctl's lock commands on a cluster: the list reads every master,
+ * inspect and force-release go to the key's own. */
+START_TEST(test_seckillctl_sees_locks_on_every_master)
+{
+    setup();
+    char keys[MASTERS][KEYS_MAX], out[8192], args[KEYS_MAX + 64];
+    struct rlock locks[MASTERS];
+    struct rlock_opts o = {.ttl_ms = 60000};
+    for (int m = 0; m < MASTERS; m++) {
+        keys_sku(keys[m], sku_on(m), KEY_SKU_LOCK);
+        redisContext *c = redis_conn_get_for(&rc, keys[m]);
+        ck_assert_ptr_nonnull(c);
+        ck_assert_int_eq(rlock_acquire(c, &locks[m], keys[m], &o), RLOCK_OK);
+    }
+    ck_assert_int_eq(ctl("lock list", out, sizeof out), 0);
+    for (int m = 0; m < MASTERS; m++) {
+        ck_assert_msg(strstr(out, keys[m]) != NULL, "%s missing from:\n%s", keys[m], out);
+        ck_assert_msg(strstr(out, locks[m].token) != NULL, "%s", out);
+    }
+    snprintf(args, sizeof args, "lock inspect '%s'", keys[2]);
+    ck_assert_int_eq(ctl(args, out, sizeof out), 0);
+    ck_assert_msg(strstr(out, locks[2].token) != NULL, "%s", out);
+    snprintf(args, sizeof args, "lock force-release '%s' --yes", keys[1]);
+    ck_assert_int_eq(ctl(args, out, sizeof out), 0);
+    char type[32];
+    on_master(1, keys[1], type, sizeof type);
+    ck_assert_str_eq(type, "");
+    for (int m = 0; m < MASTERS; m++)
+        rlock_clear(&locks[m]);
+    teardown();
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("cluster_conn");
@@ -238,6 +290,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_commands_reach_the_master_of_their_keys);
     tcase_add_test(tc, test_a_pipeline_across_slots_keeps_its_order);
     tcase_add_test(tc, test_a_sku_lock_lives_on_the_sku_master);
+    tcase_add_test(tc, test_seckillctl_sees_locks_on_every_master);
     tcase_add_test(tc, test_a_sale_on_a_cluster);
     suite_add_tcase(s, tc);
     return s;

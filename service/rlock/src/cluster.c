@@ -493,8 +493,7 @@ int rlock_cluster_nmasters(struct rlock_cluster *c, char *err, size_t errlen)
     return n;
 }
 
-redisReply *rlock_cluster_on_master(struct rlock_cluster *c, int i, int argc, const char **argv,
-                                    const size_t *lens, char *err, size_t errlen)
+redisContext *rlock_cluster_master(struct rlock_cluster *c, int i, char *err, size_t errlen)
 {
     struct node *n = NULL;
     for (int k = 0, seen = 0; k < c->nnodes; k++)
@@ -508,15 +507,23 @@ redisReply *rlock_cluster_on_master(struct rlock_cluster *c, int i, int argc, co
     }
     if (n->ctx && n->ctx->err)
         node_close(n);
-    if (!n->ctx && !(n->ctx = connect_node(c, n->host, n->port, err, errlen))) {
+    if (!n->ctx && !(n->ctx = connect_node(c, n->host, n->port, err, errlen)))
         c->stale = 1;
+    return n->ctx;
+}
+
+redisReply *rlock_cluster_on_master(struct rlock_cluster *c, int i, int argc, const char **argv,
+                                    const size_t *lens, char *err, size_t errlen)
+{
+    redisContext *ctx = rlock_cluster_master(c, i, err, errlen);
+    if (!ctx)
         return NULL;
-    }
-    redisReply *r = redisCommandArgv(n->ctx, argc, argv, lens);
+    redisReply *r = redisCommandArgv(ctx, argc, argv, lens);
     if (!r) {
-        rlock_err_set(err, errlen, "cluster node %s:%d: %s: %s", n->host, n->port, argv[0],
-                      n->ctx->errstr);
-        node_close(n);
+        rlock_err_set(err, errlen, "cluster master %d: %s: %s", i, argv[0], ctx->errstr);
+        for (int k = 0; k < c->nnodes; k++)
+            if (c->nodes[k].ctx == ctx)
+                node_close(&c->nodes[k]);
         c->stale = 1;
     }
     return r;

@@ -108,6 +108,12 @@ redisReply *rlock_cluster_script(struct rlock_cluster *c, const struct rlock_scr
  * be); -1 with err set when no map could be read. */
 int rlock_cluster_nmasters(struct rlock_cluster *c, char *err, size_t errlen);
 
+/* The connection to the i-th of those masters (0 <= i <
+ * rlock_cluster_nmasters()), made on first use; owned by c.  NULL with err
+ * set.  For commands every master answers for itself, several in a row on
+ * one connection (SCAN and what follows for the keys it found). */
+redisContext *rlock_cluster_master(struct rlock_cluster *c, int i, char *err, size_t errlen);
+
 /* Runs argv on the i-th of those masters (0 <= i < rlock_cluster_nmasters()),
  * without redirects: for commands every master answers for itself (SCAN,
  * INFO).  Same reply contract as rlock_cluster_command(). */
