@@ -256,6 +256,7 @@ START_TEST(test_seckillctl_sees_locks_on_every_master)
     setup();
     char keys[MASTERS][KEYS_MAX], out[8192], args[KEYS_MAX + 64];
     struct rlock locks[MASTERS];
+    memset(locks, 0, sizeof locks); /* the lock API starts from an empty struct */
     struct rlock_opts o = {.ttl_ms = 60000};
     for (int m = 0; m < MASTERS; m++) {
         keys_sku(keys[m], sku_on(m), KEY_SKU_LOCK);

@@ -26,14 +26,9 @@ set -euo pipefail
 PROG=test_stack_ha.sh
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)
 cd "$ROOT"
-# shellcheck source=scripts/stack-env.sh
-source "$ROOT/scripts/stack-env.sh"
-
-die() {
-    printf '%s: FAIL: %s\n' "$PROG" "$*" >&2
-    exit 1
-}
-say() { printf '%s: %s\n' "$PROG" "$*"; }
+KEEP_VAR=KEEP_HA_STACK DIR_PREFIX=test-ha
+# shellcheck source=service/tests/stack_test_lib.sh
+source "$ROOT/service/tests/stack_test_lib.sh"
 
 for tool in redis-cli redis-server redis-sentinel; do
     command -v "$tool" >/dev/null 2>&1 || die "$tool not found (scripts/deps.sh installs it)"
@@ -45,67 +40,8 @@ MASTER_NAME=seckill # stack.sh's S_MASTER_NAME
 FAILOVER_MARGIN_S=10
 # Any other wait: the replica's sync, a restarted node's answer.
 WAIT_S=15
-POLL_S=0.2
-REDIS_CLI_TIMEOUT=5
 
-DIR=$ROOT/var/test-ha-$$-$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')
-LOG=$DIR/test-stack.log # stack.sh's output, shown on failure
-STARTED=0
-# shellcheck disable=SC2317  # invoked via trap
-cleanup() {
-    local rc=$?
-    trap - EXIT INT TERM
-    if ((STARTED)) || [[ -d $DIR ]]; then
-        "$SE_STACK" stop "$DIR" >/dev/null 2>&1 ||
-            printf '%s: warning: stopping the stack in %s failed\n' "$PROG" "$DIR" >&2
-        if [[ ${KEEP_HA_STACK:-0} == 1 ]]; then
-            printf '%s: KEEP_HA_STACK=1: kept %s (stopped)\n' "$PROG" "$DIR" >&2
-        else
-            rm -rf "$DIR"
-        fi
-    fi
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
 
-# admin PORT ARGS...: redis-cli as the admin user (data node or Sentinel).
-admin() {
-    local port=$1
-    shift
-    REDISCLI_AUTH=$ADMIN_PW timeout "$REDIS_CLI_TIMEOUT" redis-cli --user seckill-admin \
-        -h 127.0.0.1 -p "$port" "$@" 2>/dev/null | tr -d '\r'
-}
-# svc PORT ARGS...: redis-cli as the service's user, as seckilld logs in.
-svc() {
-    local port=$1
-    shift
-    REDISCLI_AUTH=$SVC_PW timeout "$REDIS_CLI_TIMEOUT" redis-cli --user seckill \
-        -h 127.0.0.1 -p "$port" "$@" 2>/dev/null | tr -d '\r'
-}
-
-# wait_for WHAT SECONDS CMD...: until CMD succeeds, at most SECONDS (both a
-# count of polls and the clock bound it); dies naming WHAT.
-wait_for() {
-    local what=$1 secs=$2 i deadline
-    shift 2
-    deadline=$((SECONDS + secs))
-    for ((i = 0; i < secs * 5; i++)); do
-        "$@" && return 0
-        ((SECONDS < deadline)) || break
-        sleep "$POLL_S"
-    done
-    die "$what: not within ${secs}s"
-}
-
-# expect WHAT WANT_PREFIX GOT: GOT starts with WANT_PREFIX.
-expect() {
-    [[ $3 == "$2"* ]] || die "$1: want '$2...', got '$3'"
-}
-
-# field TEXT NAME: the value of NAME:value in INFO-style TEXT.
-field() { awk -F: -v n="$2" '$1 == n { print $2; exit }' <<<"$1"; }
 
 # all_sentinels_name PORT: every Sentinel, asked as the service's user, names
 # 127.0.0.1:PORT as the master.
