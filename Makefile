@@ -121,9 +121,11 @@ test: deps
 	BUILD=$(BUILD) scripts/run-tests.sh $(TESTS) $(RLOCK_TESTS) $(RLOCK_TEST_SCRIPTS) $(TEST_SCRIPTS)
 
 # Long runs, never part of `make test`.
+# REDIS=sentinel|cluster: the topology of a stack started here (one already
+# running in var/ is reused as it is).
 loadtest: deps
 	$(MAKE) all
-	BUILD=$(BUILD) scripts/loadtest.sh
+	BUILD=$(BUILD) $(if $(REDIS),SECKILL_REDIS_TOPOLOGY=$(REDIS)) scripts/loadtest.sh
 # Faults injected into a private stack under load (FAULTS_SHORT=1: a few
 # minutes; FAULTS_ONLY=name,... a subset).
 faults: deps
