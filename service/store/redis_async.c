@@ -52,6 +52,12 @@ struct redis_async {
     int nnodes;
     int64_t map_read_ms; /* when a dead master last made the map be read again */
     const struct cfg *cfg;
+    /* A subscriber on a cluster: the node client that holds the
+     * subscription; when it loses its connection the subscription moves to
+     * another master (every node hears every PUBLISH). */
+    struct redis_async *parent;   /* of a node client: its cluster client */
+    struct redis_async *sub_node; /* of a cluster client: the subscribed node */
+    struct event *resub_ev;
 };
 
 enum ra_op_state {
@@ -101,6 +107,7 @@ static struct metrics_hist *script_hist(struct redis_async *ra, const struct rlo
 }
 
 static void ra_connect(struct redis_async *ra);
+static void sub_lost(struct redis_async *ra);
 
 static void schedule_reconnect(struct redis_async *ra)
 {
@@ -141,6 +148,18 @@ static void on_connect(const redisAsyncContext *ac, int status)
     if (ra->ac == ac) /* hiredis frees ac after this callback */
         ra->ac = NULL;
     schedule_reconnect(ra);
+    sub_lost(ra);
+}
+
+/* A node client holding a cluster's subscription lost its connection: the
+ * cluster client moves the subscription, from its own loop turn. */
+static void sub_lost(struct redis_async *ra)
+{
+    struct redis_async *p = ra->parent;
+    if (p && p->sub_node == ra && p->resub_ev && !p->closing) {
+        struct timeval now = {0, 0};
+        evtimer_add(p->resub_ev, &now);
+    }
 }
 
 static void on_disconnect(const redisAsyncContext *ac, int status)
@@ -155,6 +174,7 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
     if (ra->ac == ac)
         ra->ac = NULL;
     schedule_reconnect(ra);
+    sub_lost(ra);
 }
 
 /* The Sentinels named a new master: new commands go to it at once, on a new
@@ -670,15 +690,53 @@ int redis_async_pending(const struct redis_async *ra)
     return n;
 }
 
+/* Moves a cluster's subscription from a node client that lost its
+ * connection to one that has one (the map read again first); without such a
+ * node it stays, and the node resubscribes when it is back. */
+static void on_resubscribe(evutil_socket_t fd, short what, void *arg)
+{
+    struct redis_async *ra = arg, *old = ra->sub_node;
+    (void)fd;
+    (void)what;
+    if (!old || old->ac || ra->closing)
+        return; /* back already */
+    rlock_cluster_invalidate(ra->map);
+    (void)cluster_route(ra, 0); /* reads the map: a promoted replica gets its client */
+    for (int i = 0; i < ra->nnodes; i++) {
+        struct redis_async *n = ra->node[i];
+        if (n == old || !n->ac)
+            continue;
+        log_warn("redis cluster: subscription to %s moves from %s:%d to %s:%d", ra->channel,
+                 old->target.host, old->target.port, n->target.host, n->target.port);
+        free(old->channel);
+        old->channel = NULL;
+        n->parent = ra;
+        ra->sub_node = n;
+        redis_async_subscribe(n, ra->channel, ra->on_message, ra->message_arg);
+        return;
+    }
+}
+
 void redis_async_subscribe(struct redis_async *ra, const char *channel, redis_async_message_fn *fn,
                            void *arg)
 {
     if (ra->map) { /* a cluster delivers every PUBLISH to every node: one will do */
+        ra->channel = strdup(channel);
+        if (!ra->channel)
+            abort();
+        ra->on_message = fn;
+        ra->message_arg = arg;
+        ra->resub_ev = evtimer_new(ra->base, on_resubscribe, ra);
+        if (!ra->resub_ev)
+            abort();
         struct redis_async *n = cluster_route(ra, 0);
-        if (n)
-            redis_async_subscribe(n, channel, fn, arg);
-        else
+        if (!n) {
             log_warn("redis cluster: no node to subscribe to %s on", channel);
+            return;
+        }
+        n->parent = ra;
+        ra->sub_node = n;
+        redis_async_subscribe(n, channel, fn, arg);
         return;
     }
     ra->channel = strdup(channel);
@@ -696,12 +754,16 @@ void redis_async_free(struct redis_async *ra)
 {
     if (!ra)
         return;
+    ra->closing = 1;
+    if (ra->resub_ev)
+        event_free(ra->resub_ev);
+    ra->resub_ev = NULL;
+    ra->sub_node = NULL;
     for (int i = 0; i < ra->nnodes; i++)
         redis_async_free(ra->node[i]);
     ra->nnodes = 0;
     rlock_cluster_free(ra->map);
     ra->map = NULL;
-    ra->closing = 1;
     event_del(ra->reconnect_ev);
     if (ra->ac) { /* commands still waiting learn that the connection went */
         redisAsyncContext *ac = ra->ac;

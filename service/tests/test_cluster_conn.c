@@ -9,6 +9,7 @@
  * every unit sold once, PostgreSQL and each SKU's master agreeing.
  */
 #include <check.h>
+#include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 #include "core/keys.h"
 #include "harness.h"
 #include "rlock/tests/harness_redis.h"
+#include "store/redis_async.h"
 #include "store/redis_conn.h"
 #include "store/txlock.h"
 #include <rlock/cluster.h>
@@ -283,6 +285,126 @@ START_TEST(test_seckillctl_sees_locks_on_every_master)
 }
 END_TEST
 
+/* Runs the loop until *flag is set or ms passed. */
+static void loop_until(struct event_base *base, const int *flag, int ms)
+{
+    for (int waited = 0; waited < ms && !*flag; waited += 10) {
+        struct timeval tv = {0, 10000};
+        event_base_loopexit(base, &tv);
+        event_base_dispatch(base);
+    }
+}
+
+struct async_result {
+    int done;
+    long long value;
+    char err[160];
+};
+
+static void on_script(redisReply *r, enum redis_async_status st, void *arg)
+{
+    struct async_result *res = arg;
+    res->done = 1;
+    if (r && r->type == REDIS_REPLY_INTEGER)
+        res->value = r->integer;
+    else
+        snprintf(res->err, sizeof res->err, "status %d: %s", (int)st, r && r->str ? r->str : "");
+}
+
+struct sub_result {
+    int subscribed, got;
+    char payload[64];
+};
+
+static void on_message(const char *payload, size_t len, void *arg)
+{
+    struct sub_result *res = arg;
+    if (!payload) {
+        res->subscribed++;
+        return;
+    }
+    snprintf(res->payload, sizeof res->payload, "%.*s", (int)len, payload);
+    res->got = 1;
+}
+
+static const char incr_body[] = "return redis.call('INCR', KEYS[1])";
+
+/* The event loops' client on a cluster: a script follows its slot to its
+ * new master (MOVED), and a subscription moves off a master that dies. */
+START_TEST(test_async_scripts_and_subscriptions_follow_the_cluster)
+{
+    setup();
+    struct event_base *base = event_base_new();
+    char err[320];
+    struct redis_async *ra = redis_async_new(base, &cfg, err, sizeof err);
+    ck_assert_msg(ra != NULL, "%s", err);
+    struct rlock_script s;
+    rlock_script_init(&s, "incr", incr_body, sizeof incr_body - 1);
+    char key[KEYS_MAX];
+    keys_sku(key, sku_on(2), KEY_STOCK);
+    const char *argv[] = {key};
+    struct async_result res = {0};
+    for (int i = 0; i < 100 && res.value != 1; i++) { /* until the node clients are up */
+        memset(&res, 0, sizeof res);
+        redis_async_script(ra, &s, 1, 0, argv, NULL, on_script, &res);
+        loop_until(base, &res.done, 2000);
+        if (res.value != 1)
+            loop_until(base, &(int){0}, 20);
+    }
+    ck_assert_msg(res.value == 1, "%s", res.err);
+
+    /* the key's slot moves from master 2 to master 0 */
+    unsigned slot = rlock_cluster_slot(key, strlen(key));
+    redisContext *a[MASTERS];
+    for (int m = 0; m < MASTERS; m++)
+        a[m] = th_redis_server_connect(&cl.node[m]);
+    redisReply *r = redisCommand(a[0], "CLUSTER SETSLOT %u IMPORTING %s", slot, cl.id[2]);
+    freeReplyObject(r);
+    r = redisCommand(a[2], "CLUSTER SETSLOT %u MIGRATING %s", slot, cl.id[0]);
+    freeReplyObject(r);
+    r = redisCommand(a[2], "MIGRATE 127.0.0.1 %d %s 0 5000", cl.node[0].port, key);
+    ck_assert(r && r->type == REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    for (int m = 0; m < MASTERS; m++) {
+        r = redisCommand(a[m], "CLUSTER SETSLOT %u NODE %s", slot, cl.id[0]);
+        ck_assert(r && r->type == REDIS_REPLY_STATUS);
+        freeReplyObject(r);
+    }
+    memset(&res, 0, sizeof res);
+    redis_async_script(ra, &s, 1, 0, argv, NULL, on_script, &res);
+    loop_until(base, &res.done, 5000);
+    ck_assert_msg(res.value == 2, "after MOVED: %s", res.err);
+    r = redisCommand(a[0], "GET %s", key);
+    ck_assert(r && r->type == REDIS_REPLY_STRING && strcmp(r->str, "2") == 0);
+    freeReplyObject(r);
+    redis_async_free(ra);
+
+    /* a subscriber: its node dies, the subscription moves to another */
+    struct redis_async *sub = redis_async_new(base, &cfg, err, sizeof err);
+    ck_assert_msg(sub != NULL, "%s", err);
+    struct sub_result got = {0};
+    redis_async_subscribe(sub, "seckill:test-channel", on_message, &got);
+    loop_until(base, &got.subscribed, 5000);
+    ck_assert_int_eq(got.subscribed, 1);
+    th_redis_server_kill(&cl.node[th_redis_cluster_owner(&cl, 0)]); /* slot 0's: the one asked */
+    for (int i = 0; i < 100 && got.subscribed < 2; i++)
+        loop_until(base, &(int){0}, 50);
+    ck_assert_msg(got.subscribed == 2, "the subscription did not move");
+    int live = th_redis_cluster_owner(&cl, 0) == 1 ? 2 : 1;
+    for (int i = 0; i < 50 && !got.got; i++) {
+        r = redisCommand(a[live], "PUBLISH seckill:test-channel hello");
+        freeReplyObject(r);
+        loop_until(base, &got.got, 100);
+    }
+    ck_assert_str_eq(got.payload, "hello");
+    redis_async_free(sub);
+    for (int m = 0; m < MASTERS; m++)
+        redisFree(a[m]);
+    event_base_free(base);
+    teardown();
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("cluster_conn");
@@ -292,6 +414,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_a_pipeline_across_slots_keeps_its_order);
     tcase_add_test(tc, test_a_sku_lock_lives_on_the_sku_master);
     tcase_add_test(tc, test_seckillctl_sees_locks_on_every_master);
+    tcase_add_test(tc, test_async_scripts_and_subscriptions_follow_the_cluster);
     tcase_add_test(tc, test_a_sale_on_a_cluster);
     suite_add_tcase(s, tc);
     return s;
