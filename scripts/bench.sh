@@ -29,7 +29,12 @@
 #             1 writer, again with 2: confirmed/s and the ratio 2/1;
 #   burst     BENCH_BURST_CONNECTIONS connections opening together from
 #             BENCH_BURST_ADDRS loopback addresses against a fresh daemon
-#             (durable, 10,000 units): every request answered, invariants held.
+#             (durable, 10,000 units): every request answered, invariants held;
+#   cluster   the durable hot SKU and the many-SKU run again with Redis as a
+#             cluster of BENCH_CLUSTER_MASTERS masters (scripts/stack.sh's
+#             cluster topology, no replicas, a stack of its own; PostgreSQL
+#             stays the bench stack's): each SKU lives on its slot's master,
+#             so the hot SKU still has one Redis core and many SKUs spread.
 #
 # Every run of seckill-loadtest ends with its full invariant check.  Prints
 # the phases side by side and the ratios against the issue's targets.  Exits
@@ -42,7 +47,8 @@
 #         BENCH_WRK (1; 0 skips wrk), BENCH_SCENARIO_SECONDS (10: soldout, skus),
 #         BENCH_REDIS_REQUESTS (300000), BENCH_PG_BATCH (500),
 #         BENCH_PG_BATCH_CLIENTS (2), BENCH_SKUS (200), BENCH_WRITER_ORDERS
-#         (100000), BENCH_BURST_CONNECTIONS (5000), BENCH_BURST_ADDRS (8).
+#         (100000), BENCH_BURST_CONNECTIONS (5000), BENCH_BURST_ADDRS (8),
+#         BENCH_CLUSTER_MASTERS (3).
 set -euo pipefail
 
 PROG=bench.sh
@@ -67,7 +73,7 @@ for v in SECS WARMUP CONNS; do
 done
 ((SECS >= 5 && SECS > WARMUP && SECS <= 600 && CONNS >= 1 && CONNS <= 1000)) ||
     die "need 5 <= BENCH_SECONDS <= 600, BENCH_WARMUP < BENCH_SECONDS and 1 <= BENCH_CONNECTIONS <= 1000"
-PHASES_ALL=ceiling,redis,pg,durable,reserved,soldout,skus,writers,burst
+PHASES_ALL=ceiling,redis,pg,durable,reserved,soldout,skus,writers,burst,cluster
 ONLY=${BENCH_ONLY:-$PHASES_ALL}
 [[ $ONLY =~ ^[a-z]+(,[a-z]+)*$ ]] || die "BENCH_ONLY must be a comma-separated list of: $PHASES_ALL"
 IFS=, read -r -a ONLY_LIST <<<"$ONLY"
@@ -231,8 +237,12 @@ PG_OWNER_DSN=${SECKILL_MIGRATE_PG_DSN:-$SECKILL_PG_DSN}
 # What the redis phase leaves in Redis until it is done (removed on any exit).
 BENCH_REDIS_USER=
 BENCH_REDIS_DB=9
+CLUSTER_STACK= # the cluster phase's stack, while it runs
 bench_cleanup() {
     local rc=$?
+    if [[ -n $CLUSTER_STACK ]]; then
+        "$LT_STACK" stop "$CLUSTER_STACK" >/dev/null 2>&1 || true
+    fi
     if [[ -n $BENCH_REDIS_USER ]]; then
         se_redis_admin "$LT_STACK_DIR" "$REDIS_PORT" ACL DELUSER "$BENCH_REDIS_USER" >/dev/null 2>&1 || true
         se_redis_admin "$LT_STACK_DIR" "$REDIS_PORT" -n "$BENCH_REDIS_DB" FLUSHDB ASYNC >/dev/null 2>&1 || true
@@ -465,6 +475,26 @@ if want skus; then
     run_phase skus "$SCEN_SECS" 1 1 --skus "$NSKUS" "${HOT[@]}"
 fi
 
+# ---- cluster: the same runs with Redis as a cluster (its own stack's Redis,
+# the bench stack's PostgreSQL, already migrated)
+if want cluster; then
+    CLUSTER_STACK=$VAR/bench-cluster
+    rm -rf "$CLUSTER_STACK"
+    mkdir -p "$CLUSTER_STACK"
+    CM=${BENCH_CLUSTER_MASTERS:-3}
+    [[ $CM =~ ^[3-9]$ ]] || die "BENCH_CLUSTER_MASTERS must be 3 to 9, not '$CM'"
+    SECKILL_REDIS_TOPOLOGY=cluster SECKILL_REDIS_CLUSTER_REPLICAS=0 SE_CLUSTER_MASTERS=$CM \
+        se_stack_start_free "$CLUSTER_STACK" >"$OUT/cluster-stack.log" 2>&1 ||
+        die "could not start the cluster stack ($OUT/cluster-stack.log)"
+    CLUSTER_URL=$(se_env_value "$CLUSTER_STACK" SECKILL_REDIS_URL)
+    say "=== cluster: durable, one hot SKU, $CM masters, $CONNS connections, ${SECS}s + ${WARMUP}s warm-up"
+    SECKILL_REDIS_URL=$CLUSTER_URL run_phase cluster "$SECS" "$WARMUP" 0 "${HOT[@]}"
+    say "=== clusterskus: $NSKUS SKUs at once on $CM masters, durable, $CONNS connections, ${SCEN_SECS}s"
+    SECKILL_REDIS_URL=$CLUSTER_URL run_phase clusterskus "$SCEN_SECS" 1 0 --skus "$NSKUS" "${HOT[@]}"
+    "$LT_STACK" stop "$CLUSTER_STACK" >"$OUT/cluster-stop.log" 2>&1 || say "stopping the cluster stack failed"
+    CLUSTER_STACK=
+fi
+
 # ---- writers: the order writer alone, 1 then 2 threads, on NSKUS SKUs
 # drain_rate ADDR TARGET LOG: polls the writer daemon's confirmed + rejected
 # counters every 100 ms until they reach TARGET; prints "rows/s seconds",
@@ -545,6 +575,8 @@ want reserved || R=/dev/null
 want soldout || SO=/dev/null
 want skus || SK=/dev/null
 want burst || B=/dev/null
+CL=$OUT/cluster.json CS=$OUT/clusterskus.json
+want cluster || CL=/dev/null CS=/dev/null
 SVC_RPS=$(jf "$D" .run.accepted_per_s) SVC_P99=$(jf "$D" .latency_ms.p99)
 SVC_CONF=$(jf "$D" .writer.confirmed_per_s) SVC_RATIO=$(jf "$D" .writer.ratio) SVC_QMAX=$(jf "$D" .queue_max)
 RES_RPS=$(jf "$R" .run.accepted_per_s) RES_P99=$(jf "$R" .latency_ms.p99)
@@ -555,6 +587,8 @@ SK_RPS=$(jf "$SK" .run.accepted_per_s) SK_P99=$(jf "$SK" .latency_ms.p99) SK_OK=
 B_RPS=$(jf "$B" .run.throughput_rps) B_P99=$(jf "$B" .latency_ms.p99) B_OK=$(jf "$B" .invariants.ok)
 B_ERR=$(jf "$B" '[.run.answers.timeout, .run.answers.net_error, .run.answers.unavailable, .run.answers.uncertain, .run.answers.other] | add')
 B_N=$(jf "$B" .run.answered)
+CL_RPS=$(jf "$CL" .run.accepted_per_s) CL_P99=$(jf "$CL" .latency_ms.p99)
+CS_RPS=$(jf "$CS" .run.accepted_per_s) CS_P99=$(jf "$CS" .latency_ms.p99)
 PGB_OPS=$([[ -n $PGB_TPS ]] && awk -v t="$PGB_TPS" -v b="$PG_BATCH" 'BEGIN { print t * b }' || true)
 row() { # row LABEL PER_S P99: one line of the table, "-" for what was not measured
     if [[ -z $2 ]]; then return; fi
@@ -581,11 +615,14 @@ row() { # row LABEL PER_S P99: one line of the table, "-" for what was not measu
     row "writer alone, 1 thread, $NSKUS SKUs: rows confirmed" "$WR_1" -
     row "writer alone, 2 threads, $NSKUS SKUs: rows confirmed" "$WR_2" -
     row "burst of $BURST_CONNS connections: answers ($B_N in all)" "$B_RPS" "$B_P99"
+    row "Redis Cluster (${CM:-3} masters), durable, one hot SKU: orders" "$CL_RPS" "$CL_P99"
+    row "Redis Cluster (${CM:-3} masters), $NSKUS SKUs at once: orders" "$CS_RPS" "$CS_P99"
     printf 'targets (reported, not fatal)\n'
     awk -v c="$CEIL_RPS" -v e="$EV_RPS" -v s="$SVC_RPS" -v p="$PG_TPS" -v l="$SVC_P99" -v rl="$RES_P99" \
         -v rs="$RES_RPS" -v dr="$SVC_RATIO" -v rr="$RES_RATIO" -v dq="$SVC_QMAX" -v rq="$RES_QMAX" \
         -v so="$SO_RPS" -v w1="$WR_1" -v w2="$WR_2" -v skok="$SK_OK" -v bok="$B_OK" -v berr="$B_ERR" \
-        -v rd="$REDIS_RPS" -v pb="$PGB_OPS" -v nskus="$NSKUS" \
+        -v rd="$REDIS_RPS" -v pb="$PGB_OPS" -v nskus="$NSKUS" -v cl="$CL_RPS" -v cs="$CS_RPS" \
+        -v sk="$SK_RPS" \
         'function v(ok) { return ok ? "met" : "MISSED" }
         function line(name, val, target, ok) { printf "  %-36s %12s   %-22s %s\n", name, val, target, v(ok) }
         BEGIN {
@@ -607,6 +644,8 @@ row() { # row LABEL PER_S P99: one line of the table, "-" for what was not measu
             if (skok != "") line(nskus " SKUs at once: invariants", skok == "true" ? "held" : "FAILED", "held", skok == "true")
             if (bok != "") line("burst: errors, invariants", (berr + 0) " errors", "0, held", berr + 0 == 0 && bok == "true")
             if (s != "" && rd != "") printf "  %-36s %12.2f   (service durable / Redis limit)\n", "of the Redis limit", s / rd
+            if (s != "" && cl != "" && s > 0) printf "  %-36s %12.2f   (hot SKU: cluster / one Redis)\n", "Redis Cluster, one hot SKU", cl / s
+            if (sk != "" && cs != "" && sk > 0) printf "  %-36s %12.2f   (%s SKUs: cluster / one Redis)\n", "Redis Cluster, many SKUs", cs / sk, nskus
             if (s != "" && pb != "") printf "  %-36s %12.2f   (service durable / PostgreSQL batch limit)\n", "of the PostgreSQL limit", s / pb
         }'
     printf 'order stream: sampled every 250 ms by seckill-loadtest (XLEN of the SKUs streams); at most %s entries (durable), %s (reserved)\n' \
