@@ -20,6 +20,7 @@
 #include "internal.h"
 #include "rlock/metrics.h"
 #include "rlock/script.h"
+#include "rlock/url.h"
 
 /* After a failed round trip the next try comes after lease / this, so a
  * short outage is ridden out while the lease still has time. */
@@ -117,6 +118,12 @@ static void renew(struct rlock_watchdog *wd, redisContext **c, struct rlock_watc
     if (r->type == REDIS_REPLY_INTEGER) {
         *ok = r->integer == 1;
         *gone = r->integer != 1;
+    }
+    /* A failover demoted that server (READONLY): the next renewal connects
+     * again, to wherever the connection function now finds the master. */
+    if (rlock_reply_is_readonly(r)) {
+        redisFree(*c);
+        *c = NULL;
     }
     freeReplyObject(r);
 }

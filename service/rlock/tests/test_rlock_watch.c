@@ -14,6 +14,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "harness_redis.h"
 #include "harness_rlock.h"
 #include <rlock/metrics.h>
 #include <rlock/reentrant.h>
@@ -265,6 +266,58 @@ START_TEST(test_release_on_complete_releases_on_commit_and_on_rollback)
 }
 END_TEST
 
+/* A connection function whose first connection reaches a replica (a master
+ * that a failover demoted while the watchdog held its connection) and every
+ * later one the master. */
+struct flip {
+    int first_port, then_port;
+    atomic_int calls;
+};
+
+static redisContext *flip_connect(void *arg)
+{
+    struct flip *f = arg;
+    int n = atomic_fetch_add(&f->calls, 1);
+    struct timeval tv = {2, 0};
+    return redisConnectWithTimeout("127.0.0.1", n == 0 ? f->first_port : f->then_port, tv);
+}
+
+START_TEST(test_watchdog_leaves_a_demoted_server)
+{
+    struct th_redis_server master, replica;
+    th_redis_server_start(&master, NULL);
+    char port[16];
+    snprintf(port, sizeof port, "%d", master.port);
+    const char *args[] = {"--replicaof", "127.0.0.1", port, NULL};
+    th_redis_server_start(&replica, args);
+    th_redis_server_wait_replica(&replica, 10000);
+
+    struct flip f = {.first_port = replica.port, .then_port = master.port};
+    char err[128];
+    struct rlock_watchdog_opts wo = {.lease_ms = LEASE_MS, .op_timeout_ms = 1000};
+    struct rlock_watchdog *wd = rlock_watchdog_new(flip_connect, &f, &wo, err, sizeof err);
+    ck_assert_msg(wd != NULL, "%s", err);
+    redisContext *m = th_redis_server_connect(&master);
+    struct lost_flag lost = {0};
+    struct rlock_opts o = {.ttl_ms = 0, .watchdog = wd, .on_lost = on_lost, .lost_arg = &lost};
+    struct rlock l = {0};
+    ck_assert_int_eq(rlock_acquire(m, &l, "lock:{demoted}", &o), RLOCK_OK);
+    /* The first renewal meets READONLY; the next goes to the master. */
+    for (int i = 0; i < 5; i++) {
+        th_sleep_ms(LEASE_MS);
+        ck_assert_int_eq(th_rl_int(m, "EXISTS lock:{demoted}"), 1);
+        ck_assert_int_eq(rlock_lost(&l), 0);
+    }
+    ck_assert_int_eq(atomic_load(&lost.calls), 0);
+    ck_assert_int_ge(atomic_load(&f.calls), 2);
+    ck_assert_int_eq(rlock_release(m, &l), RLOCK_OK);
+    rlock_watchdog_free(wd);
+    redisFree(m);
+    th_redis_server_stop(&replica);
+    th_redis_server_stop(&master);
+}
+END_TEST
+
 static Suite *watch_suite(void)
 {
     Suite *s = suite_create("rlock_watch");
@@ -275,6 +328,7 @@ static Suite *watch_suite(void)
     tcase_add_test(tc, test_lost_callback_fires_when_the_key_is_deleted);
     tcase_add_test(tc, test_watchdog_stops_after_release);
     tcase_add_test(tc, test_release_on_complete_releases_on_commit_and_on_rollback);
+    tcase_add_test(tc, test_watchdog_leaves_a_demoted_server);
     suite_add_tcase(s, tc);
     return s;
 }
