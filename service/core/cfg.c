@@ -114,6 +114,9 @@ static const struct cfg_def defs[] = {
       "statement and lock timeout of a migration"),
     SF(admin_token, "", CFG_SECRET,
        "bearer token of the admin API, at least 32 bytes; empty disables it"),
+    SF(payment_token, "", CFG_SECRET,
+       "bearer token of the payment system, at least 32 bytes: it may call the payment callback "
+       "(POST /admin/v1/orders/{id}/payment) and nothing else; empty: only admin_token may"),
     SF(buyer_token_secret, "", CFG_SECRET,
        "HMAC-SHA256 secret that signs buyer tokens, at least 32 bytes; serve refuses to start "
        "without it (environment, config file or buyer_token_secret_file; never a flag)"),
@@ -486,6 +489,15 @@ int cfg_check(const struct cfg *c, char *err, size_t errlen)
                  "`od -An -N32 -tx1 /dev/urandom | tr -d ' \\n'`), or empty to disable the "
                  "admin API",
                  strlen(c->admin_token), CFG_ADMIN_TOKEN_MIN_BYTES);
+        return -1;
+    }
+    if (c->payment_token[0] && strlen(c->payment_token) < CFG_ADMIN_TOKEN_MIN_BYTES) {
+        snprintf(err, errlen, "payment_token is %zu bytes; it must be at least %d, or empty",
+                 strlen(c->payment_token), CFG_ADMIN_TOKEN_MIN_BYTES);
+        return -1;
+    }
+    if (c->payment_token[0] && c->admin_token[0] && strcmp(c->payment_token, c->admin_token) == 0) {
+        snprintf(err, errlen, "payment_token must differ from admin_token");
         return -1;
     }
     if (c->buyer_token_secret[0] && strlen(c->buyer_token_secret) < BUYER_TOKEN_SECRET_MIN_BYTES) {

@@ -55,7 +55,8 @@ struct cfg {
     int64_t pg_client_check_interval_ms; /* server checks a running statement's client */
     int64_t migrate_lock_wait_ms;        /* how long `migrate` waits for another instance */
     int64_t migrate_statement_timeout_ms;
-    char *admin_token;             /* bearer token for /admin (>= 32 bytes); empty disables */
+    char *admin_token;   /* bearer token for /admin (>= 32 bytes); empty disables */
+    char *payment_token; /* bearer token of the payment callback only (>= 32 bytes); may be empty */
     char *buyer_token_secret;      /* HS256 key of buyer tokens; serve needs >= 32 bytes */
     int64_t buyer_token_leeway_s;  /* clock skew tolerated on a buyer token's exp and nbf */
     int64_t max_buyer_token_bytes; /* longer buyer tokens are refused unread */

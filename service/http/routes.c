@@ -140,7 +140,7 @@ const struct routes_route routes_table[] = {
     {ROUTE("POST", "/api/v1/orders/{order_id}/cancel"), .operation = "cancelOrder", .buyer = 1,
      .addr_limited = 1, .handle = handle_order_cancel, .answers = cancel_order_answers},
     {ROUTE("POST", "/admin/v1/orders/{order_id}/payment"), .operation = "payOrder", .admin = 1,
-     .handle = handle_order_pay, .answers = pay_order_answers},
+     .payment = 1, .handle = handle_order_pay, .answers = pay_order_answers},
     {ROUTE("POST", "/admin/v1/skus"), .operation = "createSku", .admin = 1,
      .handle = handle_sku_create, .answers = create_sku_answers},
     {ROUTE("GET", "/admin/v1/skus/{sku_id}"), .operation = "getSkuAdmin", .admin = 1,
@@ -284,14 +284,20 @@ static void method_not_allowed(struct http_req *r, const char *allow)
     http_reply_error(r, 405, "method_not_allowed", NULL);
 }
 
-/* Returns 1 when the request carries the admin token, else answers 429
- * (too many failures from its address: the token is not even compared) or
- * 401 (a failure, counted). */
-static int admin_ok(struct http_req *r)
+/* Returns 1 when the request carries the admin token (or the payment
+ * token, for the one route t it may call), else answers 429 (too many
+ * failures from its address: the token is not even compared) or 401 (a
+ * failure, counted). */
+static int admin_ok(struct http_req *r, const struct routes_route *t, enum routes_verdict v)
 {
     if (!limits_admin_pass(r))
         return 0;
-    if (validate_bearer(http_header(r, "Authorization"), http_loop_cfg(r->loop)->admin_token))
+    const struct cfg *c = http_loop_cfg(r->loop);
+    const char *auth = http_header(r, "Authorization");
+    if (validate_bearer(auth, c->admin_token))
+        return 1;
+    if (v == ROUTES_FOUND && t && t->payment && c->payment_token[0] &&
+        validate_bearer(auth, c->payment_token))
         return 1;
     limits_admin_failed(r);
     http_add_header(r, "WWW-Authenticate", "Bearer realm=\"seckill-admin\"");
@@ -309,7 +315,7 @@ void routes_dispatch(struct http_req *r)
     r->answer_hists = t ? route_hists[t - routes_table] : unrouted_hists;
     r->route = t ? t->label : NULL;
     /* The admin area asks for the token before it says what exists. */
-    if (m.admin_area && !admin_ok(r))
+    if (m.admin_area && !admin_ok(r, t, v))
         return;
     if (v == ROUTES_NO_ROUTE) {
         http_reply_error(r, 404, "not_found", NULL);

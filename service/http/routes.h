@@ -31,6 +31,7 @@ struct routes_route {
     const char *operation; /* its operationId in docs/openapi.json */
     const char *label;     /* "POST /api/v1/skus/{sku_id}/orders", for logs */
     int admin;             /* needs the admin bearer token */
+    int payment;           /* an admin route the payment_token may call as well */
     int buyer;             /* needs a buyer token (its handler verifies it: it needs the buyer) */
     int addr_limited;      /* the buyer API: limited per client address (http/limits.h) */
     routes_handler_fn *handle;

@@ -267,6 +267,27 @@ START_TEST(test_short_admin_token_is_refused_empty_disables)
 }
 END_TEST
 
+/* The payment system's token: as long as the admin token, never the same. */
+START_TEST(test_payment_token_is_long_and_not_the_admin_token)
+{
+    struct cfg c;
+    char err[400];
+    cfg_defaults(&c);
+    ck_assert_int_eq(cfg_set(&c, "admin_token", LONG_TOKEN, err, sizeof err), 0);
+    ck_assert_int_eq(cfg_set(&c, "payment_token", "short-payment-token", err, sizeof err), 0);
+    ck_assert_int_eq(cfg_check(&c, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "payment_token"));
+    ck_assert_ptr_null(strstr(err, "short-payment-token"));
+    ck_assert_int_eq(cfg_set(&c, "payment_token", LONG_TOKEN, err, sizeof err), 0);
+    ck_assert_int_eq(cfg_check(&c, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "differ"));
+    ck_assert_int_eq(
+        cfg_set(&c, "payment_token", "payment-token-0123456789abcdef0123", err, sizeof err), 0);
+    ck_assert_int_eq(cfg_check(&c, err, sizeof err), 0);
+    cfg_free(&c);
+}
+END_TEST
+
 START_TEST(test_help_shows_no_secret)
 {
     char *buf = NULL;
@@ -368,6 +389,7 @@ int main(void)
     tcase_add_test(tc, test_secret_flags_are_refused_naming_env_and_file);
     tcase_add_test(tc, test_secret_file_variant_reads_the_secret);
     tcase_add_test(tc, test_short_admin_token_is_refused_empty_disables);
+    tcase_add_test(tc, test_payment_token_is_long_and_not_the_admin_token);
     tcase_add_test(tc, test_help_shows_no_secret);
     tcase_add_test(tc, test_log_escape_keeps_one_record_on_one_line);
     tcase_add_test(tc, test_every_key_of_a_sku_shares_its_hash_tag);

@@ -611,6 +611,51 @@ START_TEST(test_http_lifecycle_answers_and_metrics)
 }
 END_TEST
 
+/* The payment system's own token (payment_token) pays an order and opens
+ * nothing else of the admin API; the admin token still pays too. */
+#define PAY_TOKEN "test-payment-token-0123456789abcdef"
+START_TEST(test_payment_token_pays_and_nothing_else)
+{
+    struct th_daemon d;
+    th_daemon_start(&d, (const char *const[]){"SECKILL_PAYMENT_TOKEN=" PAY_TOKEN, NULL});
+    struct th_response res;
+    ck_assert_int_eq(th_admin(d.port, "POST", "/admin/v1/skus",
+                              "{\"id\":31,\"name\":\"pay\",\"stock\":10,\"per_user_limit\":1,"
+                              "\"payment_window_s\":600}",
+                              &res),
+                     0);
+    ck_assert_int_eq(res.status, 201);
+    int64_t ids[2];
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(th_order(d.port, 31, 60 + i, 1, NULL, &res), 201);
+        ids[i] = th_json_int(res.body, "order_id", 0);
+    }
+    const char *pay_auth =
+        "Authorization: Bearer " PAY_TOKEN "\r\nContent-Type: application/json\r\n";
+    char path[96];
+    snprintf(path, sizeof path, "/admin/v1/orders/%lld/payment", (long long)ids[0]);
+    ck_assert_int_eq(th_http(d.port, "POST", path, pay_auth, "{\"payment_ref\":\"p0\"}", &res), 0);
+    ck_assert_int_eq(res.status, 200);
+    /* every other admin route refuses it, as any wrong token */
+    ck_assert_int_eq(th_http(d.port, "POST", "/admin/v1/skus", pay_auth,
+                             "{\"id\":32,\"name\":\"x\",\"stock\":1,\"per_user_limit\":1}", &res),
+                     0);
+    ck_assert_int_eq(res.status, 401);
+    ck_assert_int_eq(th_http(d.port, "POST", "/admin/v1/skus/31/stock-adjustments", pay_auth,
+                             "{\"delta\":5}", &res),
+                     0);
+    ck_assert_int_eq(res.status, 401);
+    ck_assert_int_eq(th_http(d.port, "GET", "/admin/v1/nowhere", pay_auth, NULL, &res), 0);
+    ck_assert_int_eq(res.status, 401); /* no hint of what exists */
+    /* the admin token pays as before */
+    snprintf(path, sizeof path, "/admin/v1/orders/%lld/payment", (long long)ids[1]);
+    ck_assert_int_eq(th_admin(d.port, "POST", path, "{\"payment_ref\":\"p1\"}", &res), 0);
+    ck_assert_int_eq(res.status, 200);
+    ck_assert_int_eq(th_daemon_stop(&d), 0);
+    th_assert_invariants(31);
+}
+END_TEST
+
 /* A SKU sold out on this instance (its local flag set) sells the unit a
  * cancel gave back at once: the cancel clears the flag here, and Redis and
  * the database both have the unit again. */
@@ -659,6 +704,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_return_settled_after_a_rebuild_is_not_doubled);
     tcase_add_test(tc, test_return_after_a_rebuild_reaches_the_rebuilt_state);
     tcase_add_test(tc, test_http_lifecycle_answers_and_metrics);
+    tcase_add_test(tc, test_payment_token_pays_and_nothing_else);
     tcase_add_test(tc, test_cancel_reopens_a_sold_out_sku);
     suite_add_tcase(s, tc);
     return s;
