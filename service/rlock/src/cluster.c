@@ -7,12 +7,17 @@
 #include "internal.h"
 
 #define NO_NODE 0xffff
+/* A node that could not be reached is asked for the map after the others
+ * for this long: on a real network a dead host costs a whole connect
+ * timeout, and a caller on an event loop would wait for it at every refresh. */
+#define FAILED_LAST_MS 10000
 
 struct node {
     char host[256];
     int port;
     int master; /* serves at least one slot */
     redisContext *ctx;
+    int64_t failed_ms; /* rlock_mono_ms() of the last failed connect, 0 if none */
 };
 
 struct rlock_cluster {
@@ -94,6 +99,11 @@ static struct timeval ms_tv(int ms)
 {
     struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
     return tv;
+}
+
+static int recently_failed(const struct node *n)
+{
+    return n->failed_ms && rlock_mono_ms() - n->failed_ms < FAILED_LAST_MS;
 }
 
 /* A connection to host:port, handshaken with the URL's credentials. */
@@ -221,30 +231,63 @@ static int refresh_from(struct rlock_cluster *c, const char *host, int port, red
     return rc;
 }
 
+/* The index of the known node at host:port, or -1. */
+static int node_find(const struct rlock_cluster *c, const char *host, int port)
+{
+    for (int i = 0; i < c->nnodes; i++)
+        if (c->nodes[i].port == port && strcmp(c->nodes[i].host, host) == 0)
+            return i;
+    return -1;
+}
+
+/* Asks node i for the map (its connection, else one of its own); a node
+ * that cannot be reached is remembered as failed. */
+static int refresh_node(struct rlock_cluster *c, int i, char *err, size_t errlen)
+{
+    struct node *n = &c->nodes[i];
+    char host[256];
+    snprintf(host, sizeof host, "%s", n->host);
+    int port = n->port;
+    if (refresh_from(c, host, port, n->ctx, err, errlen) == 0) {
+        c->nodes[i].failed_ms = 0;
+        return 0;
+    }
+    if (c->nodes[i].ctx && c->nodes[i].ctx->err)
+        node_close(&c->nodes[i]);
+    if (!c->nodes[i].ctx)
+        c->nodes[i].failed_ms = rlock_mono_ms();
+    return -1;
+}
+
 int rlock_cluster_refresh(struct rlock_cluster *c, char *err, size_t errlen)
 {
     char last[320] = "no node to ask";
-    /* Known masters first (their connections are open), then the seeds. */
-    for (int i = 0; i < c->nnodes; i++) {
-        struct node *n = &c->nodes[i];
-        if (!n->master)
-            continue;
-        char host[256];
-        snprintf(host, sizeof host, "%s", n->host);
-        int port = n->port;
-        if (refresh_from(c, host, port, n->ctx, last, sizeof last) == 0) {
-            c->stale = 0;
-            return 0;
+    /* Known masters first (their connections are open), then the seeds, and
+     * nodes that failed a moment ago last. */
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < c->nnodes; i++) {
+            if (!c->nodes[i].master || recently_failed(&c->nodes[i]) != pass)
+                continue;
+            if (refresh_node(c, i, last, sizeof last) == 0) {
+                c->stale = 0;
+                return 0;
+            }
         }
-        if (c->nodes[i].ctx && c->nodes[i].ctx->err)
-            node_close(&c->nodes[i]);
+        for (int i = 0; i < c->url.nseeds; i++) {
+            const struct rlock_url_node *s = &c->url.seed[i];
+            int k = node_find(c, s->host, s->port);
+            if (k >= 0 && (c->nodes[k].master || recently_failed(&c->nodes[k]) != pass))
+                continue; /* asked above, or in the other pass */
+            if (k < 0 && pass == 1)
+                continue;
+            if (refresh_from(c, s->host, s->port, NULL, last, sizeof last) == 0) {
+                c->stale = 0;
+                return 0;
+            }
+            if ((k = node_index(c, s->host, s->port)) >= 0)
+                c->nodes[k].failed_ms = rlock_mono_ms();
+        }
     }
-    for (int i = 0; i < c->url.nseeds; i++)
-        if (refresh_from(c, c->url.seed[i].host, c->url.seed[i].port, NULL, last, sizeof last) ==
-            0) {
-            c->stale = 0;
-            return 0;
-        }
     rlock_err_set(err, errlen, "cluster: no node gave a slot map (last: %s)", last);
     return -1;
 }
@@ -268,9 +311,11 @@ static struct node *node_for(struct rlock_cluster *c, unsigned slot, char *err, 
     if (n->ctx && n->ctx->err)
         node_close(n);
     if (!n->ctx && !(n->ctx = connect_node(c, n->host, n->port, err, errlen))) {
+        n->failed_ms = rlock_mono_ms();
         c->stale = 1; /* a dead master: its replica may have its slots by now */
         return NULL;
     }
+    n->failed_ms = 0;
     return n;
 }
 
