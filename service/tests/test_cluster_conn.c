@@ -116,6 +116,29 @@ START_TEST(test_commands_reach_the_master_of_their_keys)
 }
 END_TEST
 
+/* Moves key's slot (and key) from master 'from' to master 'to', telling
+ * every master, as redis-cli --cluster reshard does. */
+static void move_slot(const char *key, int from, int to)
+{
+    unsigned slot = rlock_cluster_slot(key, strlen(key));
+    redisContext *a[MASTERS];
+    for (int m = 0; m < MASTERS; m++)
+        a[m] = th_redis_server_connect(&cl.node[m]);
+    redisReply *r = redisCommand(a[to], "CLUSTER SETSLOT %u IMPORTING %s", slot, cl.id[from]);
+    freeReplyObject(r);
+    r = redisCommand(a[from], "CLUSTER SETSLOT %u MIGRATING %s", slot, cl.id[to]);
+    freeReplyObject(r);
+    r = redisCommand(a[from], "MIGRATE 127.0.0.1 %d %s 0 5000", cl.node[to].port, key);
+    ck_assert_msg(r && r->type == REDIS_REPLY_STATUS, "MIGRATE: %s", r ? r->str : "");
+    freeReplyObject(r);
+    for (int m = 0; m < MASTERS; m++) {
+        r = redisCommand(a[m], "CLUSTER SETSLOT %u NODE %s", slot, cl.id[to]);
+        ck_assert(r && r->type == REDIS_REPLY_STATUS);
+        freeReplyObject(r);
+        redisFree(a[m]);
+    }
+}
+
 START_TEST(test_a_pipeline_across_slots_keeps_its_order)
 {
     setup();
@@ -147,6 +170,18 @@ START_TEST(test_a_pipeline_across_slots_keeps_its_order)
         ck_assert_str_eq(out[i]->str, vals[i]);
         freeReplyObject(out[i]);
     }
+    /* one key's slot moves behind the client's back: its command in the
+     * pipeline meets MOVED and is run again on its own, in its place */
+    move_slot(keys[0], th_redis_cluster_owner(&cl, rlock_cluster_slot(keys[0], strlen(keys[0]))),
+              (th_redis_cluster_owner(&cl, rlock_cluster_slot(keys[0], strlen(keys[0]))) + 1) %
+                  MASTERS);
+    ck_assert_int_eq(redis_conn_pipeline(&rc, 2 * MASTERS, argcs, argvs, out), 0);
+    for (int i = 0; i < 2 * MASTERS; i++) {
+        ck_assert(out[i] && out[i]->type == REDIS_REPLY_STRING);
+        ck_assert_str_eq(out[i]->str, vals[i]);
+        freeReplyObject(out[i]);
+    }
+    ck_assert_uint_ge(rlock_cluster_redirects(rc.cluster), 1);
     teardown();
 }
 END_TEST
@@ -354,22 +389,11 @@ START_TEST(test_async_scripts_and_subscriptions_follow_the_cluster)
     ck_assert_msg(res.value == 1, "%s", res.err);
 
     /* the key's slot moves from master 2 to master 0 */
-    unsigned slot = rlock_cluster_slot(key, strlen(key));
+    move_slot(key, 2, 0);
     redisContext *a[MASTERS];
     for (int m = 0; m < MASTERS; m++)
         a[m] = th_redis_server_connect(&cl.node[m]);
-    redisReply *r = redisCommand(a[0], "CLUSTER SETSLOT %u IMPORTING %s", slot, cl.id[2]);
-    freeReplyObject(r);
-    r = redisCommand(a[2], "CLUSTER SETSLOT %u MIGRATING %s", slot, cl.id[0]);
-    freeReplyObject(r);
-    r = redisCommand(a[2], "MIGRATE 127.0.0.1 %d %s 0 5000", cl.node[0].port, key);
-    ck_assert(r && r->type == REDIS_REPLY_STATUS);
-    freeReplyObject(r);
-    for (int m = 0; m < MASTERS; m++) {
-        r = redisCommand(a[m], "CLUSTER SETSLOT %u NODE %s", slot, cl.id[0]);
-        ck_assert(r && r->type == REDIS_REPLY_STATUS);
-        freeReplyObject(r);
-    }
+    redisReply *r;
     memset(&res, 0, sizeof res);
     redis_async_script(ra, &s, 1, 0, argv, NULL, on_script, &res);
     loop_until(base, &res.done, 5000);
