@@ -46,9 +46,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (rlock_url_parse(s, &u, err, sizeof err) != 0) {
         FUZZ_CHECK(memcmp(&u, &zero, sizeof u) == 0);
         FUZZ_CHECK(memchr(err, '\0', sizeof err) != NULL && err[0] != '\0');
+        /* A password with a byte no message of the parser holds (a
+         * plain one may spell "redis-" or "host" by chance) never shows. */
         char pw[256];
         password_of(s, pw, sizeof pw);
-        FUZZ_CHECK(pw[0] == '\0' || strstr(err, pw) == NULL);
+        FUZZ_CHECK(!strpbrk(pw, "!#$^*~+=[]{}|<>?&;`\"") || strstr(err, pw) == NULL);
         free(s);
         return 0;
     }
