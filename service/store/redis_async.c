@@ -575,13 +575,6 @@ static void cluster_script(struct redis_async *ra, const struct rlock_script *s,
     size_t *al = malloc(sizeof *al * (size_t)(n ? n : 1));
     if (!rd || !av || !al)
         abort();
-    char *p = rd->data;
-    for (int i = 0; i < n; i++) {
-        al[i] = lens ? lens[i] : strlen(argv[i]);
-        memcpy(p, argv[i], al[i]);
-        av[i] = p;
-        p += al[i];
-    }
     *rd = (struct ra_redirect){.ra = ra,
                                .s = s,
                                .nkeys = nkeys,
@@ -590,6 +583,13 @@ static void cluster_script(struct redis_async *ra, const struct rlock_script *s,
                                .arg = arg,
                                .argv = av,
                                .lens = al};
+    char *p = rd->data; /* after the assignment, which may write trailing padding */
+    for (int i = 0; i < n; i++) {
+        al[i] = lens ? lens[i] : strlen(argv[i]);
+        memcpy(p, argv[i], al[i]);
+        av[i] = p;
+        p += al[i];
+    }
     struct redis_async *node = cluster_route(ra, nkeys > 0 ? rlock_cluster_slot(av[0], al[0]) : 0);
     if (!node) {
         free(av);
@@ -693,15 +693,32 @@ int redis_async_pending(const struct redis_async *ra)
 /* Moves a cluster's subscription from a node client that lost its
  * connection to one that has one (the map read again first); without such a
  * node it stays, and the node resubscribes when it is back. */
+static void resubscribe_later(struct redis_async *ra)
+{
+    struct timeval tv = {ra->reconnect_ms / 1000, (ra->reconnect_ms % 1000) * 1000};
+    if (!ra->closing)
+        evtimer_add(ra->resub_ev, &tv);
+}
+
 static void on_resubscribe(evutil_socket_t fd, short what, void *arg)
 {
     struct redis_async *ra = arg, *old = ra->sub_node;
     (void)fd;
     (void)what;
-    if (!old || old->ac || ra->closing)
+    if (ra->closing || (old && old->ac))
         return; /* back already */
     rlock_cluster_invalidate(ra->map);
-    (void)cluster_route(ra, 0); /* reads the map: a promoted replica gets its client */
+    struct redis_async *first = cluster_route(ra, 0); /* reads the map */
+    if (!old) {                                       /* never subscribed: no node was known then */
+        if (!first) {
+            resubscribe_later(ra);
+            return;
+        }
+        first->parent = ra;
+        ra->sub_node = first;
+        redis_async_subscribe(first, ra->channel, ra->on_message, ra->message_arg);
+        return;
+    }
     for (int i = 0; i < ra->nnodes; i++) {
         struct redis_async *n = ra->node[i];
         if (n == old || !n->ac)
@@ -731,7 +748,8 @@ void redis_async_subscribe(struct redis_async *ra, const char *channel, redis_as
             abort();
         struct redis_async *n = cluster_route(ra, 0);
         if (!n) {
-            log_warn("redis cluster: no node to subscribe to %s on", channel);
+            log_warn("redis cluster: no node to subscribe to %s on yet; retrying", channel);
+            resubscribe_later(ra);
             return;
         }
         n->parent = ra;
