@@ -21,6 +21,8 @@
 #                        Redis got the expired orders' units back
 #   redis-failover       Redis behind Sentinel (a master, a replica, three Sentinels):
 #                        kill -9 of the master under load; Sentinel promotes the replica
+#   sentinel-then-master-kill  the same, after kill -9 of the Sentinel the daemon's
+#                        watch follows
 #   failover-stale-holder  the same, while a second daemon is stopped holding a writer
 #                        lock of the old master, about to write; its token is refused
 #   balancer-daemon-kill two daemons behind HAProxy, the load through it; kill -9 of one
@@ -55,7 +57,8 @@ done
 
 ALL_SCENARIOS=(daemon-kill redis-restart-aof redis-restart-empty pg-stop pg-freeze redis-freeze
     two-daemons-kill-one writer-frozen adjust-crash expiry-crash redis-failover
-    failover-stale-holder balancer-daemon-kill cluster-master-kill cluster-reshard)
+    sentinel-then-master-kill failover-stale-holder balancer-daemon-kill cluster-master-kill
+    cluster-reshard)
 
 # ---------------------------------------------------------------- settings
 
@@ -115,7 +118,7 @@ declare -A HEAL_BOUND=(
     [adjust-crash]=15 [expiry-crash]=15
     # the Sentinels' detection (down-after-milliseconds, 1 s in scripts/stack.sh)
     # and promotion, plus the issue's 5 s
-    [redis-failover]=10 [failover-stale-holder]=10
+    [redis-failover]=10 [failover-stale-holder]=10 [sentinel-then-master-kill]=10
     # cluster-node-timeout (1 s) and the replica's election, plus the issue's 5 s
     [cluster-master-kill]=10
     # slots move one by one; the SKU's only at the end of the reshard
@@ -754,6 +757,33 @@ scenario_redis_failover() {
         if under_load "$sku" "$url"; then
             ha_master_kill
             after_fault "$url" "$sku" "$(now)" "the master was killed" --allow-lost-pending
+        fi
+    fi
+    ha_down
+}
+
+# The Sentinel that the daemon's watch follows (the URL's first) is killed
+# first, then the master: the watch moves on to the next Sentinel, which
+# with the third still makes the quorum (2) and the majority that elects a
+# leader, hears +switch-master and the daemon sells on the promoted replica
+# within the same bound.
+scenario_sentinel_then_master_kill() {
+    local sku=$1 url pid
+    if ha_up && start_daemon d1; then
+        url=http://127.0.0.1:$D_PORT
+        if under_load "$sku" "$url"; then
+            pid=$(tr -dc '0-9' <"$HA_DIR/sentinel-1/sentinel.pid" 2>/dev/null || true)
+            if [[ -z $pid ]]; then
+                fail "no pid file for the first Sentinel"
+            else
+                note "kill -9 of the first Sentinel (pid $pid), the one the daemon's watch follows"
+                kill -KILL "$pid"
+                sleep 1
+                ha_master_kill
+                after_fault "$url" "$sku" "$(now)" "the master was killed" --allow-lost-pending
+                grep -q "the Sentinels name a new master" "$SDIR/d1.log" ||
+                    fail "the daemon's watch never named the new master (d1.log)"
+            fi
         fi
     fi
     ha_down
