@@ -1058,7 +1058,7 @@ run_scenario() {
     secs=$((SECONDS - t0))
     verdict=PASS
     ((${#REASONS[@]} == 0)) || verdict=FAIL
-    RESULTS+=("$(printf '%-4s  %-21s %4ss  heal %6s  %s' "$verdict" "$name" "$secs" \
+    RESULTS+=("$(printf '%-4s  %-25s %4ss  heal %6s  %s' "$verdict" "$name" "$secs" \
         "${HEAL_S}s" "${REASONS[0]:-}")")
     say "--- $name: $verdict in ${secs}s, healed in ${HEAL_S}s"
 }
