@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include "core/log.h"
 
@@ -36,7 +37,18 @@ int redis_conn_follow_start(const struct cfg *c, char *err, size_t errlen)
                                           .retry_ms = (int)c->redis_reconnect_ms,
                                           .on_change = on_master_change};
     followed = rlock_sentinel_watch_start(&u, &o, err, errlen);
-    return followed ? 0 : -1;
+    if (!followed)
+        return -1;
+    /* A moment for its first answer, so that the event loops' first
+     * connections take the address from it instead of asking themselves
+     * (a blocking question on a loop); none by then is fine: they ask. */
+    struct rlock_url_node n;
+    for (int waited = 0; waited < o.timeout_ms && rlock_sentinel_master(followed, &n, NULL) != 0;
+         waited += 10) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
 }
 
 void redis_conn_follow_stop(void)

@@ -34,7 +34,8 @@ struct redis_conn {
  * master (rlock/sentinel.h: +switch-master, and a question every
  * redis_sentinel_poll_ms): every redis_conn and redis_async prepared
  * afterwards resolves the master through it and drops a connection made
- * before the master moved.  A plain URL: nothing to do.  Call once at
+ * before the master moved.  Waits up to redis_connect_timeout_ms for the
+ * watch's first answer.  A plain URL: nothing to do.  Call once at
  * start-up, before any connection is prepared; returns 0, or -1 with err.
  */
 int redis_conn_follow_start(const struct cfg *c, char *err, size_t errlen)
