@@ -263,6 +263,18 @@ START_TEST(test_a_sale_on_a_cluster)
         ck_assert_int_eq(int_on(m, stock), 0);
     }
     PQfinish(pg);
+    /* /healthz: every master answers; then one is gone (no replica here):
+     * still 200, degraded, for the SKUs of the others still sell */
+    ck_assert_int_eq(th_http(d.port, "GET", "/healthz", NULL, NULL, &res), 0);
+    ck_assert_int_eq(res.status, 200);
+    ck_assert_ptr_nonnull(strstr(res.body, "\"redis\":\"ok\""));
+    th_redis_server_kill(&cl.node[2]);
+    ck_assert_int_eq(th_http(d.port, "GET", "/healthz", NULL, NULL, &res), 0);
+    ck_assert_int_eq(res.status, 200);
+    ck_assert_msg(strstr(res.body, "\"redis\":\"degraded\"") &&
+                      strstr(res.body, "\"redis_masters_down\":1"),
+                  "%s", res.body);
+    ck_assert_int_eq(th_order(d.port, skus[0], BUYERS + 1, 1, NULL, &res), 409); /* sold out */
     ck_assert_int_eq(th_daemon_stop(&d), 0);
     teardown();
 }
