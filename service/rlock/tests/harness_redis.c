@@ -170,6 +170,16 @@ void th_redis_server_wait_replica(const struct th_redis_server *replica, int tim
     ck_abort_msg("replica on port %d did not connect within %d ms", replica->port, timeout_ms);
 }
 
+void th_redis_pair_start(struct th_redis_server *master, struct th_redis_server *replica)
+{
+    th_redis_server_start(master, NULL);
+    char port[16];
+    snprintf(port, sizeof port, "%d", master->port);
+    const char *args[] = {"--replicaof", "127.0.0.1", port, NULL};
+    th_redis_server_start(replica, args);
+    th_redis_server_wait_replica(replica, 10000);
+}
+
 static int cluster_node_ok(redisContext *c, int n)
 {
     char known[40];

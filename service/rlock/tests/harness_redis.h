@@ -41,6 +41,9 @@ redisContext *th_redis_server_connect(const struct th_redis_server *s);
  * to the master up.  Aborts the test otherwise. */
 void th_redis_server_wait_replica(const struct th_redis_server *replica, int timeout_ms);
 
+/* Starts a master and a replica of it, and waits (bounded) for their link. */
+void th_redis_pair_start(struct th_redis_server *master, struct th_redis_server *replica);
+
 /* A Redis Cluster of n (<= TH_CLUSTER_MAX) masters, each a private server
  * with cluster-enabled and a free bus port, the 16384 slots split evenly in
  * order (master 0 has the lowest), introduced with CLUSTER MEET; returns

@@ -510,12 +510,7 @@ END_TEST
 START_TEST(test_replica_check_passes_with_a_replica)
 {
     struct th_redis_server master, replica;
-    th_redis_server_start(&master, NO_PERSISTENCE);
-    char port[16];
-    snprintf(port, sizeof port, "%d", master.port);
-    const char *args[] = {"--replicaof", "127.0.0.1", port, NULL};
-    th_redis_server_start(&replica, args);
-    th_redis_server_wait_replica(&replica, 10000);
+    th_redis_pair_start(&master, &replica);
 
     redisContext *m = th_redis_server_connect(&master);
     redisContext *r = th_redis_server_connect(&replica);

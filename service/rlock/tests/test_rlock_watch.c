@@ -285,12 +285,7 @@ static redisContext *flip_connect(void *arg)
 START_TEST(test_watchdog_leaves_a_demoted_server)
 {
     struct th_redis_server master, replica;
-    th_redis_server_start(&master, NULL);
-    char port[16];
-    snprintf(port, sizeof port, "%d", master.port);
-    const char *args[] = {"--replicaof", "127.0.0.1", port, NULL};
-    th_redis_server_start(&replica, args);
-    th_redis_server_wait_replica(&replica, 10000);
+    th_redis_pair_start(&master, &replica);
 
     struct flip f = {.first_port = replica.port, .then_port = master.port};
     char err[128];
