@@ -70,10 +70,13 @@ static int spawn(struct th_redis_server *s, const char *const *extra)
     pid_t pid = fork();
     ck_assert(pid >= 0);
     if (pid == 0) {
-        /* Die with the test process, whatever way it ends. */
+        /* Die with the test process, whatever way it ends; a process group
+         * of its own, so that a kill takes its forks (an RDB for a replica,
+         * a rewrite) with it and none writes into its removed directory. */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != parent)
             _exit(127);
+        (void)setpgid(0, 0);
         int devnull = open("/dev/null", O_RDWR);
         if (devnull >= 0) {
             dup2(devnull, STDIN_FILENO);
@@ -125,8 +128,9 @@ void th_redis_server_kill(struct th_redis_server *s)
 {
     if (s->pid <= 0)
         return;
-    kill(s->pid, SIGCONT); /* a stopped process cannot be reaped before it dies */
-    kill(s->pid, SIGKILL);
+    kill(-s->pid, SIGCONT); /* a stopped process cannot be reaped before it dies */
+    kill(-s->pid, SIGKILL); /* the server and the forks of its group */
+    kill(s->pid, SIGKILL);  /* before its setpgid(): the server alone */
     while (waitpid(s->pid, NULL, 0) < 0 && errno == EINTR)
         ;
     s->pid = 0;
