@@ -260,18 +260,22 @@ static void drop_if_demoted(struct redis_conn *rc, const redisReply *r)
     redis_conn_close(rc);
 }
 
+/* A command on a cluster, to the master of slot; NULL (logged) on failure. */
+static redisReply *cluster_cmd(struct redis_conn *rc, unsigned slot, int argc, const char **argv,
+                               const size_t *lens)
+{
+    struct rlock_cluster *cl = cluster_of(rc);
+    char err[320];
+    redisReply *r = cl ? rlock_cluster_command(cl, slot, argc, argv, lens, err, sizeof err) : NULL;
+    if (cl && !r)
+        log_warn("redis %s failed: %s", argv[0], err);
+    return r;
+}
+
 redisReply *redis_conn_cmd(struct redis_conn *rc, int argc, const char **argv, const size_t *lens)
 {
-    if (rc->target.nseeds > 0) {
-        struct rlock_cluster *cl = cluster_of(rc);
-        char err[320];
-        redisReply *r = cl ? rlock_cluster_command(cl, cmd_slot(argc, argv, lens), argc, argv, lens,
-                                                   err, sizeof err)
-                           : NULL;
-        if (cl && !r)
-            log_warn("redis %s failed: %s", argv[0], err);
-        return r;
-    }
+    if (rc->target.nseeds > 0)
+        return cluster_cmd(rc, cmd_slot(argc, argv, lens), argc, argv, lens);
     redisContext *c = redis_conn_get(rc);
     if (!c)
         return NULL;
@@ -344,14 +348,7 @@ redisReply *redis_conn_cmd_at(struct redis_conn *rc, const char *key, int argc, 
 {
     if (rc->target.nseeds == 0)
         return redis_conn_cmd(rc, argc, argv, lens);
-    struct rlock_cluster *cl = cluster_of(rc);
-    char err[320];
-    redisReply *r = cl ? rlock_cluster_command(cl, rlock_cluster_slot(key, strlen(key)), argc, argv,
-                                               lens, err, sizeof err)
-                       : NULL;
-    if (cl && !r)
-        log_warn("redis %s failed: %s", argv[0], err);
-    return r;
+    return cluster_cmd(rc, rlock_cluster_slot(key, strlen(key)), argc, argv, lens);
 }
 
 int redis_conn_pipeline(struct redis_conn *rc, size_t n, const int *argcs,

@@ -129,13 +129,22 @@ static redisContext *connect_node(const struct rlock_cluster *c, const char *hos
     return ctx;
 }
 
-/* The index of node host:port, added (not connected) if new; -1 when the
- * table is full. */
-static int node_index(struct rlock_cluster *c, const char *host, int port)
+/* The index of the known node at host:port, or -1. */
+static int node_find(const struct rlock_cluster *c, const char *host, int port)
 {
     for (int i = 0; i < c->nnodes; i++)
         if (c->nodes[i].port == port && strcmp(c->nodes[i].host, host) == 0)
             return i;
+    return -1;
+}
+
+/* The index of node host:port, added (not connected) if new; -1 when the
+ * table is full. */
+static int node_index(struct rlock_cluster *c, const char *host, int port)
+{
+    int i = node_find(c, host, port);
+    if (i >= 0)
+        return i;
     if (c->nnodes == RLOCK_CLUSTER_MAX_NODES)
         return -1;
     struct node *n = &c->nodes[c->nnodes];
@@ -231,15 +240,6 @@ static int refresh_from(struct rlock_cluster *c, const char *host, int port, red
     return rc;
 }
 
-/* The index of the known node at host:port, or -1. */
-static int node_find(const struct rlock_cluster *c, const char *host, int port)
-{
-    for (int i = 0; i < c->nnodes; i++)
-        if (c->nodes[i].port == port && strcmp(c->nodes[i].host, host) == 0)
-            return i;
-    return -1;
-}
-
 /* Asks node i for the map (its connection, else one of its own); a node
  * that cannot be reached is remembered as failed. */
 static int refresh_node(struct rlock_cluster *c, int i, char *err, size_t errlen)
@@ -292,48 +292,54 @@ int rlock_cluster_refresh(struct rlock_cluster *c, char *err, size_t errlen)
     return -1;
 }
 
-/* The node serving slot, connected; NULL with err. */
-static struct node *node_for(struct rlock_cluster *c, unsigned slot, char *err, size_t errlen)
+/* The index of the node serving slot (the map read first when stale), or
+ * -1 with err set. */
+static int slot_index(struct rlock_cluster *c, unsigned slot, char *err, size_t errlen)
 {
     if (slot >= RLOCK_CLUSTER_SLOTS) {
         rlock_err_set(err, errlen, "cluster: slot %u out of range", slot);
-        return NULL;
+        return -1;
     }
     if (c->stale && rlock_cluster_refresh(c, err, errlen) != 0 && c->slot_node[slot] == NO_NODE)
-        return NULL;
-    uint16_t idx = c->slot_node[slot];
-    if (idx == NO_NODE) {
+        return -1;
+    if (c->slot_node[slot] == NO_NODE) {
         rlock_err_set(err, errlen, "cluster: no node serves slot %u", slot);
         c->stale = 1;
-        return NULL;
+        return -1;
     }
-    struct node *n = &c->nodes[idx];
+    return c->slot_node[slot];
+}
+
+/* n with a working connection (made again if broken); NULL with err set,
+ * n remembered as failed and the map as stale (a dead master: its replica
+ * may hold its slots by now). */
+static struct node *node_connected(struct rlock_cluster *c, struct node *n, char *err,
+                                   size_t errlen)
+{
     if (n->ctx && n->ctx->err)
         node_close(n);
     if (!n->ctx && !(n->ctx = connect_node(c, n->host, n->port, err, errlen))) {
         n->failed_ms = rlock_mono_ms();
-        c->stale = 1; /* a dead master: its replica may have its slots by now */
+        c->stale = 1;
         return NULL;
     }
     n->failed_ms = 0;
     return n;
 }
 
+/* The node serving slot, connected; NULL with err. */
+static struct node *node_for(struct rlock_cluster *c, unsigned slot, char *err, size_t errlen)
+{
+    int idx = slot_index(c, slot, err, errlen);
+    return idx < 0 ? NULL : node_connected(c, &c->nodes[idx], err, errlen);
+}
+
 int rlock_cluster_slot_addr(struct rlock_cluster *c, unsigned slot, char *host, size_t cap,
                             int *port, char *err, size_t errlen)
 {
-    if (slot >= RLOCK_CLUSTER_SLOTS) {
-        rlock_err_set(err, errlen, "cluster: slot %u out of range", slot);
+    int idx = slot_index(c, slot, err, errlen);
+    if (idx < 0)
         return -1;
-    }
-    if (c->stale && rlock_cluster_refresh(c, err, errlen) != 0 && c->slot_node[slot] == NO_NODE)
-        return -1;
-    uint16_t idx = c->slot_node[slot];
-    if (idx == NO_NODE) {
-        rlock_err_set(err, errlen, "cluster: no node serves slot %u", slot);
-        c->stale = 1;
-        return -1;
-    }
     snprintf(host, cap, "%s", c->nodes[idx].host);
     *port = c->nodes[idx].port;
     return 0;
@@ -408,8 +414,7 @@ static redisReply *run(struct rlock_cluster *c, unsigned slot, int argc, const c
     for (int hop = 0; hop <= RLOCK_CLUSTER_MAX_REDIRECTS; hop++) {
         struct node *n;
         if (ask_idx >= 0) {
-            n = &c->nodes[ask_idx];
-            if (!n->ctx && !(n->ctx = connect_node(c, n->host, n->port, err, errlen)))
+            if (!(n = node_connected(c, &c->nodes[ask_idx], err, errlen)))
                 return NULL;
         } else if (!(n = node_for(c, slot, err, errlen))) {
             return NULL;
@@ -550,11 +555,7 @@ redisContext *rlock_cluster_master(struct rlock_cluster *c, int i, char *err, si
         rlock_err_set(err, errlen, "cluster: no master %d", i);
         return NULL;
     }
-    if (n->ctx && n->ctx->err)
-        node_close(n);
-    if (!n->ctx && !(n->ctx = connect_node(c, n->host, n->port, err, errlen)))
-        c->stale = 1;
-    return n->ctx;
+    return node_connected(c, n, err, errlen) ? n->ctx : NULL;
 }
 
 redisReply *rlock_cluster_on_master(struct rlock_cluster *c, int i, int argc, const char **argv,
