@@ -241,10 +241,7 @@ se_cluster_master_ports() {
         out=$(REDISCLI_AUTH=$pw timeout 5 redis-cli --user seckill-admin -h 127.0.0.1 -p "$port" \
             CLUSTER NODES 2>/dev/null | tr -d '\r') || continue
         [[ $out == *master* ]] || continue
-        awk '$3 ~ /(^|,)master(,|$)/ && $3 !~ /(^|,)(fail\??|noaddr|handshake)(,|$)/ && NF >= 9 {
-                 addr = $2; sub(/[@,].*/, "", addr); sub(/.*:/, "", addr)
-                 first = $9; sub(/^\[/, "", first); sub(/[^0-9].*/, "", first)
-                 print first + 0, addr }' <<<"$out" | sort -n | awk '{ print $2 }'
+        awk -f "$ROOT/scripts/cluster-masters.awk" <<<"$out"
         return 0
     done
     return 1

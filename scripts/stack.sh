@@ -83,6 +83,7 @@
 set -euo pipefail
 
 PROG=stack.sh
+SELF_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 REDIS_WAIT_TENTHS=100 # 10 s
 PG_CTL_TIMEOUT=30
 LOCK_WAIT=60
@@ -939,10 +940,7 @@ cluster_masters() {
     for p in "$@"; do
         out=$(redis_admin "$p" CLUSTER NODES 2>/dev/null | tr -d '\r') || continue
         [[ -n $out ]] || continue
-        awk '$3 ~ /(^|,)master(,|$)/ && $3 !~ /(^|,)(fail\??|noaddr|handshake)(,|$)/ && NF >= 9 {
-                 addr = $2; sub(/[@,].*/, "", addr); sub(/.*:/, "", addr)
-                 first = $9; sub(/^\[/, "", first); sub(/[^0-9].*/, "", first)
-                 print first + 0, addr }' <<<"$out" | sort -n | awk '{ print $2 }'
+        awk -f "$SELF_DIR/cluster-masters.awk" <<<"$out"
         return 0
     done
 }
