@@ -16,19 +16,31 @@
 --       script must take nothing), 7 orders per epoch (2^seq bits), 8 '1' to
 --       remember a refusal under the idempotency key (the buyer's own key), '0'
 --       not (a key the service made up: refusals are most of a sale's traffic),
+--       '2' as '1' but for sold_out (a bucket's sold_out may end with a transfer),
 --       9-12 the stream entry's field names for the order id, user, qty and
 --       idempotency key (named once, in service/order/order.c), 13 the
 --       buyer's bucket gains one order every this many us ('0': no limit),
---       14 the bucket's size (orders at once)
+--       14 the bucket's size (orders at once), 15 the parent SKU the buyer
+--       ordered when these are the keys of one of its buckets ('' none)
 -- Returns {'ok', order_id, remaining, entry} | {'dup', order_id, state, entry} |
 --   {'dup_refused', verdict} | {'idem_mismatch'} | {'not_loaded'} |
 --   {'expired'} | {'sale_not_active'} | {'limit_exceeded', held} |
---   {'sold_out', remaining} | {'exhausted'} | {'rate_limited', retry_after_ms}
+--   {'sold_out', remaining} | {'exhausted'} | {'rate_limited', retry_after_ms} |
+--   {'wrong_bucket'}
 -- 'entry' is the order's stream entry id: unlike the order id, Redis can never
 -- issue it twice, so buyers waiting for a decision match on both.
-local meta = redis.call('HMGET', KEYS[1], 'epoch', 'starts_ms', 'ends_ms', 'limit')
+local meta = redis.call('HMGET', KEYS[1], 'epoch', 'starts_ms', 'ends_ms', 'limit', 'parent',
+                        'bucket', 'buckets')
 if not meta[1] then
   return {'not_loaded'}
+end
+-- A bucket sells only through its parent, and only to the buyers whose user
+-- id falls in it: the per-user limit and the Idempotency-Key live in one
+-- bucket, whoever routed the order.
+local parent = meta[5] or ''
+if parent ~= (ARGV[15] or '') or
+   (parent ~= '' and tonumber(ARGV[1]) % tonumber(meta[7]) ~= tonumber(meta[6])) then
+  return {'wrong_bucket'}
 end
 -- The stock and the sequence in one read (plain keys of the SKU's hash tag).
 -- A loaded SKU without a stock key has lost data: unknown is not infinite (I6).
@@ -42,7 +54,8 @@ local qty = tonumber(ARGV[2])
 -- A key the service made up (ARGV[8] '0') is new: this request is the first
 -- to use it, so there is nothing under it to look up (a retry that names it
 -- after a 503 comes as the buyer's own key, '1', and is looked up).
-if ARGV[3] ~= '' and ARGV[8] == '1' then
+local lookup = ARGV[3] ~= '' and ARGV[8] ~= '0'
+if lookup then
   local prev = redis.call('GET', KEYS[7])
   if prev then
     local fp, what = string.match(prev, '^(.*)|([^|]+)$')
@@ -91,7 +104,7 @@ end
 -- A refusal is remembered under the idempotency key like an order, so that a
 -- retry of the same request gets the same answer for the key's lifetime.
 local function refuse(verdict, n)
-  if ARGV[3] ~= '' and ARGV[8] == '1' then
+  if lookup and (ARGV[8] == '1' or verdict ~= 'sold_out') then
     redis.call('SET', KEYS[7], ARGV[4] .. '|refused:' .. verdict, 'EX', ARGV[5])
   end
   return {verdict, n}

@@ -15,14 +15,16 @@
 --       6 consumer group, 7 'new' (refused when loaded: a second load would double
 --       the stock) or 'rebuild' (replaces what Redis holds; the caller read the
 --       database under the SKU's lock and row lock), 8 the Redis run id this
---       state is built on ('' unknown: the next reconciliation rebuilds it), then
---       pairs user id, units held
+--       state is built on ('' unknown: the next reconciliation rebuilds it),
+--       9 the parent SKU of a bucket ('' none), 10 its bucket, 11 the parent's
+--       number of buckets (reserve.lua sells a bucket only to the buyers whose
+--       user id falls in it, through its parent), then pairs user id, units held
 -- Returns 1 when loaded, 0 when already loaded.
 if ARGV[7] ~= 'rebuild' and redis.call('EXISTS', KEYS[1]) == 1 then
   return 0
 end
 redis.call('DEL', KEYS[5])
-for i = 9, #ARGV, 2 do
+for i = 12, #ARGV, 2 do
   redis.call('HSET', KEYS[5], ARGV[i], ARGV[i + 1])
 end
 redis.call('SET', KEYS[2], ARGV[2])
@@ -48,5 +50,7 @@ if not ok and redis.call('EXISTS', KEYS[4]) == 0 then
 end
 -- meta last: a SKU is "loaded" only once everything else is in place
 redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'loaded', ARGV[1], 'limit', ARGV[3],
-           'starts_ms', ARGV[4], 'ends_ms', ARGV[5], 'built_run', ARGV[8])
+           'starts_ms', ARGV[4], 'ends_ms', ARGV[5], 'built_run', ARGV[8],
+           'parent', ARGV[9] or '', 'bucket', ARGV[10] or '',
+           'buckets', ARGV[11] or '')
 return 1

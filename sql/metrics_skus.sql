@@ -3,5 +3,6 @@
 -- Read before Redis, so that stock minus Redis's stock never misses an order
 -- written between the two reads (seckill_sku_inflight_units).
 SELECT id, stock FROM skus
+WHERE buckets = 1  -- a parent's stock is its buckets'
 ORDER BY (sale_ends_at IS NULL OR sale_ends_at > now()) DESC, id DESC
 LIMIT $1

@@ -142,6 +142,10 @@ static const struct cfg_def defs[] = {
       "a SKU Redis found sold out (no unit left) is answered sold_out by this process without "
       "Redis for this long after the request that found it was sent; stock that comes back is "
       "sold again within this bound (0: off)"),
+    I(bucket_refill_rounds, 3, 1, 20,
+      "an order on a SKU split into buckets whose own bucket is empty while others hold units "
+      "waits for this many moves of units into it (each followed by a new try) before it is "
+      "answered 503 (others bought them first)"),
     I(reconcile_interval_ms, 5000, 100, 3600000,
       "how often Redis is compared with PostgreSQL and drift settled"),
     I(reconcile_retry_ms, 1000, 10, 3600000,

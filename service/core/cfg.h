@@ -73,6 +73,7 @@ struct cfg {
     int64_t order_ack_wait_ms; /* durable: longest wait for the commit, then 202 pending */
     int64_t reserve_deadline_margin_ms; /* reserve.lua gives up this long before we do */
     int64_t sold_out_flag_ms;           /* sold out answered locally this long; 0: off */
+    int64_t bucket_refill_rounds;       /* a bucketed order: moves into its bucket, then 503 */
     int64_t reconcile_interval_ms;      /* settle, reload, compare Redis with PostgreSQL */
     int64_t reconcile_retry_ms;         /* next pass after one that could not finish */
     int64_t expiry_sweep_interval_ms;   /* expire unpaid orders, settle returns; 0: off */

@@ -46,6 +46,8 @@ enum metric {
     M_DRIFT_SKUS,  /* SKUs whose Redis and PostgreSQL disagree */
     M_DRIFT_UNITS, /* sum over SKUs of |Redis stock + in flight - skus.stock| */
     M_STOCK_ADJUSTMENTS,
+    M_BUCKET_TRANSFERS,   /* moves of units between a SKU's buckets (sku/buckets.h) */
+    M_BUCKET_UNITS_MOVED, /* units they moved */
     M_REDIS_TIMEOUTS,
     M_HTTP_UNDECLARED,       /* answers a route did not declare (a bug: see http/routes.c) */
     M_HTTP_CONNECTIONS_OPEN, /* gauge: HTTP connections open now */

@@ -577,9 +577,10 @@ int validate_sku_body(const char *body, size_t len, struct validate_sku *out, ch
                                           "sale_starts_at",
                                           "sale_ends_at",
                                           "payment_window_s",
+                                          "buckets",
                                           NULL};
     struct validate_sku v;
-    int has_window;
+    int has_window, has_buckets;
     const char *name;
     size_t name_len;
     json_t *root;
@@ -598,8 +599,12 @@ int validate_sku_body(const char *body, size_t len, struct validate_sku *out, ch
         get_time(root, "sale_starts_at", &v.has_starts, &v.starts_ms, detail, cap) != 0 ||
         get_time(root, "sale_ends_at", &v.has_ends, &v.ends_ms, detail, cap) != 0 ||
         get_int(root, "payment_window_s", 0, VALIDATE_WINDOW_MAX, &v.payment_window_s, &has_window,
-                detail, cap) != 0)
+                detail, cap) != 0 ||
+        get_int(root, "buckets", 1, VALIDATE_BUCKETS_MAX, &v.buckets, &has_buckets, detail, cap) !=
+            0)
         goto out;
+    if (!has_buckets)
+        v.buckets = 1;
     if (v.has_starts && v.has_ends && v.ends_ms <= v.starts_ms) {
         set_detail(detail, cap, "sale_ends_at must be after sale_starts_at");
         goto out;

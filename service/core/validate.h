@@ -28,6 +28,7 @@
 #define VALIDATE_DELTA_MAX 1000000000000LL /* 10^12 */
 #define VALIDATE_REASON_MAX 500            /* bytes of UTF-8 */
 #define VALIDATE_WINDOW_MAX 2592000        /* payment window: 30 days, in seconds */
+#define VALIDATE_BUCKETS_MAX 64            /* buckets of one SKU (migrations/0006_buckets.sql) */
 #define VALIDATE_PAYMENT_REF_MAX 128       /* bytes of printable ASCII */
 
 /*
@@ -75,6 +76,7 @@ struct validate_sku {
     int has_ends;
     int64_t ends_ms;
     int64_t payment_window_s; /* 0: no payment step (absent) */
+    int64_t buckets;          /* 1 (absent): an ordinary SKU; else its stock's buckets */
 };
 
 /*
@@ -88,6 +90,7 @@ struct validate_sku {
  *   "sale_ends_at"?   RFC 3339 string or null; after sale_starts_at when both
  *                     are given
  *   "payment_window_s"? integer 0..VALIDATE_WINDOW_MAX (absent: 0)
+ *   "buckets"?       integer 1..VALIDATE_BUCKETS_MAX (absent: 1)
  * Fills *out on success.
  */
 int validate_sku_body(const char *body, size_t len, struct validate_sku *out, char *detail,

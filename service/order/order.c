@@ -86,6 +86,8 @@ static const struct {
     {"exhausted", ORDER_IDS_EXHAUSTED},
     {"idem_mismatch", ORDER_IDEM_MISMATCH},
     {"rate_limited", ORDER_RATE_LIMITED},
+    /* a bucket asked directly, or for a buyer who is not in it */
+    {"wrong_bucket", ORDER_SKU_UNKNOWN},
 };
 #define VERDICT_REPLAYED "dup"              /* same key and body: the order, as it is now */
 #define VERDICT_REFUSED_AGAIN "dup_refused" /* same key as an earlier refusal: that refusal */
@@ -257,6 +259,7 @@ void order_reserve_prepare(struct order_reserve_call *c, int64_t sku, int64_t us
     fmt_i64z(c->deadline, deadline_ms);
     fmt_i64z(c->per_epoch, ORDER_IDS_PER_EPOCH);
     order_reserve_limit(c, 0, 0);
+    c->parent[0] = '\0';
     n = 0;
     for (size_t i = 0; i < KEYS_RESERVE_N; i++)
         c->argv[n++] = c->keys[i];
@@ -273,9 +276,18 @@ void order_reserve_prepare(struct order_reserve_call *c, int64_t sku, int64_t us
                                              order_fields[ORDER_FIELD_QTY],
                                              order_fields[ORDER_FIELD_IDEM],
                                              c->rate_interval_us,
-                                             c->rate_burst};
+                                             c->rate_burst,
+                                             c->parent};
     for (size_t i = 0; i < ORDER_RESERVE_NARGS; i++)
         c->argv[n++] = args[i];
+}
+
+void order_reserve_bucket(struct order_reserve_call *c, int64_t parent)
+{
+    fmt_i64z(c->parent, parent);
+    /* a bucket's sold_out may end with a transfer: not remembered under the key */
+    if (c->argv[KEYS_RESERVE_N + 7][0] == '1')
+        c->argv[KEYS_RESERVE_N + 7] = "2";
 }
 
 void order_reserve_limit(struct order_reserve_call *c, int64_t per_min, int64_t burst)

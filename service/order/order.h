@@ -116,11 +116,11 @@ struct order_reply {
 /* The arguments of one reserve.lua call (see lua/reserve.lua), in one place
  * for the HTTP path and the tests. */
 #define ORDER_RESERVE_NKEYS KEYS_RESERVE_N
-#define ORDER_RESERVE_NARGS (8 + ORDER_NFIELDS + 2)
+#define ORDER_RESERVE_NARGS (8 + ORDER_NFIELDS + 3)
 struct order_reserve_call {
     char keys[KEYS_RESERVE_N][KEYS_MAX];
     char user[24], qty[24], fp[48], ttl[24], deadline[24], per_epoch[24];
-    char rate_interval_us[24], rate_burst[24];
+    char rate_interval_us[24], rate_burst[24], parent[24];
     const char *argv[ORDER_RESERVE_NKEYS + ORDER_RESERVE_NARGS]; /* into the above */
 };
 
@@ -131,6 +131,12 @@ struct order_reserve_call {
 void order_reserve_prepare(struct order_reserve_call *c, int64_t sku, int64_t user, int64_t qty,
                            const char *idem, int buyers_key, int64_t idem_ttl_s,
                            int64_t deadline_ms);
+
+/* Makes a prepared call (whose sku is a bucket) an order on the bucket's
+ * parent SKU: reserve.lua refuses it (ORDER_SKU_UNKNOWN) unless the bucket is
+ * the buyer's bucket of that parent, and does not remember a sold_out under
+ * the buyer's key (a transfer between buckets may end it). */
+void order_reserve_bucket(struct order_reserve_call *c, int64_t parent);
 
 /* Sets the buyer's bucket of a prepared call: 'per_min' orders a minute,
  * 'burst' at once (either 0: no limit, which is what order_reserve_prepare

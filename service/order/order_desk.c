@@ -13,9 +13,21 @@
 #include "core/metrics.h"
 #include "order/order_wait.h"
 #include "order/soldout.h"
+#include "sku/buckets.h"
 #include "sku/reconcile.h"
 #include "sku/sku.h"
 #include "store/redis_async.h"
+
+/* Parents of buckets this loop has met (sku/buckets.h), by id, open
+ * addressing.  A SKU's buckets never change once it exists, so an entry is
+ * never stale and never moves (orders in flight point at it); past
+ * DESK_PARENTS parents the others are looked up in PostgreSQL per order. */
+#define DESK_PARENTS 64
+struct desk_parent {
+    int64_t sku; /* 0: empty */
+    int n;
+    int64_t ids[VALIDATE_BUCKETS_MAX];
+};
 
 struct order_desk {
     const struct cfg *cfg;
@@ -25,6 +37,7 @@ struct order_desk {
     struct order_wait *waits; /* durable mode only */
     int closing;
     uint64_t rng; /* made-up idempotency keys */
+    struct desk_parent parents[DESK_PARENTS];
 };
 
 /* One order in flight, from the script call to the outcome. */
@@ -32,7 +45,12 @@ struct order_call {
     struct order_desk *od;
     order_desk_fn *fn;
     void *arg;
-    int64_t sku;
+    int64_t sku, user, qty;
+    int buyers_key;                   /* idem is the buyer's own */
+    const struct desk_parent *parent; /* sku is a parent: its buckets */
+    struct desk_parent *own;          /* ... when the desk's table is full */
+    int home, rounds;                 /* the buyer's bucket; moves into it so far */
+    int noted;                        /* the sold-out flag was told (once per order) */
     int replayed;
     int64_t retry_after_ms;       /* rate limited: the script's wait */
     int64_t order_id;             /* while waiting for the writer */
@@ -45,11 +63,34 @@ struct sku_probe {
     struct job job; /* first: the pool hands back this pointer */
     struct order_call *call;
     enum sku_result res;
+    int n; /* the SKU is a parent of n buckets */
+    int64_t ids[VALIDATE_BUCKETS_MAX];
 };
+
+/* A move of units into the buyer's empty bucket (sku_bucket_refill). */
+struct bucket_refill {
+    struct job job; /* first */
+    struct order_call *call;
+    enum sku_result res;
+    int64_t left; /* the buckets together, when they cannot serve the order */
+};
+
+/* Tells the sold-out flag what this order learnt about its SKU's stock,
+ * once: that gives back the claim soldout_check() may have handed it. */
+static void note(struct order_call *oc, enum soldout_news news)
+{
+    if (oc->noted)
+        return;
+    oc->noted = 1;
+    soldout_note(soldout_shared(), oc->sku, news, oc->sent_ms, oc->od->cfg->sold_out_flag_ms,
+                 oc->probe);
+}
 
 /* Gives the outcome to the caller and frees the call. */
 static void finish(struct order_call *oc, enum order_result r, const struct order_decision *d)
 {
+    if (oc->od)
+        note(oc, SOLDOUT_NEWS_NONE);
     struct order_outcome o = {.result = r,
                               .replayed = oc->replayed,
                               .idem = oc->idem,
@@ -57,6 +98,7 @@ static void finish(struct order_call *oc, enum order_result r, const struct orde
     if (d)
         o.d = *d;
     oc->fn(&o, oc->arg);
+    free(oc->own);
     free(oc);
 }
 
@@ -98,9 +140,62 @@ static int64_t wall_ms(void)
 static void probe_run(struct job *j, struct worker_ctx *w)
 {
     struct sku_probe *p = (struct sku_probe *)j;
-    p->res = sku_exists(w, p->call->sku);
+    struct order_call *oc = p->call;
+    if (!oc->parent) { /* a parent of buckets has no keys of its own */
+        p->n = sku_buckets_of(w, oc->sku, p->ids, VALIDATE_BUCKETS_MAX);
+        p->res = p->n < 0 ? SKU_UNAVAILABLE : SKU_OK;
+        if (p->n != 0)
+            return;
+    }
+    p->res = sku_exists(w, oc->parent ? oc->parent->ids[oc->home] : oc->sku);
     if (p->res == SKU_OK) /* known, not in Redis: restore it now, not at the next pass */
         reconcile_kick();
+}
+
+static void reserve(struct order_call *oc);
+
+/* The entry of parent sku, or the empty one where it would go (NULL: the
+ * table is full). */
+static struct desk_parent *parent_slot(struct order_desk *od, int64_t sku)
+{
+    for (int i = 0; i < DESK_PARENTS; i++) {
+        struct desk_parent *p = &od->parents[((uint64_t)sku + (uint64_t)i) % DESK_PARENTS];
+        if (p->sku == sku || p->sku == 0)
+            return p;
+    }
+    return NULL;
+}
+
+static const struct desk_parent *parent_get(struct order_desk *od, int64_t sku)
+{
+    const struct desk_parent *p = parent_slot(od, sku);
+    return p && p->sku == sku ? p : NULL;
+}
+
+/* Remembers that sku is a parent of buckets ids[0..n); the call's own copy
+ * when the table is full. */
+static const struct desk_parent *parent_put(struct order_call *oc, const int64_t *ids, int n)
+{
+    struct desk_parent *p = parent_slot(oc->od, oc->sku);
+    if (!p) {
+        if (!oc->own)
+            oc->own = malloc(sizeof *oc->own);
+        if (!oc->own)
+            abort();
+        p = oc->own;
+    }
+    p->sku = oc->sku;
+    p->n = n;
+    memcpy(p->ids, ids, (size_t)n * sizeof *ids);
+    return p;
+}
+
+/* Sends the order to the buyer's bucket of parent p. */
+static void route(struct order_call *oc, const struct desk_parent *p)
+{
+    oc->parent = p;
+    oc->home = sku_bucket_index(oc->user, p->n);
+    reserve(oc);
 }
 
 static void probe_done(struct job *j)
@@ -108,6 +203,12 @@ static void probe_done(struct job *j)
     struct sku_probe *p = (struct sku_probe *)j;
     struct order_call *oc = p->call;
     enum sku_result res = p->res;
+    if (res == SKU_OK && p->n > 0) {
+        const struct desk_parent *parent = parent_put(oc, p->ids, p->n);
+        free(p);
+        route(oc, parent);
+        return;
+    }
     free(p);
     finish(oc,
            res == SKU_OK        ? ORDER_SKU_NOT_LOADED
@@ -156,20 +257,68 @@ static void settle(struct order_call *oc, const struct order_decision *d)
     order_wait_add(oc->od->waits, d->order_id, d->entry, on_decided, oc);
 }
 
+/* ---- a bucket that cannot serve the order -------------------------------- */
+
+static void refill_run(struct job *j, struct worker_ctx *w)
+{
+    struct bucket_refill *f = (struct bucket_refill *)j;
+    struct order_call *oc = f->call;
+    f->res =
+        sku_bucket_refill(w, oc->sku, oc->parent->ids, oc->parent->n, oc->home, oc->qty, &f->left);
+}
+
+static void refill_done(struct job *j)
+{
+    struct bucket_refill *f = (struct bucket_refill *)j;
+    struct order_call *oc = f->call;
+    enum sku_result res = f->res;
+    int64_t left = f->left;
+    free(f);
+    if (res == SKU_OK && ++oc->rounds < oc->od->cfg->bucket_refill_rounds) {
+        reserve(oc); /* units were moved into the bucket (or came): ask again */
+        return;
+    }
+    if (res == SKU_INSUFFICIENT) { /* every bucket together: sold out */
+        note(oc, left == 0 ? SOLDOUT_NEWS_EMPTY : SOLDOUT_NEWS_OPEN);
+        finish(oc, ORDER_SOLD_OUT, NULL);
+        return;
+    }
+    /* failed, or other buyers emptied the bucket after every move */
+    finish(oc, ORDER_UNAVAILABLE, NULL);
+}
+
+/* The buyer's bucket is short of the order: move units into it from the
+ * others (on a worker: locks and a transaction), then ask again. */
+static void refill(struct order_call *oc)
+{
+    struct bucket_refill *f = calloc(1, sizeof *f);
+    if (!f)
+        abort();
+    f->call = oc;
+    f->job.run = refill_run;
+    f->job.done = refill_done;
+    f->job.base = oc->od->base;
+    if (workers_submit(oc->od->workers, &f->job) != 0) {
+        free(f);
+        finish(oc, ORDER_UNAVAILABLE, NULL);
+    }
+}
+
 /* reserve.lua's reply, on the loop. */
 static void on_reserved(redisReply *r, enum redis_async_status st, void *arg)
 {
     struct order_call *oc = arg;
     if (st == REDIS_ASYNC_LOST || st == REDIS_ASYNC_TIMEOUT) {
-        soldout_note(soldout_shared(), oc->sku, SOLDOUT_NEWS_NONE, oc->sent_ms,
-                     oc->od->cfg->sold_out_flag_ms, oc->probe);
         finish(oc, st == REDIS_ASYNC_LOST ? ORDER_OUTCOME_LOST : ORDER_OUTCOME_TIMEOUT, NULL);
         return;
     }
     struct order_reply rep;
     order_parse_reply(r, &rep);
-    soldout_note(soldout_shared(), oc->sku, soldout_news_of(&rep), oc->sent_ms,
-                 oc->od->cfg->sold_out_flag_ms, oc->probe);
+    if (oc->parent && rep.result == ORDER_SOLD_OUT && !rep.replayed) {
+        refill(oc); /* the bucket's sold_out is not the SKU's */
+        return;
+    }
+    note(oc, soldout_news_of(&rep));
     oc->replayed = rep.replayed;
     oc->retry_after_ms = rep.retry_after_ms;
     switch (rep.result) {
@@ -194,6 +343,28 @@ static void on_reserved(redisReply *r, enum redis_async_status st, void *arg)
         break;
     }
     finish(oc, rep.result, NULL);
+}
+
+/* Runs reserve.lua for the order: on its SKU, or on the buyer's bucket of
+ * it.  Past the deadline (Redis clock) the script takes nothing: the outcome
+ * is reported at redis_timeout_ms, so a refusal never hides a reservation. */
+static void reserve(struct order_call *oc)
+{
+    struct order_desk *od = oc->od;
+    if (od->closing || !od->redis) {
+        finish(oc, ORDER_UNAVAILABLE, NULL);
+        return;
+    }
+    const struct cfg *c = od->cfg;
+    struct order_reserve_call rc;
+    order_reserve_prepare(&rc, oc->parent ? oc->parent->ids[oc->home] : oc->sku, oc->user, oc->qty,
+                          oc->idem, oc->buyers_key, c->idempotency_ttl_s,
+                          wall_ms() + c->redis_timeout_ms - c->reserve_deadline_margin_ms);
+    order_reserve_limit(&rc, c->rate_buyer_orders_per_min, c->rate_buyer_orders_burst);
+    if (oc->parent)
+        order_reserve_bucket(&rc, oc->sku);
+    redis_async_script(od->redis, &script_reserve, ORDER_RESERVE_NKEYS, ORDER_RESERVE_NARGS,
+                       rc.argv, NULL, on_reserved, oc);
 }
 
 /* A reserve reply that came after its buyer was told the outcome is open:
@@ -229,8 +400,15 @@ void order_desk_place(struct order_desk *od, const struct order_request *rq, ord
     struct order_call *oc = calloc(1, sizeof *oc);
     if (!oc)
         abort();
-    *oc = (struct order_call){
-        .od = od, .fn = fn, .arg = arg, .sku = rq->sku, .sent_ms = now, .probe = probe};
+    *oc = (struct order_call){.od = od,
+                              .fn = fn,
+                              .arg = arg,
+                              .sku = rq->sku,
+                              .user = rq->user,
+                              .qty = rq->qty,
+                              .buyers_key = rq->idem != NULL,
+                              .sent_ms = now,
+                              .probe = probe};
     if (!od || od->closing || !od->redis) {
         finish(oc, ORDER_UNAVAILABLE, NULL);
         return;
@@ -239,16 +417,11 @@ void order_desk_place(struct order_desk *od, const struct order_request *rq, ord
         snprintf(oc->idem, sizeof oc->idem, "%s", rq->idem);
     else
         made_up_key(od, oc->idem);
-    /* Past this instant (Redis clock) the script takes nothing: the outcome
-     * is reported at redis_timeout_ms, so a refusal never hides a reservation. */
-    const struct cfg *c = od->cfg;
-    struct order_reserve_call rc;
-    order_reserve_prepare(&rc, rq->sku, rq->user, rq->qty, oc->idem, rq->idem != NULL,
-                          c->idempotency_ttl_s,
-                          wall_ms() + c->redis_timeout_ms - c->reserve_deadline_margin_ms);
-    order_reserve_limit(&rc, c->rate_buyer_orders_per_min, c->rate_buyer_orders_burst);
-    redis_async_script(od->redis, &script_reserve, ORDER_RESERVE_NKEYS, ORDER_RESERVE_NARGS,
-                       rc.argv, NULL, on_reserved, oc);
+    const struct desk_parent *parent = parent_get(od, rq->sku);
+    if (parent)
+        route(oc, parent);
+    else
+        reserve(oc);
 }
 
 /* ---- the desk ------------------------------------------------------------ */
@@ -292,6 +465,7 @@ void order_desk_free(struct order_desk *od)
         return;
     /* Scripts still in flight are answered first (their callbacks may hand
      * orders to the waiters), then the waiters learn their order is pending. */
+    od->closing = 1; /* none of them asks again */
     redis_async_free(od->redis);
     od->redis = NULL;
     order_wait_free(od->waits);

@@ -1,4 +1,6 @@
 #include "sku/sku.h"
+#include "sku/buckets.h"
+#include "sku/sku_internal.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -34,28 +36,37 @@ static int lock_sku(struct worker_ctx *w, struct txlock *t, int64_t sku)
     return 0;
 }
 
-struct dbtx *sku_tx_begin(struct worker_ctx *w, struct txlock *t, int64_t sku, dbtx_hook_fn *hook,
-                          void *arg)
+struct dbtx *sku_tx_begin_many(struct worker_ctx *w, struct txlock *t, const int64_t *ids, int n,
+                               dbtx_hook_fn *hook, void *const *args)
 {
-    if (lock_sku(w, t, sku) != 0)
-        return NULL;
-    PGconn *conn = db_conn_get(&w->db);
-    struct dbtx *tx =
-        conn ? dbtx_begin(conn, w->cfg->pg_dsn, DBTX_ISO_READ_COMMITTED, NULL, 0) : NULL;
-    if (tx && txlock_bind(t, tx) == 0) {
-        if (dbtx_on_complete(tx, hook, arg) == 0)
-            return tx;
-        (void)dbtx_rollback(tx); /* releases the lock through its hook */
-        return NULL;
+    int held = 0, bound = 0, hooked = 1;
+    while (held < n && lock_sku(w, &t[held], ids[held]) == 0)
+        held++;
+    struct dbtx *tx = NULL;
+    if (held == n) {
+        PGconn *conn = db_conn_get(&w->db);
+        tx = conn ? dbtx_begin(conn, w->cfg->pg_dsn, DBTX_ISO_READ_COMMITTED, NULL, 0) : NULL;
     }
+    /* Each lock's hook after its bind: hooks run newest first, so each one
+     * runs while its own lock is still held. */
+    while (tx && hooked && bound < n && txlock_bind(&t[bound], tx) == 0)
+        hooked = dbtx_on_complete(tx, hook, args[bound++]) == 0;
+    if (tx && hooked && bound == n)
+        return tx;
     if (tx)
-        (void)dbtx_rollback(tx);
-    txlock_release(t);
+        (void)dbtx_rollback(tx); /* releases the bound locks through their hooks */
+    for (int i = bound; i < held; i++)
+        txlock_release(&t[i]);
     return NULL;
 }
 
-/* Runs sql/<name>.sql in tx and returns the result, or NULL on failure. */
-static PGresult *tx_query(struct dbtx *tx, const char *name, int n, const char *const *params)
+struct dbtx *sku_tx_begin(struct worker_ctx *w, struct txlock *t, int64_t sku, dbtx_hook_fn *hook,
+                          void *arg)
+{
+    return sku_tx_begin_many(w, t, &sku, 1, hook, &arg);
+}
+
+PGresult *tx_query(struct dbtx *tx, const char *name, int n, const char *const *params)
 {
     PGresult *r = dbtx_exec(tx, sql_text(name), n, params);
     if (!r)
@@ -63,31 +74,9 @@ static PGresult *tx_query(struct dbtx *tx, const char *name, int n, const char *
     return r;
 }
 
-/* ---- loading into Redis ------------------------------------------------ */
+/* ---- loading into Redis (sku_internal.h) ------------------------------- */
 
-/*
- * A SKU becomes sellable in Redis only after PostgreSQL committed it: the load
- * runs in a completion hook (registered after the lock's, so it runs while the
- * lock is still held).  If the load fails, the SKU is known but not loaded,
- * which buyers see as 503 until the reconciler rebuilds it: nothing is sold
- * that the database does not know, and nothing sold is lost by an undo.
- */
-struct load_job {
-    struct worker_ctx *w;
-    int wanted;       /* load on commit (a check that decided not to rebuild leaves it 0) */
-    const char *mode; /* "new" (refused when Redis holds the SKU) or "rebuild" */
-    int64_t id, stock, limit;
-    char starts_ms[24], ends_ms[24]; /* "" when open-ended */
-    char epoch[24];
-    char run[48];     /* Redis run id read before the load, "" unknown */
-    PGresult *bought; /* rows (user_id, units) to restore, or NULL */
-    enum sku_result res;
-};
-
-/* Reads the run id of the Redis server that holds SKU sku (it changes on
- * every restart and failover; on a cluster, the SKU's master's) into out.
- * Returns 0, or -1 with out "". */
-static int redis_run_id(struct worker_ctx *w, int64_t sku, char *out, size_t cap)
+int redis_run_id(struct worker_ctx *w, int64_t sku, char *out, size_t cap)
 {
     out[0] = '\0';
     char key[KEYS_MAX];
@@ -105,8 +94,7 @@ static int redis_run_id(struct worker_ctx *w, int64_t sku, char *out, size_t cap
     return out[0] ? 0 : -1;
 }
 
-/* Completion hook: loads the SKU when the transaction committed. */
-static void load_on_commit(enum dbtx_outcome outcome, void *arg)
+void load_on_commit(enum dbtx_outcome outcome, void *arg)
 {
     struct load_job *lj = arg;
     lj->res = SKU_UNAVAILABLE;
@@ -116,7 +104,7 @@ static void load_on_commit(enum dbtx_outcome outcome, void *arg)
     i64s(stock, sizeof stock, lj->stock);
     i64s(limit, sizeof limit, lj->limit);
     int pairs = lj->bought ? PQntuples(lj->bought) : 0;
-    const char **argv = calloc(14 + 2 * (size_t)pairs, sizeof *argv);
+    const char **argv = calloc(6 + LOAD_NARGS + 2 * (size_t)pairs, sizeof *argv);
     if (!argv)
         abort();
     char keys[6][KEYS_MAX];
@@ -126,16 +114,17 @@ static void load_on_commit(enum dbtx_outcome outcome, void *arg)
         keys_sku(keys[i], lj->id, kinds[i]);
         argv[i] = keys[i];
     }
-    const char *args[] = {lj->epoch,         stock,    limit,  lj->starts_ms, lj->ends_ms,
-                          KEYS_WRITER_GROUP, lj->mode, lj->run};
-    for (int i = 0; i < 8; i++)
+    const char *args[LOAD_NARGS] = {
+        lj->epoch, stock,   limit,      lj->starts_ms, lj->ends_ms, KEYS_WRITER_GROUP,
+        lj->mode,  lj->run, lj->parent, lj->bucket,    lj->buckets};
+    for (int i = 0; i < LOAD_NARGS; i++)
         argv[6 + i] = args[i];
     for (int i = 0; i < pairs; i++) {
-        argv[14 + 2 * i] = PQgetvalue(lj->bought, i, 0);
-        argv[15 + 2 * i] = PQgetvalue(lj->bought, i, 1);
+        argv[6 + LOAD_NARGS + 2 * i] = PQgetvalue(lj->bought, i, 0);
+        argv[7 + LOAD_NARGS + 2 * i] = PQgetvalue(lj->bought, i, 1);
     }
     redisReply *r =
-        redis_conn_script(&lj->w->redis, &script_sku_load, 6, 8 + 2 * pairs, argv, NULL);
+        redis_conn_script(&lj->w->redis, &script_sku_load, 6, LOAD_NARGS + 2 * pairs, argv, NULL);
     free(argv);
     if (r && r->type == REDIS_REPLY_INTEGER) {
         lj->res = r->integer == 1 ? SKU_OK : SKU_EXISTS;
@@ -148,8 +137,7 @@ static void load_on_commit(enum dbtx_outcome outcome, void *arg)
         freeReplyObject(r);
 }
 
-/* Draws the epoch of the next load in tx.  Returns 0 or -1. */
-static int draw_epoch(struct dbtx *tx, struct load_job *lj)
+int draw_epoch(struct dbtx *tx, struct load_job *lj)
 {
     char sid[24];
     i64s(sid, sizeof sid, lj->id);
@@ -161,18 +149,46 @@ static int draw_epoch(struct dbtx *tx, struct load_job *lj)
     return ok ? 0 : -1;
 }
 
-enum sku_result sku_tx_commit(struct worker_ctx *w, struct dbtx *tx, const struct txlock *t,
-                              int64_t sku)
+enum sku_result sku_tx_commit_many(struct worker_ctx *w, struct dbtx *tx, const struct txlock *t,
+                                   int n)
 {
-    if (!txlock_still_valid(t, w->cfg->lock_commit_margin_ms)) {
-        log_warn("sku %" PRId64 ": lock lease too short to commit", sku);
-        (void)dbtx_rollback(tx);
-        return SKU_UNAVAILABLE;
-    }
+    for (int i = 0; i < n; i++)
+        if (!txlock_still_valid(&t[i], w->cfg->lock_commit_margin_ms)) {
+            log_warn("sku %" PRId64 ": lock lease too short to commit", t[i].sku);
+            (void)dbtx_rollback(tx);
+            return SKU_UNAVAILABLE;
+        }
     return dbtx_commit(tx, NULL, 0, NULL) == DBTX_COMMITTED ? SKU_OK : SKU_UNAVAILABLE;
 }
 
+enum sku_result sku_tx_commit(struct worker_ctx *w, struct dbtx *tx, const struct txlock *t,
+                              int64_t sku)
+{
+    (void)sku; /* the lock names it */
+    return sku_tx_commit_many(w, tx, t, 1);
+}
+
 /* ---- create ------------------------------------------------------------ */
+
+json_t *sku_created_json(const struct validate_sku *spec, int64_t id)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_integer(id));
+    json_object_set_new(o, "name", json_string(spec->name));
+    json_object_set_new(o, "stock", json_integer(spec->stock));
+    json_object_set_new(o, "available", json_integer(spec->stock));
+    json_object_set_new(o, "per_user_limit", json_integer(spec->per_user_limit));
+    char buf[40];
+    if (spec->has_starts)
+        timefmt_rfc3339(spec->starts_ms, buf, sizeof buf);
+    json_object_set_new(o, "sale_starts_at", spec->has_starts ? json_string(buf) : json_null());
+    if (spec->has_ends)
+        timefmt_rfc3339(spec->ends_ms, buf, sizeof buf);
+    json_object_set_new(o, "sale_ends_at", spec->has_ends ? json_string(buf) : json_null());
+    json_object_set_new(o, "payment_window_s", json_integer(spec->payment_window_s));
+    json_object_set_new(o, "buckets", json_integer(1));
+    return o;
+}
 
 /* Creates the SKU with the given id (see sku_create). */
 static enum sku_result create_with_id(struct worker_ctx *w, const struct validate_sku *spec,
@@ -207,8 +223,11 @@ static enum sku_result create_with_id(struct worker_ctx *w, const struct validat
                          spec->has_starts ? lj.starts_ms : NULL,
                          spec->has_ends ? lj.ends_ms : NULL,
                          fence,
-                         window};
-    PGresult *r = tx_query(tx, "sku_insert", 8, ins);
+                         window,
+                         "1",
+                         NULL,
+                         NULL};
+    PGresult *r = tx_query(tx, "sku_insert", 11, ins);
     if (!r || PQntuples(r) == 0) {
         enum sku_result res = r ? SKU_EXISTS : SKU_UNAVAILABLE;
         PQclear(r);
@@ -228,21 +247,7 @@ static enum sku_result create_with_id(struct worker_ctx *w, const struct validat
     if (lj.res != SKU_OK)
         return SKU_NOT_LOADED; /* in the database; Redis refused or failed */
 
-    json_t *o = json_object();
-    json_object_set_new(o, "id", json_integer(id));
-    json_object_set_new(o, "name", json_string(spec->name));
-    json_object_set_new(o, "stock", json_integer(spec->stock));
-    json_object_set_new(o, "available", json_integer(spec->stock));
-    json_object_set_new(o, "per_user_limit", json_integer(spec->per_user_limit));
-    char buf[40];
-    if (spec->has_starts)
-        timefmt_rfc3339(spec->starts_ms, buf, sizeof buf);
-    json_object_set_new(o, "sale_starts_at", spec->has_starts ? json_string(buf) : json_null());
-    if (spec->has_ends)
-        timefmt_rfc3339(spec->ends_ms, buf, sizeof buf);
-    json_object_set_new(o, "sale_ends_at", spec->has_ends ? json_string(buf) : json_null());
-    json_object_set_new(o, "payment_window_s", json_integer(spec->payment_window_s));
-    *out = o;
+    *out = sku_created_json(spec, id);
     return SKU_OK;
 }
 
@@ -253,6 +258,8 @@ static enum sku_result create_with_id(struct worker_ctx *w, const struct validat
 enum sku_result sku_create(struct worker_ctx *w, const struct validate_sku *spec, json_t **out)
 {
     *out = NULL;
+    if (spec->buckets > 1)
+        return sku_create_buckets(w, spec, out);
     if (spec->has_id)
         return create_with_id(w, spec, spec->id, out);
     enum sku_result res = SKU_EXISTS;
@@ -365,109 +372,54 @@ static int settle_adjustments(struct worker_ctx *w, struct dbtx *tx, int64_t sku
     return rc;
 }
 
-/* One attempt of sku_adjust; *stale is set when the fencing token was refused
- * because an order writer wrote the SKU with a newer token first. */
-static int redis_sku_state(struct worker_ctx *w, int64_t sku, long long *available,
-                           long long *queued);
-
-/* Looks up the delta an Idempotency-Key already applied.  Returns 1 with the
- * earlier answer in *out (SKU_OK) or SKU_IDEM_MISMATCH in *res, 0 when the
- * key is new, -1 on failure. */
-static int adjust_replayed(struct worker_ctx *w, struct dbtx *tx, int64_t sku, int64_t delta,
-                           const char *idem, json_t **out, enum sku_result *res)
+/* Looks up the delta an Idempotency-Key already applied: to SKU 'scope', or
+ * (parent) to the buckets of SKU 'scope'.  Returns 1 with rp filled, 0 when
+ * the key is new, -1 on failure. */
+static int adjust_replayed(struct dbtx *tx, int64_t scope, int parent, const char *idem,
+                           struct sku_replay *rp)
 {
     char sid[24];
-    i64s(sid, sizeof sid, sku);
-    PGresult *r = tx_query(tx, "ledger_admin_by_key", 2, (const char *[]){sid, idem});
+    i64s(sid, sizeof sid, scope);
+    PGresult *r = tx_query(tx, parent ? "ledger_admin_by_key_parent" : "ledger_admin_by_key", 2,
+                           (const char *[]){sid, idem});
     if (!r)
         return -1;
     int found = PQntuples(r) == 1;
-    if (found && atoll(PQgetvalue(r, 0, 0)) != delta) {
-        *res = SKU_IDEM_MISMATCH;
-    } else if (found) {
-        long long available = -1;
-        (void)redis_sku_state(w, sku, &available, NULL);
-        *out = json_pack("{s:I, s:I, s:I, s:o, s:b}", "sku_id", (json_int_t)sku, "delta",
-                         (json_int_t)delta, "stock", (json_int_t)atoll(PQgetvalue(r, 0, 1)),
-                         "available", available >= 0 ? json_integer(available) : json_null(),
-                         "replayed", 1);
-        *res = SKU_OK;
+    if (found) {
+        rp->found = 1;
+        rp->delta = atoll(PQgetvalue(r, 0, 0));
+        rp->stock = atoll(PQgetvalue(r, 0, 1));
     }
     PQclear(r);
     return found;
 }
 
-static enum sku_result adjust_once(struct worker_ctx *w, int64_t sku, int64_t delta,
-                                   const char *reason, const char *idem, json_t **out, int *stale)
+static int cmp_move(const void *a, const void *b)
 {
-    *out = NULL;
-    *stale = 0;
-    struct adjust_job a = {.w = w, .sku = sku};
-    struct txlock t;
-    struct dbtx *tx = sku_tx_begin(w, &t, sku, adjust_on_complete, &a);
-    if (!tx)
-        return SKU_UNAVAILABLE;
-    snprintf(a.id, sizeof a.id, "%lld", dbtx_txid(tx));
-    char sid[24], d[24];
-    i64s(sid, sizeof sid, sku);
-    i64s(d, sizeof d, delta);
-    int64_t before; /* the stock under the fenced row lock */
-    int fenced = txlock_fence(&t, tx, &before);
-    if (fenced != 1) {
-        *stale = fenced == TXLOCK_STALE;
-        (void)dbtx_rollback(tx);
-        return fenced == 0 ? SKU_UNKNOWN : SKU_UNAVAILABLE;
-    }
-    if (settle_adjustments(w, tx, sku, a.id, NULL) != 0) {
-        (void)dbtx_rollback(tx);
-        return SKU_UNAVAILABLE;
-    }
-    /* Under the SKU lock and row: a retry of a delta that committed is answered
-     * from the ledger, never applied twice. */
-    enum sku_result replay = SKU_OK;
-    int seen = idem ? adjust_replayed(w, tx, sku, delta, idem, out, &replay) : 0;
-    if (seen != 0) {
-        (void)dbtx_rollback(tx);
-        return seen < 0 ? SKU_UNAVAILABLE : replay;
-    }
+    const struct sku_move *x = a, *y = b;
+    return x->sku < y->sku ? -1 : x->sku > y->sku;
+}
 
-    /* Database first, guarded: stock + delta >= 0. */
-    PGresult *r = tx_query(tx, "sku_adjust", 2, (const char *[]){sid, d});
-    if (!r) {
-        (void)dbtx_rollback(tx);
-        return SKU_UNAVAILABLE;
-    }
-    if (PQntuples(r) == 0) { /* the fence found the row: the guard refused */
-        PQclear(r);
-        (void)dbtx_rollback(tx);
-        *out = json_pack("{s:I}", "stock", (json_int_t)before);
-        return SKU_INSUFFICIENT;
-    }
-    int64_t db_stock = atoll(PQgetvalue(r, 0, 0));
-    PQclear(r);
-    char after[24];
-    i64s(after, sizeof after, db_stock);
-    const char *led[] = {sid, "admin", d, after, NULL, reason, idem};
-    r = tx_query(tx, "ledger_insert", 7, led);
-    if (!r) {
-        (void)dbtx_rollback(tx);
-        return SKU_UNAVAILABLE;
-    }
-    PQclear(r);
-
-    /* Then Redis, guarded the same way against what buyers can still take. */
-    char meta[KEYS_MAX], stock[KEYS_MAX], adj[KEYS_MAX];
-    keys_sku(meta, sku, KEY_META);
-    keys_sku(stock, sku, KEY_STOCK);
-    keys_sku(adj, sku, KEY_ADJUST);
-    const char *argv[] = {meta, stock, adj, d, a.id};
-    a.sent = 1;
+/* Applies m[i].delta to stock_adjust.lua's Redis record of m[i], with the
+ * adjustment's id.  Returns SKU_OK with m->available set, SKU_INSUFFICIENT
+ * (m->available: what buyers could still take), SKU_NOT_LOADED or
+ * SKU_UNAVAILABLE. */
+static enum sku_result adjust_redis(struct worker_ctx *w, struct sku_move *m, struct adjust_job *a)
+{
+    char meta[KEYS_MAX], stock[KEYS_MAX], adj[KEYS_MAX], d[24];
+    keys_sku(meta, m->sku, KEY_META);
+    keys_sku(stock, m->sku, KEY_STOCK);
+    keys_sku(adj, m->sku, KEY_ADJUST);
+    i64s(d, sizeof d, m->delta);
+    const char *argv[] = {meta, stock, adj, d, a->id};
+    a->sent = 1;
     redisReply *rr = redis_conn_script(&w->redis, &script_stock_adjust, 3, 2, argv, NULL);
     const char *verdict = rr && rr->type == REDIS_REPLY_ARRAY && rr->elements >= 1 &&
                                   rr->element[0]->type == REDIS_REPLY_STRING
                               ? rr->element[0]->str
                               : NULL;
-    long long available = verdict && rr->elements > 1 ? rr->element[1]->integer : 0;
+    if (verdict && rr->elements > 1)
+        m->available = rr->element[1]->integer;
     enum sku_result res = !verdict                               ? SKU_UNAVAILABLE
                           : strcmp(verdict, "ok") == 0           ? SKU_OK
                           : strcmp(verdict, "insufficient") == 0 ? SKU_INSUFFICIENT
@@ -476,34 +428,150 @@ static enum sku_result adjust_once(struct worker_ctx *w, int64_t sku, int64_t de
         log_warn("stock_adjust: %s", rr->str);
     if (rr)
         freeReplyObject(rr);
-    if (res == SKU_OK)
-        fault_point("adjust_after_redis");
-    if (res != SKU_OK) {
-        (void)dbtx_rollback(tx);
-        if (res == SKU_INSUFFICIENT)
-            *out = json_pack("{s:I, s:I}", "stock", (json_int_t)before, "available",
-                             (json_int_t)available);
-        return res;
+    return res;
+}
+
+/* One attempt of sku_adjust_moves; *stale is set when a fencing token was
+ * refused because an order writer wrote the SKU with a newer token first. */
+static enum sku_result adjust_once(struct worker_ctx *w, struct sku_move *m, int n,
+                                   const struct sku_adjust_req *rq, struct sku_replay *rp,
+                                   int *refused, int *stale)
+{
+    *stale = 0;
+    *refused = -1;
+    struct adjust_job a[SKU_MOVES_MAX];
+    struct txlock t[SKU_MOVES_MAX];
+    int64_t ids[SKU_MOVES_MAX] = {0};
+    void *args[SKU_MOVES_MAX] = {0};
+    for (int i = 0; i < n; i++) {
+        a[i] = (struct adjust_job){.w = w, .sku = m[i].sku};
+        ids[i] = m[i].sku;
+        args[i] = &a[i];
+        m[i].available = -1;
     }
-    if (sku_tx_commit(w, tx, &t, sku) != SKU_OK)
+    struct dbtx *tx = sku_tx_begin_many(w, t, ids, n, adjust_on_complete, args);
+    if (!tx)
         return SKU_UNAVAILABLE;
-    metrics_add(M_STOCK_ADJUSTMENTS, 1);
-    json_t *o = json_object();
-    json_object_set_new(o, "sku_id", json_integer(sku));
-    json_object_set_new(o, "delta", json_integer(delta));
-    json_object_set_new(o, "stock", json_integer(db_stock));
-    json_object_set_new(o, "available", json_integer(available));
-    *out = o;
-    return SKU_OK;
+    for (int i = 0; i < n; i++)
+        snprintf(a[i].id, sizeof a[i].id, "%lld", dbtx_txid(tx));
+    for (int i = 0; i < n; i++) {
+        int fenced = txlock_fence(&t[i], tx, &m[i].before);
+        if (fenced != 1) {
+            *stale = fenced == TXLOCK_STALE;
+            (void)dbtx_rollback(tx);
+            return fenced == 0 ? SKU_UNKNOWN : SKU_UNAVAILABLE;
+        }
+        if (settle_adjustments(w, tx, m[i].sku, a[i].id, NULL) != 0) {
+            (void)dbtx_rollback(tx);
+            return SKU_UNAVAILABLE;
+        }
+    }
+    /* Under the SKUs' locks and rows: a retry of a delta that committed is
+     * answered from the ledger, never applied twice. */
+    int seen = rq->idem ? adjust_replayed(tx, rq->idem_scope, rq->idem_parent, rq->idem, rp) : 0;
+    if (seen != 0) {
+        (void)dbtx_rollback(tx);
+        return seen < 0 ? SKU_UNAVAILABLE : rp->delta != rq->delta ? SKU_IDEM_MISMATCH : SKU_OK;
+    }
+
+    /* Database first, guarded: stock + delta >= 0.  A move of 0 only locks
+     * its SKU (an Idempotency-Key of a parent is looked up under all of its
+     * buckets' locks). */
+    for (int i = 0; i < n; i++) {
+        m[i].stock = m[i].before;
+        if (m[i].delta == 0)
+            continue;
+        char sid[24], d[24], after[24];
+        i64s(sid, sizeof sid, m[i].sku);
+        i64s(d, sizeof d, m[i].delta);
+        PGresult *r = tx_query(tx, "sku_adjust", 2, (const char *[]){sid, d});
+        if (!r || PQntuples(r) == 0) { /* the fence found the row: the guard refused */
+            enum sku_result res = r ? SKU_INSUFFICIENT : SKU_UNAVAILABLE;
+            *refused = r ? i : -1;
+            PQclear(r);
+            (void)dbtx_rollback(tx);
+            return res;
+        }
+        m[i].stock = atoll(PQgetvalue(r, 0, 0));
+        PQclear(r);
+        i64s(after, sizeof after, m[i].stock);
+        const char *led[] = {sid, "admin", d, after, NULL, rq->reason, rq->idem};
+        r = tx_query(tx, "ledger_insert", 7, led);
+        PQclear(r);
+        if (!r) {
+            (void)dbtx_rollback(tx);
+            return SKU_UNAVAILABLE;
+        }
+    }
+
+    /* Then Redis, guarded the same way against what buyers can still take:
+     * the units taken first, so that a refusal never leaves units given to
+     * one SKU for a moment that its undo takes back from buyers. */
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < n; i++) {
+            if (m[i].delta == 0 || (m[i].delta < 0) != (pass == 0))
+                continue;
+            enum sku_result res = adjust_redis(w, &m[i], &a[i]);
+            if (res != SKU_OK) {
+                *refused = res == SKU_INSUFFICIENT ? i : -1;
+                (void)dbtx_rollback(tx);
+                return res;
+            }
+        }
+    fault_point("adjust_after_redis");
+    return sku_tx_commit_many(w, tx, t, n);
+}
+
+enum sku_result sku_adjust_moves(struct worker_ctx *w, struct sku_move *m, int n,
+                                 const struct sku_adjust_req *rq, struct sku_replay *rp,
+                                 int *refused)
+{
+    memset(rp, 0, sizeof *rp);
+    *refused = -1;
+    if (n < 1 || n > SKU_MOVES_MAX)
+        return SKU_UNAVAILABLE;
+    qsort(m, (size_t)n, sizeof *m, cmp_move); /* every taker locks in one order: no deadlock */
+    enum sku_result res = SKU_UNAVAILABLE;
+    int stale = 1;
+    for (int i = 0; i < TXLOCK_FENCE_ATTEMPTS && stale; i++)
+        res = adjust_once(w, m, n, rq, rp, refused, &stale);
+    return res;
 }
 
 enum sku_result sku_adjust(struct worker_ctx *w, int64_t sku, int64_t delta, const char *reason,
                            const char *idem, json_t **out)
 {
-    enum sku_result res = SKU_UNAVAILABLE;
-    int stale = 1;
-    for (int i = 0; i < TXLOCK_FENCE_ATTEMPTS && stale; i++)
-        res = adjust_once(w, sku, delta, reason, idem, out, &stale);
+    *out = NULL;
+    int64_t buckets[SKU_MOVES_MAX];
+    int nb = sku_buckets_of(w, sku, buckets, SKU_MOVES_MAX);
+    if (nb < 0)
+        return SKU_UNAVAILABLE;
+    if (nb > 0)
+        return sku_adjust_parent(w, sku, buckets, nb, delta, reason, idem, out);
+    struct sku_move m = {.sku = sku, .delta = delta};
+    struct sku_adjust_req rq = {
+        .delta = delta, .reason = reason, .idem = idem, .idem_scope = sku, .idem_parent = 0};
+    struct sku_replay rp;
+    int refused;
+    enum sku_result res = sku_adjust_moves(w, &m, 1, &rq, &rp, &refused);
+    if (res == SKU_OK && !rp.found)
+        metrics_add(M_STOCK_ADJUSTMENTS, 1);
+    if (res == SKU_OK && rp.found) {
+        long long available = -1;
+        (void)redis_sku_state(w, sku, &available, NULL);
+        *out = json_pack("{s:I, s:I, s:I, s:o, s:b}", "sku_id", (json_int_t)sku, "delta",
+                         (json_int_t)delta, "stock", (json_int_t)rp.stock, "available",
+                         available >= 0 ? json_integer(available) : json_null(), "replayed", 1);
+    } else if (res == SKU_OK) {
+        *out =
+            json_pack("{s:I, s:I, s:I, s:I}", "sku_id", (json_int_t)sku, "delta", (json_int_t)delta,
+                      "stock", (json_int_t)m.stock, "available", (json_int_t)m.available);
+    } else if (res == SKU_INSUFFICIENT && m.available < 0) { /* the database's guard */
+        *out = json_pack("{s:I}", "stock", (json_int_t)m.before);
+    } else if (res == SKU_INSUFFICIENT) { /* Redis's: buyers hold units in flight */
+        *out = json_pack("{s:I, s:I}", "stock", (json_int_t)m.before, "available",
+                         (json_int_t)m.available);
+    }
     return res;
 }
 
@@ -595,6 +663,11 @@ static int prepare_rebuild(struct dbtx *tx, struct load_job *lj, const char *sid
         lj->limit = atoll(PQgetvalue(info, 0, 4));
         snprintf(lj->starts_ms, sizeof lj->starts_ms, "%s", PQgetvalue(info, 0, 5));
         snprintf(lj->ends_ms, sizeof lj->ends_ms, "%s", PQgetvalue(info, 0, 6));
+        snprintf(lj->parent, sizeof lj->parent, "%s", PQgetvalue(info, 0, 9));
+        snprintf(lj->bucket, sizeof lj->bucket, "%s", PQgetvalue(info, 0, 10));
+        snprintf(lj->buckets, sizeof lj->buckets, "%s", PQgetvalue(info, 0, 11));
+        /* a parent sells through its buckets: Redis never holds it */
+        ok = atoll(PQgetvalue(info, 0, 8)) == 1;
     }
     PQclear(info);
     if (!ok || draw_epoch(tx, lj) != 0)
@@ -706,9 +779,49 @@ fail:
     return SKU_UNAVAILABLE;
 }
 
+/* A parent's check is its buckets' (Redis never holds the parent): every
+ * bucket checked in turn, their numbers summed. */
+static enum sku_result check_parent(struct worker_ctx *w, int64_t sku, const int64_t *buckets,
+                                    int n, enum sku_check_mode mode, const char *why,
+                                    struct sku_check *c)
+{
+    memset(c, 0, sizeof *c);
+    c->sku = sku;
+    c->loaded = c->quiescent = c->invariant_ok = 1;
+    for (int i = 0; i < n; i++) {
+        struct sku_check b;
+        enum sku_result res = sku_check(w, buckets[i], mode, why, &b);
+        if (res != SKU_OK)
+            return res;
+        c->loaded &= b.loaded;
+        c->quiescent &= b.quiescent;
+        c->invariant_ok &= b.invariant_ok;
+        c->stale_run |= b.stale_run;
+        c->rebuilt |= b.rebuilt;
+        c->db_stock += b.db_stock;
+        c->redis_stock += b.redis_stock;
+        c->in_flight += b.in_flight;
+        c->adjustments_open += b.adjustments_open;
+        c->settled += b.settled;
+        c->dead_letters += b.dead_letters;
+        c->journal_pending += b.journal_pending;
+        c->drift_units += b.drift_units;
+        c->users_differing += b.users_differing;
+        if (b.loaded_epoch > c->loaded_epoch)
+            c->loaded_epoch = b.loaded_epoch;
+    }
+    return SKU_OK;
+}
+
 enum sku_result sku_check(struct worker_ctx *w, int64_t sku, enum sku_check_mode mode,
                           const char *why, struct sku_check *c)
 {
+    int64_t buckets[SKU_MOVES_MAX];
+    int nb = sku_buckets_of(w, sku, buckets, SKU_MOVES_MAX);
+    if (nb < 0)
+        return SKU_UNAVAILABLE;
+    if (nb > 0)
+        return check_parent(w, sku, buckets, nb, mode, why, c);
     enum sku_result res = SKU_UNAVAILABLE;
     int stale = 1;
     for (int i = 0; i < TXLOCK_FENCE_ATTEMPTS && stale; i++)
@@ -767,8 +880,7 @@ enum sku_result sku_reload(struct worker_ctx *w, int64_t sku, json_t **out)
 
 /* Reads the Redis side of a SKU.  Returns 0, or -1 when Redis failed.
  * *available is -1 when the SKU is not loaded. */
-static int redis_sku_state(struct worker_ctx *w, int64_t sku, long long *available,
-                           long long *queued)
+int redis_sku_state(struct worker_ctx *w, int64_t sku, long long *available, long long *queued)
 {
     char stock[KEYS_MAX], stream[KEYS_MAX];
     keys_sku(stock, sku, KEY_STOCK);
@@ -799,6 +911,18 @@ static int redis_sku_state(struct worker_ctx *w, int64_t sku, long long *availab
 enum sku_result sku_view(struct worker_ctx *w, int64_t sku, int admin, json_t **out)
 {
     *out = NULL;
+    int64_t buckets[SKU_MOVES_MAX];
+    int nb = sku_buckets_of(w, sku, buckets, SKU_MOVES_MAX);
+    if (nb < 0)
+        return SKU_UNAVAILABLE;
+    if (nb > 0)
+        return sku_view_parent(w, sku, buckets, nb, admin, out);
+    return sku_view_row(w, sku, admin, out);
+}
+
+enum sku_result sku_view_row(struct worker_ctx *w, int64_t sku, int admin, json_t **out)
+{
+    *out = NULL;
     char sid[24];
     i64s(sid, sizeof sid, sku);
     PGresult *r = db_query(&w->db, "sku_get", 1, (const char *[]){sid});
@@ -820,6 +944,9 @@ enum sku_result sku_view(struct worker_ctx *w, int64_t sku, int admin, json_t **
     db_json_time(o, "sale_starts_at", r, 5);
     db_json_time(o, "sale_ends_at", r, 6);
     json_object_set_new(o, "payment_window_s", json_integer(atoll(PQgetvalue(r, 0, 7))));
+    json_object_set_new(o, "buckets", json_integer(atoll(PQgetvalue(r, 0, 8))));
+    if (!PQgetisnull(r, 0, 9))
+        json_object_set_new(o, "bucket_of", json_integer(atoll(PQgetvalue(r, 0, 9))));
     /* An unloaded SKU has no known availability; it is never reported as stock. */
     json_object_set_new(o, "available", available >= 0 ? json_integer(available) : json_null());
     if (admin) {
@@ -860,7 +987,7 @@ enum sku_result sku_set_window(struct worker_ctx *w, int64_t sku, int64_t window
     PGresult *r = db_query(&w->db, "sku_set_window", 2, (const char *[]){sid, win});
     if (!r)
         return SKU_UNAVAILABLE;
-    int found = PQntuples(r) == 1;
+    int found = PQntuples(r) >= 1; /* the SKU and its buckets */
     PQclear(r);
     if (!found)
         return SKU_UNKNOWN;

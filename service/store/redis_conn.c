@@ -237,6 +237,18 @@ redisContext *redis_conn_get_for(struct redis_conn *rc, const char *key)
     return ctx;
 }
 
+int redis_conn_server_of(struct redis_conn *rc, const char *key)
+{
+    if (rc->target.nseeds == 0)
+        return 0;
+    redisContext *ctx = redis_conn_get_for(rc, key);
+    int n = ctx ? redis_conn_nservers(rc) : -1;
+    for (int i = 0; i < n; i++) /* one connection per master: the same context */
+        if (redis_conn_server(rc, i) == ctx)
+            return i;
+    return -1;
+}
+
 redisContext *redis_conn_get(struct redis_conn *rc)
 {
     if (rc->target.nseeds > 0)

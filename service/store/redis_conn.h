@@ -81,6 +81,10 @@ int redis_conn_check_credentials(const struct redis_conn *rc, char *err, size_t 
 int redis_conn_nservers(struct redis_conn *rc);
 redisContext *redis_conn_server(struct redis_conn *rc, int i);
 
+/* Which of the redis_conn_nservers() servers holds key (0 but on a cluster),
+ * or -1 when that cannot be told now. */
+int redis_conn_server_of(struct redis_conn *rc, const char *key);
+
 /* The context that serves key's slot (a cluster), or redis_conn_get(). */
 redisContext *redis_conn_get_for(struct redis_conn *rc, const char *key);
 

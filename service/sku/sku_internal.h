@@ -1,0 +1,108 @@
+/*
+ * sku_internal: what sku.c shares with buckets.c, the SKU module's two
+ * halves.  Not for other modules: they use sku.h and buckets.h.
+ */
+#ifndef SECKILL_SKU_INTERNAL_H
+#define SECKILL_SKU_INTERNAL_H
+
+#include <jansson.h>
+#include <libpq-fe.h>
+#include <stdint.h>
+
+#include "core/validate.h"
+#include "sku/sku.h"
+#include "store/dbtx.h"
+#include "store/txlock.h"
+#include "store/workers.h"
+
+/*
+ * A SKU becomes sellable in Redis only after PostgreSQL committed it: the load
+ * runs in a completion hook (registered after the lock's, so it runs while the
+ * lock is still held).  If the load fails, the SKU is known but not loaded,
+ * which buyers see as 503 until the reconciler rebuilds it: nothing is sold
+ * that the database does not know, and nothing sold is lost by an undo.
+ */
+#define LOAD_NARGS 11 /* sku_load.lua's arguments before the (user, units) pairs */
+struct load_job {
+    struct worker_ctx *w;
+    int wanted;       /* load on commit (a check that decided not to rebuild leaves it 0) */
+    const char *mode; /* "new" (refused when Redis holds the SKU) or "rebuild" */
+    int64_t id, stock, limit;
+    char starts_ms[24], ends_ms[24]; /* "" when open-ended */
+    char epoch[24];
+    char run[48]; /* Redis run id read before the load, "" unknown */
+    /* a bucket: its parent, its place and the parent's buckets ("" otherwise) */
+    char parent[24], bucket[24], buckets[24];
+    PGresult *bought; /* rows (user_id, units) to restore, or NULL */
+    enum sku_result res;
+};
+
+/* Completion hook: loads lj (arg) into Redis when the transaction committed. */
+void load_on_commit(enum dbtx_outcome outcome, void *arg);
+/* Draws the epoch of lj's next load in tx.  Returns 0 or -1. */
+int draw_epoch(struct dbtx *tx, struct load_job *lj);
+/* Reads the run id of the Redis server that holds SKU sku (it changes on
+ * every restart and failover; on a cluster, the SKU's master's) into out.
+ * Returns 0, or -1 with out "". */
+int redis_run_id(struct worker_ctx *w, int64_t sku, char *out, size_t cap);
+/* Runs sql/<name>.sql in tx and returns the result, or NULL (logged). */
+PGresult *tx_query(struct dbtx *tx, const char *name, int n, const char *const *params);
+/* Reads the Redis side of a SKU.  Returns 0, or -1 when Redis failed.
+ * *available is -1 when the SKU is not loaded; queued may be NULL. */
+int redis_sku_state(struct worker_ctx *w, int64_t sku, long long *available, long long *queued);
+
+/* sku_tx_begin() for n SKUs in one transaction: ids[i]'s lock into t[i]
+ * (taken in the order given: callers sort by id, so that two of them never
+ * wait for each other), hook(outcome, args[i]) before t[i]'s release. */
+struct dbtx *sku_tx_begin_many(struct worker_ctx *w, struct txlock *t, const int64_t *ids, int n,
+                               dbtx_hook_fn *hook, void *const *args);
+/* sku_tx_commit() once every lock of t[0..n) has its margin left. */
+enum sku_result sku_tx_commit_many(struct worker_ctx *w, struct dbtx *tx, const struct txlock *t,
+                                   int n);
+
+/* One SKU's part of an adjustment of several SKUs in one transaction. */
+#define SKU_MOVES_MAX VALIDATE_BUCKETS_MAX
+struct sku_move {
+    int64_t sku, delta;
+    int64_t before;    /* skus.stock under the fenced row lock */
+    int64_t stock;     /* skus.stock after (SKU_OK) */
+    int64_t available; /* Redis's stock after (SKU_OK), or what Redis refused on; -1 unknown */
+};
+/* What an adjustment is, as its ledger rows and its Idempotency-Key say. */
+struct sku_adjust_req {
+    int64_t delta;      /* the request's delta: the moves' sum */
+    const char *reason; /* the ledger rows' */
+    const char *idem;   /* the admin's Idempotency-Key, or NULL */
+    int64_t idem_scope; /* the SKU the key belongs to: the one adjusted, or the parent */
+    int idem_parent;    /* idem_scope is a parent: the key's rows are on its buckets */
+};
+/* The answer an Idempotency-Key already had. */
+struct sku_replay {
+    int found;
+    int64_t delta, stock;
+};
+/* Applies every move, all or nothing, guarded in PostgreSQL and Redis as
+ * sku_adjust() does (m is sorted by SKU id first).  SKU_OK (rp->found: the key
+ * already applied rp->delta, nothing done now), SKU_INSUFFICIENT (m[*refused]
+ * refused; its available >= 0 when Redis refused it, -1 when the database
+ * did), SKU_IDEM_MISMATCH, SKU_UNKNOWN, SKU_NOT_LOADED or SKU_UNAVAILABLE. */
+enum sku_result sku_adjust_moves(struct worker_ctx *w, struct sku_move *m, int n,
+                                 const struct sku_adjust_req *rq, struct sku_replay *rp,
+                                 int *refused);
+
+/* The create answer of an ordinary SKU made from spec. */
+json_t *sku_created_json(const struct validate_sku *spec, int64_t id);
+/* sku_view() of one row, parent or not. */
+enum sku_result sku_view_row(struct worker_ctx *w, int64_t sku, int admin, json_t **out);
+
+/* buckets.c: the parent's side of sku_create, sku_adjust, sku_view,
+ * sku_reload and sku_check. */
+enum sku_result sku_create_buckets(struct worker_ctx *w, const struct validate_sku *spec,
+                                   json_t **out);
+enum sku_result sku_adjust_parent(struct worker_ctx *w, int64_t parent, const int64_t *buckets,
+                                  int n, int64_t delta, const char *reason, const char *idem,
+                                  json_t **out);
+enum sku_result sku_view_parent(struct worker_ctx *w, int64_t parent, const int64_t *buckets, int n,
+                                int admin, json_t **out);
+
+#endif

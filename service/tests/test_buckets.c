@@ -1,0 +1,348 @@
+/*
+ * A SKU split into buckets (sku/buckets.h): the levelling arithmetic alone
+ * (pure), then the daemon against the real Redis and PostgreSQL: the create
+ * splits the stock, a buyer's orders land in the bucket of their user id, a
+ * bucket is never sold directly, an empty bucket is refilled from the others
+ * so that "sold out" comes only when every bucket is empty, admin deltas on
+ * the parent are split and replayed by their key, the parent's view is the
+ * sum of its buckets, and a bucket Redis lost is rebuilt as a bucket.
+ * Every bucket keeps I1-I3 on its own (th_assert_invariants), and the moves
+ * between buckets sum to nothing.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/keys.h"
+#include "harness.h"
+#include "sku/buckets.h"
+
+#define NB 3
+
+/* ---- levelling, pure ----------------------------------------------------- */
+
+static int64_t total(const int64_t *a, int n)
+{
+    int64_t s = 0;
+    for (int i = 0; i < n; i++)
+        s += a[i];
+    return s;
+}
+
+START_TEST(test_take_levels_the_fullest_first)
+{
+    int64_t a[] = {10, 2, 7, 0}, take[4];
+    ck_assert_int_eq(sku_level_take(a, 4, 5, take), 0);
+    ck_assert_int_eq(total(take, 4), 5);
+    /* 10 and 7 brought to 6: 4 + 1 */
+    ck_assert_int_eq(take[0], 4);
+    ck_assert_int_eq(take[2], 1);
+    ck_assert_int_eq(take[1], 0);
+    ck_assert_int_eq(take[3], 0);
+    /* everything, and never more than there is */
+    ck_assert_int_eq(sku_level_take(a, 4, 19, take), 0);
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(take[i], a[i]);
+    ck_assert_int_eq(sku_level_take(a, 4, 20, take), -1);
+    /* an odd remainder: one above the level for some, nobody below 0 */
+    int64_t b[] = {5, 5, 5};
+    ck_assert_int_eq(sku_level_take(b, 3, 4, take), 0);
+    ck_assert_int_eq(total(take, 3), 4);
+    for (int i = 0; i < 3; i++)
+        ck_assert(take[i] >= 1 && take[i] <= 2);
+}
+END_TEST
+
+START_TEST(test_give_fills_the_emptiest_then_evenly)
+{
+    int64_t a[] = {0, 6, 3}, give[3];
+    sku_level_give(a, 3, 5, give);
+    ck_assert_int_eq(total(give, 3), 5);
+    ck_assert_int_eq(give[1], 0); /* the fullest gets nothing while others are below it */
+    ck_assert(give[0] >= give[2]);
+    sku_level_give(a, 3, 100, give);
+    ck_assert_int_eq(total(give, 3), 100);
+    int64_t after[3];
+    for (int i = 0; i < 3; i++)
+        after[i] = a[i] + give[i];
+    for (int i = 0; i < 3; i++) /* level within one unit */
+        ck_assert(after[i] - after[(i + 1) % 3] <= 1 && after[(i + 1) % 3] - after[i] <= 1);
+}
+END_TEST
+
+START_TEST(test_take_many_random_sets_add_up)
+{
+    srand(7);
+    for (int round = 0; round < 2000; round++) {
+        int n = 1 + rand() % 8;
+        int64_t a[8], take[8];
+        for (int i = 0; i < n; i++)
+            a[i] = rand() % 50;
+        int64_t d = rand() % 200;
+        int rc = sku_level_take(a, n, d, take);
+        ck_assert_int_eq(rc, d > total(a, n) ? -1 : 0);
+        if (rc)
+            continue;
+        ck_assert_int_eq(total(take, n), d);
+        int64_t lo = INT64_MAX, hi = 0;
+        for (int i = 0; i < n; i++) {
+            ck_assert(take[i] >= 0 && take[i] <= a[i]);
+            if (take[i] > 0) /* taken from: left at the level (or one above) */
+                lo = a[i] - take[i] < lo ? a[i] - take[i] : lo;
+            hi = a[i] - take[i] > hi ? a[i] - take[i] : hi;
+        }
+        ck_assert(lo == INT64_MAX || hi <= lo + 1); /* nobody left above the taken-from */
+    }
+}
+END_TEST
+
+/* ---- the daemon ------------------------------------------------------------ */
+
+/* th_admin and th_http, answering the status (0: no answer). */
+static int adm(int port, const char *method, const char *path, const char *body,
+               struct th_response *r)
+{
+    return th_admin(port, method, path, body, r) == 0 ? r->status : 0;
+}
+
+static int http(int port, const char *method, const char *path, const char *headers,
+                const char *body, struct th_response *r)
+{
+    return th_http(port, method, path, headers, body, r) == 0 ? r->status : 0;
+}
+
+/* Creates parent 'id' with NB buckets; their ids into b. */
+static void create_parent(int port, int64_t id, int64_t stock, int limit, int64_t *b)
+{
+    char body[256];
+    snprintf(body, sizeof body,
+             "{\"id\": %lld, \"name\": \"hot\", \"stock\": %lld, \"per_user_limit\": %d, "
+             "\"buckets\": %d}",
+             (long long)id, (long long)stock, limit, NB);
+    struct th_response r;
+    ck_assert_int_eq(adm(port, "POST", "/admin/v1/skus", body, &r), 201);
+    ck_assert_int_eq(th_json_int(r.body, "buckets", 0), NB);
+    const char *list = strstr(r.body, "\"bucket_skus\"");
+    ck_assert_msg(list, "%s", r.body);
+    list = strchr(list, '[');
+    for (int i = 0; i < NB; i++) {
+        char *end;
+        b[i] = strtoll(list + 1, &end, 10);
+        ck_assert(b[i] > 0);
+        list = end;
+    }
+}
+
+static long long pg(const char *fmt, long long a)
+{
+    char q[512];
+    snprintf(q, sizeof q, fmt, a);
+    return th_pg_int(th_pg(), q);
+}
+
+static long long redis_stock(int64_t sku)
+{
+    char key[KEYS_MAX];
+    keys_sku(key, sku, KEY_STOCK);
+    return th_redis_int(th_redis(), key);
+}
+
+static void assert_buckets_hold(const int64_t *b)
+{
+    for (int i = 0; i < NB; i++) {
+        th_wait_drained(b[i], 15000);
+        th_assert_invariants(b[i]);
+    }
+}
+
+START_TEST(test_create_splits_and_routes_by_user)
+{
+    th_reset();
+    struct th_daemon d;
+    th_daemon_start(&d, NULL);
+    int64_t b[NB];
+    create_parent(d.port, 500, 10, 5, b);
+    /* 10 over 3: 4, 3, 3; the parent holds nothing and Redis never has it */
+    ck_assert_int_eq(pg("SELECT stock FROM skus WHERE id = %lld", 500), 0);
+    ck_assert_int_eq(pg("SELECT buckets FROM skus WHERE id = %lld", 500), NB);
+    for (int i = 0; i < NB; i++) {
+        ck_assert_int_eq(pg("SELECT stock FROM skus WHERE id = %lld", b[i]), i == 0 ? 4 : 3);
+        ck_assert_int_eq(redis_stock(b[i]), i == 0 ? 4 : 3);
+        ck_assert_int_eq(pg("SELECT bucket FROM skus WHERE id = %lld", b[i]), i);
+    }
+    ck_assert_int_eq(redis_stock(500), -1);
+    /* users 1..6: each order in the bucket of user mod 3 */
+    struct th_response r;
+    for (int u = 1; u <= 6; u++) {
+        ck_assert_int_eq(th_order(d.port, 500, u, 1, NULL, &r), 201);
+        long long id = th_json_int(r.body, "order_id", 0);
+        ck_assert_int_eq(pg("SELECT sku_id FROM orders WHERE id = %lld", id), b[u % NB]);
+    }
+    /* a bucket is not for sale by itself */
+    ck_assert_int_eq(th_order(d.port, b[1], 1, 1, NULL, &r), 404);
+    /* the buyer's limit holds across the parent: user 1 has 1 of 5 */
+    ck_assert_int_eq(th_order(d.port, 500, 1, 4, NULL, &r), 201);
+    ck_assert_int_eq(th_order(d.port, 500, 1, 1, NULL, &r), 409);
+    ck_assert_msg(strstr(r.body, "limit"), "%s", r.body);
+    /* the parent's view: its buckets' sum */
+    ck_assert_int_eq(http(d.port, "GET", "/api/v1/skus/500", NULL, NULL, &r), 200);
+    ck_assert_int_eq(th_json_int(r.body, "available", -1), 10 - 6 - 4);
+    ck_assert_int_eq(th_json_int(r.body, "buckets", 0), NB);
+    assert_buckets_hold(b);
+    th_daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_an_empty_bucket_is_refilled_until_all_are_empty)
+{
+    th_reset();
+    struct th_daemon d;
+    th_daemon_start(&d, NULL);
+    int64_t b[NB];
+    create_parent(d.port, 510, 12, 1, b);
+    /* every buyer in bucket 0 (user ids divisible by 3): its 4 units, then
+     * the other buckets' 8 moved over to it; the 13th is sold out */
+    struct th_response r;
+    for (int i = 1; i <= 12; i++)
+        ck_assert_msg(th_order(d.port, 510, 3 * i, 1, NULL, &r) == 201, "order %d: %d %s", i,
+                      r.status, r.body);
+    ck_assert_int_eq(th_order(d.port, 510, 3 * 13, 1, NULL, &r), 409);
+    ck_assert_msg(strstr(r.body, "sold_out"), "%s", r.body);
+    /* every order in bucket 0, every bucket empty, the moves summing to 0 */
+    ck_assert_int_eq(pg("SELECT count(*) FROM orders WHERE sku_id = %lld AND status = 'confirmed'",
+                        b[0]),
+                     12);
+    for (int i = 0; i < NB; i++)
+        ck_assert_int_eq(redis_stock(b[i]), 0);
+    ck_assert_int_eq(pg("SELECT coalesce(sum(delta), 0) FROM stock_ledger WHERE kind = 'admin' AND "
+                        "reason = 'bucket transfer' AND sku_id IN (SELECT id FROM skus WHERE "
+                        "parent_id = %lld)",
+                        510),
+                     0);
+    ck_assert(pg("SELECT count(*) FROM stock_ledger WHERE reason = 'bucket transfer' AND sku_id = "
+                 "%lld",
+                 b[0]) >= 1);
+    assert_buckets_hold(b);
+    /* a restock on the parent sells again, in any bucket */
+    ck_assert_int_eq(adm(d.port, "POST", "/admin/v1/skus/510/stock-adjustments",
+                              "{\"delta\": 3, \"reason\": \"restock\"}", &r),
+                     200);
+    ck_assert_int_eq(th_json_int(r.body, "stock", -1), 3);
+    ck_assert_int_eq(th_order(d.port, 510, 3 * 14 + 1, 1, NULL, &r), 201);
+    assert_buckets_hold(b);
+    th_daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_parent_deltas_split_and_replay_by_key)
+{
+    th_reset();
+    struct th_daemon d;
+    th_daemon_start(&d, NULL);
+    int64_t b[NB];
+    create_parent(d.port, 520, 9, 10, b);
+    struct th_response r;
+    const char *path = "/admin/v1/skus/520/stock-adjustments";
+    ck_assert_int_eq(adm(d.port, "POST", path, "{\"delta\": 4, \"reason\": \"more\"}", &r),
+                     200);
+    ck_assert_int_eq(th_json_int(r.body, "stock", -1), 13);
+    ck_assert_int_eq(th_json_int(r.body, "available", -1), 13);
+    /* a negative delta with a key: taken from the fullest; its retry is replayed */
+    char hdr[256], auth[128];
+    snprintf(auth, sizeof auth, "Authorization: Bearer %s\r\n", TH_ADMIN_TOKEN);
+    snprintf(hdr, sizeof hdr, "%sContent-Type: application/json\r\nIdempotency-Key: cut-1\r\n",
+             auth);
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(http(d.port, "POST", path, hdr, "{\"delta\": -5, \"reason\": \"cut\"}",
+                                 &r),
+                         200);
+        ck_assert_int_eq(th_json_int(r.body, "stock", -1), 8);
+        ck_assert_int_eq(strstr(r.body, "replayed") != NULL, i == 1);
+    }
+    /* the key with another delta: refused as for any SKU */
+    ck_assert_int_eq(
+        http(d.port, "POST", path, hdr, "{\"delta\": -4, \"reason\": \"cut\"}", &r), 422);
+    ck_assert_int_eq(pg("SELECT sum(stock) FROM skus WHERE parent_id = %lld", 520), 8);
+    /* more than all buckets hold: refused, nothing taken */
+    ck_assert_int_eq(adm(d.port, "POST", path, "{\"delta\": -9, \"reason\": \"x\"}", &r), 409);
+    ck_assert_int_eq(th_json_int(r.body, "available", -1), 8);
+    ck_assert_int_eq(pg("SELECT sum(stock) FROM skus WHERE parent_id = %lld", 520), 8);
+    long long most = 0, least = 100;
+    for (int i = 0; i < NB; i++) {
+        long long s = redis_stock(b[i]);
+        most = s > most ? s : most;
+        least = s < least ? s : least;
+    }
+    ck_assert_msg(most - least <= 1, "deltas keep the buckets level: %lld..%lld", least, most);
+    /* the admin view: sums, and each bucket */
+    ck_assert_int_eq(adm(d.port, "GET", "/admin/v1/skus/520", NULL, &r), 200);
+    ck_assert_int_eq(th_json_int(r.body, "db_stock", -1), 8);
+    ck_assert_int_eq(th_json_int(r.body, "initial_stock", -1), 9);
+    ck_assert_msg(strstr(r.body, "\"bucket_skus\""), "%s", r.body);
+    assert_buckets_hold(b);
+    th_daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_a_bucket_redis_lost_comes_back_as_a_bucket)
+{
+    th_reset();
+    const char *env[] = {"SECKILL_RECONCILE_INTERVAL_MS=200", NULL};
+    struct th_daemon d;
+    th_daemon_start(&d, env);
+    int64_t b[NB];
+    create_parent(d.port, 530, 6, 5, b);
+    struct th_response r;
+    ck_assert_int_eq(th_order(d.port, 530, 4, 1, NULL, &r), 201); /* bucket 1 */
+    th_wait_drained(b[1], 15000);
+    /* bucket 1's keys gone, as after a master restarted without its data */
+    redisContext *rc = th_redis_admin();
+    for (int k = 0; k < KEY_COUNT; k++) {
+        char key[KEYS_MAX];
+        keys_sku(key, b[1], (enum keys_kind)k);
+        redisReply *x = redisCommand(rc, "DEL %s", key);
+        freeReplyObject(x);
+    }
+    /* restored from PostgreSQL by itself, still sold only through the parent */
+    int code = 0;
+    for (int i = 0; i < 100 && code != 201; i++) {
+        code = th_order(d.port, 530, 7, 1, NULL, &r);
+        if (code != 201)
+            th_sleep_ms(100);
+    }
+    ck_assert_int_eq(code, 201);
+    ck_assert_int_eq(th_order(d.port, b[1], 7, 1, NULL, &r), 404);
+    ck_assert_int_eq(pg("SELECT count(*) FROM orders WHERE sku_id = %lld AND user_id = 4", b[1]),
+                     1);
+    assert_buckets_hold(b);
+    th_daemon_stop(&d);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("buckets");
+    TCase *pure = tcase_create("levelling");
+    tcase_add_test(pure, test_take_levels_the_fullest_first);
+    tcase_add_test(pure, test_give_fills_the_emptiest_then_evenly);
+    tcase_add_test(pure, test_take_many_random_sets_add_up);
+    suite_add_tcase(s, pure);
+    TCase *tc = tcase_create("daemon");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_create_splits_and_routes_by_user);
+    tcase_add_test(tc, test_an_empty_bucket_is_refilled_until_all_are_empty);
+    tcase_add_test(tc, test_parent_deltas_split_and_replay_by_key);
+    tcase_add_test(tc, test_a_bucket_redis_lost_comes_back_as_a_bucket);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
