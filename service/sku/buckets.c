@@ -8,7 +8,7 @@
 #include "core/keys.h"
 #include "core/log.h"
 #include "core/metrics.h"
-#include "sku/sku_internal.h"
+#include "sku/sku_store.h"
 #include "store/redis_conn.h"
 
 /* Ids drawn per bucket while looking for one whose hash tag lands on the
@@ -371,11 +371,8 @@ enum sku_result sku_adjust_parent(struct worker_ctx *w, int64_t parent, const in
     struct sku_replay rp = {0};
     int loaded, refused;
     enum sku_result res = SKU_INSUFFICIENT;
-    struct sku_adjust_req rq = {.delta = delta,
-                                .reason = reason,
-                                .idem = idem,
-                                .idem_scope = parent,
-                                .idem_parent = 1};
+    struct sku_adjust_req rq = {
+        .delta = delta, .reason = reason, .idem = idem, .idem_scope = parent, .idem_parent = 1};
     for (int round = 0; round < ADJUST_ROUNDS && res == SKU_INSUFFICIENT; round++) {
         if (read_available(w, buckets, n, avail, &loaded) != 0)
             return SKU_UNAVAILABLE;
@@ -422,9 +419,9 @@ enum sku_result sku_adjust_parent(struct worker_ctx *w, int64_t parent, const in
 
 /* The fields of a SKU's view that a parent shows as its buckets' sum. */
 static const char *const summed[] = {
-    "available",        "initial_stock",   "db_stock",    "redis_available",
-    "in_flight_units",  "pending_orders",  "confirmed_units", "confirmed_orders",
-    "rejected_orders",  "paid_orders",     "cancelled_orders", "expired_orders",
+    "available",       "initial_stock",  "db_stock",         "redis_available",
+    "in_flight_units", "pending_orders", "confirmed_units",  "confirmed_orders",
+    "rejected_orders", "paid_orders",    "cancelled_orders", "expired_orders",
 };
 
 enum sku_result sku_view_parent(struct worker_ctx *w, int64_t parent, const int64_t *buckets, int n,
@@ -457,8 +454,7 @@ enum sku_result sku_view_parent(struct worker_ctx *w, int64_t parent, const int6
     }
     for (size_t f = 0; f < sizeof summed / sizeof summed[0]; f++)
         if (json_object_get(*out, summed[f]))
-            json_object_set_new(*out, summed[f],
-                                unknown[f] ? json_null() : json_integer(total[f]));
+            json_object_set_new(*out, summed[f], unknown[f] ? json_null() : json_integer(total[f]));
     json_object_set_new(*out, "bucket_skus", list);
     return SKU_OK;
 }

@@ -23,12 +23,25 @@
 
 #include <stdint.h>
 
-#include "sku/sku.h"
+#include <jansson.h>
+
+#include "core/validate.h"
+#include "sku/sku_store.h"
 #include "store/workers.h"
 
 /* The buckets of SKU sku, in bucket order, into ids (at most cap).  Returns
  * how many (0: sku is not a parent, or does not exist), or -1 on failure. */
 int sku_buckets_of(struct worker_ctx *w, int64_t sku, int64_t *ids, int cap);
+
+/* The parent's side of sku_create (spec->buckets > 1), sku_adjust and
+ * sku_view (buckets[0..n) of parent), as sku.h describes them. */
+enum sku_result sku_create_buckets(struct worker_ctx *w, const struct validate_sku *spec,
+                                   json_t **out);
+enum sku_result sku_adjust_parent(struct worker_ctx *w, int64_t parent, const int64_t *buckets,
+                                  int n, int64_t delta, const char *reason, const char *idem,
+                                  json_t **out);
+enum sku_result sku_view_parent(struct worker_ctx *w, int64_t parent, const int64_t *buckets, int n,
+                                int admin, json_t **out);
 
 /* The place of buyer user's bucket among n. */
 static inline int sku_bucket_index(int64_t user, int n)

@@ -12,34 +12,10 @@
 #include <stdint.h>
 
 #include "core/validate.h"
+#include "sku/sku_store.h"
 #include "store/dbtx.h"
 #include "store/txlock.h"
 #include "store/workers.h"
-
-/* Business outcomes of the SKU operations; the HTTP handlers map them to
- * answers in one switch. */
-enum sku_result {
-    SKU_OK,
-    SKU_UNKNOWN,       /* no such SKU */
-    SKU_EXISTS,        /* create: id taken, or Redis already holds the SKU */
-    SKU_INSUFFICIENT,  /* negative delta larger than what is available */
-    SKU_UNAVAILABLE,   /* Redis or PostgreSQL failed; nothing was changed */
-    SKU_NOT_LOADED,    /* known to PostgreSQL, not (or not loadable) in Redis */
-    SKU_IDEM_MISMATCH, /* an Idempotency-Key already used with another request */
-};
-
-/* Takes the SKU's lock (with a fencing token) and begins a transaction that
- * owns it: the lock is released by the transaction's completion, after
- * COMMIT or ROLLBACK, and hook(outcome, arg) runs just before that release
- * (still under the lock).  The caller's first statement is the fenced row
- * lock (txlock_fence).  Returns the transaction, or NULL (logged) with the
- * lock released and the hook never run. */
-struct dbtx *sku_tx_begin(struct worker_ctx *w, struct txlock *t, int64_t sku, dbtx_hook_fn *hook,
-                          void *arg);
-/* Commits a transaction of sku_tx_begin once the lock's lease still covers
- * lock_commit_margin_ms (else rolls back).  SKU_OK or SKU_UNAVAILABLE. */
-enum sku_result sku_tx_commit(struct worker_ctx *w, struct dbtx *tx, const struct txlock *t,
-                              int64_t sku);
 
 /* Each fills *out (caller json_decref) on SKU_OK and SKU_INSUFFICIENT; on
  * other results *out is NULL. */

@@ -210,9 +210,8 @@ START_TEST(test_an_empty_bucket_is_refilled_until_all_are_empty)
     ck_assert_int_eq(th_order(d.port, 510, 3 * 13, 1, NULL, &r), 409);
     ck_assert_msg(strstr(r.body, "sold_out"), "%s", r.body);
     /* every order in bucket 0, every bucket empty, the moves summing to 0 */
-    ck_assert_int_eq(pg("SELECT count(*) FROM orders WHERE sku_id = %lld AND status = 'confirmed'",
-                        b[0]),
-                     12);
+    ck_assert_int_eq(
+        pg("SELECT count(*) FROM orders WHERE sku_id = %lld AND status = 'confirmed'", b[0]), 12);
     for (int i = 0; i < NB; i++)
         ck_assert_int_eq(redis_stock(b[i]), 0);
     ck_assert_int_eq(pg("SELECT coalesce(sum(delta), 0) FROM stock_ledger WHERE kind = 'admin' AND "
@@ -226,7 +225,7 @@ START_TEST(test_an_empty_bucket_is_refilled_until_all_are_empty)
     assert_buckets_hold(b);
     /* a restock on the parent sells again, in any bucket */
     ck_assert_int_eq(adm(d.port, "POST", "/admin/v1/skus/510/stock-adjustments",
-                              "{\"delta\": 3, \"reason\": \"restock\"}", &r),
+                         "{\"delta\": 3, \"reason\": \"restock\"}", &r),
                      200);
     ck_assert_int_eq(th_json_int(r.body, "stock", -1), 3);
     ck_assert_int_eq(th_order(d.port, 510, 3 * 14 + 1, 1, NULL, &r), 201);
@@ -244,8 +243,7 @@ START_TEST(test_parent_deltas_split_and_replay_by_key)
     create_parent(d.port, 520, 9, 10, b);
     struct th_response r;
     const char *path = "/admin/v1/skus/520/stock-adjustments";
-    ck_assert_int_eq(adm(d.port, "POST", path, "{\"delta\": 4, \"reason\": \"more\"}", &r),
-                     200);
+    ck_assert_int_eq(adm(d.port, "POST", path, "{\"delta\": 4, \"reason\": \"more\"}", &r), 200);
     ck_assert_int_eq(th_json_int(r.body, "stock", -1), 13);
     ck_assert_int_eq(th_json_int(r.body, "available", -1), 13);
     /* a negative delta with a key: taken from the fullest; its retry is replayed */
@@ -254,15 +252,14 @@ START_TEST(test_parent_deltas_split_and_replay_by_key)
     snprintf(hdr, sizeof hdr, "%sContent-Type: application/json\r\nIdempotency-Key: cut-1\r\n",
              auth);
     for (int i = 0; i < 2; i++) {
-        ck_assert_int_eq(http(d.port, "POST", path, hdr, "{\"delta\": -5, \"reason\": \"cut\"}",
-                                 &r),
-                         200);
+        ck_assert_int_eq(
+            http(d.port, "POST", path, hdr, "{\"delta\": -5, \"reason\": \"cut\"}", &r), 200);
         ck_assert_int_eq(th_json_int(r.body, "stock", -1), 8);
         ck_assert_int_eq(strstr(r.body, "replayed") != NULL, i == 1);
     }
     /* the key with another delta: refused as for any SKU */
-    ck_assert_int_eq(
-        http(d.port, "POST", path, hdr, "{\"delta\": -4, \"reason\": \"cut\"}", &r), 422);
+    ck_assert_int_eq(http(d.port, "POST", path, hdr, "{\"delta\": -4, \"reason\": \"cut\"}", &r),
+                     422);
     ck_assert_int_eq(pg("SELECT sum(stock) FROM skus WHERE parent_id = %lld", 520), 8);
     /* more than all buckets hold: refused, nothing taken */
     ck_assert_int_eq(adm(d.port, "POST", path, "{\"delta\": -9, \"reason\": \"x\"}", &r), 409);

@@ -1,19 +1,45 @@
 /*
- * sku_internal: what sku.c shares with buckets.c, the SKU module's two
- * halves.  Not for other modules: they use sku.h and buckets.h.
+ * sku_store: the SKU operations' building blocks, shared by sku.c (one SKU)
+ * and buckets.c (a parent and its buckets): the outcomes, the transaction
+ * that owns SKU locks, loading a SKU into Redis, guarded stock adjustments
+ * of several SKUs at once, and the reads of one SKU row.
  */
-#ifndef SECKILL_SKU_INTERNAL_H
-#define SECKILL_SKU_INTERNAL_H
+#ifndef SECKILL_SKU_STORE_H
+#define SECKILL_SKU_STORE_H
 
 #include <jansson.h>
 #include <libpq-fe.h>
 #include <stdint.h>
 
 #include "core/validate.h"
-#include "sku/sku.h"
 #include "store/dbtx.h"
 #include "store/txlock.h"
 #include "store/workers.h"
+
+/* Business outcomes of the SKU operations; the HTTP handlers map them to
+ * answers in one switch. */
+enum sku_result {
+    SKU_OK,
+    SKU_UNKNOWN,       /* no such SKU */
+    SKU_EXISTS,        /* create: id taken, or Redis already holds the SKU */
+    SKU_INSUFFICIENT,  /* negative delta larger than what is available */
+    SKU_UNAVAILABLE,   /* Redis or PostgreSQL failed; nothing was changed */
+    SKU_NOT_LOADED,    /* known to PostgreSQL, not (or not loadable) in Redis */
+    SKU_IDEM_MISMATCH, /* an Idempotency-Key already used with another request */
+};
+
+/* Takes the SKU's lock (with a fencing token) and begins a transaction that
+ * owns it: the lock is released by the transaction's completion, after
+ * COMMIT or ROLLBACK, and hook(outcome, arg) runs just before that release
+ * (still under the lock).  The caller's first statement is the fenced row
+ * lock (txlock_fence).  Returns the transaction, or NULL (logged) with the
+ * lock released and the hook never run. */
+struct dbtx *sku_tx_begin(struct worker_ctx *w, struct txlock *t, int64_t sku, dbtx_hook_fn *hook,
+                          void *arg);
+/* Commits a transaction of sku_tx_begin once the lock's lease still covers
+ * lock_commit_margin_ms (else rolls back).  SKU_OK or SKU_UNAVAILABLE. */
+enum sku_result sku_tx_commit(struct worker_ctx *w, struct dbtx *tx, const struct txlock *t,
+                              int64_t sku);
 
 /*
  * A SKU becomes sellable in Redis only after PostgreSQL committed it: the load
@@ -95,14 +121,13 @@ json_t *sku_created_json(const struct validate_sku *spec, int64_t id);
 /* sku_view() of one row, parent or not. */
 enum sku_result sku_view_row(struct worker_ctx *w, int64_t sku, int admin, json_t **out);
 
-/* buckets.c: the parent's side of sku_create, sku_adjust, sku_view,
- * sku_reload and sku_check. */
-enum sku_result sku_create_buckets(struct worker_ctx *w, const struct validate_sku *spec,
-                                   json_t **out);
-enum sku_result sku_adjust_parent(struct worker_ctx *w, int64_t parent, const int64_t *buckets,
-                                  int n, int64_t delta, const char *reason, const char *idem,
-                                  json_t **out);
-enum sku_result sku_view_parent(struct worker_ctx *w, int64_t parent, const int64_t *buckets, int n,
-                                int admin, json_t **out);
+/* Settles the Redis records of earlier adjustments of sku that never
+ * settled (their process died between the Redis step and its completion
+ * hook, or its commit outcome was unknown), 'own' excepted.  Called under
+ * the SKU lock with the row locked by the fence.  Returns 0, or -1 when
+ * Redis or PostgreSQL failed (nothing assumed); *settled (may be NULL)
+ * counts them. */
+int settle_adjustments(struct worker_ctx *w, struct dbtx *tx, int64_t sku, const char *own,
+                       int64_t *settled);
 
 #endif
