@@ -276,31 +276,31 @@ enum sku_result sku_create_buckets(struct worker_ctx *w, const struct validate_s
 
 /* ---- moving units -------------------------------------------------------- */
 
-/* What Redis holds in each of the n buckets (an unloaded one: 0, and *loaded
- * 0).  Returns 0 or -1. */
-static int read_available(struct worker_ctx *w, const int64_t *ids, int n, int64_t *avail,
-                          int *loaded)
+/* What Redis holds in each of the n buckets into avail; a bucket whose
+ * master does not answer, or that Redis does not hold (being restored),
+ * counts 0.  Returns how many of those there are. */
+static int read_available(struct worker_ctx *w, const int64_t *ids, int n, int64_t *avail)
 {
-    *loaded = 1;
+    int unknown = 0;
     for (int i = 0; i < n; i++) {
-        long long a;
-        if (redis_sku_state(w, ids[i], &a, NULL) != 0)
-            return -1;
-        *loaded &= a >= 0;
+        long long a = -1;
+        if (redis_sku_state(w, ids[i], &a, NULL) != 0 || a < 0)
+            unknown++;
         avail[i] = a > 0 ? a : 0;
     }
-    return 0;
+    return unknown;
 }
 
 enum sku_result sku_bucket_refill(struct worker_ctx *w, int64_t parent, const int64_t *ids, int n,
                                   int home, int64_t qty, int64_t *left)
 {
     int64_t avail[SKU_MOVES_MAX], donors[SKU_MOVES_MAX], take[SKU_MOVES_MAX];
-    int loaded;
     *left = 0;
-    if (n < 2 || n > SKU_MOVES_MAX || home < 0 || home >= n ||
-        read_available(w, ids, n, avail, &loaded) != 0)
+    if (n < 2 || n > SKU_MOVES_MAX || home < 0 || home >= n)
         return SKU_UNAVAILABLE;
+    /* A bucket that cannot be read (its master is failing over, or it is
+     * being restored) gives nothing now, and forbids "sold out". */
+    int unknown = read_available(w, ids, n, avail);
     int64_t others = 0;
     for (int i = 0; i < n; i++)
         others += i == home ? 0 : avail[i];
@@ -308,7 +308,7 @@ enum sku_result sku_bucket_refill(struct worker_ctx *w, int64_t parent, const in
     if (avail[home] >= qty)
         return SKU_OK; /* another request refilled it meanwhile */
     if (*left < qty)
-        return SKU_INSUFFICIENT;
+        return unknown ? SKU_UNAVAILABLE : SKU_INSUFFICIENT;
     /* What the order lacks, or more: towards an even share of what is left,
      * so that the next orders here do not each need a move of their own. */
     int64_t need = qty - avail[home], even = *left / n - avail[home];
@@ -369,15 +369,13 @@ enum sku_result sku_adjust_parent(struct worker_ctx *w, int64_t parent, const in
     int64_t avail[SKU_MOVES_MAX], part[SKU_MOVES_MAX];
     struct sku_move m[SKU_MOVES_MAX];
     struct sku_replay rp = {0};
-    int loaded, refused;
+    int refused;
     enum sku_result res = SKU_INSUFFICIENT;
     struct sku_adjust_req rq = {
         .delta = delta, .reason = reason, .idem = idem, .idem_scope = parent, .idem_parent = 1};
     for (int round = 0; round < ADJUST_ROUNDS && res == SKU_INSUFFICIENT; round++) {
-        if (read_available(w, buckets, n, avail, &loaded) != 0)
-            return SKU_UNAVAILABLE;
-        if (!loaded)
-            return SKU_NOT_LOADED;
+        if (read_available(w, buckets, n, avail) != 0)
+            return SKU_UNAVAILABLE; /* the split needs every bucket */
         /* Given to the emptiest buckets, taken from the fullest. */
         if (delta > 0)
             sku_level_give(avail, n, delta, part);
@@ -398,7 +396,7 @@ enum sku_result sku_adjust_parent(struct worker_ctx *w, int64_t parent, const in
     if (res != SKU_OK && res != SKU_INSUFFICIENT)
         return res;
     int64_t stock = parent_stock(w, parent);
-    if (stock < 0 || read_available(w, buckets, n, avail, &loaded) != 0)
+    if (stock < 0 || read_available(w, buckets, n, avail) != 0)
         return res == SKU_OK ? SKU_OK : SKU_UNAVAILABLE;
     if (res == SKU_INSUFFICIENT) {
         *out = json_pack("{s:I, s:I}", "stock", (json_int_t)stock, "available",

@@ -233,7 +233,7 @@ static void adjust_on_complete(enum dbtx_outcome outcome, void *arg)
  * back.  Returns 0, or -1 when Redis or PostgreSQL failed (nothing assumed).
  */
 int settle_adjustments(struct worker_ctx *w, struct dbtx *tx, int64_t sku, const char *own,
-                              int64_t *settled)
+                       int64_t *settled)
 {
     char stock[KEYS_MAX], adj[KEYS_MAX];
     keys_sku(stock, sku, KEY_STOCK);
@@ -537,4 +537,3 @@ enum sku_result sku_view_row(struct worker_ctx *w, int64_t sku, int admin, json_
     *out = o;
     return SKU_OK;
 }
-

@@ -6,7 +6,10 @@
  * slot without a redirect (the key found in each command's own place), and
  * a SKU's lock keys live on the SKU's master.  Last, a sale through
  * seckilld on the cluster: a SKU on each master, more buyers than units,
- * every unit sold once, PostgreSQL and each SKU's master agreeing.
+ * every unit sold once, PostgreSQL and each SKU's master agreeing; and one
+ * SKU split into three buckets, one on each master, sold out through moves
+ * between masters, while a bucket whose master died never lets the SKU be
+ * called sold out.
  */
 #include <check.h>
 #include <event2/event.h>
@@ -280,6 +283,83 @@ START_TEST(test_a_sale_on_a_cluster)
 }
 END_TEST
 
+/* The ids in the "bucket_skus" list of a create answer. */
+static void bucket_ids(const char *body, int64_t *ids, int n)
+{
+    const char *p = strstr(body, "\"bucket_skus\"");
+    ck_assert_msg(p && (p = strchr(p, '[')), "%s", body);
+    for (int i = 0; i < n; i++) {
+        char *end;
+        ids[i] = strtoll(p + 1, &end, 10);
+        ck_assert(ids[i] > 0);
+        p = end;
+    }
+}
+
+START_TEST(test_a_sku_in_buckets_on_every_master)
+{
+    enum { STOCK = 9 };
+    th_reset();
+    setup();
+    char env[200];
+    snprintf(env, sizeof env, "SECKILL_REDIS_URL=%s", cfg.redis_url);
+    const char *extra[] = {env, NULL};
+    struct th_daemon d;
+    th_daemon_start(&d, extra);
+    struct th_response res;
+    ck_assert_int_eq(th_admin(d.port, "POST", "/admin/v1/skus",
+                              "{\"id\": 900, \"name\": \"hot\", \"stock\": 9, "
+                              "\"per_user_limit\": 1, \"buckets\": 3}",
+                              &res),
+                     0);
+    ck_assert_msg(res.status == 201, "%d %s", res.status, res.body);
+    int64_t b[MASTERS];
+    bucket_ids(res.body, b, MASTERS);
+    /* each bucket's keys on a master of its own */
+    int seen[MASTERS] = {0};
+    for (int i = 0; i < MASTERS; i++) {
+        char k[KEYS_MAX];
+        keys_sku(k, b[i], KEY_STOCK);
+        int m = th_redis_cluster_owner(&cl, rlock_cluster_slot(k, strlen(k)));
+        ck_assert(m >= 0 && m < MASTERS);
+        seen[m]++;
+        ck_assert_int_eq(int_on(m, k), STOCK / MASTERS);
+    }
+    for (int m = 0; m < MASTERS; m++)
+        ck_assert_int_eq(seen[m], 1);
+    /* buyers of bucket 0 only (user ids divisible by 3): its 3 units, then
+     * the 6 of the other masters moved over; the 10th is sold out */
+    for (int i = 1; i <= STOCK; i++) {
+        int st = th_order(d.port, 900, 3 * i, 1, NULL, &res);
+        ck_assert_msg(st == 201 || st == 202, "order %d: %d %s", i, st, res.body);
+    }
+    ck_assert_int_eq(th_order(d.port, 900, 3 * (STOCK + 1), 1, NULL, &res), 409);
+    ck_assert_msg(strstr(res.body, "sold_out"), "%s", res.body);
+    for (int i = 0; i < MASTERS; i++)
+        th_wait_drained(b[i], 15000);
+    for (int i = 0; i < MASTERS; i++)
+        th_assert_invariants(b[i]);
+    /* a restock, then the master of a bucket is gone (no replica here): the
+     * buckets that answer still sell, and the SKU is never called sold out
+     * while a bucket cannot be read */
+    ck_assert_int_eq(th_admin(d.port, "POST", "/admin/v1/skus/900/stock-adjustments",
+                              "{\"delta\": 3, \"reason\": \"restock\"}", &res),
+                     0);
+    ck_assert_int_eq(res.status, 200);
+    char k[KEYS_MAX];
+    keys_sku(k, b[2], KEY_STOCK);
+    th_redis_server_kill(&cl.node[th_redis_cluster_owner(&cl, rlock_cluster_slot(k, strlen(k)))]);
+    int st = th_order(d.port, 900, 3 * 20, 1, NULL, &res); /* bucket 0: its own unit */
+    ck_assert_msg(st == 201 || st == 202, "%d %s", st, res.body);
+    st = th_order(d.port, 900, 3 * 21, 1, NULL, &res); /* bucket 0 again: bucket 1 gives */
+    ck_assert_msg(st == 201 || st == 202, "%d %s", st, res.body);
+    st = th_order(d.port, 900, 3 * 22, 1, NULL, &res); /* only the dead bucket has one */
+    ck_assert_msg(st == 503, "%d %s", st, res.body);
+    ck_assert_int_eq(th_daemon_stop(&d), 0);
+    teardown();
+}
+END_TEST
+
 /* Runs "seckillctl ARGS" with the cluster's redis_url; its output into out
  * (stdout and stderr), its exit status returned. */
 static int ctl(const char *args, char *out, size_t cap)
@@ -452,6 +532,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_seckillctl_sees_locks_on_every_master);
     tcase_add_test(tc, test_async_scripts_and_subscriptions_follow_the_cluster);
     tcase_add_test(tc, test_a_sale_on_a_cluster);
+    tcase_add_test(tc, test_a_sku_in_buckets_on_every_master);
     suite_add_tcase(s, tc);
     return s;
 }
