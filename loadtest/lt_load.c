@@ -251,7 +251,7 @@ static int book(struct lt_load *ld, struct lt_req *r, enum lt_answer a, const st
             ans->idem_mismatch++;
     }
     if (r->open && !r->resolved)
-        ans->unknown++;
+        lt_answers_unknown(ans, r->user);
     return 0;
 }
 
@@ -306,7 +306,8 @@ static void slot_continue(struct lt_slot *s)
         return;
     }
     if (want_retry && s->req.open && !s->req.resolved && ld->ans)
-        ans_of(ld, &s->req)->unknown++; /* its retry will not be sent: the outcome stays unknown */
+        /* its retry will not be sent: the outcome stays unknown */
+        lt_answers_unknown(ans_of(ld, &s->req), s->req.user);
     if (issue_next(ld, s) != 0)
         return;
     maybe_finish(ld);
@@ -389,7 +390,7 @@ static void send_attempt(struct lt_slot *s)
         ld->sum->answered++;
         r->open = 1;
         if (ld->ans && !r->resolved)
-            ans_of(ld, r)->unknown++;
+            lt_answers_unknown(ans_of(ld, r), r->user);
         ld->stop_issuing = 1;
         maybe_finish(ld);
     }
@@ -703,13 +704,14 @@ int lt_load_run(const struct lt_opts *o, const int64_t *skus, int nskus, struct 
     for (int i = 0; i < o->concurrency; i++) {
         struct lt_slot *s = &ld.slots[i];
         if (s->pausing && s->want_retry && s->req.open && !s->req.resolved && ans)
-            ans[s->req.sku].unknown++; /* paused before a retry that will not be sent */
+            /* paused before a retry that will not be sent */
+            lt_answers_unknown(&ans[s->req.sku], s->req.user);
         if (!s->busy)
             continue;
         lt_stats_record(st, lt_now_us() - ld.t0_us, LT_ANS_TIMEOUT, lt_now_us() - s->sent_us, 1);
         sum->answered++;
         if (ans && !s->req.resolved)
-            ans[s->req.sku].unknown++;
+            lt_answers_unknown(&ans[s->req.sku], s->req.user);
         s->busy = 0;
     }
     if (ld.admin.busy && ans) {
