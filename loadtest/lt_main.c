@@ -255,7 +255,7 @@ static int run(const struct lt_opts *o)
             }
         }
     }
-    if (lt_load_run(o, skus, n, &st, raw ? NULL : ans, &sum, err, sizeof err) != 0) {
+    if (lt_load_run(o, skus, n, NULL, 0, &st, raw ? NULL : ans, &sum, err, sizeof err) != 0) {
         fprintf(stderr, PROG ": %s\n", err);
         goto out;
     }
