@@ -188,7 +188,9 @@ static int check_all(const struct lt_opts *o, const struct lt_answers *ans, int 
     for (int i = 0; i < n; i++) {
         char e[448];
         int crc = lt_check_run(o, &ans[i], one, e, sizeof e);
-        lt_check_merge(chk, one, ans[i].sku, i == 0);
+        char name[32];
+        snprintf(name, sizeof name, "SKU %" PRId64, ans[i].sku);
+        lt_check_merge(chk, one, name, i == 0);
         if (crc != 0) {
             snprintf(err, errlen, "SKU %" PRId64 ": %s", ans[i].sku, e);
             chk->ok = 0;
