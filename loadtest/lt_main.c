@@ -239,7 +239,7 @@ static int run(const struct lt_opts *o)
             if (o->create_sku) {
                 struct lt_opts one = *o;
                 one.sku = skus[i];
-                if (lt_admin_create_sku(&one, &skus[i], err, sizeof err) != 0) {
+                if (lt_admin_create_sku(&one, &skus[i], NULL, err, sizeof err) != 0) {
                     fprintf(stderr, PROG ": %s\n", err);
                     goto out;
                 }
