@@ -92,7 +92,7 @@ struct lt_answers {
     struct lt_life_counts life;
     /* A bucket's record (lt_answers_split): the run's admin deltas went to the
      * parent SKU and moved units between its buckets, so the admin ledger is
-     * judged on the sum of the buckets (lt_check_group_admin), not here. */
+     * judged on the sum of the buckets (lt_check_admin_ledger), not here. */
     int admin_in_group;
 };
 

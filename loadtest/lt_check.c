@@ -715,10 +715,7 @@ int lt_check_drain(const struct lt_opts *o, int64_t sku, char *err, size_t errle
     return rc;
 }
 
-/* I1 admin: the admin ledger since the baseline (r->f) holds exactly the
- * deltas answered 200 in a, give or take those that got no answer; the
- * detail starts with 'who'. */
-static void admin_verdict(struct lt_check_result *r, const struct lt_answers *a, const char *who)
+void lt_check_admin_ledger(struct lt_check_result *r, const struct lt_answers *a, const char *who)
 {
     const struct lt_check_facts *f = &r->f;
     if (a->admin_unknown == 0)
@@ -734,12 +731,6 @@ static void admin_verdict(struct lt_check_result *r, const struct lt_answers *a,
                  " deltas unanswered (|sum| <= %" PRId64 ")",
                  who, f->admin_ledger_sum, a->admin_applied, a->admin_unknown,
                  a->admin_unknown_abs);
-}
-
-void lt_check_group_admin(struct lt_check_result *r, const struct lt_answers *group,
-                          const char *who)
-{
-    admin_verdict(r, group, who);
 }
 
 /* I1 from the service's own query, and the SKU's facts. */
@@ -788,7 +779,7 @@ static int check_i1(struct ctx *c, const struct lt_answers *a, struct lt_check_r
     f->early_returned_units = iv(res, 0, 0);
     PQclear(res);
     if (!a->admin_in_group)
-        admin_verdict(r, a, "");
+        lt_check_admin_ledger(r, a, "");
     int64_t expect =
         a->base.stock + f->admin_ledger_sum - f->run_confirmed_units + f->early_returned_units;
     item_set(r, LT_CHK_I1_RUN, f->db_stock == expect && f->db_stock >= 0,

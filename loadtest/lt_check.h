@@ -144,12 +144,12 @@ int lt_check_run(const struct lt_opts *o, const struct lt_answers *a, struct lt_
 void lt_check_merge(struct lt_check_result *into, const struct lt_check_result *one,
                     const char *name, int first);
 
-/* I1 admin of a bucketed SKU, whose buckets' results were merged into r
- * (each skipped it: admin_in_group): the admin ledger summed over the
- * buckets, where the moves between buckets cancel out, holds the deltas
- * answered 200 to the parent ('group', with the same allowance for deltas
- * without an answer).  The detail starts with 'who'. */
-void lt_check_group_admin(struct lt_check_result *r, const struct lt_answers *group,
-                          const char *who);
+/* I1 admin: the admin ledger since the baseline (r->f) holds exactly the
+ * deltas answered 200 in a, give or take those that got no answer; the
+ * detail starts with 'who'.  lt_check_run judges a SKU so; a bucketed SKU
+ * is judged so once its buckets' results (each without it: admin_in_group)
+ * were merged into r, on their summed ledger, where the moves between
+ * buckets cancel out, against the parent's record a. */
+void lt_check_admin_ledger(struct lt_check_result *r, const struct lt_answers *a, const char *who);
 
 #endif

@@ -228,7 +228,7 @@ static int check_all(const struct lt_opts *o, const struct lt_answers *ans, int 
     if (parent && rc == 0) {
         char who[96];
         snprintf(who, sizeof who, "all %d buckets of SKU %" PRId64 " together: ", n, parent);
-        lt_check_group_admin(chk, group, who);
+        lt_check_admin_ledger(chk, group, who);
     }
     return rc;
 }
