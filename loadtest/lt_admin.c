@@ -68,7 +68,35 @@ int lt_admin_request(const struct lt_opts *o, const char *method, const char *pa
     return c.done && out->status ? 0 : -1;
 }
 
-int lt_admin_create_sku(const struct lt_opts *o, int64_t *sku, char *err, size_t errlen)
+/* Reads the "bucket_skus" of a create's answer j into ids[0..n-1]: n
+ * distinct positive ids, none the parent's.  Returns 0, or -1 with a
+ * message in err. */
+static int read_buckets(json_t *j, int64_t parent, int n, int64_t *ids, char *err, size_t errlen)
+{
+    json_t *a = json_object_get(j, "bucket_skus");
+    if (!json_is_array(a) || json_array_size(a) != (size_t)n) {
+        snprintf(err, errlen,
+                 "creating the SKU: the answer names no %d bucket_skus (does the service "
+                 "support buckets?)",
+                 n);
+        return -1;
+    }
+    for (int k = 0; k < n; k++) {
+        json_t *v = json_array_get(a, (size_t)k);
+        ids[k] = json_is_integer(v) ? (int64_t)json_integer_value(v) : 0;
+        int dup = ids[k] == parent;
+        for (int i = 0; i < k; i++)
+            dup |= ids[i] == ids[k];
+        if (ids[k] <= 0 || dup) {
+            snprintf(err, errlen, "creating the SKU: bucket_skus[%d] is not a new SKU id", k);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int lt_admin_create_sku(const struct lt_opts *o, int64_t *sku, int64_t *buckets, char *err,
+                        size_t errlen)
 {
     json_t *b = json_pack("{s:s, s:I, s:I}", "name", "seckill-loadtest", "stock",
                           (json_int_t)o->stock, "per_user_limit", (json_int_t)o->limit);
@@ -82,6 +110,8 @@ int lt_admin_create_sku(const struct lt_opts *o, int64_t *sku, char *err, size_t
      * unknown field, and 0 is its default anyway. */
     if (o->payment_window_s > 0)
         json_object_set_new(b, "payment_window_s", json_integer(o->payment_window_s));
+    if (o->buckets > 1) /* the same: sent only when asked for */
+        json_object_set_new(b, "buckets", json_integer(o->buckets));
     char *text = json_dumps(b, JSON_COMPACT);
     json_decref(b);
     struct lt_http_answer a;
@@ -99,10 +129,13 @@ int lt_admin_create_sku(const struct lt_opts *o, int64_t *sku, char *err, size_t
     json_t *j = json_loads(a.body, 0, NULL);
     json_t *id = j ? json_object_get(j, "id") : NULL;
     *sku = json_is_integer(id) ? (int64_t)json_integer_value(id) : 0;
-    json_decref(j);
+    rc = 0;
     if (*sku <= 0) {
         snprintf(err, errlen, "creating the SKU: no id in the answer %.300s", a.body);
-        return -1;
+        rc = -1;
+    } else if (o->buckets > 1) {
+        rc = read_buckets(j, *sku, o->buckets, buckets, err, errlen);
     }
-    return 0;
+    json_decref(j);
+    return rc;
 }

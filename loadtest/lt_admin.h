@@ -24,9 +24,12 @@ int lt_admin_request(const struct lt_opts *o, const char *method, const char *pa
                      const char *body, struct lt_http_answer *out);
 
 /* Creates the run's SKU (id o->sku, or one the service picks when 0) with
- * o->stock, o->limit and (when not 0) o->payment_window_s.  Returns 0 and
- * its id in *sku, or -1 with a message in err. */
-int lt_admin_create_sku(const struct lt_opts *o, int64_t *sku, char *err, size_t errlen)
-    __attribute__((warn_unused_result));
+ * o->stock, o->limit, (when not 0) o->payment_window_s and (when above 1)
+ * o->buckets.  Returns 0 and its id in *sku, with o->buckets > 1 the ids of
+ * its bucket SKUs in bucket order in buckets[0..o->buckets-1], or -1 with a
+ * message in err (also when the answer names no such buckets: a service
+ * without them). */
+int lt_admin_create_sku(const struct lt_opts *o, int64_t *sku, int64_t *buckets, char *err,
+                        size_t errlen) __attribute__((warn_unused_result));
 
 #endif

@@ -25,20 +25,76 @@ void lt_answers_free(struct lt_answers *a)
     free(a->acts);
     a->acts = NULL;
     a->nacts = 0;
+    free(a->unknown_users);
+    a->unknown_users = NULL;
+    a->n_unknown_users = a->cap_unknown_users = 0;
+}
+
+/* Makes room for one more of n elements of 'size' bytes in *p (capacity
+ * *cap, doubled when full).  Returns 0, or -1 when out of memory. */
+static int grow(void **p, size_t *cap, size_t n, size_t size)
+{
+    if (n < *cap)
+        return 0;
+    size_t c = *cap ? *cap * 2 : INITIAL_CAP;
+    void *q = realloc(*p, c * size);
+    if (!q)
+        return -1;
+    *p = q;
+    *cap = c;
+    return 0;
 }
 
 int lt_answers_add(struct lt_answers *a, int64_t id, int64_t user, int64_t qty,
                    enum lt_promise promise, int64_t wall_us)
 {
-    if (a->n == a->cap) {
-        size_t cap = a->cap ? a->cap * 2 : INITIAL_CAP;
-        struct lt_order *o = realloc(a->orders, cap * sizeof *o);
-        if (!o)
-            return -1;
-        a->orders = o;
-        a->cap = cap;
-    }
+    void *p = a->orders;
+    if (grow(&p, &a->cap, a->n, sizeof *a->orders) != 0)
+        return -1;
+    a->orders = p;
     a->orders[a->n++] = (struct lt_order){id, user, qty, promise, wall_us};
+    return 0;
+}
+
+void lt_answers_unknown(struct lt_answers *a, int64_t user)
+{
+    a->unknown++;
+    void *p = a->unknown_users;
+    /* Without room the count still holds, and the split falls back to
+     * giving the request to every bucket. */
+    if (grow(&p, &a->cap_unknown_users, a->n_unknown_users, sizeof *a->unknown_users) != 0)
+        return;
+    a->unknown_users = p;
+    a->unknown_users[a->n_unknown_users++] = user;
+}
+
+/* The bucket of 'user' among n: the service places a buyer's orders in
+ * bucket user mod n. */
+static int bucket_of(int64_t user, int n)
+{
+    return (int)(((user % n) + n) % n);
+}
+
+int lt_answers_split(const struct lt_answers *from, struct lt_answers *to, int n)
+{
+    for (size_t i = 0; i < from->n; i++) {
+        const struct lt_order *o = &from->orders[i];
+        if (lt_answers_add(&to[bucket_of(o->user, n)], o->id, o->user, o->qty, o->promise,
+                           o->answered_wall_us) != 0)
+            return -1;
+    }
+    int users_known = from->n_unknown_users == from->unknown;
+    for (size_t i = 0; users_known && i < from->n_unknown_users; i++) {
+        int64_t u = from->unknown_users[i];
+        lt_answers_unknown(&to[bucket_of(u, n)], u);
+    }
+    for (int k = 0; k < n; k++) {
+        if (!users_known)
+            to[k].unknown += from->unknown; /* conservative: it may be in any bucket */
+        to[k].admin_in_group = 1;
+    }
+    to[0].idem_mismatch += from->idem_mismatch;
+    to[0].unexpected += from->unexpected;
     return 0;
 }
 

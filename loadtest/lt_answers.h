@@ -76,7 +76,12 @@ struct lt_answers {
     struct lt_baseline base;
     struct lt_order *orders; /* one per answer naming an order (replays included) */
     size_t n, cap;
-    uint64_t unknown;       /* logical requests that never got a definite answer */
+    uint64_t unknown; /* logical requests that never got a definite answer */
+    /* Their users (lt_answers_unknown), which say which bucket of a bucketed
+     * SKU may hold their rows; fewer than 'unknown' when not known (a file's
+     * record, or out of memory). */
+    int64_t *unknown_users;
+    size_t n_unknown_users, cap_unknown_users;
     uint64_t idem_mismatch; /* retries with the same key that got another order */
     uint64_t unexpected;    /* answers a correct service never gives */
     int64_t admin_applied;  /* sum of the deltas answered 200 */
@@ -85,6 +90,10 @@ struct lt_answers {
     struct lt_act *acts;       /* the lifecycle, one per order it planned (lt_life.h) */
     size_t nacts;
     struct lt_life_counts life;
+    /* A bucket's record (lt_answers_split): the run's admin deltas went to the
+     * parent SKU and moved units between its buckets, so the admin ledger is
+     * judged on the sum of the buckets (lt_check_admin_ledger), not here. */
+    int admin_in_group;
 };
 
 /* Empty record for 'sku'. */
@@ -95,6 +104,21 @@ void lt_answers_free(struct lt_answers *a);
  * 0 unknown).  Returns 0 or -1 when out of memory. */
 int lt_answers_add(struct lt_answers *a, int64_t id, int64_t user, int64_t qty,
                    enum lt_promise promise, int64_t wall_us) __attribute__((warn_unused_result));
+
+/* Counts one logical request of 'user' whose outcome stayed unknown (its
+ * user is kept too, unless memory ran out). */
+void lt_answers_unknown(struct lt_answers *a, int64_t user);
+
+/* Splits the answers 'from' about a bucketed SKU into to[0..n-1], the
+ * records of its n buckets (initialised; their sku and baseline set): an
+ * order goes to its user's bucket (user mod n, the service's routing), so
+ * does an unknown outcome (to every bucket when its user is not known: any
+ * of them may hold its row).  Unexpected answers and idempotency mismatches,
+ * which every bucket would judge alike, go to to[0] so that they count once;
+ * the admin counters stay in 'from' (the deltas went to the parent).
+ * Returns 0, or -1 when out of memory. */
+int lt_answers_split(const struct lt_answers *from, struct lt_answers *to, int n)
+    __attribute__((warn_unused_result));
 
 /* Sorts by id and merges the answers about one order (a retry's replay): a
  * 202 and a later 201 or 409 of the same order keep the stronger promise,

@@ -715,6 +715,24 @@ int lt_check_drain(const struct lt_opts *o, int64_t sku, char *err, size_t errle
     return rc;
 }
 
+void lt_check_admin_ledger(struct lt_check_result *r, const struct lt_answers *a, const char *who)
+{
+    const struct lt_check_facts *f = &r->f;
+    if (a->admin_unknown == 0)
+        item_set(r, LT_CHK_I1_ADMIN, f->admin_ledger_sum == a->admin_applied,
+                 "%sadmin ledger since the start: %+" PRId64 " in %" PRId64
+                 " rows; deltas answered 200: %+" PRId64 " in %" PRIu64 " (409: %" PRIu64 ")",
+                 who, f->admin_ledger_sum, f->admin_ledger_rows, a->admin_applied, a->admin_ok,
+                 a->admin_refused);
+    else /* each unanswered delta may or may not have been applied */
+        item_set(r, LT_CHK_I1_ADMIN,
+                 llabs(f->admin_ledger_sum - a->admin_applied) <= a->admin_unknown_abs,
+                 "%sadmin ledger %+" PRId64 ", answered 200 %+" PRId64 ", %" PRIu64
+                 " deltas unanswered (|sum| <= %" PRId64 ")",
+                 who, f->admin_ledger_sum, a->admin_applied, a->admin_unknown,
+                 a->admin_unknown_abs);
+}
+
 /* I1 from the service's own query, and the SKU's facts. */
 static int check_i1(struct ctx *c, const struct lt_answers *a, struct lt_check_result *r,
                     const char *const *p)
@@ -760,18 +778,8 @@ static int check_i1(struct ctx *c, const struct lt_answers *a, struct lt_check_r
         return -1;
     f->early_returned_units = iv(res, 0, 0);
     PQclear(res);
-    if (a->admin_unknown == 0)
-        item_set(r, LT_CHK_I1_ADMIN, f->admin_ledger_sum == a->admin_applied,
-                 "admin ledger since the start: %+" PRId64 " in %" PRId64
-                 " rows; deltas answered 200: %+" PRId64 " in %" PRIu64 " (409: %" PRIu64 ")",
-                 f->admin_ledger_sum, f->admin_ledger_rows, a->admin_applied, a->admin_ok,
-                 a->admin_refused);
-    else /* each unanswered delta may or may not have been applied */
-        item_set(r, LT_CHK_I1_ADMIN,
-                 llabs(f->admin_ledger_sum - a->admin_applied) <= a->admin_unknown_abs,
-                 "admin ledger %+" PRId64 ", answered 200 %+" PRId64 ", %" PRIu64
-                 " deltas unanswered (|sum| <= %" PRId64 ")",
-                 f->admin_ledger_sum, a->admin_applied, a->admin_unknown, a->admin_unknown_abs);
+    if (!a->admin_in_group)
+        lt_check_admin_ledger(r, a, "");
     int64_t expect =
         a->base.stock + f->admin_ledger_sum - f->run_confirmed_units + f->early_returned_units;
     item_set(r, LT_CHK_I1_RUN, f->db_stock == expect && f->db_stock >= 0,
@@ -1051,15 +1059,15 @@ out:
     return rc;
 }
 
-void lt_check_merge(struct lt_check_result *into, const struct lt_check_result *one, int64_t sku,
-                    int first)
+void lt_check_merge(struct lt_check_result *into, const struct lt_check_result *one,
+                    const char *name, int first)
 {
     if (first) {
         *into = *one;
         for (int i = 0; i < LT_CHK_COUNT; i++)
             if (into->item[i].state == LT_CHECK_FAILED) {
                 char d[sizeof into->item[i].detail];
-                snprintf(d, sizeof d, "SKU %" PRId64 ": %s", sku, one->item[i].detail);
+                snprintf(d, sizeof d, "%s: %s", name, one->item[i].detail);
                 memcpy(into->item[i].detail, d, sizeof d);
             }
         return;
@@ -1071,7 +1079,7 @@ void lt_check_merge(struct lt_check_result *into, const struct lt_check_result *
         if (o->state == LT_CHECK_FAILED && it->state != LT_CHECK_FAILED) {
             *it = *o;
             char d[sizeof it->detail];
-            snprintf(d, sizeof d, "SKU %" PRId64 ": %s", sku, o->detail);
+            snprintf(d, sizeof d, "%s: %s", name, o->detail);
             memcpy(it->detail, d, sizeof d);
         } else if (o->state == LT_CHECK_PASSED && it->state == LT_CHECK_SKIPPED) {
             *it = *o;

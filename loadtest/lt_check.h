@@ -11,7 +11,8 @@
  *   I1        skus.stock >= 0, = initial + admin deltas - sold, = sum of the ledger
  *             (sql/invariant_check.sql); = stock before the run + the run's deltas
  *             answered 200 - the run's sales + what older orders gave back during it;
- *             the admin ledger holds exactly those deltas
+ *             the admin ledger holds exactly those deltas (of a bucketed SKU: summed
+ *             over its buckets, as moves between them write admin rows that cancel out)
  *   I2        Redis stock = skus.stock; Redis units held per user = units of the
  *             user's confirmed and paid orders; no reservation left 'pending' in the
  *             journal
@@ -135,11 +136,20 @@ int lt_check_run(const struct lt_opts *o, const struct lt_answers *a, struct lt_
 
 /* Folds one SKU's result 'one' into a run's result 'into' (of several SKUs;
  * 'first' set for the first SKU, which copies it).  A check fails when it
- * failed for any SKU (the first failing SKU's detail, prefixed with its id,
- * and rows are kept), passes when it passed for some and failed for none;
- * the facts are summed (stocks, orders, units, answers), the rows' time span
- * and the drain wait widened, the per-user limit is the first SKU's. */
-void lt_check_merge(struct lt_check_result *into, const struct lt_check_result *one, int64_t sku,
-                    int first);
+ * failed for any SKU (the first failing SKU's detail, prefixed with its
+ * 'name', "SKU 7" or "bucket 1 (SKU 8) of SKU 6", and rows are kept), passes
+ * when it passed for some and failed for none; the facts are summed (stocks,
+ * orders, units, answers), the rows' time span and the drain wait widened,
+ * the per-user limit is the first SKU's. */
+void lt_check_merge(struct lt_check_result *into, const struct lt_check_result *one,
+                    const char *name, int first);
+
+/* I1 admin: the admin ledger since the baseline (r->f) holds exactly the
+ * deltas answered 200 in a, give or take those that got no answer; the
+ * detail starts with 'who'.  lt_check_run judges a SKU so; a bucketed SKU
+ * is judged so once its buckets' results (each without it: admin_in_group)
+ * were merged into r, on their summed ledger, where the moves between
+ * buckets cancel out, against the parent's record a. */
+void lt_check_admin_ledger(struct lt_check_result *r, const struct lt_answers *a, const char *who);
 
 #endif

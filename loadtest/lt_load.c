@@ -71,6 +71,8 @@ struct lt_load {
     const struct lt_opts *o;
     const int64_t *skus;
     int nskus;
+    const int64_t *streams; /* the SKUs whose order streams make the queue */
+    int nstreams;
     struct event_base *base;
     struct lt_slot *slots;
     struct lt_stats *st;
@@ -251,7 +253,7 @@ static int book(struct lt_load *ld, struct lt_req *r, enum lt_answer a, const st
             ans->idem_mismatch++;
     }
     if (r->open && !r->resolved)
-        ans->unknown++;
+        lt_answers_unknown(ans, r->user);
     return 0;
 }
 
@@ -306,7 +308,8 @@ static void slot_continue(struct lt_slot *s)
         return;
     }
     if (want_retry && s->req.open && !s->req.resolved && ld->ans)
-        ans_of(ld, &s->req)->unknown++; /* its retry will not be sent: the outcome stays unknown */
+        /* its retry will not be sent: the outcome stays unknown */
+        lt_answers_unknown(ans_of(ld, &s->req), s->req.user);
     if (issue_next(ld, s) != 0)
         return;
     maybe_finish(ld);
@@ -389,7 +392,7 @@ static void send_attempt(struct lt_slot *s)
         ld->sum->answered++;
         r->open = 1;
         if (ld->ans && !r->resolved)
-            ans_of(ld, r)->unknown++;
+            lt_answers_unknown(ans_of(ld, r), r->user);
         ld->stop_issuing = 1;
         maybe_finish(ld);
     }
@@ -452,7 +455,7 @@ static void fire_admin(evutil_socket_t fd, short what, void *arg)
 
 /* ---- progress, queue, end -------------------------------------------------- */
 
-/* Entries in the order streams of the run's SKUs together, -1 when Redis
+/* Entries in the order streams (ld->streams) together, -1 when Redis
  * did not answer.  Sampled every tick (TICK_MS): queue_max is the largest
  * sample, not the exact peak between two. */
 static int64_t queue_len(struct lt_load *ld)
@@ -460,9 +463,9 @@ static int64_t queue_len(struct lt_load *ld)
     if (!ld->have_redis)
         return -1;
     int64_t total = 0;
-    for (int i = 0; i < ld->nskus; i++) {
+    for (int i = 0; i < ld->nstreams; i++) {
         char key[KEYS_MAX];
-        keys_sku(key, ld->skus[i], KEY_STREAM);
+        keys_sku(key, ld->streams[i], KEY_STREAM);
         const char *argv[] = {"XLEN", key};
         redisReply *r = redis_conn_cmd(&ld->redis, 2, argv, NULL);
         int64_t n = r && r->type == REDIS_REPLY_INTEGER ? (int64_t)r->integer : -1;
@@ -664,8 +667,9 @@ static void teardown(struct lt_load *ld)
         event_base_free(ld->base);
 }
 
-int lt_load_run(const struct lt_opts *o, const int64_t *skus, int nskus, struct lt_stats *st,
-                struct lt_answers *ans, struct lt_load_summary *sum, char *err, size_t errlen)
+int lt_load_run(const struct lt_opts *o, const int64_t *skus, int nskus, const int64_t *streams,
+                int nstreams, struct lt_stats *st, struct lt_answers *ans,
+                struct lt_load_summary *sum, char *err, size_t errlen)
 {
     struct lt_load ld;
     memset(&ld, 0, sizeof ld);
@@ -673,6 +677,8 @@ int lt_load_run(const struct lt_opts *o, const int64_t *skus, int nskus, struct 
     ld.o = o;
     ld.skus = skus;
     ld.nskus = nskus;
+    ld.streams = streams ? streams : skus;
+    ld.nstreams = streams ? nstreams : nskus;
     ld.st = st;
     ld.ans = ans;
     ld.sum = sum;
@@ -703,13 +709,14 @@ int lt_load_run(const struct lt_opts *o, const int64_t *skus, int nskus, struct 
     for (int i = 0; i < o->concurrency; i++) {
         struct lt_slot *s = &ld.slots[i];
         if (s->pausing && s->want_retry && s->req.open && !s->req.resolved && ans)
-            ans[s->req.sku].unknown++; /* paused before a retry that will not be sent */
+            /* paused before a retry that will not be sent */
+            lt_answers_unknown(&ans[s->req.sku], s->req.user);
         if (!s->busy)
             continue;
         lt_stats_record(st, lt_now_us() - ld.t0_us, LT_ANS_TIMEOUT, lt_now_us() - s->sent_us, 1);
         sum->answered++;
         if (ans && !s->req.resolved)
-            ans[s->req.sku].unknown++;
+            lt_answers_unknown(&ans[s->req.sku], s->req.user);
         s->busy = 0;
     }
     if (ld.admin.busy && ans) {

@@ -33,11 +33,14 @@ struct lt_load_summary {
  * st (initialised by the caller with lt_stats_init); order ids, unknown
  * outcomes and admin delta outcomes go into ans[i], the record of skus[i]
  * (ans NULL in raw mode).  When o->mode is not raw, the length of the order
- * streams (all SKUs together) is sampled from Redis every tick for the
- * charts and queue_max.  Returns 0, or -1 with a message in err when the run
- * could not start (no event loop, no connection object). */
-int lt_load_run(const struct lt_opts *o, const int64_t *skus, int nskus, struct lt_stats *st,
-                struct lt_answers *ans, struct lt_load_summary *sum, char *err, size_t errlen)
+ * streams (all together) of the nstreams SKUs streams[] is sampled from Redis
+ * every tick for the charts and queue_max: those of skus[] when streams is
+ * NULL; a bucketed SKU has none, its buckets have them.  Returns 0, or -1
+ * with a message in err when the run could not start (no event loop, no
+ * connection object). */
+int lt_load_run(const struct lt_opts *o, const int64_t *skus, int nskus, const int64_t *streams,
+                int nstreams, struct lt_stats *st, struct lt_answers *ans,
+                struct lt_load_summary *sum, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 
 /* Monotonic and wall clocks in microseconds. */

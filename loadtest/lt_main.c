@@ -171,11 +171,23 @@ static int lifecycle(const struct lt_opts *o, struct lt_answers *ans, int n, str
     return 0;
 }
 
-/* Checks every SKU of the run (answers ans[i] about skus[i]) into chk.
- * Returns lt_check_run's result: -1 (err set) as soon as one could not be
- * checked. */
-static int check_all(const struct lt_opts *o, const struct lt_answers *ans, int n,
-                     struct lt_check_result *chk, char *err, size_t errlen)
+/* How a check names the part of the run whose record is ans[i]: its SKU, or
+ * which bucket of the parent SKU it is. */
+static void part_name(char *buf, size_t cap, int64_t parent, int i, int64_t sku)
+{
+    if (parent)
+        snprintf(buf, cap, "bucket %d (SKU %" PRId64 ") of SKU %" PRId64, i, sku, parent);
+    else
+        snprintf(buf, cap, "SKU %" PRId64, sku);
+}
+
+/* Checks every SKU of the run (answers ans[i] about skus[i]) into chk; with
+ * parent not 0 they are the buckets of that SKU, whose admin ledger is
+ * judged on their sum against the parent's record 'group'.  Returns
+ * lt_check_run's result: -1 (err set) as soon as one could not be checked. */
+static int check_all(const struct lt_opts *o, const struct lt_answers *ans, int n, int64_t parent,
+                     const struct lt_answers *group, struct lt_check_result *chk, char *err,
+                     size_t errlen)
 {
     if (n == 1)
         return lt_check_run(o, &ans[0], chk, err, errlen);
@@ -185,27 +197,124 @@ static int check_all(const struct lt_opts *o, const struct lt_answers *ans, int 
         return -1;
     }
     int rc = 0;
+    char name[72]; /* "bucket 63 (SKU <19 digits>) of SKU <19 digits>" */
     for (int i = 0; i < n; i++) {
-        char e[448];
+        char e[432];
         int crc = lt_check_run(o, &ans[i], one, e, sizeof e);
-        lt_check_merge(chk, one, ans[i].sku, i == 0);
+        part_name(name, sizeof name, parent, i, ans[i].sku);
+        lt_check_merge(chk, one, name, i == 0);
         if (crc != 0) {
-            snprintf(err, errlen, "SKU %" PRId64 ": %s", ans[i].sku, e);
+            snprintf(err, errlen, "%s: %s", name, e);
             chk->ok = 0;
             rc = -1;
             break;
         }
     }
     free(one);
+    /* A passed check shows the first part's detail, saying so. */
     for (int i = 0; i < LT_CHK_COUNT && rc == 0; i++) {
         struct lt_check_item *it = &chk->item[i];
         if (it->state != LT_CHECK_PASSED)
             continue;
         char d[sizeof it->detail];
-        snprintf(d, sizeof d, "all %d SKUs; SKU %" PRId64 ": %s", n, ans[0].sku, it->detail);
+        if (parent)
+            snprintf(d, sizeof d,
+                     "all %d buckets of SKU %" PRId64 "; bucket 0 (SKU %" PRId64 "): %s", n, parent,
+                     ans[0].sku, it->detail);
+        else
+            snprintf(d, sizeof d, "all %d SKUs; SKU %" PRId64 ": %s", n, ans[0].sku, it->detail);
         memcpy(it->detail, d, sizeof d);
     }
+    if (parent && rc == 0) {
+        char who[96];
+        snprintf(who, sizeof who, "all %d buckets of SKU %" PRId64 " together: ", n, parent);
+        lt_check_admin_ledger(chk, group, who);
+    }
     return rc;
+}
+
+/* A bucketed SKU (--buckets): the buyers order on the parent, the check
+ * judges its buckets, each on the parent's answers of its own buyers. */
+struct buckets {
+    int n;                  /* 0: the run's SKUs are not bucketed */
+    int64_t *skus;          /* the bucket SKUs, in bucket order */
+    struct lt_answers *ans; /* their records */
+};
+
+static int buckets_alloc(struct buckets *b, int n)
+{
+    memset(b, 0, sizeof *b);
+    if (n <= 1)
+        return 0;
+    b->n = n;
+    b->skus = calloc((size_t)n, sizeof *b->skus);
+    b->ans = calloc((size_t)n, sizeof *b->ans);
+    return b->skus && b->ans ? 0 : -1;
+}
+
+static void buckets_free(struct buckets *b)
+{
+    for (int k = 0; b->ans && k < b->n; k++)
+        lt_answers_free(&b->ans[k]);
+    free(b->ans);
+    free(b->skus);
+}
+
+/* Creates SKU i of the run (o->create_sku) as skus[i], with its buckets
+ * into b when there are.  Returns 0, or -1 (message printed). */
+static int create_one(const struct lt_opts *o, int64_t *skus, int n, int i, struct buckets *b)
+{
+    char err[512];
+    struct lt_opts one = *o;
+    one.sku = skus[i];
+    if (lt_admin_create_sku(&one, &skus[i], b->skus, err, sizeof err) != 0) {
+        fprintf(stderr, PROG ": %s\n", err);
+        return -1;
+    }
+    if (n > 1 && i != 0 && i != n - 1)
+        return 0; /* of many SKUs, the first and the last say enough */
+    fprintf(stderr,
+            PROG ": created SKU %" PRId64 " (stock %" PRId64 ", limit %" PRId64 " per user)%s",
+            skus[i], o->stock, o->limit, n > 1 && i == 0 ? ", the first of --skus" : "");
+    if (b->n) {
+        fprintf(stderr, " in %d buckets, SKUs", b->n);
+        for (int k = 0; k < b->n; k++)
+            fprintf(stderr, " %" PRId64, b->skus[k]);
+    }
+    fputc('\n', stderr);
+    return 0;
+}
+
+/* Takes the baseline of one SKU into its record a (sku set).  Returns 0, or
+ * -1 (message printed). */
+static int baseline_one(const struct lt_opts *o, struct lt_answers *a)
+{
+    char err[512];
+    if (lt_check_baseline(o, a->sku, &a->base, err, sizeof err) == 0)
+        return 0;
+    fprintf(stderr, PROG ": before the run: SKU %" PRId64 ": %s\n", a->sku, err);
+    return -1;
+}
+
+/* Creates the run's SKUs when asked and takes their baselines (of a
+ * bucketed SKU, its buckets': the parent holds no stock, orders or ledger
+ * rows of its own).  Returns 0, or -1 (message printed). */
+static int prepare(const struct lt_opts *o, int64_t *skus, struct lt_answers *ans, int n,
+                   struct buckets *b)
+{
+    for (int i = 0; i < n; i++) {
+        if (o->create_sku && create_one(o, skus, n, i, b) != 0)
+            return -1;
+        ans[i].sku = skus[i];
+        if (!b->n && baseline_one(o, &ans[i]) != 0)
+            return -1;
+    }
+    for (int k = 0; k < b->n; k++) {
+        lt_answers_init(&b->ans[k], b->skus[k]);
+        if (baseline_one(o, &b->ans[k]) != 0)
+            return -1;
+    }
+    return 0;
 }
 
 static int run(const struct lt_opts *o)
@@ -214,6 +323,7 @@ static int run(const struct lt_opts *o)
     int n = o->skus;
     struct lt_answers *ans = calloc((size_t)n, sizeof *ans);
     int64_t *skus = calloc((size_t)n, sizeof *skus);
+    struct buckets b;
     struct lt_stats st;
     struct lt_load_summary sum;
     struct lt_check_result *chk = NULL;
@@ -222,8 +332,9 @@ static int run(const struct lt_opts *o)
     int raw = o->mode == LT_MODE_RAW;
     size_t max_s = (size_t)o->duration_s + (size_t)(o->timeout_ms / 1000) + STATS_SLACK_SECONDS;
     lt_answers_init(&agg, 0);
-    if (!ans || !skus || lt_stats_init(&st, max_s) != 0) {
+    if (buckets_alloc(&b, o->buckets) != 0 || !ans || !skus || lt_stats_init(&st, max_s) != 0) {
         fprintf(stderr, PROG ": out of memory\n");
+        buckets_free(&b);
         free(ans);
         free(skus);
         return LT_EXIT_ERROR;
@@ -232,30 +343,9 @@ static int run(const struct lt_opts *o)
         skus[i] = o->sku ? o->sku + i : 0;
         lt_answers_init(&ans[i], skus[i]);
     }
-    if (!raw) {
-        for (int i = 0; i < n; i++) {
-            if (o->create_sku) {
-                struct lt_opts one = *o;
-                one.sku = skus[i];
-                if (lt_admin_create_sku(&one, &skus[i], err, sizeof err) != 0) {
-                    fprintf(stderr, PROG ": %s\n", err);
-                    goto out;
-                }
-                if (n == 1 || i == 0 || i == n - 1)
-                    fprintf(stderr,
-                            PROG ": created SKU %" PRId64 " (stock %" PRId64 ", limit %" PRId64
-                                 " per user)%s\n",
-                            skus[i], o->stock, o->limit,
-                            n > 1 && i == 0 ? ", the first of --skus" : "");
-            }
-            ans[i].sku = skus[i];
-            if (lt_check_baseline(o, skus[i], &ans[i].base, err, sizeof err) != 0) {
-                fprintf(stderr, PROG ": before the run: SKU %" PRId64 ": %s\n", skus[i], err);
-                goto out;
-            }
-        }
-    }
-    if (lt_load_run(o, skus, n, &st, raw ? NULL : ans, &sum, err, sizeof err) != 0) {
+    if (!raw && prepare(o, skus, ans, n, &b) != 0)
+        goto out;
+    if (lt_load_run(o, skus, n, b.skus, b.n, &st, raw ? NULL : ans, &sum, err, sizeof err) != 0) {
         fprintf(stderr, PROG ": %s\n", err);
         goto out;
     }
@@ -264,6 +354,8 @@ static int run(const struct lt_opts *o)
                               .sku = skus[0],
                               .sku_last = skus[n - 1],
                               .nskus = n,
+                              .nbuckets = b.n,
+                              .bucket_skus = b.skus,
                               .st = &st,
                               .sum = &sum,
                               .ans = raw ? NULL : &agg};
@@ -277,8 +369,16 @@ static int run(const struct lt_opts *o)
         write_outputs(o, &in);
         goto out;
     }
-    for (int i = 0; i < n; i++)
-        lt_answers_dedupe(&ans[i]);
+    /* What the check judges: the records of the run's SKUs, or the parent's
+     * answers split by the service's routing into its buckets' records. */
+    struct lt_answers *judged = b.n ? b.ans : ans;
+    int njudged = b.n ? b.n : n;
+    if (b.n && lt_answers_split(&ans[0], b.ans, b.n) != 0) {
+        fprintf(stderr, PROG ": out of memory splitting the answers by bucket\n");
+        goto out;
+    }
+    for (int i = 0; i < njudged; i++)
+        lt_answers_dedupe(&judged[i]);
     if (o->answers_path && lt_answers_save(&ans[0], o->answers_path, err, sizeof err) != 0) {
         fprintf(stderr, PROG ": %s\n", err);
         if (o->mode == LT_MODE_LOAD_ONLY)
@@ -290,7 +390,7 @@ static int run(const struct lt_opts *o)
         write_outputs(o, &in);
         goto out;
     }
-    if (lt_life_enabled(o) && lifecycle(o, ans, n, &agg) != 0)
+    if (lt_life_enabled(o) && lifecycle(o, judged, njudged, &agg) != 0)
         goto out;
     chk = calloc(1, sizeof *chk);
     if (!chk) {
@@ -298,8 +398,8 @@ static int run(const struct lt_opts *o)
         goto out;
     }
     fprintf(stderr, PROG ": load done; checking invariants (waiting for the order stream%s)\n",
-            n > 1 ? "s" : "");
-    int crc = check_all(o, ans, n, chk, err, sizeof err);
+            njudged > 1 ? "s" : "");
+    int crc = check_all(o, judged, njudged, b.n ? skus[0] : 0, &ans[0], chk, err, sizeof err);
     rc = exit_of_check(crc, chk);
     in.check = chk;
     in.check_error = crc ? err : NULL;
@@ -311,6 +411,7 @@ out:
     for (int i = 0; i < n; i++)
         lt_answers_free(&ans[i]);
     lt_answers_free(&agg);
+    buckets_free(&b);
     free(ans);
     free(skus);
     return rc;
@@ -342,7 +443,7 @@ static int check_only(const struct lt_opts *o)
         }
         lt_answers_dedupe(&ans[0]);
     }
-    int crc = check_all(o, ans, n, chk, err, sizeof err);
+    int crc = check_all(o, ans, n, 0, NULL, chk, err, sizeof err);
     rc = exit_of_check(crc, chk);
     struct lt_report_in in = {.o = o,
                               .sku = o->sku,

@@ -46,6 +46,7 @@ enum {
     OPT_CREATE_SKU,
     OPT_SKUS,
     OPT_SKU_PICK,
+    OPT_BUCKETS,
     OPT_SOURCE_ADDRS,
     OPT_STOCK,
     OPT_LIMIT,
@@ -91,6 +92,7 @@ static const struct option long_opts[] = {
     {"create-sku", no_argument, NULL, OPT_CREATE_SKU},
     {"skus", required_argument, NULL, OPT_SKUS},
     {"sku-pick", required_argument, NULL, OPT_SKU_PICK},
+    {"buckets", required_argument, NULL, OPT_BUCKETS},
     {"source-addrs", required_argument, NULL, OPT_SOURCE_ADDRS},
     {"stock", required_argument, NULL, OPT_STOCK},
     {"limit", required_argument, NULL, OPT_LIMIT},
@@ -152,6 +154,10 @@ void lt_opts_usage(FILE *out)
             "                         (each with --stock and --limit), or with --sku ID the\n"
             "                         SKUs ID..ID+N-1; the check runs for every one\n"
             "  --sku-pick random|round-robin  which SKU a request buys (default random)\n"
+            "  --buckets N            create the SKU as the parent of N bucket SKUs (default\n"
+            "                         1, max %d): buyers order on it, a buyer's orders land\n"
+            "                         in bucket user mod N; every bucket is checked, the admin\n"
+            "                         ledger on their sum.  Only for the one SKU a run creates\n"
             "  --stock N              stock of a created SKU (default %d)\n"
             "  --limit N              per-user limit of a created SKU (default %d)\n"
             "buyers\n"
@@ -207,11 +213,12 @@ void lt_opts_usage(FILE *out)
             "                         of a run, or read them (--check-only)\n"
             "  --label TEXT           name of the run in the reports\n"
             "  --help\n",
-            LT_MAX_TARGETS, LT_MAX_SKUS, DEFAULT_STOCK, DEFAULT_LIMIT, DEFAULT_USERS,
-            DEFAULT_CONCURRENCY, LT_MAX_CONCURRENCY, LT_MAX_SOURCE_ADDRS, DEFAULT_DURATION_S,
-            LT_MAX_DURATION_S, DEFAULT_SEED, DEFAULT_TIMEOUT_MS, DEFAULT_ERROR_PAUSE_MS,
-            DEFAULT_ADMIN_EVERY_MS, DEFAULT_ADMIN_MAX_DELTA, LT_MAX_PAYMENT_WINDOW_S,
-            DEFAULT_LIFECYCLE_TIMEOUT_S, DEFAULT_DRAIN_TIMEOUT_S, DEFAULT_PROGRESS_MS);
+            LT_MAX_TARGETS, LT_MAX_SKUS, LT_MAX_BUCKETS, DEFAULT_STOCK, DEFAULT_LIMIT,
+            DEFAULT_USERS, DEFAULT_CONCURRENCY, LT_MAX_CONCURRENCY, LT_MAX_SOURCE_ADDRS,
+            DEFAULT_DURATION_S, LT_MAX_DURATION_S, DEFAULT_SEED, DEFAULT_TIMEOUT_MS,
+            DEFAULT_ERROR_PAUSE_MS, DEFAULT_ADMIN_EVERY_MS, DEFAULT_ADMIN_MAX_DELTA,
+            LT_MAX_PAYMENT_WINDOW_S, DEFAULT_LIFECYCLE_TIMEOUT_S, DEFAULT_DRAIN_TIMEOUT_S,
+            DEFAULT_PROGRESS_MS);
 }
 
 int lt_is_loopback(const char *host)
@@ -401,6 +408,7 @@ static void set_defaults(struct lt_opts *o)
     o->users = DEFAULT_USERS;
     o->user_base = 1;
     o->skus = 1;
+    o->buckets = 1;
     o->sku_pick = LT_SKU_RANDOM;
     o->source_addrs = 1;
     o->pick = LT_PICK_SEQ;
@@ -459,6 +467,8 @@ static int apply(struct lt_opts *o, int c, const char *arg, char *err, size_t er
             return -1;
         }
         return 0;
+    case OPT_BUCKETS:
+        return parse_int("buckets", arg, 1, LT_MAX_BUCKETS, &o->buckets, err, errlen);
     case OPT_SOURCE_ADDRS:
         return parse_int("source-addrs", arg, 1, LT_MAX_SOURCE_ADDRS, &o->source_addrs, err,
                          errlen);
@@ -598,6 +608,31 @@ static int check_lifecycle(const struct lt_opts *o, char *err, size_t errlen)
     return 0;
 }
 
+/* --buckets N > 1: the SKU is split into buckets when it is created, and
+ * the split is known only to the run that created it (the create's answer
+ * names the bucket SKUs).  So: a run that creates one SKU, and records its
+ * answers for its own check. */
+static int check_buckets(const struct lt_opts *o, char *err, size_t errlen)
+{
+    if (o->buckets == 1)
+        return 0;
+    const char *why = o->skus > 1                     ? "--skus above 1"
+                      : o->mode == LT_MODE_CHECK_ONLY ? "--check-only"
+                      : o->mode == LT_MODE_LOAD_ONLY  ? "--load-only"
+                      : o->mode == LT_MODE_RAW        ? "--no-check"
+                      : o->answers_path               ? "--answers"
+                      : o->sku && !o->create_sku ? "--sku of an existing SKU (add --create-sku)"
+                                                 : NULL;
+    if (why) {
+        snprintf(err, errlen,
+                 "--buckets %d splits the SKU the run creates, and checks it with the bucket "
+                 "SKUs the create answers: not with %s",
+                 o->buckets, why);
+        return -1;
+    }
+    return 0;
+}
+
 int lt_opts_parse(struct lt_opts *o, int argc, char **argv, char *err, size_t errlen)
 {
     set_defaults(o);
@@ -649,7 +684,7 @@ int lt_opts_parse(struct lt_opts *o, int argc, char **argv, char *err, size_t er
                  o->duration_s);
         return -1;
     }
-    if (check_lifecycle(o, err, errlen) != 0)
+    if (check_lifecycle(o, err, errlen) != 0 || check_buckets(o, err, errlen) != 0)
         return -1;
     if (!o->label[0])
         snprintf(o->label, sizeof o->label, "%s",

@@ -42,6 +42,7 @@ enum lt_sku_pick { LT_SKU_RANDOM, LT_SKU_ROUND_ROBIN };
 #define LT_MAX_TARGETS 8        /* --url given several times: instances of one service */
 #define LT_MAX_SKUS 10000       /* --skus: SKUs bought at once */
 #define LT_MAX_SOURCE_ADDRS 250 /* --source-addrs: 127.0.0.1 .. 127.0.0.250 */
+#define LT_MAX_BUCKETS 64       /* --buckets: the service's bound of a SKU's buckets */
 /* --payment-window: the service's bound of skus.payment_window_s (30 days) */
 #define LT_MAX_PAYMENT_WINDOW_S 2592000
 
@@ -63,6 +64,7 @@ struct lt_opts {
     int64_t sku;                      /* 0: none given; the first of --skus */
     int skus;                         /* SKUs bought at once (sku .. sku+skus-1 when given) */
     enum lt_sku_pick sku_pick;        /* which SKU a request buys */
+    int buckets; /* of the created SKU: 1 plain, N > 1 a parent over N bucket SKUs */
     int create_sku;
     int64_t stock, limit;
     int64_t users, user_base;

@@ -63,11 +63,14 @@ void lt_report_metrics(const struct lt_report_in *in, struct lt_metrics *m)
         m->drain_after_s = c->f.drain_s;
 }
 
-/* "SKU 7", or "SKUs 7..206 (200)" for a run on several. */
+/* "SKU 7", "SKUs 7..206 (200)" for a run on several, or "SKU 7 in 3
+ * buckets" for a bucketed one. */
 static const char *sku_words(const struct lt_report_in *in, char *buf, size_t cap)
 {
     if (in->nskus > 1)
         snprintf(buf, cap, "SKUs %" PRId64 "..%" PRId64 " (%d)", in->sku, in->sku_last, in->nskus);
+    else if (in->nbuckets > 1)
+        snprintf(buf, cap, "SKU %" PRId64 " in %d buckets", in->sku, in->nbuckets);
     else
         snprintf(buf, cap, "SKU %" PRId64, in->sku);
     return buf;
@@ -124,7 +127,13 @@ void lt_report_text(FILE *out, const struct lt_report_in *in)
         if (in->st->queue_max >= 0)
             fprintf(out,
                     "queue     order stream%s at most %" PRId64 " entries (sampled every 250 ms)\n",
-                    in->nskus > 1 ? "s together" : "", in->st->queue_max);
+                    in->nskus > 1 || in->nbuckets > 1 ? "s together" : "", in->st->queue_max);
+    }
+    if (in->nbuckets > 1) {
+        fprintf(out, "buckets   %d bucket SKUs of SKU %" PRId64 ":", in->nbuckets, in->sku);
+        for (int k = 0; k < in->nbuckets; k++)
+            fprintf(out, " %" PRId64, in->bucket_skus[k]);
+        fprintf(out, " (user mod %d); each checked, the admin ledger on their sum\n", in->nbuckets);
     }
     const struct lt_answers *a = in->ans;
     if (a && a->admin_ok + a->admin_refused + a->admin_unknown)
@@ -238,6 +247,13 @@ int lt_report_json(const char *path, const struct lt_report_in *in, char *err, s
     json_object_set_new(root, "sku", json_integer(in->sku));
     json_object_set_new(root, "skus", json_integer(in->nskus > 1 ? in->nskus : 1));
     json_object_set_new(root, "sku_last", json_integer(in->nskus > 1 ? in->sku_last : in->sku));
+    json_object_set_new(root, "buckets", json_integer(in->nbuckets > 1 ? in->nbuckets : 1));
+    if (in->nbuckets > 1) {
+        json_t *ids = json_array();
+        for (int k = 0; k < in->nbuckets; k++)
+            json_array_append_new(ids, json_integer(in->bucket_skus[k]));
+        json_object_set_new(root, "bucket_skus", ids);
+    }
     json_object_set_new(root, "exit_code", json_integer(in->exit_code));
     json_object_set_new(
         root, "config",

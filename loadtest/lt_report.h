@@ -20,6 +20,8 @@ struct lt_report_in {
     int64_t sku;                         /* the first SKU */
     int64_t sku_last;                    /* the last SKU (--skus) */
     int nskus;                           /* 0 or 1: one SKU */
+    int nbuckets;                        /* 0 or 1: sku is not bucketed (--buckets) */
+    const int64_t *bucket_skus;          /* its buckets' SKUs, in bucket order */
     const struct lt_stats *st;           /* NULL in check-only mode */
     const struct lt_load_summary *sum;   /* NULL in check-only mode */
     const struct lt_answers *ans;        /* NULL in raw mode */

@@ -201,6 +201,16 @@ static void paths_init(struct paths *p, int port, const char *name)
     p->sku[0] = '\0';
 }
 
+/* Fresh stores, a daemon with 'env' (NULL: the harness's settings), and
+ * paths named 'name' for its run. */
+static void live_start(struct th_daemon *d, const char *const *env, struct paths *p,
+                       const char *name)
+{
+    th_reset();
+    th_daemon_start(d, env);
+    paths_init(p, d->port, name);
+}
+
 static void paths_free(const struct paths *p)
 {
     unlink(p->json);
@@ -215,8 +225,8 @@ static json_t *load_json(const char *path)
     return j;
 }
 
-/* The state ("PASS", "FAIL", "skip") of check 'key' in a JSON summary. */
-static const char *check_state(json_t *j, const char *key)
+/* Check 'key' of a JSON summary. */
+static json_t *check_of(json_t *j, const char *key)
 {
     json_t *checks = json_object_get(json_object_get(j, "invariants"), "checks");
     size_t i;
@@ -224,10 +234,22 @@ static const char *check_state(json_t *j, const char *key)
     json_array_foreach(checks, i, c)
     {
         if (strcmp(json_string_value(json_object_get(c, "key")), key) == 0)
-            return json_string_value(json_object_get(c, "state"));
+            return c;
     }
     ck_abort_msg("no check %s in the summary", key);
     return NULL;
+}
+
+/* The state ("PASS", "FAIL", "skip") of check 'key' in a JSON summary. */
+static const char *check_state(json_t *j, const char *key)
+{
+    return json_string_value(json_object_get(check_of(j, key), "state"));
+}
+
+/* Its detail. */
+static const char *check_detail(json_t *j, const char *key)
+{
+    return json_string_value(json_object_get(check_of(j, key), "detail"));
 }
 
 static long long json_path_int(json_t *j, const char *a, const char *b)
@@ -280,6 +302,29 @@ static json_t *small_sale(struct paths *p, const char *stock, const char *limit,
     return j;
 }
 
+/* Runs seckill-loadtest with 'flags' (words split at spaces) and what every
+ * sale here shares (p's service, no progress line, a minute to drain, the
+ * summary in p's JSON file): it exits 0 with every check passed.  Returns
+ * the summary. */
+static json_t *passing_sale(struct paths *p, const char *flags)
+{
+    const char *all[MAX_ARGS] = {"--url",           p->url, "--progress-ms", "0",
+                                 "--drain-timeout", "60",   "--json",        p->json};
+    size_t n = 8;
+    char *words = strdup(flags), *save = NULL;
+    ck_assert(words != NULL);
+    for (char *w = strtok_r(words, " ", &save); w; w = strtok_r(NULL, " ", &save)) {
+        ck_assert(n + 1 < MAX_ARGS);
+        all[n++] = w;
+    }
+    all[n] = NULL;
+    ck_assert_int_eq(run_loadtest(all, EXIT_OK), EXIT_OK);
+    free(words);
+    json_t *j = load_json(p->json);
+    assert_all_passed(j);
+    return j;
+}
+
 /* --check-only of the SKU of p (with its answers file and 'flag', or NULL);
  * returns the exit status ('expect' only decides whether its output is shown)
  * and the summary in *out. */
@@ -310,14 +355,14 @@ static void pg_exec(const char *sql)
 
 /* The tampering tests need 202s: the promise a fault may take back. */
 static const char *const reserved_mode[] = {"SECKILL_ORDER_ACK=reserved", NULL};
+/* The lifecycle tests' 1 s payment windows end within the test. */
+static const char *const fast_sweep[] = {"SECKILL_EXPIRY_SWEEP_INTERVAL_MS=100", NULL};
 
 START_TEST(test_small_flash_sale_proves_its_invariants)
 {
-    th_reset();
     struct th_daemon d;
-    th_daemon_start(&d, NULL); /* durable: 201s */
     struct paths p;
-    paths_init(&p, d.port, "sale");
+    live_start(&d, NULL, &p, "sale"); /* durable: 201s */
     const char *extra[] = {"--retry-share", "0.1", NULL};
     json_t *j = small_sale(&p, "100", "1", extra);
     assert_all_passed(j);
@@ -340,13 +385,11 @@ END_TEST
 
 START_TEST(test_a_rate_limited_sale_counts_its_429s_and_still_proves_its_invariants)
 {
-    th_reset();
     /* every buyer of the load test speaks from 127.0.0.1: one address's bucket */
     const char *env[] = {"SECKILL_RATE_ADDR_PER_S=1", "SECKILL_RATE_ADDR_BURST=50", NULL};
     struct th_daemon d;
-    th_daemon_start(&d, env);
     struct paths p;
-    paths_init(&p, d.port, "limited");
+    live_start(&d, env, &p, "limited");
     json_t *j = small_sale(&p, "100", "1", NULL);
     assert_all_passed(j); /* a 429 took nothing, and the checker knows it */
     json_t *run = json_object_get(j, "run");
@@ -361,11 +404,9 @@ END_TEST
 
 START_TEST(test_admin_deltas_racing_buyers_neither_lose_nor_invent_a_unit)
 {
-    th_reset();
     struct th_daemon d;
-    th_daemon_start(&d, NULL);
     struct paths p;
-    paths_init(&p, d.port, "deltas");
+    live_start(&d, NULL, &p, "deltas");
     const char *extra[] = {"--requests",
                            "4000",
                            "--qty",
@@ -399,11 +440,9 @@ END_TEST
  * order that also gave its units back, are each found. */
 START_TEST(test_a_lifecycle_sale_returns_every_unit_once)
 {
-    th_reset();
     struct th_daemon d;
-    th_daemon_start(&d, (const char *const[]){"SECKILL_EXPIRY_SWEEP_INTERVAL_MS=100", NULL});
     struct paths p;
-    paths_init(&p, d.port, "life");
+    live_start(&d, fast_sweep, &p, "life");
     const char *extra[] = {"--payment-window", "1",   "--pay-share", "0.4",
                            "--cancel-share",   "0.3", NULL};
     json_t *j = small_sale(&p, "100", "1", extra);
@@ -448,11 +487,9 @@ END_TEST
 
 START_TEST(test_checker_fails_on_tampered_stock_lost_and_invented_orders)
 {
-    th_reset();
     struct th_daemon d;
-    th_daemon_start(&d, reserved_mode);
     struct paths p;
-    paths_init(&p, d.port, "tamper");
+    live_start(&d, reserved_mode, &p, "tamper");
     json_t *j = small_sale(&p, "100", "1", NULL);
     json_decref(j);
     th_daemon_stop(&d); /* nothing else writes from here on */
@@ -514,39 +551,11 @@ END_TEST
  * when one of them is tampered with. */
 START_TEST(test_a_multi_sku_sale_checks_every_sku)
 {
-    th_reset();
     struct th_daemon d;
-    th_daemon_start(&d, NULL);
     struct paths p;
-    paths_init(&p, d.port, "skus");
-    const char *args[] = {"--url",
-                          p.url,
-                          "--skus",
-                          "3",
-                          "--stock",
-                          "40",
-                          "--limit",
-                          "1",
-                          "--users",
-                          "300",
-                          "--concurrency",
-                          "30",
-                          "--source-addrs",
-                          "3",
-                          "--sku-pick",
-                          "round-robin",
-                          "--seed",
-                          "11",
-                          "--progress-ms",
-                          "0",
-                          "--drain-timeout",
-                          "60",
-                          "--json",
-                          p.json,
-                          NULL};
-    ck_assert_int_eq(run_loadtest(args, EXIT_OK), EXIT_OK);
-    json_t *j = load_json(p.json);
-    assert_all_passed(j);
+    live_start(&d, NULL, &p, "skus");
+    json_t *j = passing_sale(&p, "--skus 3 --stock 40 --limit 1 --users 300 --concurrency 30 "
+                                 "--source-addrs 3 --sku-pick round-robin --seed 11");
     long long first = json_integer_value(json_object_get(j, "sku"));
     long long last = json_integer_value(json_object_get(j, "sku_last"));
     ck_assert_int_eq(json_integer_value(json_object_get(j, "skus")), 3);
@@ -582,20 +591,70 @@ START_TEST(test_a_multi_sku_sale_checks_every_sku)
     ck_assert_str_eq(check_state(j, "i2_stock"), "FAIL");
     char want[48];
     snprintf(want, sizeof want, "SKU %lld:", first + 1);
-    json_t *checks = json_object_get(json_object_get(j, "invariants"), "checks");
-    size_t i;
-    json_t *c;
-    int named = 0;
-    json_array_foreach(checks, i, c)
-    {
-        if (strcmp(json_string_value(json_object_get(c, "key")), "i2_stock") == 0)
-            named =
-                strncmp(json_string_value(json_object_get(c, "detail")), want, strlen(want)) == 0;
-    }
-    ck_assert_msg(named, "the failing check does not name SKU %lld", first + 1);
+    ck_assert_msg(strncmp(check_detail(j, "i2_stock"), want, strlen(want)) == 0,
+                  "the failing check does not name SKU %lld", first + 1);
     json_decref(j);
     freeReplyObject(redisCommand(r, "DECRBY %s 1", key));
     redisFree(r);
+    paths_free(&p);
+}
+END_TEST
+
+/* --buckets 3: the run creates a SKU over three bucket SKUs and buys it
+ * while admin deltas race the buyers, and the buyers then pay, cancel or
+ * walk away.  Every row is in the bucket of its buyer (user mod 3), none in
+ * the parent; every bucket passes every check, and the admin ledger, whose
+ * moves between buckets cancel out, holds the deltas answered 200 when
+ * summed over the buckets. */
+START_TEST(test_a_bucketed_sale_checks_every_bucket)
+{
+    struct th_daemon d;
+    struct paths p;
+    live_start(&d, fast_sweep, &p, "buckets");
+    /* 100 units a bucket and more asked for: buckets run dry, units move between them */
+    json_t *j = passing_sale(&p, "--buckets 3 --stock 300 --limit 3 --users 2000 --requests 4000 "
+                                 "--qty 1:70,2:20,3:10 --concurrency 50 --retry-share 0.1 "
+                                 "--admin-deltas 100 --admin-every-ms 2 --admin-max-delta 10 "
+                                 "--payment-window 1 --pay-share 0.4 --cancel-share 0.3 --seed 13");
+    long long parent = json_integer_value(json_object_get(j, "sku"));
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "skus")), 1);
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "buckets")), 3);
+    json_t *ids = json_object_get(j, "bucket_skus");
+    ck_assert_int_eq(json_array_size(ids), 3);
+    char want[64];
+    snprintf(want, sizeof want, "all 3 buckets of SKU %lld together:", parent);
+    ck_assert_msg(strncmp(check_detail(j, "i1_admin"), want, strlen(want)) == 0,
+                  "i1_admin is not judged on the buckets' sum: %s", check_detail(j, "i1_admin"));
+    json_t *admin = json_object_get(json_object_get(j, "promises"), "admin");
+    ck_assert_int_gt(json_integer_value(json_object_get(admin, "ok")) +
+                         json_integer_value(json_object_get(admin, "refused")),
+                     0);
+    json_t *facts = json_object_get(json_object_get(j, "invariants"), "facts");
+    ck_assert_int_eq(json_integer_value(json_object_get(facts, "initial_stock")), 300);
+    if (json_integer_value(json_object_get(admin, "unknown")) == 0)
+        ck_assert_int_eq(json_integer_value(json_object_get(facts, "admin_ledger_sum")),
+                         json_integer_value(json_object_get(admin, "applied_sum")));
+    ck_assert_str_eq(check_state(j, "lc_answers"), "PASS");
+    th_daemon_stop(&d); /* nothing else writes from here on */
+
+    /* the routing the checker's split relies on, as the rows show it */
+    PGconn *c = th_pg();
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM orders WHERE sku_id = %lld", parent);
+    ck_assert_int_eq(th_pg_int(c, sql), 0);
+    snprintf(sql, sizeof sql, "SELECT stock FROM skus WHERE id = %lld", parent);
+    ck_assert_int_eq(th_pg_int(c, sql), 0);
+    for (size_t k = 0; k < 3; k++) {
+        long long bucket = json_integer_value(json_array_get(ids, k));
+        ck_assert(bucket > 0 && bucket != parent);
+        snprintf(sql, sizeof sql,
+                 "SELECT count(*) FROM orders WHERE sku_id = %lld AND user_id %% 3 <> %zu", bucket,
+                 k);
+        ck_assert_int_eq(th_pg_int(c, sql), 0);
+        th_assert_invariants(bucket); /* the harness agrees, bucket by bucket */
+    }
+    PQfinish(c);
+    json_decref(j);
     paths_free(&p);
 }
 END_TEST
@@ -629,11 +688,9 @@ static void set_promise(const char *path, long long id, char promise)
  * scenario allowed it), a 201 never: its row was committed. */
 START_TEST(test_checker_allows_lost_202s_only_when_told_and_never_a_lost_201)
 {
-    th_reset();
     struct th_daemon d;
-    th_daemon_start(&d, reserved_mode);
     struct paths p;
-    paths_init(&p, d.port, "lost");
+    live_start(&d, reserved_mode, &p, "lost");
     json_t *j = small_sale(&p, "100", "1", NULL);
     json_decref(j);
     th_daemon_stop(&d);
@@ -696,6 +753,15 @@ START_TEST(test_bad_flags_exit_2)
         {"--skus", "10001", NULL},
         {"--skus", "2", "--admin-deltas", "3", NULL}, /* deltas are about one SKU */
         {"--sku-pick", "sideways", NULL},
+        /* --buckets: 2..64, and only on the one SKU a run creates and checks itself */
+        {"--buckets", "0", NULL},
+        {"--buckets", "65", NULL},
+        {"--buckets", "2", "--skus", "2", NULL},
+        {"--buckets", "2", "--check-only", "--sku", "5", NULL},
+        {"--buckets", "2", "--load-only", "--answers", "/nonexistent/answers", NULL},
+        {"--buckets", "2", "--answers", "/nonexistent/answers", NULL},
+        {"--buckets", "2", "--no-check", NULL},
+        {"--buckets", "2", "--sku", "5", NULL}, /* an existing SKU: its split is unknown */
         {"--source-addrs", "0", NULL},
         {"--source-addrs", "251", NULL},
         /* the order's life: shares need a payment window, and add up to 1 at most */
@@ -770,6 +836,7 @@ static Suite *suite(void)
     tcase_add_test(live, test_checker_fails_on_tampered_stock_lost_and_invented_orders);
     tcase_add_test(live, test_a_lifecycle_sale_returns_every_unit_once);
     tcase_add_test(live, test_a_multi_sku_sale_checks_every_sku);
+    tcase_add_test(live, test_a_bucketed_sale_checks_every_bucket);
     tcase_add_test(live, test_checker_allows_lost_202s_only_when_told_and_never_a_lost_201);
     suite_add_tcase(s, live);
     return s;
