@@ -138,14 +138,20 @@ static long long pg(const char *fmt, long long a)
 {
     char q[512];
     snprintf(q, sizeof q, fmt, a);
-    return th_pg_int(th_pg(), q);
+    PGconn *c = th_pg();
+    long long v = th_pg_int(c, q);
+    PQfinish(c);
+    return v;
 }
 
 static long long redis_stock(int64_t sku)
 {
     char key[KEYS_MAX];
     keys_sku(key, sku, KEY_STOCK);
-    return th_redis_int(th_redis(), key);
+    redisContext *c = th_redis();
+    long long v = th_redis_int(c, key);
+    redisFree(c);
+    return v;
 }
 
 static void assert_buckets_hold(const int64_t *b)
@@ -301,6 +307,7 @@ START_TEST(test_a_bucket_redis_lost_comes_back_as_a_bucket)
         redisReply *x = redisCommand(rc, "DEL %s", key);
         freeReplyObject(x);
     }
+    redisFree(rc);
     /* restored from PostgreSQL by itself, still sold only through the parent */
     int code = 0;
     for (int i = 0; i < 100 && code != 201; i++) {
