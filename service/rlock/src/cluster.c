@@ -1,5 +1,6 @@
 #include "rlock/cluster.h"
 
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -316,7 +317,11 @@ static int slot_index(struct rlock_cluster *c, unsigned slot, char *err, size_t 
 static struct node *node_connected(struct rlock_cluster *c, struct node *n, char *err,
                                    size_t errlen)
 {
-    if (n->ctx && n->ctx->err)
+    /* Between commands nothing is due: a readable socket is a node that
+     * closed it (died, restarted) or broke the protocol.  Found here, before
+     * anything is sent, the command can still go elsewhere. */
+    struct pollfd p = {.fd = n->ctx ? n->ctx->fd : -1, .events = POLLIN};
+    if (n->ctx && (n->ctx->err || poll(&p, 1, 0) != 0))
         node_close(n);
     if (!n->ctx && !(n->ctx = connect_node(c, n->host, n->port, err, errlen))) {
         n->failed_ms = rlock_mono_ms();
@@ -410,14 +415,19 @@ static redisReply *run(struct rlock_cluster *c, unsigned slot, int argc, const c
                        const size_t *lens, const struct rlock_script *script, char *err,
                        size_t errlen)
 {
-    int ask_idx = -1, loaded = 0;
+    int ask_idx = -1, loaded = 0, remapped = 0;
     for (int hop = 0; hop <= RLOCK_CLUSTER_MAX_REDIRECTS; hop++) {
         struct node *n;
         if (ask_idx >= 0) {
             if (!(n = node_connected(c, &c->nodes[ask_idx], err, errlen)))
                 return NULL;
         } else if (!(n = node_for(c, slot, err, errlen))) {
-            return NULL;
+            /* Its node could not be reached and nothing was sent: once, the
+             * map is read again (a replica may hold the slot by now). */
+            if (remapped++ || !c->stale)
+                return NULL;
+            hop--;
+            continue;
         }
         redisReply *r = send_on(n, ask_idx >= 0, argc, argv, lens);
         if (!r) {

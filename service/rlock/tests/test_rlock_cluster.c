@@ -316,6 +316,42 @@ START_TEST(test_a_dead_master_fails_fast)
 }
 END_TEST
 
+/* A master dies while the client's connection to it is idle, after its
+ * (empty) slot went to another master: the closed connection is noticed
+ * before anything is sent, so the command finds the slot's new owner
+ * instead of failing once. */
+START_TEST(test_a_dead_idle_connection_is_found_before_sending)
+{
+    cluster_start();
+    struct rlock_cluster *c = client();
+    char key[32], held[32];
+    key_on(2, key, sizeof key);
+    for (int n = 0;; n++) { /* another key of master 2, in another slot */
+        snprintf(held, sizeof held, "h%d", n);
+        unsigned s = rlock_cluster_slot(held, strlen(held));
+        if (owner_of(s) == 2 && s != rlock_cluster_slot(key, strlen(key)))
+            break;
+    }
+    redisReply *r = cmd(c, "SET", held, "v"); /* the client now holds a connection to master 2 */
+    freeReplyObject(r);
+    unsigned slot = rlock_cluster_slot(key, strlen(key));
+    for (int i = 0; i < MASTERS; i++) {
+        r = redisCommand(admin[i], "CLUSTER SETSLOT %u NODE %s", slot, ids[0]);
+        ck_assert(r && r->type == REDIS_REPLY_STATUS);
+        freeReplyObject(r);
+    }
+    th_redis_server_kill(&nodes[2]); /* reaped: its sockets are closed */
+    r = cmd(c, "SET", key, "after"); /* asserts a reply */
+    ck_assert_int_eq(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    r = redisCommand(admin[0], "GET %s", key);
+    ck_assert(r && r->type == REDIS_REPLY_STRING && strcmp(r->str, "after") == 0);
+    freeReplyObject(r);
+    rlock_cluster_free(c);
+    cluster_stop();
+}
+END_TEST
+
 static Suite *cluster_suite(void)
 {
     Suite *s = suite_create("rlock_cluster");
@@ -327,6 +363,7 @@ static Suite *cluster_suite(void)
     tcase_add_test(tc, test_moved_and_ask_are_followed);
     tcase_add_test(tc, test_scripts_are_loaded_where_they_are_missing);
     tcase_add_test(tc, test_a_dead_master_fails_fast);
+    tcase_add_test(tc, test_a_dead_idle_connection_is_found_before_sending);
     suite_add_tcase(s, tc);
     return s;
 }
