@@ -68,27 +68,31 @@ int lt_admin_request(const struct lt_opts *o, const char *method, const char *pa
     return c.done && out->status ? 0 : -1;
 }
 
-/* Reads the "bucket_skus" of a create's answer j into ids[0..n-1]: n
- * distinct positive ids, none the parent's.  Returns 0, or -1 with a
- * message in err. */
-static int read_buckets(json_t *j, int64_t parent, int n, int64_t *ids, char *err, size_t errlen)
+/* Reads the "bucket_skus" of answer j (what: "creating the SKU", "reading
+ * the SKU") into ids[0..n-1]: n distinct positive ids, none the parent's
+ * (a create names them, a view names objects with an "id").  Returns 0, or
+ * -1 with a message in err. */
+static int read_buckets(json_t *j, const char *what, int64_t parent, int n, int64_t *ids, char *err,
+                        size_t errlen)
 {
     json_t *a = json_object_get(j, "bucket_skus");
     if (!json_is_array(a) || json_array_size(a) != (size_t)n) {
         snprintf(err, errlen,
-                 "creating the SKU: the answer names no %d bucket_skus (does the service "
-                 "support buckets?)",
-                 n);
+                 "%s: the answer names no %d bucket_skus (does the service support buckets, "
+                 "and has the SKU %d?)",
+                 what, n, n);
         return -1;
     }
     for (int k = 0; k < n; k++) {
         json_t *v = json_array_get(a, (size_t)k);
+        if (json_is_object(v))
+            v = json_object_get(v, "id");
         ids[k] = json_is_integer(v) ? (int64_t)json_integer_value(v) : 0;
         int dup = ids[k] == parent;
         for (int i = 0; i < k; i++)
             dup |= ids[i] == ids[k];
         if (ids[k] <= 0 || dup) {
-            snprintf(err, errlen, "creating the SKU: bucket_skus[%d] is not a new SKU id", k);
+            snprintf(err, errlen, "%s: bucket_skus[%d] is not a SKU id of its own", what, k);
             return -1;
         }
     }
@@ -134,8 +138,29 @@ int lt_admin_create_sku(const struct lt_opts *o, int64_t *sku, int64_t *buckets,
         snprintf(err, errlen, "creating the SKU: no id in the answer %.300s", a.body);
         rc = -1;
     } else if (o->buckets > 1) {
-        rc = read_buckets(j, *sku, o->buckets, buckets, err, errlen);
+        rc = read_buckets(j, "creating the SKU", *sku, o->buckets, buckets, err, errlen);
     }
+    json_decref(j);
+    return rc;
+}
+
+int lt_admin_sku_buckets(const struct lt_opts *o, int64_t sku, int64_t *buckets, char *err,
+                         size_t errlen)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/admin/v1/skus/%" PRId64, sku);
+    struct lt_http_answer a;
+    if (lt_admin_request(o, "GET", path, NULL, &a) != 0) {
+        snprintf(err, errlen, "reading the SKU: no answer from %s within %d ms", o->url,
+                 o->timeout_ms);
+        return -1;
+    }
+    if (a.status != 200) {
+        snprintf(err, errlen, "reading the SKU: HTTP %d %.300s", a.status, a.body);
+        return -1;
+    }
+    json_t *j = json_loads(a.body, 0, NULL);
+    int rc = read_buckets(j, "reading the SKU", sku, o->buckets, buckets, err, errlen);
     json_decref(j);
     return rc;
 }

@@ -32,4 +32,10 @@ int lt_admin_request(const struct lt_opts *o, const char *method, const char *pa
 int lt_admin_create_sku(const struct lt_opts *o, int64_t *sku, int64_t *buckets, char *err,
                         size_t errlen) __attribute__((warn_unused_result));
 
+/* Reads the o->buckets bucket SKUs of the existing SKU sku (its admin view's
+ * bucket_skus, in bucket order) into buckets.  Returns 0, or -1 with a
+ * message in err (not a parent of that many buckets, or no answer). */
+int lt_admin_sku_buckets(const struct lt_opts *o, int64_t sku, int64_t *buckets, char *err,
+                         size_t errlen) __attribute__((warn_unused_result));
+
 #endif

@@ -305,6 +305,11 @@ static int prepare(const struct lt_opts *o, int64_t *skus, struct lt_answers *an
     for (int i = 0; i < n; i++) {
         if (o->create_sku && create_one(o, skus, n, i, b) != 0)
             return -1;
+        char err[512];
+        if (!o->create_sku && b->n && lt_admin_sku_buckets(o, skus[i], b->skus, err, sizeof err)) {
+            fprintf(stderr, PROG ": %s\n", err);
+            return -1;
+        }
         ans[i].sku = skus[i];
         if (!b->n && baseline_one(o, &ans[i]) != 0)
             return -1;

@@ -154,10 +154,10 @@ void lt_opts_usage(FILE *out)
             "                         (each with --stock and --limit), or with --sku ID the\n"
             "                         SKUs ID..ID+N-1; the check runs for every one\n"
             "  --sku-pick random|round-robin  which SKU a request buys (default random)\n"
-            "  --buckets N            create the SKU as the parent of N bucket SKUs (default\n"
-            "                         1, max %d): buyers order on it, a buyer's orders land\n"
-            "                         in bucket user mod N; every bucket is checked, the admin\n"
-            "                         ledger on their sum.  Only for the one SKU a run creates\n"
+            "  --buckets N            the SKU is the parent of N bucket SKUs (created so, or\n"
+            "                         an existing one's; default 1, max %d): buyers order on\n"
+            "                         it, a buyer's orders land in bucket user mod N; every\n"
+            "                         bucket is checked, the admin ledger on their sum\n"
             "  --stock N              stock of a created SKU (default %d)\n"
             "  --limit N              per-user limit of a created SKU (default %d)\n"
             "buyers\n"
@@ -608,10 +608,10 @@ static int check_lifecycle(const struct lt_opts *o, char *err, size_t errlen)
     return 0;
 }
 
-/* --buckets N > 1: the SKU is split into buckets when it is created, and
- * the split is known only to the run that created it (the create's answer
- * names the bucket SKUs).  So: a run that creates one SKU, and records its
- * answers for its own check. */
+/* --buckets N > 1: the SKU is the parent of N bucket SKUs (created so by
+ * the run, or an existing one whose admin view names them), and the run's
+ * answers are split by bucket for its own check: one SKU, checked by the
+ * run that made the answers. */
 static int check_buckets(const struct lt_opts *o, char *err, size_t errlen)
 {
     if (o->buckets == 1)
@@ -621,12 +621,11 @@ static int check_buckets(const struct lt_opts *o, char *err, size_t errlen)
                       : o->mode == LT_MODE_LOAD_ONLY  ? "--load-only"
                       : o->mode == LT_MODE_RAW        ? "--no-check"
                       : o->answers_path               ? "--answers"
-                      : o->sku && !o->create_sku ? "--sku of an existing SKU (add --create-sku)"
-                                                 : NULL;
+                                                      : NULL;
     if (why) {
         snprintf(err, errlen,
-                 "--buckets %d splits the SKU the run creates, and checks it with the bucket "
-                 "SKUs the create answers: not with %s",
+                 "--buckets %d checks one SKU's buckets with the answers of this run: not with "
+                 "%s",
                  o->buckets, why);
         return -1;
     }

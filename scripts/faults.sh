@@ -30,6 +30,8 @@
 #                        master serving the load's SKU; its replica takes over
 #   cluster-reshard      Redis Cluster: the SKU's slot migrated to another master with
 #                        redis-cli --cluster reshard during the sale
+#   cluster-buckets      Redis Cluster: one SKU in three stock buckets, one per master,
+#                        moves between them; kill -9 of one bucket's master mid-sale
 #
 # Env in: BUILD (build), FAULTS_SHORT=1 (small loads: the whole suite in a few
 #         minutes), FAULTS_ONLY, FAULTS_ORDER_ACK (durable; reserved judges
@@ -58,7 +60,7 @@ done
 ALL_SCENARIOS=(daemon-kill redis-restart-aof redis-restart-empty pg-stop pg-freeze redis-freeze
     two-daemons-kill-one writer-frozen adjust-crash expiry-crash redis-failover
     sentinel-then-master-kill failover-stale-holder balancer-daemon-kill cluster-master-kill
-    cluster-reshard)
+    cluster-reshard cluster-buckets)
 
 # ---------------------------------------------------------------- settings
 
@@ -120,7 +122,7 @@ declare -A HEAL_BOUND=(
     # and promotion, plus the issue's 5 s
     [redis-failover]=10 [failover-stale-holder]=10 [sentinel-then-master-kill]=10
     # cluster-node-timeout (1 s) and the replica's election, plus the issue's 5 s
-    [cluster-master-kill]=10
+    [cluster-master-kill]=10 [cluster-buckets]=10
     # slots move one by one; the SKU's only at the end of the reshard
     [cluster-reshard]=60
     # HAProxy's checks (two failures a second apart) take the dead one out
@@ -374,12 +376,15 @@ heal() {
 }
 
 # sales_continue URL SKU: a short, checked run on the scenario's SKU.
-sales_continue() {
-    local st=0
-    timeout -k 5 $((DRAIN_TIMEOUT_S + 90)) "$LOADTEST" --url "$1" --sku "$2" \
+sales_continue() { # sales_continue URL SKU [LOADTEST FLAGS...]
+    local st=0 url=$1 sku=$2 keep=(--answers "$SDIR/after.answers")
+    shift 2
+    # a bucketed run checks its own answers, split by bucket: no file of them
+    (($# == 0)) || keep=()
+    timeout -k 5 $((DRAIN_TIMEOUT_S + 90)) "$LOADTEST" --url "$url" --sku "$sku" "$@" \
         --users 300 --user-base "$AFTER_USER_BASE" --requests 300 --concurrency 8 --duration 30 \
         --timeout-ms "$REQUEST_TIMEOUT_MS" --drain-timeout "$DRAIN_TIMEOUT_S" --seed "$SEED" \
-        --label "$SCEN after" --progress-ms 0 --answers "$SDIR/after.answers" \
+        --label "$SCEN after" --progress-ms 0 "${keep[@]}" \
         --json "$SDIR/after.json" </dev/null >"$SDIR/after.check" 2>&1 || st=$?
     if ((st != 0)); then
         fail "sales after the fault: seckill-loadtest exit $st ($SDIR/after.check)"
@@ -969,6 +974,46 @@ scenario_cluster_reshard() {
                 read -r port _ < <(cluster_slot_owner "$slot") || true
                 [[ $port == "$to_port" ]] ||
                     fail "slot $slot is served by port ${port:-?}, not $to_port, after the reshard"
+            fi
+        fi
+    fi
+    ha_down
+}
+
+# One SKU in three stock buckets, one on each master, sold by a whole
+# seckill-loadtest run (--buckets 3: its own drain and check of every bucket
+# at the end), the buyers of one bucket refilled from the others as it
+# empties.  kill -9 of the master that holds the probes' SKU and one of the
+# buckets, mid-sale: its replica is promoted; meanwhile that bucket's buyers
+# get 503, a bucket that cannot be read never lets the SKU be called sold
+# out, and the others sell on.  Then sales go on in every bucket.
+scenario_cluster_buckets() {
+    local sku=$1 url slot port pid
+    if ha_up cluster && start_daemon d1; then
+        url=http://127.0.0.1:$D_PORT
+        if create_sku "$url" $((sku + 1)) "$PROBE_STOCK" "$PROBE_LIMIT"; then
+            "$LOADTEST" --url "$url" --sku "$sku" --create-sku --buckets 3 \
+                --stock "$PROBE_STOCK" --limit 5 --qty 1:80,2:20 --users 100000000 \
+                --requests 100000000 --retry-share 0.1 --concurrency "$CONCURRENCY" \
+                --duration "$LOAD_S" --timeout-ms "$REQUEST_TIMEOUT_MS" \
+                --drain-timeout "$DRAIN_TIMEOUT_S" --allow-lost-pending --seed "$SEED" \
+                --label "$SCEN" --json "$SDIR/load.json" </dev/null >"$SDIR/load.log" 2>&1 &
+            LOAD_PID=$!
+            sleep "$FAULT_AT_S"
+            slot=$(sku_slot $((sku + 1)))
+            read -r port _ < <(cluster_slot_owner "$slot") || true
+            pid=$(cluster_node_pid "${port:-0}") || pid=
+            if [[ -z $pid ]]; then
+                fail "no master found for slot ${slot:-?}"
+            else
+                note "kill -9 of the master of slot $slot (port $port, pid $pid), which holds a bucket"
+                kill -KILL "$pid"
+                heal "$url" $((sku + 1)) "$(now)" "a bucket's master was killed"
+                # the run's exit is its check: every bucket, the transfers summing to 0
+                if load_wait; then
+                    note "check: $(jq -r '.invariants.facts | "\(.run_orders) orders, \(.run_units_sold) units sold in 3 buckets; lost 202s \(.answered.lost_202)"' "$SDIR/load.json")"
+                fi
+                sales_continue "$url" "$sku" --buckets 3
             fi
         fi
     fi
