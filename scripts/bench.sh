@@ -30,11 +30,13 @@
 #   burst     BENCH_BURST_CONNECTIONS connections opening together from
 #             BENCH_BURST_ADDRS loopback addresses against a fresh daemon
 #             (durable, 10,000 units): every request answered, invariants held;
-#   cluster   the durable hot SKU and the many-SKU run again with Redis as a
+#   cluster   the durable hot SKU (in one bucket, then in one stock bucket per
+#             master) and the many-SKU run again with Redis as a
 #             cluster of BENCH_CLUSTER_MASTERS masters (scripts/stack.sh's
 #             cluster topology, no replicas, a stack of its own; PostgreSQL
 #             stays the bench stack's): each SKU lives on its slot's master,
-#             so the hot SKU still has one Redis core and many SKUs spread.
+#             so the hot SKU in one bucket has one Redis core, in buckets as
+#             many as masters, and many SKUs spread.
 #
 # Every run of seckill-loadtest ends with its full invariant check.  Prints
 # the phases side by side and the ratios against the issue's targets.  Exits
@@ -489,6 +491,8 @@ if want cluster; then
     CLUSTER_URL=$(se_env_value "$CLUSTER_STACK" SECKILL_REDIS_URL)
     say "=== cluster: durable, one hot SKU, $CM masters, $CONNS connections, ${SECS}s + ${WARMUP}s warm-up"
     SECKILL_REDIS_URL=$CLUSTER_URL run_phase cluster "$SECS" "$WARMUP" 0 "${HOT[@]}"
+    say "=== clusterbuckets: durable, the hot SKU in $CM stock buckets (one per master), $CONNS connections, ${SECS}s + ${WARMUP}s warm-up"
+    SECKILL_REDIS_URL=$CLUSTER_URL run_phase clusterbuckets "$SECS" "$WARMUP" 0 --buckets "$CM" "${HOT[@]}"
     say "=== clusterskus: $NSKUS SKUs at once on $CM masters, durable, $CONNS connections, ${SCEN_SECS}s"
     SECKILL_REDIS_URL=$CLUSTER_URL run_phase clusterskus "$SCEN_SECS" 1 0 --skus "$NSKUS" "${HOT[@]}"
     "$LT_STACK" stop "$CLUSTER_STACK" >"$OUT/cluster-stop.log" 2>&1 || say "stopping the cluster stack failed"
@@ -575,8 +579,8 @@ want reserved || R=/dev/null
 want soldout || SO=/dev/null
 want skus || SK=/dev/null
 want burst || B=/dev/null
-CL=$OUT/cluster.json CS=$OUT/clusterskus.json
-want cluster || CL=/dev/null CS=/dev/null
+CL=$OUT/cluster.json CS=$OUT/clusterskus.json CB=$OUT/clusterbuckets.json
+want cluster || CL=/dev/null CS=/dev/null CB=/dev/null
 SVC_RPS=$(jf "$D" .run.accepted_per_s) SVC_P99=$(jf "$D" .latency_ms.p99)
 SVC_CONF=$(jf "$D" .writer.confirmed_per_s) SVC_RATIO=$(jf "$D" .writer.ratio) SVC_QMAX=$(jf "$D" .queue_max)
 RES_RPS=$(jf "$R" .run.accepted_per_s) RES_P99=$(jf "$R" .latency_ms.p99)
@@ -589,6 +593,7 @@ B_ERR=$(jf "$B" '[.run.answers.timeout, .run.answers.net_error, .run.answers.una
 B_N=$(jf "$B" .run.answered)
 CL_RPS=$(jf "$CL" .run.accepted_per_s) CL_P99=$(jf "$CL" .latency_ms.p99)
 CS_RPS=$(jf "$CS" .run.accepted_per_s) CS_P99=$(jf "$CS" .latency_ms.p99)
+CB_RPS=$(jf "$CB" .run.accepted_per_s) CB_P99=$(jf "$CB" .latency_ms.p99)
 PGB_OPS=$([[ -n $PGB_TPS ]] && awk -v t="$PGB_TPS" -v b="$PG_BATCH" 'BEGIN { print t * b }' || true)
 row() { # row LABEL PER_S P99: one line of the table, "-" for what was not measured
     if [[ -z $2 ]]; then return; fi
@@ -617,12 +622,13 @@ row() { # row LABEL PER_S P99: one line of the table, "-" for what was not measu
     row "burst of $BURST_CONNS connections: answers ($B_N in all)" "$B_RPS" "$B_P99"
     row "Redis Cluster (${CM:-3} masters), durable, one hot SKU: orders" "$CL_RPS" "$CL_P99"
     row "Redis Cluster (${CM:-3} masters), $NSKUS SKUs at once: orders" "$CS_RPS" "$CS_P99"
+    row "Redis Cluster, one hot SKU in ${CM:-3} stock buckets: orders" "$CB_RPS" "$CB_P99"
     printf 'targets (reported, not fatal)\n'
     awk -v c="$CEIL_RPS" -v e="$EV_RPS" -v s="$SVC_RPS" -v p="$PG_TPS" -v l="$SVC_P99" -v rl="$RES_P99" \
         -v rs="$RES_RPS" -v dr="$SVC_RATIO" -v rr="$RES_RATIO" -v dq="$SVC_QMAX" -v rq="$RES_QMAX" \
         -v so="$SO_RPS" -v w1="$WR_1" -v w2="$WR_2" -v skok="$SK_OK" -v bok="$B_OK" -v berr="$B_ERR" \
         -v rd="$REDIS_RPS" -v pb="$PGB_OPS" -v nskus="$NSKUS" -v cl="$CL_RPS" -v cs="$CS_RPS" \
-        -v sk="$SK_RPS" \
+        -v sk="$SK_RPS" -v cb="$CB_RPS" -v cm="${CM:-3}" \
         'function v(ok) { return ok ? "met" : "MISSED" }
         function line(name, val, target, ok) { printf "  %-36s %12s   %-22s %s\n", name, val, target, v(ok) }
         BEGIN {
@@ -646,6 +652,7 @@ row() { # row LABEL PER_S P99: one line of the table, "-" for what was not measu
             if (s != "" && rd != "") printf "  %-36s %12.2f   (service durable / Redis limit)\n", "of the Redis limit", s / rd
             if (s != "" && cl != "" && s > 0) printf "  %-36s %12.2f   (hot SKU: cluster / one Redis)\n", "Redis Cluster, one hot SKU", cl / s
             if (sk != "" && cs != "" && sk > 0) printf "  %-36s %12.2f   (%s SKUs: cluster / one Redis)\n", "Redis Cluster, many SKUs", cs / sk, nskus
+            if (cl != "" && cb != "" && cl > 0) printf "  %-36s %12.2f   (hot SKU on the cluster: %s buckets / one)\n", "Redis Cluster, stock buckets", cb / cl, cm
             if (s != "" && pb != "") printf "  %-36s %12.2f   (service durable / PostgreSQL batch limit)\n", "of the PostgreSQL limit", s / pb
         }'
     printf 'order stream: sampled every 250 ms by seckill-loadtest (XLEN of the SKUs streams); at most %s entries (durable), %s (reserved)\n' \

@@ -325,7 +325,8 @@ enum sku_result sku_bucket_refill(struct worker_ctx *w, int64_t parent, const in
     for (int i = 0, j = 0; i < n; i++)
         if (i != home && take[j++] > 0)
             m[nm++] = (struct sku_move){.sku = ids[i], .delta = -take[j - 1]};
-    struct sku_adjust_req rq = {.delta = 0, .reason = "bucket transfer"};
+    struct sku_adjust_req rq = {
+        .delta = 0, .reason = "bucket transfer", .short_sku = ids[home], .short_of = qty};
     struct sku_replay rp;
     int refused;
     enum sku_result res = sku_adjust_moves(w, m, nm, &rq, &rp, &refused);
@@ -336,6 +337,8 @@ enum sku_result sku_bucket_refill(struct worker_ctx *w, int64_t parent, const in
                  need, ids[home], res == SKU_NOT_LOADED ? "a bucket is not loaded" : "failed");
         return SKU_UNAVAILABLE;
     }
+    if (rp.skipped)
+        return SKU_OK; /* filled by another move meanwhile: ask again */
     metrics_add(M_BUCKET_TRANSFERS, 1);
     metrics_add(M_BUCKET_UNITS_MOVED, (uint64_t)need);
     return SKU_OK;

@@ -376,6 +376,15 @@ static enum sku_result adjust_once(struct worker_ctx *w, struct sku_move *m, int
             return SKU_UNAVAILABLE;
         }
     }
+    /* A move into a bucket that others filled meanwhile (they held these
+     * locks before us): nothing to do, so units do not swing to and fro. */
+    long long now = -1;
+    if (rq->short_sku && redis_sku_state(w, rq->short_sku, &now, NULL) == 0 &&
+        now >= rq->short_of) {
+        rp->skipped = 1;
+        (void)dbtx_rollback(tx);
+        return SKU_OK;
+    }
     /* Under the SKUs' locks and rows: a retry of a delta that committed is
      * answered from the ledger, never applied twice. */
     int seen = rq->idem ? adjust_replayed(tx, rq->idem_scope, rq->idem_parent, rq->idem, rp) : 0;

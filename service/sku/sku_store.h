@@ -101,15 +101,20 @@ struct sku_adjust_req {
     const char *idem;   /* the admin's Idempotency-Key, or NULL */
     int64_t idem_scope; /* the SKU the key belongs to: the one adjusted, or the parent */
     int idem_parent;    /* idem_scope is a parent: the key's rows are on its buckets */
+    /* A move into a bucket: done only if, under the locks, Redis still holds
+     * fewer than short_of units of SKU short_sku (0: always done). */
+    int64_t short_sku, short_of;
 };
-/* The answer an Idempotency-Key already had. */
+/* The answer an Idempotency-Key already had (found), or that nothing was
+ * done because short_sku was not short any more (skipped). */
 struct sku_replay {
-    int found;
+    int found, skipped;
     int64_t delta, stock;
 };
 /* Applies every move, all or nothing, guarded in PostgreSQL and Redis as
  * sku_adjust() does (m is sorted by SKU id first).  SKU_OK (rp->found: the key
- * already applied rp->delta, nothing done now), SKU_INSUFFICIENT (m[*refused]
+ * already applied rp->delta, nothing done now; rp->skipped: rq->short_sku
+ * was not short any more, nothing done), SKU_INSUFFICIENT (m[*refused]
  * refused; its available >= 0 when Redis refused it, -1 when the database
  * did), SKU_IDEM_MISMATCH, SKU_UNKNOWN, SKU_NOT_LOADED or SKU_UNAVAILABLE. */
 enum sku_result sku_adjust_moves(struct worker_ctx *w, struct sku_move *m, int n,

@@ -17,6 +17,8 @@
 #include "core/keys.h"
 #include "harness.h"
 #include "sku/buckets.h"
+#include "sku/sku.h"
+#include "sku/sku_store.h"
 
 #define NB 3
 
@@ -324,6 +326,81 @@ START_TEST(test_a_bucket_redis_lost_comes_back_as_a_bucket)
 }
 END_TEST
 
+/* sku_bucket_refill() itself, on a worker's connections: a bucket that
+ * holds enough is left alone, a short one gets units from the fullest
+ * first (towards an even share), the buckets together short of the order
+ * is sold out, and the answers never move a unit twice. */
+START_TEST(test_refill_moves_only_what_is_missing)
+{
+    th_reset();
+    struct cfg c;
+    th_cfg(&c);
+    struct worker_ctx w;
+    char err[160];
+    ck_assert_msg(worker_ctx_init(&w, &c, err, sizeof err) == 0, "%s", err);
+    struct validate_sku spec = {
+        .has_id = 1, .id = 540, .stock = 9, .per_user_limit = 5, .buckets = NB};
+    snprintf(spec.name, sizeof spec.name, "hot");
+    json_t *out = NULL;
+    ck_assert_int_eq(sku_create(&w, &spec, &out), SKU_OK);
+    json_decref(out);
+    int64_t b[NB];
+    ck_assert_int_eq(sku_buckets_of(&w, 540, b, NB), NB);
+    ck_assert_int_eq(sku_buckets_of(&w, b[0], b, NB), 0); /* a bucket is no parent */
+    ck_assert_int_eq(sku_buckets_of(&w, 540, b, NB), NB);
+    int64_t left;
+    /* 3 each: bucket 0 can serve 3, nothing moves */
+    ck_assert_int_eq(sku_bucket_refill(&w, 540, b, NB, 0, 3, &left), SKU_OK);
+    ck_assert_int_eq(redis_stock(b[0]), 3);
+    ck_assert_int_eq(pg("SELECT count(*) FROM stock_ledger WHERE reason = 'bucket transfer' AND "
+                        "sku_id IN (SELECT id FROM skus WHERE parent_id = %lld)",
+                        540),
+                     0);
+    /* 4 wanted: the 9 together allow it; bucket 0 gets what it lacks */
+    ck_assert_int_eq(sku_bucket_refill(&w, 540, b, NB, 0, 4, &left), SKU_OK);
+    ck_assert_int_eq(redis_stock(b[0]), 4);
+    ck_assert_int_eq(redis_stock(b[1]) + redis_stock(b[2]), 5);
+    /* again: it holds 4 now, nothing moves twice */
+    ck_assert_int_eq(sku_bucket_refill(&w, 540, b, NB, 0, 4, &left), SKU_OK);
+    ck_assert_int_eq(redis_stock(b[0]), 4);
+    /* a move whose bucket another move filled first (it held the locks
+     * before): under the locks it finds nothing to do */
+    struct sku_move m[2] = {{.sku = b[0], .delta = 1}, {.sku = b[1], .delta = -1}};
+    struct sku_adjust_req rq = {.reason = "bucket transfer", .short_sku = b[0], .short_of = 4};
+    struct sku_replay rp;
+    int refused;
+    ck_assert_int_eq(sku_adjust_moves(&w, m, 2, &rq, &rp, &refused), SKU_OK);
+    ck_assert_int_eq(rp.skipped, 1);
+    ck_assert_int_eq(redis_stock(b[0]), 4);
+    rq.short_of = 5; /* still short: it moves */
+    m[0] = (struct sku_move){.sku = b[0], .delta = 1};
+    m[1] = (struct sku_move){.sku = b[1], .delta = -1};
+    ck_assert_int_eq(sku_adjust_moves(&w, m, 2, &rq, &rp, &refused), SKU_OK);
+    ck_assert_int_eq(rp.skipped, 0);
+    ck_assert_int_eq(redis_stock(b[0]), 5);
+    /* 10 wanted: the buckets hold 9 together, sold out, nothing moved */
+    ck_assert_int_eq(sku_bucket_refill(&w, 540, b, NB, 0, 10, &left), SKU_INSUFFICIENT);
+    ck_assert_int_eq(left, 9);
+    ck_assert_int_eq(redis_stock(b[0]), 5);
+    for (int i = 0; i < NB; i++)
+        th_assert_invariants(b[i]);
+    ck_assert_int_eq(pg("SELECT sum(stock) FROM skus WHERE parent_id = %lld", 540), 9);
+    /* a bucket Redis does not hold: never sold out on its account */
+    redisContext *rc = th_redis_admin();
+    char key[KEYS_MAX];
+    keys_sku(key, b[2], KEY_META);
+    redisReply *x = redisCommand(rc, "DEL %s", key);
+    freeReplyObject(x);
+    keys_sku(key, b[2], KEY_STOCK);
+    x = redisCommand(rc, "DEL %s", key);
+    freeReplyObject(x);
+    redisFree(rc);
+    ck_assert_int_eq(sku_bucket_refill(&w, 540, b, NB, 0, 9, &left), SKU_UNAVAILABLE);
+    worker_ctx_close(&w);
+    cfg_free(&c);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("buckets");
@@ -338,6 +415,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_an_empty_bucket_is_refilled_until_all_are_empty);
     tcase_add_test(tc, test_parent_deltas_split_and_replay_by_key);
     tcase_add_test(tc, test_a_bucket_redis_lost_comes_back_as_a_bucket);
+    tcase_add_test(tc, test_refill_moves_only_what_is_missing);
     suite_add_tcase(s, tc);
     return s;
 }
