@@ -32,6 +32,8 @@
 #                        redis-cli --cluster reshard during the sale
 #   cluster-buckets      Redis Cluster: one SKU in three stock buckets, one per master,
 #                        moves between them; kill -9 of one bucket's master mid-sale
+#   transfer-crash       a daemon dies in a move between stock buckets, after Redis took
+#                        the units from one bucket and before they reached the other
 #
 # Env in: BUILD (build), FAULTS_SHORT=1 (small loads: the whole suite in a few
 #         minutes), FAULTS_ONLY, FAULTS_ORDER_ACK (durable; reserved judges
@@ -60,7 +62,7 @@ done
 ALL_SCENARIOS=(daemon-kill redis-restart-aof redis-restart-empty pg-stop pg-freeze redis-freeze
     two-daemons-kill-one writer-frozen adjust-crash expiry-crash redis-failover
     sentinel-then-master-kill failover-stale-holder balancer-daemon-kill cluster-master-kill
-    cluster-reshard cluster-buckets)
+    cluster-reshard cluster-buckets transfer-crash)
 
 # ---------------------------------------------------------------- settings
 
@@ -117,7 +119,7 @@ export SECKILL_RECONCILE_INTERVAL_MS=${SECKILL_RECONCILE_INTERVAL_MS:-2000}
 declare -A HEAL_BOUND=(
     [daemon-kill]=20 [redis-restart-aof]=15 [redis-restart-empty]=30 [pg-stop]=20
     [pg-freeze]=15 [redis-freeze]=15 [two-daemons-kill-one]=20 [writer-frozen]=20
-    [adjust-crash]=15 [expiry-crash]=15
+    [adjust-crash]=15 [expiry-crash]=15 [transfer-crash]=15
     # the Sentinels' detection (down-after-milliseconds, 1 s in scripts/stack.sh)
     # and promotion, plus the issue's 5 s
     [redis-failover]=10 [failover-stale-holder]=10 [sentinel-then-master-kill]=10
@@ -630,6 +632,81 @@ scenario_adjust_crash() {
     done
     HEAL_S=$(since "$t0")
     note "Redis agrees with skus.stock ${HEAL_S}s after a normal daemon started (bound ${HEAL_BOUND[$SCEN]}s): $(jq -r '.invariants.checks[] | select(.key == "i2_stock") | .detail' "$SDIR/healed.check.json")"
+}
+
+# order_as URL SKU USER: one order of one unit by USER; prints the status.
+order_as() {
+    "$BUILD_DIR/seckillctl" token --user "$3" | sed 's/^/Authorization: Bearer /' |
+        curl -s -o /dev/null --max-time 5 -w '%{http_code}' -H @- \
+            -H 'Content-Type: application/json' -d '{"qty":1}' \
+            "$1/api/v1/skus/$2/orders" 2>/dev/null || true
+}
+
+# A SKU of 4 units in two stock buckets; the buyers of bucket 0 (even user
+# ids) take its 2, and the third needs a move from bucket 1: the daemon
+# (SECKILL_FAULT=adjust_moves_half_done) dies after Redis took the unit from
+# bucket 1 and before bucket 0 got it, its transaction never committed.
+# Bucket 1 is short in Redis until a normal daemon settles the move's record
+# (aborted: given back); then every bucket agrees with PostgreSQL again and
+# the units are all there.
+scenario_transfer_crash() {
+    local sku=$1 t0 out st=0 i b ids=() code
+    SECKILL_FAULT=adjust_moves_half_done start_daemon d-fault || return
+    local fpid=$D_PID url=http://127.0.0.1:$D_PORT
+    out=$(admin POST "$url/admin/v1/skus" \
+        "{\"id\":$sku,\"name\":\"faults $SCEN\",\"stock\":4,\"per_user_limit\":1,\"buckets\":2}")
+    [[ ${out##*$'\n'} == 201 ]] || {
+        fail "creating SKU $sku in buckets answered ${out//$'\n'/ }"
+        return
+    }
+    mapfile -t ids < <(printf '%s\n' "${out%$'\n'*}" | jq -r '.bucket_skus[]')
+    ((${#ids[@]} == 2)) || {
+        fail "the create named ${#ids[@]} buckets, not 2"
+        return
+    }
+    for i in 2 4 6; do
+        code=$(order_as "$url" "$sku" "$i")
+        note "buyer $i of bucket 0: $code"
+    done
+    for ((i = 0; i < 100; i++)); do
+        kill -0 "$fpid" 2>/dev/null || break
+        sleep 0.1
+    done
+    if kill -0 "$fpid" 2>/dev/null; then
+        fail "SECKILL_FAULT=adjust_moves_half_done not honoured: the daemon lives"
+        return
+    fi
+    wait "$fpid" || st=$?
+    forget_daemon "$fpid"
+    note "the daemon died in the move (exit status $st)"
+    st=0
+    check "${ids[1]}" crashed || st=$?
+    if ((st == 1)); then
+        note "before healing, bucket 1: $(jq -r '.invariants.checks[] | select(.key == "i2_stock") | .detail' "$SDIR/crashed.check.json")"
+    else
+        fail "before healing the check of bucket 1 exited $st: the unit was not taken in Redis?"
+    fi
+    t0=$(now)
+    start_daemon d-normal || return
+    url=http://127.0.0.1:$D_PORT
+    for b in "${ids[@]}"; do
+        while ! check "$b" "healed-$b"; do
+            le "$(since "$t0")" "${HEAL_BOUND[$SCEN]}" || {
+                fail "bucket SKU $b did not agree with PostgreSQL within ${HEAL_BOUND[$SCEN]}s"
+                return
+            }
+            sleep 0.5
+        done
+    done
+    HEAL_S=$(since "$t0")
+    note "both buckets agree with PostgreSQL ${HEAL_S}s after a normal daemon started (bound ${HEAL_BOUND[$SCEN]}s)"
+    # the third buyer can buy now: the move runs again, whole this time
+    code=$(order_as "$url" "$sku" 8)
+    [[ $code == "$OK_CODE" ]] || fail "a buyer of bucket 0 after healing was answered $code, not $OK_CODE"
+    for b in "${ids[@]}"; do
+        check "$b" "after-$b" || fail "bucket SKU $b after the move: check-only exit $?"
+    done
+    note "after healing a buyer of the empty bucket got a unit moved from the other: $code"
 }
 
 # A sale whose buyers never pay: the daemon's sweeper expires their orders

@@ -6,6 +6,8 @@
  * power cut or an OOM kill would hurt most.  Unset (always, in production),
  * a point costs one branch.  Points:
  *   adjust_after_redis  a stock adjustment applied in Redis, before its COMMIT
+ *   adjust_moves_half_done  an adjustment of several SKUs (a move between stock
+ *                       buckets) took its units in Redis and gave them nowhere yet
  *   release_before_redis  a cancel's or an expiry sweep's COMMIT done (units back
  *                       in skus.stock), before order_release.lua gave them to Redis
  * and pause points, where the process stops itself (SIGSTOP, the first time

@@ -436,6 +436,8 @@ static enum sku_result adjust_once(struct worker_ctx *w, struct sku_move *m, int
                 (void)dbtx_rollback(tx);
                 return res;
             }
+            if (n > 1 && pass == 0)
+                fault_point("adjust_moves_half_done"); /* units taken, not given yet */
         }
     fault_point("adjust_after_redis");
     return sku_tx_commit_many(w, tx, t, n);
