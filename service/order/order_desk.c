@@ -360,7 +360,8 @@ static void reserve(struct order_call *oc)
     order_reserve_prepare(&rc, oc->parent ? oc->parent->ids[oc->home] : oc->sku, oc->user, oc->qty,
                           oc->idem, oc->buyers_key, c->idempotency_ttl_s,
                           wall_ms() + c->redis_timeout_ms - c->reserve_deadline_margin_ms);
-    order_reserve_limit(&rc, c->rate_buyer_orders_per_min, c->rate_buyer_orders_burst);
+    if (oc->rounds == 0) /* the same order again after a move is not another order */
+        order_reserve_limit(&rc, c->rate_buyer_orders_per_min, c->rate_buyer_orders_burst);
     if (oc->parent)
         order_reserve_bucket(&rc, oc->sku);
     redis_async_script(od->redis, &script_reserve, ORDER_RESERVE_NKEYS, ORDER_RESERVE_NARGS,

@@ -7,6 +7,10 @@
  * mode (order_ack = durable) waits for the writer's decision (order_wait).
  * A SKU that Redis does not hold is looked up in PostgreSQL on a worker: 404
  * material if unknown there too, else the reconciler is woken to restore it.
+ * A parent of stock buckets (sku/buckets.h) is found the same way, once per
+ * loop: its orders then run on the buyer's bucket, and a bucket's sold_out
+ * sends the order to a worker that moves units into the bucket
+ * (sku_bucket_refill), then tries again (bucket_refill_rounds).
  *
  * Every reservation carries an Idempotency-Key: the buyer's, or one made up
  * here, so that an outcome lost with a broken connection can still be found.

@@ -326,6 +326,26 @@ START_TEST(test_a_bucket_redis_lost_comes_back_as_a_bucket)
 }
 END_TEST
 
+/* A buyer allowed one order a minute whose bucket is empty: the move and
+ * the second try are the same order, not a second one (no 429). */
+START_TEST(test_a_move_costs_the_buyer_no_second_order)
+{
+    th_reset();
+    const char *env[] = {"SECKILL_RATE_BUYER_ORDERS_PER_MIN=1", "SECKILL_RATE_BUYER_ORDERS_BURST=1",
+                         NULL};
+    struct th_daemon d;
+    th_daemon_start(&d, env);
+    int64_t b[NB];
+    create_parent(d.port, 550, NB, 1, b); /* one unit per bucket */
+    struct th_response r;
+    ck_assert_int_eq(th_order(d.port, 550, 3, 1, NULL, &r), 201); /* bucket 0 now empty */
+    ck_assert_msg(th_order(d.port, 550, 6, 1, NULL, &r) == 201, "%d %s", r.status, r.body);
+    ck_assert_int_eq(th_order(d.port, 550, 6, 1, NULL, &r), 429); /* its second order is one */
+    assert_buckets_hold(b);
+    th_daemon_stop(&d);
+}
+END_TEST
+
 /* sku_bucket_refill() itself, on a worker's connections: a bucket that
  * holds enough is left alone, a short one gets units from the fullest
  * first (towards an even share), the buckets together short of the order
@@ -416,6 +436,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_parent_deltas_split_and_replay_by_key);
     tcase_add_test(tc, test_a_bucket_redis_lost_comes_back_as_a_bucket);
     tcase_add_test(tc, test_refill_moves_only_what_is_missing);
+    tcase_add_test(tc, test_a_move_costs_the_buyer_no_second_order);
     suite_add_tcase(s, tc);
     return s;
 }
