@@ -558,6 +558,24 @@ START_TEST(test_sku_valid)
 }
 END_TEST
 
+START_TEST(test_sku_buckets)
+{
+    ck_assert_int_eq(sku_body("{\"name\":\"x\",\"stock\":1,\"per_user_limit\":1}"), 0);
+    ck_assert_int_eq(sku.buckets, 1); /* absent: an ordinary SKU */
+    ck_assert_int_eq(sku_body("{\"name\":\"x\",\"stock\":1,\"per_user_limit\":1,\"buckets\":64}"),
+                     0);
+    ck_assert_int_eq(sku.buckets, 64);
+    ck_assert_int_eq(sku_body("{\"name\":\"x\",\"stock\":1,\"per_user_limit\":1,\"buckets\":1}"),
+                     0);
+    ck_assert_int_eq(sku.buckets, 1);
+    sku_bad("{\"name\":\"x\",\"stock\":1,\"per_user_limit\":1,\"buckets\":0}", "buckets");
+    sku_bad("{\"name\":\"x\",\"stock\":1,\"per_user_limit\":1,\"buckets\":65}", "buckets");
+    sku_bad("{\"name\":\"x\",\"stock\":1,\"per_user_limit\":1,\"buckets\":\"2\"}", "buckets");
+    sku_bad("{\"name\":\"x\",\"stock\":1,\"per_user_limit\":1,\"buckets\":2.5}", "buckets");
+    sku_bad("{\"name\":\"x\",\"stock\":1,\"per_user_limit\":1,\"buckets\":null}", "buckets");
+}
+END_TEST
+
 START_TEST(test_sku_name_rules)
 {
     char body[1200];
@@ -797,6 +815,7 @@ static Suite *validate_suite(void)
     tcase_add_test(tc, test_rfc3339_accepted_times_are_shown_as_the_same_instant);
     tcase_add_test(tc, test_rfc3339_refuses_instants_outside_years_0000_to_9999);
     tcase_add_test(tc, test_sku_valid);
+    tcase_add_test(tc, test_sku_buckets);
     tcase_add_test(tc, test_sku_name_rules);
     tcase_add_test(tc, test_sku_numbers);
     tcase_add_test(tc, test_sku_times);
