@@ -596,23 +596,34 @@ scenario_writer_frozen() {
     note "the frozen daemon afterwards: ${refused:-no metrics}"
 }
 
+# died_at PID POINT WHY TENTHS: waits up to TENTHS tenths of a second for the
+# daemon PID (started with SECKILL_FAULT=POINT) to kill itself there; sets
+# DIED_STATUS.  Returns 1 (failing the scenario, WHY in the message) when it
+# lives on.
+died_at() {
+    local pid=$1 i
+    for ((i = 0; i < $4; i++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+        fail "SECKILL_FAULT=$2 not honoured: $3"
+        return 1
+    fi
+    DIED_STATUS=0
+    wait "$pid" || DIED_STATUS=$?
+    forget_daemon "$pid"
+}
+
 scenario_adjust_crash() {
     local sku=$1 t0 out st=0 i
     SECKILL_FAULT=adjust_after_redis start_daemon d-fault || return
     local fpid=$D_PID url=http://127.0.0.1:$D_PORT
     create_sku "$url" "$sku" 100 1 || return
     out=$(admin POST "$url/admin/v1/skus/$sku/stock-adjustments" '{"delta":10,"reason":"faults"}')
-    for ((i = 0; i < 100; i++)); do
-        kill -0 "$fpid" 2>/dev/null || break
-        sleep 0.1
-    done
-    if kill -0 "$fpid" 2>/dev/null; then
-        fail "SECKILL_FAULT=adjust_after_redis not honoured: the delta answered ${out##*$'\n'} and the daemon lives"
+    died_at "$fpid" adjust_after_redis "the delta answered ${out##*$'\n'} and the daemon lives" 100 ||
         return
-    fi
-    wait "$fpid" || st=$?
-    forget_daemon "$fpid"
-    note "the daemon died in the delta (exit status $st), answer ${out##*$'\n'}"
+    note "the daemon died in the delta (exit status $DIED_STATUS), answer ${out##*$'\n'}"
     # Redis took the delta, PostgreSQL did not: the check must see it.
     check "$sku" crashed && st=0 || st=$?
     if ((st == 1)) && [[ $(jq -r '.invariants.checks[] | select(.key == "i2_stock") | .state' "$SDIR/crashed.check.json") == FAIL ]]; then
@@ -668,18 +679,8 @@ scenario_transfer_crash() {
         code=$(order_as "$url" "$sku" "$i")
         note "buyer $i of bucket 0: $code"
     done
-    for ((i = 0; i < 100; i++)); do
-        kill -0 "$fpid" 2>/dev/null || break
-        sleep 0.1
-    done
-    if kill -0 "$fpid" 2>/dev/null; then
-        fail "SECKILL_FAULT=adjust_moves_half_done not honoured: the daemon lives"
-        return
-    fi
-    wait "$fpid" || st=$?
-    forget_daemon "$fpid"
-    note "the daemon died in the move (exit status $st)"
-    st=0
+    died_at "$fpid" adjust_moves_half_done "the daemon lives" 100 || return
+    note "the daemon died in the move (exit status $DIED_STATUS)"
     check "${ids[1]}" crashed || st=$?
     if ((st == 1)); then
         note "before healing, bucket 1: $(jq -r '.invariants.checks[] | select(.key == "i2_stock") | .detail' "$SDIR/crashed.check.json")"
@@ -737,17 +738,8 @@ scenario_expiry_crash() {
     fi
     note "load: $(jq -r '.run.answers | to_entries | map(select(.value > 0) | "\(.key) \(.value)") | join(", ")' "$SDIR/load.json")"
     # the window (2 s) and a sweep later, the fault point ends the daemon
-    for ((i = 0; i < 150; i++)); do
-        kill -0 "$fpid" 2>/dev/null || break
-        sleep 0.1
-    done
-    if kill -0 "$fpid" 2>/dev/null; then
-        fail "SECKILL_FAULT=release_before_redis not honoured: no expiry sweep killed the daemon"
-        return
-    fi
-    wait "$fpid" || st=$?
-    forget_daemon "$fpid"
-    note "the daemon died in its expiry sweep (exit status $st), its units back in PostgreSQL only"
+    died_at "$fpid" release_before_redis "no expiry sweep killed the daemon" 150 || return
+    note "the daemon died in its expiry sweep (exit status $DIED_STATUS), its units back in PostgreSQL only"
     st=0
     check "$sku" crashed --answers "$SDIR/load.answers" || st=$?
     if ((st == 1)) && [[ $(jq -r '.invariants.checks[] | select(.key == "i2_stock") | .state' "$SDIR/crashed.check.json") == FAIL ]]; then

@@ -136,6 +136,16 @@ long long th_redis_int(redisContext *r, const char *key)
     return v;
 }
 
+long long th_sku_int(int64_t sku, enum keys_kind kind)
+{
+    char key[KEYS_MAX];
+    keys_sku(key, sku, kind);
+    redisContext *r = th_redis();
+    long long v = th_redis_int(r, key);
+    redisFree(r);
+    return v;
+}
+
 void th_reset(void)
 {
     redisContext *r = th_redis_admin();

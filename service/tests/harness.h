@@ -15,6 +15,7 @@
 #include <sys/types.h>
 
 #include "core/cfg.h"
+#include "core/keys.h"
 
 #define TH_ADMIN_TOKEN "test-admin-token-0123456789abcdef"
 /* The daemons' buyer_token_secret (SECKILL_BUYER_TOKEN_SECRET). */
@@ -64,6 +65,8 @@ void th_redis_busy_ms(int ms);
 long long th_pg_int(PGconn *c, const char *sql);
 /* GET of an integer key; -1 if absent. */
 long long th_redis_int(redisContext *r, const char *key);
+/* th_redis_int of SKU sku's key 'kind' (keys.h), on a connection of its own. */
+long long th_sku_int(int64_t sku, enum keys_kind kind);
 
 struct th_daemon {
     pid_t pid;

@@ -174,16 +174,6 @@ static int adjust(int port, int64_t sku, long long delta, const char *reason, st
     return r->status;
 }
 
-static long long redis_stock(int64_t sku)
-{
-    char key[KEYS_MAX];
-    keys_sku(key, sku, KEY_STOCK);
-    redisContext *r = th_redis();
-    long long v = th_redis_int(r, key);
-    redisFree(r);
-    return v;
-}
-
 static long long redis_stream_len(int64_t sku)
 {
     char key[KEYS_MAX];
@@ -324,7 +314,7 @@ START_TEST(test_sold_out_answers_409)
     struct th_response r;
     order(d.port, 1, 3, 1, NULL, &r);
     expect(&r, 409, "sold_out", "third buyer");
-    ck_assert_int_eq(redis_stock(1), 0);
+    ck_assert_int_eq(th_sku_int(1, KEY_STOCK), 0);
 
     req(d.port, "GET", "/api/v1/skus/1", NULL, NULL, &r);
     expect(&r, 200, NULL, "GET sku");
@@ -355,7 +345,7 @@ START_TEST(test_limit_exceeded_answers_409)
     order(d.port, 1, 2, 3, NULL, &r);
     expect_detail(&r, 409, "limit_exceeded", "3 units at once, limit 2");
     order_ok(d.port, 1, 2, 2); /* the limit itself is allowed */
-    ck_assert_int_eq(redis_stock(1), 96);
+    ck_assert_int_eq(th_sku_int(1, KEY_STOCK), 96);
 
     th_wait_drained(1, DRAIN_MS);
     ck_assert_int_eq(pg_int("SELECT coalesce(sum(qty), 0) FROM orders WHERE user_id = 1"), 2);
@@ -414,8 +404,8 @@ START_TEST(test_sale_not_active_before_start_and_after_end)
     expect_str(r.body, "sale_starts_at", want);
     expect_int(r.body, "available", 5);
 
-    ck_assert_int_eq(redis_stock(1), 5);
-    ck_assert_int_eq(redis_stock(2), 5);
+    ck_assert_int_eq(th_sku_int(1, KEY_STOCK), 5);
+    ck_assert_int_eq(th_sku_int(2, KEY_STOCK), 5);
     ck_assert_int_eq(redis_stream_len(1), 0);
     ck_assert_int_eq(redis_stream_len(2), 0);
     th_wait_drained(3, DRAIN_MS);
@@ -527,7 +517,7 @@ START_TEST(test_malformed_orders_answer_400)
     }
 
     /* Nothing lost, nothing taken. */
-    ck_assert_int_eq(redis_stock(1), 10);
+    ck_assert_int_eq(th_sku_int(1, KEY_STOCK), 10);
     ck_assert_int_eq(redis_stream_len(1), 0);
     char seq[KEYS_MAX];
     keys_sku(seq, 1, KEY_SEQ);
@@ -567,17 +557,17 @@ START_TEST(test_idempotent_retry_returns_same_order_and_takes_stock_once)
         expect_int(r.body, "qty", 2);
         ck_assert_msg(json_bool(r.body, "replayed") == 1, "retry not marked replayed: %s", r.body);
     }
-    ck_assert_int_eq(redis_stock(1), 8);
+    ck_assert_int_eq(th_sku_int(1, KEY_STOCK), 8);
 
     order(d.port, 1, 5, 1, key, &r);
     expect_detail(&r, 422, "idempotency_key_reused", "same key, other qty");
-    ck_assert_int_eq(redis_stock(1), 8);
+    ck_assert_int_eq(th_sku_int(1, KEY_STOCK), 8);
     /* Keys are scoped to the user: another buyer's key can never collide
      * with (or reveal) this one; it is simply another request. */
     order(d.port, 1, 6, 2, key, &r);
     expect(&r, 201, NULL, "same key, other user");
     ck_assert(th_json_int(r.body, "order_id", 0) != id);
-    ck_assert_int_eq(redis_stock(1), 6);
+    ck_assert_int_eq(th_sku_int(1, KEY_STOCK), 6);
 
     /* The same key on another SKU is another request. */
     th_create_sku(d.port, 2, 10, 5);
@@ -601,7 +591,7 @@ START_TEST(test_idempotent_retry_returns_same_order_and_takes_stock_once)
     expect_int(r.body, "order_id", id);
     expect_str(r.body, "status", "confirmed");
     ck_assert(json_bool(r.body, "replayed") == 1);
-    ck_assert_int_eq(redis_stock(1), 6);
+    ck_assert_int_eq(th_sku_int(1, KEY_STOCK), 6);
     th_assert_invariants(1);
     th_assert_invariants(2);
     stop(&d);
@@ -635,7 +625,7 @@ START_TEST(test_unavailable_when_redis_down)
     stop(&d);
 
     /* Nothing moved in either store. */
-    ck_assert_int_eq(redis_stock(1), 5);
+    ck_assert_int_eq(th_sku_int(1, KEY_STOCK), 5);
     ck_assert_int_eq(pg_stock(1), 5);
     ck_assert_int_eq(pg_int("SELECT count(*) FROM orders"), 0);
     ck_assert_int_eq(pg_int("SELECT count(*) FROM stock_ledger WHERE kind = 'admin'"), 0);
@@ -673,7 +663,7 @@ START_TEST(test_sku_lost_by_redis_is_restored_by_the_service)
     expect(&r, 409, "limit_exceeded", "user 1 again after the restore");
     th_wait_drained(1, DRAIN_MS);
     ck_assert_int_eq(pg_stock(1), 3);
-    ck_assert_int_eq(redis_stock(1), 3);
+    ck_assert_int_eq(th_sku_int(1, KEY_STOCK), 3);
     /* Redis agrees with the database and nothing is in flight: nothing to reload. */
     admin(d.port, "POST", "/admin/v1/skus/1/reload", NULL, &r);
     expect_detail(&r, 409, "already_loaded", "reload of a SKU that agrees");
@@ -805,7 +795,7 @@ START_TEST(test_admin_create_duplicate_answers_409)
     ck_assert_int_eq(pg_int("SELECT per_user_limit FROM skus WHERE id = 1"), 2);
     ck_assert_int_eq(pg_int("SELECT count(*) FROM stock_ledger WHERE sku_id = 1"), 1);
     ck_assert_int_eq(pg_int("SELECT count(*) FROM sku_epochs WHERE sku_id = 1"), 1);
-    ck_assert_int_eq(redis_stock(1), 5);
+    ck_assert_int_eq(th_sku_int(1, KEY_STOCK), 5);
     req(d.port, "GET", "/api/v1/skus/1", NULL, NULL, &r);
     expect(&r, 200, NULL, "GET sku");
     expect_str(r.body, "name", "first");
@@ -900,7 +890,7 @@ START_TEST(test_admin_adjust_relative_deltas)
     expect_detail(&r, 409, "insufficient_stock", "-100");
     expect_int(r.body, "stock", 17);
     ck_assert_int_eq(pg_stock(1), 17);
-    ck_assert_int_eq(redis_stock(1), 17);
+    ck_assert_int_eq(th_sku_int(1, KEY_STOCK), 17);
 
     adjust(d.port, 1, 0, "nothing", &r);
     expect_detail(&r, 400, "invalid_request", "delta 0");
@@ -914,7 +904,7 @@ START_TEST(test_admin_adjust_relative_deltas)
     adjust(d.port, 999, -5, "ghost", &r);
     expect(&r, 404, "unknown_sku", "negative adjust of unknown sku");
     ck_assert_int_eq(pg_stock(1), 17);
-    ck_assert_int_eq(redis_stock(1), 17);
+    ck_assert_int_eq(th_sku_int(1, KEY_STOCK), 17);
 
     /* One order, decided, so that the admin view has something to count. */
     order_ok(d.port, 1, 1, 2);
@@ -954,7 +944,7 @@ START_TEST(test_negative_delta_refused_when_units_are_in_flight)
     start(&d, env); /* no writer: reservations stay in flight (202 pending) */
     th_create_sku(d.port, 1, 5, 10);
     long long id = order_ok(d.port, 1, 1, 4);
-    ck_assert_int_eq(redis_stock(1), 1);
+    ck_assert_int_eq(th_sku_int(1, KEY_STOCK), 1);
     ck_assert_int_eq(pg_stock(1), 5);
 
     struct th_response r;
@@ -974,7 +964,7 @@ START_TEST(test_negative_delta_refused_when_units_are_in_flight)
     expect_detail(&r, 409, "insufficient_stock", "-3 with 4 of 5 units in flight");
     expect_int(r.body, "available", 1);
     ck_assert_int_eq(pg_stock(1), 5);
-    ck_assert_int_eq(redis_stock(1), 1);
+    ck_assert_int_eq(th_sku_int(1, KEY_STOCK), 1);
     ck_assert_int_eq(pg_int("SELECT count(*) FROM stock_ledger WHERE kind = 'admin'"), 0);
 
     adjust(d.port, 1, -1, "recount", &r);
@@ -988,7 +978,7 @@ START_TEST(test_negative_delta_refused_when_units_are_in_flight)
     wait_order_status(d.port, 1, id, "confirmed");
     th_wait_drained(1, DRAIN_MS);
     ck_assert_int_eq(pg_stock(1), 0);
-    ck_assert_int_eq(redis_stock(1), 0);
+    ck_assert_int_eq(th_sku_int(1, KEY_STOCK), 0);
     th_assert_invariants(1);
     stop(&d);
 }
@@ -1066,7 +1056,7 @@ START_TEST(test_unknown_route_404_and_wrong_method_405)
         expect(&r, cases[i].status, cases[i].error, what);
     }
     ck_assert_int_eq(pg_stock(1), 5);
-    ck_assert_int_eq(redis_stock(1), 5);
+    ck_assert_int_eq(th_sku_int(1, KEY_STOCK), 5);
     stop(&d);
 }
 END_TEST
@@ -1134,7 +1124,7 @@ START_TEST(test_order_without_a_valid_buyer_token_answers_401)
     order_raw(d.port, 1, expired, "{\"qty\":1}", &r);
     expect_str(r.body, "detail", "the buyer token has expired");
     /* Nothing was taken, nothing queued. */
-    ck_assert_int_eq(redis_stock(1), 10);
+    ck_assert_int_eq(th_sku_int(1, KEY_STOCK), 10);
     ck_assert_int_eq(redis_stream_len(1), 0);
     ck_assert_int_eq(pg_int("SELECT count(*) FROM orders"), 0);
     stop(&d);
@@ -1152,7 +1142,7 @@ START_TEST(test_body_user_id_must_be_the_token_buyer)
     struct th_response r;
     order_raw(d.port, 1, auth, "{\"user_id\":8,\"qty\":1}", &r);
     expect_detail(&r, 403, "forbidden", "user_id 8 with user 7's token");
-    ck_assert_int_eq(redis_stock(1), 10);
+    ck_assert_int_eq(th_sku_int(1, KEY_STOCK), 10);
     ck_assert_int_eq(redis_stream_len(1), 0);
 
     order_raw(d.port, 1, auth, "{\"user_id\":7,\"qty\":1}", &r);

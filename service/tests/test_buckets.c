@@ -136,6 +136,13 @@ static void create_parent(int port, int64_t id, int64_t stock, int limit, int64_
     }
 }
 
+/* A fresh database and a daemon with the default settings. */
+static void start_plain(struct th_daemon *d)
+{
+    th_reset();
+    th_daemon_start(d, NULL);
+}
+
 static long long pg(const char *fmt, long long a)
 {
     char q[512];
@@ -143,16 +150,6 @@ static long long pg(const char *fmt, long long a)
     PGconn *c = th_pg();
     long long v = th_pg_int(c, q);
     PQfinish(c);
-    return v;
-}
-
-static long long redis_stock(int64_t sku)
-{
-    char key[KEYS_MAX];
-    keys_sku(key, sku, KEY_STOCK);
-    redisContext *c = th_redis();
-    long long v = th_redis_int(c, key);
-    redisFree(c);
     return v;
 }
 
@@ -166,20 +163,19 @@ static void assert_buckets_hold(const int64_t *b)
 
 START_TEST(test_create_splits_and_routes_by_user)
 {
-    th_reset();
     struct th_daemon d;
-    th_daemon_start(&d, NULL);
     int64_t b[NB];
+    start_plain(&d);
     create_parent(d.port, 500, 10, 5, b);
     /* 10 over 3: 4, 3, 3; the parent holds nothing and Redis never has it */
     ck_assert_int_eq(pg("SELECT stock FROM skus WHERE id = %lld", 500), 0);
     ck_assert_int_eq(pg("SELECT buckets FROM skus WHERE id = %lld", 500), NB);
     for (int i = 0; i < NB; i++) {
         ck_assert_int_eq(pg("SELECT stock FROM skus WHERE id = %lld", b[i]), i == 0 ? 4 : 3);
-        ck_assert_int_eq(redis_stock(b[i]), i == 0 ? 4 : 3);
+        ck_assert_int_eq(th_sku_int(b[i], KEY_STOCK), i == 0 ? 4 : 3);
         ck_assert_int_eq(pg("SELECT bucket FROM skus WHERE id = %lld", b[i]), i);
     }
-    ck_assert_int_eq(redis_stock(500), -1);
+    ck_assert_int_eq(th_sku_int(500, KEY_STOCK), -1);
     /* users 1..6: each order in the bucket of user mod 3 */
     struct th_response r;
     for (int u = 1; u <= 6; u++) {
@@ -204,10 +200,9 @@ END_TEST
 
 START_TEST(test_an_empty_bucket_is_refilled_until_all_are_empty)
 {
-    th_reset();
     struct th_daemon d;
-    th_daemon_start(&d, NULL);
     int64_t b[NB];
+    start_plain(&d);
     create_parent(d.port, 510, 12, 1, b);
     /* every buyer in bucket 0 (user ids divisible by 3): its 4 units, then
      * the other buckets' 8 moved over to it; the 13th is sold out */
@@ -221,7 +216,7 @@ START_TEST(test_an_empty_bucket_is_refilled_until_all_are_empty)
     ck_assert_int_eq(
         pg("SELECT count(*) FROM orders WHERE sku_id = %lld AND status = 'confirmed'", b[0]), 12);
     for (int i = 0; i < NB; i++)
-        ck_assert_int_eq(redis_stock(b[i]), 0);
+        ck_assert_int_eq(th_sku_int(b[i], KEY_STOCK), 0);
     ck_assert_int_eq(pg("SELECT coalesce(sum(delta), 0) FROM stock_ledger WHERE kind = 'admin' AND "
                         "reason = 'bucket transfer' AND sku_id IN (SELECT id FROM skus WHERE "
                         "parent_id = %lld)",
@@ -244,10 +239,9 @@ END_TEST
 
 START_TEST(test_parent_deltas_split_and_replay_by_key)
 {
-    th_reset();
     struct th_daemon d;
-    th_daemon_start(&d, NULL);
     int64_t b[NB];
+    start_plain(&d);
     create_parent(d.port, 520, 9, 10, b);
     struct th_response r;
     const char *path = "/admin/v1/skus/520/stock-adjustments";
@@ -275,7 +269,7 @@ START_TEST(test_parent_deltas_split_and_replay_by_key)
     ck_assert_int_eq(pg("SELECT sum(stock) FROM skus WHERE parent_id = %lld", 520), 8);
     long long most = 0, least = 100;
     for (int i = 0; i < NB; i++) {
-        long long s = redis_stock(b[i]);
+        long long s = th_sku_int(b[i], KEY_STOCK);
         most = s > most ? s : most;
         least = s < least ? s : least;
     }
@@ -371,18 +365,18 @@ START_TEST(test_refill_moves_only_what_is_missing)
     int64_t left;
     /* 3 each: bucket 0 can serve 3, nothing moves */
     ck_assert_int_eq(sku_bucket_refill(&w, 540, b, NB, 0, 3, &left), SKU_OK);
-    ck_assert_int_eq(redis_stock(b[0]), 3);
+    ck_assert_int_eq(th_sku_int(b[0], KEY_STOCK), 3);
     ck_assert_int_eq(pg("SELECT count(*) FROM stock_ledger WHERE reason = 'bucket transfer' AND "
                         "sku_id IN (SELECT id FROM skus WHERE parent_id = %lld)",
                         540),
                      0);
     /* 4 wanted: the 9 together allow it; bucket 0 gets what it lacks */
     ck_assert_int_eq(sku_bucket_refill(&w, 540, b, NB, 0, 4, &left), SKU_OK);
-    ck_assert_int_eq(redis_stock(b[0]), 4);
-    ck_assert_int_eq(redis_stock(b[1]) + redis_stock(b[2]), 5);
+    ck_assert_int_eq(th_sku_int(b[0], KEY_STOCK), 4);
+    ck_assert_int_eq(th_sku_int(b[1], KEY_STOCK) + th_sku_int(b[2], KEY_STOCK), 5);
     /* again: it holds 4 now, nothing moves twice */
     ck_assert_int_eq(sku_bucket_refill(&w, 540, b, NB, 0, 4, &left), SKU_OK);
-    ck_assert_int_eq(redis_stock(b[0]), 4);
+    ck_assert_int_eq(th_sku_int(b[0], KEY_STOCK), 4);
     /* a move whose bucket another move filled first (it held the locks
      * before): under the locks it finds nothing to do */
     struct sku_move m[2] = {{.sku = b[0], .delta = 1}, {.sku = b[1], .delta = -1}};
@@ -391,17 +385,17 @@ START_TEST(test_refill_moves_only_what_is_missing)
     int refused;
     ck_assert_int_eq(sku_adjust_moves(&w, m, 2, &rq, &rp, &refused), SKU_OK);
     ck_assert_int_eq(rp.skipped, 1);
-    ck_assert_int_eq(redis_stock(b[0]), 4);
+    ck_assert_int_eq(th_sku_int(b[0], KEY_STOCK), 4);
     rq.short_of = 5; /* still short: it moves */
     m[0] = (struct sku_move){.sku = b[0], .delta = 1};
     m[1] = (struct sku_move){.sku = b[1], .delta = -1};
     ck_assert_int_eq(sku_adjust_moves(&w, m, 2, &rq, &rp, &refused), SKU_OK);
     ck_assert_int_eq(rp.skipped, 0);
-    ck_assert_int_eq(redis_stock(b[0]), 5);
+    ck_assert_int_eq(th_sku_int(b[0], KEY_STOCK), 5);
     /* 10 wanted: the buckets hold 9 together, sold out, nothing moved */
     ck_assert_int_eq(sku_bucket_refill(&w, 540, b, NB, 0, 10, &left), SKU_INSUFFICIENT);
     ck_assert_int_eq(left, 9);
-    ck_assert_int_eq(redis_stock(b[0]), 5);
+    ck_assert_int_eq(th_sku_int(b[0], KEY_STOCK), 5);
     for (int i = 0; i < NB; i++)
         th_assert_invariants(b[i]);
     ck_assert_int_eq(pg("SELECT sum(stock) FROM skus WHERE parent_id = %lld", 540), 9);

@@ -221,16 +221,22 @@ static long long int_on(int m, const char *key)
     return v;
 }
 
-START_TEST(test_a_sale_on_a_cluster)
+/* A fresh database, the cluster, and seckilld on it. */
+static void start_on_cluster(struct th_daemon *d)
 {
-    enum { STOCK = 8, BUYERS = 20 };
     th_reset();
     setup();
     char env[200];
     snprintf(env, sizeof env, "SECKILL_REDIS_URL=%s", cfg.redis_url);
     const char *extra[] = {env, NULL};
+    th_daemon_start(d, extra);
+}
+
+START_TEST(test_a_sale_on_a_cluster)
+{
+    enum { STOCK = 8, BUYERS = 20 };
     struct th_daemon d;
-    th_daemon_start(&d, extra);
+    start_on_cluster(&d);
     int64_t skus[MASTERS];
     for (int m = 0; m < MASTERS; m++) {
         skus[m] = sku_on(m);
@@ -300,13 +306,8 @@ static void bucket_ids(const char *body, int64_t *ids, int n)
 START_TEST(test_a_sku_in_buckets_on_every_master)
 {
     enum { STOCK = 9 };
-    th_reset();
-    setup();
-    char env[200];
-    snprintf(env, sizeof env, "SECKILL_REDIS_URL=%s", cfg.redis_url);
-    const char *extra[] = {env, NULL};
     struct th_daemon d;
-    th_daemon_start(&d, extra);
+    start_on_cluster(&d);
     struct th_response res;
     ck_assert_int_eq(th_admin(d.port, "POST", "/admin/v1/skus",
                               "{\"id\": 900, \"name\": \"hot\", \"stock\": 9, "

@@ -41,16 +41,6 @@ static int adjust(int port, int64_t sku, long long delta, const char *idem, stru
     return r->status;
 }
 
-static long long redis_int(int64_t sku, enum keys_kind kind)
-{
-    char key[KEYS_MAX];
-    keys_sku(key, sku, kind);
-    redisContext *r = th_redis();
-    long long v = th_redis_int(r, key);
-    redisFree(r);
-    return v;
-}
-
 static long long redis_cmd_int(const char *fmt, const char *key)
 {
     redisContext *r = th_redis();
@@ -78,10 +68,10 @@ static void wait_agreement(int64_t sku)
     snprintf(sql, sizeof sql, "SELECT stock FROM skus WHERE id = %lld", (long long)sku);
     keys_sku(adj, sku, KEY_ADJUST);
     for (int waited = 0;; waited += 50) {
-        if (redis_int(sku, KEY_STOCK) == pg(sql) && redis_cmd_int("HLEN %s", adj) == 0)
+        if (th_sku_int(sku, KEY_STOCK) == pg(sql) && redis_cmd_int("HLEN %s", adj) == 0)
             return;
         ck_assert_msg(waited < BOUND_MS, "sku %lld: Redis %lld, database %lld after %d ms",
-                      (long long)sku, redis_int(sku, KEY_STOCK), pg(sql), waited);
+                      (long long)sku, th_sku_int(sku, KEY_STOCK), pg(sql), waited);
         th_sleep_ms(50);
     }
 }
@@ -142,7 +132,7 @@ START_TEST(test_database_refusal_is_the_buyers_answer_and_heals)
              id);
     ck_assert_int_eq(pg(sql), 1);
     wait_agreement(2); /* 0 in both, without an operator or the periodic pass */
-    ck_assert_int_eq(redis_int(2, KEY_STOCK), 0);
+    ck_assert_int_eq(th_sku_int(2, KEY_STOCK), 0);
     th_assert_invariants(2);
     th_daemon_stop(&d);
 }
@@ -214,8 +204,8 @@ START_TEST(test_reserve_past_its_deadline_takes_nothing)
     freeReplyObject(rep);
     redis_conn_close(&rc);
     cfg_free(&c);
-    ck_assert_int_eq(redis_int(5, KEY_STOCK), 10);
-    ck_assert_int_eq(redis_int(5, KEY_SEQ), 0);
+    ck_assert_int_eq(th_sku_int(5, KEY_STOCK), 10);
+    ck_assert_int_eq(th_sku_int(5, KEY_SEQ), 0);
     char stream[KEYS_MAX];
     keys_sku(stream, 5, KEY_STREAM);
     ck_assert_int_eq(redis_cmd_int("XLEN %s", stream), 0);
@@ -268,7 +258,7 @@ START_TEST(test_a_timeout_never_hides_a_reservation_of_another_request)
     th_wait_drained(11, BOUND_MS);
     ck_assert_int_eq(pg("SELECT count(*) FROM orders WHERE sku_id = 11"), 1);
     ck_assert_int_eq(pg("SELECT count(*) FROM orders WHERE sku_id = 11 AND user_id = 2"), 1);
-    ck_assert_int_eq(redis_int(11, KEY_STOCK), 9);
+    ck_assert_int_eq(th_sku_int(11, KEY_STOCK), 9);
     /* A's 503 names the key that settles its outcome: A took nothing, so a
      * retry with it buys now, once, however often it is sent. */
     char key[128];
@@ -279,7 +269,7 @@ START_TEST(test_a_timeout_never_hides_a_reservation_of_another_request)
     ck_assert_int_eq(order(d.port, 11, 1, 1, key, &r), 201);
     ck_assert_msg(strstr(r.body, "\"replayed\":true"), "%s", r.body);
     ck_assert_int_eq(pg("SELECT count(*) FROM orders WHERE sku_id = 11 AND user_id = 1"), 1);
-    ck_assert_int_eq(redis_int(11, KEY_STOCK), 8);
+    ck_assert_int_eq(th_sku_int(11, KEY_STOCK), 8);
     th_assert_invariants(11);
     th_daemon_stop(&d);
 }
@@ -302,7 +292,7 @@ START_TEST(test_refusal_retried_with_the_same_key_is_refused_again)
     ck_assert_str_eq(err, "sold_out");
     ck_assert_int_eq(th_json_int(r.body, "order_id", 0), 0);
     ck_assert_int_eq(order(d.port, 6, 2, 1, "k-third", &r), 201); /* a new request */
-    ck_assert_int_eq(redis_int(6, KEY_STOCK), 4);
+    ck_assert_int_eq(th_sku_int(6, KEY_STOCK), 4);
     th_daemon_stop(&d);
 }
 END_TEST
@@ -323,7 +313,7 @@ START_TEST(test_admin_delta_retried_with_the_same_key_applies_once)
     }
     ck_assert_int_eq(adjust(d.port, 7, -5, "restock-2026-11-23", &r), 422);
     ck_assert_int_eq(pg("SELECT stock FROM skus WHERE id = 7"), 15);
-    ck_assert_int_eq(redis_int(7, KEY_STOCK), 15);
+    ck_assert_int_eq(th_sku_int(7, KEY_STOCK), 15);
     ck_assert_int_eq(pg("SELECT count(*) FROM stock_ledger WHERE sku_id = 7 AND kind = 'admin'"),
                      1);
     th_assert_invariants(7);
@@ -360,7 +350,7 @@ START_TEST(test_adjustment_cut_by_a_crash_is_settled_by_the_next_daemon)
         th_sleep_ms(25);
     ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "the fault point did not fire");
     d.pid = 0;
-    ck_assert_int_eq(redis_int(8, KEY_STOCK), 17); /* applied in Redis, never committed */
+    ck_assert_int_eq(th_sku_int(8, KEY_STOCK), 17); /* applied in Redis, never committed */
     ck_assert_int_eq(pg("SELECT stock FROM skus WHERE id = 8"), 10);
 
     /* Only its start-up pass and the retries of a pass that found the dead
@@ -368,7 +358,7 @@ START_TEST(test_adjustment_cut_by_a_crash_is_settled_by_the_next_daemon)
     const char *slow[] = {"SECKILL_RECONCILE_INTERVAL_MS=600000", NULL};
     th_daemon_start(&d, slow);
     wait_agreement(8);
-    ck_assert_int_eq(redis_int(8, KEY_STOCK), 10);
+    ck_assert_int_eq(th_sku_int(8, KEY_STOCK), 10);
     th_assert_invariants(8);
     th_daemon_stop(&d);
 }

@@ -85,16 +85,6 @@ static void q_admin(const char *fmt, long long arg)
     PQfinish(c);
 }
 
-static long long redis_stock(int64_t sku)
-{
-    char key[KEYS_MAX];
-    keys_sku(key, sku, KEY_STOCK);
-    redisContext *r = th_redis();
-    long long v = th_redis_int(r, key);
-    redisFree(r);
-    return v;
-}
-
 static long long redis_held(int64_t sku, int64_t user)
 {
     char key[KEYS_MAX];
@@ -172,17 +162,17 @@ START_TEST(test_cancel_confirmed_returns_units_once)
     create_sku(1, 10, 3, 600);
     int64_t a = reserve(1, 7, 2), b = reserve(1, 8, 1);
     write_all(1);
-    ck_assert_int_eq(redis_stock(1), 7);
+    ck_assert_int_eq(th_sku_int(1, KEY_STOCK), 7);
     ck_assert_int_eq(cancel(a, 7), LIFE_OK);
     char st[16];
     ck_assert_str_eq(status_of(a, st, sizeof st), "cancelled");
     ck_assert_int_eq(q_int("SELECT stock FROM skus WHERE id = %lld", 1), 9);
-    ck_assert_int_eq(redis_stock(1), 9);
+    ck_assert_int_eq(th_sku_int(1, KEY_STOCK), 9);
     ck_assert_int_eq(redis_held(1, 7), 0); /* the buyer may buy again */
     ck_assert_int_eq(redis_held(1, 8), 1);
     /* a retry changes nothing and says so */
     ck_assert_int_eq(cancel(a, 7), LIFE_REPLAYED);
-    ck_assert_int_eq(redis_stock(1), 9);
+    ck_assert_int_eq(th_sku_int(1, KEY_STOCK), 9);
     ck_assert_int_eq(q_int("SELECT count(*) FROM stock_ledger WHERE order_id = %lld AND kind = "
                            "'return' AND delta = 2",
                            a),
@@ -248,7 +238,7 @@ START_TEST(test_pending_cancel_is_written_as_cancelled)
 {
     create_sku(4, 10, 3, 600);
     int64_t a = reserve(4, 5, 3), b = reserve(4, 6, 1);
-    ck_assert_int_eq(redis_stock(4), 6);
+    ck_assert_int_eq(th_sku_int(4, KEY_STOCK), 6);
     ck_assert_int_eq(cancel(a, 5), LIFE_OK);
     ck_assert_int_eq(cancel(a, 5), LIFE_REPLAYED);
     ck_assert_int_eq(cancel(b, 5), LIFE_NOT_FOUND); /* another buyer's pending order */
@@ -265,11 +255,11 @@ START_TEST(test_pending_cancel_is_written_as_cancelled)
                            a),
                      1);
     ck_assert_int_eq(q_int("SELECT stock FROM skus WHERE id = %lld", 4), 9);
-    ck_assert_int_eq(redis_stock(4), 9);
+    ck_assert_int_eq(th_sku_int(4, KEY_STOCK), 9);
     ck_assert_int_eq(redis_held(4, 5), 0);
     /* cancelling it again after the write: already cancelled */
     ck_assert_int_eq(cancel(a, 5), LIFE_REPLAYED);
-    ck_assert_int_eq(redis_stock(4), 9);
+    ck_assert_int_eq(th_sku_int(4, KEY_STOCK), 9);
     th_assert_invariants(4);
 }
 END_TEST
@@ -290,7 +280,7 @@ START_TEST(test_expiry_returns_units_and_refuses_late_payment)
     ck_assert_str_eq(status_of(a, st, sizeof st), "expired");
     ck_assert_str_eq(status_of(b, st, sizeof st), "paid");
     ck_assert_int_eq(q_int("SELECT stock FROM skus WHERE id = %lld", 5), 7);
-    ck_assert_int_eq(redis_stock(5), 7);
+    ck_assert_int_eq(th_sku_int(5, KEY_STOCK), 7);
     ck_assert_int_eq(redis_held(5, 1), 0);
     ck_assert_int_eq(redis_held(5, 2), 3);
     ck_assert_int_eq(cancel(a, 1), LIFE_WRONG_STATE);
@@ -472,19 +462,19 @@ START_TEST(test_return_left_by_a_dead_process_is_settled_once)
     make_due(20);
     expire_without_redis(20);
     ck_assert_int_eq(q_int("SELECT stock FROM skus WHERE id = %lld", 20), 10);
-    ck_assert_int_eq(redis_stock(20), 7); /* not yet */
+    ck_assert_int_eq(th_sku_int(20, KEY_STOCK), 7); /* not yet */
     ck_assert_int_eq(
         q_int("SELECT count(*) FROM orders WHERE sku_id = %lld AND return_settled = false", 20), 2);
     /* the next sweep finds the unsettled rows and finishes them */
     ck_assert_int_eq(sweep(), 0);
-    ck_assert_int_eq(redis_stock(20), 10);
+    ck_assert_int_eq(th_sku_int(20, KEY_STOCK), 10);
     ck_assert_int_eq(
         q_int("SELECT count(*) FROM orders WHERE sku_id = %lld AND return_settled = false", 20), 0);
     /* a settler that ran the script but died before marking the rows: the
      * retry gives nothing twice */
     q_admin("UPDATE orders SET return_settled = false WHERE sku_id = %lld", 20);
     ck_assert_int_eq(sweep(), 0);
-    ck_assert_int_eq(redis_stock(20), 10);
+    ck_assert_int_eq(th_sku_int(20, KEY_STOCK), 10);
     ck_assert_int_eq(redis_held(20, 1), 0);
     th_assert_invariants(20);
 }
@@ -503,9 +493,9 @@ START_TEST(test_return_settled_after_a_rebuild_is_not_doubled)
     ctx_open(&w);
     ck_assert_int_eq(sku_rebuild(&w, 21, "test"), SKU_OK);
     worker_ctx_close(&w);
-    ck_assert_int_eq(redis_stock(21), 10);
+    ck_assert_int_eq(th_sku_int(21, KEY_STOCK), 10);
     ck_assert_int_eq(sweep(), 0);
-    ck_assert_int_eq(redis_stock(21), 10);
+    ck_assert_int_eq(th_sku_int(21, KEY_STOCK), 10);
     th_assert_invariants(21);
 }
 END_TEST
@@ -521,10 +511,10 @@ START_TEST(test_return_after_a_rebuild_reaches_the_rebuilt_state)
     ctx_open(&w);
     ck_assert_int_eq(sku_rebuild(&w, 22, "test"), SKU_OK);
     worker_ctx_close(&w);
-    ck_assert_int_eq(redis_stock(22), 7);
+    ck_assert_int_eq(th_sku_int(22, KEY_STOCK), 7);
     ck_assert_int_eq(redis_held(22, 1), 3);
     ck_assert_int_eq(cancel(a, 1), LIFE_OK);
-    ck_assert_int_eq(redis_stock(22), 10);
+    ck_assert_int_eq(th_sku_int(22, KEY_STOCK), 10);
     ck_assert_int_eq(redis_held(22, 1), 0);
     th_assert_invariants(22);
 }
