@@ -63,8 +63,8 @@ const char *lt_check_key(enum lt_check_id id)
 /* ---- SQL ------------------------------------------------------------------ */
 
 /* $1 sku */
-static const char SQL_SKU[] =
-    "SELECT stock, initial_stock, per_user_limit, payment_window_s FROM skus WHERE id = $1";
+static const char SQL_SKU[] = "SELECT stock, initial_stock, per_user_limit, payment_window_s, "
+                              "buckets FROM skus WHERE id = $1";
 static const char SQL_MAX_ORDER[] = "SELECT coalesce(max(id), 0) FROM orders WHERE sku_id = $1";
 static const char SQL_MAX_LEDGER[] =
     "SELECT coalesce(max(id), 0) FROM stock_ledger WHERE sku_id = $1";
@@ -343,6 +343,21 @@ static PGresult *q(struct ctx *c, const char *sql, int n, const char *const *par
 static int64_t iv(const PGresult *r, int row, int col)
 {
     return PQgetisnull(r, row, col) ? 0 : strtoll(PQgetvalue(r, row, col), NULL, 10);
+}
+
+/* A parent of stock buckets (SQL_SKU's row r, its column 4) holds no stock
+ * or orders itself: checked alone it would pass with nothing looked at.
+ * Returns 1 with a message in err for one, 0 otherwise. */
+static int split_refused(const PGresult *r, int64_t sku, char *err, size_t errlen)
+{
+    int64_t n = iv(r, 0, 4);
+    if (n <= 1)
+        return 0;
+    snprintf(err, errlen,
+             "SKU %" PRId64 " is split into %" PRId64 " stock buckets, which hold its stock and "
+             "orders: check it with --buckets %" PRId64 " in the run that sells it",
+             sku, n, n);
+    return 1;
 }
 
 static int connect_all(struct ctx *c)
@@ -693,6 +708,8 @@ int lt_check_baseline(const struct lt_opts *o, int64_t sku, struct lt_baseline *
         snprintf(err, errlen, "SKU %" PRId64 " is not in the database", sku);
         goto out;
     }
+    if (split_refused(r1, sku, err, errlen))
+        goto out;
     b->known = 1;
     b->stock = iv(r1, 0, 0);
     b->max_order_id = iv(r2, 0, 0);
@@ -741,8 +758,9 @@ static int check_i1(struct ctx *c, const struct lt_answers *a, struct lt_check_r
     PGresult *res = q(c, SQL_SKU, 1, p);
     if (!res)
         return -1;
-    if (PQntuples(res) != 1) {
-        snprintf(c->err, c->errlen, "SKU %" PRId64 " is not in the database", c->sku);
+    if (PQntuples(res) != 1 || split_refused(res, c->sku, c->err, c->errlen)) {
+        if (PQntuples(res) != 1)
+            snprintf(c->err, c->errlen, "SKU %" PRId64 " is not in the database", c->sku);
         PQclear(res);
         return -1;
     }

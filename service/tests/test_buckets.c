@@ -279,6 +279,15 @@ START_TEST(test_parent_deltas_split_and_replay_by_key)
     ck_assert_int_eq(th_json_int(r.body, "db_stock", -1), 8);
     ck_assert_int_eq(th_json_int(r.body, "initial_stock", -1), 9);
     ck_assert_msg(strstr(r.body, "\"bucket_skus\""), "%s", r.body);
+    /* the payment window: the parent's is every bucket's; a bucket alone is no SKU for it */
+    ck_assert_int_eq(adm(d.port, "PATCH", "/admin/v1/skus/520", "{\"payment_window_s\": 60}", &r),
+                     200);
+    for (int i = 0; i < NB; i++)
+        ck_assert_int_eq(pg("SELECT payment_window_s FROM skus WHERE id = %lld", b[i]), 60);
+    char bpath[64];
+    snprintf(bpath, sizeof bpath, "/admin/v1/skus/%lld", (long long)b[1]);
+    ck_assert_int_eq(adm(d.port, "PATCH", bpath, "{\"payment_window_s\": 5}", &r), 404);
+    ck_assert_int_eq(pg("SELECT payment_window_s FROM skus WHERE id = %lld", b[1]), 60);
     assert_buckets_hold(b);
     th_daemon_stop(&d);
 }

@@ -28,6 +28,7 @@
 #define EXIT_OK 0
 #define EXIT_VIOLATION 1
 #define EXIT_USAGE 2
+#define EXIT_ERROR 3 /* could not run or check */
 
 /* ---- the latency histogram (pure) --------------------------------------- */
 
@@ -654,6 +655,11 @@ START_TEST(test_a_bucketed_sale_checks_every_bucket)
         th_assert_invariants(bucket); /* the harness agrees, bucket by bucket */
     }
     PQfinish(c);
+    /* the parent checked alone would pass with nothing looked at: refused */
+    char sku[24];
+    snprintf(sku, sizeof sku, "%lld", parent);
+    const char *alone[] = {"--check-only", "--sku", sku, "--drain-timeout", "60", NULL};
+    ck_assert_int_eq(run_loadtest(alone, EXIT_ERROR), EXIT_ERROR);
     json_decref(j);
     paths_free(&p);
 }
