@@ -210,6 +210,7 @@ static void probe_done(struct job *j)
         return;
     }
     free(p);
+    note(oc, SOLDOUT_NEWS_OPEN); /* nothing to sell here now: no flag stands for it */
     finish(oc,
            res == SKU_OK        ? ORDER_SKU_NOT_LOADED
            : res == SKU_UNKNOWN ? ORDER_SKU_UNKNOWN
@@ -318,6 +319,10 @@ static void on_reserved(redisReply *r, enum redis_async_status st, void *arg)
         refill(oc); /* the bucket's sold_out is not the SKU's */
         return;
     }
+    if (rep.result == ORDER_SKU_NOT_LOADED) {
+        probe_sku(oc); /* it may be a parent of buckets: the probe tells the flag */
+        return;
+    }
     note(oc, soldout_news_of(&rep));
     oc->replayed = rep.replayed;
     oc->retry_after_ms = rep.retry_after_ms;
@@ -326,9 +331,6 @@ static void on_reserved(redisReply *r, enum redis_async_status st, void *arg)
     case ORDER_CONFIRMED:
     case ORDER_REJECTED:
         settle(oc, &rep.d);
-        return;
-    case ORDER_SKU_NOT_LOADED:
-        probe_sku(oc);
         return;
     case ORDER_IDS_EXHAUSTED:
         log_error("sku %" PRId64 ": the epoch has no order ids left", oc->sku);

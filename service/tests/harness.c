@@ -341,6 +341,18 @@ int th_http(int port, const char *method, const char *path, const char *headers,
     return 0;
 }
 
+long long th_metric(int port, const char *sample)
+{
+    struct th_response m;
+    ck_assert_int_eq(th_http(port, "GET", "/metrics", NULL, NULL, &m), 0);
+    ck_assert_int_eq(m.status, 200);
+    char want[160];
+    snprintf(want, sizeof want, "\n%s ", sample);
+    const char *p = strstr(m.body, want);
+    ck_assert_msg(p, "/metrics lacks %s", sample);
+    return atoll(p + strlen(want));
+}
+
 int th_admin(int port, const char *method, const char *path, const char *body,
              struct th_response *out)
 {

@@ -97,6 +97,9 @@ struct th_response {
  * Returns 0, or -1 on a connection error. */
 int th_http(int port, const char *method, const char *path, const char *headers, const char *body,
             struct th_response *out);
+/* The value of one /metrics sample of the daemon on port, e.g.
+ * seckill_rate_limited_total{scope="addr"} (the test fails without it). */
+long long th_metric(int port, const char *sample);
 
 /* Admin request with the test bearer token and a JSON content type. */
 int th_admin(int port, const char *method, const char *path, const char *body,

@@ -349,6 +349,38 @@ START_TEST(test_a_move_costs_the_buyer_no_second_order)
 }
 END_TEST
 
+/* A sold-out storm on a parent: once every bucket together is empty, the
+ * parent's local flag answers, without a reserve script or a refill each;
+ * a restock opens it again within the flag's window. */
+START_TEST(test_a_sold_out_parent_is_answered_from_its_flag)
+{
+    th_reset();
+    const char *env[] = {"SECKILL_SOLD_OUT_FLAG_MS=10000", NULL};
+    struct th_daemon d;
+    th_daemon_start(&d, env);
+    int64_t b[NB];
+    create_parent(d.port, 560, NB, 1, b);
+    struct th_response r;
+    for (int u = 1; u <= NB; u++)
+        ck_assert_int_eq(th_order(d.port, 560, 3 * u, 1, NULL, &r), 201); /* all via bucket 0 */
+    ck_assert_int_eq(th_order(d.port, 560, 3 * 10, 1, NULL, &r), 409);    /* the SKU is empty */
+    long long moves = th_metric(d.port, "seckill_bucket_transfers_total");
+    for (int u = 0; u < 100; u++) {
+        ck_assert_int_eq(th_order(d.port, 560, 1000 + u, 1, NULL, &r), 409);
+        ck_assert_msg(strstr(r.body, "sold_out"), "%s", r.body);
+    }
+    ck_assert_int_eq(th_metric(d.port, "seckill_orders_sold_out_local_total"), 100);
+    ck_assert_int_eq(th_metric(d.port, "seckill_bucket_transfers_total"), moves);
+    /* a restock on this instance opens it at once */
+    ck_assert_int_eq(adm(d.port, "POST", "/admin/v1/skus/560/stock-adjustments",
+                         "{\"delta\": 1, \"reason\": \"more\"}", &r),
+                     200);
+    ck_assert_int_eq(th_order(d.port, 560, 3 * 11, 1, NULL, &r), 201);
+    assert_buckets_hold(b);
+    th_daemon_stop(&d);
+}
+END_TEST
+
 /* sku_bucket_refill() itself, on a worker's connections: a bucket that
  * holds enough is left alone, a short one gets units from the fullest
  * first (towards an even share), the buckets together short of the order
@@ -440,6 +472,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_a_bucket_redis_lost_comes_back_as_a_bucket);
     tcase_add_test(tc, test_refill_moves_only_what_is_missing);
     tcase_add_test(tc, test_a_move_costs_the_buyer_no_second_order);
+    tcase_add_test(tc, test_a_sold_out_parent_is_answered_from_its_flag);
     suite_add_tcase(s, tc);
     return s;
 }

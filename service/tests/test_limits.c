@@ -79,18 +79,6 @@ static void assert_limited(const struct th_response *r, long long max_s)
                   max_s, r->headers);
 }
 
-/* The value of one /metrics sample, e.g. seckill_rate_limited_total{scope="addr"}. */
-static long long metric(int port, const char *sample)
-{
-    struct th_response m;
-    req(port, "GET", "/metrics", NULL, NULL, &m);
-    char want[160];
-    snprintf(want, sizeof want, "\n%s ", sample);
-    const char *p = strstr(m.body, want);
-    ck_assert_msg(p, "/metrics lacks %s", sample);
-    return atoll(p + strlen(want));
-}
-
 /* Orders, units, in the database for sku. */
 static long long db_orders(long long sku)
 {
@@ -143,7 +131,7 @@ START_TEST(test_a_buyer_past_the_burst_gets_429_and_the_refused_take_nothing)
     ck_assert_int_eq(th_redis_int(rc, key), 1000 - (ok + 1)); /* nor any stock */
     redisFree(rc);
     th_assert_invariants(1);
-    ck_assert_int_eq(metric(d.port, "seckill_rate_limited_total{scope=\"buyer\"}"), limited);
+    ck_assert_int_eq(th_metric(d.port, "seckill_rate_limited_total{scope=\"buyer\"}"), limited);
     th_daemon_stop(&d);
 }
 END_TEST
@@ -287,7 +275,7 @@ START_TEST(test_lookups_from_one_address_past_the_burst_get_429)
     long long secs = (clock_mono_ms() - t0) / 1000;
     ck_assert_msg(answered <= 10 + 1 + secs, "%d lookups answered in %lld s, bucket 10 + 1/s",
                   answered, secs);
-    ck_assert_int_eq(metric(d.port, "seckill_rate_limited_total{scope=\"addr\"}"), limited);
+    ck_assert_int_eq(th_metric(d.port, "seckill_rate_limited_total{scope=\"addr\"}"), limited);
     /* health and metrics are not the buyer API: never limited */
     struct th_response h;
     req(d.port, "GET", "/healthz", NULL, NULL, &h);
@@ -356,7 +344,8 @@ START_TEST(test_wrong_admin_tokens_past_the_burst_get_429_even_with_the_right_to
     /* the buyer API is another matter */
     lookup(d.port, "/api/v1/orders/1", &r);
     ck_assert_int_eq(r.status, 404);
-    ck_assert_int_eq(metric(d.port, "seckill_rate_limited_total{scope=\"admin_auth\"}"), limited);
+    ck_assert_int_eq(th_metric(d.port, "seckill_rate_limited_total{scope=\"admin_auth\"}"),
+                     limited);
     th_daemon_stop(&d);
 }
 END_TEST

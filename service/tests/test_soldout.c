@@ -287,17 +287,6 @@ static void assert_sold_out(const struct th_response *r)
                   "expected a plain 409 sold_out, got %d %s", r->status, r->body);
 }
 
-static long long metric(int port, const char *sample)
-{
-    struct th_response m;
-    ck_assert_int_eq(th_http(port, "GET", "/metrics", NULL, NULL, &m), 0);
-    char want[160];
-    snprintf(want, sizeof want, "\n%s ", sample);
-    const char *p = strstr(m.body, want);
-    ck_assert_msg(p, "/metrics lacks %s", sample);
-    return atoll(p + strlen(want));
-}
-
 #define LOCAL "seckill_orders_sold_out_local_total"
 
 /* Scripts Redis has run (EVALSHA, and EVAL after a NOSCRIPT), all clients. */
@@ -352,7 +341,7 @@ START_TEST(test_a_sold_out_storm_runs_no_scripts)
     order(d.port, 1, 3, 1, NULL, &fresh); /* Redis says: none left */
     assert_sold_out(&fresh);
     th_wait_drained(1, 15000);
-    long long before = scripts_run(), sold = metric(d.port, "seckill_orders_sold_out_total");
+    long long before = scripts_run(), sold = th_metric(d.port, "seckill_orders_sold_out_total");
     for (int i = 0; i < 200; i++) {
         order(d.port, 1, 1000 + i, 1, NULL, &r);
         assert_sold_out(&r);
@@ -361,8 +350,8 @@ START_TEST(test_a_sold_out_storm_runs_no_scripts)
     long long ran = scripts_run() - before;
     /* the writer's and reconciler's own scripts may run meanwhile: a few */
     ck_assert_msg(ran < 20, "200 sold-out answers ran %lld scripts", ran);
-    ck_assert_int_eq(metric(d.port, LOCAL), 200);
-    ck_assert_int_eq(metric(d.port, "seckill_orders_sold_out_total") - sold, 200);
+    ck_assert_int_eq(th_metric(d.port, LOCAL), 200);
+    ck_assert_int_eq(th_metric(d.port, "seckill_orders_sold_out_total") - sold, 200);
     /* answers the flag never stands for are unchanged */
     ck_assert_int_eq(order(d.port, 999, 1, 1, NULL, &r), 404);
     th_assert_invariants(1);
@@ -385,7 +374,7 @@ START_TEST(test_off_every_request_reaches_redis)
         assert_sold_out(&r);
     }
     ck_assert_int_ge(scripts_run() - before, 50);
-    ck_assert_int_eq(metric(d.port, LOCAL), 0);
+    ck_assert_int_eq(th_metric(d.port, LOCAL), 0);
     th_daemon_stop(&d);
 }
 END_TEST
@@ -443,7 +432,7 @@ START_TEST(test_a_restock_reopens_on_every_instance_within_100ms)
     ck_assert_int_eq(pthread_create(&th, NULL, storm_run, &s), 0);
     /* both instances answer from their flag before the restock */
     long long t0 = clock_mono_ms();
-    while (metric(a.port, LOCAL) == 0 || metric(b.port, LOCAL) == 0) {
+    while (th_metric(a.port, LOCAL) == 0 || th_metric(b.port, LOCAL) == 0) {
         ck_assert_msg(clock_mono_ms() - t0 < FLAG_WAIT_MS, "no flag on both instances");
         th_sleep_ms(POLL_MS);
     }
@@ -474,7 +463,7 @@ START_TEST(test_a_unit_given_back_here_is_sold_at_once)
     struct th_response r;
     order(d.port, 3, 5000, 1, NULL, &r);
     assert_sold_out(&r);
-    ck_assert_int_eq(metric(d.port, LOCAL), 1);
+    ck_assert_int_eq(th_metric(d.port, LOCAL), 1);
     adjust(d.port, 3, 1);
     ck_assert_int_eq(order(d.port, 3, 5001, 1, NULL, &r), 201);
     th_wait_drained(3, 15000);
@@ -496,11 +485,11 @@ START_TEST(test_a_retry_with_its_key_gets_its_order_not_sold_out)
     assert_sold_out(&r);
     order(d.port, 4, 3, 1, NULL, &r);
     assert_sold_out(&r);
-    ck_assert_int_eq(metric(d.port, LOCAL), 1); /* flagged */
+    ck_assert_int_eq(th_metric(d.port, LOCAL), 1); /* flagged */
     ck_assert_int_eq(order(d.port, 4, 1, 1, "buy-4-1", &r), 201);
     ck_assert_int_eq(th_json_int(r.body, "order_id", -1), th_json_int(first.body, "order_id", -2));
     ck_assert_msg(strstr(r.body, "\"replayed\":true"), "not a replay: %s", r.body);
-    ck_assert_int_eq(metric(d.port, LOCAL), 1);
+    ck_assert_int_eq(th_metric(d.port, LOCAL), 1);
     th_daemon_stop(&d);
 }
 END_TEST
@@ -516,7 +505,7 @@ START_TEST(test_sold_out_with_units_left_sets_no_flag)
     order(d.port, 5, 1, 5, NULL, &r); /* 5 wanted, 3 left */
     assert_sold_out(&r);
     ck_assert_int_eq(order(d.port, 5, 2, 1, NULL, &r), 201);
-    ck_assert_int_eq(metric(d.port, LOCAL), 0);
+    ck_assert_int_eq(th_metric(d.port, LOCAL), 0);
     th_wait_drained(5, 15000);
     th_assert_invariants(5);
     th_daemon_stop(&d);
