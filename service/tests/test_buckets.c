@@ -349,6 +349,42 @@ START_TEST(test_a_move_costs_the_buyer_no_second_order)
 }
 END_TEST
 
+/* The order's life on a bucketed SKU: a cancelled order gives its unit back
+ * to its own bucket, once, and its buyer may buy again (the limit of 1 is
+ * theirs again); its lookup names the bucket. */
+START_TEST(test_a_cancel_returns_the_unit_to_its_bucket)
+{
+    struct th_daemon d;
+    int64_t b[NB];
+    start_plain(&d);
+    create_parent(d.port, 570, NB, 1, b); /* one unit per bucket, one per buyer */
+    struct th_response r;
+    /* a payment step, so that a confirmed order may still be cancelled */
+    ck_assert_int_eq(adm(d.port, "PATCH", "/admin/v1/skus/570", "{\"payment_window_s\": 600}", &r),
+                     200);
+    ck_assert_int_eq(th_order(d.port, 570, 4, 1, NULL, &r), 201); /* bucket 1 */
+    long long id = th_json_int(r.body, "order_id", 0);
+    ck_assert_int_eq(th_order(d.port, 570, 4, 1, NULL, &r), 409); /* their limit */
+    char path[64], auth[TH_BUYER_AUTH_MAX];
+    snprintf(path, sizeof path, "/api/v1/orders/%lld", id);
+    th_buyer_auth(4, auth, sizeof auth);
+    ck_assert_int_eq(http(d.port, "GET", path, auth, NULL, &r), 200);
+    ck_assert_int_eq(th_json_int(r.body, "sku_id", 0), b[1]);
+    snprintf(path, sizeof path, "/api/v1/orders/%lld/cancel", id);
+    ck_assert_int_eq(http(d.port, "POST", path, auth, NULL, &r), 200);
+    /* again: the same answer (idempotent), and no second return */
+    ck_assert_int_eq(http(d.port, "POST", path, auth, NULL, &r), 200);
+    ck_assert_msg(strstr(r.body, "cancelled"), "%s", r.body);
+    ck_assert_int_eq(th_sku_int(b[1], KEY_STOCK), 1);
+    ck_assert_int_eq(pg("SELECT stock FROM skus WHERE id = %lld", b[1]), 1);
+    ck_assert_int_eq(
+        pg("SELECT count(*) FROM stock_ledger WHERE kind = 'return' AND sku_id = %lld", b[1]), 1);
+    ck_assert_int_eq(th_order(d.port, 570, 4, 1, NULL, &r), 201); /* theirs again */
+    assert_buckets_hold(b);
+    th_daemon_stop(&d);
+}
+END_TEST
+
 /* A sold-out storm on a parent: once every bucket together is empty, the
  * parent's local flag answers, without a reserve script or a refill each;
  * a restock opens it again within the flag's window. */
@@ -473,6 +509,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_refill_moves_only_what_is_missing);
     tcase_add_test(tc, test_a_move_costs_the_buyer_no_second_order);
     tcase_add_test(tc, test_a_sold_out_parent_is_answered_from_its_flag);
+    tcase_add_test(tc, test_a_cancel_returns_the_unit_to_its_bucket);
     suite_add_tcase(s, tc);
     return s;
 }
