@@ -2,7 +2,7 @@
 -- (metrics_max_skus): those whose sale has not ended first, then the newest.
 -- Read before Redis, so that stock minus Redis's stock never misses an order
 -- written between the two reads (seckill_sku_inflight_units).
-SELECT id, stock FROM skus
+SELECT id, stock, coalesce(parent_id, 0) FROM skus
 WHERE buckets = 1  -- a parent's stock is its buckets'
 ORDER BY (sale_ends_at IS NULL OR sale_ends_at > now()) DESC, id DESC
 LIMIT $1

@@ -387,7 +387,11 @@ static void render_sku_gauge(struct out *o, const struct metrics_sku *s, size_t 
             v = s[i].stock_db - s[i].stock_available;
             break;
         }
-        out_printf(o, "%s{sku=\"%" PRId64 "\"} %" PRId64 "\n", name, s[i].sku, v);
+        if (s[i].parent) /* a stock bucket: sum by (parent) gives the SKU buyers see */
+            out_printf(o, "%s{sku=\"%" PRId64 "\",parent=\"%" PRId64 "\"} %" PRId64 "\n", name,
+                       s[i].sku, s[i].parent, v);
+        else
+            out_printf(o, "%s{sku=\"%" PRId64 "\"} %" PRId64 "\n", name, s[i].sku, v);
     }
 }
 

@@ -114,6 +114,7 @@ void metrics_writer_batch(int64_t started_us, size_t entries);
 
 struct metrics_sku {
     int64_t sku;
+    int64_t parent;          /* a stock bucket's parent SKU (label parent=), else 0 */
     int64_t stock_db;        /* skus.stock */
     int has_available;       /* Redis holds the SKU's stock: stock_available is set */
     int64_t stock_available; /* Redis: units buyers can still reserve */

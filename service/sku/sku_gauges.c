@@ -123,6 +123,7 @@ int sku_gauges_read(struct worker_ctx *w, struct metrics_sku **out, size_t *n)
     for (size_t i = 0; i < count; i++) {
         skus[i].sku = strtoll(PQgetvalue(pr, (int)i, 0), NULL, 10);
         skus[i].stock_db = strtoll(PQgetvalue(pr, (int)i, 1), NULL, 10);
+        skus[i].parent = strtoll(PQgetvalue(pr, (int)i, 2), NULL, 10);
         struct sku_keys *k = &keys[i];
         keys_sku(k->stock, skus[i].sku, KEY_STOCK);
         keys_sku(k->stream, skus[i].sku, KEY_STREAM);

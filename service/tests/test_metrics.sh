@@ -51,6 +51,7 @@ export SECKILL_BUYER_TOKEN_SECRET=test-buyer-token-secret-0123456789abcdef
 CTL=$(dirname "$SECKILL_TEST_DAEMON")/seckillctl
 SKU=4242
 FAIL_SKU=4243
+PARENT_SKU=4244 # in two stock buckets, whose ids the sequence draws
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/seckill-metrics.XXXXXX")
 DAEMON_PID=
@@ -226,6 +227,15 @@ want_min "$P" seckill_writer_batch_orders_count 1
 want_min "$P" seckill_writer_batch_orders_sum 2
 want_min "$P" seckill_writer_batch_duration_seconds_count 1
 want_min "$P" 'seckill_writer_batch_duration_seconds_bucket{le="+Inf"}' 1
+
+# ---- 3. a SKU in stock buckets: a series per bucket, labelled with its parent
+expect 201 "$(admin POST /admin/v1/skus "{\"id\":$PARENT_SKU,\"name\":\"hot\",\"stock\":4,\"per_user_limit\":1,\"buckets\":2}")" \
+    "create a sku in two stock buckets"
+scrape "$TMP/buckets.prom" # promtool takes the extra label
+n=$(grep -c "^seckill_sku_stock_db{sku=\"[0-9]*\",parent=\"$PARENT_SKU\"} 2\$" "$TMP/buckets.prom" || true)
+[[ $n == 2 ]] || die "want two bucket series of seckill_sku_stock_db labelled parent=$PARENT_SKU, got $n"
+! grep -q "^seckill_sku_[a-z_]*{sku=\"$PARENT_SKU\"" "$TMP/buckets.prom" ||
+    die "the parent $PARENT_SKU has series of its own (it holds no stock)"
 
 # ---- 4. a store fails during a scrape: the rest still answers
 expect 201 "$(admin POST /admin/v1/skus "{\"id\":$FAIL_SKU,\"name\":\"fail\",\"stock\":1,\"per_user_limit\":1}")" \
