@@ -103,15 +103,12 @@ static int serve(const struct cfg *c)
     notifier = rlock_notifier_new(redis_conn_open, &lock_conn, err, sizeof err);
     struct rlock_watchdog_opts wo = {.lease_ms = (int)c->lock_ttl_ms,
                                      .op_timeout_ms = (int)c->redis_timeout_ms};
-    watchdog =
-        notifier ? rlock_watchdog_new(redis_conn_open, &lock_conn, &wo, err, sizeof err) : NULL;
+    /* On a cluster the watchdog sends each renewal to its lock's master. */
+    watchdog = notifier ? redis_conn_watchdog(&lock_conn, &wo, err, sizeof err) : NULL;
     if (!watchdog)
         goto out;
     rlock_notifier_set_default(notifier);
-    /* On a cluster the watchdog's one connection reaches one node, and a
-     * renewal for a key of another slot would be refused (MOVED): there,
-     * SKU locks keep their explicit lease (lock_ttl_ms) unrenewed. */
-    txlock_set_watchdog(lock_conn.target.nseeds > 0 ? NULL : watchdog);
+    txlock_set_watchdog(watchdog);
     ws = workers_start(c, err, sizeof err);
     if (!ws)
         goto out;

@@ -157,13 +157,30 @@ static int conn_stale(const redisContext *c)
     return n != 0; /* ready (EOF, error, stray bytes) or poll itself failed */
 }
 
+/* The options of every cluster client made for rc. */
+static struct rlock_cluster_opts cluster_opts(const struct redis_conn *rc)
+{
+    return (struct rlock_cluster_opts){.connect_timeout_ms = rc->connect_timeout_ms,
+                                       .io_timeout_ms = rc->timeout_ms,
+                                       .tryagain_ms = REDIS_CONN_TRYAGAIN_MS};
+}
+
+struct rlock_watchdog *redis_conn_watchdog(struct redis_conn *rc,
+                                           const struct rlock_watchdog_opts *o, char *err,
+                                           size_t errlen)
+{
+    if (rc->target.nseeds == 0)
+        return rlock_watchdog_new(redis_conn_open, rc, o, err, errlen);
+    struct rlock_cluster_opts co = cluster_opts(rc);
+    co.io_timeout_ms = 0; /* each renewal: the watchdog's own bound */
+    return rlock_watchdog_new_cluster(&rc->target, &co, o, err, errlen);
+}
+
 /* The cluster client, made on first use. */
 static struct rlock_cluster *cluster_of(struct redis_conn *rc)
 {
     if (!rc->cluster) {
-        struct rlock_cluster_opts o = {.connect_timeout_ms = rc->connect_timeout_ms,
-                                       .io_timeout_ms = rc->timeout_ms,
-                                       .tryagain_ms = REDIS_CONN_TRYAGAIN_MS};
+        struct rlock_cluster_opts o = cluster_opts(rc);
         char err[320];
         rc->cluster = rlock_cluster_new(&rc->target, &o, err, sizeof err);
         if (!rc->cluster)

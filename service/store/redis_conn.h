@@ -17,6 +17,7 @@
 #include <rlock/script.h>
 #include <rlock/sentinel.h>
 #include <rlock/url.h>
+#include <rlock/watch.h>
 
 struct redis_conn {
     struct rlock_url target; /* redis_url, parsed by rlock_url_parse() */
@@ -80,6 +81,15 @@ int redis_conn_check_credentials(const struct redis_conn *rc, char *err, size_t 
  * server answers for itself (SCAN). */
 int redis_conn_nservers(struct redis_conn *rc);
 redisContext *redis_conn_server(struct redis_conn *rc, int i);
+
+/* A lock watchdog (rlock/watch.h) whose renewals reach every lock of rc's
+ * Redis: connections made by redis_conn_open(rc) (one server, or the
+ * master the Sentinels name), or on a cluster a client of its own that
+ * sends each renewal to the master of the lock's slot.  rc must outlive it.
+ * NULL with err set. */
+struct rlock_watchdog *redis_conn_watchdog(struct redis_conn *rc,
+                                           const struct rlock_watchdog_opts *o, char *err,
+                                           size_t errlen);
 
 /* Which of the redis_conn_nservers() servers holds key (0 but on a cluster),
  * or -1 when that cannot be told now. */

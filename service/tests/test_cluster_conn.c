@@ -221,6 +221,41 @@ static long long int_on(int m, const char *key)
     return v;
 }
 
+/* The watchdog on a cluster: SKU locks on every master, with a lease far
+ * shorter than the test's sleep, are all still held (renewed, each on its
+ * own master) until released. */
+START_TEST(test_the_watchdog_renews_locks_on_every_master)
+{
+    setup();
+    char err[320];
+    ck_assert(cfg_set(&cfg, "lock_ttl_ms", "300", err, sizeof err) == 0);
+    struct rlock_watchdog_opts wo = {.lease_ms = 300, .op_timeout_ms = 200};
+    struct rlock_watchdog *wd = redis_conn_watchdog(&rc, &wo, err, sizeof err);
+    ck_assert_msg(wd != NULL, "%s", err);
+    txlock_set_watchdog(wd);
+    struct txlock t[MASTERS];
+    char lock[MASTERS][KEYS_MAX], type[32];
+    for (int m = 0; m < MASTERS; m++) {
+        int64_t sku = sku_on(m);
+        keys_sku(lock[m], sku, KEY_SKU_LOCK);
+        const char *keys[] = {lock[m]};
+        ck_assert_int_eq(txlock_acquire(&t[m], &rc, &cfg, sku, keys, 1), RLOCK_OK);
+    }
+    th_sleep_ms(1200); /* four leases */
+    for (int m = 0; m < MASTERS; m++) {
+        on_master(m, lock[m], type, sizeof type);
+        ck_assert_msg(strcmp(type, "string") == 0, "the lock on master %d expired", m);
+        ck_assert_int_eq(atomic_load(&t[m].lost), 0);
+        txlock_release(&t[m]);
+        on_master(m, lock[m], type, sizeof type);
+        ck_assert_str_eq(type, "");
+    }
+    txlock_set_watchdog(NULL);
+    rlock_watchdog_free(wd);
+    teardown();
+}
+END_TEST
+
 /* A fresh database, the cluster, and seckilld on it. */
 static void start_on_cluster(struct th_daemon *d)
 {
@@ -552,6 +587,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_commands_reach_the_master_of_their_keys);
     tcase_add_test(tc, test_a_pipeline_across_slots_keeps_its_order);
     tcase_add_test(tc, test_a_sku_lock_lives_on_the_sku_master);
+    tcase_add_test(tc, test_the_watchdog_renews_locks_on_every_master);
     tcase_add_test(tc, test_seckillctl_sees_locks_on_every_master);
     tcase_add_test(tc, test_async_scripts_and_subscriptions_follow_the_cluster);
     tcase_add_test(tc, test_a_sale_on_a_cluster);

@@ -9,6 +9,8 @@
  */
 #include "rlock/watch.h"
 
+#include "rlock/cluster.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -55,6 +57,7 @@ struct rlock_watchdog {
     int op_timeout_ms;
     rlock_connect_fn *connect;
     void *connect_arg;
+    struct rlock_cluster *cluster; /* instead of connect: a cluster, used on the thread only */
     struct rlock_watch *watches;
 };
 
@@ -98,6 +101,18 @@ static void renew(struct rlock_watchdog *wd, redisContext **c, struct rlock_watc
 {
     *gone = 0;
     *ok = 0;
+    redisReply *r;
+    if (wd->cluster) { /* to the master of the lock's first key, redirects followed */
+        char err[256];
+        r = rlock_cluster_script(wd->cluster, w->script, w->nkeys, w->nargs, (const char **)w->argv,
+                                 NULL, err, sizeof err);
+        if (r && r->type == REDIS_REPLY_INTEGER) {
+            *ok = r->integer == 1;
+            *gone = r->integer != 1;
+        }
+        freeReplyObject(r);
+        return;
+    }
     if (!*c) {
         redisContext *nc = wd->connect(wd->connect_arg);
         if (!nc || nc->err) {
@@ -108,8 +123,7 @@ static void renew(struct rlock_watchdog *wd, redisContext **c, struct rlock_watc
         (void)redisSetTimeout(nc, tv);
         *c = nc;
     }
-    redisReply *r =
-        rlock_script_run(*c, w->script, w->nkeys, w->nargs, (const char **)w->argv, NULL);
+    r = rlock_script_run(*c, w->script, w->nkeys, w->nargs, (const char **)w->argv, NULL);
     if (!r) {
         redisFree(*c); /* timed out or broken: a fresh connection next time */
         *c = NULL;
@@ -183,14 +197,14 @@ static void *watchdog_main(void *arg)
     return NULL;
 }
 
-struct rlock_watchdog *rlock_watchdog_new(rlock_connect_fn *connect, void *connect_arg,
-                                          const struct rlock_watchdog_opts *o, char *err,
-                                          size_t errlen)
+/* Allocates a watchdog with o's lease and timeout.  NULL with err set. */
+static struct rlock_watchdog *watchdog_alloc(const struct rlock_watchdog_opts *o, char *err,
+                                             size_t errlen)
 {
     int lease = o && o->lease_ms > 0 ? o->lease_ms : RLOCK_WATCHDOG_LEASE_MS;
     int timeout = o && o->op_timeout_ms > 0 ? o->op_timeout_ms : lease / 3;
-    if (!connect || lease < 30 || timeout <= 0) {
-        rlock_err_set(err, errlen, "watchdog: need a connect function and lease_ms >= 30");
+    if (lease < 30 || timeout <= 0) {
+        rlock_err_set(err, errlen, "watchdog: need lease_ms >= 30");
         return NULL;
     }
     struct rlock_watchdog *wd = calloc(1, sizeof *wd);
@@ -200,8 +214,12 @@ struct rlock_watchdog *rlock_watchdog_new(rlock_connect_fn *connect, void *conne
     }
     wd->lease_ms = lease;
     wd->op_timeout_ms = timeout;
-    wd->connect = connect;
-    wd->connect_arg = connect_arg;
+    return wd;
+}
+
+/* Starts wd's thread; frees wd (and its cluster) and returns NULL on failure. */
+static struct rlock_watchdog *watchdog_start(struct rlock_watchdog *wd, char *err, size_t errlen)
+{
     pthread_mutex_init(&wd->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -215,10 +233,48 @@ struct rlock_watchdog *rlock_watchdog_new(rlock_connect_fn *connect, void *conne
         pthread_cond_destroy(&wd->wake);
         pthread_cond_destroy(&wd->idle);
         pthread_mutex_destroy(&wd->mu);
+        rlock_cluster_free(wd->cluster);
         free(wd);
         return NULL;
     }
     return wd;
+}
+
+struct rlock_watchdog *rlock_watchdog_new(rlock_connect_fn *connect, void *connect_arg,
+                                          const struct rlock_watchdog_opts *o, char *err,
+                                          size_t errlen)
+{
+    if (!connect) {
+        rlock_err_set(err, errlen, "watchdog: need a connect function");
+        return NULL;
+    }
+    struct rlock_watchdog *wd = watchdog_alloc(o, err, errlen);
+    if (!wd)
+        return NULL;
+    wd->connect = connect;
+    wd->connect_arg = connect_arg;
+    return watchdog_start(wd, err, errlen);
+}
+
+struct rlock_watchdog *rlock_watchdog_new_cluster(const struct rlock_url *u,
+                                                  const struct rlock_cluster_opts *co,
+                                                  const struct rlock_watchdog_opts *o, char *err,
+                                                  size_t errlen)
+{
+    struct rlock_watchdog *wd = watchdog_alloc(o, err, errlen);
+    if (!wd)
+        return NULL;
+    struct rlock_cluster_opts opts = co ? *co : (struct rlock_cluster_opts){0};
+    if (opts.io_timeout_ms <= 0) /* a renewal's bound */
+        opts.io_timeout_ms = wd->op_timeout_ms;
+    if (opts.connect_timeout_ms <= 0)
+        opts.connect_timeout_ms = wd->op_timeout_ms;
+    wd->cluster = rlock_cluster_new(u, &opts, err, errlen);
+    if (!wd->cluster) {
+        free(wd);
+        return NULL;
+    }
+    return watchdog_start(wd, err, errlen);
 }
 
 void rlock_watchdog_free(struct rlock_watchdog *wd)
@@ -235,6 +291,7 @@ void rlock_watchdog_free(struct rlock_watchdog *wd)
     pthread_cond_destroy(&wd->wake);
     pthread_cond_destroy(&wd->idle);
     pthread_mutex_destroy(&wd->mu);
+    rlock_cluster_free(wd->cluster);
     free(wd);
 }
 

@@ -11,12 +11,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "harness_redis.h"
 #include "harness_rlock.h"
 #include <rlock/cluster.h>
 #include <rlock/script.h>
 #include <rlock/url.h>
+#include <rlock/watch.h>
 
 #define MASTERS 3
 
@@ -352,6 +354,46 @@ START_TEST(test_a_dead_idle_connection_is_found_before_sending)
 }
 END_TEST
 
+/* rlock_watchdog_new_cluster(): locks on two masters, a lease of 300 ms,
+ * a second of sleep: both held, each renewed on its own master. */
+START_TEST(test_the_cluster_watchdog_renews_on_every_master)
+{
+    cluster_start();
+    struct rlock_cluster *c = client();
+    char url[128], err[320];
+    snprintf(url, sizeof url, "redis-cluster://127.0.0.1:%d", nodes[0].port);
+    struct rlock_url u;
+    ck_assert_msg(rlock_url_parse(url, &u, err, sizeof err) == 0, "%s", err);
+    struct rlock_watchdog_opts wo = {.lease_ms = 300, .op_timeout_ms = 200};
+    struct rlock_watchdog *wd = rlock_watchdog_new_cluster(&u, NULL, &wo, err, sizeof err);
+    ck_assert_msg(wd != NULL, "%s", err);
+    struct rlock l[2] = {{0}, {0}};
+    char key[2][32];
+    struct rlock_opts o = {.ttl_ms = 0, .watchdog = wd};
+    for (int i = 0; i < 2; i++) {
+        key_on(i + 1, key[i], sizeof key[i]);
+        redisContext *n =
+            rlock_cluster_node(c, rlock_cluster_slot(key[i], strlen(key[i])), err, sizeof err);
+        ck_assert_msg(n != NULL, "%s", err);
+        ck_assert_int_eq(rlock_acquire(n, &l[i], key[i], &o), RLOCK_OK);
+    }
+    struct timespec pause = {1, 0};
+    nanosleep(&pause, NULL); /* three leases */
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(rlock_lost(&l[i]), 0);
+        redisReply *r = redisCommand(admin[i + 1], "PTTL %s", key[i]);
+        ck_assert(r && r->type == REDIS_REPLY_INTEGER && r->integer > 0);
+        freeReplyObject(r);
+        redisContext *n =
+            rlock_cluster_node(c, rlock_cluster_slot(key[i], strlen(key[i])), err, sizeof err);
+        ck_assert_int_eq(rlock_release(n, &l[i]), RLOCK_OK);
+    }
+    rlock_watchdog_free(wd);
+    rlock_cluster_free(c);
+    cluster_stop();
+}
+END_TEST
+
 static Suite *cluster_suite(void)
 {
     Suite *s = suite_create("rlock_cluster");
@@ -364,6 +406,7 @@ static Suite *cluster_suite(void)
     tcase_add_test(tc, test_scripts_are_loaded_where_they_are_missing);
     tcase_add_test(tc, test_a_dead_master_fails_fast);
     tcase_add_test(tc, test_a_dead_idle_connection_is_found_before_sending);
+    tcase_add_test(tc, test_the_cluster_watchdog_renews_on_every_master);
     suite_add_tcase(s, tc);
     return s;
 }

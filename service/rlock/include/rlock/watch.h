@@ -52,6 +52,20 @@ RLOCK_MUST_CHECK struct rlock_watchdog *rlock_watchdog_new(rlock_connect_fn *con
                                                            char *err, size_t errlen);
 
 /*
+ * The same for locks on a Redis Cluster (u: a redis-cluster:// URL): the
+ * thread keeps a cluster client of its own (rlock/cluster.h; co may be NULL,
+ * its timeouts then op_timeout_ms), and each renewal goes to the master of
+ * its lock's first key (the keys of one lock share a slot), following MOVED
+ * and ASK, so locks of every master are renewed, also after a failover or a
+ * reshard.  Returns NULL with err filled on a bad URL or lease.
+ */
+struct rlock_url;
+struct rlock_cluster_opts;
+RLOCK_MUST_CHECK struct rlock_watchdog *
+rlock_watchdog_new_cluster(const struct rlock_url *u, const struct rlock_cluster_opts *co,
+                           const struct rlock_watchdog_opts *o, char *err, size_t errlen);
+
+/*
  * Stops the thread (bounded by one renewal's timeout) and frees the
  * watchdog.  Every watched lock must have been released or cleared first.
  * NULL is a no-op.
