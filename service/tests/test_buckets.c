@@ -136,11 +136,11 @@ static void create_parent(int port, int64_t id, int64_t stock, int limit, int64_
     }
 }
 
-/* A fresh database and a daemon with the default settings. */
-static void start_plain(struct th_daemon *d)
+/* A fresh database and a daemon with env (NULL: the default settings). */
+static void start_with(struct th_daemon *d, const char *const *env)
 {
     th_reset();
-    th_daemon_start(d, NULL);
+    th_daemon_start(d, env);
 }
 
 static long long pg(const char *fmt, long long a)
@@ -165,7 +165,7 @@ START_TEST(test_create_splits_and_routes_by_user)
 {
     struct th_daemon d;
     int64_t b[NB];
-    start_plain(&d);
+    start_with(&d, NULL);
     create_parent(d.port, 500, 10, 5, b);
     /* 10 over 3: 4, 3, 3; the parent holds nothing and Redis never has it */
     ck_assert_int_eq(pg("SELECT stock FROM skus WHERE id = %lld", 500), 0);
@@ -202,7 +202,7 @@ START_TEST(test_an_empty_bucket_is_refilled_until_all_are_empty)
 {
     struct th_daemon d;
     int64_t b[NB];
-    start_plain(&d);
+    start_with(&d, NULL);
     create_parent(d.port, 510, 12, 1, b);
     /* every buyer in bucket 0 (user ids divisible by 3): its 4 units, then
      * the other buckets' 8 moved over to it; the 13th is sold out */
@@ -241,7 +241,7 @@ START_TEST(test_parent_deltas_split_and_replay_by_key)
 {
     struct th_daemon d;
     int64_t b[NB];
-    start_plain(&d);
+    start_with(&d, NULL);
     create_parent(d.port, 520, 9, 10, b);
     struct th_response r;
     const char *path = "/admin/v1/skus/520/stock-adjustments";
@@ -295,10 +295,9 @@ END_TEST
 
 START_TEST(test_a_bucket_redis_lost_comes_back_as_a_bucket)
 {
-    th_reset();
     const char *env[] = {"SECKILL_RECONCILE_INTERVAL_MS=200", NULL};
     struct th_daemon d;
-    th_daemon_start(&d, env);
+    start_with(&d, env);
     int64_t b[NB];
     create_parent(d.port, 530, 6, 5, b);
     struct th_response r;
@@ -333,11 +332,10 @@ END_TEST
  * the second try are the same order, not a second one (no 429). */
 START_TEST(test_a_move_costs_the_buyer_no_second_order)
 {
-    th_reset();
     const char *env[] = {"SECKILL_RATE_BUYER_ORDERS_PER_MIN=1", "SECKILL_RATE_BUYER_ORDERS_BURST=1",
                          NULL};
     struct th_daemon d;
-    th_daemon_start(&d, env);
+    start_with(&d, env);
     int64_t b[NB];
     create_parent(d.port, 550, NB, 1, b); /* one unit per bucket */
     struct th_response r;
@@ -356,7 +354,7 @@ START_TEST(test_a_cancel_returns_the_unit_to_its_bucket)
 {
     struct th_daemon d;
     int64_t b[NB];
-    start_plain(&d);
+    start_with(&d, NULL);
     create_parent(d.port, 570, NB, 1, b); /* one unit per bucket, one per buyer */
     struct th_response r;
     /* a payment step, so that a confirmed order may still be cancelled */
@@ -390,10 +388,9 @@ END_TEST
  * a restock opens it again within the flag's window. */
 START_TEST(test_a_sold_out_parent_is_answered_from_its_flag)
 {
-    th_reset();
     const char *env[] = {"SECKILL_SOLD_OUT_FLAG_MS=10000", NULL};
     struct th_daemon d;
-    th_daemon_start(&d, env);
+    start_with(&d, env);
     int64_t b[NB];
     create_parent(d.port, 560, NB, 1, b);
     struct th_response r;
