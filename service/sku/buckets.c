@@ -123,9 +123,9 @@ static int pick_ids(struct worker_ctx *w, int n, int64_t *ids)
             return -1;
         char key[KEYS_MAX];
         keys_sku(key, id, KEY_STOCK);
-        int at = servers > 1 ? redis_conn_server_of(&w->redis, key) : 0;
+        int at = servers > 1 ? redis_conn_server_of(&w->redis, key) : -1; /* -1: anywhere */
         for (int k = 0; k < n; k++)
-            if (!ids[k] && (at < 0 || servers < 2 || k % servers == at)) {
+            if (!ids[k] && (at < 0 || k % servers == at)) {
                 ids[k] = id;
                 filled++;
                 break;
@@ -140,12 +140,10 @@ static int pick_ids(struct worker_ctx *w, int n, int64_t *ids)
 /* What create_once found when an insert took no row. */
 enum taken { TAKEN_NONE, TAKEN_PARENT, TAKEN_BUCKET };
 
-/* Inserts the parent and its buckets (lj[k] is bucket k, t[i] the lock of
- * the i-th in lock order) in tx.  Returns 0, or -1 with *taken set when an id
- * was taken (else a failure). */
+/* Inserts the parent and its buckets (lj[i], whose lock is t[i]) in tx.
+ * Returns 0, or -1 with *taken set when an id was taken (else a failure). */
 static int insert_rows(struct dbtx *tx, const struct validate_sku *spec, int64_t parent,
-                       struct load_job *lj, const struct txlock *t, const int *order,
-                       enum taken *taken)
+                       struct load_job *lj, const struct txlock *t, enum taken *taken)
 {
     int n = (int)spec->buckets;
     char pid[24], limit[24], window[24], nb[24];
@@ -164,7 +162,7 @@ static int insert_rows(struct dbtx *tx, const struct validate_sku *spec, int64_t
         return -1;
     }
     for (int i = 0; i < n; i++) {
-        struct load_job *b = &lj[order[i]];
+        struct load_job *b = &lj[i];
         char sid[24], stock[24], fence[24];
         i64s(sid, sizeof sid, b->id);
         i64s(stock, sizeof stock, b->stock);
@@ -190,12 +188,17 @@ static int insert_rows(struct dbtx *tx, const struct validate_sku *spec, int64_t
 /* One attempt at creating parent with spec->buckets buckets, in one
  * transaction under every bucket's lock; each bucket is loaded into Redis
  * by its completion hook. */
+static int cmp_load_id(const void *a, const void *b)
+{
+    const struct load_job *x = a, *y = b;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
 static enum sku_result create_once(struct worker_ctx *w, const struct validate_sku *spec,
                                    int64_t parent, enum taken *taken, json_t **out)
 {
     int n = (int)spec->buckets;
     int64_t ids[SKU_MOVES_MAX], lock_ids[SKU_MOVES_MAX];
-    int order[SKU_MOVES_MAX];
     void *args[SKU_MOVES_MAX];
     *taken = TAKEN_NONE;
     if (pick_ids(w, n, ids) != 0)
@@ -220,29 +223,23 @@ static enum sku_result create_once(struct worker_ctx *w, const struct validate_s
         i64s(b->bucket, sizeof b->bucket, k);
         i64s(b->buckets, sizeof b->buckets, n);
         (void)redis_run_id(w, ids[k], b->run, sizeof b->run); /* "" only costs a rebuild */
-        order[k] = k;
     }
-    /* locks in id order, as every taker of several */
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && ids[order[j - 1]] > ids[order[j]]; j--) {
-            int x = order[j];
-            order[j] = order[j - 1];
-            order[j - 1] = x;
-        }
+    /* locks in id order, as every taker of several; each job names its bucket */
+    qsort(lj, (size_t)n, sizeof *lj, cmp_load_id);
     for (int i = 0; i < n; i++) {
-        lock_ids[i] = ids[order[i]];
-        args[i] = &lj[order[i]];
+        lock_ids[i] = lj[i].id;
+        args[i] = &lj[i];
     }
     enum sku_result res = SKU_UNAVAILABLE;
     struct dbtx *tx = sku_tx_begin_many(w, t, lock_ids, n, load_on_commit, args);
-    if (tx && insert_rows(tx, spec, parent, lj, t, order, taken) != 0) {
+    if (tx && insert_rows(tx, spec, parent, lj, t, taken) != 0) {
         (void)dbtx_rollback(tx);
         res = *taken == TAKEN_NONE ? SKU_UNAVAILABLE : SKU_EXISTS;
     } else if (tx) {
         res = sku_tx_commit_many(w, tx, t, n);
     }
-    for (int k = 0; res == SKU_OK && k < n; k++)
-        if (lj[k].res != SKU_OK)
+    for (int i = 0; res == SKU_OK && i < n; i++)
+        if (lj[i].res != SKU_OK)
             res = SKU_NOT_LOADED; /* in the database; the reconciler loads it */
     if (res == SKU_OK) {
         *out = sku_created_json(spec, parent);
@@ -425,12 +422,10 @@ static const char *const summed[] = {
     "rejected_orders", "paid_orders",    "cancelled_orders", "expired_orders",
 };
 
-enum sku_result sku_view_parent(struct worker_ctx *w, int64_t parent, const int64_t *buckets, int n,
-                                int admin, json_t **out)
+enum sku_result sku_view_parent(struct worker_ctx *w, const int64_t *buckets, int n, int admin,
+                                json_t **out)
 {
-    enum sku_result res = sku_view_row(w, parent, admin, out);
-    if (res != SKU_OK)
-        return res;
+    enum sku_result res = SKU_OK;
     int64_t total[sizeof summed / sizeof summed[0]] = {0};
     int unknown[sizeof summed / sizeof summed[0]] = {0};
     json_t *list = json_array();

@@ -34,14 +34,16 @@
 int sku_buckets_of(struct worker_ctx *w, int64_t sku, int64_t *ids, int cap);
 
 /* The parent's side of sku_create (spec->buckets > 1), sku_adjust and
- * sku_view (buckets[0..n) of parent), as sku.h describes them. */
+ * sku_view (buckets[0..n) of the parent), as sku.h describes them. */
 enum sku_result sku_create_buckets(struct worker_ctx *w, const struct validate_sku *spec,
                                    json_t **out);
 enum sku_result sku_adjust_parent(struct worker_ctx *w, int64_t parent, const int64_t *buckets,
                                   int n, int64_t delta, const char *reason, const char *idem,
                                   json_t **out);
-enum sku_result sku_view_parent(struct worker_ctx *w, int64_t parent, const int64_t *buckets, int n,
-                                int admin, json_t **out);
+/* sku_view_parent() turns *out, the parent row's own view, into the sum of
+ * its buckets' (freed and NULL on failure). */
+enum sku_result sku_view_parent(struct worker_ctx *w, const int64_t *buckets, int n, int admin,
+                                json_t **out);
 
 /* The place of buyer user's bucket among n. */
 static inline int sku_bucket_index(int64_t user, int n)

@@ -453,14 +453,18 @@ enum sku_result sku_reload(struct worker_ctx *w, int64_t sku, json_t **out)
 
 enum sku_result sku_view(struct worker_ctx *w, int64_t sku, int admin, json_t **out)
 {
-    *out = NULL;
+    enum sku_result res = sku_view_row(w, sku, admin, out);
+    /* A parent's own row says so: only then are its buckets read (the
+     * buyers' view of an ordinary SKU costs no more than before). */
+    if (res != SKU_OK || json_integer_value(json_object_get(*out, "buckets")) <= 1)
+        return res;
     int64_t buckets[SKU_MOVES_MAX];
     int nb = sku_buckets_of(w, sku, buckets, SKU_MOVES_MAX);
-    if (nb < 0)
-        return SKU_UNAVAILABLE;
     if (nb > 0)
-        return sku_view_parent(w, sku, buckets, nb, admin, out);
-    return sku_view_row(w, sku, admin, out);
+        return sku_view_parent(w, buckets, nb, admin, out);
+    json_decref(*out);
+    *out = NULL;
+    return SKU_UNAVAILABLE;
 }
 
 enum sku_result sku_set_window(struct worker_ctx *w, int64_t sku, int64_t window_s, json_t **out)
