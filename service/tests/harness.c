@@ -136,6 +136,15 @@ long long th_redis_int(redisContext *r, const char *key)
     return v;
 }
 
+int th_run(Suite *s)
+{
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
 long long th_sku_int(int64_t sku, enum keys_kind kind)
 {
     char key[KEYS_MAX];

@@ -8,6 +8,7 @@
 #ifndef SECKILL_TEST_HARNESS_H
 #define SECKILL_TEST_HARNESS_H
 
+#include <check.h>
 #include <hiredis.h>
 #include <libpq-fe.h>
 #include <stddef.h>
@@ -33,6 +34,9 @@ int th_free_port(void);
 
 /* Sleeps ms milliseconds (EINTR resumes the rest). */
 void th_sleep_ms(long ms);
+
+/* Runs every test of s; the exit status of a test binary's main(). */
+int th_run(Suite *s);
 
 /* Empties Redis and every table, so each test starts from nothing. */
 void th_reset(void);
