@@ -37,9 +37,18 @@ end
 -- A bucket sells only through its parent, and only to the buyers whose user
 -- id falls in it: the per-user limit and the Idempotency-Key live in one
 -- bucket, whoever routed the order.
+-- The user id mod the number of buckets, digit by digit: ids go up to
+-- 2^63-1, past what Lua's doubles hold exactly.
+local function user_mod(n)
+  local r = 0
+  for i = 1, #ARGV[1] do
+    r = (r * 10 + string.byte(ARGV[1], i) - 48) % n
+  end
+  return r
+end
 local parent = meta[5] or ''
 if parent ~= (ARGV[15] or '') or
-   (parent ~= '' and tonumber(ARGV[1]) % tonumber(meta[7]) ~= tonumber(meta[6])) then
+   (parent ~= '' and user_mod(tonumber(meta[7])) ~= tonumber(meta[6])) then
   return {'wrong_bucket'}
 end
 -- The stock and the sequence in one read (plain keys of the SKU's hash tag).
