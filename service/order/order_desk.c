@@ -275,7 +275,8 @@ static void refill_done(struct job *j)
     enum sku_result res = f->res;
     int64_t left = f->left;
     free(f);
-    if (res == SKU_OK && ++oc->rounds < oc->od->cfg->bucket_refill_rounds) {
+    if (res == SKU_OK) {
+        oc->rounds++;
         reserve(oc); /* units were moved into the bucket (or came): ask again */
         return;
     }
@@ -284,8 +285,7 @@ static void refill_done(struct job *j)
         finish(oc, ORDER_SOLD_OUT, NULL);
         return;
     }
-    /* failed, or other buyers emptied the bucket after every move */
-    finish(oc, ORDER_UNAVAILABLE, NULL);
+    finish(oc, ORDER_UNAVAILABLE, NULL); /* Redis or PostgreSQL failed, or the locks were busy */
 }
 
 /* The buyer's bucket is short of the order: move units into it from the
@@ -316,7 +316,12 @@ static void on_reserved(redisReply *r, enum redis_async_status st, void *arg)
     struct order_reply rep;
     order_parse_reply(r, &rep);
     if (oc->parent && rep.result == ORDER_SOLD_OUT && !rep.replayed) {
-        refill(oc); /* the bucket's sold_out is not the SKU's */
+        /* the bucket's sold_out is not the SKU's: a move, then a new try;
+         * after bucket_refill_rounds of them, others keep emptying it */
+        if (oc->rounds < oc->od->cfg->bucket_refill_rounds)
+            refill(oc);
+        else
+            finish(oc, ORDER_UNAVAILABLE, NULL);
         return;
     }
     if (rep.result == ORDER_SKU_NOT_LOADED) {
