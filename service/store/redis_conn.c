@@ -326,14 +326,25 @@ static int cluster_pipeline(struct redis_conn *rc, size_t n, const int *argcs,
 {
     struct rlock_cluster *cl = cluster_of(rc);
     redisContext **on = calloc(n ? n : 1, sizeof *on);
-    if (!on)
+    int *node = calloc(n ? n : 1, sizeof *node);
+    if (!on || !node)
         abort();
     char err[320] = "";
     int rc_ = cl ? 0 : -1;
+    /* Every command routed (map read, nodes connected) before the first is
+     * appended: routing may close or replace a connection, which must not
+     * hold unread commands then. */
     for (size_t i = 0; i < n && rc_ == 0; i++) {
         const char **argv = (const char **)argvs[i];
-        on[i] = rlock_cluster_node(cl, cmd_slot(argcs[i], argv, NULL), err, sizeof err);
-        if (!on[i] || redisAppendCommandArgv(on[i], argcs[i], argv, NULL) != REDIS_OK)
+        node[i] = rlock_cluster_node_of(cl, cmd_slot(argcs[i], argv, NULL), err, sizeof err);
+        rc_ = node[i] < 0 ? -1 : 0;
+    }
+    for (size_t i = 0; i < n && rc_ == 0; i++) {
+        on[i] = rlock_cluster_node_ctx(cl, node[i]);
+        if (!on[i]) /* closed by a later command's routing */
+            snprintf(err, sizeof err, "a node's connection was replaced while routing");
+        if (!on[i] ||
+            redisAppendCommandArgv(on[i], argcs[i], (const char **)argvs[i], NULL) != REDIS_OK)
             rc_ = -1;
     }
     for (size_t i = 0; i < n && rc_ == 0; i++) {
@@ -359,6 +370,7 @@ static int cluster_pipeline(struct redis_conn *rc, size_t n, const int *argcs,
         }
     }
     free(on);
+    free(node);
     if (rc_ == 0)
         return 0;
     if (cl)

@@ -361,6 +361,17 @@ redisContext *rlock_cluster_node(struct rlock_cluster *c, unsigned slot, char *e
     return n ? n->ctx : NULL;
 }
 
+int rlock_cluster_node_of(struct rlock_cluster *c, unsigned slot, char *err, size_t errlen)
+{
+    struct node *n = node_for(c, slot, err, errlen);
+    return n ? (int)(n - c->nodes) : -1;
+}
+
+redisContext *rlock_cluster_node_ctx(const struct rlock_cluster *c, int node)
+{
+    return node >= 0 && node < c->nnodes ? c->nodes[node].ctx : NULL;
+}
+
 /* "MOVED 3999 127.0.0.1:6381" / "ASK ...": the target's index, or -1. */
 static int redirect_target(struct rlock_cluster *c, const char *msg, unsigned *slot)
 {

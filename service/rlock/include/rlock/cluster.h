@@ -80,6 +80,16 @@ RLOCK_MUST_CHECK int rlock_cluster_refresh(struct rlock_cluster *c, char *err, s
  * NULL with err set when no node serves slot or it cannot be reached. */
 redisContext *rlock_cluster_node(struct rlock_cluster *c, unsigned slot, char *err, size_t errlen);
 
+/* For pipelines across slots: rlock_cluster_node_of() connects the node that
+ * serves slot (reading the map, reconnecting, as rlock_cluster_node() does)
+ * and names it by an index that stays the node's; rlock_cluster_node_ctx()
+ * is that node's connection now, with no I/O and no side effect (NULL if it
+ * was closed since).  Route every command first, then append them all
+ * through rlock_cluster_node_ctx(): no call between the appends can close
+ * or reuse a connection that holds unread commands. */
+int rlock_cluster_node_of(struct rlock_cluster *c, unsigned slot, char *err, size_t errlen);
+redisContext *rlock_cluster_node_ctx(const struct rlock_cluster *c, int node);
+
 /* The address of the master that serves slot (the map read first when
  * there is none or it went stale); connects nothing.  Returns 0, or -1 with
  * err set.  For clients of their own (an event loop's async connections)
