@@ -243,6 +243,10 @@ enum order_result order_rejection_result(const char *reason)
     return ORDER_REJECTED;
 }
 
+/* reserve.lua's ARGV[8] (0-based 7 here): whether a refusal is remembered
+ * under the Idempotency-Key ('0', '1', or '2': all but sold_out). */
+#define RESERVE_ARG_REMEMBER 7
+
 void order_reserve_prepare(struct order_reserve_call *c, int64_t sku, int64_t user, int64_t qty,
                            const char *idem, int buyers_key, int64_t idem_ttl_s,
                            int64_t deadline_ms)
@@ -286,8 +290,9 @@ void order_reserve_bucket(struct order_reserve_call *c, int64_t parent)
 {
     fmt_i64z(c->parent, parent);
     /* a bucket's sold_out may end with a transfer: not remembered under the key */
-    if (c->argv[KEYS_RESERVE_N + 7][0] == '1')
-        c->argv[KEYS_RESERVE_N + 7] = "2";
+    const char **remember = &c->argv[KEYS_RESERVE_N + RESERVE_ARG_REMEMBER];
+    if (**remember == '1')
+        *remember = "2";
 }
 
 void order_reserve_limit(struct order_reserve_call *c, int64_t per_min, int64_t burst)

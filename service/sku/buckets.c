@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/fmt.h"
 #include "core/keys.h"
 #include "core/log.h"
 #include "core/metrics.h"
@@ -21,15 +22,10 @@
  * bucket's Redis guard refused the part it was given). */
 #define ADJUST_ROUNDS 3
 
-static void i64s(char *buf, size_t cap, int64_t v)
-{
-    snprintf(buf, cap, "%" PRId64, v);
-}
-
 int sku_buckets_of(struct worker_ctx *w, int64_t sku, int64_t *ids, int cap)
 {
     char sid[24];
-    i64s(sid, sizeof sid, sku);
+    fmt_i64z(sid, sku);
     PGresult *r = db_query(&w->db, "sku_buckets", 1, (const char *[]){sid});
     if (!r)
         return -1;
@@ -147,10 +143,10 @@ static int insert_rows(struct dbtx *tx, const struct validate_sku *spec, int64_t
 {
     int n = (int)spec->buckets;
     char pid[24], limit[24], window[24], nb[24];
-    i64s(pid, sizeof pid, parent);
-    i64s(limit, sizeof limit, spec->per_user_limit);
-    i64s(window, sizeof window, spec->payment_window_s);
-    i64s(nb, sizeof nb, n);
+    fmt_i64z(pid, parent);
+    fmt_i64z(limit, spec->per_user_limit);
+    fmt_i64z(window, spec->payment_window_s);
+    fmt_i64z(nb, n);
     const char *starts = spec->has_starts ? lj[0].starts_ms : NULL;
     const char *ends = spec->has_ends ? lj[0].ends_ms : NULL;
     const char *prow[] = {pid, spec->name, "0", limit, starts, ends, "0", window, nb, NULL, NULL};
@@ -164,9 +160,9 @@ static int insert_rows(struct dbtx *tx, const struct validate_sku *spec, int64_t
     for (int i = 0; i < n; i++) {
         struct load_job *b = &lj[i];
         char sid[24], stock[24], fence[24];
-        i64s(sid, sizeof sid, b->id);
-        i64s(stock, sizeof stock, b->stock);
-        i64s(fence, sizeof fence, t[i].fence);
+        fmt_i64z(sid, b->id);
+        fmt_i64z(stock, b->stock);
+        fmt_i64z(fence, t[i].fence);
         const char *row[] = {sid,   spec->name, stock, limit, starts,   ends,
                              fence, window,     "1",   pid,   b->bucket};
         r = tx_query(tx, "sku_insert", 11, row);
@@ -216,12 +212,12 @@ static enum sku_result create_once(struct worker_ctx *w, const struct validate_s
                                .stock = spec->stock / n + (k < spec->stock % n),
                                .limit = spec->per_user_limit};
         if (spec->has_starts)
-            i64s(b->starts_ms, sizeof b->starts_ms, spec->starts_ms);
+            fmt_i64z(b->starts_ms, spec->starts_ms);
         if (spec->has_ends)
-            i64s(b->ends_ms, sizeof b->ends_ms, spec->ends_ms);
-        i64s(b->parent, sizeof b->parent, parent);
-        i64s(b->bucket, sizeof b->bucket, k);
-        i64s(b->buckets, sizeof b->buckets, n);
+            fmt_i64z(b->ends_ms, spec->ends_ms);
+        fmt_i64z(b->parent, parent);
+        fmt_i64z(b->bucket, k);
+        fmt_i64z(b->buckets, n);
         (void)redis_run_id(w, ids[k], b->run, sizeof b->run); /* "" only costs a rebuild */
     }
     /* locks in id order, as every taker of several; each job names its bucket */
@@ -345,7 +341,7 @@ enum sku_result sku_bucket_refill(struct worker_ctx *w, int64_t parent, const in
 static int64_t parent_stock(struct worker_ctx *w, int64_t parent)
 {
     char pid[24];
-    i64s(pid, sizeof pid, parent);
+    fmt_i64z(pid, parent);
     PGresult *r = db_query(&w->db, "sku_parent_stock", 1, (const char *[]){pid});
     long long v;
     int ok = r && db_get_i64(r, 0, 0, &v) == 0;
@@ -390,14 +386,21 @@ enum sku_result sku_adjust_parent(struct worker_ctx *w, int64_t parent, const in
         for (int i = 0; i < n; i++)
             m[i] = (struct sku_move){.sku = buckets[i], .delta = part[i]};
         res = sku_adjust_moves(w, m, n, &rq, &rp, &refused);
-        if (res == SKU_OK && !rp.found && sum(part, n) != delta)
-            res = SKU_INSUFFICIENT; /* cannot happen: a key's lookup with nothing to take */
+        if (res == SKU_OK && !rp.found && sum(part, n) != delta) {
+            res = SKU_INSUFFICIENT; /* the key was new, and the buckets cannot give it */
+            break;
+        }
     }
     if (res != SKU_OK && res != SKU_INSUFFICIENT)
         return res;
-    int64_t stock = parent_stock(w, parent);
-    if (stock < 0 || read_available(w, buckets, n, avail) != 0)
-        return res == SKU_OK ? SKU_OK : SKU_UNAVAILABLE;
+    /* What the buckets hold now: the database's under the locks just held
+     * when this delta was applied, else read again. */
+    int64_t stock = 0;
+    for (int i = 0; res == SKU_OK && !rp.found && i < n; i++)
+        stock += m[i].stock;
+    if ((res != SKU_OK || rp.found) && (stock = parent_stock(w, parent)) < 0)
+        return SKU_UNAVAILABLE;
+    int unread = read_available(w, buckets, n, avail);
     if (res == SKU_INSUFFICIENT) {
         *out = json_pack("{s:I, s:I}", "stock", (json_int_t)stock, "available",
                          (json_int_t)sum(avail, n));
@@ -405,9 +408,9 @@ enum sku_result sku_adjust_parent(struct worker_ctx *w, int64_t parent, const in
     }
     if (!rp.found)
         metrics_add(M_STOCK_ADJUSTMENTS, 1);
-    *out = json_pack("{s:I, s:I, s:I, s:I}", "sku_id", (json_int_t)parent, "delta",
+    *out = json_pack("{s:I, s:I, s:I, s:o}", "sku_id", (json_int_t)parent, "delta",
                      (json_int_t)delta, "stock", (json_int_t)(rp.found ? rp.stock : stock),
-                     "available", (json_int_t)sum(avail, n));
+                     "available", unread ? json_null() : json_integer(sum(avail, n)));
     if (rp.found)
         json_object_set_new(*out, "replayed", json_true());
     return SKU_OK;

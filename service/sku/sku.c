@@ -10,17 +10,13 @@
 
 #include "core/embedded.h"
 #include "core/fault.h"
+#include "core/fmt.h"
 #include "core/keys.h"
 #include "core/log.h"
 #include "core/metrics.h"
 #include "core/timefmt.h"
 #include "store/dbtx.h"
 #include "store/txlock.h"
-
-static void i64s(char *buf, size_t cap, int64_t v)
-{
-    snprintf(buf, cap, "%" PRId64, v);
-}
 
 /* ---- create ------------------------------------------------------------ */
 
@@ -36,20 +32,20 @@ static enum sku_result create_with_id(struct worker_ctx *w, const struct validat
                           .limit = spec->per_user_limit};
     (void)redis_run_id(w, id, lj.run, sizeof lj.run); /* "" only costs a rebuild later */
     if (spec->has_starts)
-        i64s(lj.starts_ms, sizeof lj.starts_ms, spec->starts_ms);
+        fmt_i64z(lj.starts_ms, spec->starts_ms);
     if (spec->has_ends)
-        i64s(lj.ends_ms, sizeof lj.ends_ms, spec->ends_ms);
+        fmt_i64z(lj.ends_ms, spec->ends_ms);
     struct txlock t;
     struct dbtx *tx = sku_tx_begin(w, &t, id, load_on_commit, &lj);
     if (!tx)
         return SKU_UNAVAILABLE;
     char sid[24], stock[24], limit[24], window[24];
-    i64s(sid, sizeof sid, id);
-    i64s(stock, sizeof stock, spec->stock);
-    i64s(limit, sizeof limit, spec->per_user_limit);
-    i64s(window, sizeof window, spec->payment_window_s);
+    fmt_i64z(sid, id);
+    fmt_i64z(stock, spec->stock);
+    fmt_i64z(limit, spec->per_user_limit);
+    fmt_i64z(window, spec->payment_window_s);
     char fence[24];
-    i64s(fence, sizeof fence, t.fence);
+    fmt_i64z(fence, t.fence);
     const char *ins[] = {sid,
                          spec->name,
                          stock,
@@ -285,7 +281,7 @@ static enum sku_result check_once(struct worker_ctx *w, int64_t sku, enum sku_ch
     if (!tx)
         return SKU_UNAVAILABLE;
     char sid[24];
-    i64s(sid, sizeof sid, sku);
+    fmt_i64z(sid, sku);
     int fenced = txlock_fence(&t, tx, &c->db_stock);
     if (fenced != 1) {
         *stale = fenced == TXLOCK_STALE;
@@ -407,7 +403,7 @@ enum sku_result sku_peek(struct worker_ctx *w, int64_t sku, struct sku_check *c)
     memset(c, 0, sizeof *c);
     c->sku = sku;
     char sid[24], run[48];
-    i64s(sid, sizeof sid, sku);
+    fmt_i64z(sid, sku);
     PGresult *r = db_query(&w->db, "sku_get", 1, (const char *[]){sid});
     if (!r)
         return SKU_UNAVAILABLE;
@@ -471,8 +467,8 @@ enum sku_result sku_set_window(struct worker_ctx *w, int64_t sku, int64_t window
 {
     *out = NULL;
     char sid[24], win[24];
-    i64s(sid, sizeof sid, sku);
-    i64s(win, sizeof win, window_s);
+    fmt_i64z(sid, sku);
+    fmt_i64z(win, window_s);
     PGresult *r = db_query(&w->db, "sku_set_window", 2, (const char *[]){sid, win});
     if (!r)
         return SKU_UNAVAILABLE;
@@ -488,7 +484,7 @@ enum sku_result sku_set_window(struct worker_ctx *w, int64_t sku, int64_t window
 enum sku_result sku_exists(struct worker_ctx *w, int64_t sku)
 {
     char sid[24];
-    i64s(sid, sizeof sid, sku);
+    fmt_i64z(sid, sku);
     PGresult *r = db_query(&w->db, "sku_get", 1, (const char *[]){sid});
     if (!r)
         return SKU_UNAVAILABLE;

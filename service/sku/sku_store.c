@@ -7,15 +7,11 @@
 
 #include "core/embedded.h"
 #include "core/fault.h"
+#include "core/fmt.h"
 #include "core/keys.h"
 #include "core/log.h"
 #include "core/metrics.h"
 #include "core/timefmt.h"
-
-static void i64s(char *buf, size_t cap, int64_t v)
-{
-    snprintf(buf, cap, "%" PRId64, v);
-}
 
 /* Takes the SKU's lock.  Returns 0, or -1 (logged) when busy or Redis failed. */
 static int lock_sku(struct worker_ctx *w, struct txlock *t, int64_t sku)
@@ -96,8 +92,8 @@ void load_on_commit(enum dbtx_outcome outcome, void *arg)
     if (outcome != DBTX_COMMITTED || !lj->wanted)
         return;
     char stock[24], limit[24];
-    i64s(stock, sizeof stock, lj->stock);
-    i64s(limit, sizeof limit, lj->limit);
+    fmt_i64z(stock, lj->stock);
+    fmt_i64z(limit, lj->limit);
     int pairs = lj->bought ? PQntuples(lj->bought) : 0;
     const char **argv = calloc(6 + LOAD_NARGS + 2 * (size_t)pairs, sizeof *argv);
     if (!argv)
@@ -135,7 +131,7 @@ void load_on_commit(enum dbtx_outcome outcome, void *arg)
 int draw_epoch(struct dbtx *tx, struct load_job *lj)
 {
     char sid[24];
-    i64s(sid, sizeof sid, lj->id);
+    fmt_i64z(sid, lj->id);
     PGresult *r = tx_query(tx, "epoch_new", 1, (const char *[]){sid});
     int ok = r && PQntuples(r) == 1;
     if (ok)
@@ -289,7 +285,7 @@ static int adjust_replayed(struct dbtx *tx, int64_t scope, int parent, const cha
                            struct sku_replay *rp)
 {
     char sid[24];
-    i64s(sid, sizeof sid, scope);
+    fmt_i64z(sid, scope);
     PGresult *r = tx_query(tx, parent ? "ledger_admin_by_key_parent" : "ledger_admin_by_key", 2,
                            (const char *[]){sid, idem});
     if (!r)
@@ -320,7 +316,7 @@ static enum sku_result adjust_redis(struct worker_ctx *w, struct sku_move *m, st
     keys_sku(meta, m->sku, KEY_META);
     keys_sku(stock, m->sku, KEY_STOCK);
     keys_sku(adj, m->sku, KEY_ADJUST);
-    i64s(d, sizeof d, m->delta);
+    fmt_i64z(d, m->delta);
     const char *argv[] = {meta, stock, adj, d, a->id};
     a->sent = 1;
     redisReply *rr = redis_conn_script(&w->redis, &script_stock_adjust, 3, 2, argv, NULL);
@@ -401,8 +397,8 @@ static enum sku_result adjust_once(struct worker_ctx *w, struct sku_move *m, int
         if (m[i].delta == 0)
             continue;
         char sid[24], d[24], after[24];
-        i64s(sid, sizeof sid, m[i].sku);
-        i64s(d, sizeof d, m[i].delta);
+        fmt_i64z(sid, m[i].sku);
+        fmt_i64z(d, m[i].delta);
         PGresult *r = tx_query(tx, "sku_adjust", 2, (const char *[]){sid, d});
         if (!r || PQntuples(r) == 0) { /* the fence found the row: the guard refused */
             enum sku_result res = r ? SKU_INSUFFICIENT : SKU_UNAVAILABLE;
@@ -413,7 +409,7 @@ static enum sku_result adjust_once(struct worker_ctx *w, struct sku_move *m, int
         }
         m[i].stock = atoll(PQgetvalue(r, 0, 0));
         PQclear(r);
-        i64s(after, sizeof after, m[i].stock);
+        fmt_i64z(after, m[i].stock);
         const char *led[] = {sid, "admin", d, after, NULL, rq->reason, rq->idem};
         r = tx_query(tx, "ledger_insert", 7, led);
         PQclear(r);
@@ -495,7 +491,7 @@ enum sku_result sku_view_row(struct worker_ctx *w, int64_t sku, int admin, json_
 {
     *out = NULL;
     char sid[24];
-    i64s(sid, sizeof sid, sku);
+    fmt_i64z(sid, sku);
     PGresult *r = db_query(&w->db, "sku_get", 1, (const char *[]){sid});
     if (!r)
         return SKU_UNAVAILABLE;
