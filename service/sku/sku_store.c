@@ -65,7 +65,7 @@ PGresult *tx_query(struct dbtx *tx, const char *name, int n, const char *const *
     return r;
 }
 
-/* ---- loading into Redis (sku_internal.h) ------------------------------- */
+/* ---- loading into Redis (sku_store.h) ---------------------------------- */
 
 int redis_run_id(struct worker_ctx *w, int64_t sku, char *out, size_t cap)
 {

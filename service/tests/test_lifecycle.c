@@ -15,6 +15,7 @@
 
 #include "core/embedded.h"
 #include "core/keys.h"
+#include "core/metrics.h"
 #include "harness.h"
 #include "order/order.h"
 #include "order/order_life.h"
@@ -260,6 +261,15 @@ START_TEST(test_pending_cancel_is_written_as_cancelled)
     /* cancelling it again after the write: already cancelled */
     ck_assert_int_eq(cancel(a, 5), LIFE_REPLAYED);
     ck_assert_int_eq(th_sku_int(4, KEY_STOCK), 9);
+    /* the writer counted one pending order cancelled and one confirmed */
+    size_t len;
+    char *m = metrics_render(&len);
+    ck_assert_ptr_nonnull(m);
+    ck_assert_ptr_nonnull(
+        strstr(m, "seckill_order_transitions_total{from=\"pending\",to=\"cancelled\"} 1\n"));
+    ck_assert_ptr_nonnull(
+        strstr(m, "seckill_order_transitions_total{from=\"pending\",to=\"confirmed\"} 1\n"));
+    free(m);
     th_assert_invariants(4);
 }
 END_TEST
@@ -596,6 +606,10 @@ START_TEST(test_http_lifecycle_answers_and_metrics)
         strstr(res.body, "seckill_order_transitions_total{from=\"confirmed\",to=\"cancelled\"} 1"));
     ck_assert_ptr_nonnull(
         strstr(res.body, "seckill_order_transitions_total{from=\"confirmed\",to=\"expired\"} 1"));
+    ck_assert_ptr_nonnull(
+        strstr(res.body, "seckill_order_transitions_total{from=\"pending\",to=\"confirmed\"} 4"));
+    ck_assert_ptr_nonnull(
+        strstr(res.body, "seckill_order_transitions_total{from=\"pending\",to=\"rejected\"} 0"));
     ck_assert_int_eq(th_daemon_stop(&d), 0);
     th_assert_invariants(30);
 }
