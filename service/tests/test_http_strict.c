@@ -2,12 +2,15 @@
  * The daemon's HTTP layer over raw sockets: an ambiguous request is refused
  * (400, or 501 for a transfer coding we do not speak) and its connection
  * closed, so a request smuggled behind it is never answered; a client that
- * trickles its request is cut off by the request deadline; hundreds of such
- * clients do not keep a buyer waiting; the connection caps refuse the extra
- * connection; a known method on the wrong path is 405 with Allow.
+ * trickles its request is cut off by the request deadline, and hundreds of
+ * such clients do not keep a buyer waiting; a keep-alive connection serves a
+ * prompt second request but is closed once left idle past its deadline; the
+ * connection caps refuse the extra connection; a known method on the wrong
+ * path is 405 with Allow.
  *
  * Waits are bounded generously and the assertions are on outcomes (status,
- * closed or not), never on how fast something happened.
+ * closed or not), never on how fast something happened (the idle close is
+ * only required to come within a bound several times its deadline).
  */
 #include <arpa/inet.h>
 #include <check.h>
@@ -326,6 +329,57 @@ START_TEST(test_slow_body_is_cut_by_the_request_deadline)
 }
 END_TEST
 
+/* The idle deadline here, and the most the test waits for it to close. */
+#define IDLE_MS 1000
+#define IDLE_CLOSE_BOUND_MS 5000
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+static long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+START_TEST(test_idle_keep_alive_connection_is_closed_by_the_idle_deadline)
+{
+    th_reset();
+    struct th_daemon d;
+    /* a request deadline far past the bound: only the idle one can close */
+    static const char *const env[] = {"SECKILL_HTTP_IDLE_TIMEOUT_MS=" STR(IDLE_MS),
+                                      "SECKILL_HTTP_REQUEST_TIMEOUT_MS=600000", NULL};
+    th_daemon_start(&d, env);
+    static const char req[] = "GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n";
+    int fd = connect_to(d.port);
+    struct answers a;
+    send_all(fd, req, sizeof req - 1);
+    read_answers(fd, &a, 1);
+    ck_assert_msg(a.count == 1 && a.status[0] == 200 && !a.closed, "first: %d answers, closed %d",
+                  a.count, a.closed);
+    /* kept alive: a request soon after (well within IDLE_MS) is answered */
+    th_sleep_ms(50);
+    send_all(fd, req, sizeof req - 1);
+    read_answers(fd, &a, 1);
+    ck_assert_msg(a.count == 1 && a.status[0] == 200 && !a.closed, "second: %d answers, closed %d",
+                  a.count, a.closed);
+    /* then idle: the daemon closes it, without a word, within the bound */
+    long start = now_ms();
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    int ready = poll(&pf, 1, IDLE_CLOSE_BOUND_MS);
+    long waited = now_ms() - start;
+    ck_assert_msg(ready == 1,
+                  "an idle connection (idle deadline %d ms) was still open after %ld ms", IDLE_MS,
+                  waited);
+    char c;
+    ssize_t r = recv(fd, &c, 1, 0);
+    ck_assert_msg(r == 0 || (r < 0 && errno == ECONNRESET), "after %ld ms idle: recv %zd (%s)",
+                  waited, r, r < 0 ? strerror(errno) : "data");
+    close(fd);
+    th_daemon_stop(&d);
+}
+END_TEST
+
 START_TEST(test_buyers_are_served_while_hundreds_of_slow_clients_wait)
 {
     th_reset();
@@ -565,6 +619,7 @@ int main(void)
     tcase_add_test(tc, test_keep_alive_pipelining_head_and_http10);
     tcase_add_test(tc, test_slow_headers_are_cut_by_the_request_deadline);
     tcase_add_test(tc, test_slow_body_is_cut_by_the_request_deadline);
+    tcase_add_test(tc, test_idle_keep_alive_connection_is_closed_by_the_idle_deadline);
     tcase_add_test(tc, test_buyers_are_served_while_hundreds_of_slow_clients_wait);
     tcase_add_test(tc, test_per_address_cap_refuses_the_extra_connection);
     tcase_add_test(tc, test_global_cap_refuses_the_extra_connection);
