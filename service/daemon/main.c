@@ -65,10 +65,9 @@ static int serve(const struct cfg *c)
     /* Without it no buyer can be told from another: the buyer API would
      * refuse every order, so a sale cannot start (cfg_check refused a short one). */
     if (!c->buyer_token_secret[0]) {
-        fprintf(stderr,
-                "seckilld: buyer_token_secret is not set: buyers are identified by tokens signed "
-                "with it (SECKILL_BUYER_TOKEN_SECRET or the config file, at least %d bytes)\n",
-                BUYER_TOKEN_SECRET_MIN_BYTES);
+        log_error("buyer_token_secret is not set: buyers are identified by tokens signed with it "
+                  "(SECKILL_BUYER_TOKEN_SECRET or the config file, at least %d bytes)",
+                  BUYER_TOKEN_SECRET_MIN_BYTES);
         return 1;
     }
 
@@ -76,7 +75,7 @@ static int serve(const struct cfg *c)
      * submit to them, the writer last.  Teardown runs in reverse. */
     struct event_base *base = event_base_new();
     if (!base) {
-        fprintf(stderr, "seckilld: cannot create the main event loop\n");
+        log_error("cannot create the main event loop");
         return 1;
     }
     struct event *sigint = evsignal_new(base, SIGINT, on_signal, base);
@@ -133,7 +132,7 @@ static int serve(const struct cfg *c)
     rc = 0;
 out:
     if (rc)
-        fprintf(stderr, "seckilld: %s\n", err);
+        log_error("%s", err);
     /* Teardown, reverse order: writers; then the workers, whose last answers
      * still reach running loops; then each loop answers what waits on Redis
      * (503) and exits; the pool's memory goes last, as loops may still submit
@@ -167,7 +166,7 @@ int main(int argc, char **argv)
         }
     /* libevent must know about threads before any base exists. */
     if (evthread_use_pthreads() != 0) {
-        fprintf(stderr, "seckilld: libevent has no pthreads support\n");
+        log_error("libevent has no pthreads support");
         return 1;
     }
     signal(SIGPIPE, SIG_IGN);
@@ -175,18 +174,21 @@ int main(int argc, char **argv)
     cfg_defaults(&c);
     char err[400];
     int first = argc;
+    /* Fatal start-up errors are log records too, escaped onto one line: a
+     * refused value is quoted in err, and an environment value may hold a
+     * newline that would otherwise forge a record of its own. */
     if (cfg_load(&c, argc, argv, &first, err, sizeof err) != 0) {
-        fprintf(stderr, "seckilld: %s\n", err);
+        log_error("%s", err);
         cfg_free(&c);
         return 2;
     }
     if (cfg_check(&c, err, sizeof err) != 0) {
-        fprintf(stderr, "seckilld: %s\n", err);
+        log_error("%s", err);
         cfg_free(&c);
         return 2;
     }
     if (log_set_level(c.log_level) != 0) {
-        fprintf(stderr, "seckilld: log_level must be debug, info, warn or error\n");
+        log_error("log_level must be debug, info, warn or error");
         cfg_free(&c);
         return 2;
     }
@@ -200,7 +202,7 @@ int main(int argc, char **argv)
     } else if (strcmp(cmd, "serve") == 0) {
         rc = serve(&c);
     } else {
-        fprintf(stderr, "seckilld: unknown command \"%s\"\n", cmd);
+        log_error("unknown command \"%s\"", cmd);
         usage(stderr);
         rc = 2;
     }

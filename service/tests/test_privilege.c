@@ -3,6 +3,8 @@
  * Redis ACL user and PostgreSQL role can do what the service does and nothing
  * else, Redis's default user is gone, neither server runs as root, a user
  * name in redis_url is used, and secrets never come from the command line.
+ * A refused start-up setting is reported as one log record, escaped onto one
+ * line, so a value from the environment cannot forge records of its own.
  */
 #include <check.h>
 #include <errno.h>
@@ -391,6 +393,31 @@ START_TEST(test_short_admin_token_is_refused_at_start)
 }
 END_TEST
 
+/* A forged record, as a value with a newline would write it raw. */
+#define FORGED "ERROR forged record"
+
+START_TEST(test_a_refused_setting_is_one_escaped_log_record)
+{
+    const char *env[] = {"SECKILL_HTTP_THREADS=3\n" FORGED, NULL};
+    const char *args[] = {"serve", NULL};
+    struct run r;
+    run_daemon(&r, env, args);
+    ck_assert_int_eq(r.status, 2);
+    /* exactly one line: the one record, in the log format, the value escaped */
+    const char *nl = strchr(r.out, '\n');
+    ck_assert_msg(nl && nl[1] == '\0', "not one line: %s", r.out);
+    ck_assert_msg(strstr(r.out, " ERROR http_threads: \"3\\n" FORGED "\" is not an integer"),
+                  "not an escaped ERROR record: %s", r.out);
+    /* the command is echoed too: it is escaped the same way */
+    const char *bad_cmd[] = {"serve\n" FORGED, NULL};
+    run_daemon(&r, NULL, bad_cmd);
+    ck_assert_int_eq(r.status, 2);
+    ck_assert_msg(strstr(r.out, " ERROR unknown command \"serve\\n" FORGED "\"\n"),
+                  "not an escaped ERROR record: %s", r.out);
+    ck_assert_msg(!strstr(r.out, "\n" FORGED), "a forged line: %s", r.out);
+}
+END_TEST
+
 START_TEST(test_admin_token_file_works)
 {
     th_reset();
@@ -428,6 +455,7 @@ int main(void)
     tcase_add_test(tc, test_daemon_refuses_a_wrong_redis_password);
     tcase_add_test(tc, test_secret_flag_is_refused_at_start);
     tcase_add_test(tc, test_short_admin_token_is_refused_at_start);
+    tcase_add_test(tc, test_a_refused_setting_is_one_escaped_log_record);
     tcase_add_test(tc, test_admin_token_file_works);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
