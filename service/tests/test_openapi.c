@@ -4,10 +4,12 @@
  * The document must be a valid OpenAPI 3 document (scripts/openapi/validate.js,
  * the pinned swagger-parser), and say exactly what the route table says:
  * the same operations (method, path, operationId), the same statuses per
- * operation, and per status the same error codes.  The server checks each
- * answer it gives against the route table at run time, and the test harness
- * fails any test that provoked an undeclared one (harness.c), so the three
- * agree: code, table, document.
+ * operation, and per status the same error codes.  The answers given outside
+ * any operation are listed too, by status and error code: before routing
+ * (x-protocol-answers) and for a path that is no route (x-unrouted-answers).
+ * The server checks each answer it gives against the route table at run
+ * time, and the test harness fails any test that provoked an undeclared one
+ * (harness.c), so the three agree: code, table, document.
  */
 #include <check.h>
 #include <ctype.h>
@@ -247,29 +249,111 @@ START_TEST(test_the_comparison_notices_a_missing_code)
 }
 END_TEST
 
-START_TEST(test_protocol_answers_are_documented_both_ways)
+/* Compares the document's extension 'ext' (status -> array of error codes)
+ * with the answers of 'list', both ways: each answer there, and each status
+ * and code there one of the list's.  Returns 0, or -1 with why in 'why'. */
+static int answers_match_extension(const char *ext, const struct http_answer *list, char *why,
+                                   size_t cap)
 {
-    /* What the server answers before any route (http_protocol_answers) is
-     * the document's x-protocol-answers: status -> error codes. */
-    json_t *doc_answers = json_object_get(doc, "x-protocol-answers");
-    ck_assert_msg(json_is_object(doc_answers), "docs/openapi.json lacks x-protocol-answers");
-    size_t n = 0;
-    for (const struct http_answer *a = http_protocol_answers; a->status; a++, n++) {
+    json_t *doc_answers = json_object_get(doc, ext);
+    if (!json_is_object(doc_answers)) {
+        snprintf(why, cap, "docs/openapi.json lacks %s", ext);
+        return -1;
+    }
+    /* list -> document */
+    for (const struct http_answer *a = list; a->status; a++) {
+        if (!a->error) {
+            snprintf(why, cap, "the server answers %d without an error code", a->status);
+            return -1;
+        }
         char key[8];
         snprintf(key, sizeof key, "%d", a->status);
         json_t *codes = json_object_get(doc_answers, key), *v;
         int found = 0;
         size_t i;
-        json_array_foreach(codes, i, v) found |= strcmp(json_string_value(v), a->error) == 0;
-        ck_assert_msg(found, "the server answers %d %s before routing, undocumented", a->status,
-                      a->error);
+        json_array_foreach(codes, i, v) found |=
+            json_is_string(v) && strcmp(json_string_value(v), a->error) == 0;
+        if (!found) {
+            snprintf(why, cap, "the server answers %d %s, not in %s", a->status, a->error, ext);
+            return -1;
+        }
     }
-    size_t documented = 0;
+    /* document -> list */
     const char *key;
     json_t *codes;
-    json_object_foreach(doc_answers, key, codes) documented += json_array_size(codes);
-    ck_assert_msg(documented == n, "x-protocol-answers lists %zu answers, the server gives %zu",
-                  documented, n);
+    json_object_foreach(doc_answers, key, codes)
+    {
+        if (!json_is_array(codes) || json_array_size(codes) == 0) {
+            snprintf(why, cap, "%s: %s is not a non-empty array of error codes", ext, key);
+            return -1;
+        }
+        size_t i;
+        json_t *v;
+        json_array_foreach(codes, i, v)
+        {
+            int found = 0;
+            for (const struct http_answer *a = list; json_is_string(v) && a->status && !found;
+                 a++) {
+                char status[8]; /* the key exactly: "404", not "0404" or "404x" */
+                snprintf(status, sizeof status, "%d", a->status);
+                found = a->error && strcmp(key, status) == 0 &&
+                        strcmp(json_string_value(v), a->error) == 0;
+            }
+            if (!found) {
+                snprintf(why, cap, "%s lists %s %s, the server never answers it", ext, key,
+                         json_is_string(v) ? json_string_value(v) : "(not a string)");
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+START_TEST(test_protocol_answers_are_documented_both_ways)
+{
+    /* What the server answers before any route (http_protocol_answers) is
+     * the document's x-protocol-answers: status -> error codes. */
+    char why[256];
+    ck_assert_msg(
+        answers_match_extension("x-protocol-answers", http_protocol_answers, why, sizeof why) == 0,
+        "http_protocol_answers: %s", why);
+}
+END_TEST
+
+START_TEST(test_unrouted_answers_are_documented_both_ways)
+{
+    /* What the router answers for a path that is no route (404, and the
+     * admin area's 401 and 429 before it: routes_unrouted_answers) is the
+     * document's x-unrouted-answers: status -> error codes. */
+    char why[256];
+    ck_assert_msg(answers_match_extension("x-unrouted-answers", routes_unrouted_answers, why,
+                                          sizeof why) == 0,
+                  "routes_unrouted_answers: %s", why);
+}
+END_TEST
+
+START_TEST(test_the_extension_comparison_notices_a_difference)
+{
+    /* A list with an answer fewer, one more, or a code under another status
+     * than the document's must not match it. */
+    static const struct http_answer fewer[] = {
+        {404, "not_found"}, {401, "unauthorized"}, {0, NULL}};
+    static const struct http_answer more[] = {{404, "not_found"},
+                                              {401, "unauthorized"},
+                                              {429, "rate_limited"},
+                                              {418, "teapot"},
+                                              {0, NULL}};
+    static const struct http_answer moved[] = {
+        {404, "not_found"}, {403, "unauthorized"}, {429, "rate_limited"}, {0, NULL}};
+    static const struct http_answer same[] = {
+        {429, "rate_limited"}, {404, "not_found"}, {401, "unauthorized"}, {0, NULL}};
+    char why[256];
+    ck_assert_int_eq(answers_match_extension("x-unrouted-answers", fewer, why, sizeof why), -1);
+    ck_assert_int_eq(answers_match_extension("x-unrouted-answers", more, why, sizeof why), -1);
+    ck_assert_int_eq(answers_match_extension("x-unrouted-answers", moved, why, sizeof why), -1);
+    ck_assert_int_eq(answers_match_extension("x-no-such-answers", same, why, sizeof why), -1);
+    ck_assert_msg(answers_match_extension("x-unrouted-answers", same, why, sizeof why) == 0, "%s",
+                  why);
 }
 END_TEST
 
@@ -284,6 +368,8 @@ int main(void)
     tcase_add_test(tc, test_every_answer_is_documented_and_every_documented_answer_exists);
     tcase_add_test(tc, test_the_comparison_notices_a_missing_code);
     tcase_add_test(tc, test_protocol_answers_are_documented_both_ways);
+    tcase_add_test(tc, test_unrouted_answers_are_documented_both_ways);
+    tcase_add_test(tc, test_the_extension_comparison_notices_a_difference);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
