@@ -3,9 +3,11 @@
  * values Redis itself computes, then a real three-master Redis Cluster
  * started by the test (th_redis_cluster_start: harness_redis.h servers with
  * cluster-enabled, slots assigned and nodes introduced with CLUSTER
- * ADDSLOTSRANGE and CLUSTER MEET): routing, MOVED after a slot changed owner behind the client's
- * back, ASK during a migration, scripts loaded where they are missing, and
- * a dead master that fails fast instead of hanging.
+ * ADDSLOTSRANGE and CLUSTER MEET): routing, MOVED after a slot changed
+ * owner behind the client's back, ASK during a migration, scripts loaded
+ * where they are missing, a dead master that fails fast instead of hanging,
+ * and the lock calls (rlock_cluster_lock(), rlock_cluster_release())
+ * following MOVED and ASK.
  */
 #include <check.h>
 #include <stdio.h>
@@ -250,6 +252,95 @@ START_TEST(test_moved_and_ask_are_followed)
 }
 END_TEST
 
+/* A lock call through rlock_cluster_lock(): rlock_acquire() on the node. */
+struct acquire_call {
+    struct rlock *l;
+    const char *key;
+    const struct rlock_opts *o;
+};
+
+static enum rlock_status acquire_on(redisContext *node, void *arg, const char **why)
+{
+    struct acquire_call *a = arg;
+    enum rlock_status st = rlock_acquire(node, a->l, a->key, a->o);
+    *why = a->l->err;
+    return st;
+}
+
+/* key's value on master m, after ASKING (so an importing node answers);
+ * NULL when it has none.  The caller frees the reply. */
+static redisReply *asking_get(int m, const char *key)
+{
+    redisReply *r = redisCommand(admin[m], "ASKING");
+    ck_assert(r && r->type == REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    r = redisCommand(admin[m], "GET %s", key);
+    ck_assert_msg(r && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_NIL), "%s",
+                  r ? r->str : "no reply");
+    if (r->type == REDIS_REPLY_NIL) {
+        freeReplyObject(r);
+        return NULL;
+    }
+    return r;
+}
+
+/* The lock calls, which take a node's connection, follow the cluster too:
+ * ASK while the lock's slot migrates (the lock taken and released on the
+ * importing node, whose scripts are loaded first), MOVED once it moved
+ * (taken on the new owner with the client's map still naming the old one,
+ * released after the slot moved again under the held lock). */
+START_TEST(test_lock_calls_follow_moved_and_ask)
+{
+    cluster_start();
+    struct rlock_cluster *c = client();
+    char key[32], err[320] = "";
+    key_on(0, key, sizeof key);
+    unsigned slot = rlock_cluster_slot(key, strlen(key));
+    redisReply *r = cmd(c, "GET", key, NULL); /* the client has its map */
+    freeReplyObject(r);
+    struct rlock l = {0};
+    struct rlock_opts o = {.ttl_ms = 30000};
+    struct acquire_call a = {.l = &l, .key = key, .o = &o};
+
+    /* ASK: the slot migrates from master 0 to 1; a free lock is on neither */
+    migrate_slot(slot, 0, 1, key, 1);
+    ck_assert_msg(rlock_cluster_lock(c, key, 0, acquire_on, &a, err, sizeof err) == RLOCK_OK,
+                  "%s / %s", l.err, err);
+    r = asking_get(1, key);
+    ck_assert_msg(r && strcmp(r->str, l.token) == 0, "not taken on the importing node");
+    freeReplyObject(r);
+    ck_assert_uint_eq(rlock_cluster_redirects(c), 1);
+    ck_assert_int_eq(rlock_cluster_release(c, &l), RLOCK_OK); /* EVALSHA there, after ASKING */
+    ck_assert_ptr_null(asking_get(1, key));
+    ck_assert_uint_eq(rlock_cluster_redirects(c), 2);
+
+    /* MOVED: the migration ends; the client's map still names master 0 */
+    for (int i = 0; i < MASTERS; i++) {
+        r = redisCommand(admin[i], "CLUSTER SETSLOT %u NODE %s", slot, ids[1]);
+        ck_assert(r && r->type == REDIS_REPLY_STATUS);
+        freeReplyObject(r);
+    }
+    ck_assert_msg(rlock_cluster_lock(c, key, 0, acquire_on, &a, err, sizeof err) == RLOCK_OK,
+                  "%s / %s", l.err, err);
+    ck_assert_uint_eq(rlock_cluster_redirects(c), 3);
+    r = redisCommand(admin[1], "GET %s", key);
+    ck_assert(r && r->type == REDIS_REPLY_STRING && strcmp(r->str, l.token) == 0);
+    freeReplyObject(r);
+    /* the held lock's slot moves on to master 2: the release follows it */
+    migrate_slot(slot, 1, 2, key, 0);
+    ck_assert_msg(rlock_cluster_release(c, &l) == RLOCK_OK, "%s", l.err);
+    ck_assert_uint_eq(rlock_cluster_redirects(c), 4);
+    ck_assert_int_eq(l.nkeys, 0);
+    r = redisCommand(admin[2], "EXISTS %s", key);
+    ck_assert(r && r->type == REDIS_REPLY_INTEGER && r->integer == 0);
+    freeReplyObject(r);
+    /* a lock never held: refused without a round trip */
+    ck_assert_int_eq(rlock_cluster_release(c, &l), RLOCK_NOT_OWNER);
+    rlock_cluster_free(c);
+    cluster_stop();
+}
+END_TEST
+
 static const char incr_body[] = "return redis.call('INCRBY', KEYS[1], ARGV[1])";
 
 START_TEST(test_scripts_are_loaded_where_they_are_missing)
@@ -403,6 +494,7 @@ static Suite *cluster_suite(void)
     tcase_add_test(tc, test_urls_of_a_cluster);
     tcase_add_test(tc, test_every_key_goes_to_the_master_of_its_slot);
     tcase_add_test(tc, test_moved_and_ask_are_followed);
+    tcase_add_test(tc, test_lock_calls_follow_moved_and_ask);
     tcase_add_test(tc, test_scripts_are_loaded_where_they_are_missing);
     tcase_add_test(tc, test_a_dead_master_fails_fast);
     tcase_add_test(tc, test_a_dead_idle_connection_is_found_before_sending);
