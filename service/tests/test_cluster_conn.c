@@ -212,6 +212,93 @@ START_TEST(test_a_sku_lock_lives_on_the_sku_master)
 }
 END_TEST
 
+/* A reshard of slot from master 'from' to master 'to', as redis-cli
+ * --cluster reshard does it: begun (IMPORTING, MIGRATING, every key of the
+ * slot moved), then ended (every master told the new owner). */
+static void migration_begin(unsigned slot, int from, int to)
+{
+    redisContext *a = th_redis_server_connect(&cl.node[to]);
+    redisReply *r = redisCommand(a, "CLUSTER SETSLOT %u IMPORTING %s", slot, cl.id[from]);
+    ck_assert(r && r->type == REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    redisFree(a);
+    a = th_redis_server_connect(&cl.node[from]);
+    r = redisCommand(a, "CLUSTER SETSLOT %u MIGRATING %s", slot, cl.id[to]);
+    ck_assert(r && r->type == REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    for (size_t n = 1; n > 0;) {
+        r = redisCommand(a, "CLUSTER GETKEYSINSLOT %u 100", slot);
+        ck_assert(r && r->type == REDIS_REPLY_ARRAY);
+        n = r->elements;
+        for (size_t i = 0; i < n; i++) {
+            redisReply *m = redisCommand(a, "MIGRATE 127.0.0.1 %d %s 0 5000", cl.node[to].port,
+                                         r->element[i]->str);
+            ck_assert_msg(m && m->type == REDIS_REPLY_STATUS, "MIGRATE: %s", m ? m->str : "");
+            freeReplyObject(m);
+        }
+        freeReplyObject(r);
+    }
+    redisFree(a);
+}
+
+static void migration_end(unsigned slot, int to)
+{
+    for (int m = 0; m < MASTERS; m++) {
+        redisContext *a = th_redis_server_connect(&cl.node[m]);
+        redisReply *r = redisCommand(a, "CLUSTER SETSLOT %u NODE %s", slot, cl.id[to]);
+        ck_assert(r && r->type == REDIS_REPLY_STATUS);
+        freeReplyObject(r);
+        redisFree(a);
+    }
+}
+
+/* Runs "seckillctl ARGS" with the cluster's redis_url; its output into out
+ * (stdout and stderr), its exit status returned. */
+static int ctl(const char *args, char *out, size_t cap);
+
+/* A SKU lock follows its slot when a reshard moves it behind the client's
+ * back (its map still names the old owner): the acquire meets MOVED and
+ * takes the lock on the new owner, with a larger fencing token (the counter
+ * moved along); while the slot moves on under the held lock seckillctl
+ * inspects it through ASK; and the release meets MOVED and deletes the lock
+ * on its owner now, instead of leaving it to its lease. */
+START_TEST(test_a_sku_lock_follows_its_slot)
+{
+    setup();
+    int64_t sku = sku_on(0);
+    char lock[KEYS_MAX], type[32], out[4096], args[KEYS_MAX + 32];
+    keys_sku(lock, sku, KEY_SKU_LOCK);
+    unsigned slot = rlock_cluster_slot(lock, strlen(lock));
+    const char *keys[] = {lock};
+    struct txlock t;
+    ck_assert_int_eq(txlock_acquire(&t, &rc, &cfg, sku, keys, 1), RLOCK_OK); /* the map read */
+    int64_t first = t.fence;
+    txlock_release(&t);
+    no_redirects();
+
+    migration_begin(slot, 0, 1);
+    migration_end(slot, 1);
+    ck_assert_msg(txlock_acquire(&t, &rc, &cfg, sku, keys, 1) == RLOCK_OK, "%s", t.lock.err);
+    ck_assert_int_gt(t.fence, first);
+    on_master(1, lock, type, sizeof type);
+    ck_assert_str_eq(type, "string");
+    unsigned long acquired = rlock_cluster_redirects(rc.cluster);
+    ck_assert_uint_ge(acquired, 1);
+
+    /* mid-migration to master 2, its keys moved already: ASK */
+    migration_begin(slot, 1, 2);
+    snprintf(args, sizeof args, "lock inspect '%s'", lock);
+    ck_assert_msg(ctl(args, out, sizeof out) == 0, "%s", out);
+    ck_assert_msg(strstr(out, t.lock.token) != NULL, "%s", out);
+    migration_end(slot, 2);
+    txlock_release(&t);
+    on_master(2, lock, type, sizeof type);
+    ck_assert_msg(strcmp(type, "") == 0, "the lock is left to its lease");
+    ck_assert_uint_gt(rlock_cluster_redirects(rc.cluster), acquired);
+    teardown();
+}
+END_TEST
+
 /* The integer at key on master m (-1 when absent). */
 static long long int_on(int m, const char *key)
 {
@@ -587,6 +674,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_commands_reach_the_master_of_their_keys);
     tcase_add_test(tc, test_a_pipeline_across_slots_keeps_its_order);
     tcase_add_test(tc, test_a_sku_lock_lives_on_the_sku_master);
+    tcase_add_test(tc, test_a_sku_lock_follows_its_slot);
     tcase_add_test(tc, test_the_watchdog_renews_locks_on_every_master);
     tcase_add_test(tc, test_seckillctl_sees_locks_on_every_master);
     tcase_add_test(tc, test_async_scripts_and_subscriptions_follow_the_cluster);
