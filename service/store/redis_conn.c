@@ -9,9 +9,6 @@
 
 #include "core/log.h"
 
-/* Pause after a TRYAGAIN (a slot mid-migration), before sending again. */
-#define REDIS_CONN_TRYAGAIN_MS 20
-
 static struct rlock_sentinel_watch *followed;
 
 static void on_master_change(const struct rlock_url_node *old, const struct rlock_url_node *now,

@@ -19,6 +19,10 @@
 #include <rlock/url.h>
 #include <rlock/watch.h>
 
+/* Pause after a TRYAGAIN (a slot mid-migration), before sending again (the
+ * blocking and the event loops' client alike). */
+#define REDIS_CONN_TRYAGAIN_MS 20
+
 struct redis_conn {
     struct rlock_url target; /* redis_url, parsed by rlock_url_parse() */
     int connect_timeout_ms;
