@@ -46,8 +46,3 @@ redisContext *ctl_redis(struct ctl *ctl)
 {
     return said(ctl, redis_conn_get(&ctl->redis));
 }
-
-redisContext *ctl_redis_for(struct ctl *ctl, const char *key)
-{
-    return said(ctl, redis_conn_get_for(&ctl->redis, key));
-}

@@ -34,8 +34,5 @@ int ctl_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Returns the connection (owned by ctl), or NULL after printing why it
  * could not be made. */
 redisContext *ctl_redis(struct ctl *ctl);
-/* The connection that serves key (its master, on a Redis Cluster); NULL
- * (said on stderr) when unreachable. */
-redisContext *ctl_redis_for(struct ctl *ctl, const char *key);
 
 #endif

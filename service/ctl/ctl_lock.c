@@ -233,18 +233,91 @@ static int cmd_list(struct ctl *ctl, const char *match)
     return CTL_EXIT_OK;
 }
 
+/* ---- one key's lock, on the node that serves it ---- */
+
+/*
+ * inspect and force-release each run one transaction on the key's server,
+ * through redis_conn_lock(): on a cluster a MOVED or ASK a queued command
+ * got makes it run again where the cluster says (ASKING before MULTI covers
+ * the whole transaction).
+ */
+struct tx_call {
+    const char *key;
+    redisReply *exec; /* the EXEC reply, on RLOCK_OK; the caller frees it */
+    char why[320];
+};
+
+/* Reads the replies of MULTI, n queued commands and EXEC from c.  Returns
+ * RLOCK_OK with t->exec an array of n; else RLOCK_ERR with t->why: I/O, or
+ * the first error a queued command got (a cluster's answer among them). */
+static enum rlock_status read_tx(redisContext *c, size_t n, struct tx_call *t)
+{
+    t->exec = NULL;
+    t->why[0] = '\0';
+    for (size_t i = 0; i < n + 2; i++) {
+        redisReply *r = NULL;
+        if (redisGetReply(c, (void **)&r) != REDIS_OK) {
+            snprintf(t->why, sizeof t->why, "Redis: %s", c->errstr);
+            freeReplyObject(t->exec);
+            t->exec = NULL;
+            return RLOCK_ERR;
+        }
+        if (i == n + 1)
+            t->exec = r;
+        else if (r->type == REDIS_REPLY_ERROR && !t->why[0])
+            snprintf(t->why, sizeof t->why, "transaction failed: %s", r->str);
+        if (i < n + 1)
+            freeReplyObject(r);
+    }
+    if (!t->why[0] && (t->exec->type != REDIS_REPLY_ARRAY || t->exec->elements != n))
+        snprintf(t->why, sizeof t->why, "transaction failed: %s",
+                 t->exec->type == REDIS_REPLY_ERROR ? t->exec->str : "unexpected reply");
+    if (!t->why[0])
+        return RLOCK_OK;
+    freeReplyObject(t->exec);
+    t->exec = NULL;
+    return RLOCK_ERR;
+}
+
 /* ---- lock inspect ---- */
+
+/* TYPE, PTTL, the fence counter and both owner forms (GET fails inside EXEC
+ * for a hash and HGETALL for a string, which is fine), in one transaction. */
+static enum rlock_status inspect_on(redisContext *c, void *arg, const char **why)
+{
+    struct tx_call *t = arg;
+    *why = t->why;
+    char fence[1024];
+    redisAppendCommand(c, "MULTI");
+    redisAppendCommand(c, "TYPE %s", t->key);
+    redisAppendCommand(c, "PTTL %s", t->key);
+    if (rlock_fence_key(fence, sizeof fence, t->key) == 0)
+        redisAppendCommand(c, "GET %s", fence);
+    else
+        redisAppendCommand(c, "ECHO %s", ""); /* keeps replies aligned */
+    redisAppendCommand(c, "GET %s", t->key);
+    redisAppendCommand(c, "HGETALL %s", t->key);
+    redisAppendCommand(c, "EXEC");
+    return read_tx(c, 5, t);
+}
 
 static int cmd_inspect(struct ctl *ctl, const char *key)
 {
-    redisContext *c = ctl_redis_for(ctl, key);
-    if (!c)
-        return CTL_EXIT_ERROR;
-    struct lock_view v;
-    if (append_describe(c, key) < 0 || read_describe(c, &v) < 0 || read_owner(c, key, &v) < 0) {
-        ctl_say("Redis: %s", c->errstr);
+    struct tx_call t = {.key = key};
+    if (redis_conn_lock(&ctl->redis, key, 0, inspect_on, &t, t.why, sizeof t.why) != RLOCK_OK) {
+        ctl_say("inspect %s: %s", key, t.why);
         return CTL_EXIT_ERROR;
     }
+    redisReply **e = t.exec->element;
+    struct lock_view v = {.pttl = e[1]->type == REDIS_REPLY_INTEGER ? e[1]->integer : -2};
+    snprintf(v.type, sizeof v.type, "%s", e[0]->type == REDIS_REPLY_STATUS ? e[0]->str : "?");
+    snprintf(v.fence, sizeof v.fence, "%s",
+             e[2]->type == REDIS_REPLY_STRING && e[2]->len > 0 ? e[2]->str : "-");
+    if (strcmp(v.type, "string") == 0 && e[3]->type == REDIS_REPLY_STRING)
+        snprintf(v.owner, sizeof v.owner, "%s", e[3]->str);
+    else if (strcmp(v.type, "hash") == 0)
+        format_hash_owner(e[4], v.owner, sizeof v.owner);
+    freeReplyObject(t.exec);
     char fence[1024], ttl[24];
     int has_fence = rlock_fence_key(fence, sizeof fence, key) == 0;
     printf("key: %s\ntype: %s\nowner: %s\nttl_ms: %s\nfence_key: %s\nfence: %s\n", key, v.type,
@@ -259,42 +332,41 @@ static int cmd_inspect(struct ctl *ctl, const char *key)
 
 /* ---- lock force-release ---- */
 
-static int cmd_force_release(struct ctl *ctl, const char *key)
+/* One transaction: what is logged is exactly what was deleted.  GET or
+ * HGETALL fails inside EXEC for the other type, which is fine. */
+static enum rlock_status force_release_on(redisContext *c, void *arg, const char **why)
 {
-    redisContext *c = ctl_redis_for(ctl, key);
-    if (!c)
-        return CTL_EXIT_ERROR;
-    char *channel = rlock_channel_name(RLOCK_RELEASE_CHANNEL_PREFIX, key);
+    struct tx_call *t = arg;
+    *why = t->why;
+    char *channel = rlock_channel_name(RLOCK_RELEASE_CHANNEL_PREFIX, t->key);
     if (!channel) {
-        ctl_say("out of memory");
-        return CTL_EXIT_ERROR;
+        snprintf(t->why, sizeof t->why, "out of memory");
+        return RLOCK_ERR;
     }
-    /* One transaction: what is logged is exactly what was deleted.  GET or
-     * HGETALL fails inside EXEC for the other type, which is fine. */
     redisAppendCommand(c, "MULTI");
-    redisAppendCommand(c, "TYPE %s", key);
-    redisAppendCommand(c, "PTTL %s", key);
-    redisAppendCommand(c, "GET %s", key);
-    redisAppendCommand(c, "HGETALL %s", key);
-    redisAppendCommand(c, "DEL %s", key);
+    redisAppendCommand(c, "TYPE %s", t->key);
+    redisAppendCommand(c, "PTTL %s", t->key);
+    redisAppendCommand(c, "GET %s", t->key);
+    redisAppendCommand(c, "HGETALL %s", t->key);
+    redisAppendCommand(c, "DEL %s", t->key);
     /* Wake waiters polling on the key's release channel (rlock_notify). */
     redisAppendCommand(c, "PUBLISH %s 0", channel);
     redisAppendCommand(c, "EXEC");
     free(channel);
-    redisReply *r = NULL;
-    for (int i = 0; i < 8; i++) {
-        freeReplyObject(r);
-        r = NULL;
-        if (redisGetReply(c, (void **)&r) != REDIS_OK) {
-            ctl_say("Redis: %s", c->errstr);
-            return CTL_EXIT_ERROR;
-        }
+    return read_tx(c, 6, t);
+}
+
+static int cmd_force_release(struct ctl *ctl, const char *key)
+{
+    struct tx_call t = {.key = key};
+    if (redis_conn_lock(&ctl->redis, key, 0, force_release_on, &t, t.why, sizeof t.why) !=
+        RLOCK_OK) {
+        ctl_say("force-release %s: %s", key, t.why);
+        return CTL_EXIT_ERROR;
     }
+    redisReply *r = t.exec;
     int rc = CTL_EXIT_ERROR;
-    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 6) {
-        ctl_say("force-release %s: transaction failed: %s", key,
-                r && r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
-    } else if (r->element[4]->type != REDIS_REPLY_INTEGER || r->element[4]->integer == 0) {
+    if (r->element[4]->type != REDIS_REPLY_INTEGER || r->element[4]->integer == 0) {
         ctl_say("force-release %s: not held, nothing deleted", key);
         rc = CTL_EXIT_STATE;
     } else {
@@ -326,6 +398,26 @@ static int parse_ms(const char *s, int min, int *out)
     return 0;
 }
 
+/* The acquire of lock hold, on the node that serves key. */
+struct hold_call {
+    struct rlock *l;
+    const char *key, *fence_key;
+    const struct rlock_opts *o;
+    int64_t deadline, fence;
+};
+
+static enum rlock_status hold_on(redisContext *c, void *arg, const char **why)
+{
+    struct hold_call *h = arg;
+    struct rlock_opts o = *h->o;
+    int64_t left = h->deadline - rlock_mono_ms(); /* a redirected try waits what is left */
+    o.wait_ms = left > 0 ? (int)left : 0;
+    enum rlock_status st =
+        rlock_acquire_multi_fenced(c, h->l, &h->key, 1, h->fence_key, &o, &h->fence);
+    *why = h->l->err;
+    return st;
+}
+
 static int cmd_hold(struct ctl *ctl, const char *key, int ttl_ms, int wait_ms,
                     const char *fence_key)
 {
@@ -340,14 +432,16 @@ static int cmd_hold(struct ctl *ctl, const char *key, int ttl_ms, int wait_ms,
         ctl_say("sigprocmask: %s", strerror(errno));
         return CTL_EXIT_ERROR;
     }
-    redisContext *c = ctl_redis_for(ctl, key);
-    if (!c)
-        return CTL_EXIT_ERROR;
-
     struct rlock l = {0};
     struct rlock_opts o = {.ttl_ms = ttl_ms, .wait_ms = wait_ms, .retry_ms = 0};
-    int64_t fence = 0;
-    enum rlock_status st = rlock_acquire_multi_fenced(c, &l, &key, 1, fence_key, &o, &fence);
+    struct hold_call h = {.l = &l,
+                          .key = key,
+                          .fence_key = fence_key,
+                          .o = &o,
+                          .deadline = rlock_mono_ms() + wait_ms};
+    enum rlock_status st =
+        redis_conn_lock(&ctl->redis, key, h.deadline, hold_on, &h, l.err, sizeof l.err);
+    int64_t fence = h.fence;
     if (st == RLOCK_BUSY) {
         ctl_say("hold %s: held by another owner (waited %d ms)", key, wait_ms);
         return CTL_EXIT_STATE;
@@ -374,10 +468,7 @@ static int cmd_hold(struct ctl *ctl, const char *key, int ttl_ms, int wait_ms,
         }
     }
 
-    c = ctl_redis_for(ctl, key);
-    st = c ? rlock_release(c, &l) : RLOCK_ERR;
-    if (!c)
-        rlock_clear(&l);
+    st = redis_conn_release(&ctl->redis, &l); /* where the key is now, on a cluster */
     if (st == RLOCK_NOT_OWNER && !signalled) {
         /* Too slow to release before the lease ran out (a loaded machine):
          * the lock is free all the same, which is what was asked. */

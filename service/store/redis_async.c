@@ -15,6 +15,8 @@
 #include "store/redis_conn.h"
 #include <rlock/cluster.h>
 
+struct ra_redirect;
+
 /* Scripts whose latency one client measures (the order path runs one). */
 #define RA_HISTS 4
 
@@ -58,6 +60,7 @@ struct redis_async {
     struct redis_async *parent;   /* of a node client: its cluster client */
     struct redis_async *sub_node; /* of a cluster client: the subscribed node */
     struct event *resub_ev;
+    struct ra_redirect *paused; /* of a cluster client: scripts waiting out a TRYAGAIN */
 };
 
 enum ra_op_state {
@@ -508,24 +511,79 @@ static int resend_as_eval(redisAsyncContext *ac, struct ra_op *op)
 /* A script on a cluster: the call kept until its master answered anything
  * but a redirect.  MOVED: the map was wrong, the script goes to the master
  * named and the map is read again before the next route; ASK: once to the
- * importing master, after ASKING.  A redirected script did not run. */
+ * importing master, after ASKING; TRYAGAIN (its keys split by a migration):
+ * routed again after REDIS_CONN_TRYAGAIN_MS, as long as that ends within
+ * redis_timeout_ms of the first send.  A redirected script did not run. */
 struct ra_redirect {
     struct redis_async *ra;
     const struct rlock_script *s;
     int nkeys, nargs, hops;
+    unsigned slot;
+    int64_t deadline_ms; /* clock_mono_ms(): no TRYAGAIN pause ends past it */
     redis_async_fn *fn;
     void *arg;
     const char **argv;
     size_t *lens;
-    char data[]; /* the arguments' bytes */
+    struct event pause;              /* the pause after a TRYAGAIN */
+    struct ra_redirect *prev, *next; /* in ra->paused during it */
+    char data[];                     /* the arguments' bytes */
 };
 
 static void script_on(struct redis_async *n, struct ra_redirect *rd, int asking);
+
+static void rd_free(struct ra_redirect *rd)
+{
+    free(rd->argv);
+    free(rd->lens);
+    free(rd);
+}
+
+static void on_pause_end(evutil_socket_t fd, short what, void *arg)
+{
+    struct ra_redirect *rd = arg;
+    struct redis_async *ra = rd->ra;
+    (void)fd;
+    (void)what;
+    *(rd->prev ? &rd->prev->next : &ra->paused) = rd->next;
+    if (rd->next)
+        rd->next->prev = rd->prev;
+    ra->pending--;
+    struct redis_async *n = cluster_route(ra, rd->slot);
+    if (!n) {
+        rd->fn(NULL, REDIS_ASYNC_NOT_SENT, rd->arg);
+        rd_free(rd);
+        return;
+    }
+    script_on(n, rd, 0);
+}
+
+/* TRYAGAIN: the script goes again, routed afresh, after a pause; it counts
+ * as pending meanwhile. */
+static void pause_then_retry(struct ra_redirect *rd)
+{
+    struct redis_async *ra = rd->ra;
+    rd->prev = NULL;
+    rd->next = ra->paused;
+    if (ra->paused)
+        ra->paused->prev = rd;
+    ra->paused = rd;
+    ra->pending++;
+    evtimer_assign(&rd->pause, ra->base, on_pause_end, rd);
+    struct timeval tv = {0, REDIS_CONN_TRYAGAIN_MS * 1000};
+    evtimer_add(&rd->pause, &tv);
+}
 
 static void on_cluster_reply(redisReply *r, enum redis_async_status st, void *arg)
 {
     struct ra_redirect *rd = arg;
     struct redis_async *ra = rd->ra;
+    if (r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "TRYAGAIN", 8) == 0 &&
+        (r->str[8] == ' ' || r->str[8] == '\0') && !ra->closing &&
+        clock_mono_ms() + REDIS_CONN_TRYAGAIN_MS < rd->deadline_ms) {
+        rd->hops = 0; /* the deadline bounds the rounds */
+        pause_then_retry(rd);
+        return;
+    }
     int moved = r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "MOVED ", 6) == 0;
     int ask = r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "ASK ", 4) == 0;
     if ((moved || ask) && rd->hops < RLOCK_CLUSTER_MAX_REDIRECTS) {
@@ -548,9 +606,7 @@ static void on_cluster_reply(redisReply *r, enum redis_async_status st, void *ar
         }
     }
     rd->fn(r, st, rd->arg);
-    free(rd->argv);
-    free(rd->lens);
-    free(rd);
+    rd_free(rd);
 }
 
 static void script_on(struct redis_async *n, struct ra_redirect *rd, int asking)
@@ -590,7 +646,9 @@ static void cluster_script(struct redis_async *ra, const struct rlock_script *s,
         av[i] = p;
         p += al[i];
     }
-    struct redis_async *node = cluster_route(ra, nkeys > 0 ? rlock_cluster_slot(av[0], al[0]) : 0);
+    rd->slot = nkeys > 0 ? rlock_cluster_slot(av[0], al[0]) : 0;
+    rd->deadline_ms = clock_mono_ms() + ra->timeout_ms;
+    struct redis_async *node = cluster_route(ra, rd->slot);
     if (!node) {
         free(av);
         free(al);
@@ -773,6 +831,14 @@ void redis_async_free(struct redis_async *ra)
     if (!ra)
         return;
     ra->closing = 1;
+    while (ra->paused) { /* refused with TRYAGAIN: none of them ran */
+        struct ra_redirect *rd = ra->paused;
+        ra->paused = rd->next;
+        event_del(&rd->pause);
+        ra->pending--;
+        rd->fn(NULL, REDIS_ASYNC_NOT_SENT, rd->arg);
+        rd_free(rd);
+    }
     if (ra->resub_ev)
         event_free(ra->resub_ev);
     ra->resub_ev = NULL;

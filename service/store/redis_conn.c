@@ -9,9 +9,6 @@
 
 #include "core/log.h"
 
-/* Pause after a TRYAGAIN (a slot mid-migration), before sending again. */
-#define REDIS_CONN_TRYAGAIN_MS 20
-
 static struct rlock_sentinel_watch *followed;
 
 static void on_master_change(const struct rlock_url_node *old, const struct rlock_url_node *now,
@@ -252,6 +249,49 @@ redisContext *redis_conn_get_for(struct redis_conn *rc, const char *key)
     if (c && !ctx)
         log_warn("redis cluster: %s", err);
     return ctx;
+}
+
+enum rlock_status redis_conn_lock(struct redis_conn *rc, const char *key, int64_t deadline_ms,
+                                  rlock_cluster_lock_fn *fn, void *arg, char *err, size_t errlen)
+{
+    if (rc->target.nseeds > 0) {
+        struct rlock_cluster *c = cluster_of(rc);
+        if (!c) {
+            snprintf(err, errlen, "redis cluster: no client");
+            return RLOCK_ERR;
+        }
+        return rlock_cluster_lock(c, key, deadline_ms, fn, arg, err, errlen);
+    }
+    redisContext *c = redis_conn_get(rc);
+    if (!c) {
+        snprintf(err, errlen, "redis: no connection");
+        return RLOCK_ERR;
+    }
+    const char *why = NULL;
+    enum rlock_status st = fn(c, arg, &why);
+    if (c->err)
+        redis_conn_close(rc);
+    return st;
+}
+
+enum rlock_status redis_conn_release(struct redis_conn *rc, struct rlock *l)
+{
+    if (rc->target.nseeds > 0) {
+        struct rlock_cluster *c = cluster_of(rc);
+        if (c)
+            return rlock_cluster_release(c, l);
+    } else {
+        redisContext *c = redis_conn_get(rc);
+        if (c) {
+            enum rlock_status st = rlock_release(c, l);
+            if (c->err)
+                redis_conn_close(rc);
+            return st;
+        }
+    }
+    rlock_clear(l);
+    snprintf(l->err, sizeof l->err, "release: no connection");
+    return RLOCK_ERR;
 }
 
 int redis_conn_server_of(struct redis_conn *rc, const char *key)

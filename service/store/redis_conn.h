@@ -19,6 +19,10 @@
 #include <rlock/url.h>
 #include <rlock/watch.h>
 
+/* Pause after a TRYAGAIN (a slot mid-migration), before sending again (the
+ * blocking and the event loops' client alike). */
+#define REDIS_CONN_TRYAGAIN_MS 20
+
 struct redis_conn {
     struct rlock_url target; /* redis_url, parsed by rlock_url_parse() */
     int connect_timeout_ms;
@@ -97,6 +101,22 @@ int redis_conn_server_of(struct redis_conn *rc, const char *key);
 
 /* The context that serves key's slot (a cluster), or redis_conn_get(). */
 redisContext *redis_conn_get_for(struct redis_conn *rc, const char *key);
+
+/*
+ * Lock calls (rlock/cluster.h: fn makes them on the connection it is
+ * given) on the server of key: the one server, or on a cluster key's master
+ * through rlock_cluster_lock(), which makes them again where a MOVED, ASK or
+ * TRYAGAIN says (TRYAGAIN pauses only within deadline_ms, on
+ * rlock_mono_ms(); 0: none).
+ * Returns fn's status, or RLOCK_ERR with err set when fn could not be run.
+ * After an I/O error the connection is dropped.
+ */
+enum rlock_status redis_conn_lock(struct redis_conn *rc, const char *key, int64_t deadline_ms,
+                                  rlock_cluster_lock_fn *fn, void *arg, char *err, size_t errlen);
+
+/* rlock_release() of l on its server (rlock_cluster_release() on a
+ * cluster); l is always emptied.  A missing connection is RLOCK_ERR. */
+enum rlock_status redis_conn_release(struct redis_conn *rc, struct rlock *l);
 
 /* Returns a connected context (owned by rc), or NULL when Redis cannot be
  * reached.  A kept connection the server has closed meanwhile (it became

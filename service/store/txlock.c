@@ -37,6 +37,37 @@ static void on_lost(const char *key, void *arg)
     log_warn("lock %s lost while held: its transaction is rolled back", key);
 }
 
+/* One try of txlock_acquire() on the node that serves the SKU. */
+struct acquire_call {
+    struct txlock *t;
+    const struct cfg *c;
+    const char *sku_lock, *fence_key;
+    const char *const *keys;
+    size_t n;
+    int64_t deadline; /* of the wait, rlock_mono_ms() */
+};
+
+static enum rlock_status acquire_on(redisContext *node, void *arg, const char **why)
+{
+    struct acquire_call *a = arg;
+    struct txlock *t = a->t;
+    struct rlock_opts o = txlock_opts(a->c);
+    int64_t left = a->deadline - rlock_mono_ms(); /* a redirected try waits what is left */
+    o.wait_ms = left > 0 ? (int)left : 0;
+    enum rlock_status st = a->n == 1 && strcmp(a->keys[0], a->sku_lock) == 0
+                               ? rlock_acquire_fenced(node, &t->lock, a->sku_lock, &o, &t->fence)
+                               : rlock_acquire_multi_fenced(node, &t->lock, a->keys, a->n,
+                                                            a->fence_key, &o, &t->fence);
+    /* Optionally, a lock counts only once replicas hold it too: a failover to
+     * a replica that never saw it would hand it to a second owner.  On the
+     * node that took it. */
+    if (st == RLOCK_OK && a->c->lock_min_replicas > 0)
+        st = rlock_require_replicas(node, &t->lock, (int)a->c->lock_min_replicas,
+                                    (int)a->c->lock_replica_timeout_ms);
+    *why = t->lock.err;
+    return st;
+}
+
 enum rlock_status txlock_acquire(struct txlock *t, struct redis_conn *rc, const struct cfg *c,
                                  int64_t sku, const char *const *keys, size_t n)
 {
@@ -48,21 +79,18 @@ enum rlock_status txlock_acquire(struct txlock *t, struct redis_conn *rc, const 
     keys_sku(sku_lock, sku, KEY_SKU_LOCK);
     if (rlock_fence_key(fence_key, sizeof fence_key, sku_lock) != 0)
         return RLOCK_ERR;
-    struct rlock_opts o = txlock_opts(c);
-    redisContext *ctx = redis_conn_get_for(rc, sku_lock); /* every key shares its slot */
+    /* Every key shares the SKU's slot; on a cluster, its master, redirects
+     * followed within the wait. */
+    struct acquire_call a = {.t = t,
+                             .c = c,
+                             .sku_lock = sku_lock,
+                             .fence_key = fence_key,
+                             .keys = keys,
+                             .n = n,
+                             .deadline = rlock_mono_ms() + (int64_t)c->lock_wait_ms};
     enum rlock_status st =
-        !ctx ? RLOCK_ERR
-        : n == 1 && strcmp(keys[0], sku_lock) == 0
-            ? rlock_acquire_fenced(ctx, &t->lock, sku_lock, &o, &t->fence)
-            : rlock_acquire_multi_fenced(ctx, &t->lock, keys, n, fence_key, &o, &t->fence);
-    /* Optionally, a lock counts only once replicas hold it too: a failover to
-     * a replica that never saw it would hand it to a second owner. */
-    if (st == RLOCK_OK && c->lock_min_replicas > 0)
-        st = rlock_require_replicas(ctx, &t->lock, (int)c->lock_min_replicas,
-                                    (int)c->lock_replica_timeout_ms);
+        redis_conn_lock(rc, sku_lock, a.deadline, acquire_on, &a, t->lock.err, sizeof t->lock.err);
     if (st != RLOCK_OK) {
-        if (ctx && ctx->err)
-            redis_conn_close(rc);
         rlock_clear(&t->lock);
         return st;
     }
@@ -80,18 +108,9 @@ enum rlock_status txlock_acquire(struct txlock *t, struct redis_conn *rc, const 
     return RLOCK_OK;
 }
 
-/* The connection that serves t's SKU (its node, on a cluster). */
-static redisContext *conn_of(struct txlock *t)
-{
-    char sku_lock[KEYS_MAX];
-    keys_sku(sku_lock, t->sku, KEY_SKU_LOCK);
-    return redis_conn_get_for(t->redis, sku_lock);
-}
-
 void txlock_release(struct txlock *t)
 {
-    redisContext *c = conn_of(t);
-    if (!c || rlock_release(c, &t->lock) != RLOCK_OK)
+    if (redis_conn_release(t->redis, &t->lock) != RLOCK_OK)
         log_debug("lock release: left to expire with its lease");
     rlock_clear(&t->lock);
 }
@@ -106,8 +125,7 @@ static void release_on_complete(enum dbtx_outcome outcome, void *arg)
         rlock_clear(&t->lock);
         return;
     }
-    redisContext *c = conn_of(t);
-    enum rlock_status st = c ? rlock_release(c, &t->lock) : RLOCK_ERR;
+    enum rlock_status st = redis_conn_release(t->redis, &t->lock);
     if (st != RLOCK_OK)
         /* The lease still bounds how long the key lives. */
         log_warn("lock release after %s: %s", dbtx_outcome_str(outcome), rlock_status_str(st));
@@ -120,6 +138,21 @@ int txlock_bind(struct txlock *t, struct dbtx *tx)
         return -1;
     dbtx_set_abort_flag(tx, &t->lost);
     return 0;
+}
+
+/* A newer fencing token for t's lock, on the node that serves the SKU. */
+struct renew_call {
+    struct txlock *t;
+    const char *fence_key;
+    int64_t seen, fresh;
+};
+
+static enum rlock_status renew_on(redisContext *node, void *arg, const char **why)
+{
+    struct renew_call *r = arg;
+    enum rlock_status st = rlock_fence_renew(node, &r->t->lock, r->fence_key, r->seen, &r->fresh);
+    *why = r->t->lock.err;
+    return st;
 }
 
 /* Runs sku_fence.sql once.  Returns 1 (accepted, *stock set), 0 (no row), -1. */
@@ -167,17 +200,16 @@ int txlock_fence(struct txlock *t, struct dbtx *tx, int64_t *stock)
                   t->fence, seen);
         if (!txlock_still_valid(t, 0))
             goto stale;
-        redisContext *c = conn_of(t);
-        int64_t fresh;
+        struct renew_call rn = {.t = t, .fence_key = fence_key, .seen = seen};
         enum rlock_status st =
-            c ? rlock_fence_renew(c, &t->lock, fence_key, seen, &fresh) : RLOCK_ERR;
+            redis_conn_lock(t->redis, sku_lock, 0, renew_on, &rn, t->lock.err, sizeof t->lock.err);
         if (st == RLOCK_NOT_OWNER) {
             log_warn("sku %s: lock lost while its token was refused", sid);
             goto stale;
         }
         if (st != RLOCK_OK)
             return -1;
-        t->fence = fresh;
+        t->fence = rn.fresh;
     }
 stale:
     log_warn("sku %s: fencing token %" PRId64 " refused: another holder wrote since", sid,

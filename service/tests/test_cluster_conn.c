@@ -4,7 +4,10 @@
  * starts (rlock's th_redis_cluster_start), a redis-cluster:// redis_url.
  * Every command, script and pipeline must reach the master of its keys'
  * slot without a redirect (the key found in each command's own place), and
- * a SKU's lock keys live on the SKU's master.  Last, a sale through
+ * a SKU's lock keys live on the SKU's master, and follow its slot when a
+ * reshard moves it (taken, inspected by seckillctl, released where the slot
+ * is now).  The event loops' client follows MOVED, and waits out the
+ * TRYAGAIN of a migration that split a script's keys.  Last, a sale through
  * seckilld on the cluster: a SKU on each master, more buyers than units,
  * every unit sold once, PostgreSQL and each SKU's master agreeing; and one
  * SKU split into three buckets, one on each master, sold out through moves
@@ -208,6 +211,93 @@ START_TEST(test_a_sku_lock_lives_on_the_sku_master)
         ck_assert_str_eq(type, "");
     }
     no_redirects();
+    teardown();
+}
+END_TEST
+
+/* A reshard of slot from master 'from' to master 'to', as redis-cli
+ * --cluster reshard does it: begun (IMPORTING, MIGRATING, every key of the
+ * slot moved), then ended (every master told the new owner). */
+static void migration_begin(unsigned slot, int from, int to)
+{
+    redisContext *a = th_redis_server_connect(&cl.node[to]);
+    redisReply *r = redisCommand(a, "CLUSTER SETSLOT %u IMPORTING %s", slot, cl.id[from]);
+    ck_assert(r && r->type == REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    redisFree(a);
+    a = th_redis_server_connect(&cl.node[from]);
+    r = redisCommand(a, "CLUSTER SETSLOT %u MIGRATING %s", slot, cl.id[to]);
+    ck_assert(r && r->type == REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    for (size_t n = 1; n > 0;) {
+        r = redisCommand(a, "CLUSTER GETKEYSINSLOT %u 100", slot);
+        ck_assert(r && r->type == REDIS_REPLY_ARRAY);
+        n = r->elements;
+        for (size_t i = 0; i < n; i++) {
+            redisReply *m = redisCommand(a, "MIGRATE 127.0.0.1 %d %s 0 5000", cl.node[to].port,
+                                         r->element[i]->str);
+            ck_assert_msg(m && m->type == REDIS_REPLY_STATUS, "MIGRATE: %s", m ? m->str : "");
+            freeReplyObject(m);
+        }
+        freeReplyObject(r);
+    }
+    redisFree(a);
+}
+
+static void migration_end(unsigned slot, int to)
+{
+    for (int m = 0; m < MASTERS; m++) {
+        redisContext *a = th_redis_server_connect(&cl.node[m]);
+        redisReply *r = redisCommand(a, "CLUSTER SETSLOT %u NODE %s", slot, cl.id[to]);
+        ck_assert(r && r->type == REDIS_REPLY_STATUS);
+        freeReplyObject(r);
+        redisFree(a);
+    }
+}
+
+/* Runs "seckillctl ARGS" with the cluster's redis_url; its output into out
+ * (stdout and stderr), its exit status returned. */
+static int ctl(const char *args, char *out, size_t cap);
+
+/* A SKU lock follows its slot when a reshard moves it behind the client's
+ * back (its map still names the old owner): the acquire meets MOVED and
+ * takes the lock on the new owner, with a larger fencing token (the counter
+ * moved along); while the slot moves on under the held lock seckillctl
+ * inspects it through ASK; and the release meets MOVED and deletes the lock
+ * on its owner now, instead of leaving it to its lease. */
+START_TEST(test_a_sku_lock_follows_its_slot)
+{
+    setup();
+    int64_t sku = sku_on(0);
+    char lock[KEYS_MAX], type[32], out[4096], args[KEYS_MAX + 32];
+    keys_sku(lock, sku, KEY_SKU_LOCK);
+    unsigned slot = rlock_cluster_slot(lock, strlen(lock));
+    const char *keys[] = {lock};
+    struct txlock t;
+    ck_assert_int_eq(txlock_acquire(&t, &rc, &cfg, sku, keys, 1), RLOCK_OK); /* the map read */
+    int64_t first = t.fence;
+    txlock_release(&t);
+    no_redirects();
+
+    migration_begin(slot, 0, 1);
+    migration_end(slot, 1);
+    ck_assert_msg(txlock_acquire(&t, &rc, &cfg, sku, keys, 1) == RLOCK_OK, "%s", t.lock.err);
+    ck_assert_int_gt(t.fence, first);
+    on_master(1, lock, type, sizeof type);
+    ck_assert_str_eq(type, "string");
+    unsigned long acquired = rlock_cluster_redirects(rc.cluster);
+    ck_assert_uint_ge(acquired, 1);
+
+    /* mid-migration to master 2, its keys moved already: ASK */
+    migration_begin(slot, 1, 2);
+    snprintf(args, sizeof args, "lock inspect '%s'", lock);
+    ck_assert_msg(ctl(args, out, sizeof out) == 0, "%s", out);
+    ck_assert_msg(strstr(out, t.lock.token) != NULL, "%s", out);
+    migration_end(slot, 2);
+    txlock_release(&t);
+    on_master(2, lock, type, sizeof type);
+    ck_assert_msg(strcmp(type, "") == 0, "the lock is left to its lease");
+    ck_assert_uint_gt(rlock_cluster_redirects(rc.cluster), acquired);
     teardown();
 }
 END_TEST
@@ -579,6 +669,106 @@ START_TEST(test_async_scripts_and_subscriptions_follow_the_cluster)
 }
 END_TEST
 
+static const char mget_body[] = "return redis.call('MGET', KEYS[1], KEYS[2])";
+
+struct mget_result {
+    int done;
+    char got[160];
+};
+
+static void on_mget(redisReply *r, enum redis_async_status st, void *arg)
+{
+    struct mget_result *res = arg;
+    res->done = 1;
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[0]->type == REDIS_REPLY_STRING && r->element[1]->type == REDIS_REPLY_STRING)
+        snprintf(res->got, sizeof res->got, "%s,%s", r->element[0]->str, r->element[1]->str);
+    else
+        snprintf(res->got, sizeof res->got, "status %d: %s", (int)st, r && r->str ? r->str : "");
+}
+
+/* How many TRYAGAIN answers the server of c has given (INFO errorstats). */
+static long long tryagain_count(redisContext *c)
+{
+    redisReply *r = redisCommand(c, "INFO errorstats");
+    ck_assert(r && r->type == REDIS_REPLY_STRING);
+    const char *p = strstr(r->str, "errorstat_TRYAGAIN:count=");
+    long long n = p ? atoll(p + strlen("errorstat_TRYAGAIN:count=")) : 0;
+    freeReplyObject(r);
+    return n;
+}
+
+/* The event loops' client on a cluster: a script whose two keys a
+ * migration split is answered TRYAGAIN, pauses and goes again (within its
+ * redis_timeout_ms) until the migration ends, then follows the MOVED: the
+ * caller gets both values, not the TRYAGAIN. */
+START_TEST(test_async_scripts_wait_out_tryagain)
+{
+    setup();
+    char err[320];
+    ck_assert(cfg_set(&cfg, "redis_timeout_ms", "5000", err, sizeof err) == 0);
+    struct event_base *base = event_base_new();
+    struct redis_async *ra = redis_async_new(base, &cfg, err, sizeof err);
+    ck_assert_msg(ra != NULL, "%s", err);
+    struct rlock_script s;
+    rlock_script_init(&s, "mget", mget_body, sizeof mget_body - 1);
+    const char *argv[] = {"{split}a", "{split}b"};
+    unsigned slot = rlock_cluster_slot(argv[0], strlen(argv[0]));
+    int from = th_redis_cluster_owner(&cl, slot), to = (from + 1) % MASTERS;
+    redisContext *a[MASTERS];
+    for (int m = 0; m < MASTERS; m++)
+        a[m] = th_redis_server_connect(&cl.node[m]);
+    redisReply *r = redisCommand(a[from], "MSET {split}a va {split}b vb");
+    ck_assert(r && r->type == REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    struct mget_result res = {0};
+    for (int i = 0; i < 100 && strcmp(res.got, "va,vb") != 0; i++) { /* the node clients up */
+        memset(&res, 0, sizeof res);
+        redis_async_script(ra, &s, 2, 0, argv, NULL, on_mget, &res);
+        loop_until(base, &res.done, 2000);
+        if (strcmp(res.got, "va,vb") != 0)
+            loop_until(base, &(int){0}, 20);
+    }
+    ck_assert_str_eq(res.got, "va,vb");
+
+    /* {split}a moves to master 'to', {split}b not yet */
+    r = redisCommand(a[to], "CLUSTER SETSLOT %u IMPORTING %s", slot, cl.id[from]);
+    freeReplyObject(r);
+    r = redisCommand(a[from], "CLUSTER SETSLOT %u MIGRATING %s", slot, cl.id[to]);
+    freeReplyObject(r);
+    r = redisCommand(a[from], "MIGRATE 127.0.0.1 %d {split}a 0 5000", cl.node[to].port);
+    ck_assert(r && r->type == REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    long long before = tryagain_count(a[from]);
+    memset(&res, 0, sizeof res);
+    redis_async_script(ra, &s, 2, 0, argv, NULL, on_mget, &res);
+    int ended = 0;
+    for (int waited = 0; waited < 10000 && !res.done; waited += 10) {
+        loop_until(base, &res.done, 10);
+        if (ended || tryagain_count(a[from]) == before)
+            continue;
+        /* it said TRYAGAIN: the migration ends while the script waits */
+        r = redisCommand(a[from], "MIGRATE 127.0.0.1 %d {split}b 0 5000", cl.node[to].port);
+        ck_assert(r && r->type == REDIS_REPLY_STATUS);
+        freeReplyObject(r);
+        for (int m = 0; m < MASTERS; m++) {
+            r = redisCommand(a[m], "CLUSTER SETSLOT %u NODE %s", slot, cl.id[to]);
+            ck_assert(r && r->type == REDIS_REPLY_STATUS);
+            freeReplyObject(r);
+        }
+        ended = 1;
+    }
+    ck_assert_msg(ended, "the node never said TRYAGAIN (%s)", res.got);
+    ck_assert_str_eq(res.got, "va,vb");
+    ck_assert_int_eq(redis_async_pending(ra), 0);
+    redis_async_free(ra);
+    for (int m = 0; m < MASTERS; m++)
+        redisFree(a[m]);
+    event_base_free(base);
+    teardown();
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("cluster_conn");
@@ -587,9 +777,11 @@ static Suite *suite(void)
     tcase_add_test(tc, test_commands_reach_the_master_of_their_keys);
     tcase_add_test(tc, test_a_pipeline_across_slots_keeps_its_order);
     tcase_add_test(tc, test_a_sku_lock_lives_on_the_sku_master);
+    tcase_add_test(tc, test_a_sku_lock_follows_its_slot);
     tcase_add_test(tc, test_the_watchdog_renews_locks_on_every_master);
     tcase_add_test(tc, test_seckillctl_sees_locks_on_every_master);
     tcase_add_test(tc, test_async_scripts_and_subscriptions_follow_the_cluster);
+    tcase_add_test(tc, test_async_scripts_wait_out_tryagain);
     tcase_add_test(tc, test_a_sale_on_a_cluster);
     tcase_add_test(tc, test_a_sku_in_buckets_on_every_master);
     suite_add_tcase(s, tc);

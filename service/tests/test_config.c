@@ -117,6 +117,19 @@ START_TEST(test_redis_url_forms)
     ck_assert_int_eq(rlock_url_parse("redis://h:1/x", &t, err, sizeof err), -1);
     ck_assert_int_eq(rlock_url_parse("redis://", &t, err, sizeof err), -1);
     ck_assert_int_eq(rlock_url_parse("redis://h:1/2/3", &t, err, sizeof err), -1);
+    /* every refusal without a buffer for its message */
+    static const char *const bad[] = {"redis://u:s3cret%zz@h",
+                                      "redis://s3cret@h",
+                                      "redis://u:@h",
+                                      "rediss://h",
+                                      "http://x",
+                                      "redis://h:1/x",
+                                      "redis-cluster://h:1/3",
+                                      "redis-cluster://,"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        ck_assert_msg(rlock_url_parse(bad[i], &t, NULL, sizeof err) == -1, "%s", bad[i]);
+    ck_assert_int_eq(rlock_url_parse("redis-cluster://h:1", &t, err, sizeof err), 0);
+    ck_assert_int_eq(rlock_url_resolve(&t, 100, NULL, sizeof err), -1);
 }
 END_TEST
 
@@ -159,6 +172,8 @@ START_TEST(test_redis_sentinel_url_forms)
         ck_assert_msg(rlock_url_parse(bad[i], &t, err, sizeof err) == -1, "%s was accepted",
                       bad[i]);
         ck_assert_ptr_null(strstr(err, "s3cret"));
+        /* no buffer for the message: refused all the same */
+        ck_assert_int_eq(rlock_url_parse(bad[i], &t, NULL, sizeof err), -1);
     }
     /* a plain URL has nothing to resolve */
     ck_assert_int_eq(rlock_url_parse("redis://h:7", &t, err, sizeof err), 0);

@@ -554,6 +554,141 @@ redisReply *rlock_cluster_script(struct rlock_cluster *c, const struct rlock_scr
     return r;
 }
 
+/* ---- lock calls on a cluster ---- */
+
+/* The cluster's answers a lock call's message can carry. */
+enum answer { ANSWER_NONE, ANSWER_MOVED, ANSWER_ASK, ANSWER_TRYAGAIN, ANSWER_CLUSTERDOWN };
+
+/* The cluster's answer in why, the message of a failed lock call: the
+ * server's error reply at its start or after its first ": " (the library
+ * words its messages "<what>: <reply>").  *at is where the answer starts. */
+static enum answer answer_in(const char *why, const char **at)
+{
+    static const struct {
+        const char *word;
+        enum answer a;
+    } words[] = {{"MOVED", ANSWER_MOVED},
+                 {"ASK", ANSWER_ASK},
+                 {"TRYAGAIN", ANSWER_TRYAGAIN},
+                 {"CLUSTERDOWN", ANSWER_CLUSTERDOWN}};
+    const char *sep = why ? strstr(why, ": ") : NULL;
+    const char *cand[] = {why, sep ? sep + 2 : NULL};
+    for (size_t i = 0; i < 2; i++) {
+        if (!cand[i])
+            continue;
+        for (size_t w = 0; w < sizeof words / sizeof words[0]; w++) {
+            size_t n = strlen(words[w].word);
+            if (strncmp(cand[i], words[w].word, n) == 0 &&
+                (cand[i][n] == ' ' || cand[i][n] == '\0')) {
+                *at = cand[i];
+                return words[w].a;
+            }
+        }
+    }
+    return ANSWER_NONE;
+}
+
+/* Readies node n for a lock call redirected by ASK: every script of the
+ * library loaded there first (what ASKING allows covers one command, and an
+ * EVAL after a NOSCRIPT would go without it), then ASKING, in one round
+ * trip.  A script refused is left to the call's own NOSCRIPT handling.
+ * Returns 0, or -1 with err set (n closed on I/O error). */
+static int ask_ready(struct rlock_cluster *c, struct node *n, char *err, size_t errlen)
+{
+    int sent = 0, asking = 0;
+    for (; sent < RLOCK_LUA_COUNT; sent++) {
+        const struct rlock_script *s = rlock_lua((enum rlock_lua)sent);
+        if (redisAppendCommand(n->ctx, "SCRIPT LOAD %b", s->text, s->len) != REDIS_OK)
+            break;
+    }
+    if (sent == RLOCK_LUA_COUNT && redisAppendCommand(n->ctx, "ASKING") == REDIS_OK)
+        sent++;
+    for (int i = 0; i < sent; i++) {
+        void *r = NULL;
+        if (redisGetReply(n->ctx, &r) != REDIS_OK)
+            break;
+        asking = i == RLOCK_LUA_COUNT && r && ((redisReply *)r)->type == REDIS_REPLY_STATUS;
+        freeReplyObject(r);
+    }
+    if (asking)
+        return 0;
+    rlock_err_set(err, errlen, "cluster node %s:%d: ASKING: %s", n->host, n->port,
+                  n->ctx->errstr[0] ? n->ctx->errstr : "refused");
+    if (n->ctx->err) {
+        node_close(n);
+        c->stale = 1;
+    }
+    return -1;
+}
+
+enum rlock_status rlock_cluster_lock(struct rlock_cluster *c, const char *key, int64_t deadline_ms,
+                                     rlock_cluster_lock_fn *fn, void *arg, char *err, size_t errlen)
+{
+    if (!key) {
+        rlock_err_set(err, errlen, "cluster: a lock call needs its key");
+        return RLOCK_ERR;
+    }
+    unsigned slot = rlock_cluster_slot(key, strlen(key));
+    int ask_idx = -1, remapped = 0, hops = 0;
+    for (;;) {
+        struct node *n;
+        if (ask_idx >= 0) {
+            if (!(n = node_connected(c, &c->nodes[ask_idx], err, errlen)) ||
+                ask_ready(c, n, err, errlen) != 0)
+                return RLOCK_ERR;
+        } else if (!(n = node_for(c, slot, err, errlen))) {
+            /* Nothing was sent: once, the map is read again (a replica may
+             * hold the slot by now). */
+            if (remapped++ || !c->stale)
+                return RLOCK_ERR;
+            continue;
+        }
+        ask_idx = -1;
+        const char *why = NULL, *at = NULL;
+        enum rlock_status st = fn(n->ctx, arg, &why);
+        if (n->ctx->err) { /* it may have run: never sent again */
+            node_close(n);
+            c->stale = 1;
+            return st;
+        }
+        enum answer a = st == RLOCK_ERR ? answer_in(why, &at) : ANSWER_NONE;
+        if (a == ANSWER_NONE)
+            return st;
+        if (a == ANSWER_CLUSTERDOWN) {
+            c->stale = 1;
+            return st;
+        }
+        if (a == ANSWER_TRYAGAIN) {
+            int64_t now = rlock_mono_ms();
+            /* Within a deadline, as long as it allows; else as a redirect. */
+            if (deadline_ms > 0 ? now + c->o.tryagain_ms >= deadline_ms
+                                : ++hops > RLOCK_CLUSTER_MAX_REDIRECTS)
+                return st;
+            if (deadline_ms > 0)
+                hops = 0;
+            rlock_sleep_until(now + c->o.tryagain_ms);
+            continue;
+        }
+        if (++hops > RLOCK_CLUSTER_MAX_REDIRECTS)
+            return st;
+        unsigned to_slot;
+        int idx = redirect_target(c, at, &to_slot);
+        c->redirects++;
+        if (a == ANSWER_MOVED) {
+            /* A message cut short names no node: the map read whole will. */
+            if (idx >= 0) {
+                c->slot_node[to_slot] = (uint16_t)idx;
+                c->nodes[idx].master = 1;
+            }
+            c->stale = 1;
+            continue;
+        }
+        if (idx < 0)
+            return st; /* an ASK to a node we cannot name */
+        ask_idx = idx;
+    }
+}
+
 int rlock_cluster_nmasters(struct rlock_cluster *c, char *err, size_t errlen)
 {
     if (c->stale && rlock_cluster_refresh(c, err, errlen) != 0 && c->nnodes == 0)

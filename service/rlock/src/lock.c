@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "rlock/cluster.h"
 #include "rlock/notify.h"
 #include "rlock/script.h"
 #include "rlock/watch.h"
@@ -216,19 +217,10 @@ enum rlock_status rlock_acquire(redisContext *c, struct rlock *l, const char *ke
     return rlock_acquire_multi(c, l, &key, 1, o);
 }
 
-enum rlock_status rlock_release(redisContext *c, struct rlock *l)
+/* The release itself: the keys still holding l's token deleted, l left as
+ * it was (err aside), so that a cluster's redirect can send it again. */
+static enum rlock_status release_keys(redisContext *c, struct rlock *l)
 {
-    l->err[0] = '\0';
-    if (l->nkeys == 0) {
-        RLOCK_SET_ERR(l, "release: lock is not held");
-        rlock_count_release(RLOCK_NOT_OWNER);
-        return RLOCK_NOT_OWNER;
-    }
-    /* Stop renewing before deleting: a renewal racing the release would be
-     * refused anyway, but then report a loss that never happened. */
-    rlock_watch_stop(l->watch);
-    l->watch = NULL;
-
     const struct rlock_script *s =
         l->nkeys == 1 ? rlock_lua(RLOCK_LUA_RELEASE) : rlock_lua(RLOCK_LUA_MULTI_RELEASE);
     char **channels = rlock_release_channels((const char *const *)l->keys, l->nkeys);
@@ -245,6 +237,49 @@ enum rlock_status rlock_release(redisContext *c, struct rlock *l)
         RLOCK_SET_ERR(l, "release: only %lld of %zu keys still held our token", deleted, l->nkeys);
         st = RLOCK_NOT_OWNER;
     }
+    return st;
+}
+
+/* What both releases do first: 0, or -1 (l empty: RLOCK_NOT_OWNER). */
+static int release_start(struct rlock *l)
+{
+    l->err[0] = '\0';
+    if (l->nkeys == 0) {
+        RLOCK_SET_ERR(l, "release: lock is not held");
+        rlock_count_release(RLOCK_NOT_OWNER);
+        return -1;
+    }
+    /* Stop renewing before deleting: a renewal racing the release would be
+     * refused anyway, but then report a loss that never happened. */
+    rlock_watch_stop(l->watch);
+    l->watch = NULL;
+    return 0;
+}
+
+enum rlock_status rlock_release(redisContext *c, struct rlock *l)
+{
+    if (release_start(l) != 0)
+        return RLOCK_NOT_OWNER;
+    enum rlock_status st = release_keys(c, l);
+    rlock_count_release(st);
+    rlock_empty(l);
+    return st;
+}
+
+static enum rlock_status release_on(redisContext *node, void *arg, const char **why)
+{
+    struct rlock *l = arg;
+    enum rlock_status st = release_keys(node, l);
+    *why = l->err;
+    return st;
+}
+
+enum rlock_status rlock_cluster_release(struct rlock_cluster *c, struct rlock *l)
+{
+    if (release_start(l) != 0)
+        return RLOCK_NOT_OWNER;
+    enum rlock_status st =
+        rlock_cluster_lock(c, l->keys[0], 0, release_on, l, l->err, sizeof l->err);
     rlock_count_release(st);
     rlock_empty(l);
     return st;

@@ -50,25 +50,26 @@ static int parse_userinfo(const char *info, size_t n, struct rlock_url *u, char 
 {
     const char *colon = memchr(info, ':', n);
     if (!colon) {
-        snprintf(err, errlen,
-                 "redis URL: the part before '@' needs a ':' (redis://:PASSWORD@HOST or "
-                 "redis://USER:PASSWORD@HOST)");
+        rlock_err_set(err, errlen,
+                      "redis URL: the part before '@' needs a ':' (redis://:PASSWORD@HOST or "
+                      "redis://USER:PASSWORD@HOST)");
         return -1;
     }
     size_t ul = (size_t)(colon - info);
     if (decode(info, ul, u->user, sizeof u->user) != 0) {
-        snprintf(err, errlen,
-                 "redis URL: bad user name (a bad %%-escape, or longer than %zu bytes)",
-                 sizeof u->user - 1);
+        rlock_err_set(err, errlen,
+                      "redis URL: bad user name (a bad %%-escape, or longer than %zu bytes)",
+                      sizeof u->user - 1);
         return -1;
     }
     if (decode(colon + 1, n - ul - 1, u->password, sizeof u->password) != 0) {
-        snprintf(err, errlen, "redis URL: bad password (a bad %%-escape, or longer than %zu bytes)",
-                 sizeof u->password - 1);
+        rlock_err_set(err, errlen,
+                      "redis URL: bad password (a bad %%-escape, or longer than %zu bytes)",
+                      sizeof u->password - 1);
         return -1;
     }
     if (u->password[0] == '\0') {
-        snprintf(err, errlen, "redis URL: the password after ':' is empty");
+        rlock_err_set(err, errlen, "redis URL: the password after ':' is empty");
         return -1;
     }
     return 0;
@@ -105,12 +106,12 @@ static int parse_db(const char *p, struct rlock_url *u, char *err, size_t errlen
         char *end;
         long db = strtol(p + 1, &end, 10);
         if (end == p + 1 || *end || db < 0 || db > MAX_DB) {
-            snprintf(err, errlen, "redis URL has an invalid database number");
+            rlock_err_set(err, errlen, "redis URL has an invalid database number");
             return -1;
         }
         u->db = (int)db;
     } else if (*p && strcmp(p, "/") != 0) {
-        snprintf(err, errlen, "redis URL has an invalid database number");
+        rlock_err_set(err, errlen, "redis URL has an invalid database number");
         return -1;
     }
     return 0;
@@ -121,15 +122,15 @@ static int parse_sentinels(const char *p, struct rlock_url *u, char *err, size_t
 {
     for (;;) {
         if (u->nsentinels == RLOCK_URL_MAX_SENTINELS) {
-            snprintf(err, errlen, "redis-sentinel URL: more than %d Sentinels",
-                     RLOCK_URL_MAX_SENTINELS);
+            rlock_err_set(err, errlen, "redis-sentinel URL: more than %d Sentinels",
+                          RLOCK_URL_MAX_SENTINELS);
             return -1;
         }
         struct rlock_url_node *n = &u->sentinel[u->nsentinels];
         n->port = RLOCK_URL_SENTINEL_PORT;
         if (parse_node(&p, ",/", n) != 0) {
-            snprintf(err, errlen, "redis-sentinel URL: Sentinel %d has no valid host or port",
-                     u->nsentinels + 1);
+            rlock_err_set(err, errlen, "redis-sentinel URL: Sentinel %d has no valid host or port",
+                          u->nsentinels + 1);
             return -1;
         }
         u->nsentinels++;
@@ -139,16 +140,16 @@ static int parse_sentinels(const char *p, struct rlock_url *u, char *err, size_t
     }
     size_t ml = *p == '/' ? strcspn(p + 1, "/") : 0;
     if (ml == 0 || ml >= sizeof u->master) {
-        snprintf(err, errlen,
-                 "redis-sentinel URL: the master's name is missing after the hosts "
-                 "(redis-sentinel://HOST:PORT,.../NAME[/DB])");
+        rlock_err_set(err, errlen,
+                      "redis-sentinel URL: the master's name is missing after the hosts "
+                      "(redis-sentinel://HOST:PORT,.../NAME[/DB])");
         return -1;
     }
     for (size_t i = 1; i <= ml; i++)
         if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-", p[i])) {
-            snprintf(err, errlen,
-                     "redis-sentinel URL: the master's name may hold letters, "
-                     "digits, '.', '_' and '-' only");
+            rlock_err_set(err, errlen,
+                          "redis-sentinel URL: the master's name may hold letters, "
+                          "digits, '.', '_' and '-' only");
             return -1;
         }
     memcpy(u->master, p + 1, ml);
@@ -163,14 +164,15 @@ static int parse_seeds(const char *p, struct rlock_url *u, char *err, size_t err
 {
     for (;;) {
         if (u->nseeds == RLOCK_URL_MAX_SEEDS) {
-            snprintf(err, errlen, "redis-cluster URL: more than %d nodes", RLOCK_URL_MAX_SEEDS);
+            rlock_err_set(err, errlen, "redis-cluster URL: more than %d nodes",
+                          RLOCK_URL_MAX_SEEDS);
             return -1;
         }
         struct rlock_url_node *n = &u->seed[u->nseeds];
         n->port = RLOCK_URL_DEFAULT_PORT;
         if (parse_node(&p, ",/", n) != 0) {
-            snprintf(err, errlen, "redis-cluster URL: node %d has no valid host or port",
-                     u->nseeds + 1);
+            rlock_err_set(err, errlen, "redis-cluster URL: node %d has no valid host or port",
+                          u->nseeds + 1);
             return -1;
         }
         u->nseeds++;
@@ -179,7 +181,7 @@ static int parse_seeds(const char *p, struct rlock_url *u, char *err, size_t err
         p++;
     }
     if (*p && strcmp(p, "/") != 0 && strcmp(p, "/0") != 0) {
-        snprintf(err, errlen, "redis-cluster URL: a cluster has database 0 only");
+        rlock_err_set(err, errlen, "redis-cluster URL: a cluster has database 0 only");
         return -1;
     }
     u->host[0] = '\0'; /* each key's node comes from the slot map */
@@ -190,14 +192,14 @@ static int parse_seeds(const char *p, struct rlock_url *u, char *err, size_t err
 static int parse(const char *url, struct rlock_url *u, char *err, size_t errlen)
 {
     if (strncmp(url, "rediss://", 9) == 0) {
-        snprintf(err, errlen, "redis URL: rediss:// (TLS) is not supported; use redis://");
+        rlock_err_set(err, errlen, "redis URL: rediss:// (TLS) is not supported; use redis://");
         return -1;
     }
     int sentinel = strncmp(url, SENTINEL_SCHEME, strlen(SENTINEL_SCHEME)) == 0;
     int cluster = strncmp(url, CLUSTER_SCHEME, strlen(CLUSTER_SCHEME)) == 0;
     if (!sentinel && !cluster && strncmp(url, SCHEME, strlen(SCHEME)) != 0) {
-        snprintf(err, errlen,
-                 "redis URL must start with redis://, redis-sentinel:// or redis-cluster://");
+        rlock_err_set(err, errlen,
+                      "redis URL must start with redis://, redis-sentinel:// or redis-cluster://");
         return -1;
     }
     const char *p = url + strlen(sentinel ? SENTINEL_SCHEME : cluster ? CLUSTER_SCHEME : SCHEME);
@@ -213,7 +215,7 @@ static int parse(const char *url, struct rlock_url *u, char *err, size_t errlen)
         return parse_seeds(p, u, err, errlen);
     struct rlock_url_node n = {.port = u->port};
     if (parse_node(&p, "/", &n) != 0) {
-        snprintf(err, errlen, "redis URL has no valid host, or an invalid port");
+        rlock_err_set(err, errlen, "redis URL has no valid host, or an invalid port");
         return -1;
     }
     memcpy(u->host, n.host, sizeof u->host);
@@ -263,8 +265,8 @@ int rlock_sentinel_ask(const struct rlock_url *u, const struct rlock_url_node *s
 {
     redisContext *c = redisConnectWithTimeout(s->host, s->port, ms_tv(timeout_ms));
     if (!c || c->err || redisSetTimeout(c, ms_tv(timeout_ms)) != REDIS_OK) {
-        snprintf(err, errlen, "Sentinel %s:%d: %s", s->host, s->port,
-                 c && c->err ? c->errstr : "cannot connect");
+        rlock_err_set(err, errlen, "Sentinel %s:%d: %s", s->host, s->port,
+                      c && c->err ? c->errstr : "cannot connect");
         redisFree(c);
         return -1;
     }
@@ -287,9 +289,9 @@ int rlock_sentinel_ask(const struct rlock_url *u, const struct rlock_url_node *s
             }
         }
         if (rc != 0)
-            snprintf(err, errlen, "Sentinel %s:%d knows no master '%s'%s%s", s->host, s->port,
-                     u->master, r && r->type == REDIS_REPLY_ERROR ? ": " : "",
-                     r && r->type == REDIS_REPLY_ERROR ? r->str : "");
+            rlock_err_set(err, errlen, "Sentinel %s:%d knows no master '%s'%s%s", s->host, s->port,
+                          u->master, r && r->type == REDIS_REPLY_ERROR ? ": " : "",
+                          r && r->type == REDIS_REPLY_ERROR ? r->str : "");
         freeReplyObject(r);
     }
     redisFree(c);
@@ -317,16 +319,16 @@ static int ask_sentinels(struct rlock_url *u, int timeout_ms, char *err, size_t 
             return 0;
         }
     }
-    snprintf(err, errlen, "no Sentinel of %d named a master for '%s' (last: %s)", u->nsentinels,
-             u->master, last);
+    rlock_err_set(err, errlen, "no Sentinel of %d named a master for '%s' (last: %s)",
+                  u->nsentinels, u->master, last);
     return -1;
 }
 
 int rlock_url_resolve(struct rlock_url *u, int timeout_ms, char *err, size_t errlen)
 {
     if (u->nseeds > 0) {
-        snprintf(err, errlen,
-                 "a redis-cluster:// URL names no single server: use a cluster client");
+        rlock_err_set(err, errlen,
+                      "a redis-cluster:// URL names no single server: use a cluster client");
         return -1;
     }
     if (u->nsentinels == 0)
@@ -349,9 +351,9 @@ int rlock_url_handshake(redisContext *c, const struct rlock_url *u, char *err, s
     if (n > 0) {
         redisReply *r = redisCommandArgv(c, n, auth, NULL);
         if (!r || r->type == REDIS_REPLY_ERROR) {
-            snprintf(err, errlen, "redis AUTH as %s%s%s refused: %s", u->user[0] ? "user '" : "",
-                     u->user[0] ? u->user : "the default user", u->user[0] ? "'" : "",
-                     r ? r->str : c->errstr);
+            rlock_err_set(err, errlen, "redis AUTH as %s%s%s refused: %s",
+                          u->user[0] ? "user '" : "", u->user[0] ? u->user : "the default user",
+                          u->user[0] ? "'" : "", r ? r->str : c->errstr);
             freeReplyObject(r);
             return -1;
         }
@@ -360,7 +362,8 @@ int rlock_url_handshake(redisContext *c, const struct rlock_url *u, char *err, s
     if (u->db != 0) {
         redisReply *r = redisCommand(c, "SELECT %d", u->db);
         if (!r || r->type == REDIS_REPLY_ERROR) {
-            snprintf(err, errlen, "redis SELECT %d refused: %s", u->db, r ? r->str : c->errstr);
+            rlock_err_set(err, errlen, "redis SELECT %d refused: %s", u->db,
+                          r ? r->str : c->errstr);
             freeReplyObject(r);
             return -1;
         }
@@ -370,11 +373,11 @@ int rlock_url_handshake(redisContext *c, const struct rlock_url *u, char *err, s
         redisReply *r = redisCommand(c, "INFO replication");
         int master = says_master(r);
         if (!master)
-            snprintf(err, errlen, "redis %s:%d is not the master of '%s' (%s)", u->host, u->port,
-                     u->master,
-                     r && r->type == REDIS_REPLY_ERROR ? r->str
-                     : r                               ? "a replica"
-                                                       : c->errstr);
+            rlock_err_set(err, errlen, "redis %s:%d is not the master of '%s' (%s)", u->host,
+                          u->port, u->master,
+                          r && r->type == REDIS_REPLY_ERROR ? r->str
+                          : r                               ? "a replica"
+                                                            : c->errstr);
         freeReplyObject(r);
         if (!master)
             return -1;
@@ -388,13 +391,13 @@ static redisContext *connect_to(const struct rlock_url *u, int connect_timeout_m
 {
     redisContext *c = redisConnectWithTimeout(u->host, u->port, ms_tv(connect_timeout_ms));
     if (!c || c->err) {
-        snprintf(err, errlen, "redis connect %s:%d failed: %s", u->host, u->port,
-                 c ? c->errstr : "out of memory");
+        rlock_err_set(err, errlen, "redis connect %s:%d failed: %s", u->host, u->port,
+                      c ? c->errstr : "out of memory");
         redisFree(c);
         return NULL;
     }
     if (redisSetTimeout(c, ms_tv(io_timeout_ms)) != REDIS_OK) {
-        snprintf(err, errlen, "redis %s:%d: cannot set the I/O timeout", u->host, u->port);
+        rlock_err_set(err, errlen, "redis %s:%d: cannot set the I/O timeout", u->host, u->port);
         redisFree(c);
         return NULL;
     }

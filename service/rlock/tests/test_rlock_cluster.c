@@ -3,11 +3,15 @@
  * values Redis itself computes, then a real three-master Redis Cluster
  * started by the test (th_redis_cluster_start: harness_redis.h servers with
  * cluster-enabled, slots assigned and nodes introduced with CLUSTER
- * ADDSLOTSRANGE and CLUSTER MEET): routing, MOVED after a slot changed owner behind the client's
- * back, ASK during a migration, scripts loaded where they are missing, and
- * a dead master that fails fast instead of hanging.
+ * ADDSLOTSRANGE and CLUSTER MEET): routing, MOVED after a slot changed
+ * owner behind the client's back, ASK during a migration, scripts loaded
+ * where they are missing, a dead master that fails fast instead of hanging,
+ * a multi-key command waiting out the TRYAGAIN of a migration that split
+ * its keys, and the lock calls (rlock_cluster_lock(),
+ * rlock_cluster_release()) following MOVED and ASK.
  */
 #include <check.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,17 +48,23 @@ static void cluster_stop(void)
     th_redis_cluster_stop(&cl);
 }
 
-static struct rlock_cluster *client(void)
+/* A client with tryagain_ms as given. */
+static struct rlock_cluster *client_pausing(int tryagain_ms)
 {
     char url[128], err[320];
     snprintf(url, sizeof url, "redis-cluster://127.0.0.1:%d", nodes[1].port); /* one seed */
     struct rlock_url u;
     ck_assert_msg(rlock_url_parse(url, &u, err, sizeof err) == 0, "%s", err);
     struct rlock_cluster_opts o = {
-        .connect_timeout_ms = 500, .io_timeout_ms = 1000, .tryagain_ms = 20};
+        .connect_timeout_ms = 500, .io_timeout_ms = 1000, .tryagain_ms = tryagain_ms};
     struct rlock_cluster *c = rlock_cluster_new(&u, &o, err, sizeof err);
     ck_assert_msg(c != NULL, "%s", err);
     return c;
+}
+
+static struct rlock_cluster *client(void)
+{
+    return client_pausing(20);
 }
 
 /* The master (0..2) whose range holds slot. */
@@ -250,6 +260,170 @@ START_TEST(test_moved_and_ask_are_followed)
 }
 END_TEST
 
+/* A multi-key command while a migration splits its keys: the node answers
+ * TRYAGAIN until the migration ends, and the client pauses and sends it
+ * again meanwhile (a thread ends the migration once the node has said
+ * TRYAGAIN), then follows the MOVED that comes after. */
+struct finish_arg {
+    unsigned slot;
+    int from, to;
+    const char *rest; /* the key still on 'from' */
+    int saw_tryagain;
+};
+
+/* How many TRYAGAIN answers the server of c has given (INFO errorstats). */
+static long long tryagain_count(redisContext *c)
+{
+    redisReply *r = redisCommand(c, "INFO errorstats");
+    ck_assert(r && r->type == REDIS_REPLY_STRING);
+    const char *p = strstr(r->str, "errorstat_TRYAGAIN:count=");
+    long long n = p ? atoll(p + strlen("errorstat_TRYAGAIN:count=")) : 0;
+    freeReplyObject(r);
+    return n;
+}
+
+static void *finish_migration(void *arg)
+{
+    struct finish_arg *f = arg;
+    redisContext *a[MASTERS];
+    for (int i = 0; i < MASTERS; i++)
+        a[i] = th_redis_server_connect(&nodes[i]);
+    for (int waited = 0; waited < 20000 && !f->saw_tryagain; waited += 5) {
+        f->saw_tryagain = tryagain_count(a[f->from]) > 0;
+        if (!f->saw_tryagain)
+            th_sleep_ms(5);
+    }
+    redisReply *r =
+        redisCommand(a[f->from], "MIGRATE 127.0.0.1 %d %s 0 5000", nodes[f->to].port, f->rest);
+    freeReplyObject(r);
+    for (int i = 0; i < MASTERS; i++) {
+        r = redisCommand(a[i], "CLUSTER SETSLOT %u NODE %s", f->slot, ids[f->to]);
+        freeReplyObject(r);
+        redisFree(a[i]);
+    }
+    return NULL;
+}
+
+START_TEST(test_tryagain_is_waited_out)
+{
+    cluster_start();
+    /* long pauses: the thread has several of them to end the migration in */
+    struct rlock_cluster *c = client_pausing(400);
+    const char *ka = "{split}a", *kb = "{split}b";
+    unsigned slot = rlock_cluster_slot(ka, strlen(ka));
+    int from = owner_of(slot), to = (from + 1) % MASTERS;
+    redisReply *r = cmd(c, "SET", ka, "va");
+    freeReplyObject(r);
+    r = cmd(c, "SET", kb, "vb");
+    freeReplyObject(r);
+    migrate_slot(slot, from, to, ka, 1); /* {split}a moved, {split}b not yet */
+    struct finish_arg f = {.slot = slot, .from = from, .to = to, .rest = kb};
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, finish_migration, &f), 0);
+    const char *argv[] = {"MGET", ka, kb};
+    char err[320];
+    r = rlock_cluster_command(c, slot, 3, argv, NULL, err, sizeof err);
+    pthread_join(th, NULL);
+    ck_assert_msg(f.saw_tryagain, "the node never said TRYAGAIN");
+    ck_assert_msg(r && r->type == REDIS_REPLY_ARRAY && r->elements == 2, "%s",
+                  r ? (r->str ? r->str : "not an array") : err);
+    ck_assert(r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, "va") == 0);
+    ck_assert(r->element[1]->type == REDIS_REPLY_STRING && strcmp(r->element[1]->str, "vb") == 0);
+    freeReplyObject(r);
+    rlock_cluster_free(c);
+    cluster_stop();
+}
+END_TEST
+
+/* A lock call through rlock_cluster_lock(): rlock_acquire() on the node. */
+struct acquire_call {
+    struct rlock *l;
+    const char *key;
+    const struct rlock_opts *o;
+};
+
+static enum rlock_status acquire_on(redisContext *node, void *arg, const char **why)
+{
+    struct acquire_call *a = arg;
+    enum rlock_status st = rlock_acquire(node, a->l, a->key, a->o);
+    *why = a->l->err;
+    return st;
+}
+
+/* key's value on master m, after ASKING (so an importing node answers);
+ * NULL when it has none.  The caller frees the reply. */
+static redisReply *asking_get(int m, const char *key)
+{
+    redisReply *r = redisCommand(admin[m], "ASKING");
+    ck_assert(r && r->type == REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    r = redisCommand(admin[m], "GET %s", key);
+    ck_assert_msg(r && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_NIL), "%s",
+                  r ? r->str : "no reply");
+    if (r->type == REDIS_REPLY_NIL) {
+        freeReplyObject(r);
+        return NULL;
+    }
+    return r;
+}
+
+/* The lock calls, which take a node's connection, follow the cluster too:
+ * ASK while the lock's slot migrates (the lock taken and released on the
+ * importing node, whose scripts are loaded first), MOVED once it moved
+ * (taken on the new owner with the client's map still naming the old one,
+ * released after the slot moved again under the held lock). */
+START_TEST(test_lock_calls_follow_moved_and_ask)
+{
+    cluster_start();
+    struct rlock_cluster *c = client();
+    char key[32], err[320] = "";
+    key_on(0, key, sizeof key);
+    unsigned slot = rlock_cluster_slot(key, strlen(key));
+    redisReply *r = cmd(c, "GET", key, NULL); /* the client has its map */
+    freeReplyObject(r);
+    struct rlock l = {0};
+    struct rlock_opts o = {.ttl_ms = 30000};
+    struct acquire_call a = {.l = &l, .key = key, .o = &o};
+
+    /* ASK: the slot migrates from master 0 to 1; a free lock is on neither */
+    migrate_slot(slot, 0, 1, key, 1);
+    ck_assert_msg(rlock_cluster_lock(c, key, 0, acquire_on, &a, err, sizeof err) == RLOCK_OK,
+                  "%s / %s", l.err, err);
+    r = asking_get(1, key);
+    ck_assert_msg(r && strcmp(r->str, l.token) == 0, "not taken on the importing node");
+    freeReplyObject(r);
+    ck_assert_uint_eq(rlock_cluster_redirects(c), 1);
+    ck_assert_int_eq(rlock_cluster_release(c, &l), RLOCK_OK); /* EVALSHA there, after ASKING */
+    ck_assert_ptr_null(asking_get(1, key));
+    ck_assert_uint_eq(rlock_cluster_redirects(c), 2);
+
+    /* MOVED: the migration ends; the client's map still names master 0 */
+    for (int i = 0; i < MASTERS; i++) {
+        r = redisCommand(admin[i], "CLUSTER SETSLOT %u NODE %s", slot, ids[1]);
+        ck_assert(r && r->type == REDIS_REPLY_STATUS);
+        freeReplyObject(r);
+    }
+    ck_assert_msg(rlock_cluster_lock(c, key, 0, acquire_on, &a, err, sizeof err) == RLOCK_OK,
+                  "%s / %s", l.err, err);
+    ck_assert_uint_eq(rlock_cluster_redirects(c), 3);
+    r = redisCommand(admin[1], "GET %s", key);
+    ck_assert(r && r->type == REDIS_REPLY_STRING && strcmp(r->str, l.token) == 0);
+    freeReplyObject(r);
+    /* the held lock's slot moves on to master 2: the release follows it */
+    migrate_slot(slot, 1, 2, key, 0);
+    ck_assert_msg(rlock_cluster_release(c, &l) == RLOCK_OK, "%s", l.err);
+    ck_assert_uint_eq(rlock_cluster_redirects(c), 4);
+    ck_assert_int_eq(l.nkeys, 0);
+    r = redisCommand(admin[2], "EXISTS %s", key);
+    ck_assert(r && r->type == REDIS_REPLY_INTEGER && r->integer == 0);
+    freeReplyObject(r);
+    /* a lock never held: refused without a round trip */
+    ck_assert_int_eq(rlock_cluster_release(c, &l), RLOCK_NOT_OWNER);
+    rlock_cluster_free(c);
+    cluster_stop();
+}
+END_TEST
+
 static const char incr_body[] = "return redis.call('INCRBY', KEYS[1], ARGV[1])";
 
 START_TEST(test_scripts_are_loaded_where_they_are_missing)
@@ -403,6 +577,8 @@ static Suite *cluster_suite(void)
     tcase_add_test(tc, test_urls_of_a_cluster);
     tcase_add_test(tc, test_every_key_goes_to_the_master_of_its_slot);
     tcase_add_test(tc, test_moved_and_ask_are_followed);
+    tcase_add_test(tc, test_tryagain_is_waited_out);
+    tcase_add_test(tc, test_lock_calls_follow_moved_and_ask);
     tcase_add_test(tc, test_scripts_are_loaded_where_they_are_missing);
     tcase_add_test(tc, test_a_dead_master_fails_fast);
     tcase_add_test(tc, test_a_dead_idle_connection_is_found_before_sending);

@@ -27,11 +27,16 @@
  *
  * Scripts go by EVALSHA; a node without the script (NOSCRIPT) gets SCRIPT
  * LOAD and the EVALSHA again, on the same node.
+ *
+ * The locks' own calls take a connection, not this client: run them through
+ * rlock_cluster_lock() (and release with rlock_cluster_release(), rlock.h),
+ * which follows the same answers for them.
  */
 #ifndef RLOCK_CLUSTER_H
 #define RLOCK_CLUSTER_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <hiredis/hiredis.h>
 
@@ -113,6 +118,50 @@ redisReply *rlock_cluster_command(struct rlock_cluster *c, unsigned slot, int ar
 redisReply *rlock_cluster_script(struct rlock_cluster *c, const struct rlock_script *s, int nkeys,
                                  int nargs, const char **argv, const size_t *lens, char *err,
                                  size_t errlen);
+
+/*
+ * A lock call for rlock_cluster_lock(): one or more calls of the lock API
+ * that take a connection (rlock_acquire*(), rlock_acquire*_fenced(),
+ * rlock_fence_renew(), rlock_require_replicas(), ...) made on node, which
+ * serves the lock's slot.  Returns their status; on RLOCK_ERR, *why is the
+ * failed call's message (the lock's err): the library words it "<what>:
+ * <the server's error reply>", which is how a MOVED reaches the caller.  A
+ * call that fails must leave its lock as it found it, so that it can be made
+ * again elsewhere: the acquires and rlock_fence_renew() do; rlock_release()
+ * empties its lock (use rlock_cluster_release()).
+ */
+typedef enum rlock_status rlock_cluster_lock_fn(redisContext *node, void *arg, const char **why);
+
+/*
+ * Runs fn on the master that serves key's slot (the lock's first key: all
+ * its keys share the slot), and when it fails with one of the cluster's
+ * answers, makes it again as rlock_cluster_command() would send a command
+ * on:
+ *   - MOVED: the map is corrected for the slot (and read whole again before
+ *     the next command), fn runs again on the new owner;
+ *   - ASK: fn runs once more on the importing node, after SCRIPT LOAD of
+ *     the library's scripts there and ASKING (which covers fn's first
+ *     command only: a lock call that sends more than one, such as an
+ *     acquire that waits, meets MOVED back to the old owner and so goes
+ *     round again);
+ *   - TRYAGAIN (a multi-key lock whose keys a migration split): a pause of
+ *     tryagain_ms, then again, while the deadline allows;
+ *   - CLUSTERDOWN: the map is read again before the next command; fn's
+ *     status is returned.
+ * MOVED and ASK count towards RLOCK_CLUSTER_MAX_REDIRECTS, and so does
+ * TRYAGAIN without a deadline; with one (deadline_ms, on rlock_mono_ms();
+ * 0: none) no pause is taken that would end past it.  fn computes the wait
+ * of each run from that deadline (what is left of it; a single try when
+ * nothing is).  A call answered with a redirect did not run; one that
+ * failed on I/O may have, so it is not made again: its connection is
+ * closed and the map read again before the next command.  Returns fn's
+ * last status; RLOCK_ERR with err set when fn could not be run (no node
+ * for the slot can be reached, ASKING failed): err is written only then.
+ */
+RLOCK_MUST_CHECK enum rlock_status rlock_cluster_lock(struct rlock_cluster *c, const char *key,
+                                                      int64_t deadline_ms,
+                                                      rlock_cluster_lock_fn *fn, void *arg,
+                                                      char *err, size_t errlen);
 
 /* How many masters serve at least one slot (the map read first if need
  * be); -1 with err set when no map could be read. */

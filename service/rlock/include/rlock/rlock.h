@@ -54,6 +54,7 @@
 struct rlock_notifier; /* rlock/notify.h */
 struct rlock_watchdog; /* rlock/watch.h */
 struct rlock_watch;    /* rlock/watch.h */
+struct rlock_cluster;  /* rlock/cluster.h */
 
 /*
  * Called once when a watched lock is found lost: a renewal found the key gone
@@ -141,6 +142,14 @@ RLOCK_MUST_CHECK enum rlock_status rlock_acquire_multi(redisContext *c, struct r
  * runs out), and gcc's warn_unused_result cannot be silenced with (void).
  */
 enum rlock_status rlock_release(redisContext *c, struct rlock *l);
+
+/*
+ * rlock_release() on a Redis Cluster (rlock/cluster.h): sent to the master
+ * of l's slot, and made again where a MOVED, ASK or TRYAGAIN answer says
+ * (rlock_cluster_lock()), so a lock whose slot moved since it was taken is
+ * still deleted, on its new owner.  Same returns; l is always emptied.
+ */
+enum rlock_status rlock_cluster_release(struct rlock_cluster *c, struct rlock *l);
 
 /*
  * Resets the expiry of every key of l to ttl_ms, if all of them still hold
