@@ -39,7 +39,10 @@
 #             many as masters, and many SKUs spread.
 #
 # Every run of seckill-loadtest ends with its full invariant check.  Prints
-# the phases side by side and the ratios against the issue's targets.  Exits
+# the durability settings asked of the running servers (PostgreSQL's fsync
+# and synchronous_commit, Redis's appendonly and appendfsync; the cluster
+# phase's Redis too), the phases side by side and the ratios against the
+# issue's targets.  Exits
 # non-zero only when a phase could not run or an invariant failed; a missed
 # target is reported (MISSED), not fatal.
 #
@@ -236,10 +239,34 @@ REDIS_PID=$(tr -dc '0-9' <"$LT_STACK_DIR/redis/redis.pid" 2>/dev/null || true)
 PG_PID=$(head -n1 "$LT_STACK_DIR/pg/data/postmaster.pid" 2>/dev/null | tr -dc '0-9' || true)
 PG_OWNER_DSN=${SECKILL_MIGRATE_PG_DSN:-$SECKILL_PG_DSN}
 
+# The durability the numbers were measured with, asked of the running servers
+# (a stack reused from another shell may not run with stack.sh's settings):
+# PostgreSQL's fsync and synchronous_commit as its superuser, Redis's AOF
+# settings as the admin ACL user.  "?" for what a server would not say.
+# redis_durability DIR PORT: "appendonly=... appendfsync=..." of that node.
+redis_durability() {
+    se_redis_admin "$1" "$2" CONFIG GET appendonly appendfsync 2>/dev/null | tr -d '\r' |
+        awk 'NR % 2 == 1 { k = $0; next } { v[k] = $0 }
+             END { printf "appendonly=%s appendfsync=%s\n",
+                   (v["appendonly"] == "" ? "?" : v["appendonly"]),
+                   (v["appendfsync"] == "" ? "?" : v["appendfsync"]) }'
+}
+pg_durability() {
+    local dsn fs='' sc=''
+    if dsn=$(se_pg_admin_dsn "$LT_STACK_DIR" "${SECKILL_PG_PORT:-}"); then
+        { read -r fs && read -r sc; } < <(timeout 30 psql "$dsn" -XAt -v ON_ERROR_STOP=1 \
+            -c 'SHOW fsync' -c 'SHOW synchronous_commit' 2>/dev/null) || true
+    fi
+    printf 'fsync=%s synchronous_commit=%s\n' "${fs:-?}" "${sc:-?}"
+}
+DURABILITY="PostgreSQL $(pg_durability); Redis $(redis_durability "$LT_STACK_DIR" "$REDIS_PORT")"
+say "durability (asked of the running servers): $DURABILITY"
+
 # What the redis phase leaves in Redis until it is done (removed on any exit).
 BENCH_REDIS_USER=
 BENCH_REDIS_DB=9
 CLUSTER_STACK= # the cluster phase's stack, while it runs
+CLUSTER_DURABILITY= # its Redis's AOF settings, once it ran
 bench_cleanup() {
     local rc=$?
     if [[ -n $CLUSTER_STACK ]]; then
@@ -489,6 +516,8 @@ if want cluster; then
         se_stack_start_free "$CLUSTER_STACK" >"$OUT/cluster-stack.log" 2>&1 ||
         die "could not start the cluster stack ($OUT/cluster-stack.log)"
     CLUSTER_URL=$(se_env_value "$CLUSTER_STACK" SECKILL_REDIS_URL)
+    CLUSTER_DURABILITY=$(redis_durability "$CLUSTER_STACK" "$(se_redis_master_port "$CLUSTER_STACK" "")")
+    say "durability of the cluster's first master (asked of it): $CLUSTER_DURABILITY"
     say "=== cluster: durable, one hot SKU, $CM masters, $CONNS connections, ${SECS}s + ${WARMUP}s warm-up"
     SECKILL_REDIS_URL=$CLUSTER_URL run_phase cluster "$SECS" "$WARMUP" 0 "${HOT[@]}"
     say "=== clusterbuckets: durable, the hot SKU in $CM stock buckets (one per master), $CONNS connections, ${SECS}s + ${WARMUP}s warm-up"
@@ -604,6 +633,8 @@ row() { # row LABEL PER_S P99: one line of the table, "-" for what was not measu
         "$CONNS" "$SECS" "$WARMUP" "$SCEN_SECS" "$ONLY" "$(hostname)" "$(nproc)"
     printf 'seckilld settings: %s\n' "$(env | grep -E '^SECKILL_(HTTP_THREADS|WORKER|WRITER|REDIS_TIMEOUT|PG_STATEMENT|LOCK)' |
         sort | tr '\n' ' ' | sed 's/ $//' | grep . || echo defaults)"
+    printf 'durability (asked of the running servers): %s%s\n' "$DURABILITY" \
+        "${CLUSTER_DURABILITY:+; Redis Cluster (first master) $CLUSTER_DURABILITY}"
     printf '  %-58s %12s %10s\n' "" "per second" "p99 ms"
     row "HTTP ceiling, own server (seckill-loadtest)" "$CEIL_RPS" "$CEIL_P99"
     row "HTTP ceiling, libevent evhttp (seckill-loadtest)" "$EV_RPS" "$EV_P99"
