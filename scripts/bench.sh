@@ -99,8 +99,9 @@ for v in SCEN_SECS:BENCH_SCENARIO_SECONDS:3:600 REDIS_REQS:BENCH_REDIS_REQUESTS:
     NSKUS:BENCH_SKUS:2:10000 WRITER_ORDERS:BENCH_WRITER_ORDERS:1000:10000000 \
     BURST_CONNS:BENCH_BURST_CONNECTIONS:1:5000 BURST_ADDRS:BENCH_BURST_ADDRS:1:250; do
     IFS=: read -r var name lo hi <<<"$v"
-    [[ ${!var} =~ ^[0-9]+$ ]] && ((${!var} >= lo && ${!var} <= hi)) ||
+    if ! [[ ${!var} =~ ^[0-9]+$ ]] || ((${!var} < lo || ${!var} > hi)); then
         die "$name must be a whole number in $lo..$hi, not '${!var}'"
+    fi
 done
 RUN_SECS=$((SECS + WARMUP))
 HTTP_THREADS=2 # seckilld's http_threads default; the ceiling gets the same
@@ -309,7 +310,7 @@ run_ceiling() {
     sed -n '/^rate/p;/^latency/p' "$OUT/ceiling-$server.txt"
     printf -v "CEIL_CPU_$server" '%s' "$(cpu_share "$S1" "$S2" "http-ceiling generator")"
     printf -v "CEIL_CORES_$server" '%s' "$(cpu_cores "$S1" "$S2")"
-    printf -v "CEIL_US_$server" '%s' "$(cpu_us_per "$S1" "$S2" "$(jq -r '.run.throughput_rps * '"$(((SECS - 2)))" "$OUT/ceiling-$server.json")")"
+    printf -v "CEIL_US_$server" '%s' "$(cpu_us_per "$S1" "$S2" "$(jq -r '.run.throughput_rps * '"$((SECS - 2))" "$OUT/ceiling-$server.json")")"
 }
 CEIL_RPS='' CEIL_P99='' EV_RPS='' EV_P99='' WRK_RPS='' WRK_P99=
 if want ceiling; then
@@ -601,7 +602,7 @@ fi
 
 # ---- the table
 # jf FILE FILTER: a number from a phase's JSON summary ("" when the phase did not run)
-jf() { [[ -s $1 ]] && jq -r "$2 // empty" "$1" 2>/dev/null || true; }
+jf() { if [[ -s $1 ]]; then jq -r "$2 // empty" "$1" 2>/dev/null || true; fi; }
 D=$OUT/durable.json R=$OUT/reserved.json SO=$OUT/soldout.json SK=$OUT/skus.json B=$OUT/burst.json
 want durable || D=/dev/null
 want reserved || R=/dev/null
@@ -623,7 +624,8 @@ B_N=$(jf "$B" .run.answered)
 CL_RPS=$(jf "$CL" .run.accepted_per_s) CL_P99=$(jf "$CL" .latency_ms.p99)
 CS_RPS=$(jf "$CS" .run.accepted_per_s) CS_P99=$(jf "$CS" .latency_ms.p99)
 CB_RPS=$(jf "$CB" .run.accepted_per_s) CB_P99=$(jf "$CB" .latency_ms.p99)
-PGB_OPS=$([[ -n $PGB_TPS ]] && awk -v t="$PGB_TPS" -v b="$PG_BATCH" 'BEGIN { print t * b }' || true)
+PGB_OPS=
+[[ -z $PGB_TPS ]] || PGB_OPS=$(awk -v t="$PGB_TPS" -v b="$PG_BATCH" 'BEGIN { print t * b }')
 row() { # row LABEL PER_S P99: one line of the table, "-" for what was not measured
     if [[ -z $2 ]]; then return; fi
     printf '  %-58s %12.0f %10s\n' "$1" "$2" "$([[ -n ${3:-} && $3 != - ]] && printf '%.3f' "$3" || echo -)"
@@ -700,7 +702,7 @@ row() { # row LABEL PER_S P99: one line of the table, "-" for what was not measu
         "$(cut -d' ' -f1 <<<"$CEIL_US_own")" - - "$(cut -d' ' -f2 <<<"$CEIL_US_own")"
     printf '  (soldout: per answer, accepted or sold out: it accepts almost nothing)\n'
     printf 'CPU during the measured window (100 %% = one core; this machine has %s)\n' "$(nproc)"
-    [[ -n ${CEIL_CPU_own:-} ]] && printf ' HTTP ceiling (own):\n%s\n HTTP ceiling (evhttp):\n%s\n' "$CEIL_CPU_own" "$CEIL_CPU_evhttp"
+    [[ -n ${CEIL_CPU_own:-} ]] && printf ' HTTP ceiling (own):\n%s\n HTTP ceiling (evhttp):\n%s\n' "$CEIL_CPU_own" "${CEIL_CPU_evhttp:-}"
     for ph in durable reserved soldout skus; do
         u=CPU_$ph
         [[ -n ${!u:-} ]] && printf ' %s:\n%s\n' "$ph" "${!u}"

@@ -532,8 +532,9 @@ scenario_pg_freeze() {
         "$url/healthz" 2>/dev/null) || true
     code=${out%% *} secs=${out#* }
     note "/healthz while frozen: ${code:-none} in ${secs:-?}s (bound ${HEALTHZ_BOUND_S}s)"
-    [[ $code == 503 ]] && le "$secs" "$HEALTHZ_BOUND_S" ||
+    if [[ $code != 503 ]] || ! le "$secs" "$HEALTHZ_BOUND_S"; then
         fail "/healthz answered ${code:-nothing} in ${secs:-?}s while PostgreSQL was frozen (want 503 within ${HEALTHZ_BOUND_S}s)"
+    fi
     while ! le "$FREEZE_S" "$(since "$t0")"; do sleep 0.1; done
     thaw
     after_fault "$url" "$sku" "$(now)" "SIGCONT"
@@ -560,7 +561,7 @@ two_daemons() {
     start_daemon d1 || return 1
     D1_PID=$D_PID D1_URL=http://127.0.0.1:$D_PORT
     start_daemon d2 || return 1
-    D2_PID=$D_PID D2_URL=http://127.0.0.1:$D_PORT
+    D2_URL=http://127.0.0.1:$D_PORT
     under_load "$1" "$D1_URL" "$D2_URL"
 }
 
