@@ -133,9 +133,9 @@ declare -A HEAL_BOUND=(
     [daemon-kill]=20 [redis-restart-aof]=15 [redis-restart-empty]=30 [pg-stop]=20
     [pg-freeze]=15 [redis-freeze]=15 [two-daemons-kill-one]=20 [writer-frozen]=20
     [adjust-crash]=15 [expiry-crash]=15 [transfer-crash]=15
-    # the Sentinels' detection (down-after-milliseconds, 1 s in scripts/stack.sh)
-    # and promotion, plus the issue's 5 s
-    [redis-failover]=10 [failover-stale-holder]=10 [sentinel-then-master-kill]=10
+    # redis-failover, sentinel-then-master-kill, failover-stale-holder: the
+    # issue's "within the Sentinel detection time plus 5 s", set by ha_up
+    # from the running Sentinels' down-after-milliseconds (SENTINEL_HEAL_EXTRA_S)
     # cluster-node-timeout (1 s) and the replica's election, plus the issue's 5 s
     [cluster-master-kill]=10 [cluster-buckets]=10
     # not a heal: the longest time without a decided answer to the probes
@@ -146,6 +146,7 @@ declare -A HEAL_BOUND=(
     # HAProxy's checks (two failures a second apart) take the dead one out
     [balancer-daemon-kill]=10
 )
+SENTINEL_HEAL_EXTRA_S=5
 HEAL_BOUND[cluster-reshard]=$(awk -v w="$SECKILL_ORDER_ACK_WAIT_MS" 'BEGIN { print w / 1000 + 1 }')
 
 # ---------------------------------------------------------------- bookkeeping
@@ -794,6 +795,7 @@ scenario_expiry_crash() {
 # load's answers are judged (202s Redis lost with the master's last writes,
 # not yet replicated, are counted, as after a restart without data); the
 # reconciliation rebuilds what the new master lacks.
+HA_MASTER_NAME=seckill # scripts/stack.sh's S_MASTER_NAME
 HA_SAVED=()
 ha_env_on() {
     HA_SAVED=("$STACK_DIR" "$SECKILL_REDIS_URL" "$SECKILL_PG_DSN" "$PGPASSFILE"
@@ -828,6 +830,28 @@ ha_up() { # ha_up [TOPOLOGY]: sentinel (default) or cluster
         fail "migrating the $topo stack failed ($SDIR/ha-migrate.log)"
         return 1
     }
+    [[ $topo != sentinel ]] || sentinel_heal_bound
+}
+
+# sentinel_heal_bound: the scenario's heal bound, the issue's "the Sentinel
+# detection time plus 5 s": the largest down-after-milliseconds that the
+# Sentinels of the HA stack answer (SENTINEL MASTER, as the admin user) plus
+# SENTINEL_HEAL_EXTRA_S.  Fails when none answers.
+sentinel_heal_bound() {
+    local p ms max='' ports=()
+    IFS=, read -r -a ports <<<"$SE_SENTINEL_PORTS"
+    for p in "${ports[@]}"; do
+        ms=$(se_redis_admin "$HA_DIR" "$p" SENTINEL MASTER "$HA_MASTER_NAME" 2>/dev/null | tr -d '\r' |
+            awk 'prev == "down-after-milliseconds" { print $0 + 0; exit } { prev = $0 }') || ms=
+        [[ $ms =~ ^[0-9]+$ ]] || continue
+        if [[ -z $max ]] || ((ms > max)); then max=$ms; fi
+    done
+    if [[ -z $max ]]; then
+        fail "no Sentinel of the HA stack told its down-after-milliseconds (ports $SE_SENTINEL_PORTS)"
+        return 1
+    fi
+    HEAL_BOUND[$SCEN]=$(awk -v ms="$max" -v x="$SENTINEL_HEAL_EXTRA_S" 'BEGIN { print ms / 1000 + x }')
+    note "heal bound ${HEAL_BOUND[$SCEN]}s: down-after-milliseconds $max (the Sentinels, asked) + ${SENTINEL_HEAL_EXTRA_S}s"
 }
 ha_down() {
     [[ -n $HA_DIR ]] || return 0
@@ -1289,7 +1313,7 @@ run_scenario() {
     local idx=$1 name=$2 t0 secs verdict
     SCEN=$name SDIR=$SCRATCH/$name REASONS=() NOTES=() HEAL_S=- PROBE_USER=0
     mkdir -p "$SDIR"
-    say "=== $name (heal bound ${HEAL_BOUND[$name]}s)"
+    say "=== $name (heal bound ${HEAL_BOUND[$name]:-"the Sentinels' down-after-milliseconds + $SENTINEL_HEAL_EXTRA_S "}s)"
     t0=$SECONDS
     "scenario_${name//-/_}" $((idx * 100 + 1)) || true
     thaw
@@ -1307,7 +1331,7 @@ run_scenario() {
     ((${#REASONS[@]} == 0)) || verdict=FAIL
     RESULTS+=("$(printf '%-4s  %-25s %4ss  heal %6s  %s' "$verdict" "$name" "$secs" \
         "${HEAL_S}s" "${REASONS[0]:-}")")
-    say "--- $name: $verdict in ${secs}s, healed in ${HEAL_S}s"
+    say "--- $name: $verdict in ${secs}s, healed in ${HEAL_S}s (bound ${HEAL_BOUND[$name]:-?}s)"
 }
 
 # ---------------------------------------------------------------- main
