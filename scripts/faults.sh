@@ -819,7 +819,10 @@ HA_PORTS=()
 ha_up() { # ha_up [TOPOLOGY]: sentinel (default) or cluster
     local topo=${1:-sentinel}
     HA_DIR=$SDIR/ha-stack
-    HA_PORTS=("$SE_REDIS_PORT" "$SE_PG_PORT") # the main stack's, set again by ha_down
+    # the main stack's, set again by ha_down: se_stack_restart (stack_ok after
+    # a scenario) starts the topology these name
+    HA_PORTS=("$SE_REDIS_PORT" "$SE_PG_PORT" "$SE_REPLICA_PORT" "$SE_SENTINEL_PORTS"
+        "$SE_CLUSTER_PORTS" "$SE_CLUSTER_REPLICAS" "$SE_CLUSTER_REPLICA_PORTS")
     mkdir -p "$HA_DIR"
     SECKILL_REDIS_TOPOLOGY=$topo se_stack_start_free "$HA_DIR" >"$SDIR/ha-stack.log" 2>&1 || {
         fail "the $topo stack did not start ($SDIR/ha-stack.log)"
@@ -861,7 +864,9 @@ ha_down() {
     "$LT_STACK" stop "$HA_DIR" >"$SDIR/ha-stop.log" 2>&1 ||
         fail "stopping the HA stack failed ($SDIR/ha-stop.log)"
     HA_DIR=
-    SE_REDIS_PORT=${HA_PORTS[0]} SE_PG_PORT=${HA_PORTS[1]}
+    SE_REDIS_PORT=${HA_PORTS[0]} SE_PG_PORT=${HA_PORTS[1]} SE_REPLICA_PORT=${HA_PORTS[2]}
+    SE_SENTINEL_PORTS=${HA_PORTS[3]} SE_CLUSTER_PORTS=${HA_PORTS[4]}
+    SE_CLUSTER_REPLICAS=${HA_PORTS[5]} SE_CLUSTER_REPLICA_PORTS=${HA_PORTS[6]}
 }
 ha_master_kill() {
     local pid
