@@ -39,7 +39,10 @@
 #             many as masters, and many SKUs spread.
 #
 # Every run of seckill-loadtest ends with its full invariant check.  Prints
-# the phases side by side and the ratios against the issue's targets.  Exits
+# the durability settings asked of the running servers (PostgreSQL's fsync
+# and synchronous_commit, Redis's appendonly and appendfsync; the cluster
+# phase's Redis too), the phases side by side and the ratios against the
+# issue's targets.  Exits
 # non-zero only when a phase could not run or an invariant failed; a missed
 # target is reported (MISSED), not fatal.
 #
@@ -96,8 +99,9 @@ for v in SCEN_SECS:BENCH_SCENARIO_SECONDS:3:600 REDIS_REQS:BENCH_REDIS_REQUESTS:
     NSKUS:BENCH_SKUS:2:10000 WRITER_ORDERS:BENCH_WRITER_ORDERS:1000:10000000 \
     BURST_CONNS:BENCH_BURST_CONNECTIONS:1:5000 BURST_ADDRS:BENCH_BURST_ADDRS:1:250; do
     IFS=: read -r var name lo hi <<<"$v"
-    [[ ${!var} =~ ^[0-9]+$ ]] && ((${!var} >= lo && ${!var} <= hi)) ||
+    if ! [[ ${!var} =~ ^[0-9]+$ ]] || ((${!var} < lo || ${!var} > hi)); then
         die "$name must be a whole number in $lo..$hi, not '${!var}'"
+    fi
 done
 RUN_SECS=$((SECS + WARMUP))
 HTTP_THREADS=2 # seckilld's http_threads default; the ceiling gets the same
@@ -236,10 +240,34 @@ REDIS_PID=$(tr -dc '0-9' <"$LT_STACK_DIR/redis/redis.pid" 2>/dev/null || true)
 PG_PID=$(head -n1 "$LT_STACK_DIR/pg/data/postmaster.pid" 2>/dev/null | tr -dc '0-9' || true)
 PG_OWNER_DSN=${SECKILL_MIGRATE_PG_DSN:-$SECKILL_PG_DSN}
 
+# The durability the numbers were measured with, asked of the running servers
+# (a stack reused from another shell may not run with stack.sh's settings):
+# PostgreSQL's fsync and synchronous_commit as its superuser, Redis's AOF
+# settings as the admin ACL user.  "?" for what a server would not say.
+# redis_durability DIR PORT: "appendonly=... appendfsync=..." of that node.
+redis_durability() {
+    se_redis_admin "$1" "$2" CONFIG GET appendonly appendfsync 2>/dev/null | tr -d '\r' |
+        awk 'NR % 2 == 1 { k = $0; next } { v[k] = $0 }
+             END { printf "appendonly=%s appendfsync=%s\n",
+                   (v["appendonly"] == "" ? "?" : v["appendonly"]),
+                   (v["appendfsync"] == "" ? "?" : v["appendfsync"]) }'
+}
+pg_durability() {
+    local dsn fs='' sc=''
+    if dsn=$(se_pg_admin_dsn "$LT_STACK_DIR" "${SECKILL_PG_PORT:-}"); then
+        { read -r fs && read -r sc; } < <(timeout 30 psql "$dsn" -XAt -v ON_ERROR_STOP=1 \
+            -c 'SHOW fsync' -c 'SHOW synchronous_commit' 2>/dev/null) || true
+    fi
+    printf 'fsync=%s synchronous_commit=%s\n' "${fs:-?}" "${sc:-?}"
+}
+DURABILITY="PostgreSQL $(pg_durability); Redis $(redis_durability "$LT_STACK_DIR" "$REDIS_PORT")"
+say "durability (asked of the running servers): $DURABILITY"
+
 # What the redis phase leaves in Redis until it is done (removed on any exit).
 BENCH_REDIS_USER=
 BENCH_REDIS_DB=9
 CLUSTER_STACK= # the cluster phase's stack, while it runs
+CLUSTER_DURABILITY= # its Redis's AOF settings, once it ran
 bench_cleanup() {
     local rc=$?
     if [[ -n $CLUSTER_STACK ]]; then
@@ -282,7 +310,7 @@ run_ceiling() {
     sed -n '/^rate/p;/^latency/p' "$OUT/ceiling-$server.txt"
     printf -v "CEIL_CPU_$server" '%s' "$(cpu_share "$S1" "$S2" "http-ceiling generator")"
     printf -v "CEIL_CORES_$server" '%s' "$(cpu_cores "$S1" "$S2")"
-    printf -v "CEIL_US_$server" '%s' "$(cpu_us_per "$S1" "$S2" "$(jq -r '.run.throughput_rps * '"$(((SECS - 2)))" "$OUT/ceiling-$server.json")")"
+    printf -v "CEIL_US_$server" '%s' "$(cpu_us_per "$S1" "$S2" "$(jq -r '.run.throughput_rps * '"$((SECS - 2))" "$OUT/ceiling-$server.json")")"
 }
 CEIL_RPS='' CEIL_P99='' EV_RPS='' EV_P99='' WRK_RPS='' WRK_P99=
 if want ceiling; then
@@ -489,6 +517,8 @@ if want cluster; then
         se_stack_start_free "$CLUSTER_STACK" >"$OUT/cluster-stack.log" 2>&1 ||
         die "could not start the cluster stack ($OUT/cluster-stack.log)"
     CLUSTER_URL=$(se_env_value "$CLUSTER_STACK" SECKILL_REDIS_URL)
+    CLUSTER_DURABILITY=$(redis_durability "$CLUSTER_STACK" "$(se_redis_master_port "$CLUSTER_STACK" "")")
+    say "durability of the cluster's first master (asked of it): $CLUSTER_DURABILITY"
     say "=== cluster: durable, one hot SKU, $CM masters, $CONNS connections, ${SECS}s + ${WARMUP}s warm-up"
     SECKILL_REDIS_URL=$CLUSTER_URL run_phase cluster "$SECS" "$WARMUP" 0 "${HOT[@]}"
     say "=== clusterbuckets: durable, the hot SKU in $CM stock buckets (one per master), $CONNS connections, ${SECS}s + ${WARMUP}s warm-up"
@@ -572,7 +602,7 @@ fi
 
 # ---- the table
 # jf FILE FILTER: a number from a phase's JSON summary ("" when the phase did not run)
-jf() { [[ -s $1 ]] && jq -r "$2 // empty" "$1" 2>/dev/null || true; }
+jf() { if [[ -s $1 ]]; then jq -r "$2 // empty" "$1" 2>/dev/null || true; fi; }
 D=$OUT/durable.json R=$OUT/reserved.json SO=$OUT/soldout.json SK=$OUT/skus.json B=$OUT/burst.json
 want durable || D=/dev/null
 want reserved || R=/dev/null
@@ -594,7 +624,8 @@ B_N=$(jf "$B" .run.answered)
 CL_RPS=$(jf "$CL" .run.accepted_per_s) CL_P99=$(jf "$CL" .latency_ms.p99)
 CS_RPS=$(jf "$CS" .run.accepted_per_s) CS_P99=$(jf "$CS" .latency_ms.p99)
 CB_RPS=$(jf "$CB" .run.accepted_per_s) CB_P99=$(jf "$CB" .latency_ms.p99)
-PGB_OPS=$([[ -n $PGB_TPS ]] && awk -v t="$PGB_TPS" -v b="$PG_BATCH" 'BEGIN { print t * b }' || true)
+PGB_OPS=
+[[ -z $PGB_TPS ]] || PGB_OPS=$(awk -v t="$PGB_TPS" -v b="$PG_BATCH" 'BEGIN { print t * b }')
 row() { # row LABEL PER_S P99: one line of the table, "-" for what was not measured
     if [[ -z $2 ]]; then return; fi
     printf '  %-58s %12.0f %10s\n' "$1" "$2" "$([[ -n ${3:-} && $3 != - ]] && printf '%.3f' "$3" || echo -)"
@@ -604,6 +635,8 @@ row() { # row LABEL PER_S P99: one line of the table, "-" for what was not measu
         "$CONNS" "$SECS" "$WARMUP" "$SCEN_SECS" "$ONLY" "$(hostname)" "$(nproc)"
     printf 'seckilld settings: %s\n' "$(env | grep -E '^SECKILL_(HTTP_THREADS|WORKER|WRITER|REDIS_TIMEOUT|PG_STATEMENT|LOCK)' |
         sort | tr '\n' ' ' | sed 's/ $//' | grep . || echo defaults)"
+    printf 'durability (asked of the running servers): %s%s\n' "$DURABILITY" \
+        "${CLUSTER_DURABILITY:+; Redis Cluster (first master) $CLUSTER_DURABILITY}"
     printf '  %-58s %12s %10s\n' "" "per second" "p99 ms"
     row "HTTP ceiling, own server (seckill-loadtest)" "$CEIL_RPS" "$CEIL_P99"
     row "HTTP ceiling, libevent evhttp (seckill-loadtest)" "$EV_RPS" "$EV_P99"
@@ -669,7 +702,7 @@ row() { # row LABEL PER_S P99: one line of the table, "-" for what was not measu
         "$(cut -d' ' -f1 <<<"$CEIL_US_own")" - - "$(cut -d' ' -f2 <<<"$CEIL_US_own")"
     printf '  (soldout: per answer, accepted or sold out: it accepts almost nothing)\n'
     printf 'CPU during the measured window (100 %% = one core; this machine has %s)\n' "$(nproc)"
-    [[ -n ${CEIL_CPU_own:-} ]] && printf ' HTTP ceiling (own):\n%s\n HTTP ceiling (evhttp):\n%s\n' "$CEIL_CPU_own" "$CEIL_CPU_evhttp"
+    [[ -n ${CEIL_CPU_own:-} ]] && printf ' HTTP ceiling (own):\n%s\n HTTP ceiling (evhttp):\n%s\n' "$CEIL_CPU_own" "${CEIL_CPU_evhttp:-}"
     for ph in durable reserved soldout skus; do
         u=CPU_$ph
         [[ -n ${!u:-} ]] && printf ' %s:\n%s\n' "$ph" "${!u}"

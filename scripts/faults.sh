@@ -29,7 +29,9 @@
 #   cluster-master-kill  Redis Cluster (three masters, a replica each): kill -9 of the
 #                        master serving the load's SKU; its replica takes over
 #   cluster-reshard      Redis Cluster: the SKU's slot migrated to another master with
-#                        redis-cli --cluster reshard during the sale
+#                        redis-cli --cluster reshard during the sale, a probe SKU in the
+#                        same slot ordered from all along: the longest gap between
+#                        decided answers is measured and bounded
 #   cluster-buckets      Redis Cluster: one SKU in three stock buckets, one per master,
 #                        moves between them; kill -9 of one bucket's master mid-sale
 #   transfer-crash       a daemon dies in a move between stock buckets, after Redis took
@@ -90,7 +92,18 @@ DRAIN_TIMEOUT_S=120
 STACK_WAIT_TENTHS=300 # a killed server must be gone within 30 s
 MID_BATCH_TRIES=100   # samples of the writer's pending entries before a kill
 ADMIN_MAX_TIME_S=10
-RESHARD_TIMEOUT_S=120  # redis-cli --cluster reshard of up to a third of the slots
+RESHARD_TIMEOUT_S=120  # redis-cli --cluster reshard (a few hundred slots)
+# cluster-reshard moves the slots of the SKU's master from the first up to
+# the SKU's: the SKU is picked (among RESHARD_CANDIDATES ids from the
+# scenario's base) so that these are RESHARD_SLOTS_MIN..RESHARD_SLOTS_MAX
+# slots, the SKU's the last: enough moves before it that the probes run
+# across a reshard, few enough (empty slots move in milliseconds) that the
+# SKU's slot moves while the load runs; and so that another id of the
+# candidates, the probe SKU, hashes to the same slot.
+RESHARD_SLOTS_MIN=64
+RESHARD_SLOTS_MAX=512
+RESHARD_CANDIDATES=8000
+RESHARD_PROBE_EVERY_S=0.02 # its probes: the gap's resolution is about one probe
 AFTER_USER_BASE=2000000000 # buyers of the "sales continue" run, apart from the load's
 PROBE_STOCK=1000000000 # never sold out during a scenario
 PROBE_LIMIT=1000
@@ -120,16 +133,25 @@ declare -A HEAL_BOUND=(
     [daemon-kill]=20 [redis-restart-aof]=15 [redis-restart-empty]=30 [pg-stop]=20
     [pg-freeze]=15 [redis-freeze]=15 [two-daemons-kill-one]=20 [writer-frozen]=20
     [adjust-crash]=15 [expiry-crash]=15 [transfer-crash]=15
-    # the Sentinels' detection (down-after-milliseconds, 1 s in scripts/stack.sh)
-    # and promotion, plus the issue's 5 s
-    [redis-failover]=10 [failover-stale-holder]=10 [sentinel-then-master-kill]=10
+    # redis-failover, sentinel-then-master-kill, failover-stale-holder: the
+    # issue's "within the Sentinel detection time plus 5 s", set by ha_up
+    # from the running Sentinels' down-after-milliseconds (SENTINEL_HEAL_EXTRA_S)
     # cluster-node-timeout (1 s) and the replica's election, plus the issue's 5 s
     [cluster-master-kill]=10 [cluster-buckets]=10
-    # slots move one by one; the SKU's only at the end of the reshard
-    [cluster-reshard]=60
+    # cluster-reshard: not a heal but the longest time without a decided
+    # answer to the probes while the SKU's slot migrates, set below: while
+    # the slot's keys move (some 13,000 at that point of the load: about
+    # 0.5 s measured) orders get 503 (TRYAGAIN), then a durable order waits up to order_ack_wait_ms for a
+    # writer the move held up (its lock's release failed mid-move and the
+    # lock lives out lock_ttl_ms) and is answered 202: order_ack_wait_ms +
+    # RESHARD_GAP_EXTRA_S
     # HAProxy's checks (two failures a second apart) take the dead one out
     [balancer-daemon-kill]=10
 )
+SENTINEL_HEAL_EXTRA_S=5
+RESHARD_GAP_EXTRA_S=2
+HEAL_BOUND[cluster-reshard]=$(awk -v w="$SECKILL_ORDER_ACK_WAIT_MS" -v x="$RESHARD_GAP_EXTRA_S" \
+    'BEGIN { print w / 1000 + x }')
 
 # ---------------------------------------------------------------- bookkeeping
 
@@ -140,6 +162,8 @@ BALANCER_PID= # the HAProxy of balancer-daemon-kill, while it runs
 DAEMON_PIDS=() # every seckilld started here and not yet stopped
 FROZEN_PIDS=() # every process SIGSTOPped here and not yet continued
 LOAD_PID=
+LOAD_T0=     # when the load began
+RESHARD_PID= # cluster-reshard's redis-cli --cluster reshard, while it runs
 SCEN=        # the scenario running
 SDIR=        # its directory
 REASONS=()   # why it failed
@@ -192,6 +216,7 @@ faults_cleanup() {
     trap - EXIT INT TERM
     thaw
     lt_stop "$LOAD_PID" seckill-loadtest
+    lt_stop "$RESHARD_PID" redis-cli
     lt_stop "$BALANCER_PID" haproxy
     stop_daemons
     if [[ -n $HA_DIR ]]; then
@@ -293,6 +318,7 @@ load_start() {
         --answers "$SDIR/load.answers" --json "$SDIR/load.json" \
         </dev/null >"$SDIR/load.log" 2>&1 &
     LOAD_PID=$!
+    LOAD_T0=$(now)
 }
 
 # load_wait: the load ends by itself (duration + request timeout + grace).
@@ -532,8 +558,9 @@ scenario_pg_freeze() {
         "$url/healthz" 2>/dev/null) || true
     code=${out%% *} secs=${out#* }
     note "/healthz while frozen: ${code:-none} in ${secs:-?}s (bound ${HEALTHZ_BOUND_S}s)"
-    [[ $code == 503 ]] && le "$secs" "$HEALTHZ_BOUND_S" ||
+    if [[ $code != 503 ]] || ! le "$secs" "$HEALTHZ_BOUND_S"; then
         fail "/healthz answered ${code:-nothing} in ${secs:-?}s while PostgreSQL was frozen (want 503 within ${HEALTHZ_BOUND_S}s)"
+    fi
     while ! le "$FREEZE_S" "$(since "$t0")"; do sleep 0.1; done
     thaw
     after_fault "$url" "$sku" "$(now)" "SIGCONT"
@@ -560,7 +587,7 @@ two_daemons() {
     start_daemon d1 || return 1
     D1_PID=$D_PID D1_URL=http://127.0.0.1:$D_PORT
     start_daemon d2 || return 1
-    D2_PID=$D_PID D2_URL=http://127.0.0.1:$D_PORT
+    D2_URL=http://127.0.0.1:$D_PORT
     under_load "$1" "$D1_URL" "$D2_URL"
 }
 
@@ -772,6 +799,7 @@ scenario_expiry_crash() {
 # load's answers are judged (202s Redis lost with the master's last writes,
 # not yet replicated, are counted, as after a restart without data); the
 # reconciliation rebuilds what the new master lacks.
+HA_MASTER_NAME=seckill # scripts/stack.sh's S_MASTER_NAME
 HA_SAVED=()
 ha_env_on() {
     HA_SAVED=("$STACK_DIR" "$SECKILL_REDIS_URL" "$SECKILL_PG_DSN" "$PGPASSFILE"
@@ -795,7 +823,10 @@ HA_PORTS=()
 ha_up() { # ha_up [TOPOLOGY]: sentinel (default) or cluster
     local topo=${1:-sentinel}
     HA_DIR=$SDIR/ha-stack
-    HA_PORTS=("$SE_REDIS_PORT" "$SE_PG_PORT") # the main stack's, set again by ha_down
+    # the main stack's, set again by ha_down: se_stack_restart (stack_ok after
+    # a scenario) starts the topology these name
+    HA_PORTS=("$SE_REDIS_PORT" "$SE_PG_PORT" "$SE_REPLICA_PORT" "$SE_SENTINEL_PORTS"
+        "$SE_CLUSTER_PORTS" "$SE_CLUSTER_REPLICAS" "$SE_CLUSTER_REPLICA_PORTS")
     mkdir -p "$HA_DIR"
     SECKILL_REDIS_TOPOLOGY=$topo se_stack_start_free "$HA_DIR" >"$SDIR/ha-stack.log" 2>&1 || {
         fail "the $topo stack did not start ($SDIR/ha-stack.log)"
@@ -806,6 +837,28 @@ ha_up() { # ha_up [TOPOLOGY]: sentinel (default) or cluster
         fail "migrating the $topo stack failed ($SDIR/ha-migrate.log)"
         return 1
     }
+    [[ $topo != sentinel ]] || sentinel_heal_bound
+}
+
+# sentinel_heal_bound: the scenario's heal bound, the issue's "the Sentinel
+# detection time plus 5 s": the largest down-after-milliseconds that the
+# Sentinels of the HA stack answer (SENTINEL MASTER, as the admin user) plus
+# SENTINEL_HEAL_EXTRA_S.  Fails when none answers.
+sentinel_heal_bound() {
+    local p ms max='' ports=()
+    IFS=, read -r -a ports <<<"$SE_SENTINEL_PORTS"
+    for p in "${ports[@]}"; do
+        ms=$(se_redis_admin "$HA_DIR" "$p" SENTINEL MASTER "$HA_MASTER_NAME" 2>/dev/null | tr -d '\r' |
+            awk 'prev == "down-after-milliseconds" { print $0 + 0; exit } { prev = $0 }') || ms=
+        [[ $ms =~ ^[0-9]+$ ]] || continue
+        if [[ -z $max ]] || ((ms > max)); then max=$ms; fi
+    done
+    if [[ -z $max ]]; then
+        fail "no Sentinel of the HA stack told its down-after-milliseconds (ports $SE_SENTINEL_PORTS)"
+        return 1
+    fi
+    HEAL_BOUND[$SCEN]=$(awk -v ms="$max" -v x="$SENTINEL_HEAL_EXTRA_S" 'BEGIN { print ms / 1000 + x }')
+    note "heal bound ${HEAL_BOUND[$SCEN]}s: down-after-milliseconds $max (the Sentinels, asked) + ${SENTINEL_HEAL_EXTRA_S}s"
 }
 ha_down() {
     [[ -n $HA_DIR ]] || return 0
@@ -815,7 +868,9 @@ ha_down() {
     "$LT_STACK" stop "$HA_DIR" >"$SDIR/ha-stop.log" 2>&1 ||
         fail "stopping the HA stack failed ($SDIR/ha-stop.log)"
     HA_DIR=
-    SE_REDIS_PORT=${HA_PORTS[0]} SE_PG_PORT=${HA_PORTS[1]}
+    SE_REDIS_PORT=${HA_PORTS[0]} SE_PG_PORT=${HA_PORTS[1]} SE_REPLICA_PORT=${HA_PORTS[2]}
+    SE_SENTINEL_PORTS=${HA_PORTS[3]} SE_CLUSTER_PORTS=${HA_PORTS[4]}
+    SE_CLUSTER_REPLICAS=${HA_PORTS[5]} SE_CLUSTER_REPLICA_PORTS=${HA_PORTS[6]}
 }
 ha_master_kill() {
     local pid
@@ -1008,42 +1063,151 @@ scenario_cluster_master_kill() {
     ha_down
 }
 
+# reshard_pick BASE: in the cluster of HA_DIR, the SKU of cluster-reshard
+# and its probe SKU, both in one slot that is the RESHARD_SLOTS_MIN-th to
+# RESHARD_SLOTS_MAX-th lowest of its master's (redis-cli --cluster reshard
+# takes a node's slots from its lowest), from the ids BASE..
+# BASE+RESHARD_CANDIDATES-1 (their slots asked of the cluster in one
+# redis-cli run).  Prints "SKU PROBE_SKU SLOT N FIRST": N slots of the
+# master, from its lowest FIRST, move up to and including SLOT.
+reshard_pick() {
+    local port nodes
+    port=$(se_redis_master_port "$HA_DIR" "") && [[ -n $port ]] || return 1
+    nodes=$(cluster_admin CLUSTER NODES 2>/dev/null | tr -d '\r') || return 1
+    seq "$1" $(($1 + RESHARD_CANDIDATES - 1)) |
+        awk '{ printf "CLUSTER KEYSLOT seckill:{sku:%s}:stock\n", $1 }' |
+        se_redis_admin "$HA_DIR" "$port" 2>/dev/null | tr -dc '0-9\n' |
+        awk -v base="$1" -v lo="$RESHARD_SLOTS_MIN" -v hi="$RESHARD_SLOTS_MAX" -v nodes="$nodes" '
+            BEGIN { # every slot: its rank among those of its master, and their lowest
+                n = split(nodes, line, "\n")
+                for (l = 1; l <= n; l++) {
+                    k = split(line[l], f, " ")
+                    if (f[3] !~ /master/ || f[3] ~ /fail/) continue
+                    c = 0; lowest = -1
+                    for (i = 9; i <= k; i++) { # the ranges, in ascending order
+                        if (f[i] ~ /^\[/) continue
+                        m = split(f[i], r, "-"); if (m == 1) r[2] = r[1]
+                        if (lowest < 0) lowest = r[1] + 0
+                        for (s = r[1] + 0; s <= r[2] + 0; s++) { rank[s] = ++c; first[s] = lowest }
+                    }
+                }
+            }
+            $0 != "" { id[NR] = base + NR - 1; slot[NR] = $0 + 0; count[$0 + 0]++ }
+            END {
+                for (i = 1; i <= NR; i++) {
+                    s = slot[i]
+                    if (!(s in rank) || count[s] < 2 || rank[s] < lo || rank[s] > hi) continue
+                    for (j = i + 1; j <= NR; j++)
+                        if (slot[j] == s) { print id[i], id[j], s, rank[s], first[s]; exit }
+                }
+            }'
+}
+
+# decided CODE: an answer that settles the order one way or the other (the
+# probe SKU never sells out: 201 or 202).
+decided() { [[ $1 == 201 || $1 == 202 ]]; }
+
+# probe_decided URL SKU: probes until one is decided, at most DECIDED_TRIES.
+DECIDED_TRIES=20
+probe_decided() {
+    local i
+    for ((i = 0; i < DECIDED_TRIES; i++)); do
+        decided "$(probe "$1" "$2" | cut -d' ' -f1)" && return 0
+        sleep "$PROBE_EVERY_S"
+    done
+    return 1
+}
+
 # A slot migrated mid-sale with redis-cli --cluster reshard: every slot of
 # the SKU's master up to and including the SKU's moves to another master
-# (the stream, the hashes and the lock keys with it), while orders come.
-# MOVED and ASK are followed; nothing is lost or sold twice.
+# (the stream, the hashes, the lock keys and the buyers' keys with it),
+# while orders come.  The probe SKU hashes to the SKU's slot and is ordered
+# from without pause, from before the reshard until a decided answer after
+# it: the longest time between two decided answers (the gap buyers of a
+# migrating slot see) is printed and bounded.  The reshard must end while
+# the load runs, the slot must be on the other master afterwards, and the
+# load's answers hold (MOVED, ASK and TRYAGAIN followed; nothing lost or
+# sold twice).
 scenario_cluster_reshard() {
-    local sku=$1 url slot port id to_port to_id first n pw t0
-    if ha_up cluster && start_daemon d1; then
+    local sku=$1 psku url slot first port id to_port to_id n pw t0 ts t tend='' out code
+    local last=0 gap=0 gap_at=0 slow=0 probes=0 ndec=0 bound=${HEAL_BOUND[$SCEN]} rs_st=0
+    if ! ha_up cluster; then
+        ha_down
+        return
+    fi
+    read -r sku psku slot n first < <(reshard_pick "$sku") || true
+    if [[ -z $psku ]]; then
+        fail "no SKU and probe SKU sharing a slot $RESHARD_SLOTS_MIN..$RESHARD_SLOTS_MAX into its master's range among $RESHARD_CANDIDATES ids"
+        ha_down
+        return
+    fi
+    note "SKU $sku and probe SKU $psku both in slot $slot, the $n-th lowest of its master's (from $first)"
+    if start_daemon d1; then
         url=http://127.0.0.1:$D_PORT
-        if under_load "$sku" "$url"; then
-            slot=$(sku_slot "$sku")
+        if create_sku "$url" "$psku" "$PROBE_STOCK" "$PROBE_LIMIT"; then
+            load_start "$sku" "$url"
+            sleep "$FAULT_AT_S"
             read -r port id < <(cluster_slot_owner "$slot") || true
             read -r to_port to_id < <(cluster_admin CLUSTER NODES 2>/dev/null | tr -d '\r' |
                 awk -v me="$id" '$3 ~ /master/ && $3 !~ /fail/ && $1 != me && NF >= 9 {
                     split($2, a, "[:@]"); print a[2], $1; exit }') || true
-            first=$(cluster_admin CLUSTER NODES 2>/dev/null | tr -d '\r' | awk -v me="$id" -v s="$slot" '
-                $1 == me { for (i = 9; i <= NF; i++) { n = split($i, r, "-"); if (n == 1) r[2] = r[1]
-                    if (s + 0 >= r[1] + 0 && s + 0 <= r[2] + 0) { print r[1]; exit } } }')
-            if [[ -z $id || -z $to_id || -z $first ]]; then
-                fail "cannot tell the SKU's master, another master or its range (slot ${slot:-?})"
+            if [[ -z $id || -z $to_id ]]; then
+                fail "cannot tell the SKU's master or another master (slot $slot)"
+            elif ! probe_decided "$url" "$psku"; then
+                fail "the probe SKU $psku took no order in $DECIDED_TRIES tries before the reshard"
             else
-                n=$((slot - first + 1))
                 pw=$(tr -dc '0-9a-f' <"$HA_DIR/redis-admin-password")
-                note "resharding $n slots ($first..$slot) from port $port to port $to_port under load"
+                note "resharding the $n lowest slots of the SKU's master ($first..$slot) from port $port to port $to_port under load, probing SKU $psku throughout"
                 t0=$(now)
-                if REDISCLI_AUTH=$pw timeout "$RESHARD_TIMEOUT_S" redis-cli --user seckill-admin \
+                REDISCLI_AUTH=$pw timeout "$RESHARD_TIMEOUT_S" redis-cli --user seckill-admin \
                     --cluster reshard "127.0.0.1:$port" --cluster-from "$id" --cluster-to "$to_id" \
-                    --cluster-slots "$n" --cluster-yes >"$SDIR/reshard.log" 2>&1; then
-                    note "resharded in $(since "$t0")s"
-                else
-                    fail "redis-cli --cluster reshard failed ($SDIR/reshard.log)"
-                fi
-                after_fault "$url" "$sku" "$(now)" "the reshard ended"
-                read -r port _ < <(cluster_slot_owner "$slot") || true
-                [[ $port == "$to_port" ]] ||
-                    fail "slot $slot is served by port ${port:-?}, not $to_port, after the reshard"
+                    --cluster-slots "$n" --cluster-yes </dev/null >"$SDIR/reshard.log" 2>&1 &
+                RESHARD_PID=$!
+                # Bounded: the reshard ends within its timeout; then until a
+                # decided answer, or the bound without one.
+                while :; do
+                    ts=$(since "$t0")
+                    out=$(probe "$url" "$psku")
+                    t=$(since "$t0")
+                    code=${out%% *}
+                    probes=$((probes + 1))
+                    printf '%s %s %s\n' "$t" "$out" "$ts" >>"$SDIR/probes"
+                    if decided "$code"; then
+                        ndec=$((ndec + 1))
+                        le "$(awk -v a="$t" -v b="$ts" 'BEGIN { print a - b }')" "$slow" ||
+                            slow=$(awk -v a="$t" -v b="$ts" 'BEGIN { printf "%.2f", a - b }')
+                        if ! le "$(awk -v a="$t" -v b="$last" 'BEGIN { print a - b }')" "$gap"; then
+                            gap=$(awk -v a="$t" -v b="$last" 'BEGIN { printf "%.2f", a - b }') gap_at=$last
+                        fi
+                        last=$t
+                        [[ -n $tend ]] && break
+                    fi
+                    if [[ -z $tend ]] && ! kill -0 "$RESHARD_PID" 2>/dev/null; then
+                        tend=$t
+                        wait "$RESHARD_PID" || rs_st=$?
+                        RESHARD_PID=
+                    fi
+                    if [[ -n $tend ]] && ! le "$(awk -v a="$t" -v b="$last" 'BEGIN { print a - b }')" "$bound"; then
+                        gap=$(awk -v a="$t" -v b="$last" 'BEGIN { printf "%.2f", a - b }') gap_at=$last
+                        break
+                    fi
+                    sleep "$RESHARD_PROBE_EVERY_S"
+                done
+                ((rs_st == 0)) || fail "redis-cli --cluster reshard exited $rs_st ($SDIR/reshard.log)"
+                note "resharded in ${tend}s; $probes probes of SKU $psku (one every $(awk -v t="$t" -v n="$probes" 'BEGIN { printf "%.2f", t / n }')s), $ndec decided, the others: $(awk '$2 != 201 && $2 != 202 { c[$2]++; n++ } END { for (k in c) printf "%s x%d ", k, c[k]; if (!n) print "none" }' "$SDIR/probes")"
+                HEAL_S=$gap
+                note "longest gap between decided answers to the probe SKU in the migrating slot: ${gap}s, from ${gap_at}s into the reshard (bound ${bound}s); the slowest decided answer took ${slow}s"
+                le "$gap" "$bound" ||
+                    fail "the probe SKU in the migrating slot went ${gap}s without a decided answer (bound ${bound}s; probes in $SDIR/probes)"
+                le "$(awk -v a="$t0" -v b="$LOAD_T0" -v e="$tend" 'BEGIN { print a - b + e }')" "$LOAD_S" ||
+                    fail "the reshard ended after the load: the SKU's slot did not move under load"
             fi
+            load_wait
+            judge "$sku"
+            sales_continue "$url" "$sku"
+            read -r port _ < <(cluster_slot_owner "$slot") || true
+            [[ $port == "$to_port" ]] ||
+                fail "slot $slot is served by port ${port:-?}, not $to_port, after the reshard"
         fi
     fi
     ha_down
@@ -1158,12 +1322,14 @@ run_scenario() {
     local idx=$1 name=$2 t0 secs verdict
     SCEN=$name SDIR=$SCRATCH/$name REASONS=() NOTES=() HEAL_S=- PROBE_USER=0
     mkdir -p "$SDIR"
-    say "=== $name (heal bound ${HEAL_BOUND[$name]}s)"
+    say "=== $name (heal bound ${HEAL_BOUND[$name]:-"the Sentinels' down-after-milliseconds + $SENTINEL_HEAL_EXTRA_S "}s)"
     t0=$SECONDS
     "scenario_${name//-/_}" $((idx * 100 + 1)) || true
     thaw
     lt_stop "$LOAD_PID" seckill-loadtest
     LOAD_PID=
+    lt_stop "$RESHARD_PID" redis-cli
+    RESHARD_PID=
     ((${#REASONS[@]} == 0)) || report_failure
     lt_stop "$BALANCER_PID" haproxy
     BALANCER_PID=
@@ -1174,7 +1340,7 @@ run_scenario() {
     ((${#REASONS[@]} == 0)) || verdict=FAIL
     RESULTS+=("$(printf '%-4s  %-25s %4ss  heal %6s  %s' "$verdict" "$name" "$secs" \
         "${HEAL_S}s" "${REASONS[0]:-}")")
-    say "--- $name: $verdict in ${secs}s, healed in ${HEAL_S}s"
+    say "--- $name: $verdict in ${secs}s, healed in ${HEAL_S}s (bound ${HEAL_BOUND[$name]:-?}s)"
 }
 
 # ---------------------------------------------------------------- main
