@@ -168,8 +168,9 @@ want() {
 want_min() {
     local v
     v=$(sample "$1" "$2")
-    [[ -n $v ]] && awk -v v="$v" -v m="$3" 'BEGIN { exit !(v + 0 >= m + 0) }' ||
+    if [[ -z $v ]] || ! awk -v v="$v" -v m="$3" 'BEGIN { exit !(v + 0 >= m + 0) }'; then
         die "$2 is '${v}', want at least $3"
+    fi
 }
 
 # ---- 1. reservations only: the numbers in flight are exact

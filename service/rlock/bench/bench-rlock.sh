@@ -103,8 +103,8 @@ start_redis() {
     redis-server --port "$1" --bind 127.0.0.1 --save '' --appendonly no --dir "$REDIS_DIR" \
         --daemonize no --loglevel warning >"$REDIS_DIR/log" 2>&1 &
     REDIS_PID=$!
-    local i
-    for i in $(seq 1 100); do
+    local _
+    for _ in $(seq 1 100); do
         [[ $(redis-cli -p "$1" ping 2>/dev/null) == PONG ]] && return 0
         kill -0 "$REDIS_PID" 2>/dev/null || break
         sleep 0.05

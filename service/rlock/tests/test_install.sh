@@ -90,8 +90,10 @@ diff <(sort <<<"$expected") <(sort <<<"$installed") >"$TMP/diff" ||
 readelf -d "$PREFIX/lib/librlock.so.$VERSION" | grep -q "Library soname: \[$SONAME\]" ||
     fail "librlock.so.$VERSION has no soname $SONAME"
 [[ $(pkg-config --variable=prefix rlock) == "$PREFIX" ]] || fail "rlock.pc: prefix is not $PREFIX"
-pkg-config --print-requires rlock | grep -qx hiredis && pkg-config --print-requires rlock |
-    grep -qx libevent || fail "rlock.pc does not require hiredis and libevent"
+requires=$(pkg-config --print-requires rlock)
+if ! grep -qx hiredis <<<"$requires" || ! grep -qx libevent <<<"$requires"; then
+    fail "rlock.pc does not require hiredis and libevent"
+fi
 say "installed $(wc -l <<<"$installed") files, version $VERSION, soname $SONAME"
 
 STAGE=$TMP/stage
@@ -113,7 +115,7 @@ for h in "$PREFIX"/include/rlock/*.h; do
         cc -std=c11 -Wall -Wextra -Werror -fsyntax-only $RLOCK_CFLAGS -x c - 2>"$TMP/cc.log" ||
         fail "<rlock/${h##*/}> does not compile on its own: $(head -n 5 "$TMP/cc.log")"
 done
-say "each of $(ls "$PREFIX"/include/rlock | wc -l) headers compiles on its own"
+say "each of $(find "$PREFIX"/include/rlock -name '*.h' | wc -l) headers compiles on its own"
 
 # ---- 3. the declared functions are in the archive and the shared library
 for h in "$PREFIX"/include/rlock/*.h; do
