@@ -36,6 +36,9 @@
 #                        moves between them; kill -9 of one bucket's master mid-sale
 #   transfer-crash       a daemon dies in a move between stock buckets, after Redis took
 #                        the units from one bucket and before they reached the other
+#   balancer-redis-failover  two daemons behind HAProxy on the Sentinel stack, the load
+#                        through HAProxy; kill -9 of the Redis master: sales through
+#                        HAProxy again within the Sentinel bound, its checks included
 #
 # Env in: BUILD (build), FAULTS_SHORT=1 (small loads: the whole suite in a few
 #         minutes), FAULTS_ONLY, FAULTS_ORDER_ACK (durable; reserved judges
@@ -64,7 +67,7 @@ done
 ALL_SCENARIOS=(daemon-kill redis-restart-aof redis-restart-empty pg-stop pg-freeze redis-freeze
     two-daemons-kill-one writer-frozen adjust-crash expiry-crash redis-failover
     sentinel-then-master-kill failover-stale-holder balancer-daemon-kill cluster-master-kill
-    cluster-reshard cluster-buckets transfer-crash)
+    cluster-reshard cluster-buckets transfer-crash balancer-redis-failover)
 
 # ---------------------------------------------------------------- settings
 
@@ -133,7 +136,8 @@ declare -A HEAL_BOUND=(
     [daemon-kill]=20 [redis-restart-aof]=15 [redis-restart-empty]=30 [pg-stop]=20
     [pg-freeze]=15 [redis-freeze]=15 [two-daemons-kill-one]=20 [writer-frozen]=20
     [adjust-crash]=15 [expiry-crash]=15 [transfer-crash]=15
-    # redis-failover, sentinel-then-master-kill, failover-stale-holder: the
+    # redis-failover, sentinel-then-master-kill, failover-stale-holder,
+    # balancer-redis-failover (its heal measured through HAProxy): the
     # issue's "within the Sentinel detection time plus 5 s", set by ha_up
     # from the running Sentinels' down-after-milliseconds (SENTINEL_HEAL_EXTRA_S)
     # cluster-node-timeout (1 s) and the replica's election, plus the issue's 5 s
@@ -158,7 +162,7 @@ HEAL_BOUND[cluster-reshard]=$(awk -v w="$SECKILL_ORDER_ACK_WAIT_MS" -v x="$RESHA
 SCRATCH=
 STACK_DIR=
 HA_DIR=      # the Sentinel stack of redis-failover, while it runs
-BALANCER_PID= # the HAProxy of balancer-daemon-kill, while it runs
+BALANCER_PID= # the HAProxy of the balancer-* scenarios, while it runs
 DAEMON_PIDS=() # every seckilld started here and not yet stopped
 FROZEN_PIDS=() # every process SIGSTOPped here and not yet continued
 LOAD_PID=
@@ -1253,37 +1257,104 @@ scenario_cluster_buckets() {
     ha_down
 }
 
-# Two daemons behind HAProxy (scripts/stack-env.sh's, as `make run
-# INSTANCES=2`: health checks on /healthz, the PROXY header from its own
-# source address, which the daemons trust), the load through HAProxy; kill -9
-# of one daemon mid-batch.  HAProxy's checks take it out and send its share
-# to the other, whose writers claim the dead one's stream entries; answers
-# the dead daemon owed are unknown outcomes (HAProxy's 502), every promise
-# made holds.
-scenario_balancer_daemon_kill() {
-    local sku=$1 pid1 p1 p2 hport url i
-    SECKILL_HTTP_TRUSTED_PROXIES=$HAPROXY_SOURCE start_daemon d1 || return
-    pid1=$D_PID p1=$D_PORT
-    SECKILL_HTTP_TRUSTED_PROXIES=$HAPROXY_SOURCE start_daemon d2 || return
+# balancer_up: two daemons behind HAProxy (scripts/stack-env.sh's, as `make
+# run INSTANCES=2`: health checks on /healthz, the PROXY header from its own
+# source address, which the daemons trust), on the stack the environment
+# names, once HAProxy passes a /healthz.  Sets D1_PID and LB_URL.
+balancer_up() {
+    local p1 p2 hport i
+    SECKILL_HTTP_TRUSTED_PROXIES=$HAPROXY_SOURCE start_daemon d1 || return 1
+    D1_PID=$D_PID p1=$D_PORT
+    SECKILL_HTTP_TRUSTED_PROXIES=$HAPROXY_SOURCE start_daemon d2 || return 1
     p2=$D_PORT
     hport=$(se_free_port "$p1" "$p2") || {
         fail "no free port for HAProxy"
-        return
+        return 1
     }
     se_haproxy_start "$SDIR/haproxy" "127.0.0.1:$hport" "$p1" "$p2" || {
         fail "HAProxy did not start ($SDIR/haproxy)"
-        return
+        return 1
     }
     BALANCER_PID=$SE_HAPROXY_PID
-    url=http://127.0.0.1:$hport
+    LB_URL=http://127.0.0.1:$hport
     for ((i = 0; i < 100; i++)); do
-        curl -fsS --max-time 2 -o /dev/null "$url/healthz" 2>/dev/null && break
+        curl -fsS --max-time 2 -o /dev/null "$LB_URL/healthz" 2>/dev/null && break
         sleep 0.1
     done
-    under_load "$sku" "$url" || return
-    kill_mid_batch "$pid1" "$sku"
+}
+
+# The load through HAProxy; kill -9 of one daemon mid-batch.  HAProxy's
+# checks take it out and send its share to the other, whose writers claim
+# the dead one's stream entries; answers the dead daemon owed are unknown
+# outcomes (HAProxy's 502), every promise made holds.
+scenario_balancer_daemon_kill() {
+    local sku=$1
+    balancer_up || return
+    under_load "$sku" "$LB_URL" || return
+    kill_mid_batch "$D1_PID" "$sku"
     note "kill -9 of one of two daemons behind HAProxy, $HELD stream entries in its writer's hands"
-    after_fault "$url" "$sku" "$(now)" "the daemon was killed"
+    after_fault "$LB_URL" "$sku" "$(now)" "the daemon was killed"
+}
+
+# secs_of_day HH:MM:SS.frac: seconds since midnight.
+secs_of_day() { awk -F: '{ printf "%.3f", $1 * 3600 + $2 * 60 + $3 }' <<<"$1"; }
+
+# balancer_seen SKU T0: what HAProxy answered to the orders on SKU (the load)
+# and SKU + 1 (the probes), from its request log (option httplog): its own
+# 503s (<NOSRV>: no daemon in service), apart from the daemons' answers, and
+# when its own came, in seconds after T0 (HAProxy logs local time; a run
+# across midnight reads wrong).  Its check log: how often a daemon went down.
+balancer_seen() {
+    local sku=$1 t0=$2 log=$SDIR/haproxy/haproxy.log kill_s
+    kill_s=$(secs_of_day "$(date -d "@$t0" +%H:%M:%S.%N)")
+    awk -v load="/api/v1/skus/$sku/orders " -v probe="/api/v1/skus/$((sku + 1))/orders " -v k="$kill_s" '
+        function tod(f, t) { t = f; sub(/^\[[^:]*:/, "", t); sub(/\]$/, "", t); split(t, h, ":"); return h[1] * 3600 + h[2] * 60 + h[3] }
+        {
+            w = index($0, load) ? "load" : index($0, probe) ? "probes" : ""
+            if (w == "") next
+            for (i = 3; i < NF; i++) if ($i ~ /^seckilld\//) break
+            st = $(i + 2)
+            if ($i ~ /<NOSRV>/) {
+                own[w]++
+                t = tod($2) - k
+                if (first == "" || t < first) first = t
+                if (last == "" || t > last) last = t
+            } else {
+                if (st == 503) d503[w]++
+                if (st == 502 || st == 504) bad[w]++
+            }
+        }
+        END {
+            printf "HAProxy'"'"'s own 503s (no daemon in service): load %d, probes %d", own["load"], own["probes"]
+            if (first != "") printf " (from %.1fs to %.1fs after the kill)", first, last
+            printf "; the daemons'"'"' 503s through it: load %d, probes %d; 502/504: load %d\n", d503["load"], d503["probes"], bad["load"]
+        }' "$log"
+    # (each of these is in the log twice: as a log line, and as a warning on stderr)
+    note "HAProxy's checks: $(grep -c '^Server .* is DOWN' "$log") daemon(s) taken out, $(grep -c '^Server .* is UP' "$log") brought back, $(grep -c '^backend .* has no server available' "$log") time(s) none in service ($HAPROXY_CHECK)"
+}
+
+# Two daemons behind HAProxy on the Sentinel stack, the load through
+# HAProxy (the deployed topology, `make run REDIS=sentinel INSTANCES=2`);
+# kill -9 of the Redis master.  While no master answers, the daemons'
+# /healthz answers 503 and HAProxy's checks (fall 2) take both out: buyers
+# get HAProxy's own 503; once the Sentinels promote the replica the checks
+# (rise 2) bring them back.  Heal: the first probe answered 201 through
+# HAProxy, within the Sentinel scenarios' bound (detection + 5 s).
+scenario_balancer_redis_failover() {
+    local sku=$1 t0 heard
+    if ha_up && balancer_up && under_load "$sku" "$LB_URL"; then
+        ha_master_kill
+        t0=$(now)
+        after_fault "$LB_URL" "$sku" "$t0" "the master was killed" --allow-lost-pending
+        heard=$(grep -h 'the Sentinels name a new master' "$SDIR"/d1.log "$SDIR"/d2.log 2>/dev/null |
+            awk '{ print $1 }' | sort | head -n 1)
+        if [[ -n $heard ]]; then
+            note "the daemons heard of the new master $(awk -v a="$t0" -v b="$(date -d "$heard" +%s.%N)" \
+                'BEGIN { printf "%.1f", b - a }')s after the kill (directly; through HAProxy: ${HEAL_S}s)"
+        fi
+        note "$(balancer_seen "$sku" "$t0")"
+    fi
+    ha_down
 }
 
 # ---------------------------------------------------------------- runner
