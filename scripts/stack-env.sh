@@ -267,9 +267,10 @@ se_pg_admin_dsn() {
 SE_HAPROXY_MAXCONN=2000 # client connections, lowered to what the fd limit allows
 HAPROXY_SOURCE=127.0.0.2
 HAPROXY_SERVER_MAXCONN=256
-# A daemon that fails two checks a second apart is out (~2 s); two good ones
-# bring it back.
-HAPROXY_CHECK='inter 1s fall 2 rise 2'
+# Checks every second; once one fails, or while a daemon is out, every 250 ms:
+# two failed in a row take it out (~1.25 s), two good ones bring it back
+# (~0.5 s after it is healthy again).
+HAPROXY_CHECK='inter 1s fastinter 250ms downinter 250ms fall 2 rise 2'
 HAPROXY_TIMEOUT_CONNECT=2s
 HAPROXY_TIMEOUT_CHECK=2s
 HAPROXY_TIMEOUT_CLIENT=30s
@@ -310,6 +311,9 @@ defaults
     timeout queue $HAPROXY_TIMEOUT_QUEUE
     timeout http-request $HAPROXY_TIMEOUT_HTTP_REQUEST
     timeout http-keep-alive $HAPROXY_TIMEOUT_KEEP_ALIVE
+    # HAProxy's own 503 (no daemon in service: all failing /healthz, as
+    # while Redis fails over) in the daemons' shape: JSON with Retry-After.
+    http-error status 503 content-type application/json string "{\\"error\\":\\"unavailable\\",\\"detail\\":\\"no instance in service; try again\\"}" hdr Retry-After 1 hdr Cache-Control no-store
 
 frontend seckill
     bind $bind
