@@ -1337,11 +1337,11 @@ balancer_seen() {
 # HAProxy (the deployed topology, `make run REDIS=sentinel INSTANCES=2`);
 # kill -9 of the Redis master.  While no master answers, the daemons'
 # /healthz answers 503 and HAProxy's checks (fall 2) take both out: buyers
-# get HAProxy's own 503; once the Sentinels promote the replica the checks
+# get HAProxy's own 503 (JSON, Retry-After); once the Sentinels promote the replica the checks
 # (rise 2) bring them back.  Heal: the first probe answered 201 through
 # HAProxy, within the Sentinel scenarios' bound (detection + 5 s).
 scenario_balancer_redis_failover() {
-    local sku=$1 t0 heard
+    local sku=$1 t0 heard bad
     if ha_up && balancer_up && under_load "$sku" "$LB_URL"; then
         ha_master_kill
         t0=$(now)
@@ -1353,6 +1353,10 @@ scenario_balancer_redis_failover() {
                 'BEGIN { printf "%.1f", b - a }')s after the kill (directly; through HAProxy: ${HEAL_S}s)"
         fi
         note "$(balancer_seen "$sku" "$t0")"
+        # Whoever answered meanwhile, the daemons or HAProxy itself (its
+        # http-error), a buyer was told when to try again.
+        bad=$(awk -v ok="$OK_CODE" '$2 != ok && !($2 == 503 && $3 > 0)' "$SDIR/probes")
+        [[ -z $bad ]] || fail "through HAProxy, buyers got other than 503 with Retry-After: $(head -n 3 <<<"$bad" | tr '\n' ';')"
     fi
     ha_down
 }
