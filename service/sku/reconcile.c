@@ -60,7 +60,8 @@ static int pass_one(struct worker_ctx *w, int64_t sku, enum sku_check_mode mode,
         return 0;
     if (res != SKU_OK) {
         log_warn("sku %" PRId64 ": reconciliation failed (%s)", sku,
-                 res == SKU_NOT_LOADED ? "Redis refused the rebuild" : "a store failed");
+                 res == SKU_NOT_LOADED ? "Redis refused the rebuild"
+                                       : "a store failed or its lock was busy; next pass");
         t->failed++;
         return -1;
     }
