@@ -629,7 +629,7 @@ enum rlock_status rlock_cluster_lock(struct rlock_cluster *c, const char *key, i
         return RLOCK_ERR;
     }
     unsigned slot = rlock_cluster_slot(key, strlen(key));
-    int ask_idx = -1, remapped = 0, hops = 0;
+    int ask_idx = -1, remapped = 0, hops = 0, tries = 0;
     for (;;) {
         struct node *n;
         if (ask_idx >= 0) {
@@ -660,22 +660,25 @@ enum rlock_status rlock_cluster_lock(struct rlock_cluster *c, const char *key, i
         }
         if (a == ANSWER_TRYAGAIN) {
             int64_t now = rlock_mono_ms();
-            /* Within a deadline, as long as it allows; else as a redirect. */
-            if (deadline_ms > 0 ? now + c->o.tryagain_ms >= deadline_ms
-                                : ++hops > RLOCK_CLUSTER_MAX_REDIRECTS)
+            /* Within a deadline, as long as it allows; else as many times
+             * as redirects (counted apart: MOVED and ASK keep their cap). */
+            int pause = c->o.tryagain_ms > 0 ? c->o.tryagain_ms : 1;
+            if (deadline_ms > 0 ? now + pause >= deadline_ms
+                                : ++tries > RLOCK_CLUSTER_MAX_REDIRECTS)
                 return st;
-            if (deadline_ms > 0)
-                hops = 0;
-            rlock_sleep_until(now + c->o.tryagain_ms);
+            rlock_sleep_until(now + pause);
             continue;
         }
         if (++hops > RLOCK_CLUSTER_MAX_REDIRECTS)
             return st;
         unsigned to_slot;
-        int idx = redirect_target(c, at, &to_slot);
+        /* A message that filled a lock's err may have been cut inside the
+         * address, which would then name the wrong node: none is taken from
+         * it (MOVED: the map read whole names the owner; ASK: given up). */
+        int cut = strlen(why) >= sizeof((struct rlock *)0)->err - 1;
+        int idx = cut ? -1 : redirect_target(c, at, &to_slot);
         c->redirects++;
         if (a == ANSWER_MOVED) {
-            /* A message cut short names no node: the map read whole will. */
             if (idx >= 0) {
                 c->slot_node[to_slot] = (uint16_t)idx;
                 c->nodes[idx].master = 1;

@@ -148,12 +148,14 @@ typedef enum rlock_status rlock_cluster_lock_fn(redisContext *node, void *arg, c
  *     tryagain_ms, then again, while the deadline allows;
  *   - CLUSTERDOWN: the map is read again before the next command; fn's
  *     status is returned.
- * MOVED and ASK count towards RLOCK_CLUSTER_MAX_REDIRECTS, and so does
- * TRYAGAIN without a deadline; with one (deadline_ms, on rlock_mono_ms();
- * 0: none) no pause is taken that would end past it.  fn computes the wait
- * of each run from that deadline (what is left of it; a single try when
- * nothing is).  A call answered with a redirect did not run; one that
- * failed on I/O may have, so it is not made again: its connection is
+ * MOVED and ASK count towards RLOCK_CLUSTER_MAX_REDIRECTS; TRYAGAIN counts
+ * apart, up to as many without a deadline; with one (deadline_ms, on
+ * rlock_mono_ms(); 0: none) no pause is taken that would end past it.  fn
+ * computes the wait of each run from that deadline (what is left of it; a
+ * single try when nothing is): the library cannot, as fn makes the call.
+ * *why should be a lock's err (struct rlock): a message that fills it may
+ * be cut, and no node is taken from it (MOVED reads the map; ASK fails).  A call answered with a
+ * redirect did not run; one that failed on I/O may have, so it is not made again: its connection is
  * closed and the map read again before the next command.  Returns fn's
  * last status; RLOCK_ERR with err set when fn could not be run (no node
  * for the slot can be reached, ASKING failed): err is written only then.
