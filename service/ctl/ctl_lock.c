@@ -64,6 +64,16 @@ static int append_describe(redisContext *c, const char *key)
     return ok ? 0 : -1;
 }
 
+/* The replies of append_describe(), r[0..2], into v (owner left empty). */
+static void view_of(redisReply *const *r, struct lock_view *v)
+{
+    snprintf(v->type, sizeof v->type, "%s", r[0]->type == REDIS_REPLY_STATUS ? r[0]->str : "?");
+    v->pttl = r[1]->type == REDIS_REPLY_INTEGER ? r[1]->integer : -2;
+    snprintf(v->fence, sizeof v->fence, "%s",
+             r[2]->type == REDIS_REPLY_STRING && r[2]->len > 0 ? r[2]->str : "-");
+    v->owner[0] = '\0';
+}
+
 /* Reads the replies of append_describe() into v.  Returns 0 or -1 (I/O). */
 static int read_describe(redisContext *c, struct lock_view *v)
 {
@@ -75,11 +85,7 @@ static int read_describe(redisContext *c, struct lock_view *v)
             return -1;
         }
     }
-    snprintf(v->type, sizeof v->type, "%s", r[0]->type == REDIS_REPLY_STATUS ? r[0]->str : "?");
-    v->pttl = r[1]->type == REDIS_REPLY_INTEGER ? r[1]->integer : -2;
-    snprintf(v->fence, sizeof v->fence, "%s",
-             r[2]->type == REDIS_REPLY_STRING && r[2]->len > 0 ? r[2]->str : "-");
-    v->owner[0] = '\0';
+    view_of(r, v);
     for (int i = 0; i < 3; i++)
         freeReplyObject(r[i]);
     return 0;
@@ -287,14 +293,8 @@ static enum rlock_status inspect_on(redisContext *c, void *arg, const char **why
 {
     struct tx_call *t = arg;
     *why = t->why;
-    char fence[1024];
     redisAppendCommand(c, "MULTI");
-    redisAppendCommand(c, "TYPE %s", t->key);
-    redisAppendCommand(c, "PTTL %s", t->key);
-    if (rlock_fence_key(fence, sizeof fence, t->key) == 0)
-        redisAppendCommand(c, "GET %s", fence);
-    else
-        redisAppendCommand(c, "ECHO %s", ""); /* keeps replies aligned */
+    (void)append_describe(c, t->key); /* an append that failed shows in read_tx */
     redisAppendCommand(c, "GET %s", t->key);
     redisAppendCommand(c, "HGETALL %s", t->key);
     redisAppendCommand(c, "EXEC");
@@ -309,10 +309,8 @@ static int cmd_inspect(struct ctl *ctl, const char *key)
         return CTL_EXIT_ERROR;
     }
     redisReply **e = t.exec->element;
-    struct lock_view v = {.pttl = e[1]->type == REDIS_REPLY_INTEGER ? e[1]->integer : -2};
-    snprintf(v.type, sizeof v.type, "%s", e[0]->type == REDIS_REPLY_STATUS ? e[0]->str : "?");
-    snprintf(v.fence, sizeof v.fence, "%s",
-             e[2]->type == REDIS_REPLY_STRING && e[2]->len > 0 ? e[2]->str : "-");
+    struct lock_view v;
+    view_of(e, &v);
     if (strcmp(v.type, "string") == 0 && e[3]->type == REDIS_REPLY_STRING)
         snprintf(v.owner, sizeof v.owner, "%s", e[3]->str);
     else if (strcmp(v.type, "hash") == 0)
