@@ -13,7 +13,8 @@
 #  3. a real failover: kill -9 of the master; within down-after + failover
 #     timeout + FAILOVER_MARGIN_S every Sentinel names the replica; alone it
 #     refuses writes (min-replicas-to-write); `stack.sh start` brings the old
-#     master back as its replica, and the service's user writes again;
+#     master back as its replica, and the service's user writes again; the
+#     Sentinels switched the master once (no failover back to the old one);
 #  4. the users the Redis processes use among themselves (replication,
 #     Sentinel) were never refused anything (ACL LOG of every node).
 #
@@ -158,6 +159,8 @@ expect "SET on the new master without a replica" NOREPLICAS "$(svc "$REPLICA" SE
 # as a replica of the master the Sentinels name.
 se_stack_restart "$DIR" >"$LOG" 2>&1 || {
     cat "$LOG" >&2
+    all_sentinels_name "$MASTER" &&
+        die "stack.sh start after the failover failed: the Sentinels failed over again, back to :$MASTER"
     die "stack.sh start after the failover failed"
 }
 wait_for "the old master :$MASTER following :$REPLICA" "$WAIT_S" follows "$MASTER" "$REPLICA"
@@ -170,6 +173,13 @@ all_sentinels_name "$REPLICA" || die "the Sentinels no longer agree on :$REPLICA
 [[ $(se_redis_admin_url "$DIR" "$MASTER") == redis://seckill-admin:*@127.0.0.1:"$REPLICA"/0 ]] ||
     die "se_redis_admin_url does not name the new master :$REPLICA"
 say "ok: the old master is back as a replica of :$REPLICA; writes go on"
+
+# One failover, not two: a Sentinel that took the promoted replica for down
+# would have switched back to the old master, up again as a replica.
+for d in "$DIR"/sentinel-*/; do
+    n=$(grep -c -e '+switch-master' "$d/sentinel.log") || n=0
+    ((n == 1)) || die "$(basename "$d") switched the master $n times, not once (its log: $d/sentinel.log)"
+done
 
 # ---- 4. the processes' own users were refused nothing, failover included
 no_internal_denials
