@@ -9,7 +9,10 @@
 #
 # Env in:  BUILD (default build), VALGRIND=1, KEEP_TEST_STACK=1,
 #          CK_DEFAULT_TIMEOUT (default 120), CK_VERBOSITY (default normal),
-#          SECKILL_TEST_TIMEOUT (per binary, seconds, default 900).
+#          SECKILL_TEST_TIMEOUT (per binary, seconds, default 900),
+#          SECKILL_TEST_FAIL_LINES (default 30: the summary ends with that many
+#          last lines of each failed test's output, so that a log of which only
+#          the end is kept, as a CI's, still says why).
 # Env out (for the tests): SECKILL_TEST_REDIS_URL (the service's ACL user),
 #          SECKILL_TEST_REDIS_ADMIN_URL (the admin user), SECKILL_TEST_STACK_DIR,
 #          SECKILL_TEST_PG_DSN (the service's role seckill_app),
@@ -54,6 +57,8 @@ if [[ ${VALGRIND:-0} == 1 ]]; then
 fi
 TEST_TIMEOUT=${SECKILL_TEST_TIMEOUT:-900}
 [[ $TEST_TIMEOUT =~ ^[0-9]+$ ]] || die "bad SECKILL_TEST_TIMEOUT: $TEST_TIMEOUT"
+FAIL_LINES=${SECKILL_TEST_FAIL_LINES:-30}
+[[ $FAIL_LINES =~ ^[0-9]+$ ]] || die "bad SECKILL_TEST_FAIL_LINES: $FAIL_LINES"
 
 rand_hex() { od -An -N"$1" -tx1 /dev/urandom | tr -d ' \n'; }
 
@@ -120,21 +125,48 @@ export SECKILL_REDIS_URL SECKILL_PG_DSN PGPASSFILE
 export CK_DEFAULT_TIMEOUT=${CK_DEFAULT_TIMEOUT:-120}
 export CK_VERBOSITY=${CK_VERBOSITY:-normal}
 
+# Each test's output goes to the terminal as before and to OUT_DIR/N.log,
+# whose end the summary repeats when the test failed.
+OUT_DIR=$TEST_DIR/output
+mkdir "$OUT_DIR"
+
+# tee_done PID: waits (bounded) for the tee of a test's output to see the end
+# of it; a process the test left running could hold the pipe open forever.
+tee_done() {
+    local i
+    for ((i = 0; i < 50; i++)); do
+        kill -0 "$1" 2>/dev/null || break
+        sleep 0.1
+    done
+    if kill -0 "$1" 2>/dev/null; then
+        printf '%s: warning: a process the test left running still holds its output open\n' "$PROG" >&2
+        kill -TERM "$1" 2>/dev/null || true
+    fi
+    wait "$1" 2>/dev/null || true
+}
+
 RESULTS=()
+FAILED_LOGS=()
 failed=0
-for b in "${BINS[@]}"; do
+for i in "${!BINS[@]}"; do
+    b=${BINS[i]}
     name=${b#"$ROOT"/}
     say "=== $name"
     start=$SECONDS
+    out=$OUT_DIR/$i.log
+    exec {tee_fd}> >(tee "$out")
+    tee_pid=$!
     # In the background so that INT/TERM reach our trap at once; timeout
     # kills the whole process group of the test (check forks) when it expires.
-    timeout -k 10 "$TEST_TIMEOUT" "${RUNNER[@]}" "$b" &
+    timeout -k 10 "$TEST_TIMEOUT" "${RUNNER[@]}" "$b" >&"$tee_fd" 2>&1 &
     CURRENT_PID=$!
+    exec {tee_fd}>&-
     set +e
     wait "$CURRENT_PID"
     st=$?
     set -e
     CURRENT_PID=
+    tee_done "$tee_pid"
     secs=$((SECONDS - start))
     if ((st == 0)); then
         RESULTS+=("PASS  $name (${secs}s)")
@@ -145,12 +177,18 @@ for b in "${BINS[@]}"; do
         ((st == 99)) && [[ ${#RUNNER[@]} -gt 0 ]] && why="valgrind errors (exit 99)"
         ((st > 128 && st != 124)) && why="killed by signal $((st - 128))"
         RESULTS+=("FAIL  $name ($why, ${secs}s)")
+        FAILED_LOGS+=("$name" "$out")
         say "--- $name FAILED ($why)"
     fi
 done
 
 printf '\n%s: summary\n' "$PROG"
 printf '  %s\n' "${RESULTS[@]}"
+for ((i = 0; i < ${#FAILED_LOGS[@]}; i += 2)); do
+    ((FAIL_LINES > 0)) || break
+    printf '%s: the last %d lines of %s:\n' "$PROG" "$FAIL_LINES" "${FAILED_LOGS[i]}"
+    tail -n "$FAIL_LINES" "${FAILED_LOGS[i + 1]}" | sed 's/^/  | /'
+done
 total=${#BINS[@]}
 printf '%s: %d passed, %d failed, %d total\n' "$PROG" "$((total - failed))" "$failed" "$total"
 ((failed == 0))
