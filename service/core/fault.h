@@ -17,6 +17,11 @@
  *                       fenced batch) passed the last check of the lease and
  *                       are about to be sent: the worst moment for a pause
  *                       (Kleppmann's), which only the fencing token covers
+ *   release_before_settled  a cancel's or an expiry's units are back in both
+ *                       stores and the SKU's lock is released, but the orders
+ *                       are not yet marked settled: another process that
+ *                       takes the lock now finds them unsettled and gives them
+ *                       to Redis again, which order_release.lua must refuse
  */
 #ifndef SECKILL_FAULT_H
 #define SECKILL_FAULT_H

@@ -153,6 +153,7 @@ static int locked(struct worker_ctx *w, int64_t sku, life_step *step, void *arg)
         }
         int committed = sku_tx_commit(w, tx, &t, sku) == SKU_OK;
         if (committed && j.done) {
+            (void)fault_pause("release_before_settled"); /* the lock is free again */
             mark_settled(w, &j, own);
             /* units came back: this process sells them at once (the others'
              * flags lapse within sold_out_flag_ms) */

@@ -4,11 +4,13 @@
  * return of units to both stores exactly once whatever races (pay against
  * expiry, cancel against expiry, two sweepers, a process killed between the
  * database and Redis, a retry, a rebuild of Redis in between).  The modules
- * are called directly, so that the races can be arranged; the last test
- * drives the same through a real seckilld over HTTP.
+ * are called directly, so that the races can be arranged; the last tests
+ * drive the same through real seckilld processes over HTTP, two of them
+ * settling the same returns in one.
  */
 #include <check.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -615,6 +617,86 @@ START_TEST(test_http_lifecycle_answers_and_metrics)
 }
 END_TEST
 
+/* The state letter of /proc/<pid>/stat ('T' once stopped), '?' if unreadable. */
+static char proc_state(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return '?';
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+    return p && p[1] == ' ' && p[2] ? p[2] : '?';
+}
+
+/* Two seckilld processes, each with its own sweeper, over the same returns.
+ * The first (SECKILL_FAULT=release_before_settled) expires the orders, gives
+ * their units to Redis and stops itself, the SKU's lock released, before it
+ * marks them settled.  The second's sweeper then finds them unsettled and
+ * gives them to Redis again: order_release.lua must give nothing twice.  The
+ * first, continued, marks them settled.  Every unit comes back once, to
+ * PostgreSQL (one 'return' ledger row per order) and to Redis. */
+#define TWO_SKU 60
+#define TWO_ORDERS 40
+START_TEST(test_two_daemons_return_each_unit_once)
+{
+    struct th_daemon a, b;
+    th_daemon_start(&a, (const char *const[]){"SECKILL_EXPIRY_SWEEP_INTERVAL_MS=10",
+                                              "SECKILL_FAULT=release_before_settled", NULL});
+    struct th_response res;
+    ck_assert_int_eq(th_admin(a.port, "POST", "/admin/v1/skus",
+                              "{\"id\":60,\"name\":\"two sweepers\",\"stock\":40,"
+                              "\"per_user_limit\":1,\"payment_window_s\":600}",
+                              &res),
+                     0);
+    ck_assert_int_eq(res.status, 201);
+    for (int i = 0; i < TWO_ORDERS; i++)
+        ck_assert_int_eq(th_order(a.port, TWO_SKU, 100 + i, 1, NULL, &res), 201);
+    ck_assert_int_eq(th_sku_int(TWO_SKU, KEY_STOCK), 0);
+    make_due(TWO_SKU);
+    int i;
+    for (i = 0; i < 100 && proc_state(a.pid) != 'T'; i++) /* 10 s */
+        th_sleep_ms(100);
+    ck_assert_msg(i < 100, "the first daemon never stopped between the return and its settling");
+    const char *unsettled = "SELECT count(*) FROM orders WHERE sku_id = %lld AND "
+                            "return_settled = false";
+    ck_assert_int_eq(
+        q_int("SELECT count(*) FROM orders WHERE sku_id = %lld AND status = 'expired'", TWO_SKU),
+        TWO_ORDERS);
+    ck_assert_int_eq(q_int(unsettled, TWO_SKU), TWO_ORDERS);
+    ck_assert_int_eq(th_sku_int(TWO_SKU, KEY_STOCK), TWO_ORDERS); /* given, not yet settled */
+
+    th_daemon_start(&b, (const char *const[]){"SECKILL_EXPIRY_SWEEP_INTERVAL_MS=10", NULL});
+    for (i = 0; i < 100 && q_int(unsettled, TWO_SKU) > 0; i++)
+        th_sleep_ms(100);
+    ck_assert_int_eq(q_int(unsettled, TWO_SKU), 0);
+    ck_assert_int_eq(th_metric(b.port, "seckill_returns_settled_late_total"), TWO_ORDERS);
+    ck_assert_int_eq(th_sku_int(TWO_SKU, KEY_STOCK), TWO_ORDERS); /* not twice */
+
+    ck_assert_int_eq(kill(a.pid, SIGCONT), 0);
+    for (i = 0; i < 100 && proc_state(a.pid) == 'T'; i++)
+        th_sleep_ms(100);
+    const char *expired = "seckill_order_transitions_total{from=\"confirmed\",to=\"expired\"}";
+    ck_assert_int_eq(th_metric(a.port, expired), TWO_ORDERS);
+    ck_assert_int_eq(th_metric(b.port, expired), 0);
+    ck_assert_int_eq(th_daemon_stop(&b), 0);
+    ck_assert_int_eq(th_daemon_stop(&a), 0);
+    ck_assert_int_eq(th_sku_int(TWO_SKU, KEY_STOCK), TWO_ORDERS);
+    ck_assert_int_eq(q_int("SELECT count(*) FROM stock_ledger WHERE sku_id = %lld AND kind = "
+                           "'return'",
+                           TWO_SKU),
+                     TWO_ORDERS);
+    ck_assert_int_eq(q_int("SELECT stock FROM skus WHERE id = %lld", TWO_SKU), TWO_ORDERS);
+    /* every buyer's unit came back to them once: each may buy again */
+    for (int u = 0; u < TWO_ORDERS; u++)
+        ck_assert_int_eq(redis_held(TWO_SKU, 100 + u), 0);
+    th_assert_invariants(TWO_SKU);
+}
+END_TEST
+
 /* The payment system's own token (payment_token) pays an order and opens
  * nothing else of the admin API; the admin token still pays too. */
 #define PAY_TOKEN "test-payment-token-0123456789abcdef"
@@ -708,6 +790,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_return_settled_after_a_rebuild_is_not_doubled);
     tcase_add_test(tc, test_return_after_a_rebuild_reaches_the_rebuilt_state);
     tcase_add_test(tc, test_http_lifecycle_answers_and_metrics);
+    tcase_add_test(tc, test_two_daemons_return_each_unit_once);
     tcase_add_test(tc, test_payment_token_pays_and_nothing_else);
     tcase_add_test(tc, test_cancel_reopens_a_sold_out_sku);
     suite_add_tcase(s, tc);
