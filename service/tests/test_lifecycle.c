@@ -542,17 +542,25 @@ static int post_buyer(int port, const char *path, int64_t user, struct th_respon
     return out->status;
 }
 
+/* Creates a SKU with a payment window through the admin API; asserts 201. */
+static void http_create_sku(int port, int64_t id, int64_t stock, int limit, int64_t window_s,
+                            struct th_response *res)
+{
+    char body[192];
+    snprintf(body, sizeof body,
+             "{\"id\":%lld,\"name\":\"life\",\"stock\":%lld,\"per_user_limit\":%d,"
+             "\"payment_window_s\":%lld}",
+             (long long)id, (long long)stock, limit, (long long)window_s);
+    ck_assert_int_eq(th_admin(port, "POST", "/admin/v1/skus", body, res), 0);
+    ck_assert_int_eq(res->status, 201);
+}
+
 START_TEST(test_http_lifecycle_answers_and_metrics)
 {
     struct th_daemon d;
     th_daemon_start(&d, (const char *const[]){"SECKILL_EXPIRY_SWEEP_INTERVAL_MS=100", NULL});
     struct th_response res;
-    ck_assert_int_eq(th_admin(d.port, "POST", "/admin/v1/skus",
-                              "{\"id\":30,\"name\":\"life\",\"stock\":10,\"per_user_limit\":2,"
-                              "\"payment_window_s\":600}",
-                              &res),
-                     0);
-    ck_assert_int_eq(res.status, 201);
+    http_create_sku(d.port, 30, 10, 2, 600, &res);
     ck_assert_int_eq(th_json_int(res.body, "payment_window_s", -1), 600);
     int64_t ids[3];
     for (int i = 0; i < 3; i++) {
@@ -647,12 +655,7 @@ START_TEST(test_two_daemons_return_each_unit_once)
     th_daemon_start(&a, (const char *const[]){"SECKILL_EXPIRY_SWEEP_INTERVAL_MS=10",
                                               "SECKILL_FAULT=release_before_settled", NULL});
     struct th_response res;
-    ck_assert_int_eq(th_admin(a.port, "POST", "/admin/v1/skus",
-                              "{\"id\":60,\"name\":\"two sweepers\",\"stock\":40,"
-                              "\"per_user_limit\":1,\"payment_window_s\":600}",
-                              &res),
-                     0);
-    ck_assert_int_eq(res.status, 201);
+    http_create_sku(a.port, TWO_SKU, TWO_ORDERS, 1, 600, &res);
     for (int i = 0; i < TWO_ORDERS; i++)
         ck_assert_int_eq(th_order(a.port, TWO_SKU, 100 + i, 1, NULL, &res), 201);
     ck_assert_int_eq(th_sku_int(TWO_SKU, KEY_STOCK), 0);
