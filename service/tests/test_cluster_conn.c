@@ -687,17 +687,6 @@ static void on_mget(redisReply *r, enum redis_async_status st, void *arg)
         snprintf(res->got, sizeof res->got, "status %d: %s", (int)st, r && r->str ? r->str : "");
 }
 
-/* How many TRYAGAIN answers the server of c has given (INFO errorstats). */
-static long long tryagain_count(redisContext *c)
-{
-    redisReply *r = redisCommand(c, "INFO errorstats");
-    ck_assert(r && r->type == REDIS_REPLY_STRING);
-    const char *p = strstr(r->str, "errorstat_TRYAGAIN:count=");
-    long long n = p ? atoll(p + strlen("errorstat_TRYAGAIN:count=")) : 0;
-    freeReplyObject(r);
-    return n;
-}
-
 /* The event loops' client on a cluster: a script whose two keys a
  * migration split is answered TRYAGAIN, pauses and goes again (within its
  * redis_timeout_ms) until the migration ends, then follows the MOVED: the
@@ -739,13 +728,13 @@ START_TEST(test_async_scripts_wait_out_tryagain)
     r = redisCommand(a[from], "MIGRATE 127.0.0.1 %d {split}a 0 5000", cl.node[to].port);
     ck_assert(r && r->type == REDIS_REPLY_STATUS);
     freeReplyObject(r);
-    long long before = tryagain_count(a[from]);
+    long long before = th_redis_error_count(a[from], "TRYAGAIN");
     memset(&res, 0, sizeof res);
     redis_async_script(ra, &s, 2, 0, argv, NULL, on_mget, &res);
     int ended = 0;
     for (int waited = 0; waited < 10000 && !res.done; waited += 10) {
         loop_until(base, &res.done, 10);
-        if (ended || tryagain_count(a[from]) == before)
+        if (ended || th_redis_error_count(a[from], "TRYAGAIN") == before)
             continue;
         /* it said TRYAGAIN: the migration ends while the script waits */
         r = redisCommand(a[from], "MIGRATE 127.0.0.1 %d {split}b 0 5000", cl.node[to].port);

@@ -157,6 +157,18 @@ redisContext *th_redis_server_connect(const struct th_redis_server *s)
     return c;
 }
 
+long long th_redis_error_count(redisContext *c, const char *error)
+{
+    char field[64];
+    snprintf(field, sizeof field, "errorstat_%s:count=", error);
+    redisReply *r = redisCommand(c, "INFO errorstats");
+    ck_assert(r && r->type == REDIS_REPLY_STRING);
+    const char *p = strstr(r->str, field);
+    long long n = p ? atoll(p + strlen(field)) : 0;
+    freeReplyObject(r);
+    return n;
+}
+
 void th_redis_server_wait_replica(const struct th_redis_server *replica, int timeout_ms)
 {
     redisContext *c = th_redis_server_connect(replica);

@@ -37,6 +37,10 @@ void th_redis_server_stop(struct th_redis_server *s);
 /* New connection with 5 s timeouts; the caller redisFree()s it.  Aborts on failure. */
 redisContext *th_redis_server_connect(const struct th_redis_server *s);
 
+/* How many error replies starting with 'error' (e.g. "TRYAGAIN") the server
+ * of c has given since it started (INFO errorstats). */
+long long th_redis_error_count(redisContext *c, const char *error);
+
 /* Waits (bounded, timeout_ms) until the replica on 'replica' reports its link
  * to the master up.  Aborts the test otherwise. */
 void th_redis_server_wait_replica(const struct th_redis_server *replica, int timeout_ms);

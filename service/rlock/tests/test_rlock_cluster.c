@@ -271,17 +271,6 @@ struct finish_arg {
     int saw_tryagain;
 };
 
-/* How many TRYAGAIN answers the server of c has given (INFO errorstats). */
-static long long tryagain_count(redisContext *c)
-{
-    redisReply *r = redisCommand(c, "INFO errorstats");
-    ck_assert(r && r->type == REDIS_REPLY_STRING);
-    const char *p = strstr(r->str, "errorstat_TRYAGAIN:count=");
-    long long n = p ? atoll(p + strlen("errorstat_TRYAGAIN:count=")) : 0;
-    freeReplyObject(r);
-    return n;
-}
-
 static void *finish_migration(void *arg)
 {
     struct finish_arg *f = arg;
@@ -289,7 +278,7 @@ static void *finish_migration(void *arg)
     for (int i = 0; i < MASTERS; i++)
         a[i] = th_redis_server_connect(&nodes[i]);
     for (int waited = 0; waited < 20000 && !f->saw_tryagain; waited += 5) {
-        f->saw_tryagain = tryagain_count(a[f->from]) > 0;
+        f->saw_tryagain = th_redis_error_count(a[f->from], "TRYAGAIN") > 0;
         if (!f->saw_tryagain)
             th_sleep_ms(5);
     }
