@@ -577,17 +577,17 @@ static void on_cluster_reply(redisReply *r, enum redis_async_status st, void *ar
 {
     struct ra_redirect *rd = arg;
     struct redis_async *ra = rd->ra;
-    if (r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "TRYAGAIN", 8) == 0 &&
-        (r->str[8] == ' ' || r->str[8] == '\0') && !ra->closing &&
+    if (rlock_cluster_reply_is(r, "TRYAGAIN") && !ra->closing &&
         clock_mono_ms() + REDIS_CONN_TRYAGAIN_MS < rd->deadline_ms) {
         rd->hops = 0; /* the deadline bounds the rounds */
         pause_then_retry(rd);
         return;
     }
-    int moved = r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "MOVED ", 6) == 0;
-    int ask = r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "ASK ", 4) == 0;
+    int moved = rlock_cluster_reply_is(r, "MOVED");
+    int ask = rlock_cluster_reply_is(r, "ASK");
     if ((moved || ask) && rd->hops < RLOCK_CLUSTER_MAX_REDIRECTS) {
-        const char *addr = strchr(r->str + (moved ? 6 : 4), ' ');
+        const char *slot = r->str + (moved ? 5 : 3); /* the space after the word, or its end */
+        const char *addr = *slot ? strchr(slot + 1, ' ') : NULL;
         const char *colon = addr ? strrchr(addr, ':') : NULL;
         char host[256];
         int port = colon ? atoi(colon + 1) : 0;

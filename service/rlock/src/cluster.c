@@ -395,10 +395,10 @@ static int redirect_target(struct rlock_cluster *c, const char *msg, unsigned *s
     return node_index(c, host, (int)port);
 }
 
-static int starts(const redisReply *r, const char *word)
+int rlock_cluster_reply_is(const redisReply *r, const char *word)
 {
     size_t n = strlen(word);
-    return r->type == REDIS_REPLY_ERROR && r->len >= n && strncmp(r->str, word, n) == 0 &&
+    return r && r->type == REDIS_REPLY_ERROR && r->len >= n && strncmp(r->str, word, n) == 0 &&
            (r->str[n] == ' ' || r->str[n] == '\0');
 }
 
@@ -451,7 +451,7 @@ static redisReply *run(struct rlock_cluster *c, unsigned slot, int argc, const c
         int asking = ask_idx >= 0;
         ask_idx = -1;
         unsigned to_slot;
-        if (starts(r, "MOVED")) {
+        if (rlock_cluster_reply_is(r, "MOVED")) {
             int idx = redirect_target(c, r->str, &to_slot);
             freeReplyObject(r);
             if (idx < 0) {
@@ -464,7 +464,7 @@ static redisReply *run(struct rlock_cluster *c, unsigned slot, int argc, const c
             c->redirects++;
             continue;
         }
-        if (starts(r, "ASK")) {
+        if (rlock_cluster_reply_is(r, "ASK")) {
             ask_idx = redirect_target(c, r->str, &to_slot);
             freeReplyObject(r);
             if (ask_idx < 0) {
@@ -474,7 +474,7 @@ static redisReply *run(struct rlock_cluster *c, unsigned slot, int argc, const c
             c->redirects++;
             continue;
         }
-        if (starts(r, "TRYAGAIN")) {
+        if (rlock_cluster_reply_is(r, "TRYAGAIN")) {
             freeReplyObject(r);
             rlock_sleep_until(rlock_mono_ms() + c->o.tryagain_ms);
             continue;
@@ -503,7 +503,7 @@ static redisReply *run(struct rlock_cluster *c, unsigned slot, int argc, const c
             hop--; /* not a redirect */
             continue;
         }
-        if (starts(r, "CLUSTERDOWN"))
+        if (rlock_cluster_reply_is(r, "CLUSTERDOWN"))
             c->stale = 1;
         return r;
     }

@@ -150,6 +150,27 @@ START_TEST(test_urls_of_a_cluster)
 }
 END_TEST
 
+/* A reply's first word, as every redirect test in the library and the
+ * service reads it: the word whole, then a space or the end. */
+static int reply_is(int type, const char *str, const char *word)
+{
+    redisReply r = {.type = type, .str = (char *)str, .len = strlen(str)};
+    return rlock_cluster_reply_is(&r, word);
+}
+
+START_TEST(test_reply_words)
+{
+    ck_assert(reply_is(REDIS_REPLY_ERROR, "MOVED 3999 127.0.0.1:6381", "MOVED"));
+    ck_assert(reply_is(REDIS_REPLY_ERROR, "ASK 3999 127.0.0.1:6381", "ASK"));
+    ck_assert(reply_is(REDIS_REPLY_ERROR, "TRYAGAIN", "TRYAGAIN"));
+    ck_assert(!reply_is(REDIS_REPLY_ERROR, "ASKING is not a redirect", "ASK"));
+    ck_assert(!reply_is(REDIS_REPLY_ERROR, "MOVE", "MOVED"));
+    ck_assert(!reply_is(REDIS_REPLY_STATUS, "MOVED 1 h:1", "MOVED"));
+    ck_assert(!reply_is(REDIS_REPLY_ERROR, "ERR MOVED", "MOVED"));
+    ck_assert(!rlock_cluster_reply_is(NULL, "MOVED"));
+}
+END_TEST
+
 START_TEST(test_every_key_goes_to_the_master_of_its_slot)
 {
     cluster_start();
@@ -564,6 +585,7 @@ static Suite *cluster_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_slots_are_redis_cluster_slots);
     tcase_add_test(tc, test_urls_of_a_cluster);
+    tcase_add_test(tc, test_reply_words);
     tcase_add_test(tc, test_every_key_goes_to_the_master_of_its_slot);
     tcase_add_test(tc, test_moved_and_ask_are_followed);
     tcase_add_test(tc, test_tryagain_is_waited_out);

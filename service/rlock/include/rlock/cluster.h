@@ -53,6 +53,11 @@
  * 16384.  Pure. */
 unsigned rlock_cluster_slot(const char *key, size_t len);
 
+/* Whether r is an error reply whose first word is word ("MOVED", "ASK",
+ * "TRYAGAIN", "CLUSTERDOWN", ...): the word, then a space or the end.  A
+ * NULL r is not.  Pure. */
+int rlock_cluster_reply_is(const redisReply *r, const char *word);
+
 /* CRC16/XMODEM (polynomial 0x1021, initial 0), as Redis Cluster uses.  Pure. */
 unsigned rlock_crc16(const char *buf, size_t len);
 
