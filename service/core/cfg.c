@@ -159,7 +159,10 @@ static const struct cfg_def defs[] = {
       "SKUs one sweep works on; the next sweep goes on after the last one"),
     I(writer_threads, 2, 0, 64,
       "order writer threads, each on its share of the SKUs (0: this instance writes no orders)"),
-    I(writer_batch, 500, 1, 10000, "stream entries per database transaction"),
+    I(writer_batch, 500, 1, 10000, "stream entries of one SKU per database transaction"),
+    I(writer_skus_per_tx, 128, 1, 4096,
+      "SKUs whose batches one writer transaction writes together (their locks taken in id "
+      "order): many SKUs on sale pay one COMMIT, not one each"),
     I(writer_block_ms, 200, 1, 60000,
       "XREADGROUP block time; on a Redis Cluster, the longest pause between polls while idle"),
     I(writer_claim_idle_ms, 5000, 100, 3600000, "reclaim stream entries idle this long"),

@@ -80,7 +80,8 @@ struct cfg {
     int64_t expiry_batch;               /* orders expired per transaction */
     int64_t expiry_sweep_skus;          /* SKUs per sweep (the next goes on from there) */
     int64_t writer_threads;             /* order writer threads in this process */
-    int64_t writer_batch;               /* stream entries per transaction */
+    int64_t writer_batch;               /* stream entries per SKU in a transaction */
+    int64_t writer_skus_per_tx;         /* SKUs whose batches share one transaction */
     int64_t writer_block_ms;            /* XREADGROUP BLOCK */
     int64_t writer_claim_idle_ms;       /* reclaim entries idle this long (crashed writer) */
     int64_t writer_refresh_ms;          /* how often the SKU list is re-read */

@@ -34,6 +34,9 @@ static void on_lost(const char *key, void *arg)
 {
     struct txlock *t = arg;
     atomic_store(&t->lost, 1);
+    atomic_int *also = atomic_load(&t->lost_also);
+    if (also)
+        atomic_store(also, 1);
     log_warn("lock %s lost while held: its transaction is rolled back", key);
 }
 
@@ -73,6 +76,7 @@ enum rlock_status txlock_acquire(struct txlock *t, struct redis_conn *rc, const 
 {
     memset(t, 0, sizeof *t);
     atomic_init(&t->lost, 0);
+    atomic_init(&t->lost_also, NULL);
     t->redis = rc;
     t->sku = sku;
     char sku_lock[KEYS_MAX], fence_key[KEYS_MAX + 8];
@@ -138,6 +142,19 @@ int txlock_bind(struct txlock *t, struct dbtx *tx)
         return -1;
     dbtx_set_abort_flag(tx, &t->lost);
     return 0;
+}
+
+size_t txlock_bind_all(struct txlock *const *t, size_t n, struct dbtx *tx, atomic_int *any_lost)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (dbtx_on_complete(tx, release_on_complete, t[i]) != 0)
+            return i;
+        atomic_store(&t[i]->lost_also, any_lost);
+        if (atomic_load(&t[i]->lost)) /* lost before it was bound */
+            atomic_store(any_lost, 1);
+    }
+    dbtx_set_abort_flag(tx, any_lost);
+    return n;
 }
 
 /* A newer fencing token for t's lock, on the node that serves the SKU. */

@@ -34,6 +34,8 @@ struct txlock {
     int64_t sku;
     int64_t fence;   /* token of this acquisition, checked by PostgreSQL */
     atomic_int lost; /* set by the watchdog thread when the lock is found lost */
+    /* set too when the lock is found lost, when not NULL (txlock_bind_all) */
+    _Atomic(atomic_int *) lost_also;
 };
 
 /* Process-wide: the watchdog that renews held locks (NULL: leases are not
@@ -56,6 +58,15 @@ enum rlock_status txlock_acquire(struct txlock *t, struct redis_conn *rc, const 
  * 0, or -1 if the hook could not be registered (the caller still owns the
  * lock and must release it). */
 int txlock_bind(struct txlock *t, struct dbtx *tx) __attribute__((warn_unused_result));
+
+/* txlock_bind() for several locks guarding one transaction (a writer's
+ * SKUs): each released by its own completion hook, in reverse order of t[],
+ * and the loss of any of them (*any_lost, which must outlive tx) ends tx's
+ * statement in progress.  Returns how many were bound: fewer than n when
+ * memory was short; the caller then rolls tx back (which releases those)
+ * and releases t[returned..n) itself. */
+size_t txlock_bind_all(struct txlock *const *t, size_t n, struct dbtx *tx, atomic_int *any_lost)
+    __attribute__((warn_unused_result));
 
 /* Releases a lock that was never bound to a transaction. */
 void txlock_release(struct txlock *t);

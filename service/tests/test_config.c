@@ -386,7 +386,7 @@ START_TEST(test_scripts_and_queries_are_embedded)
 {
     embedded_init();
     ck_assert_int_eq(strlen(script_reserve.sha), 40);
-    ck_assert_ptr_nonnull(strstr(sql_text("sku_take_stock"), "stock >= $2"));
+    ck_assert_ptr_nonnull(strstr(sql_text("skus_take_stock"), "s.stock >= t.n"));
     ck_assert_uint_ge(embedded_migration_count(), 1);
     ck_assert_str_eq(embedded_migration_name(0), "0001_init");
 }
