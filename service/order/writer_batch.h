@@ -88,11 +88,12 @@ void writer_top_up(struct batch *b);
  * b[i]->done for each batch committed and settled. */
 void writer_tx_write(struct writer *w, struct batch *const *b, size_t n);
 
-/* After COMMIT, under the batch's lock: gives back the units of rejected
- * orders, takes reapplied ones, moves dead entries, acknowledges the batch
- * and publishes its decisions.  Returns 0, or -1 on Redis failure (the
- * entries stay pending; a replay repeats all of this harmlessly). */
-int writer_settle(struct batch *b);
+/* After COMMIT, under the batches' locks: gives back the units of rejected
+ * orders, takes reapplied ones, moves dead entries, then acknowledges every
+ * batch and publishes the decisions, all acknowledgements and messages in
+ * one round trip.  Sets b[k]->finished for each batch done; one that is not
+ * keeps its entries pending (a replay repeats all of this harmlessly). */
+void writer_settle_all(struct batch *const *b, size_t n);
 
 /* Moves stream entries entry_ids[0..n) of sku to the dead-letter stream,
  * giving their units back when give_back (orders_dead_letter.lua, exactly

@@ -158,32 +158,45 @@ int writer_dead_letter(struct writer *w, int64_t sku, const char *const *entry_i
     return ok ? 0 : -1;
 }
 
-/* Builds the decisions message of the batch (see order.h) into a heap string. */
-static char *decisions_message(const struct batch *b)
+/* Appends the decisions of b (see order.h) to the messages of msgs, a new
+ * message once the current one would pass WRITER_DECISIONS_MAX_BYTES. */
+#define WRITER_DECISIONS_MAX_BYTES 65536
+#define DECISION_MAX (24 + 1 + ORDER_ENTRY_MAX + 4 + ORDER_REASON_MAX)
+struct messages {
+    char **m;
+    size_t n, len; /* len: of the last one */
+};
+
+static void add_decisions(struct messages *msgs, const struct batch *b)
 {
-    size_t cap = 1 + b->n * (24 + 1 + ORDER_ENTRY_MAX + 4 + ORDER_REASON_MAX), len = 0;
-    char *msg = malloc(cap);
-    if (!msg)
-        abort();
-    msg[0] = '\0';
     for (size_t i = 0; i < b->n; i++) {
+        if (msgs->n == 0 || msgs->len + DECISION_MAX + 1 > WRITER_DECISIONS_MAX_BYTES) {
+            char **m = realloc(msgs->m, (msgs->n + 1) * sizeof *m);
+            if (!m)
+                abort();
+            msgs->m = m;
+            msgs->m[msgs->n] = malloc(WRITER_DECISIONS_MAX_BYTES);
+            if (!msgs->m[msgs->n])
+                abort();
+            msgs->m[msgs->n++][0] = '\0';
+            msgs->len = 0;
+        }
         struct order_decision d = {.order_id = b->e[i].order_id,
                                    .status = b->dec[i] == DEC_CONFIRMED ? ORDER_CONFIRMED
                                                                         : ORDER_REJECTED};
         snprintf(d.entry, sizeof d.entry, "%s", b->e[i].stream_id);
         if (d.status == ORDER_REJECTED)
             snprintf(d.reason, sizeof d.reason, "%s", b->reason[i]);
-        if (order_decision_append(msg, cap, &len, &d) != 0)
-            abort(); /* cap covers the longest token of every entry */
+        if (order_decision_append(msgs->m[msgs->n - 1], WRITER_DECISIONS_MAX_BYTES, &msgs->len,
+                                  &d) != 0)
+            abort(); /* room for the longest decision was made above */
     }
-    return msg;
 }
 
 /* Gives back the units of rejected orders (order_return.lua is idempotent by
- * the journal), takes reapplied ones, moves dead entries, then acknowledges
- * the batch and publishes its decisions.  Returns 0, or -1 on Redis failure
- * (the entries stay pending; a replay repeats all of this harmlessly). */
-int writer_settle(struct batch *b)
+ * the journal), takes reapplied ones and moves dead entries: what a batch
+ * owes Redis before its acknowledgement.  Returns 0, or -1 on Redis failure. */
+static int settle_returns(struct batch *b)
 {
     char per_epoch[24];
     snprintf(per_epoch, sizeof per_epoch, "%" PRId64, ORDER_IDS_PER_EPOCH);
@@ -208,45 +221,122 @@ int writer_settle(struct batch *b)
     int rc = writer_dead_letter(b->w, b->sku, dead_ids, dead_why, 1, ndead);
     free(dead_ids);
     free(dead_why);
-    if (rc != 0)
-        return -1;
+    return rc;
+}
 
+/* One batch's orders_ack.lua call, as an EVALSHA command of a pipeline. */
+#define ACK_HEAD 3 /* EVALSHA, sha, numkeys */
+struct ack_call {
     char journal[KEYS_MAX], stream[KEYS_MAX], count[24];
-    keys_sku(journal, b->sku, KEY_JOURNAL);
-    keys_sku(stream, b->sku, KEY_STREAM);
-    char *msg = decisions_message(b);
-    size_t argc = 0, nack = b->n - ndead;
-    const char **argv = calloc(6 + 2 * b->n, sizeof *argv);
-    char(*ids)[24] = calloc(b->n, sizeof *ids);
-    if (!argv || !ids)
+    const char **argv;
+    char (*ids)[24];
+    int argc;
+};
+
+static void ack_prepare(struct ack_call *a, const struct batch *b)
+{
+    keys_sku(a->journal, b->sku, KEY_JOURNAL);
+    keys_sku(a->stream, b->sku, KEY_STREAM);
+    size_t nack = 0;
+    for (size_t i = 0; i < b->n; i++)
+        nack += b->dec[i] != DEC_DEAD;
+    snprintf(a->count, sizeof a->count, "%zu", nack);
+    a->argv = calloc(ACK_HEAD + 6 + 2 * b->n, sizeof *a->argv);
+    a->ids = calloc(b->n ? b->n : 1, sizeof *a->ids);
+    if (!a->argv || !a->ids)
         abort();
-    snprintf(count, sizeof count, "%zu", nack);
-    argv[argc++] = stream;
-    argv[argc++] = journal;
-    argv[argc++] = KEYS_WRITER_GROUP;
-    argv[argc++] = count;
-    argv[argc++] = KEYS_DECISIONS_CHANNEL;
-    argv[argc++] = msg;
+    int argc = 0;
+    a->argv[argc++] = "EVALSHA";
+    a->argv[argc++] = script_orders_ack.sha;
+    a->argv[argc++] = "2";
+    a->argv[argc++] = a->stream;
+    a->argv[argc++] = a->journal;
+    a->argv[argc++] = KEYS_WRITER_GROUP;
+    a->argv[argc++] = a->count;
+    a->argv[argc++] = KEYS_DECISIONS_CHANNEL;
+    a->argv[argc++] = ""; /* the decisions go out in the messages of the whole transaction */
     for (size_t i = 0; i < b->n; i++)
         if (b->dec[i] != DEC_DEAD)
-            argv[argc++] = b->e[i].stream_id;
+            a->argv[argc++] = b->e[i].stream_id;
     /* A reapplied order keeps its marker: a writer that paused with this
      * batch in hand and replays it after this acknowledgement must find it. */
     for (size_t i = 0; i < b->n; i++)
         if (b->dec[i] == DEC_CONFIRMED && !b->reapply[i]) {
-            snprintf(ids[i], sizeof ids[i], "%" PRId64, b->e[i].order_id);
-            argv[argc++] = ids[i];
+            snprintf(a->ids[i], sizeof a->ids[i], "%" PRId64, b->e[i].order_id);
+            a->argv[argc++] = a->ids[i];
         }
-    redisReply *r =
-        redis_conn_script(&b->w->ctx.redis, &script_orders_ack, 2, (int)argc - 2, argv, NULL);
+    a->argc = argc;
+}
+
+/* Whether an orders_ack reply says done; an EVALSHA the server no longer
+ * knows (its script cache was flushed, a failover) runs again by text. */
+static int ack_done(struct redis_conn *rc, const struct ack_call *a, const redisReply *r)
+{
+    redisReply *again = NULL;
+    if (r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0)
+        r = again = redis_conn_script(rc, &script_orders_ack, 2, a->argc - ACK_HEAD - 2,
+                                      a->argv + ACK_HEAD, NULL);
     int ok = r && r->type == REDIS_REPLY_INTEGER;
     if (r && !ok)
         log_warn("orders_ack: %s", r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
-    if (r)
-        freeReplyObject(r);
-    free(argv);
-    free(ids);
-    free(msg);
-    return ok ? 0 : -1;
+    if (again)
+        freeReplyObject(again);
+    return ok;
 }
 
+void writer_settle_all(struct batch *const *b, size_t n)
+{
+    if (n == 0)
+        return;
+    struct redis_conn *rc = &b[0]->w->ctx.redis;
+    struct ack_call *acks = calloc(n, sizeof *acks);
+    size_t *of = calloc(n, sizeof *of); /* the batch of each ack */
+    if (!acks || !of)
+        abort();
+    struct messages msgs = {0};
+    size_t nack = 0;
+    for (size_t k = 0; k < n; k++) {
+        b[k]->finished = 0;
+        if (settle_returns(b[k]) != 0)
+            continue;
+        ack_prepare(&acks[nack], b[k]);
+        add_decisions(&msgs, b[k]);
+        of[nack++] = k;
+    }
+    /* Every acknowledgement, then the decisions, in one round trip. */
+    size_t ncmd = nack + msgs.n;
+    int *argcs = calloc(ncmd ? ncmd : 1, sizeof *argcs);
+    const char *const **argvs = calloc(ncmd ? ncmd : 1, sizeof *argvs);
+    const char *(*pub)[3] = calloc(msgs.n ? msgs.n : 1, sizeof *pub);
+    redisReply **out = calloc(ncmd ? ncmd : 1, sizeof *out);
+    if (!argcs || !argvs || !pub || !out)
+        abort();
+    for (size_t i = 0; i < nack; i++) {
+        argcs[i] = acks[i].argc;
+        argvs[i] = acks[i].argv;
+    }
+    for (size_t i = 0; i < msgs.n; i++) {
+        pub[i][0] = "PUBLISH";
+        pub[i][1] = KEYS_DECISIONS_CHANNEL;
+        pub[i][2] = msgs.m[i];
+        argcs[nack + i] = 3;
+        argvs[nack + i] = pub[i];
+    }
+    if (ncmd > 0 && redis_conn_pipeline(rc, ncmd, argcs, argvs, out) == 0) {
+        for (size_t i = 0; i < nack; i++)
+            b[of[i]]->finished = ack_done(rc, &acks[i], out[i]);
+        for (size_t i = nack; i < ncmd; i++)
+            if (out[i]->type == REDIS_REPLY_ERROR)
+                log_warn("PUBLISH decisions: %s", out[i]->str);
+        for (size_t i = 0; i < ncmd; i++)
+            freeReplyObject(out[i]);
+    }
+    for (size_t i = 0; i < nack; i++) {
+        free(acks[i].argv);
+        free(acks[i].ids);
+    }
+    for (size_t i = 0; i < msgs.n; i++)
+        free(msgs.m[i]);
+    free(msgs.m);
+    free(out), free(pub), free(argvs), free(argcs), free(of), free(acks);
+}

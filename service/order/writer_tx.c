@@ -331,18 +331,17 @@ static void load_existing_row(struct batch *b, size_t i, const PGresult *r, int 
     b->dec[i] = rejected ? DEC_REJECTED : DEC_CONFIRMED;
     /* the row's reason string dies with r: map it to our constants (a
      * rejected row says one of the two guards; an id conflict is never a row) */
-    b->reason[i] = !rejected   ? ""
-                   : cancelled ? ORDER_REASON_CANCELLED
-                   : strcmp(PQgetvalue(r, row, 4), ORDER_REASON_LIMIT) == 0
-                       ? ORDER_REASON_LIMIT
-                       : ORDER_REASON_NO_STOCK;
+    b->reason[i] = !rejected                                                ? ""
+                   : cancelled                                              ? ORDER_REASON_CANCELLED
+                   : strcmp(PQgetvalue(r, row, 4), ORDER_REASON_LIMIT) == 0 ? ORDER_REASON_LIMIT
+                                                                            : ORDER_REASON_NO_STOCK;
     b->reapply[i] = PQgetisnull(r, row, 5) ? 0 : (int32_t)atol(PQgetvalue(r, row, 5));
 }
 
 /* Calls fn for every entry of a reading batch (in_tx) whose order id is id. */
 static void each_entry(const struct group *g, const char *id_text, const uint8_t *reading,
-                       void (*fn)(struct batch *, size_t, const PGresult *, int),
-                       const PGresult *r, int row)
+                       void (*fn)(struct batch *, size_t, const PGresult *, int), const PGresult *r,
+                       int row)
 {
     int64_t id = atoll(id_text);
     for (size_t s = id_slot(id, g->cap); g->refs[s].id; s = (s + 1) & (g->cap - 1))
@@ -570,9 +569,9 @@ static void add_writes(struct write_args *a, const struct batch *b, const enum d
 static void write_args_all(struct write_args *a, struct sbuf *out[WRITE_ARGS_N])
 {
     struct sbuf *all[WRITE_ARGS_N] = {
-        &a->take_skus, &a->take_n,    &a->skus,    &a->ids,    &a->users,  &a->qtys,
-        &a->status,    &a->reasons,   &a->idems,   &a->ms,     &a->reapply, &a->windows,
-        &a->cancelled, &a->l_skus,    &a->kinds,   &a->deltas, &a->afters, &a->lids};
+        &a->take_skus, &a->take_n,  &a->skus,  &a->ids,    &a->users,   &a->qtys,
+        &a->status,    &a->reasons, &a->idems, &a->ms,     &a->reapply, &a->windows,
+        &a->cancelled, &a->l_skus,  &a->kinds, &a->deltas, &a->afters,  &a->lids};
     memcpy(out, all, sizeof all);
 }
 
@@ -631,8 +630,8 @@ static int write_new_orders(struct dbtx *tx, struct writer *w, const struct grou
      * stock (and under the row lock it is exactly what the fence read, less
      * the take). */
     if (took && (size_t)PQntuples(took) != ntake) {
-        log_error("guarded stock update refused %zu of %zu SKUs",
-                  ntake - (size_t)PQntuples(took), ntake);
+        log_error("guarded stock update refused %zu of %zu SKUs", ntake - (size_t)PQntuples(took),
+                  ntake);
         rc = -1;
     }
     for (int row = 0; took && rc == 0 && row < PQntuples(took); row++) {
@@ -666,15 +665,21 @@ out:
 static void on_tx_complete(enum dbtx_outcome outcome, void *arg)
 {
     struct group *g = arg;
+    struct batch **written = malloc((g->n ? g->n : 1) * sizeof *written);
+    if (!written)
+        abort();
+    size_t n = 0;
     for (size_t k = 0; k < g->n; k++) {
         struct batch *b = g->b[k];
         if (!b->in_tx)
             continue;
-        if (outcome == DBTX_COMMITTED)
-            b->finished = writer_settle(b) == 0;
-        else if (outcome == DBTX_UNKNOWN)
+        written[n++] = b;
+        if (outcome == DBTX_UNKNOWN)
             log_error("sku %" PRId64 ": batch outcome unknown; it will be replayed", b->sku);
     }
+    if (outcome == DBTX_COMMITTED)
+        writer_settle_all(written, n);
+    free(written);
 }
 
 static int by_sku(const void *x, const void *y)
@@ -801,8 +806,7 @@ void writer_tx_write(struct writer *w, struct batch *const *in, size_t n)
     for (size_t k = 0; k < g.n; k++)
         if (g.b[k]->in_tx && !txlock_still_valid(&g.b[k]->lock, c->lock_commit_margin_ms)) {
             /* Our lease may be over: another writer may hold these orders now. */
-            log_warn("sku %" PRId64 ": lock lease too short to commit; rolling back",
-                     g.b[k]->sku);
+            log_warn("sku %" PRId64 ": lock lease too short to commit; rolling back", g.b[k]->sku);
             for (size_t j = 0; j < g.n; j++)
                 g.b[j]->in_tx = 0;
             (void)dbtx_rollback(tx);

@@ -317,6 +317,36 @@ START_TEST(test_busy_sku_lock_leaves_only_that_sku_pending)
 }
 END_TEST
 
+/* The acknowledgements go out as EVALSHA in one pipeline: a script cache
+ * flushed meanwhile (a restart, a failover) makes them run by text. */
+START_TEST(test_acknowledgement_runs_after_the_script_cache_was_flushed)
+{
+    create_sku(46, 10, 5);
+    reserve(46, 1, 1);
+    redisContext *admin = th_redis_admin();
+    redisReply *rep = redisCommand(admin, "SCRIPT FLUSH");
+    ck_assert(rep && rep->type == REDIS_REPLY_STATUS);
+    freeReplyObject(rep);
+    struct writer w;
+    char err[160];
+    ck_assert(writer_init(&w, &cfg, "flushed", err, sizeof err) == 0);
+    ck_assert_int_eq(writer_poll(&w), 1);
+    writer_close(&w);
+    char stream[KEYS_MAX];
+    keys_sku(stream, 46, KEY_STREAM);
+    rep = redisCommand(admin, "XPENDING %s %s", stream, KEYS_WRITER_GROUP);
+    ck_assert(rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1);
+    ck_assert_int_eq(rep->element[0]->integer, 0);
+    freeReplyObject(rep);
+    rep = redisCommand(admin, "XLEN %s", stream);
+    ck_assert(rep && rep->type == REDIS_REPLY_INTEGER);
+    ck_assert_int_eq(rep->integer, 0);
+    freeReplyObject(rep);
+    redisFree(admin);
+    th_assert_invariants(46);
+}
+END_TEST
+
 /* The batch statements are prepared once per session of the writer's
  * connection; a session that ends (the backend killed) is replaced and its
  * statements prepared again, and the batch after it is written. */
@@ -895,6 +925,7 @@ static Suite *writer_suite(void)
     tcase_add_test(tc, test_writer_threads_share_the_skus);
     tcase_add_test(tc, test_one_transaction_writes_the_batches_of_many_skus);
     tcase_add_test(tc, test_busy_sku_lock_leaves_only_that_sku_pending);
+    tcase_add_test(tc, test_acknowledgement_runs_after_the_script_cache_was_flushed);
     tcase_add_test(tc, test_writer_prepares_its_statements_once_per_session);
     tcase_add_test(tc, test_writer_plans_keep_to_the_indexes_on_a_fresh_table);
     tcase_add_test(tc, test_writer_that_waited_for_the_lock_writes_what_queued_meanwhile);
