@@ -324,3 +324,114 @@ enum rlock_status rlock_require_replicas(redisContext *c, struct rlock *l, int n
     RLOCK_SET_ERR(l, "%.100s; lock %s", why, st == RLOCK_OK ? "released" : "release failed");
     return RLOCK_ERR;
 }
+
+/* The reply of one pipelined fenced attempt of l: RLOCK_OK with *fence set,
+ * RLOCK_BUSY, or RLOCK_ERR with l->err. */
+static enum rlock_status each_reply(redisContext *c, struct rlock *l, redisReply *r, int64_t *fence)
+{
+    long long n = 0;
+    if (rlock_reply_int(c, r, "acquire", &n, l->err, sizeof l->err) < 0)
+        return RLOCK_ERR;
+    if (n < 0 || n >= RLOCK_FENCE_MAX) {
+        RLOCK_SET_ERR(l, "acquire: unexpected token %lld from %s", n,
+                      rlock_lua(RLOCK_LUA_FENCE_ACQUIRE)->name);
+        return RLOCK_ERR;
+    }
+    if (n == 0)
+        return RLOCK_BUSY;
+    *fence = n;
+    return RLOCK_OK;
+}
+
+int rlock_try_fenced_each(redisContext *c, struct rlock *const *ls, const char *const *keys,
+                          const char *const *fence_keys, size_t n, int ttl_ms, int64_t *fences,
+                          enum rlock_status *st)
+{
+    if (!c || !ls || !keys || !fences || !st || ttl_ms <= 0)
+        return -1;
+    /* What became of each lock: REFUSED before sending (l as it was, its err
+     * set), SENT, or NOSCRIPT (the server lost the script, which did not run:
+     * asked again alone, by text, once every pipelined reply is read). */
+    enum { REFUSED, SENT, NOSCRIPT };
+    char **fname = calloc(n ? n : 1, sizeof *fname);
+    unsigned char *phase = calloc(n ? n : 1, 1);
+    if (!fname || !phase) {
+        free(fname);
+        free(phase);
+        return -1;
+    }
+    struct rlock_opts o = {.ttl_ms = ttl_ms};
+    char ttl[16];
+    snprintf(ttl, sizeof ttl, "%d", ttl_ms);
+    /* Every lock is made ready (token, keys copied) before anything is sent,
+     * so that once Redis has a key nothing can fail for want of memory. */
+    for (size_t i = 0; i < n; i++) {
+        fences[i] = 0;
+        st[i] = RLOCK_ERR;
+        ls[i]->err[0] = '\0';
+        fname[i] =
+            fence_name(keys[i], fence_keys ? fence_keys[i] : NULL, ls[i]->err, sizeof ls[i]->err);
+        char token[RLOCK_TOKEN_LEN + 1];
+        if (!fname[i] || check_args(ls[i], &keys[i], 1, fname[i], &o) < 0)
+            continue;
+        if (rlock_token_new(token) < 0) {
+            RLOCK_SET_ERR(ls[i], "acquire: getrandom: %s", strerror(errno));
+            continue;
+        }
+        if (rlock_adopt(ls[i], &keys[i], 1, token, ttl_ms, 0) < 0)
+            continue;
+        ls[i]->held = 0;
+        phase[i] = SENT;
+    }
+    /* The lease counts from before the request is sent (see lock.c). */
+    int64_t start = rlock_mono_ms();
+    const struct rlock_script *s = rlock_lua(RLOCK_LUA_FENCE_ACQUIRE);
+    int io = 0;
+    for (size_t i = 0; i < n && !io; i++) {
+        if (phase[i] != SENT)
+            continue;
+        const char *argv[] = {"EVALSHA", s->sha, "2", ls[i]->keys[0], fname[i], ls[i]->token, ttl};
+        /* fails only when memory is short: c->err is set, nothing was sent */
+        io = redisAppendCommandArgv(c, 7, argv, NULL) != REDIS_OK;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (phase[i] != SENT)
+            continue;
+        redisReply *r = NULL;
+        if (io || redisGetReply(c, (void **)&r) != REDIS_OK || !r) {
+            io = 1;
+            RLOCK_SET_ERR(ls[i], "acquire: %s", c->errstr[0] ? c->errstr : "I/O error");
+        } else if (rlock_is_noscript(r)) {
+            phase[i] = NOSCRIPT;
+        } else {
+            st[i] = each_reply(c, ls[i], r, &fences[i]);
+        }
+        if (r)
+            freeReplyObject(r);
+    }
+    int taken = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (phase[i] == REFUSED)
+            continue;
+        if (phase[i] == NOSCRIPT) {
+            if (io)
+                RLOCK_SET_ERR(ls[i], "acquire: %s", c->errstr[0] ? c->errstr : "I/O error");
+            else
+                st[i] = try_fenced(c, ls[i], fname[i], ttl, &fences[i]);
+        }
+        rlock_count_acquire(st[i], 0, 0);
+        if (st[i] == RLOCK_OK) {
+            ls[i]->acquired_mono_ms = start;
+            ls[i]->held = 1;
+            taken++;
+        } else {
+            fences[i] = 0;
+            rlock_empty(ls[i]);
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        free(fname[i]);
+    free(fname);
+    free(phase);
+    return taken;
+}

@@ -266,6 +266,99 @@ enum rlock_status rlock_release(redisContext *c, struct rlock *l)
     return st;
 }
 
+/* The reply of one pipelined release of l (deleted keys), as
+ * release_keys() reads it. */
+static enum rlock_status release_reply(redisContext *c, struct rlock *l, const redisReply *r)
+{
+    long long deleted = 0;
+    if (rlock_reply_int(c, r, "release", &deleted, l->err, sizeof l->err) < 0)
+        return RLOCK_ERR;
+    if (deleted < 0 || (unsigned long long)deleted != l->nkeys) {
+        RLOCK_SET_ERR(l, "release: only %lld of %zu keys still held our token", deleted, l->nkeys);
+        return RLOCK_NOT_OWNER;
+    }
+    return RLOCK_OK;
+}
+
+int rlock_release_each(redisContext *c, struct rlock *const *ls, size_t n, enum rlock_status *st)
+{
+    /* Each lock's command: EVALSHA sha nkeys keys... token channels... */
+    const char ***argv = calloc(n ? n : 1, sizeof *argv);
+    char ***channels = calloc(n ? n : 1, sizeof *channels);
+    /* a server that lost the script (it did not run) is asked again once
+     * every reply is read, alone */
+    unsigned char *noscript = calloc(n ? n : 1, 1);
+    int io = !argv || !channels || !noscript; /* nothing is sent then */
+    for (size_t i = 0; i < n; i++) {
+        st[i] = RLOCK_ERR;
+        if (release_start(ls[i]) != 0) {
+            st[i] = RLOCK_NOT_OWNER;
+            continue;
+        }
+        if (io)
+            continue;
+        struct rlock *l = ls[i];
+        const struct rlock_script *s =
+            l->nkeys == 1 ? rlock_lua(RLOCK_LUA_RELEASE) : rlock_lua(RLOCK_LUA_MULTI_RELEASE);
+        channels[i] = rlock_release_channels((const char *const *)l->keys, l->nkeys);
+        argv[i] = malloc((4 + 2 * l->nkeys) * sizeof *argv[i]);
+        if (!channels[i] || !argv[i]) {
+            RLOCK_SET_ERR(l, "release: out of memory");
+            continue;
+        }
+        char num[24];
+        snprintf(num, sizeof num, "%zu", l->nkeys);
+        int k = 0;
+        argv[i][k++] = "EVALSHA";
+        argv[i][k++] = s->sha;
+        argv[i][k++] = num;
+        for (size_t j = 0; j < l->nkeys; j++)
+            argv[i][k++] = l->keys[j];
+        argv[i][k++] = l->token;
+        for (size_t j = 0; j < l->nkeys; j++)
+            argv[i][k++] = channels[i][j];
+        /* hiredis copies the arguments into its buffer now */
+        if (redisAppendCommandArgv(c, k, argv[i], NULL) != REDIS_OK)
+            io = 1;
+        else
+            st[i] = RLOCK_BUSY; /* sent: its reply is due */
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (st[i] != RLOCK_BUSY)
+            continue;
+        redisReply *r = NULL;
+        if (io || redisGetReply(c, (void **)&r) != REDIS_OK || !r) {
+            io = 1;
+            RLOCK_SET_ERR(ls[i], "release: %s", c->errstr[0] ? c->errstr : "I/O error");
+            st[i] = RLOCK_ERR;
+        } else if (rlock_is_noscript(r)) {
+            noscript[i] = 1;
+        } else {
+            st[i] = release_reply(c, ls[i], r);
+        }
+        if (r)
+            freeReplyObject(r);
+    }
+    int released = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (st[i] == RLOCK_NOT_OWNER && !ls[i]->keys)
+            continue; /* was not held: counted by release_start */
+        if (noscript && noscript[i])
+            st[i] = io ? RLOCK_ERR : release_keys(c, ls[i]);
+        rlock_count_release(st[i]);
+        released += st[i] == RLOCK_OK;
+        rlock_empty(ls[i]);
+    }
+    free(noscript);
+    for (size_t i = 0; argv && channels && i < n; i++) {
+        free(argv[i]);
+        free(channels[i]);
+    }
+    free(argv);
+    free(channels);
+    return released;
+}
+
 static enum rlock_status release_on(redisContext *node, void *arg, const char **why)
 {
     struct rlock *l = arg;

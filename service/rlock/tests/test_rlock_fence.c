@@ -225,6 +225,88 @@ START_TEST(test_fenced_tokens_strictly_increase_and_keep_the_lock_format)
 }
 END_TEST
 
+/* Many independent fenced locks in one round trip: each its own token,
+ * lease and counter (here a named one for two of them), a busy one reported
+ * and left alone; then all released in one more, a lock stolen meanwhile
+ * refused and left to its new owner. */
+START_TEST(test_try_each_and_release_each_in_one_round_trip)
+{
+    char k[3][128], f[3][160], named[128];
+    key_name(k[0], sizeof k[0], "each0");
+    key_name(k[1], sizeof k[1], "each1");
+    key_name(k[2], sizeof k[2], "each2");
+    key_name(named, sizeof named, "each0");
+    strcat(named, ":named-fence");
+    redisContext *c = th_rl_connect_or_fail();
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(rlock_fence_key(f[i], sizeof f[i], k[i]), 0);
+        del_keys(c, k[i], f[i]);
+    }
+    freeReplyObject(must(c, "DEL %s", named));
+    /* k[1] is someone else's; and the script cache is empty, as after a restart */
+    freeReplyObject(must(c, "SET %s other-owner PX 60000", k[1]));
+    freeReplyObject(must(c, "SCRIPT FLUSH"));
+
+    struct rlock l[3] = {{0}};
+    struct rlock *ls[3] = {&l[0], &l[1], &l[2]};
+    const char *keys[3] = {k[0], k[1], k[2]};
+    const char *fences_of[3] = {named, NULL, NULL};
+    int64_t fence[3];
+    enum rlock_status st[3];
+    ck_assert_int_eq(rlock_try_fenced_each(c, ls, keys, fences_of, 3, 5000, fence, st), 2);
+    ck_assert_int_eq(st[0], RLOCK_OK);
+    ck_assert_int_eq(st[1], RLOCK_BUSY);
+    ck_assert_int_eq(st[2], RLOCK_OK);
+    ck_assert_int_gt(fence[0], 0);
+    ck_assert_int_eq(fence[1], 0);
+    ck_assert_ptr_null(l[1].keys);
+    ck_assert_int_eq(get_int(c, named), fence[0]);
+    ck_assert_int_eq(get_int(c, f[0]), -1); /* the named counter, not the default */
+    ck_assert_int_eq(get_int(c, f[2]), fence[2]);
+    ck_assert_str_ne(l[0].token, l[2].token);
+    for (int i = 0; i < 3; i += 2) {
+        char val[64];
+        get_str(c, k[i], val, sizeof val);
+        ck_assert_str_eq(val, l[i].token);
+        ck_assert_int_gt(rlock_remaining_ms(&l[i]), 0);
+    }
+    /* a later attempt draws larger tokens from the same counters */
+    struct rlock again = {0};
+    int64_t t = 0;
+    ck_assert_int_eq(rlock_acquire_fenced(c, &again, k[1], &quick, &t), RLOCK_BUSY);
+
+    /* k[2] expires and is taken by another owner before the release */
+    freeReplyObject(must(c, "SET %s thief PX 60000", k[2]));
+    freeReplyObject(must(c, "SCRIPT FLUSH"));
+    struct rlock *held[2] = {&l[0], &l[2]};
+    enum rlock_status rs[2];
+    ck_assert_int_eq(rlock_release_each(c, held, 2, rs), 1);
+    ck_assert_int_eq(rs[0], RLOCK_OK);
+    ck_assert_int_eq(rs[1], RLOCK_NOT_OWNER);
+    ck_assert_ptr_null(l[0].keys);
+    ck_assert_ptr_null(l[2].keys);
+    redisReply *r = must(c, "EXISTS %s", k[0]);
+    ck_assert_int_eq(r->integer, 0);
+    freeReplyObject(r);
+    char val[64];
+    get_str(c, k[2], val, sizeof val);
+    ck_assert_str_eq(val, "thief");
+
+    /* the counters go on: a new try draws larger tokens */
+    int64_t before0 = fence[0];
+    const char *one[1] = {k[0]};
+    const char *one_fence[1] = {named};
+    struct rlock *l0[1] = {&l[0]};
+    ck_assert_int_eq(rlock_try_fenced_each(c, l0, one, one_fence, 1, 5000, fence, st), 1);
+    ck_assert_int_gt(fence[0], before0);
+    ck_assert_int_eq(rlock_release_each(c, l0, 1, rs), 1);
+    for (int i = 0; i < 3; i++)
+        del_keys(c, k[i], f[i]);
+    freeReplyObject(must(c, "DEL %s", named));
+    redisFree(c);
+}
+END_TEST
+
 START_TEST(test_multi_lock_draws_one_token_from_a_named_fence_key)
 {
     char k1[96], k2[128], named[128], dflt[160];
@@ -572,6 +654,7 @@ static Suite *fence_suite(void)
     tcase_add_test(tc, test_fence_key_shares_the_lock_keys_hash_slot);
     tcase_add_test(tc, test_fenced_tokens_strictly_increase_and_keep_the_lock_format);
     tcase_add_test(tc, test_multi_lock_draws_one_token_from_a_named_fence_key);
+    tcase_add_test(tc, test_try_each_and_release_each_in_one_round_trip);
     tcase_add_test(tc, test_tokens_increase_across_flushall);
     tcase_add_test(tc, test_tokens_increase_across_restart_without_persistence);
     tcase_add_test(tc, test_floor_raises_the_counter_and_never_lowers_it);

@@ -86,6 +86,29 @@ rlock_acquire_multi_fenced(redisContext *c, struct rlock *l, const char *const *
                            const char *fence_key, const struct rlock_opts *o, int64_t *fence);
 
 /*
+ * One attempt, without waiting, at n independent fenced locks, all sent in
+ * one round trip (a pipeline of the script rlock_acquire_fenced() runs):
+ * lock ls[i] over the single key keys[i], its token drawn from
+ * fence_keys[i] (fence_keys NULL, or an element NULL: rlock_fence_key of the
+ * key), each with its own owner token and a lease of ttl_ms counted from
+ * before the round trip.  For a process that works on many resources at
+ * once (a writer committing many SKUs in one transaction): each lock is
+ * still a lock of its own, released, extended or watched alone
+ * (rlock_release_each() releases many in one round trip too).
+ *
+ * Sets st[i]: RLOCK_OK (ls[i] held, fences[i] > 0), RLOCK_BUSY (held by
+ * another owner: ls[i] empty, fences[i] 0), RLOCK_ERR (ls[i]->err says
+ * why).  Returns how many were taken, or -1 on bad arguments (nothing
+ * sent).  An I/O error ends every lock not yet answered as RLOCK_ERR;
+ * Redis may have taken some of them, which their lease then ends.  Every
+ * key must live on c's server (on a Redis Cluster, group them by node).
+ */
+RLOCK_MUST_CHECK int rlock_try_fenced_each(redisContext *c, struct rlock *const *ls,
+                                           const char *const *keys, const char *const *fence_keys,
+                                           size_t n, int ttl_ms, int64_t *fences,
+                                           enum rlock_status *st);
+
+/*
  * Raises the fence counter of a lock to at least 'seen', the largest token
  * the fenced store has accepted, so that the next acquisition draws a larger
  * one.  Name the counter as the acquisition did: lock_key and fence_key are

@@ -144,6 +144,16 @@ RLOCK_MUST_CHECK enum rlock_status rlock_acquire_multi(redisContext *c, struct r
 enum rlock_status rlock_release(redisContext *c, struct rlock *l);
 
 /*
+ * rlock_release() of locks ls[0..n) in one round trip (a pipeline of the
+ * same scripts), for a holder of many (rlock_try_fenced_each()).  Sets st[i]
+ * as rlock_release() would return it for ls[i], and empties every ls[i].
+ * Returns how many were released (RLOCK_OK).  Every key must live on c's
+ * server.  After an I/O error the locks not answered are left to their
+ * leases (RLOCK_ERR).
+ */
+int rlock_release_each(redisContext *c, struct rlock *const *ls, size_t n, enum rlock_status *st);
+
+/*
  * rlock_release() on a Redis Cluster (rlock/cluster.h): sent to the master
  * of l's slot, and made again where a MOVED, ASK or TRYAGAIN answer says
  * (rlock_cluster_lock()), so a lock whose slot moved since it was taken is
