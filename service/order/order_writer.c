@@ -69,15 +69,17 @@ static int write_batches(struct writer *w, struct batch *const *b, size_t n)
         abort();
     for (size_t from = 0; from < n; from += per) {
         size_t k = n - from < per ? n - from : per;
-        writer_tx_write(w, b + from, k);
-        for (int attempt = 1; attempt < TXLOCK_FENCE_ATTEMPTS; attempt++) {
+        /* Every lock tried at once; the busy ones (another writer of the
+         * SKU is committing) then waited for, one by one, holding nothing. */
+        writer_tx_write(w, b + from, k, 0);
+        for (int attempt = 1; attempt <= TXLOCK_FENCE_ATTEMPTS; attempt++) {
             size_t m = 0;
             for (size_t i = from; i < from + k; i++)
-                if (!b[i]->done && b[i]->stale)
+                if (!b[i]->done && (b[i]->stale || (b[i]->busy && attempt == 1)))
                     again[m++] = b[i];
             if (m == 0)
                 break;
-            writer_tx_write(w, again, m);
+            writer_tx_write(w, again, m, 1);
         }
     }
     free(again);

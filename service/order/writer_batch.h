@@ -60,6 +60,7 @@ struct batch {
     struct user_units units;
     struct txlock lock;
     int locked;    /* lock taken for this attempt */
+    int busy;      /* its lock was held by another writer: tried again, waiting */
     int in_tx;     /* row lock taken: its writes are part of the transaction */
     int stale;     /* its token was refused for good: tried again on its own */
     int rules;     /* its rules were read */
@@ -83,10 +84,13 @@ void writer_top_up(struct batch *b);
 
 /* Writes batches b[0..n) (distinct SKUs, in any order) in one transaction:
  * each batch whose lock could be taken and whose SKU accepted its fencing
- * token; the others keep their entries pending (b[i]->done stays 0, and a
- * batch refused for a stale token has b[i]->stale set: try it again).  Sets
- * b[i]->done for each batch committed and settled. */
-void writer_tx_write(struct writer *w, struct batch *const *b, size_t n);
+ * token; the others keep their entries pending (b[i]->done stays 0).  A
+ * batch whose lock was busy has b[i]->busy set, one refused for a stale
+ * token b[i]->stale: try them again.  Without 'wait' the locks are tried
+ * once, all in one round trip; with it they are taken one by one in id
+ * order, each waited for.  Sets b[i]->done for each batch committed and
+ * settled. */
+void writer_tx_write(struct writer *w, struct batch *const *b, size_t n, int wait);
 
 /* After COMMIT, under the batches' locks: gives back the units of rejected
  * orders, takes reapplied ones, moves dead entries, then acknowledges every

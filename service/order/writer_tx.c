@@ -234,7 +234,7 @@ static void attempt_reset(struct batch *b)
         abort();
     units_init(&b->units, b->n);
     b->conflicts = 0;
-    b->locked = b->in_tx = b->stale = b->rules = b->finished = 0;
+    b->locked = b->busy = b->in_tx = b->stale = b->rules = b->finished = 0;
     b->stock = 0;
     for (size_t i = 0; i < b->n; i++)
         if (b->dup[i]) { /* a second entry with an id seen earlier in the batch */
@@ -688,12 +688,43 @@ static int by_sku(const void *x, const void *y)
     return (a->sku > b->sku) - (a->sku < b->sku);
 }
 
-/* Takes each batch's writer lock in id order (one fenced lock per SKU: its
- * writers take turns, and a batch of any size is one SET and one DEL).
- * Returns the number taken. */
-static size_t lock_all(struct writer *w, const struct group *g)
+/* Takes each batch's writer lock (one fenced lock per SKU: its writers take
+ * turns, and a batch of any size is one SET and one DEL).  Without 'wait',
+ * one attempt at every lock in one round trip, a busy one left out
+ * (b->busy); with it, one lock after another in id order, each waited for
+ * up to lock_wait_ms (id order: two writers never wait on each other in a
+ * circle), and a batch whose lock had to be waited for takes what queued
+ * meanwhile.  Returns the number taken. */
+static size_t lock_all(struct writer *w, const struct group *g, int wait)
 {
     size_t taken = 0;
+    if (!wait) {
+        struct txlock **t = malloc(g->n * sizeof *t);
+        int64_t *skus = malloc(g->n * sizeof *skus);
+        char(*keys)[KEYS_MAX] = malloc(g->n * sizeof *keys);
+        const char **kp = malloc(g->n * sizeof *kp);
+        enum rlock_status *st = malloc(g->n * sizeof *st);
+        if (!t || !skus || !keys || !kp || !st)
+            abort();
+        for (size_t k = 0; k < g->n; k++) {
+            t[k] = &g->b[k]->lock;
+            skus[k] = g->b[k]->sku;
+            keys_sku(keys[k], skus[k], KEY_WRITER_LOCK);
+            kp[k] = keys[k];
+        }
+        int got = txlock_try_each(t, &w->ctx.redis, w->ctx.cfg, skus, kp, g->n, st);
+        for (size_t k = 0; got >= 0 && k < g->n; k++) {
+            g->b[k]->locked = st[k] == RLOCK_OK;
+            g->b[k]->busy = st[k] != RLOCK_OK;
+            taken += g->b[k]->locked;
+            if (st[k] != RLOCK_OK)
+                log_debug("sku %" PRId64 ": batch lock: %s", skus[k], rlock_status_str(st[k]));
+        }
+        free(st), free(kp), free(keys), free(skus), free(t);
+        if (got >= 0)
+            return taken;
+        /* this connection takes them one at a time */
+    }
     for (size_t k = 0; k < g->n; k++) {
         struct batch *b = g->b[k];
         char lock_key[KEYS_MAX];
@@ -705,6 +736,7 @@ static size_t lock_all(struct writer *w, const struct group *g)
             /* Busy beyond lock_wait_ms: another writer is stuck on this SKU;
              * the entries stay pending and are reclaimed if it never finishes. */
             log_debug("sku %" PRId64 ": batch lock: %s", b->sku, rlock_status_str(st));
+            b->busy = 1;
             continue;
         }
         b->locked = 1;
@@ -730,7 +762,7 @@ static void release_all(const struct group *g)
         }
 }
 
-void writer_tx_write(struct writer *w, struct batch *const *in, size_t n)
+void writer_tx_write(struct writer *w, struct batch *const *in, size_t n, int wait)
 {
     const struct cfg *c = w->ctx.cfg;
     struct group g = {.n = 0};
@@ -743,7 +775,7 @@ void writer_tx_write(struct writer *w, struct batch *const *in, size_t n)
         g.b[g.n++] = in[k];
     }
     qsort(g.b, g.n, sizeof *g.b, by_sku);
-    if (lock_all(w, &g) == 0)
+    if (lock_all(w, &g, wait) == 0)
         goto out;
     /* Only the locked batches go on; the locks are bound in the order taken. */
     size_t nl = 0;
@@ -772,14 +804,15 @@ void writer_tx_write(struct writer *w, struct batch *const *in, size_t n)
         abort();
     for (size_t k = 0; k < g.n; k++)
         locks[k] = &g.b[k]->lock;
-    size_t bound = txlock_bind_all(locks, g.n, tx, &any_lost);
+    int bound = txlock_bind_all(locks, g.n, tx, &any_lost) == 0;
     free(locks);
-    if (bound < g.n || dbtx_on_complete(tx, on_tx_complete, &g) != 0) {
-        (void)dbtx_rollback(tx); /* releases the bound locks */
-        for (size_t k = bound; k < g.n; k++) {
-            txlock_release(&g.b[k]->lock);
-            g.b[k]->locked = 0;
-        }
+    if (!bound) {
+        (void)dbtx_rollback(tx);
+        release_all(&g);
+        goto out;
+    }
+    if (dbtx_on_complete(tx, on_tx_complete, &g) != 0) {
+        (void)dbtx_rollback(tx); /* releases the locks */
         goto out;
     }
     uint8_t *want = malloc(g.n);

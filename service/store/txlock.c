@@ -40,6 +40,21 @@ static void on_lost(const char *key, void *arg)
     log_warn("lock %s lost while held: its transaction is rolled back", key);
 }
 
+/* Fenced locks carry an explicit lease; the watchdog renews it while the
+ * transaction runs and flags the lock the moment a renewal finds it gone.
+ * The watch renews with the watchdog's lease; only a lease equal to the
+ * lock's own keeps rlock_remaining_ms() truthful (main sets them equal). */
+static void start_watch(struct txlock *t, const struct cfg *c)
+{
+    if (watchdog && rlock_watchdog_lease_ms(watchdog) == (int)c->lock_ttl_ms) {
+        t->lock.watch =
+            rlock_watch_tokens(watchdog, (const char *const *)t->lock.keys, t->lock.nkeys,
+                               t->lock.token, t->lock.acquired_mono_ms, on_lost, t);
+        if (!t->lock.watch)
+            log_warn("lock on sku %" PRId64 ": watchdog unavailable; lease not renewed", t->sku);
+    }
+}
+
 /* One try of txlock_acquire() on the node that serves the SKU. */
 struct acquire_call {
     struct txlock *t;
@@ -98,18 +113,53 @@ enum rlock_status txlock_acquire(struct txlock *t, struct redis_conn *rc, const 
         rlock_clear(&t->lock);
         return st;
     }
-    /* Fenced locks carry an explicit lease; the watchdog renews it while the
-     * transaction runs and flags the lock the moment a renewal finds it gone. */
-    /* The watch renews with the watchdog's lease; only a lease equal to the
-     * lock's own keeps rlock_remaining_ms() truthful (main sets them equal). */
-    if (watchdog && rlock_watchdog_lease_ms(watchdog) == (int)c->lock_ttl_ms) {
-        t->lock.watch =
-            rlock_watch_tokens(watchdog, (const char *const *)t->lock.keys, t->lock.nkeys,
-                               t->lock.token, t->lock.acquired_mono_ms, on_lost, t);
-        if (!t->lock.watch)
-            log_warn("lock on sku %" PRId64 ": watchdog unavailable; lease not renewed", sku);
-    }
+    start_watch(t, c);
     return RLOCK_OK;
+}
+
+int txlock_try_each(struct txlock *const *t, struct redis_conn *rc, const struct cfg *c,
+                    const int64_t *skus, const char *const *keys, size_t n, enum rlock_status *st)
+{
+    /* One round trip reaches one server: a cluster spreads the SKUs over
+     * several, and a replica acknowledgement is a WAIT per lock. */
+    if (rc->target.nseeds > 0 || c->lock_min_replicas > 0)
+        return -1;
+    struct rlock **locks = calloc(n ? n : 1, sizeof *locks);
+    char(*fence_keys)[KEYS_MAX + 8] = calloc(n ? n : 1, sizeof *fence_keys);
+    const char **fk = calloc(n ? n : 1, sizeof *fk);
+    int64_t *fences = calloc(n ? n : 1, sizeof *fences);
+    if (!locks || !fence_keys || !fk || !fences)
+        abort();
+    int taken = 0, ok = 1;
+    for (size_t i = 0; i < n; i++) {
+        memset(t[i], 0, sizeof *t[i]);
+        atomic_init(&t[i]->lost, 0);
+        atomic_init(&t[i]->lost_also, NULL);
+        t[i]->redis = rc;
+        t[i]->sku = skus[i];
+        locks[i] = &t[i]->lock;
+        char sku_lock[KEYS_MAX];
+        keys_sku(sku_lock, skus[i], KEY_SKU_LOCK);
+        ok = ok && rlock_fence_key(fence_keys[i], sizeof fence_keys[i], sku_lock) == 0;
+        fk[i] = fence_keys[i];
+        st[i] = RLOCK_ERR;
+    }
+    redisContext *ctx = ok ? redis_conn_get(rc) : NULL;
+    if (ctx) {
+        taken = rlock_try_fenced_each(ctx, locks, keys, fk, n, (int)c->lock_ttl_ms, fences, st);
+        if (ctx->err)
+            redis_conn_close(rc);
+    }
+    for (size_t i = 0; i < n; i++)
+        if (st[i] == RLOCK_OK) {
+            t[i]->fence = fences[i];
+            start_watch(t[i], c);
+        }
+    free(fences);
+    free(fk);
+    free(fence_keys);
+    free(locks);
+    return taken < 0 ? 0 : taken;
 }
 
 void txlock_release(struct txlock *t)
@@ -144,17 +194,68 @@ int txlock_bind(struct txlock *t, struct dbtx *tx)
     return 0;
 }
 
-size_t txlock_bind_all(struct txlock *const *t, size_t n, struct dbtx *tx, atomic_int *any_lost)
+/* The locks of one transaction, released together by its completion hook. */
+struct lock_set {
+    size_t n;
+    struct txlock *t[];
+};
+
+static void release_all_on_complete(enum dbtx_outcome outcome, void *arg)
 {
+    struct lock_set *set = arg;
+    if (outcome == DBTX_UNKNOWN) {
+        /* The transaction may still commit: keep excluding others until the
+         * leases end rather than let a second writer act on a guess. */
+        log_warn("%zu locks kept until their leases end: transaction outcome unknown", set->n);
+        for (size_t i = 0; i < set->n; i++)
+            rlock_clear(&set->t[i]->lock);
+        free(set);
+        return;
+    }
+    struct redis_conn *rc = set->n ? set->t[0]->redis : NULL;
+    redisContext *ctx = rc && rc->target.nseeds == 0 ? redis_conn_get(rc) : NULL;
+    if (ctx) {
+        struct rlock **locks = malloc(set->n * sizeof *locks);
+        enum rlock_status *st = malloc(set->n * sizeof *st);
+        if (!locks || !st)
+            abort();
+        for (size_t i = 0; i < set->n; i++)
+            locks[i] = &set->t[i]->lock;
+        size_t released = (size_t)rlock_release_each(ctx, locks, set->n, st);
+        if (released < set->n) /* the leases still bound how long the keys live */
+            log_warn("lock release after %s: %zu of %zu released", dbtx_outcome_str(outcome),
+                     released, set->n);
+        if (ctx->err)
+            redis_conn_close(rc);
+        free(st);
+        free(locks);
+    } else {
+        for (size_t i = 0; i < set->n; i++)
+            release_on_complete(outcome, set->t[i]);
+    }
+    for (size_t i = 0; i < set->n; i++)
+        rlock_clear(&set->t[i]->lock);
+    free(set);
+}
+
+int txlock_bind_all(struct txlock *const *t, size_t n, struct dbtx *tx, atomic_int *any_lost)
+{
+    struct lock_set *set = malloc(sizeof *set + n * sizeof set->t[0]);
+    if (!set)
+        abort();
+    set->n = n;
+    memcpy(set->t, t, n * sizeof *t);
+    if (dbtx_on_complete(tx, release_all_on_complete, set) != 0) {
+        free(set);
+        return -1;
+    }
     for (size_t i = 0; i < n; i++) {
-        if (dbtx_on_complete(tx, release_on_complete, t[i]) != 0)
-            return i;
         atomic_store(&t[i]->lost_also, any_lost);
         if (atomic_load(&t[i]->lost)) /* lost before it was bound */
             atomic_store(any_lost, 1);
     }
     dbtx_set_abort_flag(tx, any_lost);
-    return n;
+    return 0;
 }
 
 /* A newer fencing token for t's lock, on the node that serves the SKU. */

@@ -51,6 +51,19 @@ enum rlock_status txlock_acquire(struct txlock *t, struct redis_conn *rc, const 
                                  int64_t sku, const char *const *keys, size_t n)
     __attribute__((warn_unused_result));
 
+/* Tries, without waiting and in one round trip, locks keys[i] of SKUs
+ * skus[i] (one key each), each as txlock_acquire() would take it (its own
+ * fencing token from the SKU's counter, the configured lease, renewed by the
+ * watchdog).  Sets st[i]: RLOCK_OK with t[i] filled, else t[i] empty
+ * (RLOCK_BUSY: another holder has it).  Returns how many were taken, or -1
+ * when this connection cannot take them together (a Redis Cluster, or
+ * lock_min_replicas asked for): take them one at a time with
+ * txlock_acquire().  The same rule as txlock_acquire: t[i] stays where it
+ * is until released. */
+int txlock_try_each(struct txlock *const *t, struct redis_conn *rc, const struct cfg *c,
+                    const int64_t *skus, const char *const *keys, size_t n, enum rlock_status *st)
+    __attribute__((warn_unused_result));
+
 /* Registers the release of t->lock as a completion hook of tx, and makes a
  * lost lock end tx's statement in progress at once (dbtx_set_abort_flag with
  * t->lost): work under a lost lock is rolled back, not only refused at the
@@ -60,12 +73,13 @@ enum rlock_status txlock_acquire(struct txlock *t, struct redis_conn *rc, const 
 int txlock_bind(struct txlock *t, struct dbtx *tx) __attribute__((warn_unused_result));
 
 /* txlock_bind() for several locks guarding one transaction (a writer's
- * SKUs): each released by its own completion hook, in reverse order of t[],
- * and the loss of any of them (*any_lost, which must outlive tx) ends tx's
- * statement in progress.  Returns how many were bound: fewer than n when
- * memory was short; the caller then rolls tx back (which releases those)
- * and releases t[returned..n) itself. */
-size_t txlock_bind_all(struct txlock *const *t, size_t n, struct dbtx *tx, atomic_int *any_lost)
+ * SKUs): one completion hook releases them all, in one round trip where the
+ * connection allows (txlock_try_each's rule), and the loss of any of them
+ * (*any_lost, which must outlive tx) ends tx's statement in progress.
+ * t[0..n) must stay valid until the transaction completed.  Returns 0, or
+ * -1 if the hook could not be registered (the caller still owns the locks
+ * and must release them). */
+int txlock_bind_all(struct txlock *const *t, size_t n, struct dbtx *tx, atomic_int *any_lost)
     __attribute__((warn_unused_result));
 
 /* Releases a lock that was never bound to a transaction. */
