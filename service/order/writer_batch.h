@@ -20,8 +20,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "order/order_writer.h"
 #include "store/txlock.h"
+
+struct writer;       /* order/order_writer.h */
+struct writer_entry; /* order/order_writer.h */
 
 enum decision {
     DEC_NONE,

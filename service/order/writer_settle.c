@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "core/metrics.h"
 #include "order/order.h"
+#include "order/order_writer.h"
 #include "order/soldout.h"
 #include "order/writer_batch.h"
 #include "store/redis_conn.h"

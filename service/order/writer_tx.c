@@ -36,6 +36,7 @@
 #include "core/log.h"
 #include "core/metrics.h"
 #include "order/order.h"
+#include "order/order_writer.h"
 #include "order/writer_batch.h"
 #include "store/dbtx.h"
 
