@@ -570,8 +570,9 @@ static int load_held(struct ctx *c)
         snprintf(cursor, sizeof cursor, "%s", rep->element[0]->str);
         redisReply *kv = rep->element[1];
         for (size_t i = 0; i + 1 < kv->elements; i += 2)
-            copy_row(cp, strtoll(kv->element[i]->str, NULL, 10),
-                     strtoll(kv->element[i + 1]->str, NULL, 10), 0, 0);
+            if (keys_bought_is_user(kv->element[i]->str)) /* not a buyer's bucket */
+                copy_row(cp, strtoll(kv->element[i]->str, NULL, 10),
+                         strtoll(kv->element[i + 1]->str, NULL, 10), 0, 0);
         freeReplyObject(rep);
         done = strcmp(cursor, "0") == 0;
         if (!done && (++rounds >= SCAN_MAX_ROUNDS || lt_now_us() - t0 > limit)) {

@@ -13,7 +13,15 @@ local meta = redis.call('HMGET', KEYS[1], 'built_run', 'loaded', 'epoch')
 local pending = 0
 local bought = {}
 if ARGV[1] == '1' then
-  bought = redis.call('HGETALL', KEYS[4])
+  -- the buyers' units only: reserve.lua keeps a buyer's order bucket beside
+  -- them, under 'r:<user>'
+  local all = redis.call('HGETALL', KEYS[4])
+  for i = 1, #all, 2 do
+    if string.find(all[i], '^%d') then
+      bought[#bought + 1] = all[i]
+      bought[#bought + 1] = all[i + 1]
+    end
+  end
   for _, state in ipairs(redis.call('HVALS', KEYS[7])) do
     if string.match(state, '^pending') then
       pending = pending + 1

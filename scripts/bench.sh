@@ -8,9 +8,10 @@
 #             with seckilld's own HTTP server and with libevent's evhttp, and by
 #             wrk when installed: what HTTP alone costs;
 #   redis     redis-benchmark running the project's lua/reserve.lua by EVALSHA
-#             exactly as seckilld calls it (8 keys, 14 arguments, a random buyer
-#             per call) under the service's ACL rules, on a SKU with huge stock
-#             copied into a scratch database (db 9): Redis's limit;
+#             exactly as seckilld calls it (a random buyer per order), with 1
+#             order a call and with BENCH_REDIS_BATCH, under the service's ACL
+#             rules, on a SKU with huge stock copied into a scratch database
+#             (db 9): Redis's limit, in orders/s;
 #   pg        pgbench: loadtest/pg_only.sql (one guarded order per transaction,
 #             the PostgreSQL-only design, the 30x baseline) and
 #             loadtest/pg_writer_batch.sql (the writer's own statements for a
@@ -50,7 +51,8 @@
 #         afresh on free ports each run unless a stack runs there), BENCH_ONLY (all), BENCH_SECONDS (20),
 #         BENCH_WARMUP (2), BENCH_CONNECTIONS (50), BENCH_OUT (LT_VAR/bench),
 #         BENCH_WRK (1; 0 skips wrk), BENCH_SCENARIO_SECONDS (10: soldout, skus),
-#         BENCH_REDIS_REQUESTS (300000), BENCH_PG_BATCH (500),
+#         BENCH_REDIS_REQUESTS (300000: orders, in calls of 1 and of
+#         BENCH_REDIS_BATCH (8) orders), BENCH_PG_BATCH (500),
 #         BENCH_PG_BATCH_CLIENTS (2), BENCH_SKUS (200), BENCH_WRITER_ORDERS
 #         (100000), BENCH_BURST_CONNECTIONS (5000), BENCH_BURST_ADDRS (8),
 #         BENCH_CLUSTER_MASTERS (3).
@@ -88,6 +90,7 @@ done
 want() { [[ ,$ONLY, == *",$1,"* ]]; }
 SCEN_SECS=${BENCH_SCENARIO_SECONDS:-10}
 REDIS_REQS=${BENCH_REDIS_REQUESTS:-300000}
+REDIS_BATCH=${BENCH_REDIS_BATCH:-8}
 PG_BATCH=${BENCH_PG_BATCH:-500}
 PG_BATCH_CLIENTS=${BENCH_PG_BATCH_CLIENTS:-2}
 NSKUS=${BENCH_SKUS:-200}
@@ -95,6 +98,7 @@ WRITER_ORDERS=${BENCH_WRITER_ORDERS:-100000}
 BURST_CONNS=${BENCH_BURST_CONNECTIONS:-5000}
 BURST_ADDRS=${BENCH_BURST_ADDRS:-8}
 for v in SCEN_SECS:BENCH_SCENARIO_SECONDS:3:600 REDIS_REQS:BENCH_REDIS_REQUESTS:1000:100000000 \
+    REDIS_BATCH:BENCH_REDIS_BATCH:1:256 \
     PG_BATCH:BENCH_PG_BATCH:1:100000 PG_BATCH_CLIENTS:BENCH_PG_BATCH_CLIENTS:1:100 \
     NSKUS:BENCH_SKUS:2:10000 WRITER_ORDERS:BENCH_WRITER_ORDERS:1000:10000000 \
     BURST_CONNS:BENCH_BURST_CONNECTIONS:1:5000 BURST_ADDRS:BENCH_BURST_ADDRS:1:250; do
@@ -343,7 +347,7 @@ create_sku() {
 }
 
 # ---- redis: reserve.lua alone, by redis-benchmark, as seckilld calls it
-REDIS_RPS='' REDIS_P99=''
+REDIS_RPS='' REDIS_P99='' REDIS_BATCH_RPS='' REDIS_BATCH_P99=''
 if want redis; then
     say "=== redis: redis-benchmark EVALSHA reserve.lua, $CONNS clients, $REDIS_REQS calls"
     lt_daemon_start_free "$OUT/seckilld-redis.log"
@@ -376,31 +380,45 @@ if want redis; then
     BPW_SHA=$(printf '%s' "$BPW" | sha256sum | cut -d' ' -f1)
     [[ $(se_redis_admin "$LT_STACK_DIR" "$REDIS_PORT" ACL SETUSER "$BENCH_REDIS_USER" reset "${RULES[@]}" "#$BPW_SHA") == OK ]] ||
         die "could not create the benchmark's ACL user"
-    # reserve.lua's 8 keys and 14 arguments in order/order.c's order: buyer,
-    # qty 1, a made-up idempotency key (as seckilld makes one per order), its
-    # fingerprint, the key's TTL (idempotency_ttl_s), a deadline far ahead,
-    # 2^30 ids per epoch, '0' (not the buyer's key: refusals not remembered),
-    # the stream's field names, the buyer bucket (rate_buyer_orders_per_min 60
-    # = one every 10^6 us, burst 5).  redis-benchmark draws each __rand_int__
-    # on its own, so the buyer of the keys and of the arguments differ: each
-    # call still meets a random buyer's empty bucket and limit, as in the service.
+    # reserve.lua's arguments in order/order.c's order (see the script's
+    # header): the six shared keys, the count, the TTLs of a buyer's and of a
+    # made-up key (idempotency_ttl_s, idempotency_auto_ttl_s), a deadline far
+    # ahead, 2^30 ids per epoch, the stream's field names, the buyer bucket
+    # (rate_buyer_orders_per_min 60 = one every 10^6 us, burst 5); then per
+    # order its idempotency key and bucket keys and buyer, qty 1, a made-up
+    # key (as seckilld makes one per order), its fingerprint, '0' (not the
+    # buyer's key: refusals not remembered), no parent, '1' (takes a token).
+    # redis-benchmark draws each __rand_int__ on its own, so the buyer of the
+    # keys and of the arguments differ: each order still meets a random
+    # buyer's empty bucket and limit, as in the service.  Run with 1 order a
+    # call (as a lone order) and with BENCH_REDIS_BATCH (as a batch).
     DEADLINE=$(($(date +%s) * 1000 + 86400000))
-    (cd "$OUT" && timeout $((SECS * 30 + 120)) redis-benchmark -h 127.0.0.1 -p "$REDIS_PORT" \
-        --user "$BENCH_REDIS_USER" -a "$BPW" --dbnum "$BENCH_REDIS_DB" -c "$CONNS" -n "$REDIS_REQS" \
-        -r "$USERS" --csv \
-        EVALSHA "$SHA" 8 "$K:meta" "$K:stock" "$K:seq" "$K:bought" "$K:journal" "$K:orders" \
-        "$K:idem:__rand_int__:auto-__rand_int__" "$K:rate:__rand_int__" \
-        __rand_int__ 1 auto-__rand_int__ __rand_int__:1 86400 "$DEADLINE" 1073741824 0 o u q k 1000000 5) \
-        >"$OUT/redis-benchmark.csv" 2>"$OUT/redis-benchmark.err" || {
-        cat "$OUT/redis-benchmark.err" >&2
-        die "redis-benchmark failed ($OUT/redis-benchmark.err)"
+    # redis_bench N: calls/s and p99 ms of reserve.lua with N orders a call.
+    redis_bench() {
+        local n=$1 i keys=() args=()
+        for ((i = 0; i < n; i++)); do
+            keys+=("$K:idem:__rand_int__:auto-__rand_int__" "$K:rate:__rand_int__")
+            args+=(__rand_int__ 1 auto-__rand_int__ __rand_int__:1 0 '' 1)
+        done
+        (cd "$OUT" && timeout $((SECS * 30 + 120)) redis-benchmark -h 127.0.0.1 -p "$REDIS_PORT" \
+            --user "$BENCH_REDIS_USER" -a "$BPW" --dbnum "$BENCH_REDIS_DB" -c "$CONNS" \
+            -n $((REDIS_REQS / n)) -r "$USERS" --csv \
+            EVALSHA "$SHA" $((6 + 2 * n)) "$K:meta" "$K:stock" "$K:seq" "$K:bought" "$K:journal" \
+            "$K:orders" "${keys[@]}" "$n" 86400 600 "$DEADLINE" 1073741824 o u q k 1000000 5 \
+            "${args[@]}") >"$OUT/redis-benchmark-$n.csv" 2>"$OUT/redis-benchmark-$n.err" || {
+            cat "$OUT/redis-benchmark-$n.err" >&2
+            die "redis-benchmark failed ($OUT/redis-benchmark-$n.err)"
+        }
+        # "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms",...
+        awk -F'","' 'NR == 2 { print $2, $7 }' "$OUT/redis-benchmark-$n.csv"
     }
-    # "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms",...
-    REDIS_RPS=$(awk -F'","' 'NR == 2 { print $2 }' "$OUT/redis-benchmark.csv")
-    REDIS_P99=$(awk -F'","' 'NR == 2 { print $7 }' "$OUT/redis-benchmark.csv")
+    read -r REDIS_RPS REDIS_P99 <<<"$(redis_bench 1)"
+    read -r REDIS_BATCH_CALLS REDIS_BATCH_P99 <<<"$(redis_bench "$REDIS_BATCH")"
+    REDIS_BATCH_RPS=$(awk -v c="$REDIS_BATCH_CALLS" -v n="$REDIS_BATCH" 'BEGIN { printf "%.0f", c * n }')
     TAKEN=$(se_redis_admin "$LT_STACK_DIR" "$REDIS_PORT" -n "$BENCH_REDIS_DB" XLEN "$K:orders")
-    printf 'redis     %s reserve.lua calls/s, p99 %s ms; %s orders reserved\n' "$REDIS_RPS" "$REDIS_P99" "$TAKEN"
-    [[ $TAKEN -gt 0 ]] || die "redis-benchmark reserved nothing: the script refused every call ($OUT/redis-benchmark.csv)"
+    printf 'redis     1 order a call: %s orders/s, p99 %s ms; %s a call: %s calls/s = %s orders/s, p99 %s ms; %s orders reserved\n' \
+        "$REDIS_RPS" "$REDIS_P99" "$REDIS_BATCH" "$REDIS_BATCH_CALLS" "$REDIS_BATCH_RPS" "$REDIS_BATCH_P99" "$TAKEN"
+    [[ $TAKEN -gt 0 ]] || die "redis-benchmark reserved nothing: the script refused every call ($OUT/redis-benchmark-*.csv)"
     se_redis_admin "$LT_STACK_DIR" "$REDIS_PORT" ACL DELUSER "$BENCH_REDIS_USER" >/dev/null
     se_redis_admin "$LT_STACK_DIR" "$REDIS_PORT" -n "$BENCH_REDIS_DB" FLUSHDB ASYNC >/dev/null
     BENCH_REDIS_USER=
@@ -641,7 +659,8 @@ row() { # row LABEL PER_S P99: one line of the table, "-" for what was not measu
     row "HTTP ceiling, own server (seckill-loadtest)" "$CEIL_RPS" "$CEIL_P99"
     row "HTTP ceiling, libevent evhttp (seckill-loadtest)" "$EV_RPS" "$EV_P99"
     row "HTTP ceiling, own server (wrk -t1)" "$WRK_RPS" "$WRK_P99"
-    row "Redis limit: reserve.lua calls (redis-benchmark, $CONNS clients)" "$REDIS_RPS" "$REDIS_P99"
+    row "Redis limit: reserve.lua, 1 order a call, orders (redis-benchmark, $CONNS clients)" "$REDIS_RPS" "$REDIS_P99"
+    row "Redis limit: reserve.lua, $REDIS_BATCH orders a call, orders" "$REDIS_BATCH_RPS" "$REDIS_BATCH_P99"
     row "PostgreSQL-only (pgbench, guarded UPDATE+INSERT per order)" "$PG_TPS" "$PG_P99"
     row "PostgreSQL limit: writer's batch of $PG_BATCH, orders ($PG_BATCH_CLIENTS clients)" "$PGB_OPS" "$PGB_P99"
     row "service, durable: orders answered (201/409/202)" "$SVC_RPS" "$SVC_P99"
@@ -707,5 +726,5 @@ row() { # row LABEL PER_S P99: one line of the table, "-" for what was not measu
         u=CPU_$ph
         [[ -n ${!u:-} ]] && printf ' %s:\n%s\n' "$ph" "${!u}"
     done
-    printf 'reports: %s/*.html, *.json, *.txt, pgbench*.txt, redis-benchmark.csv%s\n' "$OUT" "${WRK:+, wrk.txt}"
+    printf 'reports: %s/*.html, *.json, *.txt, pgbench*.txt, redis-benchmark-*.csv%s\n' "$OUT" "${WRK:+, wrk.txt}"
 } | tee "$OUT/bench.txt"

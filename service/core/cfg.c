@@ -131,11 +131,18 @@ static const struct cfg_def defs[] = {
     I(lock_min_replicas, 0, 0, 16, "replicas that must acknowledge a new lock (0: do not wait)"),
     I(lock_replica_timeout_ms, 100, 1, 60000, "how long a new lock waits for its replicas"),
     I(idempotency_ttl_s, 86400, 1, 31536000, "how long an Idempotency-Key is remembered"),
+    I(idempotency_auto_ttl_s, 600, 10, 31536000,
+      "how long the key the service makes up for an order sent without one is remembered: a "
+      "503 whose outcome is open names it, and a retry with it within this is answered once (at "
+      "most idempotency_ttl_s)"),
     S(order_ack, "durable",
       "durable: answer 201 once the order is committed in PostgreSQL; reserved: 202 once Redis "
       "holds it"),
     I(order_ack_wait_ms, 2000, 10, 60000,
       "durable mode: longest wait for the commit before answering 202 pending"),
+    I(reserve_batch_max, 16, 1, 256,
+      "orders of one SKU that arrive in one event-loop turn sent to Redis in one reserve script "
+      "call, at most (1: a call per order)"),
     I(reserve_deadline_margin_ms, 250, 1, 30000,
       "the reserve script refuses to take stock this long before the Redis timeout"),
     I(sold_out_flag_ms, 50, 0, 10000,

@@ -68,9 +68,11 @@ struct cfg {
     int64_t lock_commit_margin_ms; /* refuse to commit with less lease left */
     int64_t lock_min_replicas;     /* replicas that must acknowledge a lock (WAIT); 0: none */
     int64_t lock_replica_timeout_ms;
-    int64_t idempotency_ttl_s; /* how long an Idempotency-Key is remembered */
+    int64_t idempotency_ttl_s;      /* how long an Idempotency-Key is remembered */
+    int64_t idempotency_auto_ttl_s; /* ... one the service made up */
     char *order_ack;           /* "durable": answer after the commit; "reserved": after Redis */
     int64_t order_ack_wait_ms; /* durable: longest wait for the commit, then 202 pending */
+    int64_t reserve_batch_max; /* orders of one SKU in one reserve.lua call */
     int64_t reserve_deadline_margin_ms; /* reserve.lua gives up this long before we do */
     int64_t sold_out_flag_ms;           /* sold out answered locally this long; 0: off */
     int64_t bucket_refill_rounds;       /* a bucketed order: moves into its bucket, then 503 */

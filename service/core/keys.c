@@ -46,30 +46,43 @@ static void key_put(char *out, size_t *len, const char *s, size_t n)
     out[*len] = '\0';
 }
 
-/* The hot path of every order: the SKU's prefix once, then memcpy, not eight
- * snprintf (the names are those of keys_sku, keys_idem, keys_buyer_rate). */
-void keys_reserve(char keys[KEYS_RESERVE_N][KEYS_MAX], int64_t sku, int64_t user, const char *idem)
+/* Writes "seckill:{sku:<sku>}:" into prefix (48 bytes); returns its length. */
+static size_t sku_prefix(char *prefix, int64_t sku)
 {
-    static const char *const suffix[] = {"meta", "stock", "seq", "bought", "journal", "orders"};
-    char prefix[48], num[FMT_I64_MAX];
-    size_t pn = 0, un = fmt_i64(num, user);
+    size_t pn;
     memcpy(prefix, "seckill:{sku:", 13);
     pn = 13 + fmt_i64(prefix + 13, sku);
     memcpy(prefix + pn, "}:", 2);
-    pn += 2;
-    for (size_t i = 0; i < sizeof suffix / sizeof suffix[0]; i++) {
+    return pn + 2;
+}
+
+/* The hot path of every batch: the SKU's prefix once, then memcpy, not six
+ * snprintf (the names are those of keys_sku). */
+void keys_reserve(char keys[KEYS_RESERVE_N][KEYS_MAX], int64_t sku)
+{
+    static const char *const suffix[KEYS_RESERVE_N] = {"meta",   "stock",   "seq",
+                                                       "bought", "journal", "orders"};
+    char prefix[48];
+    size_t pn = sku_prefix(prefix, sku);
+    for (size_t i = 0; i < KEYS_RESERVE_N; i++) {
         size_t n = 0;
         key_put(keys[i], &n, prefix, pn);
         key_put(keys[i], &n, suffix[i], strlen(suffix[i]));
     }
-    size_t n = 0;
-    key_put(keys[6], &n, prefix, pn);
-    key_put(keys[6], &n, "idem:", 5);
-    key_put(keys[6], &n, num, un);
-    key_put(keys[6], &n, ":", 1);
-    key_put(keys[6], &n, idem, strlen(idem));
+}
+
+/* ... and of every order (the names of keys_idem and keys_buyer_rate). */
+void keys_reserve_order(char *idem_key, char *rate_key, int64_t sku, int64_t user, const char *idem)
+{
+    char prefix[48], num[FMT_I64_MAX];
+    size_t pn = sku_prefix(prefix, sku), un = fmt_i64(num, user), n = 0;
+    key_put(idem_key, &n, prefix, pn);
+    key_put(idem_key, &n, "idem:", 5);
+    key_put(idem_key, &n, num, un);
+    key_put(idem_key, &n, ":", 1);
+    key_put(idem_key, &n, idem, strlen(idem));
     n = 0;
-    key_put(keys[7], &n, prefix, pn);
-    key_put(keys[7], &n, "rate:", 5);
-    key_put(keys[7], &n, num, un);
+    key_put(rate_key, &n, prefix, pn);
+    key_put(rate_key, &n, "rate:", 5);
+    key_put(rate_key, &n, num, un);
 }

@@ -41,10 +41,24 @@ void keys_sku(char *out, int64_t sku, enum keys_kind kind);
  * (printable ASCII, at most KEYS_IDEM_MAX bytes). */
 #define KEYS_IDEM_MAX 200
 void keys_idem(char *out, int64_t sku, int64_t user, const char *idem);
-/* A buyer's order bucket on one SKU (reserve.lua; expires once full again). */
+/* The SKU's bought hash maps each buyer's user id to the units they hold;
+ * reserve.lua keeps there too, under "r:<user>", the buyer's order bucket as
+ * their latest order taken left it (one write for both).  Readers of units
+ * skip every field that is not a user id (sku_state.lua too). */
+static inline int keys_bought_is_user(const char *field)
+{
+    return *field >= '0' && *field <= '9';
+}
+/* A buyer's order bucket on one SKU after an attempt that took no order
+ * (reserve.lua; expires once full again). */
 void keys_buyer_rate(char *out, int64_t sku, int64_t user);
-/* The 8 KEYS of reserve.lua, in its order ('idem' may be ""). */
-#define KEYS_RESERVE_N 8
-void keys_reserve(char keys[KEYS_RESERVE_N][KEYS_MAX], int64_t sku, int64_t user, const char *idem);
+/* The keys every order of a reserve.lua call shares, in its order (meta,
+ * stock, seq, bought, journal, stream). */
+#define KEYS_RESERVE_N 6
+void keys_reserve(char keys[KEYS_RESERVE_N][KEYS_MAX], int64_t sku);
+/* The two keys of one order of a reserve.lua call: its idempotency key ('idem'
+ * may be "") and its buyer's order bucket (keys_idem, keys_buyer_rate). */
+void keys_reserve_order(char *idem_key, char *rate_key, int64_t sku, int64_t user,
+                        const char *idem);
 
 #endif

@@ -50,6 +50,14 @@ static const struct {
                                 "reservations whose reply came after the buyer's 503 (Redis "
                                 "stalled between running the script and replying)",
                                 NULL},
+    [M_RESERVE_CALLS] = {"seckill_reserve_calls_total",
+                         "reserve script calls sent to Redis, each the orders of one SKU that "
+                         "arrived in one event-loop turn (at most reserve_batch_max)",
+                         NULL},
+    [M_RESERVE_CALL_ORDERS] = {"seckill_reserve_call_orders_total",
+                               "orders sent in reserve script calls (divided by "
+                               "seckill_reserve_calls_total: orders per call)",
+                               NULL},
     [M_WRITER_BATCHES_COMMITTED] = {"seckill_writer_batches_committed_total",
                                     "order batches committed", NULL},
     [M_WRITER_BATCHES_FAILED] = {"seckill_writer_batches_failed_total",

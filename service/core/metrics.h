@@ -30,6 +30,8 @@ enum metric {
     M_ORDERS_UNAVAILABLE,   /* 503 on the order endpoint */
     M_ORDERS_EXPIRED,       /* reserve.lua ran past the request's deadline: nothing taken */
     M_ORDERS_LATE_RESERVED, /* reserved, but Redis replied after the buyer's 503 */
+    M_RESERVE_CALLS,        /* reserve.lua calls sent (each a batch of orders of one SKU) */
+    M_RESERVE_CALL_ORDERS,  /* orders those calls carried */
     M_WRITER_BATCHES_COMMITTED,
     M_WRITER_BATCHES_FAILED,
     M_FENCE_REFUSED,

@@ -243,56 +243,45 @@ enum order_result order_rejection_result(const char *reason)
     return ORDER_REJECTED;
 }
 
-/* reserve.lua's ARGV[8] (0-based 7 here): whether a refusal is remembered
- * under the Idempotency-Key ('0', '1', or '2': all but sold_out). */
-#define RESERVE_ARG_REMEMBER 7
-
-void order_reserve_prepare(struct order_reserve_call *c, int64_t sku, int64_t user, int64_t qty,
-                           const char *idem, int buyers_key, int64_t idem_ttl_s,
-                           int64_t deadline_ms)
+void order_reserve_begin(struct order_reserve_call *c, int64_t sku, int64_t idem_ttl_s,
+                         int64_t auto_idem_ttl_s, int64_t deadline_ms)
 {
-    keys_reserve(c->keys, sku, user, idem ? idem : "");
-    /* fmt_i64z, not snprintf: this runs for every order */
-    fmt_i64z(c->user, user);
-    fmt_i64z(c->qty, qty);
-    /* what "the same request" means for an Idempotency-Key: "<user>:<qty>" */
-    size_t n = fmt_i64(c->fp, user);
-    c->fp[n++] = ':';
-    fmt_i64z(c->fp + n, qty);
+    c->sku = sku;
+    c->n = 0;
+    keys_reserve(c->keys, sku);
+    /* fmt_i64z, not snprintf: this runs for every call */
     fmt_i64z(c->ttl, idem_ttl_s);
+    fmt_i64z(c->auto_ttl, auto_idem_ttl_s);
     fmt_i64z(c->deadline, deadline_ms);
     fmt_i64z(c->per_epoch, ORDER_IDS_PER_EPOCH);
     order_reserve_limit(c, 0, 0);
-    c->parent[0] = '\0';
-    n = 0;
-    for (size_t i = 0; i < KEYS_RESERVE_N; i++)
-        c->argv[n++] = c->keys[i];
-    const char *args[ORDER_RESERVE_NARGS] = {c->user,
-                                             c->qty,
-                                             idem ? idem : "",
-                                             c->fp,
-                                             c->ttl,
-                                             c->deadline,
-                                             c->per_epoch,
-                                             buyers_key ? "1" : "0",
-                                             order_fields[ORDER_FIELD_ID],
-                                             order_fields[ORDER_FIELD_USER],
-                                             order_fields[ORDER_FIELD_QTY],
-                                             order_fields[ORDER_FIELD_IDEM],
-                                             c->rate_interval_us,
-                                             c->rate_burst,
-                                             c->parent};
-    for (size_t i = 0; i < ORDER_RESERVE_NARGS; i++)
-        c->argv[n++] = args[i];
 }
 
-void order_reserve_bucket(struct order_reserve_call *c, int64_t parent)
+void order_reserve_add(struct order_reserve_call *c, int64_t user, int64_t qty, const char *idem,
+                       int buyers_key, int64_t parent, int rated)
 {
-    fmt_i64z(c->parent, parent);
+    if (c->n == c->cap) {
+        int cap = c->cap ? 2 * c->cap : 1;
+        c->orders = realloc(c->orders, (size_t)cap * sizeof *c->orders);
+        if (!c->orders)
+            abort();
+        c->cap = cap;
+    }
+    struct order_reserve_order *o = &c->orders[c->n++];
+    snprintf(o->idem, sizeof o->idem, "%s", idem ? idem : "");
+    keys_reserve_order(o->idem_key, o->rate_key, c->sku, user, o->idem);
+    fmt_i64z(o->user, user);
+    fmt_i64z(o->qty, qty);
+    /* what "the same request" means for an Idempotency-Key: "<user>:<qty>" */
+    size_t n = fmt_i64(o->fp, user);
+    o->fp[n++] = ':';
+    fmt_i64z(o->fp + n, qty);
+    o->parent[0] = '\0';
+    if (parent)
+        fmt_i64z(o->parent, parent);
     /* a bucket's sold_out may end with a transfer: not remembered under the key */
-    const char **remember = &c->argv[KEYS_RESERVE_N + RESERVE_ARG_REMEMBER];
-    if (**remember == '1')
-        *remember = "2";
+    o->remember = !buyers_key ? "0" : parent ? "2" : "1";
+    o->rated = rated ? "1" : "0";
 }
 
 void order_reserve_limit(struct order_reserve_call *c, int64_t per_min, int64_t burst)
@@ -301,4 +290,63 @@ void order_reserve_limit(struct order_reserve_call *c, int64_t per_min, int64_t 
     int64_t interval_us = per_min > 0 && burst > 0 ? INT64_C(60000000) / per_min : 0;
     fmt_i64z(c->rate_interval_us, interval_us);
     fmt_i64z(c->rate_burst, burst);
+}
+
+const char **order_reserve_argv(struct order_reserve_call *c)
+{
+    c->nkeys = KEYS_RESERVE_N + ORDER_RESERVE_KEYS_PER_ORDER * c->n;
+    c->nargs = ORDER_RESERVE_ARGS_COMMON + ORDER_RESERVE_ARGS_PER_ORDER * c->n;
+    if (c->nkeys + c->nargs > c->argv_cap) { /* grows to the largest batch, then stays */
+        c->argv_cap = c->nkeys + c->nargs;
+        c->argv = realloc(c->argv, (size_t)c->argv_cap * sizeof *c->argv);
+        if (!c->argv)
+            abort();
+    }
+    fmt_i64z(c->count, c->n);
+    size_t k = 0;
+    for (size_t i = 0; i < KEYS_RESERVE_N; i++)
+        c->argv[k++] = c->keys[i];
+    for (int i = 0; i < c->n; i++) {
+        c->argv[k++] = c->orders[i].idem_key;
+        c->argv[k++] = c->orders[i].rate_key;
+    }
+    const char *common[ORDER_RESERVE_ARGS_COMMON] = {c->count,
+                                                     c->ttl,
+                                                     c->auto_ttl,
+                                                     c->deadline,
+                                                     c->per_epoch,
+                                                     order_fields[ORDER_FIELD_ID],
+                                                     order_fields[ORDER_FIELD_USER],
+                                                     order_fields[ORDER_FIELD_QTY],
+                                                     order_fields[ORDER_FIELD_IDEM],
+                                                     c->rate_interval_us,
+                                                     c->rate_burst};
+    for (size_t i = 0; i < ORDER_RESERVE_ARGS_COMMON; i++)
+        c->argv[k++] = common[i];
+    for (int i = 0; i < c->n; i++) {
+        const struct order_reserve_order *o = &c->orders[i];
+        const char *per[ORDER_RESERVE_ARGS_PER_ORDER] = {o->user,     o->qty,    o->idem, o->fp,
+                                                         o->remember, o->parent, o->rated};
+        for (size_t j = 0; j < ORDER_RESERVE_ARGS_PER_ORDER; j++)
+            c->argv[k++] = per[j];
+    }
+    return c->argv;
+}
+
+void order_reserve_free(struct order_reserve_call *c)
+{
+    free(c->orders);
+    free(c->argv);
+    c->orders = NULL;
+    c->argv = NULL;
+    c->n = c->cap = c->argv_cap = 0;
+}
+
+const redisReply *order_reserve_reply_at(const redisReply *r, int n, int i)
+{
+    if (r && r->type == REDIS_REPLY_ERROR)
+        return r;
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != (size_t)n || i < 0 || i >= n)
+        return NULL;
+    return r->element[i];
 }

@@ -113,35 +113,68 @@ struct order_reply {
     int64_t remaining;       /* SOLD_OUT, not replayed: the units Redis still had; else -1 */
 };
 
-/* The arguments of one reserve.lua call (see lua/reserve.lua), in one place
- * for the HTTP path and the tests. */
-#define ORDER_RESERVE_NKEYS KEYS_RESERVE_N
-#define ORDER_RESERVE_NARGS (8 + ORDER_NFIELDS + 3)
+/*
+ * One reserve.lua call: a batch of orders on one SKU's keys (a lone order is
+ * a batch of one), built in one place for the HTTP path, the tests and the
+ * bench (see lua/reserve.lua for the layout).  Zero it once, then per call
+ * order_reserve_begin, order_reserve_add per order, order_reserve_argv; it
+ * keeps its memory between calls until order_reserve_free.
+ */
+#define ORDER_RESERVE_KEYS_PER_ORDER 2
+#define ORDER_RESERVE_ARGS_COMMON (5 + ORDER_NFIELDS + 2)
+#define ORDER_RESERVE_ARGS_PER_ORDER 7
+struct order_reserve_order {
+    char idem_key[KEYS_MAX], rate_key[KEYS_MAX];
+    char user[24], qty[24], fp[48], parent[24];
+    char idem[KEYS_IDEM_MAX + 1];
+    const char *remember, *rated;
+};
 struct order_reserve_call {
-    char keys[KEYS_RESERVE_N][KEYS_MAX];
-    char user[24], qty[24], fp[48], ttl[24], deadline[24], per_epoch[24];
-    char rate_interval_us[24], rate_burst[24], parent[24];
-    const char *argv[ORDER_RESERVE_NKEYS + ORDER_RESERVE_NARGS]; /* into the above */
+    int64_t sku;
+    int n, cap;                          /* orders added, room for */
+    int nkeys, nargs;                    /* set by order_reserve_argv */
+    int argv_cap;                        /* room in argv */
+    struct order_reserve_order *orders;  /* cap of them */
+    const char **argv;                   /* into the above, by order_reserve_argv */
+    char keys[KEYS_RESERVE_N][KEYS_MAX]; /* shared by every order */
+    char count[24], ttl[24], auto_ttl[24], deadline[24], per_epoch[24];
+    char rate_interval_us[24], rate_burst[24];
 };
 
-/* Fills c for an order of qty units of sku by user; 'idem' is the validated
- * Idempotency-Key or NULL, 'buyers_key' says whether the buyer sent it (only
- * then is a refusal remembered under it); past deadline_ms (Unix ms, Redis
- * clock) the script takes nothing. */
-void order_reserve_prepare(struct order_reserve_call *c, int64_t sku, int64_t user, int64_t qty,
-                           const char *idem, int buyers_key, int64_t idem_ttl_s,
-                           int64_t deadline_ms);
+/* Starts a call on the keys of sku, with no order and no buyer's bucket
+ * limit: an Idempotency-Key the buyer sent is kept idem_ttl_s, one the
+ * service made up auto_idem_ttl_s; past deadline_ms (Unix ms, Redis clock:
+ * the earliest of the batch's) the script takes nothing. */
+void order_reserve_begin(struct order_reserve_call *c, int64_t sku, int64_t idem_ttl_s,
+                         int64_t auto_idem_ttl_s, int64_t deadline_ms);
 
-/* Makes a prepared call (whose sku is a bucket) an order on the bucket's
- * parent SKU: reserve.lua refuses it (ORDER_SKU_UNKNOWN) unless the bucket is
- * the buyer's bucket of that parent, and does not remember a sold_out under
- * the buyer's key (a transfer between buckets may end it). */
-void order_reserve_bucket(struct order_reserve_call *c, int64_t parent);
+/* Adds an order of qty units by user (its reply is element c->n - 1 after
+ * the call); 'idem' is the validated Idempotency-Key (copied) or NULL,
+ * 'buyers_key' says whether the buyer sent it (only then is a refusal
+ * remembered under it).  'parent' (0: none) makes it an order on the parent
+ * SKU whose bucket c's sku is: reserve.lua refuses it (ORDER_SKU_UNKNOWN)
+ * unless the bucket is the buyer's, and does not remember a sold_out under
+ * the buyer's key (a transfer between buckets may end it).  'rated': the
+ * order takes a token from the buyer's bucket (not when it is the same order
+ * again after a transfer).  Allocation failure aborts. */
+void order_reserve_add(struct order_reserve_call *c, int64_t user, int64_t qty, const char *idem,
+                       int buyers_key, int64_t parent, int rated);
 
-/* Sets the buyer's bucket of a prepared call: 'per_min' orders a minute,
- * 'burst' at once (either 0: no limit, which is what order_reserve_prepare
- * leaves). */
+/* Sets the buyer's bucket of every order of c that is 'rated': 'per_min'
+ * orders a minute, 'burst' at once (either 0: no limit). */
 void order_reserve_limit(struct order_reserve_call *c, int64_t per_min, int64_t burst);
+
+/* Lays out the call's KEYS and ARGV in c->argv (c->nkeys + c->nargs
+ * strings, valid until c changes) and returns it. */
+const char **order_reserve_argv(struct order_reserve_call *c);
+
+/* Frees what c holds (not c); c may be begun again. */
+void order_reserve_free(struct order_reserve_call *c);
+
+/* Order i's reply in reserve.lua's reply r for n orders: its element, or r
+ * itself when r is an error (it refused every order), or NULL when r is not
+ * n replies (unusable: parsed as ORDER_UNAVAILABLE). */
+const redisReply *order_reserve_reply_at(const redisReply *r, int n, int i);
 
 /* Parses reserve.lua's reply (NULL when none came).  Never fails: an error
  * reply or an answer this code does not know becomes ORDER_UNAVAILABLE (the

@@ -29,6 +29,8 @@ struct desk_parent {
     int64_t ids[VALIDATE_BUCKETS_MAX];
 };
 
+struct order_call;
+
 struct order_desk {
     const struct cfg *cfg;
     struct event_base *base;
@@ -37,12 +39,19 @@ struct order_desk {
     struct order_wait *waits; /* durable mode only */
     int closing;
     uint64_t rng; /* made-up idempotency keys */
+    /* The orders of this loop turn, in arrival order, sent by 'flush' once
+     * the turn's other callbacks have run (see reserve()). */
+    struct order_call *queue, **queue_tail;
+    int queued;
+    struct event *flush;
+    struct order_reserve_call call; /* reused by every batch */
     struct desk_parent parents[DESK_PARENTS];
 };
 
 /* One order in flight, from the script call to the outcome. */
 struct order_call {
     struct order_desk *od;
+    struct order_call *next; /* in the desk's queue, until sent */
     order_desk_fn *fn;
     void *arg;
     int64_t sku, user, qty;
@@ -55,6 +64,7 @@ struct order_call {
     int64_t retry_after_ms;       /* rate limited: the script's wait */
     int64_t order_id;             /* while waiting for the writer */
     int64_t sent_ms, probe;       /* the sold-out flag's (soldout.h) */
+    int64_t deadline_ms;          /* for the script (Unix ms), set when queued */
     char idem[KEYS_IDEM_MAX + 1]; /* the buyer's key, or one made up for them */
 };
 
@@ -65,6 +75,12 @@ struct sku_probe {
     enum sku_result res;
     int n; /* the SKU is a parent of n buckets */
     int64_t ids[VALIDATE_BUCKETS_MAX];
+};
+
+/* One reserve.lua call: the orders of one loop turn on one SKU's keys. */
+struct reserve_batch {
+    int n;
+    struct order_call *calls[]; /* in stream order */
 };
 
 /* A move of units into the buyer's empty bucket (sku_bucket_refill). */
@@ -305,10 +321,10 @@ static void refill(struct order_call *oc)
     }
 }
 
-/* reserve.lua's reply, on the loop. */
-static void on_reserved(redisReply *r, enum redis_async_status st, void *arg)
+/* Order oc's part of reserve.lua's reply (NULL when none came: st says
+ * why), on the loop. */
+static void reserved(struct order_call *oc, const redisReply *r, enum redis_async_status st)
 {
-    struct order_call *oc = arg;
     if (st == REDIS_ASYNC_LOST || st == REDIS_ASYNC_TIMEOUT) {
         finish(oc, st == REDIS_ASYNC_LOST ? ORDER_OUTCOME_LOST : ORDER_OUTCOME_TIMEOUT, NULL);
         return;
@@ -340,10 +356,8 @@ static void on_reserved(redisReply *r, enum redis_async_status st, void *arg)
     case ORDER_IDS_EXHAUSTED:
         log_error("sku %" PRId64 ": the epoch has no order ids left", oc->sku);
         break;
-    case ORDER_UNAVAILABLE: /* not sent, or an error reply: nothing was taken */
-        if (r && r->type == REDIS_REPLY_ERROR)
-            log_error("reserve.lua: %s", r->str);
-        else if (r)
+    case ORDER_UNAVAILABLE: /* not sent, or an error reply (logged once per call): nothing taken */
+        if (r && r->type != REDIS_REPLY_ERROR)
             log_error("reserve.lua: unexpected answer");
         break;
     default:
@@ -352,9 +366,90 @@ static void on_reserved(redisReply *r, enum redis_async_status st, void *arg)
     finish(oc, rep.result, NULL);
 }
 
-/* Runs reserve.lua for the order: on its SKU, or on the buyer's bucket of
- * it.  Past the deadline (Redis clock) the script takes nothing: the outcome
- * is reported at redis_timeout_ms, so a refusal never hides a reservation. */
+/* reserve.lua's reply to one batch, on the loop: each order gets its own
+ * element; a transport failure or an error reply (the script refuses before
+ * its first write) is every order's outcome. */
+static void on_reserved(redisReply *r, enum redis_async_status st, void *arg)
+{
+    struct reserve_batch *b = arg;
+    if (r && r->type == REDIS_REPLY_ERROR)
+        log_error("reserve.lua: %s", r->str);
+    else if (r && (r->type != REDIS_REPLY_ARRAY || r->elements != (size_t)b->n))
+        log_error("reserve.lua: unexpected answer to %d orders", b->n);
+    for (int i = 0; i < b->n; i++)
+        reserved(b->calls[i], order_reserve_reply_at(r, b->n, i), st);
+    free(b);
+}
+
+/* The SKU whose keys order oc's reservation runs on. */
+static int64_t target_of(const struct order_call *oc)
+{
+    return oc->parent ? oc->parent->ids[oc->home] : oc->sku;
+}
+
+/* Sends the orders of batch b (all on target's keys) in one reserve.lua
+ * call.  The script's deadline is the earliest of theirs. */
+static void send_batch(struct order_desk *od, int64_t target, struct reserve_batch *b)
+{
+    const struct cfg *c = od->cfg;
+    struct order_reserve_call *rc = &od->call;
+    int64_t deadline = b->calls[0]->deadline_ms;
+    for (int i = 1; i < b->n; i++)
+        if (b->calls[i]->deadline_ms < deadline)
+            deadline = b->calls[i]->deadline_ms;
+    int64_t auto_ttl = c->idempotency_auto_ttl_s < c->idempotency_ttl_s ? c->idempotency_auto_ttl_s
+                                                                        : c->idempotency_ttl_s;
+    order_reserve_begin(rc, target, c->idempotency_ttl_s, auto_ttl, deadline);
+    order_reserve_limit(rc, c->rate_buyer_orders_per_min, c->rate_buyer_orders_burst);
+    for (int i = 0; i < b->n; i++) {
+        const struct order_call *oc = b->calls[i];
+        /* the same order again after a move is not another order: no token */
+        order_reserve_add(rc, oc->user, oc->qty, oc->idem, oc->buyers_key, oc->parent ? oc->sku : 0,
+                          oc->rounds == 0);
+    }
+    order_reserve_argv(rc);
+    metrics_add(M_RESERVE_CALLS, 1);
+    metrics_add(M_RESERVE_CALL_ORDERS, b->n);
+    redis_async_script(od->redis, &script_reserve, rc->nkeys, rc->nargs, rc->argv, NULL,
+                       on_reserved, b);
+}
+
+/* End of the loop turn: the queued orders go out, those on one SKU's keys
+ * together (in arrival order, at most reserve_batch_max a call), so a
+ * storm of orders costs Redis one script run per SKU and turn, and a lone
+ * order waits for nothing but the callbacks already due. */
+static void on_flush(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct order_desk *od = arg;
+    struct order_call *rest = od->queue;
+    od->queue = NULL;
+    od->queue_tail = &od->queue;
+    od->queued = 0;
+    int max = (int)od->cfg->reserve_batch_max;
+    while (rest) {
+        int64_t target = target_of(rest);
+        struct reserve_batch *b = malloc(sizeof *b + (size_t)max * sizeof b->calls[0]);
+        if (!b)
+            abort();
+        b->n = 0;
+        for (struct order_call **p = &rest; *p && b->n < max;) {
+            if (target_of(*p) == target) {
+                b->calls[b->n++] = *p;
+                *p = (*p)->next;
+            } else {
+                p = &(*p)->next;
+            }
+        }
+        send_batch(od, target, b);
+    }
+}
+
+/* Queues the order for reserve.lua, on its SKU or on the buyer's bucket of
+ * it, to be sent at the end of this loop turn (on_flush).  Past the deadline
+ * (Redis clock) the script takes nothing: the outcome is reported at
+ * redis_timeout_ms after sending, so a refusal never hides a reservation. */
 static void reserve(struct order_call *oc)
 {
     struct order_desk *od = oc->od;
@@ -363,16 +458,14 @@ static void reserve(struct order_call *oc)
         return;
     }
     const struct cfg *c = od->cfg;
-    struct order_reserve_call rc;
-    order_reserve_prepare(&rc, oc->parent ? oc->parent->ids[oc->home] : oc->sku, oc->user, oc->qty,
-                          oc->idem, oc->buyers_key, c->idempotency_ttl_s,
-                          wall_ms() + c->redis_timeout_ms - c->reserve_deadline_margin_ms);
-    if (oc->rounds == 0) /* the same order again after a move is not another order */
-        order_reserve_limit(&rc, c->rate_buyer_orders_per_min, c->rate_buyer_orders_burst);
-    if (oc->parent)
-        order_reserve_bucket(&rc, oc->sku);
-    redis_async_script(od->redis, &script_reserve, ORDER_RESERVE_NKEYS, ORDER_RESERVE_NARGS,
-                       rc.argv, NULL, on_reserved, oc);
+    oc->deadline_ms = wall_ms() + c->redis_timeout_ms - c->reserve_deadline_margin_ms;
+    oc->next = NULL;
+    *od->queue_tail = oc;
+    od->queue_tail = &oc->next;
+    /* the first order of the turn schedules the flush: active events run
+     * after those already due in this pass of the loop, never on a timer */
+    if (od->queued++ == 0)
+        event_active(od->flush, EV_TIMEOUT, 1);
 }
 
 /* A reserve reply that came after its buyer was told the outcome is open:
@@ -382,14 +475,17 @@ static void reserve(struct order_call *oc)
 static void on_late_reply(redisReply *r, void *arg)
 {
     (void)arg;
-    struct order_reply rep;
-    order_parse_reply(r, &rep);
-    if (rep.result != ORDER_PENDING || rep.replayed)
-        return;
-    metrics_add(M_ORDERS_LATE_RESERVED, 1);
-    log_warn("order %" PRId64 " was reserved, but its reply came after the buyer's 503 (Redis "
-             "stalled); the Idempotency-Key in that 503 finds it",
-             rep.d.order_id);
+    size_t n = r && r->type == REDIS_REPLY_ARRAY ? r->elements : 0;
+    for (size_t i = 0; i < n; i++) { /* one element per order of the batch */
+        struct order_reply rep;
+        order_parse_reply(r->element[i], &rep);
+        if (rep.result != ORDER_PENDING || rep.replayed)
+            continue;
+        metrics_add(M_ORDERS_LATE_RESERVED, 1);
+        log_warn("order %" PRId64 " was reserved, but its reply came after the buyer's 503 "
+                 "(Redis stalled); the Idempotency-Key in that 503 finds it",
+                 rep.d.order_id);
+    }
 }
 
 void order_desk_place(struct order_desk *od, const struct order_request *rq, order_desk_fn *fn,
@@ -443,6 +539,10 @@ struct order_desk *order_desk_new(struct event_base *base, const struct cfg *c, 
     od->cfg = c;
     od->base = base;
     od->workers = ws;
+    od->queue_tail = &od->queue;
+    od->flush = event_new(base, -1, 0, on_flush, od);
+    if (!od->flush)
+        abort();
     if (getentropy(&od->rng, sizeof od->rng) != 0 || od->rng == 0)
         od->rng = (uint64_t)time(NULL) * UINT64_C(0x9E3779B97F4A7C15) + (uint64_t)(uintptr_t)od;
     od->redis = redis_async_new(base, c, err, errlen);
@@ -464,7 +564,7 @@ void order_desk_close(struct order_desk *od)
 
 int order_desk_pending(const struct order_desk *od)
 {
-    return od && od->redis ? redis_async_pending(od->redis) : 0;
+    return od && od->redis ? redis_async_pending(od->redis) + od->queued : 0;
 }
 
 void order_desk_free(struct order_desk *od)
@@ -474,6 +574,17 @@ void order_desk_free(struct order_desk *od)
     /* Scripts still in flight are answered first (their callbacks may hand
      * orders to the waiters), then the waiters learn their order is pending. */
     od->closing = 1; /* none of them asks again */
+    /* orders queued for this turn were never sent: nothing taken */
+    struct order_call *q = od->queue;
+    od->queue = NULL;
+    od->queued = 0;
+    while (q) {
+        struct order_call *next = q->next;
+        finish(q, ORDER_UNAVAILABLE, NULL);
+        q = next;
+    }
+    event_free(od->flush);
+    order_reserve_free(&od->call);
     redis_async_free(od->redis);
     od->redis = NULL;
     order_wait_free(od->waits);

@@ -2,8 +2,10 @@
  * order_desk: a buyer's order on one HTTP event loop, from request to outcome.
  *
  * One desk per loop, used only on that loop's thread.  order_desk_place()
- * runs reserve.lua on the loop's own async Redis connection (no worker, no
- * blocking), turns its reply into an order_result (order.c), and in durable
+ * queues the order for reserve.lua; at the end of the loop turn the desk
+ * sends the turn's orders on the loop's own async Redis connection (no worker,
+ * no blocking), one call per SKU key of up to reserve_batch_max orders, turns
+ * each order's part of the reply into an order_result (order.c), and in durable
  * mode (order_ack = durable) waits for the writer's decision (order_wait).
  * A SKU that Redis does not hold is looked up in PostgreSQL on a worker: 404
  * material if unknown there too, else the reconciler is woken to restore it.
@@ -65,7 +67,8 @@ void order_desk_place(struct order_desk *od, const struct order_request *rq, ord
  * already sent still get their real outcome. */
 void order_desk_close(struct order_desk *od);
 
-/* Reservations sent to Redis whose reply has not come yet. */
+/* Reservations queued for this loop turn or sent to Redis whose reply has not
+ * come yet. */
 int order_desk_pending(const struct order_desk *od);
 
 /* Tells every buyer still waiting for a commit that the order is pending,

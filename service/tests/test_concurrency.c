@@ -48,10 +48,13 @@ static void on_answer(struct evhttp_request *req, void *arg)
 }
 
 /* Fires n orders at once, one connection each (all in flight together), for
- * users first_user.. with quantities from qty_of(i).  Fills buyers[]. */
-static void fire(int port, int64_t sku, struct buyer *buyers, int n, int64_t first_user,
+ * users first_user.. (order i by first_user + i % users; users 0: n) with
+ * quantities from qty_of(i).  Fills buyers[]. */
+static void fire(int port, int64_t sku, struct buyer *buyers, int n, int64_t first_user, int users,
                  int64_t (*qty_of)(int))
 {
+    if (users <= 0)
+        users = n;
     struct rlimit rl;
     getrlimit(RLIMIT_NOFILE, &rl);
     if (rl.rlim_cur < rl.rlim_max) {
@@ -73,11 +76,11 @@ static void fire(int port, int64_t sku, struct buyer *buyers, int n, int64_t fir
         evhttp_add_header(h, "Host", "127.0.0.1");
         evhttp_add_header(h, "Content-Type", "application/json");
         char token[TH_BUYER_AUTH_MAX], auth[TH_BUYER_AUTH_MAX + 8];
-        snprintf(auth, sizeof auth, "Bearer %s",
-                 th_buyer_token(first_user + i, token, sizeof token));
+        int64_t user = first_user + i % users;
+        snprintf(auth, sizeof auth, "Bearer %s", th_buyer_token(user, token, sizeof token));
         evhttp_add_header(h, "Authorization", auth);
         char body[96];
-        snprintf(body, sizeof body, "{\"user_id\":%lld,\"qty\":%lld}", (long long)(first_user + i),
+        snprintf(body, sizeof body, "{\"user_id\":%lld,\"qty\":%lld}", (long long)user,
                  (long long)b->qty);
         evbuffer_add(evhttp_request_get_output_buffer(req), body, strlen(body));
         ck_assert_int_eq(evhttp_make_request(b->conn, req, EVHTTP_REQ_POST, path), 0);
@@ -123,7 +126,7 @@ START_TEST(test_thousand_buyers_for_hundred_units_sell_exactly_hundred)
     th_daemon_start(&d, NULL);
     th_create_sku(d.port, 1, 100, 1);
     struct buyer *b = calloc(BUYERS, sizeof *b);
-    fire(d.port, 1, b, BUYERS, 1, NULL);
+    fire(d.port, 1, b, BUYERS, 1, 0, NULL);
     th_wait_drained(1, 30000);
 
     long long sold = check_orders(1, b, BUYERS);
@@ -158,7 +161,7 @@ START_TEST(test_limit_holds_when_each_user_sends_many_orders_at_once)
     enum { USERS = 50, EACH = 8 };
     struct buyer *b = calloc(USERS * EACH, sizeof *b);
     for (int k = 0; k < EACH; k++)
-        fire(d.port, 2, b + k * USERS, USERS, 1, mixed_qty);
+        fire(d.port, 2, b + k * USERS, USERS, 1, 0, mixed_qty);
     th_wait_drained(2, 30000);
     check_orders(2, b, USERS * EACH);
     th_assert_invariants(2);
@@ -206,7 +209,7 @@ START_TEST(test_admin_deltas_racing_buyers_keep_stock_exact)
     pthread_create(&t, NULL, admin_deltas, &a);
     struct buyer *b = calloc(600, sizeof *b);
     for (int wave = 0; wave < 3; wave++)
-        fire(d.port, 3, b + wave * 200, 200, 1 + wave * 200, mixed_qty);
+        fire(d.port, 3, b + wave * 200, 200, 1 + wave * 200, 0, mixed_qty);
     pthread_join(t, NULL);
     th_wait_drained(3, 30000);
 
@@ -225,6 +228,40 @@ START_TEST(test_admin_deltas_racing_buyers_keep_stock_exact)
 }
 END_TEST
 
+/* Orders of one loop turn go to Redis together (reserve_batch_max a call):
+ * buyers who appear several times in a batch, stock that runs out inside
+ * one, and still nothing oversold, no buyer over the limit, every answer one
+ * row. */
+START_TEST(test_batched_orders_never_oversell)
+{
+    th_reset();
+    struct th_daemon d;
+    const char *const env[] = {"SECKILL_RESERVE_BATCH_MAX=8", NULL};
+    th_daemon_start(&d, env);
+    th_create_sku(d.port, 3, 150, 2);
+    long long calls = th_metric(d.port, "seckill_reserve_calls_total");
+    long long orders = th_metric(d.port, "seckill_reserve_call_orders_total");
+    /* 300 buyers, each three times among 900 orders at once, 1-3 units each */
+    enum { ORDERS = 900, USERS = 300 };
+    struct buyer *b = calloc(ORDERS, sizeof *b);
+    fire(d.port, 3, b, ORDERS, 1, USERS, mixed_qty);
+    th_wait_drained(3, 30000);
+    long long sold = check_orders(3, b, ORDERS);
+    ck_assert_int_eq(sold, 150); /* far more asked than held: all of it, no more */
+    th_assert_invariants(3);
+    calls = th_metric(d.port, "seckill_reserve_calls_total") - calls;
+    orders = th_metric(d.port, "seckill_reserve_call_orders_total") - orders;
+    /* the orders Redis saw (the rest were answered by the sold-out flag)
+     * went in fewer calls than orders, never more than 8 a call */
+    ck_assert_int_le(orders, ORDERS);
+    ck_assert_msg(calls < orders, "%lld orders in %lld calls: none batched", orders, calls);
+    ck_assert_int_ge(calls * 8, orders);
+    fprintf(stderr, "batched: %lld orders in %lld reserve calls\n", orders, calls);
+    free(b);
+    th_daemon_stop(&d);
+}
+END_TEST
+
 static Suite *concurrency_suite(void)
 {
     Suite *s = suite_create("concurrency");
@@ -233,6 +270,7 @@ static Suite *concurrency_suite(void)
     tcase_add_test(tc, test_thousand_buyers_for_hundred_units_sell_exactly_hundred);
     tcase_add_test(tc, test_limit_holds_when_each_user_sends_many_orders_at_once);
     tcase_add_test(tc, test_admin_deltas_racing_buyers_keep_stock_exact);
+    tcase_add_test(tc, test_batched_orders_never_oversell);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -334,9 +334,10 @@ END_TEST
 
 START_TEST(test_every_key_of_a_sku_shares_its_hash_tag)
 {
-    char k[KEYS_MAX], r[KEYS_RESERVE_N][KEYS_MAX];
-    keys_reserve(r, 42, 7, "abc");
-    for (int i = 0; i < KEYS_RESERVE_N; i++)
+    char k[KEYS_MAX], r[KEYS_RESERVE_N + 2][KEYS_MAX];
+    keys_reserve(r, 42);
+    keys_reserve_order(r[6], r[7], 42, 7, "abc");
+    for (int i = 0; i < KEYS_RESERVE_N + 2; i++)
         ck_assert_ptr_nonnull(strstr(r[i], "{sku:42}"));
     /* keys_reserve builds by hand the names the other functions print */
     static const enum keys_kind first[] = {KEY_META,   KEY_STOCK,   KEY_SEQ,
@@ -349,7 +350,7 @@ START_TEST(test_every_key_of_a_sku_shares_its_hash_tag)
     ck_assert_str_eq(r[6], k);
     keys_buyer_rate(k, 42, 7);
     ck_assert_str_eq(r[7], k);
-    keys_reserve(r, INT64_MAX, INT64_MAX, "");
+    keys_reserve_order(r[6], r[7], INT64_MAX, INT64_MAX, "");
     keys_idem(k, INT64_MAX, INT64_MAX, "");
     ck_assert_str_eq(r[6], k);
     keys_buyer_rate(k, INT64_MAX, INT64_MAX);

@@ -193,15 +193,18 @@ START_TEST(test_reserve_past_its_deadline_takes_nothing)
     char err[160];
     ck_assert(redis_conn_init(&rc, &c, err, sizeof err) == 0);
     embedded_init();
-    struct order_reserve_call call;
+    struct order_reserve_call call = {0};
     /* A deadline one second ago: as when Redis runs the script after a pause. */
-    order_reserve_prepare(&call, 5, 1, 2, NULL, 0, 60, (int64_t)time(NULL) * 1000 - 1000);
-    redisReply *rep = redis_conn_script(&rc, &script_reserve, ORDER_RESERVE_NKEYS,
-                                        ORDER_RESERVE_NARGS, call.argv, NULL);
+    order_reserve_begin(&call, 5, 60, 60, (int64_t)time(NULL) * 1000 - 1000);
+    order_reserve_add(&call, 1, 2, NULL, 0, 0, 1);
+    order_reserve_argv(&call);
+    redisReply *rep =
+        redis_conn_script(&rc, &script_reserve, call.nkeys, call.nargs, call.argv, NULL);
     struct order_reply out;
-    order_parse_reply(rep, &out);
+    order_parse_reply(order_reserve_reply_at(rep, 1, 0), &out);
     ck_assert_int_eq(out.result, ORDER_DEADLINE_PASSED);
     freeReplyObject(rep);
+    order_reserve_free(&call);
     redis_conn_close(&rc);
     cfg_free(&c);
     ck_assert_int_eq(th_sku_int(5, KEY_STOCK), 10);

@@ -200,16 +200,21 @@ END_TEST
 
 START_TEST(test_buyer_bucket_arguments_follow_the_stream_fields)
 {
-    struct order_reserve_call c;
-    order_reserve_prepare(&c, 42, 7, 1, NULL, 0, 60, 0);
-    const char *const *args = c.argv + ORDER_RESERVE_NKEYS;
-    ck_assert_str_eq(args[8 + ORDER_NFIELDS], "0"); /* no limit unless set */
+    struct order_reserve_call c = {0};
+    order_reserve_begin(&c, 42, 60, 60, 0);
+    order_reserve_add(&c, 7, 1, NULL, 0, 0, 1);
+    const char *const *args = order_reserve_argv(&c) + c.nkeys;
+    ck_assert_str_eq(args[5 + ORDER_NFIELDS], "0"); /* no limit unless set */
     order_reserve_limit(&c, 120, 3);
-    ck_assert_str_eq(args[8 + ORDER_NFIELDS], "500000"); /* one order every 0.5 s */
-    ck_assert_str_eq(args[8 + ORDER_NFIELDS + 1], "3");
+    args = order_reserve_argv(&c) + c.nkeys;
+    ck_assert_str_eq(args[5 + ORDER_NFIELDS], "500000"); /* one order every 0.5 s */
+    ck_assert_str_eq(args[5 + ORDER_NFIELDS + 1], "3");
     order_reserve_limit(&c, 120, 0);
-    ck_assert_str_eq(args[8 + ORDER_NFIELDS], "0");
-    ck_assert_str_eq(c.argv[7], "seckill:{sku:42}:rate:7"); /* KEYS[8], under the SKU's tag */
+    args = order_reserve_argv(&c) + c.nkeys;
+    ck_assert_str_eq(args[5 + ORDER_NFIELDS], "0");
+    /* the order's KEYS (its idempotency key, its bucket) follow the shared six */
+    ck_assert_str_eq(c.argv[KEYS_RESERVE_N + 1], "seckill:{sku:42}:rate:7");
+    order_reserve_free(&c);
 }
 END_TEST
 
@@ -220,11 +225,14 @@ START_TEST(test_stream_fields_are_named_once_and_distinct)
         for (int j = 0; j < i; j++)
             ck_assert_str_ne(order_fields[i], order_fields[j]);
     }
-    /* reserve.lua gets them after its 8 other arguments */
-    struct order_reserve_call c;
-    order_reserve_prepare(&c, 42, 7, 1, NULL, 0, 60, 0);
+    /* reserve.lua gets them after its 5 other shared arguments */
+    struct order_reserve_call c = {0};
+    order_reserve_begin(&c, 42, 60, 60, 0);
+    order_reserve_add(&c, 7, 1, NULL, 0, 0, 1);
+    order_reserve_argv(&c);
     for (int i = 0; i < ORDER_NFIELDS; i++)
-        ck_assert_str_eq(c.argv[ORDER_RESERVE_NKEYS + 8 + i], order_fields[i]);
+        ck_assert_str_eq(c.argv[c.nkeys + 5 + i], order_fields[i]);
+    order_reserve_free(&c);
 }
 END_TEST
 
