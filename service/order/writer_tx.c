@@ -8,15 +8,15 @@
  *   1. each SKU's writer lock, in id order (two writers never wait on each
  *      other in a circle), each with its own fencing token, and each bound
  *      to the transaction: released by its completion hook;
- *   2. BEGIN;
- *   3. one round trip: the fenced row locks of every SKU (skus_fence_many,
- *      rows locked in id order), the rows the batches' ids already have, the
- *      SKUs' rules, what each buyer holds, the cancel requests;
- *   4. the decisions, per SKU, first come first served against the
+ *   2. one round trip: BEGIN (dbtx_begin_deferred), the fenced row locks of
+ *      every SKU (skus_fence_many, rows locked in id order), the rows the
+ *      batches' ids already have, the SKUs' rules, what each buyer holds,
+ *      the cancel requests;
+ *   3. the decisions, per SKU, first come first served against the
  *      database's stock and per-user limit;
- *   5. one round trip: the guarded stock updates, the order rows, the
+ *   4. one round trip: the guarded stock updates, the order rows, the
  *      ledger rows, each one statement for every SKU;
- *   6. every lock's lease checked, COMMIT; the completion hooks settle each
+ *   5. every lock's lease checked, COMMIT; the completion hooks settle each
  *      batch with Redis (writer_settle.c), then release its lock.
  *
  * A SKU whose token PostgreSQL refuses draws newer ones under the row lock
@@ -790,7 +790,7 @@ void writer_tx_write(struct writer *w, struct batch *const *in, size_t n, int wa
     if (conn && w->prepared_session != w->ctx.db.session)
         prepare_stmts(w, conn);
     struct dbtx *tx = conn && PQstatus(conn) == CONNECTION_OK
-                          ? dbtx_begin(conn, c->pg_dsn, DBTX_ISO_READ_COMMITTED, NULL, 0)
+                          ? dbtx_begin_deferred(conn, c->pg_dsn, DBTX_ISO_READ_COMMITTED, NULL, 0)
                           : NULL;
     if (!tx) {
         release_all(&g);

@@ -36,6 +36,7 @@ struct dbtx {
     char txid_text[24];
     int failed;              /* a statement failed: COMMIT would only roll back */
     int escaped;             /* a statement ended the transaction block behind our back */
+    const char *begin;       /* dbtx_begin_deferred: the BEGIN still to send, else NULL */
     struct dbtx_hook *hooks; /* newest first, which is the order they run in */
     const atomic_int *abort; /* dbtx_set_abort_flag(), NULL if none */
     char err[512];
@@ -94,6 +95,22 @@ static void rollback_if_open(PGconn *conn)
     PQclear(pgwait_query(&w, conn, "ROLLBACK"));
 }
 
+/* BEGIN alone, for a deferred transaction's first pipeline. */
+static const char *begin_only_sql(enum dbtx_isolation iso)
+{
+    switch (iso) {
+    case DBTX_ISO_READ_COMMITTED:
+        return "BEGIN ISOLATION LEVEL READ COMMITTED";
+    case DBTX_ISO_REPEATABLE_READ:
+        return "BEGIN ISOLATION LEVEL REPEATABLE READ";
+    case DBTX_ISO_SERIALIZABLE:
+        return "BEGIN ISOLATION LEVEL SERIALIZABLE";
+    case DBTX_ISO_DEFAULT:
+        break;
+    }
+    return "BEGIN";
+}
+
 static const char *begin_sql(enum dbtx_isolation iso)
 {
     /*
@@ -114,13 +131,10 @@ static const char *begin_sql(enum dbtx_isolation iso)
     return "BEGIN; SELECT txid_current()";
 }
 
-struct dbtx *dbtx_begin(PGconn *conn, const char *conninfo, enum dbtx_isolation iso, char *err,
-                        size_t errcap)
+/* The checks and the allocation of both begins.  Returns tx, or NULL with err. */
+static struct dbtx *tx_new(PGconn *conn, const char *conninfo, char *err, size_t errcap)
 {
     struct dbtx *tx;
-    struct pgwait w;
-    PGresult *res;
-    char *end;
 
     copy_text(err, errcap, "");
     if (conn == NULL || PQstatus(conn) != CONNECTION_OK) {
@@ -147,7 +161,28 @@ struct dbtx *dbtx_begin(PGconn *conn, const char *conninfo, enum dbtx_isolation 
         }
     }
     tx->conn = conn;
+    return tx;
+}
 
+struct dbtx *dbtx_begin_deferred(PGconn *conn, const char *conninfo, enum dbtx_isolation iso,
+                                 char *err, size_t errcap)
+{
+    struct dbtx *tx = tx_new(conn, conninfo, err, errcap);
+    if (tx != NULL)
+        tx->begin = begin_only_sql(iso);
+    return tx;
+}
+
+struct dbtx *dbtx_begin(PGconn *conn, const char *conninfo, enum dbtx_isolation iso, char *err,
+                        size_t errcap)
+{
+    struct pgwait w;
+    PGresult *res;
+    char *end;
+    struct dbtx *tx = tx_new(conn, conninfo, err, errcap);
+
+    if (tx == NULL)
+        return NULL;
     pgwait_start(&w, 0, NULL);
     res = pgwait_query(&w, conn, begin_sql(iso));
     if (res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1 ||
@@ -209,6 +244,11 @@ PGresult *dbtx_exec(struct dbtx *tx, const char *sql, int nparams, const char *c
     PGresult *res;
     ExecStatusType st;
 
+    if (tx->begin != NULL) { /* BEGIN goes in the same round trip */
+        struct pgwait_stmt one = {.sql = sql, .nparams = nparams, .params = params};
+        return dbtx_exec_pipeline(tx, 1, &one, &res) == 0 ? res : NULL;
+    }
+
     if (tx->failed) {
         /* Keep the first message: it says why; the server would only say "aborted". */
         if (tx->err[0] == '\0')
@@ -255,6 +295,51 @@ PGresult *dbtx_exec(struct dbtx *tx, const char *sql, int nparams, const char *c
     return NULL;
 }
 
+/* dbtx_exec_pipeline of a deferred transaction's first statements: BEGIN
+ * and txid_current() lead the same pipeline, so the transaction opens
+ * without a round trip of its own. */
+static int pipeline_with_begin(struct dbtx *tx, size_t n, const struct pgwait_stmt *stmts,
+                               PGresult **res)
+{
+    struct pgwait_stmt *all = calloc(n + 2, sizeof(*all));
+    PGresult **out = calloc(n + 2, sizeof(*out));
+    char *end;
+
+    if (all == NULL || out == NULL) {
+        free(all);
+        free(out);
+        set_err(tx, "out of memory");
+        tx->failed = 1;
+        return -1;
+    }
+    all[0] = (struct pgwait_stmt){.sql = tx->begin};
+    all[1] = (struct pgwait_stmt){.sql = "SELECT txid_current()"};
+    memcpy(all + 2, stmts, n * sizeof(*stmts));
+    tx->begin = NULL; /* sent from here on: a failure leaves it to ROLLBACK */
+    int rc = dbtx_exec_pipeline(tx, n + 2, all, out);
+    if (rc == 0) {
+        errno = 0;
+        tx->txid = PQntuples(out[1]) == 1 ? strtoll(PQgetvalue(out[1], 0, 0), &end, 10) : 0;
+        if (errno != 0 || tx->txid <= 0 || *end != '\0') {
+            set_err(tx, "BEGIN failed: bad txid_current() value");
+            tx->failed = 1;
+            rc = -1;
+        } else {
+            snprintf(tx->txid_text, sizeof(tx->txid_text), "%lld", tx->txid);
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        res[i] = rc == 0 ? out[i + 2] : NULL;
+    PQclear(out[0]);
+    PQclear(out[1]);
+    if (rc != 0)
+        for (size_t i = 0; i < n; i++)
+            PQclear(out[i + 2]);
+    free(out);
+    free(all);
+    return rc;
+}
+
 int dbtx_exec_pipeline(struct dbtx *tx, size_t n, const struct pgwait_stmt *stmts, PGresult **res)
 {
     struct pgwait w;
@@ -266,6 +351,8 @@ int dbtx_exec_pipeline(struct dbtx *tx, size_t n, const struct pgwait_stmt *stmt
             set_err(tx, "transaction has already failed");
         return -1;
     }
+    if (tx->begin != NULL)
+        return pipeline_with_begin(tx, n, stmts, res);
     pgwait_start(&w, 0, tx->abort);
     if (pgwait_pipeline(&w, tx->conn, n, stmts, res) != 0) {
         copy_text(tx->err, sizeof(tx->err), w.err);
@@ -407,7 +494,10 @@ enum dbtx_outcome dbtx_commit(struct dbtx *tx, char *err, size_t errcap, char *s
     struct pgwait w;
     PGresult *res;
 
-    if (tx->escaped) {
+    if (tx->begin != NULL) {
+        /* deferred and never used: nothing was opened, nothing to commit */
+        outcome = DBTX_COMMITTED;
+    } else if (tx->escaped) {
         outcome = reconcile(tx);
     } else if (tx->failed) {
         /* The server would answer COMMIT with ROLLBACK; say what we mean. */

@@ -76,6 +76,18 @@ struct dbtx *dbtx_begin(PGconn *conn, const char *conninfo, enum dbtx_isolation 
                         size_t errcap) DBTX_MUST_CHECK;
 
 /*
+ * dbtx_begin() without a round trip of its own: BEGIN and txid_current() go
+ * first in the transaction's first dbtx_exec() or dbtx_exec_pipeline(), so
+ * that a transaction whose first reads are one pipeline opens with them.
+ * Same checks and returns as dbtx_begin() but for BEGIN itself, which fails
+ * like that first statement would.  A deferred transaction ended before any
+ * statement was sent opened nothing: dbtx_commit() says DBTX_COMMITTED,
+ * dbtx_rollback() DBTX_ROLLED_BACK, neither with a round trip.
+ */
+struct dbtx *dbtx_begin_deferred(PGconn *conn, const char *conninfo, enum dbtx_isolation iso,
+                                 char *err, size_t errcap);
+
+/*
  * Registers fn(outcome, arg) to run when the transaction ends.  Each hook runs
  * exactly once, in reverse order of registration (like nested cleanups), after
  * the outcome is known, on every path that ends the transaction: commit,

@@ -327,6 +327,73 @@ START_TEST(test_pipeline_runs_statements_in_order_in_the_transaction)
 }
 END_TEST
 
+/* A deferred BEGIN goes out with the first pipeline: the connection stays
+ * idle until then, the transaction has its txid after it, and it commits
+ * (or, with a failing first statement, rolls back) as one begun the usual
+ * way. */
+START_TEST(test_deferred_begin_opens_with_the_first_pipeline)
+{
+    PGconn *c;
+    struct dbtx *tx;
+    char ins[160], err[256];
+    PGresult *r[2];
+    struct record rec = {0};
+    struct hook_arg h = {&rec, 1};
+
+    check_setup();
+    c = connect_db();
+    tx = dbtx_begin_deferred(c, dsn(), DBTX_ISO_READ_COMMITTED, err, sizeof(err));
+    ck_assert_msg(tx != NULL, "dbtx_begin_deferred: %s", err);
+    ck_assert_int_eq(PQtransactionStatus(c), PQTRANS_IDLE); /* nothing sent yet */
+    ck_assert_int_eq(dbtx_txid(tx), 0);
+    register_ok(tx, &h);
+    snprintf(ins, sizeof(ins), "INSERT INTO %s (k, v) VALUES ($1, $2) RETURNING v", table);
+    const char *a[] = {"deferred-a", "1"};
+    const struct pgwait_stmt q[] = {{.sql = ins, .nparams = 2, .params = a},
+                                    {.sql = "SELECT current_setting('transaction_isolation')"}};
+    ck_assert_msg(dbtx_exec_pipeline(tx, 2, q, r) == 0, "pipeline: %s", dbtx_error(tx));
+    ck_assert_str_eq(PQgetvalue(r[0], 0, 0), "1");
+    ck_assert_str_eq(PQgetvalue(r[1], 0, 0), "read committed");
+    PQclear(r[0]);
+    PQclear(r[1]);
+    ck_assert_int_eq(PQtransactionStatus(c), PQTRANS_INTRANS);
+    ck_assert_int_gt(dbtx_txid(tx), 0);
+    /* another session does not see it before COMMIT */
+    PGconn *other = connect_db();
+    ck_assert_int_eq(count_key(other, "deferred-a"), 0);
+    ck_assert_int_eq(dbtx_commit(tx, NULL, 0, NULL), DBTX_COMMITTED);
+    ck_assert_int_eq(rec.outcome, DBTX_COMMITTED);
+    ck_assert_int_eq(count_key(other, "deferred-a"), 1);
+
+    /* a failing first statement: BEGIN ran, the block rolls back */
+    rec.calls = 0;
+    tx = dbtx_begin_deferred(c, dsn(), DBTX_ISO_DEFAULT, err, sizeof(err));
+    ck_assert_ptr_nonnull(tx);
+    register_ok(tx, &h);
+    const char *b[] = {"deferred-b", "2"};
+    const struct pgwait_stmt bad[] = {{.sql = ins, .nparams = 2, .params = b},
+                                      {.sql = "SELECT 1/0"}};
+    ck_assert_int_eq(dbtx_exec_pipeline(tx, 2, bad, r), -1);
+    ck_assert_str_eq(dbtx_sqlstate(tx), "22012");
+    ck_assert_int_eq(dbtx_commit(tx, NULL, 0, NULL), DBTX_ROLLED_BACK);
+    ck_assert_int_eq(rec.calls, 1);
+    ck_assert_int_eq(count_key(other, "deferred-b"), 0);
+    ck_assert_int_eq(PQtransactionStatus(c), PQTRANS_IDLE);
+
+    /* ended before any statement: nothing was opened, no round trip */
+    rec.calls = 0;
+    tx = dbtx_begin_deferred(c, dsn(), DBTX_ISO_DEFAULT, err, sizeof(err));
+    ck_assert_ptr_nonnull(tx);
+    register_ok(tx, &h);
+    ck_assert_int_eq(dbtx_rollback(tx), DBTX_ROLLED_BACK);
+    ck_assert_int_eq(rec.calls, 1);
+    ck_assert_int_eq(PQtransactionStatus(c), PQTRANS_IDLE);
+    exec_ok(c, "SELECT 1");
+    PQfinish(other);
+    PQfinish(c);
+}
+END_TEST
+
 /* A statement that fails in the middle of a pipeline fails the transaction
  * with its own message; those after it never run; nothing commits. */
 START_TEST(test_pipeline_failure_fails_the_transaction)
@@ -641,6 +708,7 @@ static Suite *dbtx_suite(void)
     tcase_add_test(tc, test_failed_statement_turns_commit_into_rollback);
     tcase_add_test(tc, test_pipeline_runs_statements_in_order_in_the_transaction);
     tcase_add_test(tc, test_pipeline_failure_fails_the_transaction);
+    tcase_add_test(tc, test_deferred_begin_opens_with_the_first_pipeline);
     tcase_add_test(tc, test_refused_commit_is_rolled_back);
     tcase_add_test(tc, test_hooks_run_in_reverse_order_exactly_once);
     tcase_add_test(tc, test_connection_killed_before_commit_is_reconciled_as_rolled_back);
