@@ -720,6 +720,26 @@ row() { # row LABEL PER_S P99: one line of the table, "-" for what was not measu
     [[ -n ${CEIL_US_own:-} ]] && printf '  %-10s %10s %12s %10s %10s   (http-ceiling, per request)\n' ceiling \
         "$(cut -d' ' -f1 <<<"$CEIL_US_own")" - - "$(cut -d' ' -f2 <<<"$CEIL_US_own")"
     printf '  (soldout: per answer, accepted or sold out: it accepts almost nothing)\n'
+    # Issue 23's targets, one line each (what this run measured; ratios at
+    # this run's connection count).
+    read -r DU_S DU_R DU_P _ <<<"${US_durable:-- - - -}"
+    awk -v conns="$CONNS" -v c="$CEIL_RPS" -v s="$SVC_RPS" -v rs="$RES_RPS" -v sk="$SK_RPS" \
+        -v l="$SVC_P99" -v p="$PG_TPS" -v dr="$SVC_RATIO" -v rq="$RES_QMAX" \
+        -v us="$DU_S" -v ur="$DU_R" -v up="$DU_P" -v nskus="$NSKUS" \
+        'function t(name, val, goal, ok) { printf "target: %s %s %s %s\n", name, val, goal, ok ? "met" : "missed" }
+        BEGIN {
+            if (us != "-" && us != "" && ur != "-" && up != "-") {
+                cpu = us + ur + up
+                t("cpu_us_per_durable_order", sprintf("%.1f", cpu), "<=60(stretch_40)", cpu <= 60)
+            }
+            if (c != "" && s != "") t("durable_over_http_ceiling_" conns "conns", sprintf("%.2f", s / c), conns >= 1000 ? ">=0.4" : ">=0.35", s / c >= (conns >= 1000 ? 0.4 : 0.35))
+            if (c != "" && rs != "") t("reserved_over_http_ceiling_" conns "conns", sprintf("%.2f", rs / c), ">=0.6", rs / c >= 0.6)
+            if (s != "" && sk != "" && s > 0) t(nskus "_skus_over_one_sku_durable", sprintf("%.2f", sk / s), ">=0.8", sk / s >= 0.8)
+            if (l != "") t("durable_p99_ms", sprintf("%.1f", l), "<=5", l <= 5)
+            if (p != "" && s != "") t("durable_over_postgresql_only", sprintf("%.1fx", s / p), ">=10x", s / p >= 10)
+            if (dr != "") t("writer_confirmed_over_accepted_durable", sprintf("%.3f", dr), ">=1.0(1%_noise)", dr >= 0.99)
+            if (rq != "" && rs > 0) t("reserved_stream_held_s", sprintf("%.2f", rq / rs), "<=0.2", rq / rs <= 0.2)
+        }'
     printf 'CPU during the measured window (100 %% = one core; this machine has %s)\n' "$(nproc)"
     [[ -n ${CEIL_CPU_own:-} ]] && printf ' HTTP ceiling (own):\n%s\n HTTP ceiling (evhttp):\n%s\n' "$CEIL_CPU_own" "${CEIL_CPU_evhttp:-}"
     for ph in durable reserved soldout skus; do

@@ -59,7 +59,12 @@ static const struct {
                                "seckill_reserve_calls_total: orders per call)",
                                NULL},
     [M_WRITER_BATCHES_COMMITTED] = {"seckill_writer_batches_committed_total",
-                                    "order batches committed", NULL},
+                                    "order batches committed (one per SKU of a transaction)", NULL},
+    [M_WRITER_TRANSACTIONS] = {"seckill_writer_transactions_total",
+                               "writer transactions committed, each the batches of one or more "
+                               "SKUs (seckill_writer_batches_committed_total divided by this: "
+                               "SKUs per commit)",
+                               NULL},
     [M_WRITER_BATCHES_FAILED] = {"seckill_writer_batches_failed_total",
                                  "order batches left for replay", NULL},
     [M_FENCE_REFUSED] = {"seckill_fence_refused_total",

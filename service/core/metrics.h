@@ -24,15 +24,16 @@ enum metric {
     M_ORDERS_SOLD_OUT_LOCAL, /* ... of which answered from the sold-out flag, without Redis */
     M_ORDERS_LIMIT,
     M_ORDERS_NOT_ACTIVE,
-    M_ORDERS_INVALID,       /* 400 on the order endpoint */
-    M_BUYER_UNAUTHORIZED,   /* 401: buyer token missing, invalid or expired */
-    M_BUYER_FORBIDDEN,      /* 403: body user_id other than the token's buyer */
-    M_ORDERS_UNAVAILABLE,   /* 503 on the order endpoint */
-    M_ORDERS_EXPIRED,       /* reserve.lua ran past the request's deadline: nothing taken */
-    M_ORDERS_LATE_RESERVED, /* reserved, but Redis replied after the buyer's 503 */
-    M_RESERVE_CALLS,        /* reserve.lua calls sent (each a batch of orders of one SKU) */
-    M_RESERVE_CALL_ORDERS,  /* orders those calls carried */
-    M_WRITER_BATCHES_COMMITTED,
+    M_ORDERS_INVALID,           /* 400 on the order endpoint */
+    M_BUYER_UNAUTHORIZED,       /* 401: buyer token missing, invalid or expired */
+    M_BUYER_FORBIDDEN,          /* 403: body user_id other than the token's buyer */
+    M_ORDERS_UNAVAILABLE,       /* 503 on the order endpoint */
+    M_ORDERS_EXPIRED,           /* reserve.lua ran past the request's deadline: nothing taken */
+    M_ORDERS_LATE_RESERVED,     /* reserved, but Redis replied after the buyer's 503 */
+    M_RESERVE_CALLS,            /* reserve.lua calls sent (each a batch of orders of one SKU) */
+    M_RESERVE_CALL_ORDERS,      /* orders those calls carried */
+    M_WRITER_BATCHES_COMMITTED, /* one SKU's orders of one writer transaction */
+    M_WRITER_TRANSACTIONS,      /* writer transactions committed (one or more SKUs each) */
     M_WRITER_BATCHES_FAILED,
     M_FENCE_REFUSED,
     M_WRITER_ORDERS_CONFIRMED,

@@ -846,9 +846,12 @@ void writer_tx_write(struct writer *w, struct batch *const *in, size_t n, int wa
             (void)dbtx_rollback(tx);
             goto out;
         }
-    if (dbtx_commit(tx, NULL, 0, NULL) == DBTX_COMMITTED)
+    if (dbtx_commit(tx, NULL, 0, NULL) == DBTX_COMMITTED) {
         for (size_t k = 0; k < g.n; k++)
             g.b[k]->done = g.b[k]->in_tx && g.b[k]->finished;
+        if (in_tx > 0)
+            metrics_add(M_WRITER_TRANSACTIONS, 1);
+    }
 out:
     for (size_t k = 0; k < g.n; k++)
         g.b[k]->locked = 0; /* released by the hooks, or never taken */
