@@ -25,6 +25,10 @@
 #   soldout   100 units, 1 per buyer, a million buyers: nearly every answer is
 #             409 sold_out; answers/s against the HTTP ceiling;
 #   skus      200 SKUs at once (durable): orders/s, p99, every SKU checked;
+#   big       BENCH_BIG_ORDERS (10 million) orders of an earlier sale put into
+#             the tables (loadtest/big_sale_fill.sql), then the durable hot
+#             SKU again: a sale is never the first one, and the writer's
+#             statements must not slow down with the tables' size;
 #   writers   the writer alone: BENCH_WRITER_ORDERS reserved orders on 200 SKUs
 #             queued by a daemon without writers, then drained by a daemon with
 #             1 writer, again with 2: confirmed/s and the ratio 2/1;
@@ -80,7 +84,7 @@ for v in SECS WARMUP CONNS; do
 done
 ((SECS >= 5 && SECS > WARMUP && SECS <= 600 && CONNS >= 1 && CONNS <= 1000)) ||
     die "need 5 <= BENCH_SECONDS <= 600, BENCH_WARMUP < BENCH_SECONDS and 1 <= BENCH_CONNECTIONS <= 1000"
-PHASES_ALL=ceiling,redis,pg,durable,reserved,soldout,skus,writers,burst,cluster
+PHASES_ALL=ceiling,redis,pg,durable,reserved,soldout,skus,big,writers,burst,cluster
 ONLY=${BENCH_ONLY:-$PHASES_ALL}
 [[ $ONLY =~ ^[a-z]+(,[a-z]+)*$ ]] || die "BENCH_ONLY must be a comma-separated list of: $PHASES_ALL"
 IFS=, read -r -a ONLY_LIST <<<"$ONLY"
@@ -94,6 +98,7 @@ REDIS_BATCH=${BENCH_REDIS_BATCH:-8}
 PG_BATCH=${BENCH_PG_BATCH:-500}
 PG_BATCH_CLIENTS=${BENCH_PG_BATCH_CLIENTS:-2}
 NSKUS=${BENCH_SKUS:-200}
+BIG_ORDERS=${BENCH_BIG_ORDERS:-10000000}
 WRITER_ORDERS=${BENCH_WRITER_ORDERS:-100000}
 BURST_CONNS=${BENCH_BURST_CONNECTIONS:-5000}
 BURST_ADDRS=${BENCH_BURST_ADDRS:-8}
@@ -101,6 +106,7 @@ for v in SCEN_SECS:BENCH_SCENARIO_SECONDS:3:600 REDIS_REQS:BENCH_REDIS_REQUESTS:
     REDIS_BATCH:BENCH_REDIS_BATCH:1:256 \
     PG_BATCH:BENCH_PG_BATCH:1:100000 PG_BATCH_CLIENTS:BENCH_PG_BATCH_CLIENTS:1:100 \
     NSKUS:BENCH_SKUS:2:10000 WRITER_ORDERS:BENCH_WRITER_ORDERS:1000:10000000 \
+    BIG_ORDERS:BENCH_BIG_ORDERS:1000:100000000 \
     BURST_CONNS:BENCH_BURST_CONNECTIONS:1:5000 BURST_ADDRS:BENCH_BURST_ADDRS:1:250; do
     IFS=: read -r var name lo hi <<<"$v"
     if ! [[ ${!var} =~ ^[0-9]+$ ]] || ((${!var} < lo || ${!var} > hi)); then
@@ -523,6 +529,16 @@ if want skus; then
     run_phase skus "$SCEN_SECS" 1 1 --skus "$NSKUS" "${HOT[@]}"
 fi
 
+if want big; then
+    say "=== big: $BIG_ORDERS orders of an earlier sale put into the tables, then durable again, $CONNS connections, ${SECS}s + ${WARMUP}s warm-up"
+    t0=$(date +%s)
+    psql "$PG_OWNER_DSN" -X -q -v ON_ERROR_STOP=1 -v n="$BIG_ORDERS" -v sku=900000000 \
+        -f "$ROOT/loadtest/big_sale_fill.sql" >"$OUT/big-fill.log" 2>&1 ||
+        die "big_sale_fill.sql failed ($OUT/big-fill.log)"
+    say "filled in $(($(date +%s) - t0)) s: $(psql "$PG_OWNER_DSN" -X -At -c 'SELECT count(*) FROM orders') orders in the table"
+    SECKILL_ORDER_ACK=durable run_phase big "$SECS" "$WARMUP" 1 "${HOT[@]}"
+fi
+
 # ---- cluster: the same runs with Redis as a cluster (its own stack's Redis,
 # the bench stack's PostgreSQL, already migrated)
 if want cluster; then
@@ -626,6 +642,8 @@ want durable || D=/dev/null
 want reserved || R=/dev/null
 want soldout || SO=/dev/null
 want skus || SK=/dev/null
+BG=$OUT/big.json
+want big || BG=/dev/null
 want burst || B=/dev/null
 CL=$OUT/cluster.json CS=$OUT/clusterskus.json CB=$OUT/clusterbuckets.json
 want cluster || CL=/dev/null CS=/dev/null CB=/dev/null
@@ -636,6 +654,7 @@ RES_CONF=$(jf "$R" .writer.confirmed_per_s) RES_RATIO=$(jf "$R" .writer.ratio) R
 SO_RPS=$(jf "$SO" .run.throughput_rps) SO_P99=$(jf "$SO" .latency_ms.p99)
 SO_OUT=$(jf "$SO" .run.answers.sold_out)
 SK_RPS=$(jf "$SK" .run.accepted_per_s) SK_P99=$(jf "$SK" .latency_ms.p99) SK_OK=$(jf "$SK" .invariants.ok)
+BG_RPS=$(jf "$BG" .run.accepted_per_s) BG_P99=$(jf "$BG" .latency_ms.p99)
 B_RPS=$(jf "$B" .run.throughput_rps) B_P99=$(jf "$B" .latency_ms.p99) B_OK=$(jf "$B" .invariants.ok)
 B_ERR=$(jf "$B" '[.run.answers.timeout, .run.answers.net_error, .run.answers.unavailable, .run.answers.uncertain, .run.answers.other] | add')
 B_N=$(jf "$B" .run.answered)
@@ -669,6 +688,7 @@ row() { # row LABEL PER_S P99: one line of the table, "-" for what was not measu
     row "service, reserved: orders confirmed by the writer" "$RES_CONF" -
     row "sold-out storm: answers (${SO_OUT:-0} sold_out)" "$SO_RPS" "$SO_P99"
     row "$NSKUS SKUs at once, durable: orders" "$SK_RPS" "$SK_P99"
+    row "durable, $BIG_ORDERS orders of an earlier sale in the tables" "$BG_RPS" "$BG_P99"
     row "writer alone, 1 thread, $NSKUS SKUs: rows confirmed" "$WR_1" -
     row "writer alone, 2 threads, $NSKUS SKUs: rows confirmed" "$WR_2" -
     row "burst of $BURST_CONNS connections: answers ($B_N in all)" "$B_RPS" "$B_P99"
@@ -711,7 +731,7 @@ row() { # row LABEL PER_S P99: one line of the table, "-" for what was not measu
         "${SVC_QMAX:--}" "${RES_QMAX:--}"
     printf 'CPU us per accepted order (seckill_orders_accepted_total and /proc ticks sampled at the same instants)\n'
     printf '  %-10s %10s %12s %10s %10s %8s\n' phase seckilld redis-server postgres generator cores
-    for ph in durable reserved soldout skus; do
+    for ph in durable reserved soldout skus big; do
         u=US_$ph k=CORES_$ph
         [[ -n ${!u:-} ]] || continue
         read -r a b c d <<<"${!u}"
@@ -725,7 +745,7 @@ row() { # row LABEL PER_S P99: one line of the table, "-" for what was not measu
     read -r DU_S DU_R DU_P _ <<<"${US_durable:-- - - -}"
     awk -v conns="$CONNS" -v c="$CEIL_RPS" -v s="$SVC_RPS" -v rs="$RES_RPS" -v sk="$SK_RPS" \
         -v l="$SVC_P99" -v p="$PG_TPS" -v dr="$SVC_RATIO" -v rq="$RES_QMAX" \
-        -v us="$DU_S" -v ur="$DU_R" -v up="$DU_P" -v nskus="$NSKUS" \
+        -v us="$DU_S" -v ur="$DU_R" -v up="$DU_P" -v nskus="$NSKUS" -v bg="$BG_RPS" -v nbig="$BIG_ORDERS" \
         'function t(name, val, goal, ok) { printf "target: %s %s %s %s\n", name, val, goal, ok ? "met" : "missed" }
         BEGIN {
             if (us != "-" && us != "" && ur != "-" && up != "-") {
@@ -739,10 +759,11 @@ row() { # row LABEL PER_S P99: one line of the table, "-" for what was not measu
             if (p != "" && s != "") t("durable_over_postgresql_only", sprintf("%.1fx", s / p), ">=10x", s / p >= 10)
             if (dr != "") t("writer_confirmed_over_accepted_durable", sprintf("%.3f", dr), ">=1.0(1%_noise)", dr >= 0.99)
             if (rq != "" && rs > 0) t("reserved_stream_held_s", sprintf("%.2f", rq / rs), "<=0.2", rq / rs <= 0.2)
+            if (bg != "" && s != "" && s > 0) t("durable_with_" nbig "_orders_over_empty", sprintf("%.2f", bg / s), ">=0.9", bg / s >= 0.9)
         }'
     printf 'CPU during the measured window (100 %% = one core; this machine has %s)\n' "$(nproc)"
     [[ -n ${CEIL_CPU_own:-} ]] && printf ' HTTP ceiling (own):\n%s\n HTTP ceiling (evhttp):\n%s\n' "$CEIL_CPU_own" "${CEIL_CPU_evhttp:-}"
-    for ph in durable reserved soldout skus; do
+    for ph in durable reserved soldout skus big; do
         u=CPU_$ph
         [[ -n ${!u:-} ]] && printf ' %s:\n%s\n' "$ph" "${!u}"
     done
