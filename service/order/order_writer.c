@@ -64,25 +64,25 @@ static int write_batches(struct writer *w, struct batch *const *b, size_t n)
         return 0;
     int64_t started_us = clock_mono_us();
     size_t per = (size_t)w->ctx.cfg->writer_skus_per_tx;
-    struct batch **again = calloc(per, sizeof *again);
-    if (!again)
-        abort();
     for (size_t from = 0; from < n; from += per) {
         size_t k = n - from < per ? n - from : per;
         /* Every lock tried at once; the busy ones (another writer of the
          * SKU is committing) then waited for, one by one, holding nothing. */
         writer_tx_write(w, b + from, k, 0);
-        for (int attempt = 1; attempt <= TXLOCK_FENCE_ATTEMPTS; attempt++) {
-            size_t m = 0;
-            for (size_t i = from; i < from + k; i++)
-                if (!b[i]->done && (b[i]->stale || (b[i]->busy && attempt == 1)))
-                    again[m++] = b[i];
-            if (m == 0)
-                break;
-            writer_tx_write(w, again, m, 1);
+        /* What the transaction left out or lost goes again, each batch in a
+         * transaction of its own, so that one SKU cannot hold up the others:
+         * a busy lock waited for (holding nothing else), a stale token with a
+         * fresh lock, and after a rollback of the whole group (a statement or
+         * a check failed for one of its SKUs) every batch alone once. */
+        for (size_t i = from; i < from + k; i++) {
+            int failed_in_group = k > 1 && !b[i]->done && !b[i]->busy && !b[i]->stale;
+            for (int attempt = 1; attempt <= TXLOCK_FENCE_ATTEMPTS && !b[i]->done; attempt++) {
+                if (!(b[i]->stale || (attempt == 1 && (b[i]->busy || failed_in_group))))
+                    break;
+                writer_tx_write(w, &b[i], 1, 1);
+            }
         }
     }
-    free(again);
     int rc = 0;
     for (size_t i = 0; i < n; i++) {
         metrics_writer_batch(started_us, b[i]->n); /* with its top-up */

@@ -8,8 +8,9 @@
  *   1. each SKU's writer lock, in id order (two writers never wait on each
  *      other in a circle), each with its own fencing token, and each bound
  *      to the transaction: released by its completion hook;
- *   2. one round trip: BEGIN (dbtx_begin_deferred), the fenced row locks of
- *      every SKU (skus_fence_many, rows locked in id order), the rows the
+ *   2. one round trip: BEGIN (dbtx_begin_deferred), the rows of every SKU
+ *      locked in id order (skus_lock_many), their fenced row locks
+ *      (skus_fence_many), the rows the
  *      batches' ids already have, the SKUs' rules, what each buyer holds,
  *      the cancel requests;
  *   3. the decisions, per SKU, first come first served against the
@@ -109,6 +110,7 @@ static void sb_array_text(struct sbuf *b, const char *s)
  * parses and plans them once, not per transaction).  Each takes arrays, so a
  * transaction runs each once whatever the number of SKUs and orders. */
 enum writer_stmt {
+    WS_LOCK,
     WS_FENCE,
     WS_EXISTING,
     WS_RULES,
@@ -123,6 +125,7 @@ static const struct {
     const char *name, *sql; /* statement name, sql/<sql>.sql */
     int nparams;
 } writer_stmts[WS_COUNT] = {
+    [WS_LOCK] = {"seckill_w_lock", "skus_lock_many", 1},
     [WS_FENCE] = {"seckill_w_fence", "skus_fence_many", 2},
     [WS_EXISTING] = {"seckill_w_existing", "orders_existing", 1},
     [WS_RULES] = {"seckill_w_rules", "skus_write_rules", 1},
@@ -252,6 +255,7 @@ static void attempt_reset(struct batch *b)
 struct group {
     struct batch **b;
     size_t n;
+    atomic_int *any_lost; /* the transaction's abort flag (txlock_bind_all) */
     struct entry_ref {
         int64_t id; /* 0: empty */
         uint32_t b, i;
@@ -259,7 +263,8 @@ struct group {
     size_t cap;
 };
 
-static struct batch *group_sku(const struct group *g, int64_t sku)
+/* The index in g of the batch of sku, or g->n when it has none. */
+static size_t group_find(const struct group *g, int64_t sku)
 {
     size_t lo = 0, hi = g->n;
     while (lo < hi) {
@@ -269,7 +274,13 @@ static struct batch *group_sku(const struct group *g, int64_t sku)
         else
             hi = mid;
     }
-    return lo < g->n && g->b[lo]->sku == sku ? g->b[lo] : NULL;
+    return lo < g->n && g->b[lo]->sku == sku ? lo : g->n;
+}
+
+static struct batch *group_sku(const struct group *g, int64_t sku)
+{
+    size_t k = group_find(g, sku);
+    return k < g->n ? g->b[k] : NULL;
 }
 
 static size_t id_slot(int64_t id, size_t cap)
@@ -290,10 +301,21 @@ static void group_index(struct group *g)
         abort();
     for (size_t k = 0; k < g->n; k++)
         for (size_t i = 0; i < g->b[k]->n; i++) {
-            int64_t id = g->b[k]->e[i].order_id;
+            struct batch *b = g->b[k];
+            int64_t id = b->e[i].order_id;
             size_t s = id_slot(id, g->cap);
-            while (g->refs[s].id)
-                s = (s + 1) & (g->cap - 1);
+            int seen = 0; /* in another SKU's batch: Redis issued it twice */
+            for (; g->refs[s].id; s = (s + 1) & (g->cap - 1))
+                seen |= g->refs[s].id == id && g->refs[s].b != k;
+            if (seen && b->dec[i] != DEC_DEAD) {
+                log_error("sku %" PRId64 ": order id %" PRId64
+                          " also read for another SKU: Redis lost writes",
+                          b->sku, id);
+                metrics_add(M_WRITER_ID_CONFLICTS, 1);
+                b->dec[i] = DEC_DEAD;
+                b->reason[i] = ORDER_REASON_ID_CONFLICT;
+                b->conflicts++;
+            }
             g->refs[s] = (struct entry_ref){.id = id, .b = (uint32_t)k, .i = (uint32_t)i};
         }
 }
@@ -314,11 +336,12 @@ static void load_existing_row(struct batch *b, size_t i, const PGresult *r, int 
     int cancelled = strcmp(status, "cancelled") == 0 && !PQgetisnull(r, row, 4);
     int rejected = strcmp(status, "rejected") == 0 || cancelled;
     int64_t user = atoll(PQgetvalue(r, row, 2)), qty = atoll(PQgetvalue(r, row, 3));
-    int64_t reserved_ms = atoll(PQgetvalue(r, row, 6));
+    int64_t reserved_ms = atoll(PQgetvalue(r, row, 6)), sku = atoll(PQgetvalue(r, row, 7));
     /* Same buyer and qty is not enough: the buyer may have ordered the same
      * again under the reissued id.  The stream entry's time is the
-     * reservation's own. */
-    if (b->e[i].user_id != user || b->e[i].qty != qty || b->e[i].reserved_ms != reserved_ms) {
+     * reservation's own, and the row must be of this SKU. */
+    if (sku != b->sku || b->e[i].user_id != user || b->e[i].qty != qty ||
+        b->e[i].reserved_ms != reserved_ms) {
         log_error("sku %" PRId64 ": order id %" PRId64
                   " reused by a different order: Redis lost writes; the entry goes to "
                   "the dead letters and the SKU is rebuilt",
@@ -368,18 +391,19 @@ static int apply_reads(const struct group *g, const uint8_t *reading, PGresult *
     for (int row = 0; row < PQntuples(existing); row++)
         each_entry(g, PQgetvalue(existing, row, 0), reading, load_existing_row, existing, row);
     for (int row = 0; row < PQntuples(rules); row++) {
-        struct batch *b = group_sku(g, atoll(PQgetvalue(rules, row, 0)));
-        if (!b)
+        size_t k = group_find(g, atoll(PQgetvalue(rules, row, 0)));
+        if (k == g->n || !reading[k])
             continue;
+        struct batch *b = g->b[k];
         b->limit = atoll(PQgetvalue(rules, row, 1));
         b->load_epoch = PQgetisnull(rules, row, 2) ? 0 : atoll(PQgetvalue(rules, row, 2));
         b->window_s = atoll(PQgetvalue(rules, row, 3));
         b->rules = 1;
     }
     for (int row = 0; row < PQntuples(units); row++) {
-        struct batch *b = group_sku(g, atoll(PQgetvalue(units, row, 0)));
-        if (b)
-            *units_of(&b->units, atoll(PQgetvalue(units, row, 1))) =
+        size_t k = group_find(g, atoll(PQgetvalue(units, row, 0)));
+        if (k < g->n && reading[k])
+            *units_of(&g->b[k]->units, atoll(PQgetvalue(units, row, 1))) =
                 atoll(PQgetvalue(units, row, 2));
     }
     for (int row = 0; row < PQntuples(cancels); row++)
@@ -390,6 +414,24 @@ static int apply_reads(const struct group *g, const uint8_t *reading, PGresult *
             return -1;
         }
     return 0;
+}
+
+/* A lock lost by a batch left out of the transaction (its token refused for
+ * good) must not abort the statements of the others: its loss no longer
+ * raises the transaction's abort flag, which is then up only when a lock of
+ * a batch still in it is lost (re-checked after the unhooking, so a loss
+ * that races it is not missed). */
+static void leave_out_lost(const struct group *g)
+{
+    if (!g->any_lost)
+        return;
+    for (size_t k = 0; k < g->n; k++)
+        if (!g->b[k]->in_tx)
+            atomic_store(&g->b[k]->lock.lost_also, NULL);
+    atomic_store(g->any_lost, 0);
+    for (size_t k = 0; k < g->n; k++)
+        if (g->b[k]->in_tx && atomic_load(&g->b[k]->lock.lost))
+            atomic_store(g->any_lost, 1);
 }
 
 /* Reads, in one round trip, the fenced row locks (with 'fence': they go
@@ -420,16 +462,18 @@ static int read_state(struct dbtx *tx, struct writer *w, struct group *g, const 
         sb_close(all[i]);
     const char *fence_p[] = {skus.p, tokens.p}, *ids_p[] = {ids.p}, *rules_p[] = {skus.p},
                *units_p[] = {unit_skus.p, unit_users.p};
-    struct pgwait_stmt q[5];
+    struct pgwait_stmt q[6];
     size_t nq = 0;
-    if (fence)
+    if (fence) {
+        q[nq++] = writer_stmt(w, WS_LOCK, rules_p);
         q[nq++] = writer_stmt(w, WS_FENCE, fence_p);
+    }
     size_t first = nq;
     q[nq++] = writer_stmt(w, WS_EXISTING, ids_p);
     q[nq++] = writer_stmt(w, WS_RULES, rules_p);
     q[nq++] = writer_stmt(w, WS_USER_UNITS, units_p);
     q[nq++] = writer_stmt(w, WS_CANCELS, ids_p);
-    PGresult *r[5] = {0};
+    PGresult *r[6] = {0};
     int rc = dbtx_exec_pipeline(tx, nq, q, r);
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         free(all[i]->p);
@@ -441,11 +485,12 @@ static int read_state(struct dbtx *tx, struct writer *w, struct group *g, const 
     memcpy(reading, want, g->n);
     int reread = 0;
     if (fence) {
-        for (int row = 0; row < PQntuples(r[0]); row++) {
-            struct batch *b = group_sku(g, atoll(PQgetvalue(r[0], row, 0)));
+        const PGresult *fenced = r[1]; /* r[0]: the rows locked */
+        for (int row = 0; row < PQntuples(fenced); row++) {
+            struct batch *b = group_sku(g, atoll(PQgetvalue(fenced, row, 0)));
             if (b) {
                 b->in_tx = 1;
-                b->stock = atoll(PQgetvalue(r[0], row, 1));
+                b->stock = atoll(PQgetvalue(fenced, row, 1));
             }
         }
         for (size_t k = 0; k < g->n && rc == 0; k++) {
@@ -467,6 +512,7 @@ static int read_state(struct dbtx *tx, struct writer *w, struct group *g, const 
                 rc = -1;
             }
         }
+        leave_out_lost(g);
     }
     if (rc == 0)
         rc = apply_reads(g, reading, r + first);
@@ -806,6 +852,7 @@ void writer_tx_write(struct writer *w, struct batch *const *in, size_t n, int wa
     for (size_t k = 0; k < g.n; k++)
         locks[k] = &g.b[k]->lock;
     int bound = txlock_bind_all(locks, g.n, tx, &any_lost) == 0;
+    g.any_lost = &any_lost;
     free(locks);
     if (!bound) {
         (void)dbtx_rollback(tx);

@@ -269,6 +269,20 @@ START_TEST(test_one_transaction_writes_the_batches_of_many_skus)
 }
 END_TEST
 
+/* Lets w reclaim and replay its pending entries (idle for 1 ms suffices)
+ * until sku has its one order, a bounded number of rounds; closes w. */
+static void replay_until_written(struct writer *w, int64_t sku)
+{
+    cfg.writer_claim_idle_ms = 1; /* w reads the config it was given */
+    for (int i = 0; i < 20 && q_int("SELECT count(*) FROM orders WHERE sku_id = %lld", sku) == 0;
+         i++) {
+        w->next_claim_ms = 0;
+        (void)writer_poll(w);
+    }
+    writer_close(w);
+    ck_assert_int_eq(q_int("SELECT count(*) FROM orders WHERE sku_id = %lld", sku), 1);
+}
+
 /* One SKU whose lock another writer holds does not hold up the others: they
  * are written, its orders stay pending for a later round. */
 START_TEST(test_busy_sku_lock_leaves_only_that_sku_pending)
@@ -304,15 +318,48 @@ START_TEST(test_busy_sku_lock_leaves_only_that_sku_pending)
     rep = redisCommand(r, "DEL %s", key);
     freeReplyObject(rep);
     redisFree(r);
-    cfg.writer_claim_idle_ms = 1; /* w reads the config it was given */
-    for (int i = 0; i < 20 && q_int("SELECT count(*) FROM orders WHERE sku_id = %lld", 44) == 0;
-         i++) {
-        w.next_claim_ms = 0;
-        (void)writer_poll(&w);
-    }
-    writer_close(&w);
-    ck_assert_int_eq(q_int("SELECT count(*) FROM orders WHERE sku_id = %lld", 44), 1);
+    replay_until_written(&w, 44);
     for (int64_t sku = 43; sku <= 45; sku++)
+        th_assert_invariants(sku);
+}
+END_TEST
+
+/* A statement that fails for one SKU rolls back the whole transaction of its
+ * group; then every batch goes again in a transaction of its own, so the one
+ * SKU waits and the others are written at once. */
+START_TEST(test_one_failing_sku_does_not_hold_up_the_others)
+{
+    for (int64_t sku = 47; sku <= 49; sku++) {
+        create_sku(sku, 10, 5);
+        reserve(sku, 1, 1);
+    }
+    PGconn *admin = th_pg_admin();
+    static const char *const setup[] = {
+        "CREATE FUNCTION seckill_test_refuse_48() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$BEGIN IF NEW.sku_id = 48 THEN RAISE EXCEPTION 'refused for the test'; END IF; "
+        "RETURN NEW; END$$",
+        "CREATE TRIGGER seckill_test_refuse_48 BEFORE INSERT ON orders FOR EACH ROW "
+        "EXECUTE FUNCTION seckill_test_refuse_48()"};
+    for (size_t i = 0; i < 2; i++) {
+        PGresult *r = PQexec(admin, setup[i]);
+        ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK, "%s", PQerrorMessage(admin));
+        PQclear(r);
+    }
+    struct writer w;
+    char err[160];
+    ck_assert(writer_init(&w, &cfg, "poison", err, sizeof err) == 0);
+    ck_assert_int_eq(writer_poll(&w), -1); /* SKU 48's order is still pending */
+    PGresult *r = PQexec(admin, "DROP TRIGGER seckill_test_refuse_48 ON orders; "
+                                "DROP FUNCTION seckill_test_refuse_48()");
+    ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK, "%s", PQerrorMessage(admin));
+    PQclear(r);
+    PQfinish(admin);
+    ck_assert_int_eq(q_int("SELECT count(*) FROM orders WHERE sku_id = %lld", 47), 1);
+    ck_assert_int_eq(q_int("SELECT count(*) FROM orders WHERE sku_id = %lld", 48), 0);
+    ck_assert_int_eq(q_int("SELECT count(*) FROM orders WHERE sku_id = %lld", 49), 1);
+    /* and once the cause is gone, a replay writes it */
+    replay_until_written(&w, 48);
+    for (int64_t sku = 47; sku <= 49; sku++)
         th_assert_invariants(sku);
 }
 END_TEST
@@ -363,7 +410,7 @@ START_TEST(test_writer_prepares_its_statements_once_per_session)
     PGresult *r = PQexec(w.ctx.db.conn, "SELECT count(*) FROM pg_prepared_statements "
                                         "WHERE name LIKE 'seckill_w_%'");
     ck_assert_int_eq(PQresultStatus(r), PGRES_TUPLES_OK);
-    ck_assert_str_eq(PQgetvalue(r, 0, 0), "8");
+    ck_assert_str_eq(PQgetvalue(r, 0, 0), "9");
     PQclear(r);
     unsigned long first = w.prepared_session;
     char sql[96];
@@ -925,6 +972,7 @@ static Suite *writer_suite(void)
     tcase_add_test(tc, test_writer_threads_share_the_skus);
     tcase_add_test(tc, test_one_transaction_writes_the_batches_of_many_skus);
     tcase_add_test(tc, test_busy_sku_lock_leaves_only_that_sku_pending);
+    tcase_add_test(tc, test_one_failing_sku_does_not_hold_up_the_others);
     tcase_add_test(tc, test_acknowledgement_runs_after_the_script_cache_was_flushed);
     tcase_add_test(tc, test_writer_prepares_its_statements_once_per_session);
     tcase_add_test(tc, test_writer_plans_keep_to_the_indexes_on_a_fresh_table);
