@@ -101,6 +101,41 @@ PGresult *db_query(struct db_conn *d, const char *name, int nparams, const char 
     return run(d, name, sql_text(name), nparams, params);
 }
 
+PGresult *db_query_indexed(struct db_conn *d, const char *name, int nparams,
+                           const char *const *params)
+{
+    PGconn *c = db_conn_get(d);
+    if (!c)
+        return NULL;
+    struct pgwait_stmt q[3] = {{.sql = "SET enable_seqscan = off"},
+                               {.sql = sql_text(name), .nparams = nparams, .params = params},
+                               {.sql = "RESET enable_seqscan"}};
+    PGresult *r[3] = {NULL, NULL, NULL};
+    struct pgwait w;
+    pgwait_start(&w, (int)d->cfg->pg_client_timeout_ms, NULL);
+    int ok = pgwait_pipeline(&w, c, 3, q, r) == 0;
+    for (int i = 0; ok && i < 3; i++) {
+        ExecStatusType st = PQresultStatus(r[i]);
+        if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+            char why[256];
+            pgwait_message(why, sizeof why, c, r[i]);
+            log_warn("query %s failed: %s", name, why);
+            ok = 0;
+        }
+    }
+    if (!ok && !r[0])
+        log_warn("query %s failed: %s", name, w.err);
+    PQclear(r[0]);
+    PQclear(r[2]);
+    if (!ok) {
+        PQclear(r[1]);
+        if (PQstatus(c) != CONNECTION_OK)
+            db_conn_close(d);
+        return NULL;
+    }
+    return r[1];
+}
+
 int db_ping(struct db_conn *d)
 {
     PGresult *r = run(d, "ping", "SELECT 1", 0, NULL);

@@ -33,6 +33,15 @@ PGconn *db_conn_get(struct db_conn *d);
  * reconnects). */
 PGresult *db_query(struct db_conn *d, const char *name, int nparams, const char *const *params);
 
+/* db_query() for a statement that must come from its indexes whatever the
+ * statistics say (a partial index of a few rows in a table of millions,
+ * which PostgreSQL's estimate of "col = false" over a column of NULLs costs
+ * as the whole table): runs it with enable_seqscan off for that statement
+ * alone (SET, the statement and RESET in one round trip, one implicit
+ * transaction, so a failure rolls the SET back too).  Same returns. */
+PGresult *db_query_indexed(struct db_conn *d, const char *name, int nparams,
+                           const char *const *params);
+
 /* SELECT 1 within pg_client_timeout_ms (after a reconnect, if needed, with
  * its own deadline).  Returns 0 when PostgreSQL answered, -1 otherwise
  * (logged; the connection is dropped if it is broken). */

@@ -474,6 +474,48 @@ START_TEST(test_writer_plans_keep_to_the_indexes_on_a_fresh_table)
 }
 END_TEST
 
+/* A sale is never the first one: beside an earlier sale's many orders (here
+ * 200,000 of one SKU, analyzed) the sweeper's query must still come from its
+ * partial indexes; a per-SKU EXISTS let the planner scan every order of the
+ * big SKU on each sweep, which with ten million orders outlasted the
+ * statement timeout and stopped every expiry. */
+START_TEST(test_sweeper_query_keeps_to_its_indexes_beside_a_big_sale)
+{
+    create_sku(32, 10, 5);
+    create_sku(33, 10, 5);
+    PGconn *admin = th_pg_admin();
+    static const char *const fill[] = {
+        "INSERT INTO orders (id, sku_id, user_id, qty, status, reason, reserved_at) "
+        "SELECT 7000000 * 1073741824::bigint + g, 33, g, 1, 'rejected', 'insufficient_stock', "
+        "now() FROM generate_series(1, 200000) AS g",
+        "ANALYZE orders"};
+    for (size_t i = 0; i < 2; i++) {
+        PGresult *r = PQexec(admin, fill[i]);
+        ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK, "%s", PQerrorMessage(admin));
+        PQclear(r);
+    }
+    PGconn *c = th_pg();
+    /* as the sweeper runs it (db_query_indexed) */
+    PGresult *set = PQexec(c, "SET enable_seqscan = off");
+    ck_assert_int_eq(PQresultStatus(set), PGRES_COMMAND_OK);
+    PQclear(set);
+    char sql[4096];
+    snprintf(sql, sizeof sql, "EXPLAIN %s", sql_text("skus_lifecycle_due"));
+    const char *params[] = {"100", "0"};
+    PGresult *r = PQexecParams(c, sql, 2, NULL, params, NULL, NULL, 0);
+    ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK, "%s", PQerrorMessage(c));
+    for (int row = 0; row < PQntuples(r); row++)
+        ck_assert_msg(strstr(PQgetvalue(r, row, 0), "Seq Scan on orders") == NULL, "%s",
+                      PQgetvalue(r, row, 0));
+    PQclear(r);
+    PQfinish(c);
+    r = PQexec(admin, "DELETE FROM orders WHERE sku_id = 33");
+    ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK, "%s", PQerrorMessage(admin));
+    PQclear(r);
+    PQfinish(admin);
+}
+END_TEST
+
 START_TEST(test_replayed_batch_changes_nothing)
 {
     create_sku(2, 10, 5);
@@ -976,6 +1018,7 @@ static Suite *writer_suite(void)
     tcase_add_test(tc, test_acknowledgement_runs_after_the_script_cache_was_flushed);
     tcase_add_test(tc, test_writer_prepares_its_statements_once_per_session);
     tcase_add_test(tc, test_writer_plans_keep_to_the_indexes_on_a_fresh_table);
+    tcase_add_test(tc, test_sweeper_query_keeps_to_its_indexes_beside_a_big_sale);
     tcase_add_test(tc, test_writer_that_waited_for_the_lock_writes_what_queued_meanwhile);
     tcase_add_test(tc, test_database_refusal_rejects_and_returns_stock_once);
     tcase_add_test(tc, test_entries_of_dead_writer_are_reclaimed);
