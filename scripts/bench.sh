@@ -536,7 +536,13 @@ if want big; then
         -f "$ROOT/loadtest/big_sale_fill.sql" >"$OUT/big-fill.log" 2>&1 ||
         die "big_sale_fill.sql failed ($OUT/big-fill.log)"
     say "filled in $(($(date +%s) - t0)) s: $(psql "$PG_OWNER_DSN" -X -At -c 'SELECT count(*) FROM orders') orders in the table"
-    SECKILL_ORDER_ACK=durable run_phase big "$SECS" "$WARMUP" 1 "${HOT[@]}"
+    # Reconciliation once an hour: the earlier SKU was never loaded into
+    # Redis here, and the reconciler's locked check of a SKU reads all its
+    # orders (sku_bought, invariant_check), which with millions of them
+    # outlasts the statement timeout on every pass; that cost is the
+    # reconciler's (reported apart), not the order path's, which this measures.
+    SECKILL_RECONCILE_INTERVAL_MS=3600000 SECKILL_RECONCILE_RETRY_MS=3600000 SECKILL_ORDER_ACK=durable \
+        run_phase big "$SECS" "$WARMUP" 1 "${HOT[@]}"
 fi
 
 # ---- cluster: the same runs with Redis as a cluster (its own stack's Redis,
