@@ -124,6 +124,11 @@ BUDGET=1000000000 # requests: the duration ends the run first
 # deployed (it costs reserve.lua a GET and a SET), and a million buyers picked
 # at random never empty it.
 export SECKILL_RATE_ADDR_PER_S=${SECKILL_RATE_ADDR_PER_S:-0}
+# ... and holds all its connections from that one address: the per-address
+# cap must leave room for them and for the bench's own /metrics reads (at
+# 1,000 connections the default cap of 1,000 refused those, and the bench
+# stopped).
+export SECKILL_HTTP_MAX_CONNECTIONS_PER_ADDR=${SECKILL_HTTP_MAX_CONNECTIONS_PER_ADDR:-$((CONNS + 64))}
 
 VAR=${LT_VAR:-$ROOT/var}
 [[ $VAR == /* ]] || VAR=$ROOT/$VAR
