@@ -28,8 +28,7 @@ static void account(struct writer *w, const struct batch *b)
 {
     long confirmed = 0, rejected = 0, cancelled = 0;
     for (size_t i = 0; i < b->n; i++) {
-        int by_buyer =
-            b->dec[i] == DEC_REJECTED && strcmp(b->reason[i], ORDER_REASON_CANCELLED) == 0;
+        int by_buyer = batch_is_cancelled(b, i);
         confirmed += b->dec[i] == DEC_CONFIRMED;
         cancelled += by_buyer;
         rejected += b->dec[i] == DEC_REJECTED && !by_buyer;

@@ -2,12 +2,14 @@
  * order_writer: turns reservations on the per-SKU Redis streams into order rows.
  *
  * A consumer group ("writers") spreads entries over every writer of every
- * instance.  A batch of one SKU is written in one transaction, under a
- * multi-lock on its orders' lock keys handed to the transaction:
- *   guarded UPDATE skus (stock >= n), INSERT orders ON CONFLICT (id) DO NOTHING,
- *   ledger rows; COMMIT; then, in the completion hook and still under the lock,
- *   return the stock of rejected orders (exactly once, by the journal) and XACK;
- *   last, the lock is released.
+ * instance.  What one read brings is one batch per SKU, and the batches of
+ * up to writer_skus_per_tx SKUs are written in one transaction, each SKU
+ * under its own fenced writer lock handed to the transaction (writer_tx.c):
+ *   the fenced row locks and the reads; guarded UPDATE skus (stock >= n),
+ *   INSERT orders ON CONFLICT (id) DO NOTHING, ledger rows; COMMIT; then, in
+ *   the completion hooks and still under the locks, the units of rejected
+ *   orders back (exactly once, by the journal), XACK and the decisions
+ *   (writer_settle.c); last, the locks are released.
  * Entries of a writer that died are reclaimed with XAUTOCLAIM and replayed;
  * the primary key and the journal make a replay change nothing.
  */

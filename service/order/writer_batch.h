@@ -19,6 +19,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+
+#include "order/order.h"
 
 #include "store/txlock.h"
 
@@ -70,6 +73,13 @@ struct batch {
     int finished;  /* stock returned, reapplied, dead letters moved, acknowledged */
     int done;      /* committed and finished: every entry decided */
 };
+
+/* Whether entry i was refused by its buyer (cancelled before any writer
+ * wrote it), not by the database's guards. */
+static inline int batch_is_cancelled(const struct batch *b, size_t i)
+{
+    return b->dec[i] == DEC_REJECTED && strcmp(b->reason[i], ORDER_REASON_CANCELLED) == 0;
+}
 
 /* A new empty batch of sku for w. */
 struct batch *batch_new(struct writer *w, int64_t sku);

@@ -2,29 +2,30 @@
  * writer_tx: several SKUs' batches in one transaction (see writer_batch.h).
  *
  * A flash sale of many SKUs gives each stream a few orders per read; one
- * transaction per SKU paid a BEGIN, a COMMIT (a WAL flush) and eight
- * statements for each of them.  Here the SKUs of one read share them:
+ * transaction per SKU paid a BEGIN, a COMMIT (a WAL flush), a lock and a
+ * release for each of them.  Here the SKUs of one read share them:
  *
- *   1. each SKU's writer lock, in id order (two writers never wait on each
- *      other in a circle), each with its own fencing token, and each bound
- *      to the transaction: released by its completion hook;
+ *   1. each SKU's writer lock, each with its own fencing token, all tried in
+ *      one round trip (txlock_try_each; a busy one is left out and waited
+ *      for later, alone), bound to the transaction: one completion hook
+ *      releases them all (txlock_bind_all);
  *   2. one round trip: BEGIN (dbtx_begin_deferred), the rows of every SKU
  *      locked in id order (skus_lock_many), their fenced row locks
- *      (skus_fence_many), the rows the
- *      batches' ids already have, the SKUs' rules, what each buyer holds,
- *      the cancel requests;
+ *      (skus_fence_many), the rows the batches' ids already have, the SKUs'
+ *      rules, what each buyer holds, the cancel requests;
  *   3. the decisions, per SKU, first come first served against the
  *      database's stock and per-user limit;
  *   4. one round trip: the guarded stock updates, the order rows, the
  *      ledger rows, each one statement for every SKU;
- *   5. every lock's lease checked, COMMIT; the completion hooks settle each
- *      batch with Redis (writer_settle.c), then release its lock.
+ *   5. every lock's lease checked, COMMIT; the completion hooks settle the
+ *      batches with Redis (writer_settle.c), then release the locks.
  *
  * A SKU whose token PostgreSQL refuses draws newer ones under the row lock
  * (txlock_fence); one refused for good is left out of the transaction (its
  * entries stay pending, b->stale says to try it again), and so is one whose
- * lock is busy.  Any failure of a statement rolls the whole transaction
- * back: nothing of any SKU is written, every entry stays pending.
+ * lock is busy (b->busy).  Any failure of a statement rolls the whole
+ * transaction back: nothing of any SKU is written, every entry stays
+ * pending, and order_writer.c tries each batch again on its own.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -215,12 +216,6 @@ static int64_t *units_of(struct user_units *u, int64_t user)
         i = (i + 1) & (u->cap - 1);
     u->user[i] = user;
     return &u->units[i];
-}
-
-/* A rejection by its buyer, not by the database's guards. */
-static int is_cancelled(const struct batch *b, size_t i)
-{
-    return b->dec[i] == DEC_REJECTED && strcmp(b->reason[i], ORDER_REASON_CANCELLED) == 0;
 }
 
 /* Fresh decisions for an attempt: only the ids repeated within the batch are
@@ -581,7 +576,7 @@ static void add_writes(struct write_args *a, const struct batch *b, const enum d
         if (was[i] != DEC_NONE)
             continue;
         const struct writer_entry *e = &b->e[i];
-        int ok = b->dec[i] == DEC_CONFIRMED, cancel = is_cancelled(b, i);
+        int ok = b->dec[i] == DEC_CONFIRMED, cancel = batch_is_cancelled(b, i);
         sb_next(&a->skus), sb_i64(&a->skus, b->sku);
         sb_next(&a->ids), sb_i64(&a->ids, e->order_id);
         sb_next(&a->users), sb_i64(&a->users, e->user_id);

@@ -136,6 +136,19 @@ long long th_redis_int(redisContext *r, const char *key)
     return v;
 }
 
+long long th_stream_len(int64_t sku)
+{
+    char key[KEYS_MAX];
+    keys_sku(key, sku, KEY_STREAM);
+    redisContext *r = th_redis();
+    redisReply *rep = redisCommand(r, "XLEN %s", key);
+    ck_assert(rep && rep->type == REDIS_REPLY_INTEGER);
+    long long n = rep->integer;
+    freeReplyObject(rep);
+    redisFree(r);
+    return n;
+}
+
 int th_run(Suite *s)
 {
     SRunner *sr = srunner_create(s);

@@ -71,6 +71,8 @@ long long th_pg_int(PGconn *c, const char *sql);
 long long th_redis_int(redisContext *r, const char *key);
 /* th_redis_int of SKU sku's key 'kind' (keys.h), on a connection of its own. */
 long long th_sku_int(int64_t sku, enum keys_kind kind);
+/* XLEN of SKU sku's order stream, on a connection of its own. */
+long long th_stream_len(int64_t sku);
 
 struct th_daemon {
     pid_t pid;

@@ -174,19 +174,6 @@ static int adjust(int port, int64_t sku, long long delta, const char *reason, st
     return r->status;
 }
 
-static long long redis_stream_len(int64_t sku)
-{
-    char key[KEYS_MAX];
-    keys_sku(key, sku, KEY_STREAM);
-    redisContext *r = th_redis();
-    redisReply *rep = redisCommand(r, "XLEN %s", key);
-    ck_assert(rep && rep->type == REDIS_REPLY_INTEGER);
-    long long n = rep->integer;
-    freeReplyObject(rep);
-    redisFree(r);
-    return n;
-}
-
 static long long redis_dbsize(void)
 {
     redisContext *r = th_redis_admin(); /* DBSIZE is no command of the service */
@@ -406,8 +393,8 @@ START_TEST(test_sale_not_active_before_start_and_after_end)
 
     ck_assert_int_eq(th_sku_int(1, KEY_STOCK), 5);
     ck_assert_int_eq(th_sku_int(2, KEY_STOCK), 5);
-    ck_assert_int_eq(redis_stream_len(1), 0);
-    ck_assert_int_eq(redis_stream_len(2), 0);
+    ck_assert_int_eq(th_stream_len(1), 0);
+    ck_assert_int_eq(th_stream_len(2), 0);
     th_wait_drained(3, DRAIN_MS);
     ck_assert_int_eq(pg_int("SELECT count(*) FROM orders WHERE sku_id IN (1, 2)"), 0);
     th_assert_invariants(1);
@@ -518,7 +505,7 @@ START_TEST(test_malformed_orders_answer_400)
 
     /* Nothing lost, nothing taken. */
     ck_assert_int_eq(th_sku_int(1, KEY_STOCK), 10);
-    ck_assert_int_eq(redis_stream_len(1), 0);
+    ck_assert_int_eq(th_stream_len(1), 0);
     char seq[KEYS_MAX];
     keys_sku(seq, 1, KEY_SEQ);
     redisContext *rc = th_redis();
@@ -1125,7 +1112,7 @@ START_TEST(test_order_without_a_valid_buyer_token_answers_401)
     expect_str(r.body, "detail", "the buyer token has expired");
     /* Nothing was taken, nothing queued. */
     ck_assert_int_eq(th_sku_int(1, KEY_STOCK), 10);
-    ck_assert_int_eq(redis_stream_len(1), 0);
+    ck_assert_int_eq(th_stream_len(1), 0);
     ck_assert_int_eq(pg_int("SELECT count(*) FROM orders"), 0);
     stop(&d);
 }
@@ -1143,7 +1130,7 @@ START_TEST(test_body_user_id_must_be_the_token_buyer)
     order_raw(d.port, 1, auth, "{\"user_id\":8,\"qty\":1}", &r);
     expect_detail(&r, 403, "forbidden", "user_id 8 with user 7's token");
     ck_assert_int_eq(th_sku_int(1, KEY_STOCK), 10);
-    ck_assert_int_eq(redis_stream_len(1), 0);
+    ck_assert_int_eq(th_stream_len(1), 0);
 
     order_raw(d.port, 1, auth, "{\"user_id\":7,\"qty\":1}", &r);
     expect(&r, 201, NULL, "user_id equal to the token's sub");

@@ -20,14 +20,15 @@
 /* One order of a test batch. */
 struct test_order {
     int64_t user, qty;
-    const char *idem; /* the buyer's key, or NULL */
+    const char *idem; /* an Idempotency-Key, or NULL */
 };
 
 /* Runs one reserve.lua call for orders o[0..n) on SKU with the per-minute
- * and burst limits of the buyer's bucket (0: none); out[i] gets order i's
- * outcome.  Returns the raw reply (caller frees). */
-static redisReply *reserve_batch(const struct test_order *o, int n, int64_t per_min, int64_t burst,
-                                 struct order_reply *out)
+ * and burst limits of the buyer's bucket (0: none); the key of order i is
+ * one the service made up when bit i of 'made_up' is set, else the buyer's.
+ * out[i] gets order i's outcome.  Returns the raw reply (caller frees). */
+static redisReply *reserve_keys(const struct test_order *o, int n, int64_t per_min, int64_t burst,
+                                unsigned made_up, struct order_reply *out)
 {
     struct cfg c;
     th_cfg(&c);
@@ -36,10 +37,11 @@ static redisReply *reserve_batch(const struct test_order *o, int n, int64_t per_
     ck_assert_msg(redis_conn_init(&rc, &c, err, sizeof err) == 0, "%s", err);
     embedded_init();
     struct order_reserve_call call = {0};
-    order_reserve_begin(&call, SKU, 600, 60, INT64_MAX);
+    order_reserve_begin(&call, SKU, 86400, 600, INT64_MAX); /* buyers' keys, made-up keys */
     order_reserve_limit(&call, per_min, burst);
     for (int i = 0; i < n; i++)
-        order_reserve_add(&call, o[i].user, o[i].qty, o[i].idem, o[i].idem != NULL, 0, 1);
+        order_reserve_add(&call, o[i].user, o[i].qty, o[i].idem, o[i].idem && !(made_up >> i & 1u),
+                          0, 1);
     order_reserve_argv(&call);
     redisReply *r =
         redis_conn_script(&rc, &script_reserve, call.nkeys, call.nargs, call.argv, NULL);
@@ -52,6 +54,12 @@ static redisReply *reserve_batch(const struct test_order *o, int n, int64_t per_
     return r;
 }
 
+static redisReply *reserve_batch(const struct test_order *o, int n, int64_t per_min, int64_t burst,
+                                 struct order_reply *out)
+{
+    return reserve_keys(o, n, per_min, burst, 0, out);
+}
+
 /* A fresh SKU with 'stock' units and a per-user limit. */
 static void fresh_sku(int64_t stock, int limit)
 {
@@ -60,19 +68,6 @@ static void fresh_sku(int64_t stock, int limit)
     th_cfg(&c);
     th_sku_create_direct(&c, SKU, stock, limit, 0);
     cfg_free(&c);
-}
-
-static long long stream_len(void)
-{
-    char key[KEYS_MAX];
-    keys_sku(key, SKU, KEY_STREAM);
-    redisContext *r = th_redis();
-    redisReply *rep = redisCommand(r, "XLEN %s", key);
-    ck_assert(rep && rep->type == REDIS_REPLY_INTEGER);
-    long long n = rep->integer;
-    freeReplyObject(rep);
-    redisFree(r);
-    return n;
 }
 
 START_TEST(test_batch_orders_same_buyer_limit_counts_earlier_member)
@@ -86,7 +81,7 @@ START_TEST(test_batch_orders_same_buyer_limit_counts_earlier_member)
     ck_assert_int_eq(out[2].result, ORDER_LIMIT_EXCEEDED); /* the first two hold 2 */
     ck_assert_int_eq(out[3].result, ORDER_PENDING);        /* another buyer's own limit */
     ck_assert_int_eq(th_sku_int(SKU, KEY_STOCK), 96);
-    ck_assert_int_eq(stream_len(), 3);
+    ck_assert_int_eq(th_stream_len(SKU), 3);
     /* a later call sees what the batch left */
     struct test_order again = {7, 1, NULL};
     freeReplyObject(reserve_batch(&again, 1, 0, 0, out));
@@ -112,7 +107,7 @@ START_TEST(test_batch_same_idempotency_key_second_is_replay)
     ck_assert_int_eq(out[3].result, ORDER_PENDING);       /* keys are per buyer */
     ck_assert(!out[3].replayed);
     ck_assert_int_eq(th_sku_int(SKU, KEY_STOCK), 98); /* taken once per buyer */
-    ck_assert_int_eq(stream_len(), 2);
+    ck_assert_int_eq(th_stream_len(SKU), 2);
     /* and a call after the batch replays it the same way */
     freeReplyObject(reserve_batch(o, 1, 0, 0, out));
     ck_assert(out[0].replayed);
@@ -212,7 +207,7 @@ START_TEST(test_batch_script_error_refuses_every_order_before_any_write)
     freeReplyObject(e);
     redisFree(rc);
     ck_assert_int_eq(th_sku_int(SKU, KEY_STOCK), 99);
-    ck_assert_int_eq(stream_len(), 1);
+    ck_assert_int_eq(th_stream_len(SKU), 1);
 }
 END_TEST
 
@@ -264,22 +259,9 @@ END_TEST
 START_TEST(test_made_up_key_lives_shorter_than_the_buyers)
 {
     fresh_sku(100, 5);
-    struct cfg c;
-    th_cfg(&c);
-    struct redis_conn rc;
-    char err[160];
-    ck_assert_msg(redis_conn_init(&rc, &c, err, sizeof err) == 0, "%s", err);
-    embedded_init();
-    struct order_reserve_call call = {0};
-    order_reserve_begin(&call, SKU, 86400, 600, INT64_MAX);
-    order_reserve_add(&call, 7, 1, "auto-1", 0, 0, 1);
-    order_reserve_add(&call, 8, 1, "mine", 1, 0, 1);
-    order_reserve_argv(&call);
-    freeReplyObject(
-        redis_conn_script(&rc, &script_reserve, call.nkeys, call.nargs, call.argv, NULL));
-    order_reserve_free(&call);
-    redis_conn_close(&rc);
-    cfg_free(&c);
+    struct order_reply out[2];
+    freeReplyObject(reserve_keys((const struct test_order[]){{7, 1, "auto-1"}, {8, 1, "mine"}}, 2,
+                                 0, 0, 1u, out));
     char key[KEYS_MAX];
     redisContext *r = th_redis_admin(); /* TTL is no command of the service */
     keys_idem(key, SKU, 7, "auto-1");
