@@ -13,16 +13,16 @@
 -- the second writes.  (A buyer's bucket token is taken by every attempt that
 -- gets as far as the bucket, on purpose, whatever it is answered next.)
 --
--- Writes, for the orders taken: the sequence and the stock (one MSET), the
--- journal (one HSET) and the buyers' held units (one HSET) once per batch;
--- per order its XADD and its idempotency key.  A service-made key lives
+-- Writes, for the orders taken: the sequence and the stock (one MSET), per
+-- order its XADD and its idempotency key, then the journal (one HSET) and the
+-- buyers' held units (one HSET) once per batch.  A service-made key lives
 -- ARGV[3] seconds (long enough to settle a lost reply), a buyer's ARGV[2].
 --
 -- KEYS: 1 meta (hash epoch, starts_ms, ends_ms, limit, parent, bucket,
 --       buckets), 2 stock, 3 seq, 4 bought (hash user -> units held, and
 --       'r:<user>' -> the buyer's bucket as its latest order taken left it),
---       5 journal (hash order -> state, 'pending:<user>' until the writer
---       decides), 6 stream; then two per order i = 1..N:
+--       5 journal (hash order -> state, 'pending:<user>:<entry>' until the
+--       writer decides), 6 stream; then two per order i = 1..N:
 --       5 + 2i its idempotency key (used only when its key arg is not ''),
 --       6 + 2i its buyer's order bucket on this SKU (string: the instant, in
 --       us on the Redis clock, from which it is full again; absent: full;
@@ -191,8 +191,11 @@ local function decide(i)
     end
     return {verdict, n}
   end
-  if b.held + qty > limit then
-    return refuse('limit_exceeded', b.held)
+  -- A negative balance (units given back before a rebuild's debt took them)
+  -- gives no extra room; it is kept, so the debt lands on the right number.
+  local holds = math.max(b.held, 0)
+  if holds + qty > limit then
+    return refuse('limit_exceeded', holds)
   end
   if stock < qty then
     return refuse('sold_out', stock)
@@ -230,11 +233,23 @@ if #taken > 0 then
   -- the sequence and the stock in one write (this script read both, and
   -- nothing runs between)
   redis.call('MSET', KEYS[3], string.format('%.0f', seq), KEYS[2], string.format('%.0f', stock))
-  -- the journal names the buyer: only they may read the order while it is pending
+  for _, i in ipairs(taken) do
+    local o = orders[i]
+    o.entry = redis.call('XADD', KEYS[6], '*', ARGV[6], o.id, ARGV[7], o.user, ARGV[8], o.qty,
+                         ARGV[9], o.key)
+    replies[i][4] = o.entry
+    if o.key ~= '' then
+      redis.call('SET', KEYS[NKEYS + 2 * i - 1], o.fp .. '|' .. o.id .. '@' .. o.entry, 'EX', o.ttl)
+    end
+  end
+  -- The journal names the buyer (only they may read the order while it is
+  -- pending) and the stream entry: after a failover Redis may issue the same
+  -- order id again, never the same entry, so the scripts that settle an order
+  -- change its state only when both match ('pending:<user>:<entry>').
   local journal = {}
   for _, i in ipairs(taken) do
     journal[#journal + 1] = orders[i].id
-    journal[#journal + 1] = 'pending:' .. orders[i].user
+    journal[#journal + 1] = 'pending:' .. orders[i].user .. ':' .. orders[i].entry
   end
   redis.call('HSET', KEYS[5], unpack(journal))
   -- the units held, absolute (read above); the bucket rides along: one write
@@ -251,15 +266,6 @@ if #taken > 0 then
     end
   end
   redis.call('HSET', KEYS[4], unpack(held))
-  for _, i in ipairs(taken) do
-    local o = orders[i]
-    o.entry = redis.call('XADD', KEYS[6], '*', ARGV[6], o.id, ARGV[7], o.user, ARGV[8], o.qty,
-                         ARGV[9], o.key)
-    replies[i][4] = o.entry
-    if o.key ~= '' then
-      redis.call('SET', KEYS[NKEYS + 2 * i - 1], o.fp .. '|' .. o.id .. '@' .. o.entry, 'EX', o.ttl)
-    end
-  end
 end
 -- A buyer whose token went with no order taken keeps it in the bucket's key,
 -- which expires once the bucket is full again.
@@ -276,7 +282,7 @@ for i = 1, N do
   local r = replies[i]
   if r[1] == 'dup' and orders[r[2]] then -- an order of this batch, pending as it was just written
     local o = orders[r[2]]
-    replies[i] = {'dup', o.id, 'pending:' .. o.user, o.entry}
+    replies[i] = {'dup', o.id, 'pending:' .. o.user .. ':' .. o.entry, o.entry}
   end
 end
 return replies

@@ -8,7 +8,8 @@
 -- Debts owed to this load are settled here: orders it must take
 -- (orders_reapply.lua, a positive qty) and units it must give back
 -- (order_release.lua, a negative one); debts owed to an older load are
--- dropped, because this load read those orders from the database.
+-- dropped, because this load read those orders from the database.  A balance
+-- held that a debt takes below zero is kept.
 -- KEYS: 1 meta, 2 stock, 3 seq, 4 stream, 5 bought, 6 debts (hash "<epoch>:<order>[:return]"
 --       -> "<user>:<qty>", qty negative for units given back)
 -- ARGV: 1 epoch, 2 stock, 3 per-user limit, 4 starts_ms ('' none), 5 ends_ms ('' none),
@@ -19,9 +20,16 @@
 --       9 the parent SKU of a bucket ('' none), 10 its bucket, 11 the parent's
 --       number of buckets (reserve.lua sells a bucket only to the buyers whose
 --       user id falls in it, through its parent), then pairs user id, units held
--- Returns 1 when loaded, 0 when already loaded.
+-- Returns 1 when loaded, 0 when already loaded, -1 when a rebuild's epoch is
+-- not newer than the loaded one (a rebuild that paused past its lease while a
+-- newer one installed its state: installing the older snapshot would undo
+-- the newer one's takes and returns).
 if ARGV[7] ~= 'rebuild' and redis.call('EXISTS', KEYS[1]) == 1 then
   return 0
+end
+if ARGV[7] == 'rebuild' and
+   tonumber(redis.call('HGET', KEYS[1], 'loaded') or '0') >= tonumber(ARGV[1]) then
+  return -1
 end
 redis.call('DEL', KEYS[5])
 for i = 12, #ARGV, 2 do
@@ -36,7 +44,7 @@ for i = 1, #debts, 2 do
   local user, qty = string.match(debts[i + 1], '^(%d+):(-?%d+)$')
   if epoch == this and user then
     redis.call('DECRBY', KEYS[2], qty)
-    if redis.call('HINCRBY', KEYS[5], user, qty) <= 0 then
+    if redis.call('HINCRBY', KEYS[5], user, qty) == 0 then
       redis.call('HDEL', KEYS[5], user)
     end
   end

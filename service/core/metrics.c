@@ -84,6 +84,12 @@ static const struct {
     [M_WRITER_REAPPLIED] = {"seckill_writer_reapplied_total",
                             "orders taken again from a Redis rebuilt without them", NULL},
     [M_SKU_RELOADS] = {"seckill_sku_reloads_total", "SKUs rebuilt in Redis from PostgreSQL", NULL},
+    [M_SKU_LOADS_SUPERSEDED] = {"seckill_sku_loads_superseded_total",
+                                "Rebuild loads refused because Redis held a newer epoch", NULL},
+    [M_SETTLES_FENCED] = {"seckill_settles_fenced_total",
+                          "Redis writes after a commit refused because a newer lock holder took "
+                          "over",
+                          NULL},
     [M_ADJUSTMENTS_SETTLED] = {"seckill_adjustments_settled_total",
                                "adjustment records of dead processes settled", NULL},
     [M_RECONCILE_RUNS] = {"seckill_reconcile_runs_total", "reconciliation passes", NULL},

@@ -39,12 +39,14 @@ enum metric {
     M_WRITER_ORDERS_CONFIRMED,
     M_WRITER_ORDERS_REJECTED,
     M_WRITER_ORDERS_RECLAIMED,
-    M_WRITER_ID_CONFLICTS, /* an order id reused after Redis lost writes */
-    M_WRITER_DEAD_LETTERS, /* stream entries moved to the dead-letter stream */
-    M_WRITER_REAPPLIED,    /* orders taken again from a Redis rebuilt without them */
-    M_SKU_RELOADS,         /* SKUs (re)built in Redis from PostgreSQL */
-    M_ADJUSTMENTS_SETTLED, /* adjustment records left by a dead process, settled */
-    M_RECONCILE_RUNS,      /* reconciliation passes */
+    M_WRITER_ID_CONFLICTS,  /* an order id reused after Redis lost writes */
+    M_WRITER_DEAD_LETTERS,  /* stream entries moved to the dead-letter stream */
+    M_WRITER_REAPPLIED,     /* orders taken again from a Redis rebuilt without them */
+    M_SKU_RELOADS,          /* SKUs (re)built in Redis from PostgreSQL */
+    M_SKU_LOADS_SUPERSEDED, /* rebuild loads refused: Redis held a newer epoch */
+    M_SETTLES_FENCED,       /* completion-hook Redis writes refused: a newer lock holder */
+    M_ADJUSTMENTS_SETTLED,  /* adjustment records left by a dead process, settled */
+    M_RECONCILE_RUNS,       /* reconciliation passes */
     /* gauges, from the last reconciliation pass */
     M_DRIFT_SKUS,  /* SKUs whose Redis and PostgreSQL disagree */
     M_DRIFT_UNITS, /* sum over SKUs of |Redis stock + in flight - skus.stock| */

@@ -100,7 +100,9 @@ static enum order_result verdict_of(const char *word)
     return ORDER_UNAVAILABLE;
 }
 
-/* reserve.lua writes "pending:<user>" (the owner answers GET of the order). */
+/* reserve.lua writes "pending:<user>:<entry>" (the owner answers GET of the
+ * order; the entry tells this reservation from another one Redis gave the
+ * same id after a failover).  "pending:<user>" and "pending" are older forms. */
 #define STATE_PENDING "pending"
 
 /* Whether a journal state is pending; returns what follows the word. */
@@ -115,10 +117,30 @@ static const char *pending_rest(const char *state)
 int64_t order_pending_owner(const char *state)
 {
     const char *rest = pending_rest(state);
+    if (!rest || *rest != ':')
+        return 0;
+    const char *end = strchr(rest + 1, ':');
+    size_t len = end ? (size_t)(end - rest - 1) : strlen(rest + 1);
     int64_t user;
-    if (!rest || *rest != ':' || validate_id_segment(rest + 1, strlen(rest + 1), &user) != 0)
+    if (validate_id_segment(rest + 1, len, &user) != 0)
         return 0;
     return user;
+}
+
+int order_pending_entry(const char *state, char *entry, size_t cap)
+{
+    entry[0] = '\0';
+    if (!order_pending_owner(state))
+        return -1;
+    const char *e = strchr(state + strlen(STATE_PENDING) + 1, ':');
+    if (!e)
+        return 0; /* the older form: no entry named */
+    e++;
+    size_t len = strlen(e);
+    if (len == 0 || len >= cap || len >= ORDER_ENTRY_MAX || strspn(e, "0123456789-") != len)
+        return -1;
+    memcpy(entry, e, len + 1);
+    return 0;
 }
 
 void order_parse_state(const char *state, struct order_decision *d)

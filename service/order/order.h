@@ -191,6 +191,11 @@ void order_parse_state(const char *state, struct order_decision *d);
  * state is not pending or names nobody. */
 int64_t order_pending_owner(const char *state);
 
+/* The stream entry a pending journal state names, into entry[0..cap): ""
+ * for a state of the older form that names none.  Returns 0, or -1 when the
+ * state is not pending or its entry is malformed. */
+int order_pending_entry(const char *state, char *entry, size_t cap);
+
 /* Appends one decision to a decision message (space-separated tokens
  * "<id>@<entry>:c" or "<id>@<entry>:r:<reason>") in buf of cap bytes at *len.  Returns 0, or
  * -1 when it does not fit (nothing appended). */

@@ -34,7 +34,8 @@ struct release_job {
     struct worker_ctx *w;
     int64_t sku;
     PGresult *returns; /* orders_return_unsettled.sql: id, user_id, qty, return_epoch, status */
-    int done;          /* order_release.lua answered */
+    const struct txlock *lock; /* the SKU's lock the transaction holds: fences the release */
+    int done;                  /* order_release.lua answered */
 };
 
 /* Completion hook (before the lock's release, so under the SKU lock): gives
@@ -47,10 +48,12 @@ static void release_on_commit(enum dbtx_outcome outcome, void *arg)
     if (outcome != DBTX_COMMITTED || n == 0)
         return;
     fault_point("release_before_redis");
-    char keys[5][KEYS_MAX];
+    char keys[5][KEYS_MAX], lock[KEYS_MAX], counter[KEYS_MAX + 8], fence[TXLOCK_FENCE_ARG_MAX];
     static const enum keys_kind kinds[] = {KEY_RELEASED, KEY_STOCK, KEY_BOUGHT, KEY_META,
                                            KEY_DEBTS};
-    const char **argv = calloc(5 + 5 * (size_t)n, sizeof *argv);
+    if (txlock_redis_fence(j->lock, lock, counter, fence) != 0)
+        return;
+    const char **argv = calloc(8 + 5 * (size_t)n, sizeof *argv);
     if (!argv)
         abort();
     size_t argc = 0;
@@ -58,11 +61,14 @@ static void release_on_commit(enum dbtx_outcome outcome, void *arg)
         keys_sku(keys[i], j->sku, kinds[i]);
         argv[argc++] = keys[i];
     }
+    argv[argc++] = lock;
+    argv[argc++] = counter;
+    argv[argc++] = fence;
     for (int row = 0; row < n; row++)
         for (int col = 0; col < 5; col++)
             argv[argc++] = PQgetvalue(j->returns, row, col);
     redisReply *r =
-        redis_conn_script(&j->w->redis, &script_order_release, 5, (int)argc - 5, argv, NULL);
+        redis_conn_script(&j->w->redis, &script_order_release, 7, (int)argc - 7, argv, NULL);
     j->done = r && r->type == REDIS_REPLY_INTEGER;
     if (!j->done)
         log_warn("sku %" PRId64 ": giving %d returned orders to Redis failed (%s); the next "
@@ -121,8 +127,8 @@ static int locked(struct worker_ctx *w, int64_t sku, life_step *step, void *arg)
     i64s(sid, sizeof sid, sku);
     i64s(max, sizeof max, LIFE_SETTLE_MAX);
     for (int attempt = 0; attempt < TXLOCK_FENCE_ATTEMPTS; attempt++) {
-        struct release_job j = {.w = w, .sku = sku};
         struct txlock t;
+        struct release_job j = {.w = w, .sku = sku, .lock = &t};
         struct dbtx *tx = sku_tx_begin(w, &t, sku, release_on_commit, &j);
         if (!tx)
             return -1;
@@ -188,12 +194,14 @@ enum life_result order_pay(struct worker_ctx *w, int64_t order_id, const char *p
     const char *state = "pending";
     if (PQntuples(r) == 0) {
         int64_t sku, buyer;
-        enum order_result where = order_pending_where(w, order_id, &sku, &buyer);
+        char entry[ORDER_ENTRY_MAX];
+        enum order_result where = order_pending_where(w, order_id, &sku, &buyer, entry);
         res = where == ORDER_PENDING       ? LIFE_WRONG_STATE
               : where == ORDER_UNAVAILABLE ? LIFE_UNAVAILABLE
                                            : LIFE_NOT_FOUND;
         /* not written yet, and perhaps cancelled by its buyer already */
-        int64_t cancelled = res == LIFE_WRONG_STATE ? order_cancel_requested(w, order_id) : 0;
+        int64_t cancelled =
+            res == LIFE_WRONG_STATE ? order_cancel_requested(w, order_id, buyer, entry) : 0;
         if (cancelled < 0)
             res = LIFE_UNAVAILABLE;
         else if (cancelled > 0)
@@ -282,14 +290,17 @@ static int cancel_step(struct worker_ctx *w, struct dbtx *tx, int64_t sku, void 
      * written it: record the request, which the next writer reads under the
      * same row lock. */
     int64_t owner = 0;
-    enum order_result where = order_pending_owner_of(w, sku, c->order_id, &owner);
+    char entry[ORDER_ENTRY_MAX];
+    enum order_result where = order_pending_owner_of(w, sku, c->order_id, &owner, entry);
     if (where == ORDER_UNAVAILABLE)
         return -1;
     if (where != ORDER_PENDING || owner != c->buyer) {
         c->res = LIFE_NOT_FOUND;
         return 0;
     }
-    r = dbtx_exec(tx, sql_text("order_cancel_request"), 3, (const char *[]){oid, sid, uid});
+    /* The request names this reservation: an id Redis issues again after a
+     * failover, to the same buyer even, is another order, not cancelled. */
+    r = dbtx_exec(tx, sql_text("order_cancel_request"), 4, (const char *[]){oid, sid, uid, entry});
     if (!r)
         return -1;
     c->res = strcmp(PQcmdTuples(r), "1") == 0 ? LIFE_OK : LIFE_REPLAYED;
@@ -318,7 +329,7 @@ static enum life_result order_sku(struct worker_ctx *w, int64_t order_id, int64_
         return LIFE_OK;
     }
     int64_t owner = 0;
-    enum order_result where = order_pending_where(w, order_id, sku, &owner);
+    enum order_result where = order_pending_where(w, order_id, sku, &owner, NULL);
     if (where == ORDER_UNAVAILABLE)
         return LIFE_UNAVAILABLE;
     return where == ORDER_PENDING && owner == buyer ? LIFE_OK : LIFE_NOT_FOUND;

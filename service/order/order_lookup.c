@@ -48,7 +48,7 @@ static enum order_result order_row(struct worker_ctx *w, int64_t order_id, int64
 }
 
 enum order_result order_pending_where(struct worker_ctx *w, int64_t order_id, int64_t *sku,
-                                      int64_t *buyer)
+                                      int64_t *buyer, char *entry)
 {
     /* Beyond the largest epoch the id was never issued (and would overflow the query). */
     if (order_id <= 0 || order_id_epoch(order_id) > ORDER_EPOCH_MAX)
@@ -64,14 +64,14 @@ enum order_result order_pending_where(struct worker_ctx *w, int64_t order_id, in
     PQclear(r);
     if (!found)
         return ORDER_NOT_FOUND;
-    enum order_result res = order_pending_owner_of(w, s, order_id, buyer);
+    enum order_result res = order_pending_owner_of(w, s, order_id, buyer, entry);
     if (res == ORDER_PENDING)
         *sku = s;
     return res;
 }
 
 enum order_result order_pending_owner_of(struct worker_ctx *w, int64_t sku, int64_t order_id,
-                                         int64_t *buyer)
+                                         int64_t *buyer, char *entry)
 {
     char oid[24];
     snprintf(oid, sizeof oid, "%" PRId64, order_id);
@@ -88,18 +88,26 @@ enum order_result order_pending_owner_of(struct worker_ctx *w, int64_t sku, int6
     const char *state = rr->type == REDIS_REPLY_STRING ? rr->str : NULL;
     order_parse_state(state, &d);
     int64_t owner = d.status == ORDER_PENDING ? order_pending_owner(state) : 0;
+    char e[ORDER_ENTRY_MAX] = "";
+    if (owner && order_pending_entry(state, e, sizeof e) != 0)
+        owner = 0;
     freeReplyObject(rr);
     if (owner == 0)
         return ORDER_NOT_FOUND;
+    if (entry)
+        memcpy(entry, e, sizeof e);
     *buyer = owner;
     return ORDER_PENDING;
 }
 
-int64_t order_cancel_requested(struct worker_ctx *w, int64_t order_id)
+int64_t order_cancel_requested(struct worker_ctx *w, int64_t order_id, int64_t buyer,
+                               const char *entry)
 {
-    char oid[24];
+    char oid[24], uid[24];
     snprintf(oid, sizeof oid, "%" PRId64, order_id);
-    PGresult *r = db_query(&w->db, "order_cancel_request_get", 1, (const char *[]){oid});
+    snprintf(uid, sizeof uid, "%" PRId64, buyer);
+    PGresult *r =
+        db_query(&w->db, "order_cancel_request_get", 3, (const char *[]){oid, uid, entry});
     if (!r)
         return -1;
     long long ms = 0;
@@ -118,11 +126,12 @@ enum order_result order_lookup(struct worker_ctx *w, int64_t order_id, int64_t b
     if (res != ORDER_NOT_FOUND)
         return res;
     int64_t sku = 0, owner = 0;
-    res = order_pending_where(w, order_id, &sku, &owner);
+    char entry[ORDER_ENTRY_MAX];
+    res = order_pending_where(w, order_id, &sku, &owner, entry);
     if (res == ORDER_UNAVAILABLE)
         return res;
     if (res == ORDER_PENDING && owner == buyer) {
-        int64_t cancelled_ms = order_cancel_requested(w, order_id);
+        int64_t cancelled_ms = order_cancel_requested(w, order_id, buyer, entry);
         if (cancelled_ms < 0)
             return ORDER_UNAVAILABLE;
         json_t *o = json_pack("{s:I, s:I, s:I, s:s}", "order_id", (json_int_t)order_id, "sku_id",

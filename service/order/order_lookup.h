@@ -28,19 +28,23 @@ enum order_result order_lookup(struct worker_ctx *w, int64_t order_id, int64_t b
  * buyer, qty, status, reason, and the times of its states that are set. */
 json_t *order_row_json(const PGresult *r);
 
-/* Where an order that has no row yet is: ORDER_PENDING with its SKU and
- * buyer (the journal's "pending:<user>"), ORDER_NOT_FOUND when Redis holds
- * no pending reservation under that id, or ORDER_UNAVAILABLE. */
+/* Where an order that has no row yet is: ORDER_PENDING with its SKU, buyer
+ * and (entry not NULL: ORDER_ENTRY_MAX bytes) the stream entry of its
+ * reservation ("" for a journal state written before states named it), from
+ * the journal's "pending:<user>:<entry>"; ORDER_NOT_FOUND when Redis holds no
+ * pending reservation under that id, or ORDER_UNAVAILABLE. */
 enum order_result order_pending_where(struct worker_ctx *w, int64_t order_id, int64_t *sku,
-                                      int64_t *buyer);
+                                      int64_t *buyer, char *entry);
 
-/* The same on a known SKU, from Redis alone (the journal's "pending:<user>"). */
+/* The same on a known SKU, from Redis alone. */
 enum order_result order_pending_owner_of(struct worker_ctx *w, int64_t sku, int64_t order_id,
-                                         int64_t *buyer);
+                                         int64_t *buyer, char *entry);
 
 /* A pending order its buyer cancelled (the writer has not written it yet):
- * the request's time (Unix ms), 0 when there is none, -1 when PostgreSQL
- * failed. */
-int64_t order_cancel_requested(struct worker_ctx *w, int64_t order_id);
+ * the time (Unix ms) of the request that names this reservation (order id,
+ * buyer and stream entry 'entry'; a request recorded before requests named
+ * their entry names any), 0 when there is none, -1 when PostgreSQL failed. */
+int64_t order_cancel_requested(struct worker_ctx *w, int64_t order_id, int64_t buyer,
+                               const char *entry);
 
 #endif

@@ -148,7 +148,7 @@ void writer_top_up(struct batch *b)
         b->n += parse_entries(list, b->e + b->n, bad, why, &nbad);
         batch_mark_dups(b, from);
         /* still pending if this fails: a reclaim replays them */
-        (void)writer_dead_letter(w, b->sku, bad, why, 0, nbad);
+        (void)writer_dead_letter(w, b->sku, NULL, bad, why, 0, nbad);
         free(bad);
         free(why);
     }
@@ -243,7 +243,7 @@ static struct batch *set_add(struct writer *w, struct batch_set *s, int64_t sku,
         abort();
     size_t nbad = 0;
     b->n = parse_entries(list, b->e, bad, why, &nbad);
-    if (writer_dead_letter(w, sku, bad, why, 0, nbad) != 0)
+    if (writer_dead_letter(w, sku, NULL, bad, why, 0, nbad) != 0)
         s->failed = 1;
     free(bad);
     free(why);

@@ -113,8 +113,10 @@ void writer_settle_all(struct batch *const *b, size_t n);
 
 /* Moves stream entries entry_ids[0..n) of sku to the dead-letter stream,
  * giving their units back when give_back (orders_dead_letter.lua, exactly
- * once by the entry's presence).  Returns 0 or -1. */
-int writer_dead_letter(struct writer *w, int64_t sku, const char *const *entry_ids,
-                       const char *const *reasons, int give_back, size_t n);
+ * once by the entry's presence), fenced by lock (NULL: entries read without
+ * the SKU's writer lock, which give nothing back).  Returns 0 or -1. */
+int writer_dead_letter(struct writer *w, int64_t sku, const struct txlock *lock,
+                       const char *const *entry_ids, const char *const *reasons, int give_back,
+                       size_t n);
 
 #endif

@@ -24,11 +24,22 @@ static int is_rejected(const struct batch *b, size_t i)
     return b->dec[i] == DEC_REJECTED;
 }
 
+/* Logs a script's refusal; one refused by its fence (a newer holder took
+ * the lock over) is counted too. */
+static void script_refused(const char *name, const redisReply *r)
+{
+    const char *why = r && r->type == REDIS_REPLY_ERROR ? r->str : "bad reply";
+    if (strncmp(why, "SECKILL fenced", 14) == 0)
+        metrics_add(M_SETTLES_FENCED, 1);
+    log_warn("%s: %s", name, why);
+}
+
 /* Runs a script over the SKU's journal, stock, bought and meta keys (and,
- * for the reapply of load 'epoch', its debts) with ARGV 'lead' (may be NULL),
- * then per selected entry the order, user, qty and (with 'reasons') its
- * reason, then 'tail' (may be NULL).  Returns the script's integer answer, or
- * -1 when Redis failed. */
+ * for the reapply of load 'epoch', its debts), then the fence's two keys,
+ * with ARGV the fence, 'lead' (may be NULL), then per selected entry the
+ * order, user, qty, stream entry and (with 'reasons') its reason, then
+ * 'tail' (may be NULL).  Returns the script's integer answer, or -1 when
+ * Redis failed or the fence refused. */
 static long long run_for(struct batch *b, const struct rlock_script *s, const char *lead,
                          int reasons, const char *tail, int (*want)(const struct batch *, size_t),
                          int32_t epoch)
@@ -38,10 +49,12 @@ static long long run_for(struct batch *b, const struct rlock_script *s, const ch
         n += want(b, i) && (!epoch || b->reapply[i] == epoch);
     if (n == 0)
         return 0;
-    char keys[5][KEYS_MAX];
+    char keys[5][KEYS_MAX], lock[KEYS_MAX], counter[KEYS_MAX + 8], fence[TXLOCK_FENCE_ARG_MAX];
+    if (txlock_redis_fence(&b->lock, lock, counter, fence) != 0)
+        return -1;
     static const enum keys_kind kinds[] = {KEY_JOURNAL, KEY_STOCK, KEY_BOUGHT, KEY_META, KEY_DEBTS};
     int nkeys = epoch ? 5 : 4;
-    const char **argv = calloc(7 + 4 * n, sizeof *argv);
+    const char **argv = calloc(10 + 5 * n, sizeof *argv);
     char(*nums)[3][24] = calloc(n, sizeof *nums);
     if (!argv || !nums)
         abort();
@@ -50,6 +63,9 @@ static long long run_for(struct batch *b, const struct rlock_script *s, const ch
         keys_sku(keys[i], b->sku, kinds[i]);
         argv[argc++] = keys[i];
     }
+    argv[argc++] = lock;
+    argv[argc++] = counter;
+    argv[argc++] = fence;
     if (lead)
         argv[argc++] = lead;
     for (size_t i = 0; i < b->n; i++) {
@@ -60,16 +76,18 @@ static long long run_for(struct batch *b, const struct rlock_script *s, const ch
         snprintf(nums[k][2], sizeof nums[k][2], "%" PRId64, b->e[i].qty);
         for (int j = 0; j < 3; j++)
             argv[argc++] = nums[k][j];
+        argv[argc++] = b->e[i].stream_id;
         if (reasons)
             argv[argc++] = b->reason[i];
         k++;
     }
     if (tail)
         argv[argc++] = tail;
-    redisReply *r = redis_conn_script(&b->w->ctx.redis, s, nkeys, (int)argc - nkeys, argv, NULL);
+    redisReply *r =
+        redis_conn_script(&b->w->ctx.redis, s, nkeys + 2, (int)argc - nkeys - 2, argv, NULL);
     long long rc = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
     if (r && rc < 0)
-        log_warn("%s: %s", s->name, r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
+        script_refused(s->name, r);
     if (r)
         freeReplyObject(r);
     free(argv);
@@ -111,17 +129,27 @@ static int reapply_orders(struct batch *b)
 }
 
 /* Moves the dead entries to the dead-letter stream, giving their units back
- * (orders_dead_letter.lua, exactly once by the entry's presence).  Returns 0
- * or -1. */
-int writer_dead_letter(struct writer *w, int64_t sku, const char *const *entry_ids,
-                       const char *const *reasons, int give_back, size_t n)
+ * (orders_dead_letter.lua, exactly once by the entry's presence), fenced by
+ * lock when not NULL.  Returns 0 or -1. */
+int writer_dead_letter(struct writer *w, int64_t sku, const struct txlock *lock,
+                       const char *const *entry_ids, const char *const *reasons, int give_back,
+                       size_t n)
 {
     if (n == 0)
         return 0;
     char keys[6][KEYS_MAX], max[24], per_epoch[24];
+    char lk[KEYS_MAX], counter[KEYS_MAX + 8], fence[TXLOCK_FENCE_ARG_MAX] = "";
     static const enum keys_kind kinds[] = {KEY_STREAM, KEY_DEAD,   KEY_JOURNAL,
                                            KEY_STOCK,  KEY_BOUGHT, KEY_META};
-    const char **argv = calloc(12 + 3 * n, sizeof *argv);
+    if (lock) {
+        if (txlock_redis_fence(lock, lk, counter, fence) != 0)
+            return -1;
+    } else {
+        struct txlock none = {.sku = sku};
+        if (txlock_redis_fence(&none, lk, counter, fence) != 0)
+            return -1;
+    }
+    const char **argv = calloc(16 + 3 * n, sizeof *argv);
     if (!argv)
         abort();
     size_t argc = 0;
@@ -129,8 +157,11 @@ int writer_dead_letter(struct writer *w, int64_t sku, const char *const *entry_i
         keys_sku(keys[i], sku, kinds[i]);
         argv[argc++] = keys[i];
     }
+    argv[argc++] = lk;
+    argv[argc++] = counter;
     snprintf(max, sizeof max, "%" PRId64, w->ctx.cfg->dead_letter_max);
     snprintf(per_epoch, sizeof per_epoch, "%" PRId64, ORDER_IDS_PER_EPOCH);
+    argv[argc++] = fence;
     argv[argc++] = KEYS_WRITER_GROUP;
     argv[argc++] = max;
     argv[argc++] = per_epoch;
@@ -143,7 +174,7 @@ int writer_dead_letter(struct writer *w, int64_t sku, const char *const *entry_i
         argv[argc++] = give_back ? "1" : "0";
     }
     redisReply *r =
-        redis_conn_script(&w->ctx.redis, &script_orders_dead_letter, 6, (int)argc - 6, argv, NULL);
+        redis_conn_script(&w->ctx.redis, &script_orders_dead_letter, 8, (int)argc - 8, argv, NULL);
     int ok = r && r->type == REDIS_REPLY_INTEGER;
     if (ok && r->integer > 0) {
         for (size_t i = 0; i < n; i++)
@@ -151,7 +182,7 @@ int writer_dead_letter(struct writer *w, int64_t sku, const char *const *entry_i
                       entry_ids[i], reasons[i]);
         metrics_add(M_WRITER_DEAD_LETTERS, (long)r->integer);
     } else if (r && !ok) {
-        log_warn("orders_dead_letter: %s", r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
+        script_refused("orders_dead_letter", r);
     }
     if (r)
         freeReplyObject(r);
@@ -219,7 +250,7 @@ static int settle_returns(struct batch *b)
             dead_ids[ndead] = b->e[i].stream_id;
             dead_why[ndead++] = b->reason[i];
         }
-    int rc = writer_dead_letter(b->w, b->sku, dead_ids, dead_why, 1, ndead);
+    int rc = writer_dead_letter(b->w, b->sku, &b->lock, dead_ids, dead_why, 1, ndead);
     free(dead_ids);
     free(dead_why);
     return rc;
@@ -227,31 +258,39 @@ static int settle_returns(struct batch *b)
 
 /* One batch's orders_ack.lua call, as an EVALSHA command of a pipeline. */
 #define ACK_HEAD 3 /* EVALSHA, sha, numkeys */
+#define ACK_KEYS 4
 struct ack_call {
     char journal[KEYS_MAX], stream[KEYS_MAX], count[24];
+    char lock[KEYS_MAX], counter[KEYS_MAX + 8], fence[TXLOCK_FENCE_ARG_MAX];
     const char **argv;
-    char (*ids)[24];
+    char (*ids)[2][24];
     int argc;
 };
 
-static void ack_prepare(struct ack_call *a, const struct batch *b)
+/* Returns 0, or -1 when the batch's fence cannot be named. */
+static int ack_prepare(struct ack_call *a, const struct batch *b)
 {
+    if (txlock_redis_fence(&b->lock, a->lock, a->counter, a->fence) != 0)
+        return -1;
     keys_sku(a->journal, b->sku, KEY_JOURNAL);
     keys_sku(a->stream, b->sku, KEY_STREAM);
     size_t nack = 0;
     for (size_t i = 0; i < b->n; i++)
         nack += b->dec[i] != DEC_DEAD;
     snprintf(a->count, sizeof a->count, "%zu", nack);
-    a->argv = calloc(ACK_HEAD + 6 + 2 * b->n, sizeof *a->argv);
+    a->argv = calloc(ACK_HEAD + ACK_KEYS + 5 + 4 * b->n, sizeof *a->argv);
     a->ids = calloc(b->n ? b->n : 1, sizeof *a->ids);
     if (!a->argv || !a->ids)
         abort();
     int argc = 0;
     a->argv[argc++] = "EVALSHA";
     a->argv[argc++] = script_orders_ack.sha;
-    a->argv[argc++] = "2";
+    a->argv[argc++] = "4";
     a->argv[argc++] = a->stream;
     a->argv[argc++] = a->journal;
+    a->argv[argc++] = a->lock;
+    a->argv[argc++] = a->counter;
+    a->argv[argc++] = a->fence;
     a->argv[argc++] = KEYS_WRITER_GROUP;
     a->argv[argc++] = a->count;
     a->argv[argc++] = KEYS_DECISIONS_CHANNEL;
@@ -259,14 +298,18 @@ static void ack_prepare(struct ack_call *a, const struct batch *b)
     for (size_t i = 0; i < b->n; i++)
         if (b->dec[i] != DEC_DEAD)
             a->argv[argc++] = b->e[i].stream_id;
-    /* A reapplied order keeps its marker: a writer that paused with this
-     * batch in hand and replays it after this acknowledgement must find it. */
+    /* A reapplied order's marker is a field of its own (orders_reapply.lua):
+     * its pending state goes like any other confirmed order's. */
     for (size_t i = 0; i < b->n; i++)
-        if (b->dec[i] == DEC_CONFIRMED && !b->reapply[i]) {
-            snprintf(a->ids[i], sizeof a->ids[i], "%" PRId64, b->e[i].order_id);
-            a->argv[argc++] = a->ids[i];
+        if (b->dec[i] == DEC_CONFIRMED) {
+            snprintf(a->ids[i][0], sizeof a->ids[i][0], "%" PRId64, b->e[i].order_id);
+            snprintf(a->ids[i][1], sizeof a->ids[i][1], "%" PRId64, b->e[i].user_id);
+            a->argv[argc++] = a->ids[i][0];
+            a->argv[argc++] = a->ids[i][1];
+            a->argv[argc++] = b->e[i].stream_id;
         }
     a->argc = argc;
+    return 0;
 }
 
 /* Whether an orders_ack reply says done; an EVALSHA the server no longer
@@ -275,11 +318,11 @@ static int ack_done(struct redis_conn *rc, const struct ack_call *a, const redis
 {
     redisReply *again = NULL;
     if (r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0)
-        r = again = redis_conn_script(rc, &script_orders_ack, 2, a->argc - ACK_HEAD - 2,
-                                      a->argv + ACK_HEAD, NULL);
+        r = again = redis_conn_script(rc, &script_orders_ack, ACK_KEYS,
+                                      a->argc - ACK_HEAD - ACK_KEYS, a->argv + ACK_HEAD, NULL);
     int ok = r && r->type == REDIS_REPLY_INTEGER;
     if (r && !ok)
-        log_warn("orders_ack: %s", r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
+        script_refused("orders_ack", r);
     if (again)
         freeReplyObject(again);
     return ok;
@@ -298,9 +341,8 @@ void writer_settle_all(struct batch *const *b, size_t n)
     size_t nack = 0;
     for (size_t k = 0; k < n; k++) {
         b[k]->finished = 0;
-        if (settle_returns(b[k]) != 0)
+        if (settle_returns(b[k]) != 0 || ack_prepare(&acks[nack], b[k]) != 0)
             continue;
-        ack_prepare(&acks[nack], b[k]);
         add_decisions(&msgs, b[k]);
         of[nack++] = k;
     }

@@ -368,12 +368,15 @@ static void each_entry(const struct group *g, const char *id_text, const uint8_t
             fn(g->b[g->refs[s].b], g->refs[s].i, r, row);
 }
 
-/* A cancel request (orders_cancel_requested.sql) counts for the buyer who
- * made it (an id Redis issued again after losing writes may name another
- * buyer's order). */
+/* A cancel request (orders_cancel_requested.sql) counts for the reservation
+ * it names: its buyer and its stream entry (an id Redis issued again after
+ * losing writes is another order, the same buyer's even).  A request that
+ * names no entry was recorded before requests did: its buyer's. */
 static void load_cancel_row(struct batch *b, size_t i, const PGresult *r, int row)
 {
-    if (b->e[i].user_id == atoll(PQgetvalue(r, row, 1)))
+    const char *entry = PQgetvalue(r, row, 3);
+    if (b->e[i].user_id == atoll(PQgetvalue(r, row, 1)) &&
+        (entry[0] == '\0' || strcmp(entry, b->e[i].stream_id) == 0))
         b->cancel_ms[i] = atoll(PQgetvalue(r, row, 2));
 }
 

@@ -117,7 +117,12 @@ void load_on_commit(enum dbtx_outcome outcome, void *arg)
     redisReply *r =
         redis_conn_script(&lj->w->redis, &script_sku_load, 6, LOAD_NARGS + 2 * pairs, argv, NULL);
     free(argv);
-    if (r && r->type == REDIS_REPLY_INTEGER) {
+    if (r && r->type == REDIS_REPLY_INTEGER && r->integer < 0) {
+        /* a newer rebuild's state is installed: this older snapshot stays out */
+        log_warn("sku %" PRId64 ": load of epoch %s refused: Redis holds a newer one", lj->id,
+                 lj->epoch);
+        metrics_add(M_SKU_LOADS_SUPERSEDED, 1);
+    } else if (r && r->type == REDIS_REPLY_INTEGER) {
         lj->res = r->integer == 1 ? SKU_OK : SKU_EXISTS;
         if (r->integer == 1)
             metrics_add(M_SKU_RELOADS, 1);

@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "core/cfg.h"
+#include "core/keys.h"
 #include "store/dbtx.h"
 #include "store/redis_conn.h"
 #include <rlock/rlock.h>
@@ -63,6 +64,17 @@ enum rlock_status txlock_acquire(struct txlock *t, struct redis_conn *rc, const 
 int txlock_try_each(struct txlock *const *t, struct redis_conn *rc, const struct cfg *c,
                     const int64_t *skus, const char *const *keys, size_t n, enum rlock_status *st)
     __attribute__((warn_unused_result));
+
+/* What fences the Redis writes a completion hook makes under t (the scripts
+ * of lua/ that settle a committed transaction: "Fenced" in their headers):
+ * the key of t's lock, the SKU's fencing counter and "<token>:<owner>".  A
+ * script refuses to write when its lock holds another owner (or none) and
+ * the counter has drawn a newer token: a newer holder took over.  An empty
+ * t gives arg "", which the scripts take as unfenced.  Returns 0, or -1 when
+ * a name does not fit (a programming error). */
+#define TXLOCK_FENCE_ARG_MAX 96
+int txlock_redis_fence(const struct txlock *t, char lock_key[KEYS_MAX], char counter[KEYS_MAX + 8],
+                       char arg[TXLOCK_FENCE_ARG_MAX]) __attribute__((warn_unused_result));
 
 /* Registers the release of t->lock as a completion hook of tx, and makes a
  * lost lock end tx's statement in progress at once (dbtx_set_abort_flag with

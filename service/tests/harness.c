@@ -572,3 +572,36 @@ void th_redis_busy_ms(int ms)
     freeReplyObject(rep);
     redisFree(rc);
 }
+
+/* Reads the SKU's stream entries as a consumer named 'consumer' (they become
+ * pending for it, as if that writer had taken them). */
+size_t th_read_entries(int64_t sku, const char *consumer, struct writer_entry *e, size_t max)
+{
+    char stream[KEYS_MAX];
+    keys_sku(stream, sku, KEY_STREAM);
+    redisContext *r = th_redis();
+    redisReply *rep = redisCommand(r, "XREADGROUP GROUP %s %s COUNT %d STREAMS %s >",
+                                   KEYS_WRITER_GROUP, consumer, (int)max, stream);
+    ck_assert(rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 1);
+    redisReply *list = rep->element[0]->element[1];
+    size_t n = 0;
+    for (size_t i = 0; i < list->elements && n < max; i++, n++) {
+        redisReply *ent = list->element[i];
+        memset(&e[n], 0, sizeof e[n]);
+        snprintf(e[n].stream_id, sizeof e[n].stream_id, "%s", ent->element[0]->str);
+        e[n].reserved_ms = atoll(e[n].stream_id);
+        redisReply *f = ent->element[1];
+        for (size_t k = 0; k + 1 < f->elements; k += 2) {
+            const char *key = f->element[k]->str, *v = f->element[k + 1]->str;
+            if (!strcmp(key, "o"))
+                e[n].order_id = atoll(v);
+            else if (!strcmp(key, "u"))
+                e[n].user_id = atoll(v);
+            else if (!strcmp(key, "q"))
+                e[n].qty = atoll(v);
+        }
+    }
+    freeReplyObject(rep);
+    redisFree(r);
+    return n;
+}

@@ -17,6 +17,7 @@
 
 #include "core/cfg.h"
 #include "core/keys.h"
+#include "order/order_writer.h"
 
 #define TH_ADMIN_TOKEN "test-admin-token-0123456789abcdef"
 /* The daemons' buyer_token_secret (SECKILL_BUYER_TOKEN_SECRET). */
@@ -73,6 +74,11 @@ long long th_redis_int(redisContext *r, const char *key);
 long long th_sku_int(int64_t sku, enum keys_kind kind);
 /* XLEN of SKU sku's order stream, on a connection of its own. */
 long long th_stream_len(int64_t sku);
+
+/* Reads up to max of the SKU's new stream entries as consumer 'consumer' of
+ * the writers' group (they become pending for it, as if that writer had
+ * taken them) into e.  Returns how many. */
+size_t th_read_entries(int64_t sku, const char *consumer, struct writer_entry *e, size_t max);
 
 struct th_daemon {
     pid_t pid;

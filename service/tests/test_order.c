@@ -98,6 +98,19 @@ START_TEST(test_journal_states_map_to_statuses)
     ck_assert_int_eq(order_pending_owner("pending:42x"), 0);
     ck_assert_int_eq(order_pending_owner("returned:limit_exceeded"), 0);
     ck_assert_int_eq(order_pending_owner(NULL), 0);
+    /* today's form names the stream entry too */
+    order_parse_state("pending:42:1700000000000-3", &d);
+    ck_assert_int_eq(d.status, ORDER_PENDING);
+    ck_assert_int_eq(order_pending_owner("pending:42:1700000000000-3"), 42);
+    ck_assert_int_eq(order_pending_owner("pending:42x:1-1"), 0);
+    char entry[ORDER_ENTRY_MAX];
+    ck_assert_int_eq(order_pending_entry("pending:42:1700000000000-3", entry, sizeof entry), 0);
+    ck_assert_str_eq(entry, "1700000000000-3");
+    ck_assert_int_eq(order_pending_entry("pending:42", entry, sizeof entry), 0);
+    ck_assert_str_eq(entry, "");
+    ck_assert_int_eq(order_pending_entry("pending:42:", entry, sizeof entry), -1);
+    ck_assert_int_eq(order_pending_entry("pending:42:1-x", entry, sizeof entry), -1);
+    ck_assert_int_eq(order_pending_entry("returned:sold_out", entry, sizeof entry), -1);
     order_parse_state("returned:limit_exceeded", &d);
     ck_assert_int_eq(d.status, ORDER_REJECTED);
     ck_assert_str_eq(d.reason, "limit_exceeded");

@@ -1,0 +1,460 @@
+/*
+ * What a failover that loses writes, or a process stalled at a bad moment,
+ * must not break: the Redis writes made after a COMMIT change only the
+ * reservation they name (order id, buyer and stream entry), are fenced by the
+ * lock's token, and never install an older state over a newer one.  On the
+ * real Redis and PostgreSQL of the test stack, the modules called directly so
+ * that the interleavings can be arranged; "a replica promoted without the
+ * last writes" is the SKU's keys put back to a snapshot taken before them.
+ */
+#include <check.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/embedded.h"
+#include "core/keys.h"
+#include "harness.h"
+#include "order/order.h"
+#include "order/order_life.h"
+#include "order/order_writer.h"
+#include "sku/sku.h"
+#include "store/redis_conn.h"
+#include "store/workers.h"
+#include <rlock/fence.h>
+
+static struct cfg cfg;
+
+static void setup(void)
+{
+    th_cfg(&cfg);
+    th_reset();
+}
+
+static void teardown(void)
+{
+    cfg_free(&cfg);
+}
+
+/* The keys a replica may hold an older copy of. */
+static const enum keys_kind snap_kinds[] = {KEY_META,   KEY_STOCK, KEY_SEQ,   KEY_BOUGHT,
+                                            KEY_JOURNAL, KEY_STREAM, KEY_DEBTS, KEY_RELEASED};
+#define SNAP_N (sizeof snap_kinds / sizeof snap_kinds[0])
+
+struct snapshot {
+    int64_t sku;
+    redisReply *dump[SNAP_N]; /* DUMP of each key, nil when it did not exist */
+};
+
+static void snap_take(struct snapshot *s, int64_t sku)
+{
+    s->sku = sku;
+    redisContext *r = th_redis_admin();
+    for (size_t i = 0; i < SNAP_N; i++) {
+        char key[KEYS_MAX];
+        keys_sku(key, sku, snap_kinds[i]);
+        s->dump[i] = redisCommand(r, "DUMP %s", key);
+        ck_assert(s->dump[i] && (s->dump[i]->type == REDIS_REPLY_STRING ||
+                                 s->dump[i]->type == REDIS_REPLY_NIL));
+    }
+    redisFree(r);
+}
+
+/* The master died; its replica, promoted, never got the writes made since
+ * the snapshot. */
+static void snap_promote(struct snapshot *s)
+{
+    redisContext *r = th_redis_admin();
+    for (size_t i = 0; i < SNAP_N; i++) {
+        char key[KEYS_MAX];
+        keys_sku(key, s->sku, snap_kinds[i]);
+        redisReply *rep =
+            s->dump[i]->type == REDIS_REPLY_NIL
+                ? redisCommand(r, "DEL %s", key)
+                : redisCommand(r, "RESTORE %s 0 %b REPLACE", key, s->dump[i]->str,
+                               (size_t)s->dump[i]->len);
+        ck_assert_msg(rep && rep->type != REDIS_REPLY_ERROR, "restore %s: %s", key,
+                      rep ? rep->str : "no answer");
+        freeReplyObject(rep);
+        freeReplyObject(s->dump[i]);
+    }
+    redisFree(r);
+}
+
+static char *journal_of(int64_t sku, int64_t order_id, char *out, size_t cap)
+{
+    char key[KEYS_MAX];
+    keys_sku(key, sku, KEY_JOURNAL);
+    redisContext *r = th_redis();
+    redisReply *rep = redisCommand(r, "HGET %s %lld", key, (long long)order_id);
+    snprintf(out, cap, "%s", rep && rep->type == REDIS_REPLY_STRING ? rep->str : "(none)");
+    freeReplyObject(rep);
+    redisFree(r);
+    return out;
+}
+
+static void write_batch(struct writer *w, int64_t sku, struct writer_entry *e, size_t n)
+{
+    ck_assert_int_eq(writer_process_batch(w, sku, e, n), 0);
+}
+
+static long long pg_int(const char *sql)
+{
+    PGconn *c = th_pg();
+    long long v = th_pg_int(c, sql);
+    PQfinish(c);
+    return v;
+}
+
+/* Bug 1: a reservation made before a rebuild, dead-lettered after it (its id
+ * is another order's in the database), gives nothing back to the rebuilt
+ * state, which never counted it, but its buyer must still be told it was
+ * refused: its journal state leaves 'pending'. */
+START_TEST(test_dead_letter_from_before_a_rebuild_is_refused_not_pending)
+{
+    th_sku_create_direct(&cfg, 1, 10, 5, 0);
+    struct writer w;
+    char err[160], state[128];
+    ck_assert(writer_init(&w, &cfg, "w", err, sizeof err) == 0);
+    int64_t first = th_reserve(&cfg, 1, 1, 1);
+    struct writer_entry e[2];
+    ck_assert_uint_eq(th_read_entries(1, "w", e, 2), 1);
+    write_batch(&w, 1, e, 1);
+    /* Redis went back in time: the same id again, for buyer 2. */
+    char seq[KEYS_MAX];
+    keys_sku(seq, 1, KEY_SEQ);
+    redisContext *r = th_redis();
+    freeReplyObject(redisCommand(r, "SET %s 0", seq));
+    ck_assert_int_eq(th_reserve(&cfg, 1, 2, 1), first);
+    /* A rebuild before any writer read it: the new state counts the database. */
+    struct worker_ctx wc;
+    ck_assert(worker_ctx_init(&wc, &cfg, err, sizeof err) == 0);
+    json_t *out = NULL;
+    ck_assert_int_eq(sku_reload(&wc, 1, &out), SKU_OK);
+    json_decref(out);
+    char stock[KEYS_MAX];
+    keys_sku(stock, 1, KEY_STOCK);
+    long long rebuilt = th_redis_int(r, stock);
+    ck_assert_uint_eq(th_read_entries(1, "w", e, 2), 1);
+    write_batch(&w, 1, e, 1);
+    writer_close(&w);
+    ck_assert_msg(strncmp(journal_of(1, first, state, sizeof state), "returned:", 9) == 0,
+                  "the dead-lettered order's journal says %s", state);
+    ck_assert_int_ge(th_redis_int(r, stock), rebuilt); /* nothing taken twice */
+    redisFree(r);
+    worker_ctx_close(&wc);
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM orders WHERE sku_id = 1"), 1);
+    th_assert_invariants(1);
+}
+END_TEST
+
+/* Bug 2: writer W read buyer A's order X from a master and stalled; the
+ * master died and its replica never got X; buyer B reserved there and got
+ * the id X again.  W resumes and commits A's X: its acknowledgement must not
+ * take B's journal state with it (B would be told "201 confirmed" with A's
+ * order), and B's entry, refused as an id conflict, tells B so. */
+START_TEST(test_acknowledgement_leaves_another_reservation_of_the_same_id)
+{
+    th_sku_create_direct(&cfg, 2, 10, 5, 0);
+    struct snapshot before;
+    snap_take(&before, 2);
+    int64_t x = th_reserve(&cfg, 2, 1, 1); /* buyer A */
+    struct writer_entry a, b;
+    ck_assert_uint_eq(th_read_entries(2, "w", &a, 1), 1); /* W holds it, stalled */
+    snap_promote(&before);
+    ck_assert_int_eq(th_reserve(&cfg, 2, 2, 1), x); /* buyer B, the same id */
+    char state[128], want[128];
+    snprintf(want, sizeof want, "%s", journal_of(2, x, state, sizeof state));
+    ck_assert_msg(strncmp(want, "pending:2", 9) == 0, "B's reservation: %s", want);
+
+    struct writer w;
+    char err[160];
+    ck_assert(writer_init(&w, &cfg, "w", err, sizeof err) == 0);
+    write_batch(&w, 2, &a, 1); /* W resumes: A's X is committed */
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM orders WHERE sku_id = 2 AND user_id = 1 AND "
+                            "status = 'confirmed'"),
+                     1);
+    ck_assert_str_eq(journal_of(2, x, state, sizeof state), want);
+
+    ck_assert_uint_eq(th_read_entries(2, "w", &b, 1), 1);
+    write_batch(&w, 2, &b, 1); /* B's X: another order's id, a dead letter */
+    writer_close(&w);
+    ck_assert_msg(strncmp(journal_of(2, x, state, sizeof state), "returned:", 9) == 0,
+                  "B's refused order's journal says %s (absent reads as confirmed)", state);
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM orders WHERE sku_id = 2"), 1);
+    th_assert_invariants(2);
+}
+END_TEST
+
+/* Bug 2's other half: A's X was rejected by the database.  Giving its unit
+ * back must not credit the promoted replica, which never took it (B's X
+ * holds the unit there). */
+START_TEST(test_rejection_gives_back_only_the_reservation_it_names)
+{
+    th_sku_create_direct(&cfg, 3, 10, 1, 0);
+    struct writer w;
+    char err[160];
+    ck_assert(writer_init(&w, &cfg, "w", err, sizeof err) == 0);
+    /* Buyer A (limit 1) already holds a confirmed unit the replica lost. */
+    struct writer_entry a, b;
+    th_reserve(&cfg, 3, 1, 1);
+    ck_assert_uint_eq(th_read_entries(3, "w", &a, 1), 1);
+    write_batch(&w, 3, &a, 1);
+    char bought[KEYS_MAX], stock[KEYS_MAX];
+    keys_sku(bought, 3, KEY_BOUGHT);
+    keys_sku(stock, 3, KEY_STOCK);
+    redisContext *r = th_redis();
+    freeReplyObject(redisCommand(r, "HDEL %s 1", bought)); /* lost */
+    struct snapshot before;
+    snap_take(&before, 3);
+    int64_t x = th_reserve(&cfg, 3, 1, 1); /* over A's limit: the database refuses it */
+    ck_assert_int_gt(x, 0);
+    ck_assert_uint_eq(th_read_entries(3, "w", &a, 1), 1);
+    snap_promote(&before);
+    ck_assert_int_eq(th_reserve(&cfg, 3, 2, 1), x); /* B on the promoted replica */
+    long long stock_now = th_redis_int(r, stock);
+    write_batch(&w, 3, &a, 1); /* A's X rejected: limit_exceeded */
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM orders WHERE sku_id = 3 AND user_id = 1 AND "
+                            "status = 'rejected'"),
+                     1);
+    ck_assert_int_eq(th_redis_int(r, stock), stock_now); /* no unit it never took */
+    char state[128];
+    ck_assert_msg(strncmp(journal_of(3, x, state, sizeof state), "pending:2", 9) == 0,
+                  "B's reservation: %s", state);
+    freeReplyObject(redisCommand(r, "HSET %s 1 1", bought)); /* the reconciler's repair */
+    redisFree(r);
+    ck_assert_uint_eq(th_read_entries(3, "w", &b, 1), 1);
+    write_batch(&w, 3, &b, 1);
+    writer_close(&w);
+    th_assert_invariants(3);
+}
+END_TEST
+
+/* Runs sku_load.lua for SKU sku as a rebuild of epoch 'epoch' with stock
+ * 'stock'; returns its answer. */
+static long long load_rebuild(int64_t sku, long long epoch, long long stock)
+{
+    char keys[6][KEYS_MAX], ep[24], st[24];
+    static const enum keys_kind kinds[] = {KEY_META,   KEY_STOCK,  KEY_SEQ,
+                                           KEY_STREAM, KEY_BOUGHT, KEY_DEBTS};
+    for (int i = 0; i < 6; i++)
+        keys_sku(keys[i], sku, kinds[i]);
+    snprintf(ep, sizeof ep, "%lld", epoch);
+    snprintf(st, sizeof st, "%lld", stock);
+    const char *argv[] = {keys[0], keys[1], keys[2],   keys[3],   keys[4], keys[5], ep, st, "5",
+                          "",      "",      "writers", "rebuild", "",      "",      "", ""};
+    struct redis_conn rc;
+    char err[160];
+    ck_assert(redis_conn_init(&rc, &cfg, err, sizeof err) == 0);
+    redisReply *rep = redis_conn_script(&rc, &script_sku_load, 6, 11, argv, NULL);
+    ck_assert(rep && rep->type == REDIS_REPLY_INTEGER);
+    long long v = rep->integer;
+    freeReplyObject(rep);
+    redis_conn_close(&rc);
+    return v;
+}
+
+/* Bug 3: rebuild A committed its epoch and stalled past its lease before its
+ * load; rebuild B committed a newer epoch and loaded it, and sales went on.
+ * A's load, when it resumes, must not install its older snapshot. */
+START_TEST(test_late_rebuild_cannot_install_an_older_epoch)
+{
+    th_sku_create_direct(&cfg, 4, 10, 5, 0);
+    long long ea = pg_int("INSERT INTO sku_epochs (epoch, sku_id) "
+                          "VALUES (nextval('redis_epoch_seq'), 4) RETURNING epoch");
+    long long eb = pg_int("INSERT INTO sku_epochs (epoch, sku_id) "
+                          "VALUES (nextval('redis_epoch_seq'), 4) RETURNING epoch");
+    ck_assert_int_eq(load_rebuild(4, eb, 10), 1); /* B */
+    int64_t id = th_reserve(&cfg, 4, 1, 2);
+    ck_assert_int_eq(order_id_epoch(id), eb);
+    ck_assert_int_eq(load_rebuild(4, ea, 10), -1); /* A, late: refused */
+    ck_assert_int_eq(load_rebuild(4, eb, 10), -1); /* nor the same one twice */
+    char stock[KEYS_MAX], meta[KEYS_MAX];
+    keys_sku(stock, 4, KEY_STOCK);
+    keys_sku(meta, 4, KEY_META);
+    redisContext *r = th_redis();
+    ck_assert_int_eq(th_redis_int(r, stock), 8); /* B's state, with the sale since */
+    redisReply *rep = redisCommand(r, "HGET %s loaded", meta);
+    ck_assert_int_eq(atoll(rep->str), eb);
+    freeReplyObject(rep);
+    redisFree(r);
+}
+END_TEST
+
+/* Runs order_release.lua (unfenced) for one returned order. */
+static long long release(int64_t sku, int64_t order_id, int64_t user, int64_t qty,
+                         long long epoch)
+{
+    char keys[5][KEYS_MAX], lock[KEYS_MAX], counter[KEYS_MAX + 8], oid[24], uid[24], q[24],
+        ep[24];
+    static const enum keys_kind kinds[] = {KEY_RELEASED, KEY_STOCK, KEY_BOUGHT, KEY_META,
+                                           KEY_DEBTS};
+    for (int i = 0; i < 5; i++)
+        keys_sku(keys[i], sku, kinds[i]);
+    keys_sku(lock, sku, KEY_SKU_LOCK);
+    ck_assert(rlock_fence_key(counter, sizeof counter, lock) == 0);
+    snprintf(oid, sizeof oid, "%lld", (long long)order_id);
+    snprintf(uid, sizeof uid, "%lld", (long long)user);
+    snprintf(q, sizeof q, "%lld", (long long)qty);
+    snprintf(ep, sizeof ep, "%lld", epoch);
+    const char *argv[] = {keys[0], keys[1], keys[2], keys[3], keys[4], lock,       counter,
+                          "",      oid,     uid,     q,       ep,      "cancelled"};
+    struct redis_conn rc;
+    char err[160];
+    ck_assert(redis_conn_init(&rc, &cfg, err, sizeof err) == 0);
+    redisReply *rep = redis_conn_script(&rc, &script_order_release, 7, 6, argv, NULL);
+    ck_assert(rep && rep->type == REDIS_REPLY_INTEGER);
+    long long v = rep->integer;
+    freeReplyObject(rep);
+    redis_conn_close(&rc);
+    return v;
+}
+
+/* Bug 4: a return that takes a buyer's units held below zero (Redis lost the
+ * take it undoes) keeps the negative balance: dropped, the debt a later load
+ * or reapply adds would leave the buyer holding too much and refused. */
+START_TEST(test_negative_units_held_are_kept)
+{
+    th_sku_create_direct(&cfg, 5, 10, 5, 0);
+    char meta[KEYS_MAX], bought[KEYS_MAX];
+    keys_sku(meta, 5, KEY_META);
+    keys_sku(bought, 5, KEY_BOUGHT);
+    redisContext *r = th_redis();
+    redisReply *rep = redisCommand(r, "HGET %s loaded", meta);
+    long long epoch = atoll(rep->str);
+    freeReplyObject(rep);
+    freeReplyObject(redisCommand(r, "HSET %s 7 1", bought));
+    ck_assert_int_eq(release(5, epoch * ORDER_IDS_PER_EPOCH + 900, 7, 3, epoch), 1);
+    rep = redisCommand(r, "HGET %s 7", bought);
+    ck_assert_msg(rep->type == REDIS_REPLY_STRING && strcmp(rep->str, "-2") == 0,
+                  "units held after the return: %s", rep->type == REDIS_REPLY_STRING ? rep->str : "(none)");
+    freeReplyObject(rep);
+    redisFree(r);
+    /* A negative balance gives no extra room: the limit is 5, and what is
+     * held is written on top of the debt. */
+    ck_assert_int_gt(th_reserve(&cfg, 5, 7, 5), 0);
+    r = th_redis();
+    rep = redisCommand(r, "HGET %s 7", bought);
+    ck_assert_str_eq(rep->str, "3");
+    freeReplyObject(rep);
+    redisFree(r);
+}
+END_TEST
+
+/* Bug 5: buyer 1 cancels its pending order X; the master dies before any
+ * writer wrote X, and the promoted replica issues X again, to buyer 1 again.
+ * That second order was never asked to be cancelled. */
+START_TEST(test_cancel_request_names_the_reservation)
+{
+    th_sku_create_direct(&cfg, 6, 10, 5, 0);
+    struct snapshot before;
+    snap_take(&before, 6);
+    int64_t x = th_reserve(&cfg, 6, 1, 1);
+    struct worker_ctx wc;
+    char err[160];
+    ck_assert(worker_ctx_init(&wc, &cfg, err, sizeof err) == 0);
+    json_t *out = NULL;
+    ck_assert_int_eq(order_cancel(&wc, x, 1, &out), LIFE_OK);
+    json_decref(out);
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM order_cancel_requests"), 1);
+    snap_promote(&before);
+    ck_assert_int_eq(th_reserve(&cfg, 6, 1, 1), x);
+    struct writer_entry e;
+    ck_assert_uint_eq(th_read_entries(6, "w", &e, 1), 1);
+    struct writer w;
+    ck_assert(writer_init(&w, &cfg, "w", err, sizeof err) == 0);
+    write_batch(&w, 6, &e, 1);
+    writer_close(&w);
+    PGconn *c = th_pg();
+    PGresult *res = PQexec(c, "SELECT status FROM orders WHERE sku_id = 6");
+    ck_assert_int_eq(PQntuples(res), 1);
+    ck_assert_str_eq(PQgetvalue(res, 0, 0), "confirmed");
+    PQclear(res);
+    PQfinish(c);
+    worker_ctx_close(&wc);
+    th_assert_invariants(6);
+}
+END_TEST
+
+/* Runs orders_ack.lua for one entry with fence 'fence'; returns the reply
+ * (caller frees). */
+static redisReply *ack(int64_t sku, const char *fence, const char *entry)
+{
+    char stream[KEYS_MAX], journal[KEYS_MAX], lock[KEYS_MAX], counter[KEYS_MAX + 8];
+    keys_sku(stream, sku, KEY_STREAM);
+    keys_sku(journal, sku, KEY_JOURNAL);
+    keys_sku(lock, sku, KEY_WRITER_LOCK);
+    char sku_lock[KEYS_MAX];
+    keys_sku(sku_lock, sku, KEY_SKU_LOCK);
+    ck_assert(rlock_fence_key(counter, sizeof counter, sku_lock) == 0);
+    const char *argv[] = {stream, journal, lock, counter, fence, KEYS_WRITER_GROUP, "1",
+                          "ch",   "",      entry};
+    struct redis_conn rc;
+    char err[160];
+    ck_assert(redis_conn_init(&rc, &cfg, err, sizeof err) == 0);
+    redisReply *rep = redis_conn_script(&rc, &script_orders_ack, 4, 6, argv, NULL);
+    redis_conn_close(&rc);
+    ck_assert_ptr_nonnull(rep);
+    return rep;
+}
+
+/* The Redis writes after a COMMIT carry the lock's token: a holder whose
+ * lock a newer one took over (its key holds another owner, the counter a
+ * newer token) writes nothing; the holder itself does. */
+START_TEST(test_settle_of_a_superseded_writer_is_refused)
+{
+    th_sku_create_direct(&cfg, 7, 10, 5, 0);
+    th_reserve(&cfg, 7, 1, 1);
+    struct writer_entry e;
+    ck_assert_uint_eq(th_read_entries(7, "w", &e, 1), 1);
+    char lock[KEYS_MAX], sku_lock[KEYS_MAX], counter[KEYS_MAX + 8];
+    keys_sku(lock, 7, KEY_WRITER_LOCK);
+    keys_sku(sku_lock, 7, KEY_SKU_LOCK);
+    ck_assert(rlock_fence_key(counter, sizeof counter, sku_lock) == 0);
+    redisContext *r = th_redis();
+    /* a newer holder: token 200 under owner bbbb..., ours was 100 */
+    freeReplyObject(redisCommand(r, "SET %s 200", counter));
+    freeReplyObject(redisCommand(r, "SET %s bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb PX 10000", lock));
+    redisReply *rep = ack(7, "100:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", e.stream_id);
+    ck_assert_msg(rep->type == REDIS_REPLY_ERROR && strstr(rep->str, "fenced"), "got type %d",
+                  rep->type);
+    freeReplyObject(rep);
+    ck_assert_int_eq(th_stream_len(7), 1); /* nothing acknowledged */
+    /* the newer holder itself may write */
+    rep = ack(7, "200:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", e.stream_id);
+    ck_assert_int_eq(rep->type, REDIS_REPLY_INTEGER);
+    ck_assert_int_eq(rep->integer, 1);
+    freeReplyObject(rep);
+    ck_assert_int_eq(th_stream_len(7), 0);
+    /* and so may a holder with no newer token drawn since (the lock key
+     * lost in a failover) */
+    freeReplyObject(redisCommand(r, "DEL %s", lock));
+    rep = ack(7, "200:cccccccccccccccccccccccccccccccc", e.stream_id);
+    ck_assert_int_eq(rep->type, REDIS_REPLY_INTEGER);
+    freeReplyObject(rep);
+    redisFree(r);
+}
+END_TEST
+
+static Suite *fencing_suite(void)
+{
+    Suite *s = suite_create("fencing");
+    TCase *tc = tcase_create("failover");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_dead_letter_from_before_a_rebuild_is_refused_not_pending);
+    tcase_add_test(tc, test_acknowledgement_leaves_another_reservation_of_the_same_id);
+    tcase_add_test(tc, test_rejection_gives_back_only_the_reservation_it_names);
+    tcase_add_test(tc, test_late_rebuild_cannot_install_an_older_epoch);
+    tcase_add_test(tc, test_negative_units_held_are_kept);
+    tcase_add_test(tc, test_cancel_request_names_the_reservation);
+    tcase_add_test(tc, test_settle_of_a_superseded_writer_is_refused);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return th_run(fencing_suite());
+}
