@@ -17,7 +17,12 @@ CREATE TABLE order_pending (
     -- the reservation's stream entry id: Redis may issue an order id twice
     -- after losing writes, never an entry id
     entry_id         text NOT NULL CHECK (entry_id ~ '^[0-9]+-[0-9]+$'),
-    sku_id           bigint NOT NULL REFERENCES skus (id),  -- a bucket's own id
+    -- a bucket's own id.  No foreign key on purpose: its check would take a
+    -- share lock on the SKU's row, which the writer a 202 gave up waiting
+    -- for may be holding (stalled inside its transaction), and the record
+    -- must not wait for it.  The id comes from a reservation of a SKU that
+    -- exists, and SKUs are never deleted.
+    sku_id           bigint NOT NULL CHECK (sku_id > 0),
     user_id          bigint NOT NULL CHECK (user_id > 0),
     qty              integer NOT NULL CHECK (qty > 0),
     epoch            integer NOT NULL CHECK (epoch > 0),    -- order_id / 2^30: the SKU load
