@@ -11,6 +11,8 @@
 #   daemon-kill          kill -9 of the daemon mid-batch under load, restarted
 #   redis-restart-aof    kill -9 of Redis, restarted with its AOF
 #   redis-restart-empty  kill -9 of Redis, restarted without its data
+#   redis-empty-at-202   the only writer frozen so that durable answers fall back to 202,
+#                        then kill -9 of Redis, restarted without its data: no 202 lost
 #   pg-stop              PostgreSQL stopped (immediate) under load, started again
 #   pg-freeze            PostgreSQL SIGSTOPped (postmaster and children), SIGCONT
 #   redis-freeze         Redis SIGSTOPped longer than redis_timeout_ms, SIGCONT
@@ -64,7 +66,7 @@ for c in curl jq redis-cli ps; do
     command -v "$c" >/dev/null 2>&1 || die "$c is not installed (run scripts/deps.sh)"
 done
 
-ALL_SCENARIOS=(daemon-kill redis-restart-aof redis-restart-empty pg-stop pg-freeze redis-freeze
+ALL_SCENARIOS=(daemon-kill redis-restart-aof redis-restart-empty redis-empty-at-202 pg-stop pg-freeze redis-freeze
     two-daemons-kill-one writer-frozen adjust-crash expiry-crash redis-failover
     sentinel-then-master-kill failover-stale-holder balancer-daemon-kill cluster-master-kill
     cluster-reshard cluster-buckets transfer-crash balancer-redis-failover)
@@ -96,6 +98,9 @@ STACK_WAIT_TENTHS=300 # a killed server must be gone within 30 s
 MID_BATCH_TRIES=100   # samples of the writer's pending entries before a kill
 ADMIN_MAX_TIME_S=10
 RESHARD_TIMEOUT_S=120  # redis-cli --cluster reshard (a few hundred slots)
+PENDING_ACK_WAIT_MS=500 # redis-empty-at-202: the buyers' daemon's order_ack_wait_ms
+PENDING_WINDOW_S=2      # ... its writer frozen this long before Redis dies: answers fall back to 202
+PENDING_SETTLE_S=30     # ... every order recorded pending settled within this after the load
 # cluster-reshard moves the slots of the SKU's master from the first up to
 # the SKU's: the SKU is picked (among RESHARD_CANDIDATES ids from the
 # scenario's base) so that these are RESHARD_SLOTS_MIN..RESHARD_SLOTS_MAX
@@ -133,7 +138,8 @@ export SECKILL_RECONCILE_INTERVAL_MS=${SECKILL_RECONCILE_INTERVAL_MS:-2000}
 # fault (restart, SIGCONT, kill of one of two daemons) to the first order
 # answered OK_CODE again (or, for adjust-crash, Redis agreeing with skus.stock).
 declare -A HEAL_BOUND=(
-    [daemon-kill]=20 [redis-restart-aof]=15 [redis-restart-empty]=30 [pg-stop]=20
+    [daemon-kill]=20 [redis-restart-aof]=15 [redis-restart-empty]=30 [redis-empty-at-202]=30
+    [pg-stop]=20
     [pg-freeze]=15 [redis-freeze]=15 [two-daemons-kill-one]=20 [writer-frozen]=20
     [adjust-crash]=15 [expiry-crash]=15 [transfer-crash]=15
     # redis-failover, sentinel-then-master-kill, failover-stale-holder,
@@ -534,6 +540,42 @@ scenario_redis_restart_empty() {
     bad=$(awk -v ok="$OK_CODE" '$2 != ok && !($2 == 503 && $3 > 0)' "$SDIR/probes")
     [[ -z $bad ]] || fail "while reloading, buyers got other than 503 with Retry-After: $(head -n 3 <<<"$bad" | tr '\n' ';')"
     note "probes before the reload: $(awk -v ok="$OK_CODE" '$2 != ok' "$SDIR/probes" | wc -l) answered 503 with Retry-After"
+}
+
+# Redis restarted empty at the moment durable answers fall back to 202: the
+# buyers' daemon has no writer of its own and waits PENDING_ACK_WAIT_MS for a
+# commit; the only writer (a second daemon) is frozen, so the orders of the
+# window are answered 202 pending, each recorded in PostgreSQL first.  Then
+# Redis dies (reservations, stream entries and keys gone) and comes back
+# empty, and the writer thaws.  Every 202 must end as a row, confirmed or
+# rejected: the check runs without --allow-lost-pending.
+scenario_redis_empty_at_202() {
+    local sku=$1 i left=-1
+    SECKILL_WRITER_THREADS=0 SECKILL_ORDER_ACK_WAIT_MS=$PENDING_ACK_WAIT_MS start_daemon d1 || return
+    local url=http://127.0.0.1:$D_PORT
+    start_daemon d2 || return
+    local writer=$D_PID
+    under_load "$sku" "$url" || return
+    freeze "$writer"
+    sleep "$PENDING_WINDOW_S"
+    note "the only writer frozen ${PENDING_WINDOW_S}s (answers fall back to 202 after ${PENDING_ACK_WAIT_MS} ms); kill -9 of Redis, restarted without its AOF and RDB"
+    down_and_back "$(redis_pid)" KILL Redis wipe_redis_data || return
+    thaw
+    heal "$url" $((sku + 1)) "$(now)" "Redis answered again"
+    load_wait || return
+    for ((i = 0; i < PENDING_SETTLE_S * 10; i++)); do
+        left=$(psql "$SECKILL_PG_DSN" -X -At -c \
+            "SELECT count(*) FROM order_pending WHERE sku_id = $sku AND settled_at IS NULL" 2>/dev/null) || left=-1
+        [[ $left == 0 ]] && break
+        sleep 0.1
+    done
+    [[ $left == 0 ]] || fail "orders recorded pending not settled ${PENDING_SETTLE_S}s after the load ($left left)"
+    note "recorded pending: $(psql "$SECKILL_PG_DSN" -X -At -F ' ' -c "SELECT count(*), count(*) FILTER (WHERE r.reapply_epoch IS NOT NULL AND r.reapply_epoch > p.epoch OR r.status <> 'confirmed'), count(*) FILTER (WHERE p.outcome = 'id_conflict') FROM order_pending p LEFT JOIN orders r ON r.id = p.order_id WHERE p.sku_id = $sku" 2>/dev/null |
+        awk '{ printf "%s orders answered 202 and recorded, %s of them written across the loss or refused, %s id conflicts", $1, $2, $3 }')"
+    (($(answers accepted) > 0)) ||
+        fail "no order was answered 202 pending: the scenario did not test what it names"
+    judge "$sku"
+    sales_continue "$url" "$sku"
 }
 
 scenario_pg_stop() {

@@ -158,6 +158,10 @@ static const struct cfg_def defs[] = {
     I(reconcile_retry_ms, 1000, 10, 3600000,
       "next reconciliation after a pass that could not finish (a dead process's lock, a store "
       "down)"),
+    I(pending_settle_after_ms, 2000, 0, 3600000,
+      "durable orders answered 202 pending are recorded in PostgreSQL; one its writer has not "
+      "written this long after it was recorded is looked at by the reconciler, which decides it "
+      "itself (confirmed by a guarded stock take, or rejected) when Redis lost its reservation"),
     I(expiry_sweep_interval_ms, 1000, 0, 3600000,
       "how often this instance expires confirmed orders whose payment window passed and settles "
       "returns a dead process left (0: this instance does not sweep)"),

@@ -78,6 +78,7 @@ struct cfg {
     int64_t bucket_refill_rounds;       /* a bucketed order: moves into its bucket, then 503 */
     int64_t reconcile_interval_ms;      /* settle, reload, compare Redis with PostgreSQL */
     int64_t reconcile_retry_ms;         /* next pass after one that could not finish */
+    int64_t pending_settle_after_ms;    /* a recorded 202's age before the reconciler looks */
     int64_t expiry_sweep_interval_ms;   /* expire unpaid orders, settle returns; 0: off */
     int64_t expiry_batch;               /* orders expired per transaction */
     int64_t expiry_sweep_skus;          /* SKUs per sweep (the next goes on from there) */

@@ -26,6 +26,17 @@ static const struct {
                            "reserved orders the database refused (409 with order id)", NULL},
     [M_ORDERS_ACK_TIMEOUTS] = {"seckill_orders_ack_timeouts_total",
                                "durable answers that fell back to 202 pending", NULL},
+    [M_ORDERS_PENDING_RECORDED] = {"seckill_orders_pending_recorded_total",
+                                   "durable 202 pending answers recorded in PostgreSQL first",
+                                   NULL},
+    [M_ORDERS_PENDING_UNRECORDED] = {"seckill_orders_pending_unrecorded_total",
+                                     "durable answers that fell back to 202 but could not be "
+                                     "recorded (answered 503 with the Idempotency-Key)",
+                                     NULL},
+    [M_ORDERS_PENDING_SETTLED] = {"seckill_orders_pending_settled_total",
+                                  "recorded pending orders whose reservation Redis lost, "
+                                  "decided by the settler",
+                                  NULL},
     [M_ORDERS_REPLAYED] = {"seckill_orders_replayed_total", "idempotent repeats answered again",
                            NULL},
     [M_ORDERS_SOLD_OUT] = {"seckill_orders_sold_out_total", "orders refused: sold out", NULL},

@@ -24,6 +24,11 @@ enum metric {
     M_ORDERS_SOLD_OUT_LOCAL, /* ... of which answered from the sold-out flag, without Redis */
     M_ORDERS_LIMIT,
     M_ORDERS_NOT_ACTIVE,
+    /* durable 202s: recorded in PostgreSQL first; could not be (503 with the key
+     * instead); recorded ones Redis lost, decided by the settler */
+    M_ORDERS_PENDING_RECORDED,
+    M_ORDERS_PENDING_UNRECORDED,
+    M_ORDERS_PENDING_SETTLED,
     M_ORDERS_INVALID,           /* 400 on the order endpoint */
     M_BUYER_UNAUTHORIZED,       /* 401: buyer token missing, invalid or expired */
     M_BUYER_FORBIDDEN,          /* 403: body user_id other than the token's buyer */

@@ -165,6 +165,17 @@ static void answer(const struct http_req *r, const struct order_req *q,
                            "deadline unless Redis stalled after taking it; retry with this "
                            "Idempotency-Key to be sure");
         break;
+    case ORDER_NOT_RECORDED: {
+        /* reserved in Redis alone: a 202 would promise more than is true */
+        char detail[224];
+        snprintf(detail, sizeof detail,
+                 "order %" PRId64 " was reserved, but neither did its commit come in time nor "
+                 "could it be recorded; retry with this Idempotency-Key to learn its outcome",
+                 o->d.order_id);
+        metrics_add(M_ORDERS_UNAVAILABLE, 1);
+        reply_outcome_open(r, o->idem, detail);
+        break;
+    }
     case ORDER_DEADLINE_PASSED: /* the script ran after we would have given up: it took nothing */
         metrics_add(M_ORDERS_EXPIRED, 1);
         metrics_add(M_ORDERS_UNAVAILABLE, 1);

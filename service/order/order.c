@@ -62,6 +62,7 @@ const char *order_result_name(enum order_result r)
         [ORDER_SKU_NOT_LOADED] = "sku_not_loaded",
         [ORDER_OUTCOME_LOST] = "outcome_lost",
         [ORDER_OUTCOME_TIMEOUT] = "outcome_timeout",
+        [ORDER_NOT_RECORDED] = "not_recorded",
         [ORDER_DEADLINE_PASSED] = "deadline_passed",
         [ORDER_IDS_EXHAUSTED] = "ids_exhausted",
         [ORDER_RATE_LIMITED] = "rate_limited",

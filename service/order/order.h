@@ -77,6 +77,8 @@ enum order_result {
     ORDER_SKU_NOT_LOADED,  /* PostgreSQL knows it, Redis does not (yet): being restored */
     ORDER_OUTCOME_LOST,    /* the connection broke after the script was sent: may be taken */
     ORDER_OUTCOME_TIMEOUT, /* no reply in time: taken only if Redis stalled after running it */
+    ORDER_NOT_RECORDED,    /* durable: reserved, no commit in time, and PostgreSQL could not
+                            * record it as pending: its Idempotency-Key settles it */
     ORDER_DEADLINE_PASSED, /* the script ran after the request's deadline: nothing taken */
     ORDER_IDS_EXHAUSTED,   /* the SKU's epoch has no order ids left: it needs a reload */
     ORDER_RATE_LIMITED,    /* the buyer's bucket on this SKU is empty: nothing taken */

@@ -11,6 +11,7 @@
 #include "core/embedded.h"
 #include "core/log.h"
 #include "core/metrics.h"
+#include "order/order_pending.h"
 #include "order/order_wait.h"
 #include "order/soldout.h"
 #include "sku/buckets.h"
@@ -63,6 +64,7 @@ struct order_call {
     int replayed;
     int64_t retry_after_ms;       /* rate limited: the script's wait */
     int64_t order_id;             /* while waiting for the writer */
+    char entry[ORDER_ENTRY_MAX];  /* ... its reservation's stream entry */
     int64_t sent_ms, probe;       /* the sold-out flag's (soldout.h) */
     int64_t deadline_ms;          /* for the script (Unix ms), set when queued */
     char idem[KEYS_IDEM_MAX + 1]; /* the buyer's key, or one made up for them */
@@ -252,14 +254,78 @@ static void probe_sku(struct order_call *oc)
 
 /* ---- the reservation ----------------------------------------------------- */
 
+static int64_t target_of(const struct order_call *oc);
+
+/* A durable order whose commit did not come in time, being recorded in
+ * PostgreSQL before its buyer is told "pending" (order_pending.h). */
+struct pending_job {
+    struct job job; /* first: the pool hands back this pointer */
+    struct order_call *call;
+    struct order_pending_rec rec;
+    int rc;
+};
+
+static void record_run(struct job *j, struct worker_ctx *w)
+{
+    struct pending_job *p = (struct pending_job *)j;
+    p->rc = order_pending_record(w, &p->rec);
+}
+
+/* Recorded: "202 pending" now holds whatever Redis loses.  Not recorded
+ * (PostgreSQL down, or the pool refused: shutting down): the reservation
+ * lives in Redis alone, so the answer promises no more than a 503 whose
+ * Idempotency-Key settles the outcome. */
+static void record_done(struct job *j)
+{
+    struct pending_job *p = (struct pending_job *)j;
+    struct order_call *oc = p->call;
+    int rc = p->rc;
+    free(p);
+    struct order_decision pending = {.order_id = oc->order_id, .status = ORDER_PENDING};
+    snprintf(pending.entry, sizeof pending.entry, "%s", oc->entry);
+    if (rc != 0) {
+        metrics_add(M_ORDERS_PENDING_UNRECORDED, 1);
+        log_warn("order %" PRId64 ": no commit within order_ack_wait_ms and not recorded as "
+                 "pending; answered 503 with its Idempotency-Key",
+                 oc->order_id);
+        finish(oc, ORDER_NOT_RECORDED, &pending);
+        return;
+    }
+    metrics_add(M_ORDERS_PENDING_RECORDED, 1);
+    finish(oc, ORDER_PENDING, &pending);
+}
+
+static void record_pending(struct order_call *oc)
+{
+    struct pending_job *p = calloc(1, sizeof *p);
+    if (!p)
+        abort();
+    p->call = oc;
+    p->rec = (struct order_pending_rec){.order_id = oc->order_id,
+                                        .sku = target_of(oc),
+                                        .user = oc->user,
+                                        .qty = oc->qty,
+                                        .idem = oc->buyers_key ? oc->idem : NULL};
+    snprintf(p->rec.entry, sizeof p->rec.entry, "%s", oc->entry);
+    p->job.run = record_run;
+    p->job.done = record_done;
+    p->job.base = oc->od->base;
+    if (workers_submit(oc->od->workers, &p->job) != 0) {
+        p->rc = -1;
+        record_done(&p->job);
+    }
+}
+
 /* order_wait's answer: the writer's decision, or NULL when it did not come
- * within order_ack_wait_ms (an honest pending). */
+ * within order_ack_wait_ms: the order is recorded as pending first (the rare
+ * slow path), so that the 202 holds. */
 static void on_decided(const struct order_decision *d, void *arg)
 {
     struct order_call *oc = arg;
-    struct order_decision pending = {.order_id = oc->order_id, .status = ORDER_PENDING};
-    if (!d)
-        d = &pending;
+    if (!d) {
+        record_pending(oc);
+        return;
+    }
     finish(oc, d->status, d);
 }
 
@@ -271,6 +337,7 @@ static void settle(struct order_call *oc, const struct order_decision *d)
         return;
     }
     oc->order_id = d->order_id;
+    snprintf(oc->entry, sizeof oc->entry, "%s", d->entry);
     order_wait_add(oc->od->waits, d->order_id, d->entry, on_decided, oc);
 }
 

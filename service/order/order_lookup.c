@@ -7,6 +7,7 @@
 
 #include "core/keys.h"
 #include "core/timefmt.h"
+#include "order/order_pending.h"
 
 json_t *order_row_json(const PGresult *r)
 {
@@ -147,5 +148,10 @@ enum order_result order_lookup(struct worker_ctx *w, int64_t order_id, int64_t b
     }
     /* The writer commits before it drops the journal entry, so a miss in both
      * reads can be a commit that landed between them: read the row again. */
-    return order_row(w, order_id, buyer, out);
+    res = order_row(w, order_id, buyer, out);
+    if (res != ORDER_NOT_FOUND)
+        return res;
+    /* Answered 202 pending, and Redis lost the reservation since: the record
+     * the answer was given on says pending until the reconciler settles it. */
+    return order_pending_lookup(w, order_id, buyer, out);
 }

@@ -1,5 +1,6 @@
 #include "sku/sku.h"
 #include "sku/buckets.h"
+#include "sku/pending_settle.h"
 #include "sku/sku_store.h"
 
 #include <inttypes.h>
@@ -315,6 +316,10 @@ static enum sku_result check_once(struct worker_ctx *w, int64_t sku, enum sku_ch
             goto fail;
         }
         bought = NULL;
+        /* before the load makes the SKU sell again: a retry with the key of
+         * an order answered 202 pending must find it, not reserve anew */
+        if (pending_restore_keys(w, tx, sku) != 0)
+            goto fail;
         log_warn("sku %" PRId64 ": rebuilding Redis from PostgreSQL (%s): redis %s, stock %" PRId64
                  " vs %" PRId64 ", %" PRId64 " in flight, %" PRId64 " users differ",
                  sku, why,

@@ -177,8 +177,8 @@ void th_reset(void)
     redisFree(r);
     PGconn *c = th_pg_admin();
     PGresult *res = PQexec(
-        c,
-        "TRUNCATE stock_ledger, order_cancel_requests, orders, sku_epochs, skus RESTART IDENTITY");
+        c, "TRUNCATE stock_ledger, order_cancel_requests, order_pending, orders, sku_epochs, skus "
+           "RESTART IDENTITY");
     ck_assert_msg(PQresultStatus(res) == PGRES_COMMAND_OK, "%s", PQerrorMessage(c));
     PQclear(res);
     PQfinish(c);

@@ -38,7 +38,7 @@ static void teardown(void)
 }
 
 /* The keys a replica may hold an older copy of. */
-static const enum keys_kind snap_kinds[] = {KEY_META,   KEY_STOCK, KEY_SEQ,   KEY_BOUGHT,
+static const enum keys_kind snap_kinds[] = {KEY_META,    KEY_STOCK,  KEY_SEQ,   KEY_BOUGHT,
                                             KEY_JOURNAL, KEY_STREAM, KEY_DEBTS, KEY_RELEASED};
 #define SNAP_N (sizeof snap_kinds / sizeof snap_kinds[0])
 
@@ -55,8 +55,8 @@ static void snap_take(struct snapshot *s, int64_t sku)
         char key[KEYS_MAX];
         keys_sku(key, sku, snap_kinds[i]);
         s->dump[i] = redisCommand(r, "DUMP %s", key);
-        ck_assert(s->dump[i] && (s->dump[i]->type == REDIS_REPLY_STRING ||
-                                 s->dump[i]->type == REDIS_REPLY_NIL));
+        ck_assert(s->dump[i] &&
+                  (s->dump[i]->type == REDIS_REPLY_STRING || s->dump[i]->type == REDIS_REPLY_NIL));
     }
     redisFree(r);
 }
@@ -69,11 +69,10 @@ static void snap_promote(struct snapshot *s)
     for (size_t i = 0; i < SNAP_N; i++) {
         char key[KEYS_MAX];
         keys_sku(key, s->sku, snap_kinds[i]);
-        redisReply *rep =
-            s->dump[i]->type == REDIS_REPLY_NIL
-                ? redisCommand(r, "DEL %s", key)
-                : redisCommand(r, "RESTORE %s 0 %b REPLACE", key, s->dump[i]->str,
-                               (size_t)s->dump[i]->len);
+        redisReply *rep = s->dump[i]->type == REDIS_REPLY_NIL
+                              ? redisCommand(r, "DEL %s", key)
+                              : redisCommand(r, "RESTORE %s 0 %b REPLACE", key, s->dump[i]->str,
+                                             (size_t)s->dump[i]->len);
         ck_assert_msg(rep && rep->type != REDIS_REPLY_ERROR, "restore %s: %s", key,
                       rep ? rep->str : "no answer");
         freeReplyObject(rep);
@@ -283,11 +282,9 @@ START_TEST(test_late_rebuild_cannot_install_an_older_epoch)
 END_TEST
 
 /* Runs order_release.lua (unfenced) for one returned order. */
-static long long release(int64_t sku, int64_t order_id, int64_t user, int64_t qty,
-                         long long epoch)
+static long long release(int64_t sku, int64_t order_id, int64_t user, int64_t qty, long long epoch)
 {
-    char keys[5][KEYS_MAX], lock[KEYS_MAX], counter[KEYS_MAX + 8], oid[24], uid[24], q[24],
-        ep[24];
+    char keys[5][KEYS_MAX], lock[KEYS_MAX], counter[KEYS_MAX + 8], oid[24], uid[24], q[24], ep[24];
     static const enum keys_kind kinds[] = {KEY_RELEASED, KEY_STOCK, KEY_BOUGHT, KEY_META,
                                            KEY_DEBTS};
     for (int i = 0; i < 5; i++)
@@ -328,7 +325,8 @@ START_TEST(test_negative_units_held_are_kept)
     ck_assert_int_eq(release(5, epoch * ORDER_IDS_PER_EPOCH + 900, 7, 3, epoch), 1);
     rep = redisCommand(r, "HGET %s 7", bought);
     ck_assert_msg(rep->type == REDIS_REPLY_STRING && strcmp(rep->str, "-2") == 0,
-                  "units held after the return: %s", rep->type == REDIS_REPLY_STRING ? rep->str : "(none)");
+                  "units held after the return: %s",
+                  rep->type == REDIS_REPLY_STRING ? rep->str : "(none)");
     freeReplyObject(rep);
     redisFree(r);
     /* A negative balance gives no extra room: the limit is 5, and what is
@@ -388,8 +386,8 @@ static redisReply *ack(int64_t sku, const char *fence, const char *entry)
     char sku_lock[KEYS_MAX];
     keys_sku(sku_lock, sku, KEY_SKU_LOCK);
     ck_assert(rlock_fence_key(counter, sizeof counter, sku_lock) == 0);
-    const char *argv[] = {stream, journal, lock, counter, fence, KEYS_WRITER_GROUP, "1",
-                          "ch",   "",      entry};
+    const char *argv[] = {stream, journal, lock, counter, fence, KEYS_WRITER_GROUP,
+                          "1",    "ch",    "",   entry};
     struct redis_conn rc;
     char err[160];
     ck_assert(redis_conn_init(&rc, &cfg, err, sizeof err) == 0);

@@ -1,0 +1,47 @@
+/*
+ * order_pending: a durable order whose commit did not come within
+ * order_ack_wait_ms, recorded in PostgreSQL before its buyer is told "202
+ * pending" (order_pending, migrations/0008_order_pending.sql), so that the
+ * answer holds whatever Redis loses afterwards: the writer writes the order
+ * from its stream entry, or, when Redis lost the reservation, the reconciler
+ * settles the record itself (sku/pending_settle.h).  This is the rare slow
+ * path: an order committed in time is never recorded here.  Runs on a worker.
+ */
+#ifndef SECKILL_ORDER_PENDING_H
+#define SECKILL_ORDER_PENDING_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "order/order.h"
+#include "store/workers.h"
+
+/* The reservation a 202 names. */
+struct order_pending_rec {
+    int64_t order_id;
+    char entry[ORDER_ENTRY_MAX]; /* its stream entry id */
+    int64_t sku;                 /* the SKU whose keys reserved it (a bucket's own id) */
+    int64_t user, qty;
+    const char *idem; /* the buyer's own Idempotency-Key, or NULL */
+};
+
+/* Records p (a second record of the same reservation is a no-op), then, when
+ * it names the buyer's own key and Redis lost the reservation meanwhile,
+ * writes the key back (order_pending_restore.lua) so that a retry finds the
+ * order.  Returns 0 once PostgreSQL holds the record (a failure of the Redis
+ * step is logged: the record alone keeps the promise, and a rebuild writes
+ * the key back), -1 when it could not be recorded (nothing may then be
+ * promised beyond what Redis holds). */
+int order_pending_record(struct worker_ctx *w, const struct order_pending_rec *p)
+    __attribute__((warn_unused_result));
+
+/* A lookup that found neither a row of 'buyer' nor a pending journal entry:
+ * the newest recorded reservation of order_id by buyer.  ORDER_FOUND with
+ * *out (caller json_decref): "pending" while it is not settled (or settled a
+ * moment ago by a row the caller did not see yet), "rejected" with reason
+ * id_conflict when its id went to another reservation; ORDER_NOT_FOUND, or
+ * ORDER_UNAVAILABLE. */
+enum order_result order_pending_lookup(struct worker_ctx *w, int64_t order_id, int64_t buyer,
+                                       json_t **out);
+
+#endif
