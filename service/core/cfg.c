@@ -62,6 +62,13 @@ static const struct cfg_def defs[] = {
       "open HTTP connections; beyond, new ones are closed at once"),
     I(http_max_connections_per_addr, 1000, 1, 1000000,
       "open HTTP connections per client address (raise it behind a proxy)"),
+    I(request_deadline_ms, 5000, 100, 600000,
+      "every wait of one request on Redis and PostgreSQL together, counted from when it was read "
+      "whole: past it the request is answered 503 with Retry-After (keep it below the load "
+      "balancer's server timeout)"),
+    I(health_timeout_ms, 1000, 50, 60000,
+      "GET /healthz answers within this whatever the stores do: a store that has not answered by "
+      "then is reported down (keep it below the load balancer's check timeout)"),
     I(max_body_bytes, 4096, 64, 1048576, "largest accepted request body"),
     I(max_header_bytes, 8192, 512, 1048576, "largest accepted header block"),
     I(max_idempotency_key_bytes, 128, 8, 200, "longest accepted Idempotency-Key"),
@@ -521,6 +528,16 @@ int cfg_check(const struct cfg *c, char *err, size_t errlen)
     if (c->buyer_token_secret[0] && strlen(c->buyer_token_secret) < BUYER_TOKEN_SECRET_MIN_BYTES) {
         snprintf(err, errlen, "buyer_token_secret must be at least %d bytes long",
                  BUYER_TOKEN_SECRET_MIN_BYTES);
+        return -1;
+    }
+    /* An order's own waits (its reservation, then its commit) are bounded by
+     * these two; the request's deadline must leave room for both, or a
+     * durable order would be cut short into a 503 after it took stock. */
+    if (c->redis_timeout_ms + c->order_ack_wait_ms > c->request_deadline_ms) {
+        snprintf(err, errlen,
+                 "request_deadline_ms (%" PRId64 ") must be at least redis_timeout_ms (%" PRId64
+                 ") + order_ack_wait_ms (%" PRId64 "): an order waits that long by itself",
+                 c->request_deadline_ms, c->redis_timeout_ms, c->order_ack_wait_ms);
         return -1;
     }
     if (c->lock_min_replicas > 0 && c->lock_replica_timeout_ms >= c->redis_timeout_ms) {

@@ -29,6 +29,8 @@ struct cfg {
     int64_t http_write_timeout_ms;         /* a reply the client does not read */
     int64_t http_max_connections;          /* open connections, all clients */
     int64_t http_max_connections_per_addr; /* open connections of one client address */
+    int64_t request_deadline_ms;           /* every store wait of one request, together */
+    int64_t health_timeout_ms;             /* /healthz answers within this */
     int64_t max_body_bytes;                /* larger bodies are refused (400) */
     int64_t max_header_bytes;              /* larger header blocks are refused */
     int64_t max_idempotency_key_bytes;

@@ -38,6 +38,10 @@ static void note_flagged(int64_t sku, void *arg)
 static void job_done(struct job *j)
 {
     struct metrics_job *mj = (struct metrics_job *)j;
+    /* Past the request's deadline in the queue: the SKU block is left out,
+     * as when its reads fail. */
+    if (j->late && http_loop_cfg(mj->req.loop)->metrics_max_skus > 0)
+        metrics_add(M_METRICS_SCRAPE_ERRORS, 1);
     /* This process's local sold-out flags (order/soldout.h), read on the
      * loop from memory. */
     struct flagged *f = calloc(1, sizeof *f);
@@ -63,7 +67,7 @@ void handle_metrics_get(struct http_req *r, int64_t id)
     mj->req = *r;
     mj->job.run = job_run;
     mj->job.done = job_done;
-    /* Urgent, like health: a flood of buyer lookups must not starve it. */
+    /* Urgent, like admin jobs: a flood of buyer lookups must not starve it. */
     if (http_try_submit(r, &mj->job, 1) == 0)
         return;
     /* No worker: the process's own numbers still answer. */

@@ -295,7 +295,8 @@ static void lookup_run(struct job *j, struct worker_ctx *w)
 static void lookup_done(struct job *j)
 {
     struct lookup_job *lj = (struct lookup_job *)j;
-    struct order_outcome o = {.result = lj->res};
+    /* late: never ran, its request's deadline passed in the queue */
+    struct order_outcome o = {.result = j->late ? ORDER_UNAVAILABLE : lj->res};
     answer(&lj->req, NULL, &o, lj->out); /* takes lj->out */
     free(lj);
 }
@@ -341,6 +342,8 @@ static void life_done(struct job *j)
     struct life_job *lj = (struct life_job *)j;
     const struct http_req *r = &lj->req;
     int cancel = lj->buyer != 0;
+    if (j->late) /* never ran: its request's deadline passed in the queue */
+        lj->res = LIFE_UNAVAILABLE;
     switch (lj->res) {
     case LIFE_OK:
     case LIFE_REPLAYED:

@@ -1,5 +1,8 @@
 #include "http/handle_sku.h"
 
+#include <event2/event.h>
+#include <event2/event_struct.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -7,7 +10,7 @@
 #include "order/soldout.h"
 #include "sku/sku.h"
 
-enum sku_op { OP_VIEW, OP_VIEW_ADMIN, OP_CREATE, OP_ADJUST, OP_RELOAD, OP_HEALTH, OP_WINDOW };
+enum sku_op { OP_VIEW, OP_VIEW_ADMIN, OP_CREATE, OP_ADJUST, OP_RELOAD, OP_WINDOW };
 
 /* One blocking SKU operation: run on a worker, answered on the loop. */
 struct sku_job {
@@ -40,9 +43,6 @@ static void job_run(struct job *j, struct worker_ctx *w)
     case OP_RELOAD:
         sj->res = sku_reload(w, sj->id, &sj->out);
         break;
-    case OP_HEALTH:
-        sj->res = sku_health(w, &sj->out);
-        break;
     case OP_WINDOW:
         sj->res = sku_set_window(w, sj->id, sj->delta, &sj->out);
         break;
@@ -55,6 +55,8 @@ static void job_done(struct job *j)
     struct sku_job *sj = (struct sku_job *)j;
     const struct http_req *r = &sj->req;
     json_t *out = sj->out;
+    if (j->late) /* never ran: its request's deadline passed in the queue */
+        sj->res = SKU_UNAVAILABLE;
     switch (sj->res) {
     case SKU_OK:
         if (sj->op == OP_ADJUST || sj->op == OP_RELOAD) /* stock may be back: sell it here now */
@@ -91,10 +93,7 @@ static void job_done(struct job *j)
                          "this Idempotency-Key was used with a different request");
         break;
     case SKU_UNAVAILABLE:
-        if (sj->op == OP_HEALTH && out)
-            http_reply_json(r, 503, out), out = NULL;
-        else
-            http_reply_unavailable(r);
+        http_reply_unavailable(r);
         break;
     }
     json_decref(out);
@@ -114,8 +113,8 @@ static struct sku_job *new_job(const struct http_req *r, enum sku_op op, int64_t
     return sj;
 }
 
-/* Buyer lookups wait behind admin and health jobs: a flood of them must not
- * starve operators or the load balancer. */
+/* Buyer lookups wait behind admin jobs: a flood of them must not starve
+ * operators. */
 static void submit(struct sku_job *sj)
 {
     if (http_submit(&sj->req, &sj->job, sj->op != OP_VIEW) != 0)
@@ -137,10 +136,95 @@ void handle_sku_reload(struct http_req *r, int64_t sku)
     submit(new_job(r, OP_RELOAD, sku));
 }
 
+/* ---- GET /healthz: answered within health_timeout_ms ---------------------- */
+
+/* One health check on its loop: the probes' reports (store/health.h) or its
+ * timer, whichever comes first, make the answer. */
+struct health_check {
+    struct http_req req;
+    struct event timer;
+    int refs;     /* the timer's, until it answered or was cancelled, and one per report to come */
+    int answered; /* the answer went out */
+    int reported[HEALTH_STORES];
+    struct health_report rep[HEALTH_STORES];
+};
+
+/* Drops n references; the last frees hc. */
+static void health_check_unref(struct health_check *hc, int n)
+{
+    hc->refs -= n;
+    if (hc->refs == 0)
+        free(hc);
+}
+
+/* The answer from the reports so far: a store without one did not answer
+ * within health_timeout_ms. */
+static void health_answer(struct health_check *hc)
+{
+    const struct health_report *rd = &hc->rep[HEALTH_REDIS], *pg = &hc->rep[HEALTH_POSTGRES];
+    int redis_in_time = hc->reported[HEALTH_REDIS] && rd->probed;
+    int pg_in_time = hc->reported[HEALTH_POSTGRES] && pg->probed;
+    /* A cluster with a master down still sells the SKUs of the others: a
+     * load balancer must not take the instance out for it. */
+    int redis_ok = redis_in_time && rd->up > 0, pg_ok = pg_in_time && pg->up > 0;
+    const char *redis = !redis_ok ? "down" : rd->total == rd->up ? "ok" : "degraded";
+    json_t *o = json_pack("{s:s, s:s, s:s}", "status", redis_ok && pg_ok ? "ok" : "unavailable",
+                          "redis", redis, "postgres", pg_ok ? "ok" : "down");
+    if (redis_in_time && rd->cluster)
+        json_object_set_new(o, "redis_masters_down", json_integer(rd->total - rd->up));
+    if (!redis_in_time || !pg_in_time) {
+        char d[160];
+        snprintf(d, sizeof d, "%s%s%s did not answer within health_timeout_ms (%" PRId64 " ms)",
+                 redis_in_time ? "" : "redis", !redis_in_time && !pg_in_time ? " and " : "",
+                 pg_in_time ? "" : "postgres", http_loop_cfg(hc->req.loop)->health_timeout_ms);
+        json_object_set_new(o, "detail", json_string(d));
+    }
+    hc->answered = 1;
+    http_reply_json(&hc->req, redis_ok && pg_ok ? 200 : 503, o);
+}
+
+static void health_on_report(const struct health_report *rep, void *arg)
+{
+    struct health_check *hc = arg;
+    hc->reported[rep->store] = 1;
+    hc->rep[rep->store] = *rep;
+    int refs = 1; /* this report's */
+    if (!hc->answered && hc->reported[HEALTH_REDIS] && hc->reported[HEALTH_POSTGRES]) {
+        evtimer_del(&hc->timer);
+        health_answer(hc);
+        refs++; /* and the timer's */
+    }
+    health_check_unref(hc, refs);
+}
+
+static void health_on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct health_check *hc = arg;
+    (void)fd;
+    (void)what;
+    health_answer(hc);
+    health_check_unref(hc, 1);
+}
+
+/* Not on the worker pool: slow jobs filling it when a store stalls must not
+ * hold up the load balancer's checks. */
 void handle_sku_health(struct http_req *r, int64_t unused)
 {
     (void)unused;
-    submit(new_job(r, OP_HEALTH, 0));
+    struct health_check *hc = calloc(1, sizeof *hc);
+    if (!hc)
+        abort();
+    hc->req = *r;
+    hc->refs = 1 + HEALTH_STORES;
+    if (http_health_ask(r, health_on_report, hc) != 0) {
+        free(hc);
+        http_reply_unavailable(r);
+        return;
+    }
+    int64_t ms = http_loop_cfg(r->loop)->health_timeout_ms;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    evtimer_assign(&hc->timer, http_loop_base(r->loop), health_on_timer, hc);
+    evtimer_add(&hc->timer, &tv);
 }
 
 void handle_sku_create(struct http_req *r, int64_t unused)

@@ -42,7 +42,7 @@ static const struct http_answer metrics_answers[] = {{200, NULL}, ANSWER_405, AN
 static const struct http_answer health_answers[] = {
     {200, NULL},
     {503, NULL}, /* the health body names what is down */
-    ANSWER_503,  /* the worker pool is full or stopping */
+    ANSWER_503,  /* the service is stopping */
     ANSWER_405,
     ANSWERS_END};
 

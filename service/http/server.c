@@ -134,6 +134,11 @@ const struct cfg *http_loop_cfg(const struct http_loop *l)
     return l->srv->cfg;
 }
 
+struct event_base *http_loop_base(const struct http_loop *l)
+{
+    return l->base;
+}
+
 struct order_desk *http_loop_desk(struct http_loop *l)
 {
     return l->desk;
@@ -472,7 +477,11 @@ static void dispatch_request(struct http_conn *c)
     c->head = rq->method == HTTP_METHOD_HEAD;
     c->keep_alive = rq->keep_alive;
     c->version_minor = rq->version_minor;
-    struct http_req r = {.conn = c, .loop = c->loop};
+    /* One deadline for every store wait of the request, from now: the time
+     * the client took to send it is http_request_timeout_ms's. */
+    struct http_req r = {.conn = c,
+                         .loop = c->loop,
+                         .deadline_ms = clock_mono_ms() + c->loop->srv->cfg->request_deadline_ms};
     c->loop->srv->dispatch(&r);
 }
 
@@ -762,7 +771,11 @@ void http_reply_error(const struct http_req *r, int status, const char *error, c
 void http_reply_unavailable(const struct http_req *r)
 {
     http_add_header(r, "Retry-After", "1");
-    http_reply_error(r, 503, "unavailable", "a backing store did not answer; try again");
+    http_reply_error(r, 503, "unavailable",
+                     r->deadline_ms > 0 && clock_mono_ms() >= r->deadline_ms
+                         ? "the backing stores did not answer within request_deadline_ms; try "
+                           "again"
+                         : "a backing store did not answer; try again");
 }
 
 /* ---- request intake ---------------------------------------------------- */
@@ -819,6 +832,7 @@ int http_try_submit(const struct http_req *r, struct job *j, int urgent)
 {
     j->base = r->loop->base;
     j->urgent = urgent;
+    j->deadline_ms = r->deadline_ms;
     return r->loop->srv->workers && workers_submit(r->loop->srv->workers, j) == 0 ? 0 : -1;
 }
 
@@ -828,6 +842,12 @@ int http_submit(const struct http_req *r, struct job *j, int urgent)
         return 0;
     http_reply_unavailable(r);
     return -1;
+}
+
+int http_health_ask(const struct http_req *r, health_fn *fn, void *arg)
+{
+    struct workers *ws = r->loop->srv->workers;
+    return ws ? health_ask(workers_health(ws), r->loop->base, fn, arg) : -1;
 }
 
 /* ---- threads ----------------------------------------------------------- */

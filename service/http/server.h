@@ -58,6 +58,9 @@ struct http_req {
     /* parallel to answers (set by the router with them): each answer's
      * latency histogram (seckill_http_request_duration_seconds); may be NULL */
     struct metrics_hist *const *answer_hists;
+    /* when the request must be answered, whatever its stores do: read whole
+     * plus request_deadline_ms (clock_mono_ms) */
+    int64_t deadline_ms;
 };
 
 /* What the server answers by itself, before any route (malformed or
@@ -77,6 +80,8 @@ struct http_server *http_server_start(const struct cfg *c, struct workers *ws,
 void http_server_stop(struct http_server *s);
 
 const struct cfg *http_loop_cfg(const struct http_loop *l);
+/* The loop's event base (for a handler's own timers, on the loop's thread). */
+struct event_base *http_loop_base(const struct http_loop *l);
 /* The loop's order desk; NULL once the loop is shutting down. */
 struct order_desk *http_loop_desk(struct http_loop *l);
 
@@ -90,7 +95,8 @@ void http_reply_text(const struct http_req *r, int status, const char *json, siz
 void http_reply_json(const struct http_req *r, int status, json_t *body);
 /* Sends {"error": error, "detail": detail}; detail may be NULL. */
 void http_reply_error(const struct http_req *r, int status, const char *error, const char *detail);
-/* 503 unavailable with Retry-After: a backing store did not answer. */
+/* 503 unavailable with Retry-After: a backing store did not answer (the
+ * detail says so when the request's deadline has passed). */
 void http_reply_unavailable(const struct http_req *r);
 /* Sends a non-JSON success body (e.g. the Prometheus text). */
 void http_reply_raw(const struct http_req *r, int status, const char *content_type,
@@ -115,14 +121,22 @@ char *http_take_json(const struct http_req *r, size_t *len);
 /* The length of the request's body (0: none). */
 size_t http_body_len(const struct http_req *r);
 
-/* Queues j on the worker pool; its 'done' runs on r's loop.  'urgent' jobs
- * (admin, health) pass buyer lookups.  Returns 0; -1 after replying 503 (the
- * pool is full or stopping): the caller still owns j. */
+/* Queues j on the worker pool with r's deadline; its 'done' runs on r's
+ * loop, and must answer 503 (http_reply_unavailable) when j->late says the
+ * deadline passed before j could run.  'urgent' jobs (admin, metrics) pass
+ * buyer lookups.  Returns 0; -1 after replying 503 (the pool is full or
+ * stopping): the caller still owns j. */
 int http_submit(const struct http_req *r, struct job *j, int urgent)
     __attribute__((warn_unused_result));
 /* The same without the 503: returns -1 (nothing answered, the caller still
  * owns j) when there is no pool or it is full or stopping. */
 int http_try_submit(const struct http_req *r, struct job *j, int urgent)
+    __attribute__((warn_unused_result));
+
+/* Asks the pool's health probes about both stores (store/health.h): fn runs
+ * on r's loop once per store.  Returns 0, or -1 (fn will not run; nothing
+ * answered) when there is no pool or it is stopping. */
+int http_health_ask(const struct http_req *r, health_fn *fn, void *arg)
     __attribute__((warn_unused_result));
 
 #endif

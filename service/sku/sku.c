@@ -497,35 +497,3 @@ enum sku_result sku_exists(struct worker_ctx *w, int64_t sku)
     PQclear(r);
     return res;
 }
-
-/* How many of the servers that hold keys answer PING (every master of a
- * cluster, else the one server); *total gets how many there are (0 when a
- * cluster's map cannot be read). */
-static int redis_answering(struct worker_ctx *w, int *total)
-{
-    int n = redis_conn_nservers(&w->redis), up = 0;
-    *total = n > 0 ? n : 0;
-    for (int i = 0; i < n; i++) {
-        redisContext *c = redis_conn_server(&w->redis, i);
-        redisReply *r = c ? redisCommand(c, "PING") : NULL;
-        up += r && r->type != REDIS_REPLY_ERROR;
-        freeReplyObject(r);
-    }
-    return up;
-}
-
-enum sku_result sku_health(struct worker_ctx *w, json_t **out)
-{
-    int total = 0, up = redis_answering(w, &total);
-    /* A cluster with a master down still sells the SKUs of the others: a
-     * load balancer must not take the instance out for it. */
-    const char *redis = total > 0 && up == total ? "ok" : up > 0 ? "degraded" : "down";
-    int redis_ok = up > 0;
-    /* Bounded: a frozen PostgreSQL makes this 503, never a hang. */
-    int pg_ok = db_ping(&w->db) == 0;
-    *out = json_pack("{s:s, s:s, s:s}", "status", redis_ok && pg_ok ? "ok" : "unavailable", "redis",
-                     redis, "postgres", pg_ok ? "ok" : "down");
-    if (w->redis.target.nseeds > 0)
-        json_object_set_new(*out, "redis_masters_down", json_integer(total - up));
-    return redis_ok && pg_ok ? SKU_OK : SKU_UNAVAILABLE;
-}

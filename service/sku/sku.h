@@ -89,7 +89,5 @@ enum sku_result sku_view(struct worker_ctx *w, int64_t sku, int admin, json_t **
 enum sku_result sku_set_window(struct worker_ctx *w, int64_t sku, int64_t window_s, json_t **out);
 /* SKU_OK if the SKU exists in PostgreSQL, SKU_UNKNOWN if not. */
 enum sku_result sku_exists(struct worker_ctx *w, int64_t sku);
-/* SKU_OK when both Redis and PostgreSQL answer. */
-enum sku_result sku_health(struct worker_ctx *w, json_t **out);
 
 #endif

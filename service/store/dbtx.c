@@ -85,6 +85,7 @@ static void rollback_if_open(PGconn *conn)
 {
     PGTransactionStatusType ts;
     struct pgwait w;
+    PGresult *r;
 
     if (PQstatus(conn) != CONNECTION_OK)
         return;
@@ -92,7 +93,12 @@ static void rollback_if_open(PGconn *conn)
     if (ts != PQTRANS_INTRANS && ts != PQTRANS_INERROR)
         return;
     pgwait_start(&w, 0, NULL);
-    PQclear(pgwait_query(&w, conn, "ROLLBACK"));
+    r = pgwait_query(&w, conn, "ROLLBACK");
+    /* Not sent (the request's deadline had passed): closing rolls back too,
+     * and the next user of the connection must not find the block open. */
+    if (r == NULL && PQstatus(conn) == CONNECTION_OK)
+        pgwait_close(conn);
+    PQclear(r);
 }
 
 /* BEGIN alone, for a deferred transaction's first pipeline. */

@@ -27,6 +27,8 @@
 #define ABANDON_READS 64
 
 static atomic_int default_timeout_ms = PGWAIT_FALLBACK_TIMEOUT_MS;
+/* The deadline of the request the thread works for (0: none). */
+static _Thread_local int64_t thread_deadline_ms;
 
 void pgwait_set_default_timeout_ms(int ms)
 {
@@ -39,12 +41,32 @@ int pgwait_default_timeout_ms(void)
     return atomic_load(&default_timeout_ms);
 }
 
+void pgwait_set_thread_deadline(int64_t deadline_ms)
+{
+    thread_deadline_ms = deadline_ms > 0 ? deadline_ms : 0;
+}
+
 void pgwait_start(struct pgwait *w, int timeout_ms, const atomic_int *abort)
 {
+    int64_t now = rlock_mono_ms();
     w->timeout_ms = timeout_ms > 0 ? timeout_ms : pgwait_default_timeout_ms();
-    w->deadline_ms = rlock_mono_ms() + w->timeout_ms;
+    w->deadline_ms = now + w->timeout_ms;
+    w->capped = thread_deadline_ms > 0 && thread_deadline_ms < w->deadline_ms;
+    if (w->capped) {
+        w->deadline_ms = thread_deadline_ms;
+        w->timeout_ms = thread_deadline_ms > now ? (int)(thread_deadline_ms - now) : 0;
+    }
     w->abort = abort;
     w->err[0] = '\0';
+}
+
+/* A budget cut to nothing by the thread's deadline: nothing may be sent. */
+static int past_deadline(struct pgwait *w)
+{
+    if (!w->capped || w->deadline_ms > rlock_mono_ms())
+        return 0;
+    snprintf(w->err, sizeof w->err, "request deadline passed");
+    return 1;
 }
 
 static void set_err(struct pgwait *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -110,7 +132,8 @@ static int wait_ready(struct pgwait *w, int fd, short events)
         }
         int64_t left = w->deadline_ms - rlock_mono_ms();
         if (left <= 0) {
-            set_err(w, "no answer within %d ms", w->timeout_ms);
+            set_err(w, "no answer within %d ms%s", w->timeout_ms,
+                    w->capped ? " (the request's deadline)" : "");
             return -1;
         }
         if (w->abort != NULL && left > ABORT_CHECK_MS)
@@ -153,6 +176,12 @@ static void abandon(PGconn *conn)
         (void)PQconsumeInput(conn);
 }
 
+void pgwait_close(PGconn *conn)
+{
+    if (conn != NULL && PQstatus(conn) == CONNECTION_OK)
+        abandon(conn);
+}
+
 PGconn *pgwait_connect(struct pgwait *w, const char *const *keys, const char *const *vals)
 {
     PGconn *c;
@@ -163,6 +192,8 @@ PGconn *pgwait_connect(struct pgwait *w, const char *const *keys, const char *co
         set_err(w, "abandoned on request before connecting");
         return NULL;
     }
+    if (past_deadline(w))
+        return NULL;
     c = PQconnectStartParams(keys, vals, 1);
     if (c == NULL) {
         set_err(w, "out of memory");
@@ -224,6 +255,8 @@ static PGresult *run(struct pgwait *w, PGconn *conn, const char *sql, int simple
         set_err(w, "abandoned on request before sending");
         return NULL;
     }
+    if (past_deadline(w))
+        return NULL;
     /* Non-blocking, or PQsendQuery could block on a full send buffer. */
     was_nonblocking = PQisnonblocking(conn);
     if (!was_nonblocking && PQsetnonblocking(conn, 1) != 0) {
@@ -298,6 +331,8 @@ int pgwait_pipeline(struct pgwait *w, PGconn *conn, size_t n, const struct pgwai
         set_err(w, "abandoned on request before sending");
         return -1;
     }
+    if (past_deadline(w))
+        return -1;
     /* The paused time is not PostgreSQL's: the budget restarts. */
     if (w->abort && fault_pause("pg_send_under_lock"))
         w->deadline_ms = rlock_mono_ms() + w->timeout_ms;

@@ -39,6 +39,7 @@
 struct pgwait {
     int64_t deadline_ms;     /* CLOCK_MONOTONIC, as rlock_mono_ms() */
     int timeout_ms;          /* the budget as started, for messages */
+    int capped;              /* the thread's deadline came first */
     const atomic_int *abort; /* non-zero: stop waiting at once; may be NULL */
     char err[256];           /* why the last call failed, "" after a success */
 };
@@ -51,10 +52,20 @@ void pgwait_set_default_timeout_ms(int ms);
 /* The current process-wide default, in ms. */
 int pgwait_default_timeout_ms(void);
 
-/* Starts a budget of timeout_ms from now (<= 0: the process-wide default).
+/* Starts a budget of timeout_ms from now (<= 0: the process-wide default),
+ * ending no later than the calling thread's deadline, if one is set.
  * 'abort' (may be NULL) is read every few tens of ms while waiting; it must
  * stay valid while w is used. */
 void pgwait_start(struct pgwait *w, int timeout_ms, const atomic_int *abort);
+
+/* Sets the calling thread's deadline (CLOCK_MONOTONIC ms, as rlock_mono_ms();
+ * 0: none): every budget started on this thread until it is cleared ends by
+ * then, whatever its own timeout.  A worker sets it to the deadline of the
+ * HTTP request it runs, so that all the request's waits share one bound,
+ * those of dbtx (BEGIN, statements, COMMIT, the outcome lookup) included.
+ * A budget whose deadline has already passed sends nothing: it fails before
+ * connecting or sending, with "request deadline passed" in w->err. */
+void pgwait_set_thread_deadline(int64_t deadline_ms);
 
 /*
  * Opens a connection (PQconnectStartParams(keys, vals, expand_dbname = 1),
@@ -118,6 +129,13 @@ struct pgwait_stmt {
  */
 int pgwait_pipeline(struct pgwait *w, PGconn *conn, size_t n, const struct pgwait_stmt *stmts,
                     PGresult **res) PGWAIT_MUST_CHECK;
+
+/* Closes conn under its owner without waiting for the server, as a wait
+ * that ran out does: the server rolls back what was open, PQstatus(conn)
+ * is CONNECTION_BAD from now on, and the owner still PQfinish()es it.  For a
+ * transaction whose ROLLBACK could not be sent (the request's deadline had
+ * passed): the session must not be used again in that state. */
+void pgwait_close(PGconn *conn);
 
 /* Copies the message of a failed result (or, without one, of conn) into dst
  * as one line; "unknown libpq error" when both are empty.  dst is always

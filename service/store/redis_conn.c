@@ -7,6 +7,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "core/log.h"
 
 static struct rlock_sentinel_watch *followed;
@@ -154,6 +155,42 @@ static int conn_stale(const redisContext *c)
     return n != 0; /* ready (EOF, error, stray bytes) or poll itself failed */
 }
 
+void redis_conn_set_deadline(struct redis_conn *rc, int64_t deadline_ms)
+{
+    rc->deadline_ms = deadline_ms > 0 ? deadline_ms : 0;
+}
+
+int64_t redis_conn_deadline(const struct redis_conn *rc)
+{
+    return rc->deadline_ms;
+}
+
+/* What is left of rc's deadline, in ms: 'cap' without one, at most 'cap'
+ * with one, and 0 once it has passed (logged). */
+static int deadline_left(const struct redis_conn *rc, int cap)
+{
+    if (rc->deadline_ms == 0)
+        return cap;
+    int64_t left = rc->deadline_ms - clock_mono_ms();
+    if (left <= 0) {
+        log_debug("redis: the request's deadline passed; nothing sent");
+        return 0;
+    }
+    return left < cap ? (int)left : cap;
+}
+
+/* Sets the socket timeout of rc->ctx to ms unless it has it already. */
+static int apply_timeout(struct redis_conn *rc, int ms)
+{
+    if (rc->applied_ms == ms)
+        return 0;
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    if (redisSetTimeout(rc->ctx, tv) != REDIS_OK)
+        return -1;
+    rc->applied_ms = ms;
+    return 0;
+}
+
 /* The options of every cluster client made for rc. */
 static struct rlock_cluster_opts cluster_opts(const struct redis_conn *rc)
 {
@@ -242,6 +279,8 @@ redisContext *redis_conn_get_for(struct redis_conn *rc, const char *key)
 {
     if (rc->target.nseeds == 0)
         return redis_conn_get(rc);
+    if (deadline_left(rc, 1) == 0)
+        return NULL;
     struct rlock_cluster *c = cluster_of(rc);
     char err[320];
     redisContext *ctx =
@@ -255,9 +294,9 @@ enum rlock_status redis_conn_lock(struct redis_conn *rc, const char *key, int64_
                                   rlock_cluster_lock_fn *fn, void *arg, char *err, size_t errlen)
 {
     if (rc->target.nseeds > 0) {
-        struct rlock_cluster *c = cluster_of(rc);
+        struct rlock_cluster *c = deadline_left(rc, 1) > 0 ? cluster_of(rc) : NULL;
         if (!c) {
-            snprintf(err, errlen, "redis cluster: no client");
+            snprintf(err, errlen, "redis cluster: no client, or the request's deadline passed");
             return RLOCK_ERR;
         }
         return rlock_cluster_lock(c, key, deadline_ms, fn, arg, err, errlen);
@@ -274,7 +313,8 @@ enum rlock_status redis_conn_lock(struct redis_conn *rc, const char *key, int64_
     return st;
 }
 
-enum rlock_status redis_conn_release(struct redis_conn *rc, struct rlock *l)
+/* The release itself, within redis_timeout_ms. */
+static enum rlock_status release_now(struct redis_conn *rc, struct rlock *l)
 {
     if (rc->target.nseeds > 0) {
         struct rlock_cluster *c = cluster_of(rc);
@@ -294,6 +334,18 @@ enum rlock_status redis_conn_release(struct redis_conn *rc, struct rlock *l)
     return RLOCK_ERR;
 }
 
+enum rlock_status redis_conn_release(struct redis_conn *rc, struct rlock *l)
+{
+    /* Not bounded by the request's deadline: a lock left to its lease would
+     * hold up every writer and operator of the SKU for lock_ttl_ms, far
+     * longer than the one command a release costs. */
+    int64_t deadline = rc->deadline_ms;
+    rc->deadline_ms = 0;
+    enum rlock_status st = release_now(rc, l);
+    rc->deadline_ms = deadline;
+    return st;
+}
+
 int redis_conn_server_of(struct redis_conn *rc, const char *key)
 {
     if (rc->target.nseeds == 0)
@@ -308,14 +360,33 @@ int redis_conn_server_of(struct redis_conn *rc, const char *key)
 
 redisContext *redis_conn_get(struct redis_conn *rc)
 {
+    int left = deadline_left(rc, rc->timeout_ms);
+    if (left == 0)
+        return NULL;
     if (rc->target.nseeds > 0)
         return redis_conn_get_for(rc, ""); /* slot 0's master */
-    if (rc->ctx && rc->ctx->err == 0 && !conn_stale(rc->ctx) &&
-        !rlock_sentinel_moved(&rc->target, rc->gen))
-        return rc->ctx;
-    redis_conn_close(rc);
-    rc->gen = rlock_url_generation(&rc->target); /* before: a move meanwhile is seen next time */
-    rc->ctx = redis_conn_open(rc);
+    if (!(rc->ctx && rc->ctx->err == 0 && !conn_stale(rc->ctx) &&
+          !rlock_sentinel_moved(&rc->target, rc->gen))) {
+        redis_conn_close(rc);
+        /* before: a move meanwhile is seen next time */
+        rc->gen = rlock_url_generation(&rc->target);
+        /* the connect, too, within what is left */
+        struct redis_conn bounded = *rc;
+        bounded.connect_timeout_ms = deadline_left(rc, rc->connect_timeout_ms);
+        bounded.timeout_ms = left;
+        if (bounded.connect_timeout_ms == 0)
+            return NULL;
+        rc->ctx = redis_conn_open(&bounded);
+        if (!rc->ctx)
+            return NULL;
+        rc->applied_ms = left;
+    }
+    /* Each command waits what is left of the request's deadline, at most its
+     * own timeout (back to that once the deadline is cleared). */
+    if (apply_timeout(rc, left) != 0) {
+        redis_conn_close(rc);
+        return NULL;
+    }
     return rc->ctx;
 }
 
@@ -333,6 +404,8 @@ static void drop_if_demoted(struct redis_conn *rc, const redisReply *r)
 static redisReply *cluster_cmd(struct redis_conn *rc, unsigned slot, int argc, const char **argv,
                                const size_t *lens)
 {
+    if (deadline_left(rc, 1) == 0)
+        return NULL;
     struct rlock_cluster *cl = cluster_of(rc);
     char err[320];
     redisReply *r = cl ? rlock_cluster_command(cl, slot, argc, argv, lens, err, sizeof err) : NULL;
@@ -364,6 +437,8 @@ redisReply *redis_conn_cmd(struct redis_conn *rc, int argc, const char **argv, c
 static int cluster_pipeline(struct redis_conn *rc, size_t n, const int *argcs,
                             const char *const *const *argvs, redisReply **out)
 {
+    if (deadline_left(rc, 1) == 0)
+        return -1;
     struct rlock_cluster *cl = cluster_of(rc);
     redisContext **on = calloc(n ? n : 1, sizeof *on);
     int *node = calloc(n ? n : 1, sizeof *node);
@@ -469,7 +544,7 @@ redisReply *redis_conn_script(struct redis_conn *rc, const struct rlock_script *
                               int nargs, const char **argv, const size_t *lens)
 {
     if (rc->target.nseeds > 0) {
-        struct rlock_cluster *cl = cluster_of(rc);
+        struct rlock_cluster *cl = deadline_left(rc, 1) > 0 ? cluster_of(rc) : NULL;
         char err[320];
         redisReply *r =
             cl ? rlock_cluster_script(cl, s, nkeys, nargs, argv, lens, err, sizeof err) : NULL;
@@ -494,6 +569,7 @@ void redis_conn_close(struct redis_conn *rc)
     if (rc->ctx)
         redisFree(rc->ctx);
     rc->ctx = NULL;
+    rc->applied_ms = 0;
     rlock_cluster_free(rc->cluster);
     rc->cluster = NULL;
 }

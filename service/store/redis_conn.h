@@ -27,6 +27,8 @@ struct redis_conn {
     struct rlock_url target; /* redis_url, parsed by rlock_url_parse() */
     int connect_timeout_ms;
     int timeout_ms;
+    int64_t deadline_ms; /* redis_conn_set_deadline(); 0: none */
+    int applied_ms;      /* the socket timeout ctx has now */
     redisContext *ctx;
     uint64_t gen; /* the Sentinel watch's generation when ctx was made */
     /* redis-cluster:// only: the cluster client every command goes through
@@ -115,15 +117,30 @@ enum rlock_status redis_conn_lock(struct redis_conn *rc, const char *key, int64_
                                   rlock_cluster_lock_fn *fn, void *arg, char *err, size_t errlen);
 
 /* rlock_release() of l on its server (rlock_cluster_release() on a
- * cluster); l is always emptied.  A missing connection is RLOCK_ERR. */
+ * cluster); l is always emptied.  A missing connection is RLOCK_ERR.  rc's
+ * deadline does not apply: the release has redis_timeout_ms. */
 enum rlock_status redis_conn_release(struct redis_conn *rc, struct rlock *l);
 
+/*
+ * Sets the deadline (CLOCK_MONOTONIC ms, as rlock_mono_ms(); 0: none) of
+ * every call on rc until it is set again: a worker sets the deadline of the
+ * HTTP request it runs, so that its waits share one bound.  Each connect and
+ * command then waits at most what is left of it (the socket timeouts of a
+ * single server are lowered to that), and one made once it has passed fails
+ * at once, as if Redis could not be reached, without sending anything.  On a
+ * Redis Cluster only that last part holds: a command sent before the
+ * deadline waits redis_timeout_ms (the cluster client's own bound).
+ */
+void redis_conn_set_deadline(struct redis_conn *rc, int64_t deadline_ms);
+
+/* The deadline set on rc (0: none). */
+int64_t redis_conn_deadline(const struct redis_conn *rc);
+
 /* Returns a connected context (owned by rc), or NULL when Redis cannot be
- * reached.  A kept connection the server has closed meanwhile (it became
- * readable), or made to a master the Sentinels have since replaced, is
- * replaced first, so a restart of Redis or a failover fails no call; a
- * command that failed on I/O is never re-sent (scripts are not all
- * idempotent). */
+ * reached or rc's deadline has passed.  A kept connection the server has closed meanwhile (it
+ * became readable), or made to a master the Sentinels have since replaced, is replaced first, so a
+ * restart of Redis or a failover fails no call; a command that failed on I/O is never re-sent
+ * (scripts are not all idempotent). */
 redisContext *redis_conn_get(struct redis_conn *rc);
 
 /* Runs a command by argv.  Returns the reply (caller frees) or NULL on I/O error,

@@ -86,6 +86,14 @@ static enum rlock_status acquire_on(redisContext *node, void *arg, const char **
     return st;
 }
 
+/* When a wait for a busy lock gives up: after lock_wait_ms, or at rc's
+ * deadline (the request's) if that comes first. */
+static int64_t wait_deadline(const struct redis_conn *rc, const struct cfg *c)
+{
+    int64_t d = rlock_mono_ms() + (int64_t)c->lock_wait_ms, request = redis_conn_deadline(rc);
+    return request > 0 && request < d ? request : d;
+}
+
 enum rlock_status txlock_acquire(struct txlock *t, struct redis_conn *rc, const struct cfg *c,
                                  int64_t sku, const char *const *keys, size_t n)
 {
@@ -106,7 +114,7 @@ enum rlock_status txlock_acquire(struct txlock *t, struct redis_conn *rc, const 
                              .fence_key = fence_key,
                              .keys = keys,
                              .n = n,
-                             .deadline = rlock_mono_ms() + (int64_t)c->lock_wait_ms};
+                             .deadline = wait_deadline(rc, c)};
     enum rlock_status st =
         redis_conn_lock(rc, sku_lock, a.deadline, acquire_on, &a, t->lock.err, sizeof t->lock.err);
     if (st != RLOCK_OK) {

@@ -5,7 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/clock.h"
 #include "core/log.h"
+#include "store/pgwait.h"
 
 struct workers {
     pthread_mutex_t mu;
@@ -18,6 +20,7 @@ struct workers {
     size_t n;
     pthread_t *threads;
     struct worker_ctx *ctx;
+    struct health *health;
 };
 
 int worker_ctx_init(struct worker_ctx *w, const struct cfg *c, char *err, size_t errlen)
@@ -63,7 +66,16 @@ static void *worker_main(void *arg)
         ws->queued[q]--;
         pthread_mutex_unlock(&ws->mu);
 
-        j->run(j, w);
+        /* A request whose deadline passed while its job waited has been
+         * given up by now: no store work is started for it. */
+        j->late = j->deadline_ms > 0 && clock_mono_ms() >= j->deadline_ms;
+        if (!j->late) {
+            redis_conn_set_deadline(&w->redis, j->deadline_ms);
+            pgwait_set_thread_deadline(j->deadline_ms);
+            j->run(j, w);
+            pgwait_set_thread_deadline(0);
+            redis_conn_set_deadline(&w->redis, 0);
+        }
         /* Hand the job back to its loop; event_base_once is thread-safe once
          * evthread_use_pthreads() ran (main does it first thing). */
         struct timeval now = {0, 0};
@@ -82,6 +94,13 @@ struct workers *workers_start(const struct cfg *c, char *err, size_t errlen)
         abort();
     pthread_mutex_init(&ws->mu, NULL);
     pthread_cond_init(&ws->cv, NULL);
+    ws->health = health_start(c, err, errlen);
+    if (!ws->health) {
+        pthread_mutex_destroy(&ws->mu);
+        pthread_cond_destroy(&ws->cv);
+        free(ws);
+        return NULL;
+    }
     ws->max_queued = (size_t)c->worker_queue_max;
     ws->n = (size_t)c->worker_threads;
     ws->threads = calloc(ws->n, sizeof *ws->threads);
@@ -134,10 +153,16 @@ int workers_submit(struct workers *ws, struct job *j)
     return rc;
 }
 
+struct health *workers_health(struct workers *ws)
+{
+    return ws->health;
+}
+
 void workers_drain(struct workers *ws)
 {
     if (!ws)
         return;
+    health_stop(ws->health);
     pthread_mutex_lock(&ws->mu);
     int joined = ws->stopping;
     ws->stopping = 1;
@@ -156,6 +181,7 @@ void workers_free(struct workers *ws)
     if (!ws)
         return;
     workers_drain(ws);
+    health_free(ws->health);
     pthread_mutex_destroy(&ws->mu);
     pthread_cond_destroy(&ws->cv);
     free(ws->threads);

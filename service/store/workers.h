@@ -4,6 +4,13 @@
  * A job runs on a worker, then its 'done' step runs back on the event loop
  * that submitted it, because an HTTP connection is only touched by the thread
  * owning its base.
+ *
+ * A job may carry a deadline (its HTTP request's): every Redis and
+ * PostgreSQL wait it makes ends by then (redis_conn_set_deadline,
+ * pgwait_set_thread_deadline), and a job still queued when it passes is not
+ * run at all: 'late' tells its 'done' step to answer without it.  The pool
+ * also owns the health probes (store/health.h), threads of their own that
+ * no queued job can hold up.
  */
 #ifndef SECKILL_WORKERS_H
 #define SECKILL_WORKERS_H
@@ -12,6 +19,7 @@
 
 #include "core/cfg.h"
 #include "store/db.h"
+#include "store/health.h"
 #include "store/redis_conn.h"
 
 struct worker_ctx {
@@ -28,7 +36,9 @@ struct job {
     job_fn *run;
     job_done_fn *done;
     struct event_base *base; /* where 'done' runs */
-    int urgent;              /* admin and health: served before buyer lookups */
+    int urgent;              /* admin and metrics: served before buyer lookups */
+    int64_t deadline_ms;     /* CLOCK_MONOTONIC ms (clock_mono_ms); 0: none */
+    int late;                /* set by the pool: the deadline passed before it ran */
     struct job *next;
 };
 
@@ -41,9 +51,14 @@ struct workers *workers_start(const struct cfg *c, char *err, size_t errlen);
  * the caller answers 503). */
 int workers_submit(struct workers *ws, struct job *j) __attribute__((warn_unused_result));
 
-/* Refuses new jobs, runs what is queued and joins the threads.  The loops that
- * receive the 'done' steps must still be running.  workers_submit stays safe
- * to call (it refuses) until workers_free. */
+/* The pool's health probes (never NULL for a started pool). */
+struct health *workers_health(struct workers *ws);
+
+/* Refuses new jobs and health asks, runs what is queued (a job past its
+ * deadline only to its 'done' step), reports to the health asks still
+ * waiting and joins the threads.  The loops that receive the 'done' steps
+ * and reports must still be running.  workers_submit stays safe to call (it
+ * refuses) until workers_free. */
 void workers_drain(struct workers *ws);
 /* Frees a drained pool. */
 void workers_free(struct workers *ws);

@@ -68,6 +68,27 @@ START_TEST(test_flags_override_env_and_bad_values_are_refused)
 }
 END_TEST
 
+/* A request's deadline that an order's own waits (reservation, commit) could
+ * outlast would cut a durable order short after it took stock. */
+START_TEST(test_request_deadline_must_leave_an_order_its_own_waits)
+{
+    struct cfg c;
+    char err[200];
+    cfg_defaults(&c);
+    ck_assert_int_eq(c.request_deadline_ms, 5000);
+    ck_assert_int_eq(c.health_timeout_ms, 1000);
+    ck_assert_msg(cfg_check(&c, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(cfg_set(&c, "order_ack_wait_ms", "4001", err, sizeof err), 0);
+    ck_assert_int_eq(cfg_check(&c, err, sizeof err), -1); /* 1000 + 4001 > 5000 */
+    ck_assert_msg(strstr(err, "request_deadline_ms") != NULL, "%s", err);
+    ck_assert_int_eq(cfg_set(&c, "request_deadline_ms", "5001", err, sizeof err), 0);
+    ck_assert_msg(cfg_check(&c, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(cfg_set(&c, "request_deadline_ms", "99", err, sizeof err), -1);
+    ck_assert_int_eq(cfg_set(&c, "health_timeout_ms", "0", err, sizeof err), -1);
+    cfg_free(&c);
+}
+END_TEST
+
 START_TEST(test_buyer_token_secret_shorter_than_32_bytes_is_refused)
 {
     struct cfg c;
@@ -399,6 +420,7 @@ int main(void)
     TCase *tc = tcase_create("pure");
     tcase_add_test(tc, test_defaults_match_the_local_stack);
     tcase_add_test(tc, test_flags_override_env_and_bad_values_are_refused);
+    tcase_add_test(tc, test_request_deadline_must_leave_an_order_its_own_waits);
     tcase_add_test(tc, test_buyer_token_secret_shorter_than_32_bytes_is_refused);
     tcase_add_test(tc, test_redis_url_forms);
     tcase_add_test(tc, test_redis_sentinel_url_forms);

@@ -135,6 +135,50 @@ static void thaw(void)
     }
 }
 
+static pid_t redis_server; /* found while Redis answers, before any test */
+
+/* Unchecked fixture: the test Redis's pid, in the runner process. */
+static void find_redis_server(void)
+{
+    redisContext *r = th_redis_admin();
+    redisReply *info = redisCommand(r, "INFO server");
+    ck_assert(info && info->type == REDIS_REPLY_STRING);
+    const char *p = strstr(info->str, "process_id:");
+    ck_assert(p != NULL);
+    redis_server = (pid_t)atol(p + strlen("process_id:"));
+    freeReplyObject(info);
+    redisFree(r);
+    ck_assert_msg(redis_server > 1, "cannot find the test Redis's pid");
+}
+
+static void thaw_redis(void)
+{
+    if (redis_server > 0)
+        kill(redis_server, SIGCONT);
+}
+
+/* Frozen until thaw_redis(), the runner's teardown, or a guard like
+ * freeze()'s that thaws it when the test process ends. */
+static void freeze_redis(void)
+{
+    pid_t test = getpid();
+    pid_t g = fork();
+    ck_assert(g >= 0);
+    if (g == 0) {
+        (void)setsid();
+        for (int waited = 0; waited < FREEZE_MAX_MS && kill(test, 0) == 0; waited += 100)
+            th_sleep_ms(100);
+        thaw_redis();
+        _exit(0);
+    }
+    ck_assert(kill(redis_server, SIGSTOP) == 0);
+}
+
+static void thaw_redis_after_case(void)
+{
+    thaw_redis();
+}
+
 /* A config whose PostgreSQL waits end after DEADLINE_MS. */
 static void short_deadline_cfg(struct cfg *c)
 {
@@ -311,6 +355,147 @@ START_TEST(test_healthz_and_lookup_answer_503_while_postgres_is_frozen)
     ck_assert_msg(h.status == 200, "healthz after thaw: %d %s", h.status, h.body);
     ck_assert_int_eq(th_http(d.port, "GET", "/api/v1/skus/1", NULL, NULL, &sku), 0);
     ck_assert_int_eq(sku.status, 200);
+    th_daemon_stop(&d);
+}
+END_TEST
+
+/* The request deadline and health bound of the daemons below: far under
+ * pg_client_timeout_ms (6 s by default), whose one wait per store call made
+ * a lookup take 12 s while PostgreSQL was frozen. */
+#define REQUEST_DEADLINE_MS 2000
+#define HEALTH_TIMEOUT_MS 500
+/* Lookups sent at once while frozen: more than the two workers. */
+#define SLOW_LOOKUPS 6
+
+/* A daemon with the deadlines above and otherwise default store timeouts
+ * (an order's own waits fit in the request's deadline: order_ack_wait_ms). */
+static void deadline_daemon_start(struct th_daemon *d)
+{
+    char deadline[64], health[64];
+    snprintf(deadline, sizeof deadline, "SECKILL_REQUEST_DEADLINE_MS=%d", REQUEST_DEADLINE_MS);
+    snprintf(health, sizeof health, "SECKILL_HEALTH_TIMEOUT_MS=%d", HEALTH_TIMEOUT_MS);
+    const char *env[] = {deadline, health, "SECKILL_ORDER_ACK_WAIT_MS=500", NULL};
+    th_daemon_start(d, env);
+}
+
+struct timed_get {
+    pthread_t tid;
+    int port, rc;
+    int64_t took_ms;
+    struct th_response resp;
+};
+
+static void *timed_get_run(void *arg)
+{
+    struct timed_get *g = arg;
+    int64_t t0 = rlock_mono_ms();
+    g->rc = th_http(g->port, "GET", "/api/v1/skus/1", NULL, NULL, &g->resp);
+    g->took_ms = rlock_mono_ms() - t0;
+    return NULL;
+}
+
+/* The answer a request gets when its deadline passes: 503 unavailable with
+ * Retry-After, within about the deadline (a liveness bound, not a tight one:
+ * the promise is an answer by the deadline, the margin is the machine's). */
+static void assert_deadline_503(const struct timed_get *g)
+{
+    ck_assert_msg(g->rc == 0 && g->resp.status == 503, "lookup while frozen: rc %d status %d %s",
+                  g->rc, g->resp.status, g->resp.body);
+    ck_assert_msg(strcasestr(g->resp.headers, "Retry-After: 1\r\n"), "no Retry-After: %s",
+                  g->resp.headers);
+    char err[32];
+    th_json_str(g->resp.body, "error", err, sizeof err);
+    ck_assert_str_eq(err, "unavailable");
+    ck_assert_msg(g->took_ms < 2 * REQUEST_DEADLINE_MS, "lookup took %lld ms (bound 2 x %d ms)",
+                  (long long)g->took_ms, REQUEST_DEADLINE_MS);
+}
+
+/* One deadline per request, not one per wait: a lookup whose every store
+ * call would wait pg_client_timeout_ms answers 503 by request_deadline_ms;
+ * lookups queued behind it on the busy workers too (past their deadline,
+ * they never start), and /healthz, which no queued job holds up, within
+ * health_timeout_ms, naming PostgreSQL. */
+START_TEST(test_requests_answer_503_by_their_deadline_while_postgres_is_frozen)
+{
+    th_reset();
+    struct th_daemon d;
+    deadline_daemon_start(&d);
+    th_create_sku(d.port, 1, 10, 1);
+    struct th_response h;
+    ck_assert_int_eq(th_http(d.port, "GET", "/healthz", NULL, NULL, &h), 0);
+    ck_assert_int_eq(h.status, 200);
+
+    freeze();
+    struct timed_get g[SLOW_LOOKUPS];
+    for (int i = 0; i < SLOW_LOOKUPS; i++) {
+        g[i] = (struct timed_get){.port = d.port};
+        ck_assert(pthread_create(&g[i].tid, NULL, timed_get_run, &g[i]) == 0);
+    }
+    th_sleep_ms(100); /* the lookups hold both workers, the rest queue */
+    int64_t t0 = rlock_mono_ms();
+    int hrc = th_http(d.port, "GET", "/healthz", NULL, NULL, &h);
+    int64_t health_took = rlock_mono_ms() - t0;
+    for (int i = 0; i < SLOW_LOOKUPS; i++)
+        pthread_join(g[i].tid, NULL);
+    thaw();
+
+    ck_assert_msg(hrc == 0 && h.status == 503, "healthz while frozen: rc %d status %d %s", hrc,
+                  h.status, h.body);
+    char pg[16], redis[16], detail[160];
+    th_json_str(h.body, "postgres", pg, sizeof pg);
+    th_json_str(h.body, "redis", redis, sizeof redis);
+    th_json_str(h.body, "detail", detail, sizeof detail);
+    ck_assert_str_eq(pg, "down");
+    ck_assert_str_eq(redis, "ok");
+    ck_assert_msg(strstr(detail, "postgres did not answer") != NULL, "%s", h.body);
+    ck_assert_msg(health_took < 2 * HEALTH_TIMEOUT_MS, "healthz took %lld ms (bound 2 x %d ms)",
+                  (long long)health_took, HEALTH_TIMEOUT_MS);
+    for (int i = 0; i < SLOW_LOOKUPS; i++)
+        assert_deadline_503(&g[i]);
+    /* Thawed: answered again. */
+    ck_assert_int_eq(th_http(d.port, "GET", "/api/v1/skus/1", NULL, NULL, &h), 0);
+    ck_assert_msg(h.status == 200, "lookup after thaw: %d %s", h.status, h.body);
+    ck_assert_int_eq(th_http(d.port, "GET", "/healthz", NULL, NULL, &h), 0);
+    ck_assert_msg(h.status == 200, "healthz after thaw: %d %s", h.status, h.body);
+    th_daemon_stop(&d);
+}
+END_TEST
+
+/* The same bound whatever store stalls: with Redis frozen, /healthz says
+ * so within health_timeout_ms, and a lookup answers by its deadline. */
+START_TEST(test_healthz_names_a_frozen_redis_within_health_timeout)
+{
+    th_reset();
+    struct th_daemon d;
+    deadline_daemon_start(&d);
+    th_create_sku(d.port, 1, 10, 1);
+    struct th_response h;
+    ck_assert_int_eq(th_http(d.port, "GET", "/healthz", NULL, NULL, &h), 0);
+    ck_assert_int_eq(h.status, 200);
+
+    freeze_redis();
+    int64_t t0 = rlock_mono_ms();
+    int hrc = th_http(d.port, "GET", "/healthz", NULL, NULL, &h);
+    int64_t health_took = rlock_mono_ms() - t0;
+    struct timed_get g = {.port = d.port};
+    timed_get_run(&g);
+    thaw_redis();
+
+    ck_assert_msg(hrc == 0 && h.status == 503, "healthz while frozen: rc %d status %d %s", hrc,
+                  h.status, h.body);
+    char pg[16], redis[16];
+    th_json_str(h.body, "postgres", pg, sizeof pg);
+    th_json_str(h.body, "redis", redis, sizeof redis);
+    ck_assert_str_eq(redis, "down");
+    ck_assert_str_eq(pg, "ok");
+    ck_assert_msg(health_took < 2 * HEALTH_TIMEOUT_MS, "healthz took %lld ms (bound 2 x %d ms)",
+                  (long long)health_took, HEALTH_TIMEOUT_MS);
+    /* The lookup reads Redis's stock: a 503 by its deadline, or (Redis's
+     * timeout being shorter) any answer within it. */
+    ck_assert_msg(g.rc == 0 && g.took_ms < 2 * REQUEST_DEADLINE_MS, "lookup: rc %d after %lld ms",
+                  g.rc, (long long)g.took_ms);
+    ck_assert_int_eq(th_http(d.port, "GET", "/healthz", NULL, NULL, &h), 0);
+    ck_assert_msg(h.status == 200, "healthz after thaw: %d %s", h.status, h.body);
     th_daemon_stop(&d);
 }
 END_TEST
@@ -498,7 +683,14 @@ int main(void)
     tcase_add_test(frozen, test_commit_without_answer_is_unknown_not_rolled_back);
     tcase_add_test(frozen, test_pipeline_on_frozen_postgres_gives_up);
     tcase_add_test(frozen, test_healthz_and_lookup_answer_503_while_postgres_is_frozen);
+    tcase_add_test(frozen, test_requests_answer_503_by_their_deadline_while_postgres_is_frozen);
+    tcase_set_timeout(frozen, 60);
     suite_add_tcase(s, frozen);
+    TCase *frozen_redis = tcase_create("frozen redis");
+    tcase_add_unchecked_fixture(frozen_redis, find_redis_server, thaw_redis_after_case);
+    tcase_add_test(frozen_redis, test_healthz_names_a_frozen_redis_within_health_timeout);
+    tcase_set_timeout(frozen_redis, 60);
+    suite_add_tcase(s, frozen_redis);
     TCase *abort_tc = tcase_create("abort");
     tcase_add_test(abort_tc, test_abort_flag_ends_a_running_statement_and_its_transaction);
     tcase_add_test(abort_tc, test_lost_lock_rolls_back_its_transaction_at_once);

@@ -99,8 +99,10 @@ START_TEST(test_shutdown_with_order_in_flight_answers_and_exits_cleanly)
     th_reset();
     struct th_daemon d;
     /* A command timeout longer than the pause: the order is still waiting on
-     * Redis when the daemon is told to stop. */
-    const char *env[] = {"SECKILL_REDIS_TIMEOUT_MS=5000", "SECKILL_LOCK_TTL_MS=20000", NULL};
+     * Redis when the daemon is told to stop (and a request deadline that
+     * leaves the order its own waits). */
+    const char *env[] = {"SECKILL_REDIS_TIMEOUT_MS=5000", "SECKILL_LOCK_TTL_MS=20000",
+                         "SECKILL_REQUEST_DEADLINE_MS=8000", NULL};
     th_daemon_start(&d, env);
     th_create_sku(d.port, 9, 10, 1);
     pthread_t busy, client;
