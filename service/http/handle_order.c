@@ -282,7 +282,8 @@ void handle_order_place(struct http_req *r, int64_t sku)
     if (!q)
         abort();
     *q = (struct order_req){.req = *r, .sku = sku, .user = user, .qty = qty};
-    struct order_request rq = {.sku = sku, .user = user, .qty = qty, .idem = idem};
+    struct order_request rq = {
+        .sku = sku, .user = user, .qty = qty, .idem = idem, .deadline_ms = r->deadline_ms};
     order_desk_place(http_loop_desk(r->loop), &rq, on_placed, q);
 }
 

@@ -67,6 +67,7 @@ struct order_call {
     char entry[ORDER_ENTRY_MAX];  /* ... its reservation's stream entry */
     int64_t sent_ms, probe;       /* the sold-out flag's (soldout.h) */
     int64_t deadline_ms;          /* for the script (Unix ms), set when queued */
+    int64_t request_deadline_ms;  /* the request's, for the workers' jobs (clock_mono_ms) */
     char idem[KEYS_IDEM_MAX + 1]; /* the buyer's key, or one made up for them */
 };
 
@@ -243,9 +244,11 @@ static void probe_sku(struct order_call *oc)
     if (!p)
         abort();
     p->call = oc;
+    p->res = SKU_UNAVAILABLE; /* unless it runs: its deadline may pass in the queue */
     p->job.run = probe_run;
     p->job.done = probe_done;
     p->job.base = oc->od->base;
+    p->job.deadline_ms = oc->request_deadline_ms;
     if (workers_submit(oc->od->workers, &p->job) != 0) {
         free(p);
         finish(oc, ORDER_UNAVAILABLE, NULL);
@@ -307,9 +310,11 @@ static void record_pending(struct order_call *oc)
                                         .qty = oc->qty,
                                         .idem = oc->buyers_key ? oc->idem : NULL};
     snprintf(p->rec.entry, sizeof p->rec.entry, "%s", oc->entry);
+    p->rc = -1; /* unless it runs: its deadline may pass in the queue */
     p->job.run = record_run;
     p->job.done = record_done;
     p->job.base = oc->od->base;
+    p->job.deadline_ms = oc->request_deadline_ms;
     if (workers_submit(oc->od->workers, &p->job) != 0) {
         p->rc = -1;
         record_done(&p->job);
@@ -379,9 +384,11 @@ static void refill(struct order_call *oc)
     if (!f)
         abort();
     f->call = oc;
+    f->res = SKU_UNAVAILABLE; /* unless it runs: its deadline may pass in the queue */
     f->job.run = refill_run;
     f->job.done = refill_done;
     f->job.base = oc->od->base;
+    f->job.deadline_ms = oc->request_deadline_ms;
     if (workers_submit(oc->od->workers, &f->job) != 0) {
         free(f);
         finish(oc, ORDER_UNAVAILABLE, NULL);
@@ -578,6 +585,7 @@ void order_desk_place(struct order_desk *od, const struct order_request *rq, ord
                               .user = rq->user,
                               .qty = rq->qty,
                               .buyers_key = rq->idem != NULL,
+                              .request_deadline_ms = rq->deadline_ms,
                               .sent_ms = now,
                               .probe = probe};
     if (!od || od->closing || !od->redis) {

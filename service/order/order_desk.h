@@ -36,6 +36,10 @@ struct order_desk;
 struct order_request {
     int64_t sku, user, qty;
     const char *idem; /* the buyer's Idempotency-Key (validated), or NULL */
+    /* the request's deadline (clock_mono_ms; 0 none): the PostgreSQL work an
+     * order needs on a worker (the SKU probe, a bucket refill, the record
+     * of a 202) ends by then, or is not started, and fails */
+    int64_t deadline_ms;
 };
 
 /* The final outcome of one order_desk_place(). */
