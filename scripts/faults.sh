@@ -534,7 +534,7 @@ scenario_redis_restart_empty() {
     under_load "$sku" "$url" || return
     note "kill -9 of Redis; restarted without its AOF and RDB"
     down_and_back "$(redis_pid)" KILL Redis wipe_redis_data || return
-    after_fault "$url" "$sku" "$(now)" "Redis answered again" --allow-lost-pending
+    after_fault "$url" "$sku" "$(now)" "Redis answered again"
     # Until it is reloaded a SKU is unknown to Redis: 503 with Retry-After,
     # never sold out, unknown or unlimited.
     bad=$(awk -v ok="$OK_CODE" '$2 != ok && !($2 == 503 && $3 > 0)' "$SDIR/probes")
@@ -548,7 +548,7 @@ scenario_redis_restart_empty() {
 # window are answered 202 pending, each recorded in PostgreSQL first.  Then
 # Redis dies (reservations, stream entries and keys gone) and comes back
 # empty, and the writer thaws.  Every 202 must end as a row, confirmed or
-# rejected: the check runs without --allow-lost-pending.
+# rejected: the check runs without.
 scenario_redis_empty_at_202() {
     local sku=$1 i left=-1
     SECKILL_WRITER_THREADS=0 SECKILL_ORDER_ACK_WAIT_MS=$PENDING_ACK_WAIT_MS start_daemon d1 || return
@@ -932,7 +932,7 @@ scenario_redis_failover() {
         local url=http://127.0.0.1:$D_PORT
         if under_load "$sku" "$url"; then
             ha_master_kill
-            after_fault "$url" "$sku" "$(now)" "the master was killed" --allow-lost-pending
+            after_fault "$url" "$sku" "$(now)" "the master was killed"
         fi
     fi
     ha_down
@@ -956,7 +956,7 @@ scenario_sentinel_then_master_kill() {
                 kill -KILL "$pid"
                 sleep 1
                 ha_master_kill
-                after_fault "$url" "$sku" "$(now)" "the master was killed" --allow-lost-pending
+                after_fault "$url" "$sku" "$(now)" "the master was killed"
                 grep -q "the Sentinels name a new master" "$SDIR/d1.log" ||
                     fail "the daemon's watch never named the new master (d1.log)"
             fi
@@ -1010,7 +1010,7 @@ scenario_failover_stale_holder() {
     thaw
     note "d1 continued $(since "$t0")s after the kill, its lease long gone"
     load_wait
-    judge "$sku" --allow-lost-pending
+    judge "$sku"
     sales_continue "$D2_URL" "$sku"
     # The old master's token against the database, by the service's own
     # fenced statement (rolled back): it must be refused now.
@@ -1101,7 +1101,7 @@ scenario_cluster_master_kill() {
             else
                 note "kill -9 of the master of the SKU's slot $slot (port $port, pid $pid)"
                 kill -KILL "$pid"
-                after_fault "$url" "$sku" "$(now)" "the SKU's master was killed" --allow-lost-pending
+                after_fault "$url" "$sku" "$(now)" "the SKU's master was killed"
                 read -r port _ < <(cluster_slot_owner "$slot") || true
                 note "slot $slot is served by port ${port:-?} now"
             fi
@@ -1276,7 +1276,7 @@ scenario_cluster_buckets() {
                 --stock "$PROBE_STOCK" --limit 5 --qty 1:80,2:20 --users 100000000 \
                 --requests 100000000 --retry-share 0.1 --concurrency "$CONCURRENCY" \
                 --duration "$LOAD_S" --timeout-ms "$REQUEST_TIMEOUT_MS" \
-                --drain-timeout "$DRAIN_TIMEOUT_S" --allow-lost-pending --seed "$SEED" \
+                --drain-timeout "$DRAIN_TIMEOUT_S" --seed "$SEED" \
                 --label "$SCEN" --json "$SDIR/load.json" </dev/null >"$SDIR/load.log" 2>&1 &
             LOAD_PID=$!
             sleep "$FAULT_AT_S"
@@ -1388,7 +1388,7 @@ scenario_balancer_redis_failover() {
     if ha_up && balancer_up && under_load "$sku" "$LB_URL"; then
         ha_master_kill
         t0=$(now)
-        after_fault "$LB_URL" "$sku" "$t0" "the master was killed" --allow-lost-pending
+        after_fault "$LB_URL" "$sku" "$t0" "the master was killed"
         heard=$(grep -h 'the Sentinels name a new master' "$SDIR"/d1.log "$SDIR"/d2.log 2>/dev/null |
             awk '{ print $1 }' | sort | head -n 1)
         if [[ -n $heard ]]; then
