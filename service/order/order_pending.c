@@ -31,25 +31,12 @@ int order_pending_record(struct worker_ctx *w, const struct order_pending_rec *p
     if (!r)
         return -1;
     PQclear(r);
-    if (!p->idem)
-        return 0;
-    char journal[KEYS_MAX], stream[KEYS_MAX], key[KEYS_MAX], ttl[24];
-    keys_sku(journal, p->sku, KEY_JOURNAL);
-    keys_sku(stream, p->sku, KEY_STREAM);
-    keys_idem(key, p->sku, p->user, p->idem);
-    fmt_i64z(ttl, w->cfg->idempotency_ttl_s);
-    const char *argv[] = {journal, stream, key, oid, p->entry, user, qty, ttl};
-    redisReply *rr = redis_conn_script(&w->redis, &script_order_pending_restore, 3, 5, argv, NULL);
-    if (!rr || rr->type != REDIS_REPLY_STRING)
-        log_warn("order %" PRId64 ": recorded pending; its Idempotency-Key could not be checked "
-                 "in Redis (%s)",
-                 p->order_id, rr && rr->type == REDIS_REPLY_ERROR ? rr->str : "no answer");
-    else if (strcmp(rr->str, "restored") == 0)
-        log_warn("order %" PRId64 ": Redis lost its reservation before the commit; recorded "
-                 "pending, its Idempotency-Key written back",
-                 p->order_id);
-    if (rr)
-        freeReplyObject(rr);
+    /* Nothing is written back to Redis here: a Redis that lost the
+     * reservation but still sells under its epoch (a promoted replica) may
+     * issue this order id again, and a key restored now would name that
+     * other reservation's state.  A rebuild, which draws a new epoch, writes
+     * the key back (pending_restore_keys); until then a retry with the key
+     * reserves anew, and the settler rejects this record as superseded. */
     return 0;
 }
 

@@ -25,13 +25,12 @@ struct order_pending_rec {
     const char *idem; /* the buyer's own Idempotency-Key, or NULL */
 };
 
-/* Records p (a second record of the same reservation is a no-op), then, when
- * it names the buyer's own key and Redis lost the reservation meanwhile,
- * writes the key back (order_pending_restore.lua) so that a retry finds the
- * order.  Returns 0 once PostgreSQL holds the record (a failure of the Redis
- * step is logged: the record alone keeps the promise, and a rebuild writes
- * the key back), -1 when it could not be recorded (nothing may then be
- * promised beyond what Redis holds). */
+/* Records p (a second record of the same reservation is a no-op).  Nothing
+ * is written to Redis: a Redis that lost the reservation may still issue its
+ * id again, and only a rebuild (a new epoch) writes the buyer's key back
+ * (pending_restore_keys).  Returns 0 once PostgreSQL holds the record, -1
+ * when it could not be recorded (nothing may then be promised beyond what
+ * Redis holds). */
 int order_pending_record(struct worker_ctx *w, const struct order_pending_rec *p)
     __attribute__((warn_unused_result));
 

@@ -189,7 +189,7 @@ static int settle_record(struct dbtx *tx, const char *order, const char *entry, 
  * very reservation (same SKU, buyer, qty and reservation time: the writer's
  * rule for a replay), 2 another reservation's, -1 failure. */
 static int existing_row(struct dbtx *tx, int64_t sku, const char *order, int64_t user, int64_t qty,
-                        int64_t reserved_ms)
+                        int64_t reserved_ms, char *state, size_t cap)
 {
     char ids[32];
     snprintf(ids, sizeof ids, "{%s}", order);
@@ -197,11 +197,18 @@ static int existing_row(struct dbtx *tx, int64_t sku, const char *order, int64_t
     if (!r)
         return -1;
     int res = 0;
+    state[0] = '\0';
     if (PQntuples(r) > 0)
         res = atoll(PQgetvalue(r, 0, 7)) == sku && atoll(PQgetvalue(r, 0, 2)) == user &&
                       atoll(PQgetvalue(r, 0, 3)) == qty && atoll(PQgetvalue(r, 0, 6)) == reserved_ms
                   ? 1
                   : 2;
+    /* what the journal says of it from now on: a refused order its reason,
+     * a confirmed one (whatever became of it since) nothing */
+    if (res == 1 && strcmp(PQgetvalue(r, 0, 1), "rejected") == 0)
+        snprintf(state, cap, "returned:%s", PQgetvalue(r, 0, 4));
+    else if (res == 2)
+        snprintf(state, cap, "returned:id_conflict"); /* order.h: ORDER_REASON_ID_CONFLICT */
     PQclear(r);
     return res;
 }
@@ -364,20 +371,23 @@ static int settle_once(struct worker_ctx *w, int64_t sku, int64_t older_ms, int6
         int64_t user = atoll(PQgetvalue(recs, i, 2)), qty = atoll(PQgetvalue(recs, i, 3));
         const char *idem = PQgetisnull(recs, i, 4) ? NULL : PQgetvalue(recs, i, 4);
         int64_t reserved_ms = atoll(PQgetvalue(recs, i, 5));
-        int row = existing_row(tx, sku, order, user, qty, reserved_ms);
+        char state[64];
+        int row = existing_row(tx, sku, order, user, qty, reserved_ms, state, sizeof state);
         if (row < 0)
             goto fail;
         if (row > 0) { /* a writer wrote it (or its id went to another reservation) */
             if (settle_record(tx, order, entry, row == 1 ? "written" : "id_conflict") != 0)
                 goto fail;
-            if (row == 1) { /* a journal entry written back for it is not pending any more */
-                char uid[24];
-                fmt_i64z(uid, user);
-                push(&sj.journal, &sj.njournal, keep(&sj, order));
-                push(&sj.journal, &sj.njournal, keep(&sj, uid));
-                push(&sj.journal, &sj.njournal, keep(&sj, entry));
-                push(&sj.journal, &sj.njournal, keep(&sj, ""));
-            }
+            /* A journal entry written back for it is not pending any more:
+             * gone for a confirmed order, 'returned:' for a refused one or
+             * one whose id another reservation's row holds.  The script
+             * changes only the state that names this buyer and entry. */
+            char uid[24];
+            fmt_i64z(uid, user);
+            push(&sj.journal, &sj.njournal, keep(&sj, order));
+            push(&sj.journal, &sj.njournal, keep(&sj, uid));
+            push(&sj.journal, &sj.njournal, keep(&sj, entry));
+            push(&sj.journal, &sj.njournal, keep(&sj, state));
             n++;
             continue;
         }
@@ -451,6 +461,17 @@ int pending_restore_keys(struct worker_ctx *w, struct dbtx *tx, int64_t sku)
     for (int i = 0; i < PQntuples(recs) && rc == 0; i++) {
         if (PQgetisnull(recs, i, 4))
             continue; /* no key of the buyer's: nothing a retry could name */
+        /* A row under the id (the order's own, or another reservation's)
+         * leaves nothing to write back: the settler settles the record. */
+        PGresult *row = tx_query(tx, "order_get", 1, (const char *[]){PQgetvalue(recs, i, 0)});
+        if (!row) {
+            rc = -1;
+            break;
+        }
+        int has_row = PQntuples(row) > 0;
+        PQclear(row);
+        if (has_row)
+            continue;
         char journal[KEYS_MAX], stream[KEYS_MAX], key[KEYS_MAX];
         keys_sku(journal, sku, KEY_JOURNAL);
         keys_sku(stream, sku, KEY_STREAM);

@@ -18,7 +18,10 @@
 #include "harness.h"
 #include "order/order.h"
 #include "order/order_life.h"
+#include "order/order_lookup.h"
+#include "order/order_pending.h"
 #include "order/order_writer.h"
+#include "sku/pending_settle.h"
 #include "sku/sku.h"
 #include "store/redis_conn.h"
 #include "store/workers.h"
@@ -37,48 +40,74 @@ static void teardown(void)
     cfg_free(&cfg);
 }
 
-/* The keys a replica may hold an older copy of. */
-static const enum keys_kind snap_kinds[] = {KEY_META,    KEY_STOCK,  KEY_SEQ,   KEY_BOUGHT,
-                                            KEY_JOURNAL, KEY_STREAM, KEY_DEBTS, KEY_RELEASED};
-#define SNAP_N (sizeof snap_kinds / sizeof snap_kinds[0])
-
+/* Every key of the SKU's hash tag, and its DUMP, as a replica held them. */
+#define SNAP_MAX 64
 struct snapshot {
     int64_t sku;
-    redisReply *dump[SNAP_N]; /* DUMP of each key, nil when it did not exist */
+    size_t n;
+    char *key[SNAP_MAX];
+    redisReply *dump[SNAP_MAX];
 };
+
+/* The names of the SKU's keys now (SCAN of its hash tag); returns how many. */
+static size_t sku_keys(redisContext *r, int64_t sku, char **out, size_t max)
+{
+    char match[64];
+    snprintf(match, sizeof match, "seckill:{sku:%lld}:*", (long long)sku);
+    size_t n = 0;
+    char cursor[32] = "0";
+    for (int rounds = 0; rounds < 1000; rounds++) {
+        redisReply *rep = redisCommand(r, "SCAN %s MATCH %s COUNT 1000", cursor, match);
+        ck_assert(rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2);
+        snprintf(cursor, sizeof cursor, "%s", rep->element[0]->str);
+        for (size_t i = 0; i < rep->element[1]->elements; i++) {
+            ck_assert_uint_lt(n, max);
+            out[n++] = strdup(rep->element[1]->element[i]->str);
+        }
+        freeReplyObject(rep);
+        if (strcmp(cursor, "0") == 0)
+            break;
+    }
+    return n;
+}
 
 static void snap_take(struct snapshot *s, int64_t sku)
 {
     s->sku = sku;
     redisContext *r = th_redis_admin();
-    for (size_t i = 0; i < SNAP_N; i++) {
-        char key[KEYS_MAX];
-        keys_sku(key, sku, snap_kinds[i]);
-        s->dump[i] = redisCommand(r, "DUMP %s", key);
-        ck_assert(s->dump[i] &&
-                  (s->dump[i]->type == REDIS_REPLY_STRING || s->dump[i]->type == REDIS_REPLY_NIL));
+    s->n = sku_keys(r, sku, s->key, SNAP_MAX);
+    for (size_t i = 0; i < s->n; i++) {
+        s->dump[i] = redisCommand(r, "DUMP %s", s->key[i]);
+        ck_assert(s->dump[i] && s->dump[i]->type == REDIS_REPLY_STRING);
     }
     redisFree(r);
 }
 
 /* The master died; its replica, promoted, never got the writes made since
- * the snapshot. */
+ * the snapshot: keys written since are gone, the others as they were. */
 static void snap_promote(struct snapshot *s)
 {
     redisContext *r = th_redis_admin();
-    for (size_t i = 0; i < SNAP_N; i++) {
-        char key[KEYS_MAX];
-        keys_sku(key, s->sku, snap_kinds[i]);
-        redisReply *rep = s->dump[i]->type == REDIS_REPLY_NIL
-                              ? redisCommand(r, "DEL %s", key)
-                              : redisCommand(r, "RESTORE %s 0 %b REPLACE", key, s->dump[i]->str,
-                                             (size_t)s->dump[i]->len);
-        ck_assert_msg(rep && rep->type != REDIS_REPLY_ERROR, "restore %s: %s", key,
+    char *now[SNAP_MAX];
+    size_t n = sku_keys(r, s->sku, now, SNAP_MAX);
+    for (size_t i = 0; i < n; i++) {
+        freeReplyObject(redisCommand(r, "DEL %s", now[i]));
+        free(now[i]);
+    }
+    for (size_t i = 0; i < s->n; i++) {
+        redisReply *rep = redisCommand(r, "RESTORE %s 0 %b REPLACE", s->key[i], s->dump[i]->str,
+                                       (size_t)s->dump[i]->len);
+        ck_assert_msg(rep && rep->type != REDIS_REPLY_ERROR, "restore %s: %s", s->key[i],
                       rep ? rep->str : "no answer");
         freeReplyObject(rep);
         freeReplyObject(s->dump[i]);
+        free(s->key[i]);
     }
     redisFree(r);
+    /* A failover takes time: the new master's stream entries are later than
+     * the lost ones (the same millisecond would give the same entry id: see
+     * ARCHITECTURE.md on clocks). */
+    th_sleep_ms(5);
 }
 
 static char *journal_of(int64_t sku, int64_t order_id, char *out, size_t cap)
@@ -435,6 +464,89 @@ START_TEST(test_settle_of_a_superseded_writer_is_refused)
 }
 END_TEST
 
+/* reserve.lua for one order of qty 1 with the buyer's own Idempotency-Key;
+ * returns its reply's verdict, order id and stream entry. */
+static void reserve_keyed(int64_t sku, int64_t user, const char *key, char *word, size_t cap,
+                          int64_t *id, char entry[ORDER_ENTRY_MAX])
+{
+    struct redis_conn rc;
+    char err[160];
+    ck_assert(redis_conn_init(&rc, &cfg, err, sizeof err) == 0);
+    struct order_reserve_call call = {0};
+    order_reserve_begin(&call, sku, 60, 60, INT64_MAX);
+    order_reserve_add(&call, user, 1, key, 1, 0, 1);
+    order_reserve_argv(&call);
+    redisReply *r =
+        redis_conn_script(&rc, &script_reserve, call.nkeys, call.nargs, call.argv, NULL);
+    const redisReply *one = order_reserve_reply_at(r, 1, 0);
+    ck_assert(one && one->type == REDIS_REPLY_ARRAY && one->elements >= 2);
+    snprintf(word, cap, "%s", one->element[0]->str);
+    *id = atoll(one->element[1]->str);
+    entry[0] = '\0';
+    if (one->elements >= 4 && one->element[3]->type == REDIS_REPLY_STRING)
+        snprintf(entry, ORDER_ENTRY_MAX, "%s", one->element[3]->str);
+    freeReplyObject(r);
+    order_reserve_free(&call);
+    redis_conn_close(&rc);
+}
+
+/* A durable order answered 202 (recorded in PostgreSQL) whose reservation a
+ * failover lost; the promoted replica gives its id to buyer B, whose order a
+ * writer confirms.  Buyer A's retry with its key must never be told about
+ * B's order, and A's record ends refused (id_conflict), never pending. */
+START_TEST(test_recorded_202_of_a_reissued_id_is_never_answered_with_another_order)
+{
+    th_sku_create_direct(&cfg, 8, 10, 5, 0);
+    struct snapshot before;
+    snap_take(&before, 8);
+    char word[32], entry[ORDER_ENTRY_MAX], err[160];
+    int64_t x;
+    reserve_keyed(8, 1, "key-of-a", word, sizeof word, &x, entry); /* buyer A */
+    ck_assert_str_eq(word, "ok");
+    snap_promote(&before); /* the master died; its replica never got X */
+    struct worker_ctx wc;
+    ck_assert(worker_ctx_init(&wc, &cfg, err, sizeof err) == 0);
+    struct order_pending_rec rec = {
+        .order_id = x, .sku = 8, .user = 1, .qty = 1, .idem = "key-of-a"};
+    snprintf(rec.entry, sizeof rec.entry, "%s", entry);
+    ck_assert_int_eq(order_pending_record(&wc, &rec), 0); /* A is answered 202 */
+    ck_assert_int_eq(th_reserve(&cfg, 8, 2, 1), x);       /* buyer B, the same id */
+    struct writer_entry e;
+    ck_assert_uint_eq(th_read_entries(8, "w", &e, 1), 1);
+    struct writer w;
+    ck_assert(writer_init(&w, &cfg, "w", err, sizeof err) == 0);
+    write_batch(&w, 8, &e, 1); /* B's X confirmed and acknowledged */
+
+    int64_t again;
+    reserve_keyed(8, 1, "key-of-a", word, sizeof word, &again, entry); /* A retries */
+    ck_assert_msg(strcmp(word, "dup") != 0 || again != x,
+                  "A's retry was answered with order %lld, which is B's", (long long)x);
+
+    /* The reconciler rebuilds the SKU and settles the record. */
+    json_t *out = NULL;
+    ck_assert_int_eq(sku_reload(&wc, 8, &out), SKU_OK);
+    json_decref(out);
+    ck_assert_int_eq(pending_settle_sku(&wc, 8, 0, NULL), 0);
+    out = NULL;
+    ck_assert_int_eq(order_lookup(&wc, x, 1, &out), ORDER_FOUND);
+    ck_assert_str_eq(json_string_value(json_object_get(out, "status")), "rejected");
+    json_decref(out);
+    char state[128];
+    ck_assert_msg(strncmp(journal_of(8, x, state, sizeof state), "pending:1", 9) != 0,
+                  "A's order is pending for ever: %s", state);
+    /* A's retry, if it reserved anew, is written like any order. */
+    size_t n = th_read_entries(8, "w", &e, 1);
+    if (n)
+        write_batch(&w, 8, &e, n);
+    writer_close(&w);
+    worker_ctx_close(&wc);
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM orders WHERE sku_id = 8 AND id = "
+                            "(SELECT min(id) FROM orders WHERE sku_id = 8) AND user_id = 2"),
+                     1);
+    th_assert_invariants(8);
+}
+END_TEST
+
 static Suite *fencing_suite(void)
 {
     Suite *s = suite_create("fencing");
@@ -448,6 +560,7 @@ static Suite *fencing_suite(void)
     tcase_add_test(tc, test_negative_units_held_are_kept);
     tcase_add_test(tc, test_cancel_request_names_the_reservation);
     tcase_add_test(tc, test_settle_of_a_superseded_writer_is_refused);
+    tcase_add_test(tc, test_recorded_202_of_a_reissued_id_is_never_answered_with_another_order);
     suite_add_tcase(s, tc);
     return s;
 }
