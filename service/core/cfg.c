@@ -533,11 +533,15 @@ int cfg_check(const struct cfg *c, char *err, size_t errlen)
     /* An order's own waits (its reservation, then its commit) are bounded by
      * these two; the request's deadline must leave room for both, or a
      * durable order would be cut short into a 503 after it took stock. */
-    if (c->redis_timeout_ms + c->order_ack_wait_ms > c->request_deadline_ms) {
+    /* what is left after an order's own waits records a 202 in PostgreSQL */
+    if (c->redis_timeout_ms + c->order_ack_wait_ms + CFG_PENDING_RECORD_MIN_MS >
+        c->request_deadline_ms) {
         snprintf(err, errlen,
                  "request_deadline_ms (%" PRId64 ") must be at least redis_timeout_ms (%" PRId64
-                 ") + order_ack_wait_ms (%" PRId64 "): an order waits that long by itself",
-                 c->request_deadline_ms, c->redis_timeout_ms, c->order_ack_wait_ms);
+                 ") + order_ack_wait_ms (%" PRId64 ") + %d: an order waits that long by itself, "
+                 "then records a 202",
+                 c->request_deadline_ms, c->redis_timeout_ms, c->order_ack_wait_ms,
+                 CFG_PENDING_RECORD_MIN_MS);
         return -1;
     }
     if (c->lock_min_replicas > 0 && c->lock_replica_timeout_ms >= c->redis_timeout_ms) {

@@ -19,6 +19,10 @@
 /* The shortest admin_token accepted (bytes); empty disables the admin API. */
 #define CFG_ADMIN_TOKEN_MIN_BYTES 32
 
+/* The least time request_deadline_ms leaves an order after its own waits
+ * (redis_timeout_ms + order_ack_wait_ms), to record a 202 in PostgreSQL. */
+#define CFG_PENDING_RECORD_MIN_MS 500
+
 struct cfg {
     char *http_addr;                       /* host:port the HTTP API listens on */
     char *http_trusted_proxies;            /* peers that send a PROXY v1 header first */

@@ -178,6 +178,14 @@ static void health_answer(struct health_check *hc)
                  redis_in_time ? "" : "redis", !redis_in_time && !pg_in_time ? " and " : "",
                  pg_in_time ? "" : "postgres", http_loop_cfg(hc->req.loop)->health_timeout_ms);
         json_object_set_new(o, "detail", json_string(d));
+    } else if (!redis_ok || !pg_ok) {
+        /* the probe's own wait (health_timeout_ms too) ended first, or the
+         * store refused: either way it did not answer in time */
+        char d[160];
+        snprintf(d, sizeof d, "%s%s%s did not answer in time or refused the probe",
+                 redis_ok ? "" : "redis", !redis_ok && !pg_ok ? " and " : "",
+                 pg_ok ? "" : "postgres");
+        json_object_set_new(o, "detail", json_string(d));
     }
     hc->answered = 1;
     http_reply_json(&hc->req, redis_ok && pg_ok ? 200 : 503, o);

@@ -447,7 +447,8 @@ START_TEST(test_requests_answer_503_by_their_deadline_while_postgres_is_frozen)
     th_json_str(h.body, "detail", detail, sizeof detail);
     ck_assert_str_eq(pg, "down");
     ck_assert_str_eq(redis, "ok");
-    ck_assert_msg(strstr(detail, "postgres did not answer") != NULL, "%s", h.body);
+    /* the timer or the probe's own wait may end first: either says postgres */
+    ck_assert_msg(strncmp(detail, "postgres did not answer", 23) == 0, "%s", h.body);
     ck_assert_msg(health_took < 2 * HEALTH_TIMEOUT_MS, "healthz took %lld ms (bound 2 x %d ms)",
                   (long long)health_took, HEALTH_TIMEOUT_MS);
     for (int i = 0; i < SLOW_LOOKUPS; i++)
