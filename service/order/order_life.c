@@ -12,6 +12,7 @@
 #include "core/metrics.h"
 #include "order/order.h"
 #include "order/order_lookup.h"
+#include "order/order_pending.h"
 #include "order/soldout.h"
 #include "sku/sku.h"
 #include "store/dbtx.h"
@@ -295,8 +296,23 @@ static int cancel_step(struct worker_ctx *w, struct dbtx *tx, int64_t sku, void 
     if (where == ORDER_UNAVAILABLE)
         return -1;
     if (where != ORDER_PENDING || owner != c->buyer) {
-        c->res = LIFE_NOT_FOUND;
-        return 0;
+        /* Not in the journal: a 202 recorded in PostgreSQL whose reservation
+         * Redis lost is settled by the reconciler under this same lock, and
+         * reads the cancel requests as a writer does. */
+        int64_t rec_sku = 0;
+        int conflict = 0;
+        int rec = order_pending_of(w, tx, c->order_id, c->buyer, &rec_sku, entry, &conflict);
+        if (rec < 0)
+            return -1;
+        if (rec == 0 || rec_sku != sku) {
+            c->res = LIFE_NOT_FOUND;
+            return 0;
+        }
+        if (conflict) { /* its lookup says rejected: id_conflict */
+            c->res = LIFE_WRONG_STATE;
+            snprintf(c->state, sizeof c->state, "rejected");
+            return 0;
+        }
     }
     /* The request names this reservation: an id Redis issues again after a
      * failover, to the same buyer even, is another order, not cancelled. */
@@ -332,7 +348,14 @@ static enum life_result order_sku(struct worker_ctx *w, int64_t order_id, int64_
     enum order_result where = order_pending_where(w, order_id, sku, &owner, NULL);
     if (where == ORDER_UNAVAILABLE)
         return LIFE_UNAVAILABLE;
-    return where == ORDER_PENDING && owner == buyer ? LIFE_OK : LIFE_NOT_FOUND;
+    if (where == ORDER_PENDING && owner == buyer)
+        return LIFE_OK;
+    /* a 202 recorded in PostgreSQL whose reservation Redis lost: the lookup
+     * shows it, so cancelling it must find it too */
+    char entry[ORDER_ENTRY_MAX];
+    int conflict = 0;
+    int rec = order_pending_of(w, NULL, order_id, buyer, sku, entry, &conflict);
+    return rec < 0 ? LIFE_UNAVAILABLE : rec ? LIFE_OK : LIFE_NOT_FOUND;
 }
 
 enum life_result order_cancel(struct worker_ctx *w, int64_t order_id, int64_t buyer, json_t **out)

@@ -65,3 +65,24 @@ enum order_result order_pending_lookup(struct worker_ctx *w, int64_t order_id, i
     *out = o;
     return ORDER_FOUND;
 }
+
+int order_pending_of(struct worker_ctx *w, struct dbtx *tx, int64_t order_id, int64_t buyer,
+                     int64_t *sku, char entry[ORDER_ENTRY_MAX], int *conflict)
+{
+    char oid[24], uid[24];
+    fmt_i64z(oid, order_id);
+    fmt_i64z(uid, buyer);
+    const char *params[] = {oid, uid};
+    PGresult *r = tx ? dbtx_exec(tx, sql_text("order_pending_find"), 2, params)
+                     : db_query(&w->db, "order_pending_find", 2, params);
+    if (!r)
+        return -1;
+    int found = PQntuples(r) == 1;
+    if (found) {
+        *sku = atoll(PQgetvalue(r, 0, 0));
+        *conflict = !PQgetisnull(r, 0, 3) && strcmp(PQgetvalue(r, 0, 3), "id_conflict") == 0;
+        snprintf(entry, ORDER_ENTRY_MAX, "%s", PQgetvalue(r, 0, 4));
+    }
+    PQclear(r);
+    return found;
+}

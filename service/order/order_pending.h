@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "order/order.h"
+#include "store/dbtx.h"
 #include "store/workers.h"
 
 /* The reservation a 202 names. */
@@ -42,5 +43,13 @@ int order_pending_record(struct worker_ctx *w, const struct order_pending_rec *p
  * ORDER_UNAVAILABLE. */
 enum order_result order_pending_lookup(struct worker_ctx *w, int64_t order_id, int64_t buyer,
                                        json_t **out);
+
+/* The newest recorded reservation of order_id by buyer, read in tx (NULL:
+ * on w's own connection): 1 with *sku, its stream entry and *conflict (1:
+ * settled id_conflict, another reservation's row holds the id), 0 when there
+ * is none, -1 when PostgreSQL failed. */
+int order_pending_of(struct worker_ctx *w, struct dbtx *tx, int64_t order_id, int64_t buyer,
+                     int64_t *sku, char entry[ORDER_ENTRY_MAX], int *conflict)
+    __attribute__((warn_unused_result));
 
 #endif

@@ -547,6 +547,45 @@ START_TEST(test_recorded_202_of_a_reissued_id_is_never_answered_with_another_ord
 }
 END_TEST
 
+/* A 202 recorded in PostgreSQL whose reservation a failover lost: its
+ * lookup says pending, so its buyer may cancel it, and the settler writes it
+ * cancelled. */
+START_TEST(test_recorded_202_whose_reservation_redis_lost_can_be_cancelled)
+{
+    th_sku_create_direct(&cfg, 9, 10, 5, 0);
+    struct snapshot before;
+    snap_take(&before, 9);
+    char word[32], entry[ORDER_ENTRY_MAX], err[160];
+    int64_t x;
+    reserve_keyed(9, 1, "key-of-a", word, sizeof word, &x, entry);
+    ck_assert_str_eq(word, "ok");
+    struct worker_ctx wc;
+    ck_assert(worker_ctx_init(&wc, &cfg, err, sizeof err) == 0);
+    struct order_pending_rec rec = {
+        .order_id = x, .sku = 9, .user = 1, .qty = 1, .idem = "key-of-a"};
+    snprintf(rec.entry, sizeof rec.entry, "%s", entry);
+    ck_assert_int_eq(order_pending_record(&wc, &rec), 0);
+    snap_promote(&before);
+    json_t *out = NULL;
+    ck_assert_int_eq(order_lookup(&wc, x, 1, &out), ORDER_FOUND);
+    ck_assert_str_eq(json_string_value(json_object_get(out, "status")), "pending");
+    json_decref(out);
+    out = NULL;
+    ck_assert_int_eq(order_cancel(&wc, x, 2, &out), LIFE_NOT_FOUND); /* not buyer 2's */
+    json_decref(out);
+    out = NULL;
+    ck_assert_int_eq(order_cancel(&wc, x, 1, &out), LIFE_OK);
+    json_decref(out);
+    ck_assert_int_eq(pending_settle_sku(&wc, 9, 0, NULL), 0);
+    out = NULL;
+    ck_assert_int_eq(order_lookup(&wc, x, 1, &out), ORDER_FOUND);
+    ck_assert_str_eq(json_string_value(json_object_get(out, "status")), "cancelled");
+    json_decref(out);
+    worker_ctx_close(&wc);
+    th_assert_invariants(9);
+}
+END_TEST
+
 static Suite *fencing_suite(void)
 {
     Suite *s = suite_create("fencing");
@@ -561,6 +600,7 @@ static Suite *fencing_suite(void)
     tcase_add_test(tc, test_cancel_request_names_the_reservation);
     tcase_add_test(tc, test_settle_of_a_superseded_writer_is_refused);
     tcase_add_test(tc, test_recorded_202_of_a_reissued_id_is_never_answered_with_another_order);
+    tcase_add_test(tc, test_recorded_202_whose_reservation_redis_lost_can_be_cancelled);
     suite_add_tcase(s, tc);
     return s;
 }
