@@ -23,6 +23,7 @@ PACKAGES=(
     curl ca-certificates
     iproute2 # ss, used by scripts/run-tests.sh to find free ports
     jq procps # scripts/faults.sh reads the load generator's JSON, finds PostgreSQL's children
+    spin      # `make model`: the protocol's Promela model (spin generates C, gcc compiles it)
 )
 if [[ ${VALGRIND:-0} == 1 ]]; then
     PACKAGES+=(valgrind)
