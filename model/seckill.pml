@@ -1032,7 +1032,8 @@ proctype Sweeper()
                 /* any confirmed order may be the one due */
                 id = 0;
                 do
-                :: id < NID && row[id].st == S_CONFIRMED -> pg_return(id, S_EXPIRED); break
+                :: id < NID && row[id].st == S_CONFIRMED -> pg_return(id, S_EXPIRED);
+                    printf("[%d] sweeper expires order %d\n", _pid, id); break
                 :: id < NID -> id++
                 :: id == NID -> break
                 od;
@@ -1087,14 +1088,16 @@ proctype Admin()
                 if
                 :: R.loaded == 0 -> commit = 0                   /* not_loaded */
                 :: R.loaded != 0 && d < 0 && R.stock + d < 0 -> commit = 0  /* insufficient */
-                :: else -> R.adj_open = 1; R.adj = d; R.stock = R.stock + d; commit = 1; TOUCH
+                :: else -> R.adj_open = 1; R.adj = d; R.stock = R.stock + d; commit = 1; TOUCH;
+                    printf("[%d] admin delta %d: stock_adjust.lua, Redis stock %d\n", _pid, d, R.stock)
                 fi
             }
             atomic {
                 if
                 :: commit -> pstock = pstock + d; admin_sum = admin_sum + d;
-                    adm_state = ADM_COMMITTED; check_pg(i, n, n1, n2)
-                :: else -> adm_state = ADM_ROLLED
+                    adm_state = ADM_COMMITTED; check_pg(i, n, n1, n2);
+                    printf("[%d] admin delta %d: COMMIT, stock %d\n", _pid, d, pstock)
+                :: else -> adm_state = ADM_ROLLED; printf("[%d] admin delta %d: ROLLBACK\n", _pid, d)
                 fi;
                 rowlock = 0
             }
