@@ -80,16 +80,16 @@ run() {
     )
 }
 
-# verdict NAME: "ok", "error" (a violation found) or "incomplete".
+# verdict NAME: "error" (a violation found), "incomplete" (the search stopped
+# short: memory, depth, or no summary at all) or "ok".
 verdict() {
     local out=$OUT/$1/pan.out
-    if grep -q "out of memory\|max search depth too small\|Error: \|reached -DMEMLIM" "$out" &&
-        ! grep -q "errors: [1-9]" "$out"; then
+    if grep -q "errors: [1-9]" "$out"; then
+        echo error
+    elif grep -q -E "out of memory|max search depth too small|MEMLIM bound|insufficient memory|exceeds memory limit|Search not completed" "$out"; then
         echo incomplete
     elif grep -q "errors: 0" "$out"; then
         echo ok
-    elif grep -q "errors: [1-9]" "$out"; then
-        echo error
     else
         echo incomplete
     fi
