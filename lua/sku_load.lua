@@ -10,8 +10,12 @@
 -- (order_release.lua, a negative one); debts owed to an older load are
 -- dropped, because this load read those orders from the database.  A balance
 -- held that a debt takes below zero is kept.
+-- Fenced, like every write after a COMMIT: a rebuild that committed, then
+-- paused past its lease while an admin delta took the SKU's lock and moved
+-- the stock, must not install its older snapshot over that delta.
 -- KEYS: 1 meta, 2 stock, 3 seq, 4 stream, 5 bought, 6 debts (hash "<epoch>:<order>[:return]"
---       -> "<user>:<qty>", qty negative for units given back)
+--       -> "<user>:<qty>", qty negative for units given back), and, when
+--       fenced, 7 the SKU's lock, 8 the SKU's fencing counter
 -- ARGV: 1 epoch, 2 stock, 3 per-user limit, 4 starts_ms ('' none), 5 ends_ms ('' none),
 --       6 consumer group, 7 'new' (refused when loaded: a second load would double
 --       the stock) or 'rebuild' (replaces what Redis holds; the caller read the
@@ -19,11 +23,21 @@
 --       state is built on ('' unknown: the next reconciliation rebuilds it),
 --       9 the parent SKU of a bucket ('' none), 10 its bucket, 11 the parent's
 --       number of buckets (reserve.lua sells a bucket only to the buyers whose
---       user id falls in it, through its parent), then pairs user id, units held
+--       user id falls in it, through its parent), with 8 keys 12 the fence
+--       ('<token>:<owner>', '' unfenced), then pairs user id, units held
 -- Returns 1 when loaded, 0 when already loaded, -1 when a rebuild's epoch is
 -- not newer than the loaded one (a rebuild that paused past its lease while a
 -- newer one installed its state: installing the older snapshot would undo
 -- the newer one's takes and returns).
+local pairs_from = 12
+if #KEYS >= 8 then
+  pairs_from = 13
+  local tok, owner = string.match(ARGV[12], '^(%d+):(%x+)$')
+  if tok and redis.call('GET', KEYS[7]) ~= owner and
+     tonumber(redis.call('GET', KEYS[8]) or '0') > tonumber(tok) then
+    return redis.error_reply('SECKILL fenced: a newer holder took the lock over')
+  end
+end
 if ARGV[7] ~= 'rebuild' and redis.call('EXISTS', KEYS[1]) == 1 then
   return 0
 end
@@ -32,7 +46,7 @@ if ARGV[7] == 'rebuild' and
   return -1
 end
 redis.call('DEL', KEYS[5])
-for i = 12, #ARGV, 2 do
+for i = pairs_from, #ARGV, 2 do
   redis.call('HSET', KEYS[5], ARGV[i], ARGV[i + 1])
 end
 redis.call('SET', KEYS[2], ARGV[2])

@@ -12,9 +12,9 @@ extern const char *const migration_names[], *const migration_texts[];
 extern const size_t migration_count;
 
 struct rlock_script script_reserve, script_sku_load, script_stock_adjust, script_stock_adjust_undo,
-    script_order_return, script_orders_ack, script_orders_reapply, script_orders_dead_letter,
-    script_sku_state, script_order_release, script_order_pending_restore,
-    script_order_pending_probe, script_order_pending_settled;
+    script_orders_ack, script_orders_reapply, script_orders_dead_letter, script_sku_state,
+    script_order_release, script_order_pending_restore, script_order_pending_probe,
+    script_order_pending_settled;
 
 static void init_one(struct rlock_script *s, const char *name)
 {
@@ -33,7 +33,6 @@ void embedded_init(void)
     init_one(&script_sku_load, "sku_load");
     init_one(&script_stock_adjust_undo, "stock_adjust_undo");
     init_one(&script_stock_adjust, "stock_adjust");
-    init_one(&script_order_return, "order_return");
     init_one(&script_orders_ack, "orders_ack");
     init_one(&script_orders_reapply, "orders_reapply");
     init_one(&script_orders_dead_letter, "orders_dead_letter");

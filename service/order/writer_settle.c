@@ -36,13 +36,11 @@ static void script_refused(const char *name, const redisReply *r)
 
 /* Runs a script over the SKU's journal, stock, bought and meta keys (and,
  * for the reapply of load 'epoch', its debts), then the fence's two keys,
- * with ARGV the fence, 'lead' (may be NULL), then per selected entry the
- * order, user, qty, stream entry and (with 'reasons') its reason, then
- * 'tail' (may be NULL).  Returns the script's integer answer, or -1 when
- * Redis failed or the fence refused. */
-static long long run_for(struct batch *b, const struct rlock_script *s, const char *lead,
-                         int reasons, const char *tail, int (*want)(const struct batch *, size_t),
-                         int32_t epoch)
+ * with ARGV the fence, then per selected entry the order, user, qty and
+ * stream entry, then 'tail' (may be NULL).  Returns the script's integer
+ * answer, or -1 when Redis failed or the fence refused. */
+static long long run_for(struct batch *b, const struct rlock_script *s, const char *tail,
+                         int (*want)(const struct batch *, size_t), int32_t epoch)
 {
     size_t n = 0;
     for (size_t i = 0; i < b->n; i++)
@@ -66,8 +64,6 @@ static long long run_for(struct batch *b, const struct rlock_script *s, const ch
     argv[argc++] = lock;
     argv[argc++] = counter;
     argv[argc++] = fence;
-    if (lead)
-        argv[argc++] = lead;
     for (size_t i = 0; i < b->n; i++) {
         if (!want(b, i) || (epoch && b->reapply[i] != epoch))
             continue;
@@ -77,8 +73,6 @@ static long long run_for(struct batch *b, const struct rlock_script *s, const ch
         for (int j = 0; j < 3; j++)
             argv[argc++] = nums[k][j];
         argv[argc++] = b->e[i].stream_id;
-        if (reasons)
-            argv[argc++] = b->reason[i];
         k++;
     }
     if (tail)
@@ -116,7 +110,7 @@ static int reapply_orders(struct batch *b)
             continue;
         char ep[24];
         snprintf(ep, sizeof ep, "%" PRId32, epoch);
-        long long n = run_for(b, &script_orders_reapply, NULL, 0, ep, wants_reapply, epoch);
+        long long n = run_for(b, &script_orders_reapply, ep, wants_reapply, epoch);
         if (n < 0)
             return -1;
         if (n > 0) {
@@ -225,15 +219,13 @@ static void add_decisions(struct messages *msgs, const struct batch *b)
     }
 }
 
-/* Gives back the units of rejected orders (order_return.lua is idempotent by
- * the journal), takes reapplied ones and moves dead entries: what a batch
- * owes Redis before its acknowledgement.  Returns 0, or -1 on Redis failure. */
+/* Takes reapplied orders and moves dead entries: what a batch owes Redis
+ * before its acknowledgement (which gives back the units of rejected orders
+ * in the same script that drops their entries).  Returns 0, or -1 on Redis
+ * failure. */
 static int settle_returns(struct batch *b)
 {
-    char per_epoch[24];
-    snprintf(per_epoch, sizeof per_epoch, "%" PRId64, ORDER_IDS_PER_EPOCH);
-    if (run_for(b, &script_order_return, per_epoch, 1, NULL, is_rejected, 0) < 0 ||
-        reapply_orders(b) != 0)
+    if (reapply_orders(b) != 0)
         return -1;
     for (size_t i = 0; i < b->n; i++)
         if (is_rejected(b, i)) { /* units came back: this process sells them at once */
@@ -258,12 +250,12 @@ static int settle_returns(struct batch *b)
 
 /* One batch's orders_ack.lua call, as an EVALSHA command of a pipeline. */
 #define ACK_HEAD 3 /* EVALSHA, sha, numkeys */
-#define ACK_KEYS 4
+#define ACK_KEYS 7
 struct ack_call {
-    char journal[KEYS_MAX], stream[KEYS_MAX], count[24];
+    char keys[5][KEYS_MAX], count[24], nconf[24], per_epoch[24];
     char lock[KEYS_MAX], counter[KEYS_MAX + 8], fence[TXLOCK_FENCE_ARG_MAX];
     const char **argv;
-    char (*ids)[2][24];
+    char (*nums)[3][24];
     int argc;
 };
 
@@ -272,41 +264,60 @@ static int ack_prepare(struct ack_call *a, const struct batch *b)
 {
     if (txlock_redis_fence(&b->lock, a->lock, a->counter, a->fence) != 0)
         return -1;
-    keys_sku(a->journal, b->sku, KEY_JOURNAL);
-    keys_sku(a->stream, b->sku, KEY_STREAM);
-    size_t nack = 0;
-    for (size_t i = 0; i < b->n; i++)
+    static const enum keys_kind kinds[] = {KEY_STREAM, KEY_JOURNAL, KEY_STOCK, KEY_BOUGHT,
+                                           KEY_META};
+    for (int i = 0; i < 5; i++)
+        keys_sku(a->keys[i], b->sku, kinds[i]);
+    size_t nack = 0, nconf = 0;
+    for (size_t i = 0; i < b->n; i++) {
         nack += b->dec[i] != DEC_DEAD;
+        nconf += b->dec[i] == DEC_CONFIRMED;
+    }
     snprintf(a->count, sizeof a->count, "%zu", nack);
-    a->argv = calloc(ACK_HEAD + ACK_KEYS + 5 + 4 * b->n, sizeof *a->argv);
-    a->ids = calloc(b->n ? b->n : 1, sizeof *a->ids);
-    if (!a->argv || !a->ids)
+    snprintf(a->nconf, sizeof a->nconf, "%zu", nconf);
+    snprintf(a->per_epoch, sizeof a->per_epoch, "%" PRId64, ORDER_IDS_PER_EPOCH);
+    a->argv = calloc(ACK_HEAD + ACK_KEYS + 7 + 6 * b->n, sizeof *a->argv);
+    a->nums = calloc(b->n ? b->n : 1, sizeof *a->nums);
+    if (!a->argv || !a->nums)
         abort();
     int argc = 0;
     a->argv[argc++] = "EVALSHA";
     a->argv[argc++] = script_orders_ack.sha;
-    a->argv[argc++] = "4";
-    a->argv[argc++] = a->stream;
-    a->argv[argc++] = a->journal;
+    a->argv[argc++] = "7";
+    for (int i = 0; i < 5; i++)
+        a->argv[argc++] = a->keys[i];
     a->argv[argc++] = a->lock;
     a->argv[argc++] = a->counter;
     a->argv[argc++] = a->fence;
     a->argv[argc++] = KEYS_WRITER_GROUP;
     a->argv[argc++] = a->count;
+    a->argv[argc++] = a->nconf;
+    a->argv[argc++] = a->per_epoch;
     a->argv[argc++] = KEYS_DECISIONS_CHANNEL;
     a->argv[argc++] = ""; /* the decisions go out in the messages of the whole transaction */
     for (size_t i = 0; i < b->n; i++)
         if (b->dec[i] != DEC_DEAD)
             a->argv[argc++] = b->e[i].stream_id;
+    for (size_t i = 0; i < b->n; i++) {
+        snprintf(a->nums[i][0], sizeof a->nums[i][0], "%" PRId64, b->e[i].order_id);
+        snprintf(a->nums[i][1], sizeof a->nums[i][1], "%" PRId64, b->e[i].user_id);
+        snprintf(a->nums[i][2], sizeof a->nums[i][2], "%" PRId64, b->e[i].qty);
+    }
     /* A reapplied order's marker is a field of its own (orders_reapply.lua):
      * its pending state goes like any other confirmed order's. */
     for (size_t i = 0; i < b->n; i++)
         if (b->dec[i] == DEC_CONFIRMED) {
-            snprintf(a->ids[i][0], sizeof a->ids[i][0], "%" PRId64, b->e[i].order_id);
-            snprintf(a->ids[i][1], sizeof a->ids[i][1], "%" PRId64, b->e[i].user_id);
-            a->argv[argc++] = a->ids[i][0];
-            a->argv[argc++] = a->ids[i][1];
+            a->argv[argc++] = a->nums[i][0];
+            a->argv[argc++] = a->nums[i][1];
             a->argv[argc++] = b->e[i].stream_id;
+        }
+    for (size_t i = 0; i < b->n; i++)
+        if (is_rejected(b, i)) {
+            a->argv[argc++] = a->nums[i][0];
+            a->argv[argc++] = a->nums[i][1];
+            a->argv[argc++] = a->nums[i][2];
+            a->argv[argc++] = b->e[i].stream_id;
+            a->argv[argc++] = b->reason[i];
         }
     a->argc = argc;
     return 0;
@@ -376,7 +387,7 @@ void writer_settle_all(struct batch *const *b, size_t n)
     }
     for (size_t i = 0; i < nack; i++) {
         free(acks[i].argv);
-        free(acks[i].ids);
+        free(acks[i].nums);
     }
     for (size_t i = 0; i < msgs.n; i++)
         free(msgs.m[i]);

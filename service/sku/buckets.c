@@ -225,6 +225,7 @@ static enum sku_result create_once(struct worker_ctx *w, const struct validate_s
     for (int i = 0; i < n; i++) {
         lock_ids[i] = lj[i].id;
         args[i] = &lj[i];
+        lj[i].lock = &t[i]; /* the lock of its own id (sku_tx_begin_many takes them in order) */
     }
     enum sku_result res = SKU_UNAVAILABLE;
     struct dbtx *tx = sku_tx_begin_many(w, t, lock_ids, n, load_on_commit, args);

@@ -25,18 +25,19 @@
 static enum sku_result create_with_id(struct worker_ctx *w, const struct validate_sku *spec,
                                       int64_t id, json_t **out)
 {
+    struct txlock t;
     struct load_job lj = {.w = w,
                           .wanted = 1,
                           .mode = "new",
                           .id = id,
                           .stock = spec->stock,
-                          .limit = spec->per_user_limit};
+                          .limit = spec->per_user_limit,
+                          .lock = &t};
     (void)redis_run_id(w, id, lj.run, sizeof lj.run); /* "" only costs a rebuild later */
     if (spec->has_starts)
         fmt_i64z(lj.starts_ms, spec->starts_ms);
     if (spec->has_ends)
         fmt_i64z(lj.ends_ms, spec->ends_ms);
-    struct txlock t;
     struct dbtx *tx = sku_tx_begin(w, &t, id, load_on_commit, &lj);
     if (!tx)
         return SKU_UNAVAILABLE;
@@ -275,9 +276,9 @@ static enum sku_result check_once(struct worker_ctx *w, int64_t sku, enum sku_ch
     c->sku = sku;
     char run[48];
     (void)redis_run_id(w, sku, run, sizeof run);
-    struct load_job lj = {.w = w, .id = sku};
-    snprintf(lj.run, sizeof lj.run, "%s", run);
     struct txlock t;
+    struct load_job lj = {.w = w, .id = sku, .lock = &t};
+    snprintf(lj.run, sizeof lj.run, "%s", run);
     struct dbtx *tx = sku_tx_begin(w, &t, sku, load_on_commit, &lj);
     if (!tx)
         return SKU_UNAVAILABLE;

@@ -95,7 +95,11 @@ void load_on_commit(enum dbtx_outcome outcome, void *arg)
     fmt_i64z(stock, lj->stock);
     fmt_i64z(limit, lj->limit);
     int pairs = lj->bought ? PQntuples(lj->bought) : 0;
-    const char **argv = calloc(6 + LOAD_NARGS + 2 * (size_t)pairs, sizeof *argv);
+    char lock[KEYS_MAX], counter[KEYS_MAX + 8], fence[TXLOCK_FENCE_ARG_MAX] = "";
+    struct txlock none = {.sku = lj->id};
+    if (txlock_redis_fence(lj->lock ? lj->lock : &none, lock, counter, fence) != 0)
+        return;
+    const char **argv = calloc(LOAD_NKEYS + LOAD_NARGS + 2 * (size_t)pairs, sizeof *argv);
     if (!argv)
         abort();
     char keys[6][KEYS_MAX];
@@ -105,17 +109,19 @@ void load_on_commit(enum dbtx_outcome outcome, void *arg)
         keys_sku(keys[i], lj->id, kinds[i]);
         argv[i] = keys[i];
     }
+    argv[6] = lock;
+    argv[7] = counter;
     const char *args[LOAD_NARGS] = {
         lj->epoch, stock,   limit,      lj->starts_ms, lj->ends_ms, KEYS_WRITER_GROUP,
-        lj->mode,  lj->run, lj->parent, lj->bucket,    lj->buckets};
+        lj->mode,  lj->run, lj->parent, lj->bucket,    lj->buckets, fence};
     for (int i = 0; i < LOAD_NARGS; i++)
-        argv[6 + i] = args[i];
+        argv[LOAD_NKEYS + i] = args[i];
     for (int i = 0; i < pairs; i++) {
-        argv[6 + LOAD_NARGS + 2 * i] = PQgetvalue(lj->bought, i, 0);
-        argv[7 + LOAD_NARGS + 2 * i] = PQgetvalue(lj->bought, i, 1);
+        argv[LOAD_NKEYS + LOAD_NARGS + 2 * i] = PQgetvalue(lj->bought, i, 0);
+        argv[LOAD_NKEYS + 1 + LOAD_NARGS + 2 * i] = PQgetvalue(lj->bought, i, 1);
     }
-    redisReply *r =
-        redis_conn_script(&lj->w->redis, &script_sku_load, 6, LOAD_NARGS + 2 * pairs, argv, NULL);
+    redisReply *r = redis_conn_script(&lj->w->redis, &script_sku_load, LOAD_NKEYS,
+                                      LOAD_NARGS + 2 * pairs, argv, NULL);
     free(argv);
     if (r && r->type == REDIS_REPLY_INTEGER && r->integer < 0) {
         /* a newer rebuild's state is installed: this older snapshot stays out */

@@ -48,7 +48,8 @@ enum sku_result sku_tx_commit(struct worker_ctx *w, struct dbtx *tx, const struc
  * which buyers see as 503 until the reconciler rebuilds it: nothing is sold
  * that the database does not know, and nothing sold is lost by an undo.
  */
-#define LOAD_NARGS 11 /* sku_load.lua's arguments before the (user, units) pairs */
+#define LOAD_NKEYS 8  /* sku_load.lua's keys, the fence's two included */
+#define LOAD_NARGS 12 /* sku_load.lua's arguments before the (user, units) pairs */
 struct load_job {
     struct worker_ctx *w;
     int wanted;       /* load on commit (a check that decided not to rebuild leaves it 0) */
@@ -60,6 +61,8 @@ struct load_job {
     /* a bucket: its parent, its place and the parent's buckets ("" otherwise) */
     char parent[24], bucket[24], buckets[24];
     PGresult *bought; /* rows (user_id, units) to restore, or NULL */
+    /* the SKU's lock the transaction holds: fences the load (NULL: unfenced) */
+    const struct txlock *lock;
     enum sku_result res;
 };
 

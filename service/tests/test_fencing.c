@@ -260,26 +260,38 @@ START_TEST(test_rejection_gives_back_only_the_reservation_it_names)
 END_TEST
 
 /* Runs sku_load.lua for SKU sku as a rebuild of epoch 'epoch' with stock
- * 'stock'; returns its answer. */
-static long long load_rebuild(int64_t sku, long long epoch, long long stock)
+ * 'stock', fenced by 'fence' ('<token>:<owner>', '' unfenced); returns its
+ * answer (caller frees). */
+static redisReply *load_rebuild_fenced(int64_t sku, long long epoch, long long stock,
+                                       const char *fence)
 {
-    char keys[6][KEYS_MAX], ep[24], st[24];
+    char keys[8][KEYS_MAX + 8], ep[24], st[24];
     static const enum keys_kind kinds[] = {KEY_META,   KEY_STOCK,  KEY_SEQ,
                                            KEY_STREAM, KEY_BOUGHT, KEY_DEBTS};
     for (int i = 0; i < 6; i++)
         keys_sku(keys[i], sku, kinds[i]);
+    keys_sku(keys[6], sku, KEY_SKU_LOCK);
+    ck_assert(rlock_fence_key(keys[7], sizeof keys[7], keys[6]) == 0);
     snprintf(ep, sizeof ep, "%lld", epoch);
     snprintf(st, sizeof st, "%lld", stock);
-    const char *argv[] = {keys[0], keys[1], keys[2],   keys[3],   keys[4], keys[5], ep, st, "5",
-                          "",      "",      "writers", "rebuild", "",      "",      "", ""};
+    const char *argv[] = {keys[0],   keys[1], keys[2], keys[3], keys[4], keys[5], keys[6],
+                          keys[7],   ep,      st,      "5",     "",      "",      "writers",
+                          "rebuild", "",      "",      "",      "",      fence};
     struct redis_conn rc;
     char err[160];
     ck_assert(redis_conn_init(&rc, &cfg, err, sizeof err) == 0);
-    redisReply *rep = redis_conn_script(&rc, &script_sku_load, 6, 11, argv, NULL);
-    ck_assert(rep && rep->type == REDIS_REPLY_INTEGER);
+    redisReply *rep = redis_conn_script(&rc, &script_sku_load, 8, 12, argv, NULL);
+    redis_conn_close(&rc);
+    ck_assert_ptr_nonnull(rep);
+    return rep;
+}
+
+static long long load_rebuild(int64_t sku, long long epoch, long long stock)
+{
+    redisReply *rep = load_rebuild_fenced(sku, epoch, stock, "");
+    ck_assert_int_eq(rep->type, REDIS_REPLY_INTEGER);
     long long v = rep->integer;
     freeReplyObject(rep);
-    redis_conn_close(&rc);
     return v;
 }
 
@@ -305,6 +317,38 @@ START_TEST(test_late_rebuild_cannot_install_an_older_epoch)
     ck_assert_int_eq(th_redis_int(r, stock), 8); /* B's state, with the sale since */
     redisReply *rep = redisCommand(r, "HGET %s loaded", meta);
     ck_assert_int_eq(atoll(rep->str), eb);
+    freeReplyObject(rep);
+    redisFree(r);
+}
+END_TEST
+
+/* A rebuild committed its epoch and paused past its lease; an admin delta
+ * took the SKU's lock (a newer token) and moved the stock in both stores.
+ * The rebuild's load, newer in epoch than what Redis holds, must still not
+ * install its snapshot over the delta: it is fenced by the SKU's lock. */
+START_TEST(test_late_rebuild_load_after_a_newer_lock_holder_is_refused)
+{
+    th_sku_create_direct(&cfg, 10, 10, 5, 0);
+    long long epoch = pg_int("INSERT INTO sku_epochs (epoch, sku_id) "
+                             "VALUES (nextval('redis_epoch_seq'), 10) RETURNING epoch");
+    char lock[KEYS_MAX], counter[KEYS_MAX + 8], stock[KEYS_MAX];
+    keys_sku(lock, 10, KEY_SKU_LOCK);
+    keys_sku(stock, 10, KEY_STOCK);
+    ck_assert(rlock_fence_key(counter, sizeof counter, lock) == 0);
+    redisContext *r = th_redis();
+    /* the delta's holder: token 200 under owner bbbb...; the rebuild's was 100 */
+    freeReplyObject(redisCommand(r, "SET %s 200", counter));
+    freeReplyObject(redisCommand(r, "SET %s bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb PX 10000", lock));
+    freeReplyObject(redisCommand(r, "INCRBY %s 1", stock)); /* the delta, +1 */
+    redisReply *rep = load_rebuild_fenced(10, epoch, 10, "100:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa");
+    ck_assert_msg(rep->type == REDIS_REPLY_ERROR && strstr(rep->str, "fenced"),
+                  "the late load was answered type %d", rep->type);
+    freeReplyObject(rep);
+    ck_assert_int_eq(th_redis_int(r, stock), 11); /* the delta stands */
+    /* the lock's holder itself loads */
+    rep = load_rebuild_fenced(10, epoch, 11, "200:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb");
+    ck_assert_int_eq(rep->type, REDIS_REPLY_INTEGER);
+    ck_assert_int_eq(rep->integer, 1);
     freeReplyObject(rep);
     redisFree(r);
 }
@@ -408,19 +452,23 @@ END_TEST
  * (caller frees). */
 static redisReply *ack(int64_t sku, const char *fence, const char *entry)
 {
-    char stream[KEYS_MAX], journal[KEYS_MAX], lock[KEYS_MAX], counter[KEYS_MAX + 8];
-    keys_sku(stream, sku, KEY_STREAM);
-    keys_sku(journal, sku, KEY_JOURNAL);
+    char keys[5][KEYS_MAX], lock[KEYS_MAX], counter[KEYS_MAX + 8], sku_lock[KEYS_MAX];
+    static const enum keys_kind kinds[] = {KEY_STREAM, KEY_JOURNAL, KEY_STOCK, KEY_BOUGHT,
+                                           KEY_META};
+    for (int i = 0; i < 5; i++)
+        keys_sku(keys[i], sku, kinds[i]);
     keys_sku(lock, sku, KEY_WRITER_LOCK);
-    char sku_lock[KEYS_MAX];
     keys_sku(sku_lock, sku, KEY_SKU_LOCK);
     ck_assert(rlock_fence_key(counter, sizeof counter, sku_lock) == 0);
-    const char *argv[] = {stream, journal, lock, counter, fence, KEYS_WRITER_GROUP,
-                          "1",    "ch",    "",   entry};
+    char per_epoch[24];
+    snprintf(per_epoch, sizeof per_epoch, "%lld", (long long)ORDER_IDS_PER_EPOCH);
+    const char *argv[] = {keys[0], keys[1],           keys[2], keys[3], keys[4],   lock, counter,
+                          fence,   KEYS_WRITER_GROUP, "1",     "0",     per_epoch, "ch", "",
+                          entry};
     struct redis_conn rc;
     char err[160];
     ck_assert(redis_conn_init(&rc, &cfg, err, sizeof err) == 0);
-    redisReply *rep = redis_conn_script(&rc, &script_orders_ack, 4, 6, argv, NULL);
+    redisReply *rep = redis_conn_script(&rc, &script_orders_ack, 7, 8, argv, NULL);
     redis_conn_close(&rc);
     ck_assert_ptr_nonnull(rep);
     return rep;
@@ -596,6 +644,7 @@ static Suite *fencing_suite(void)
     tcase_add_test(tc, test_acknowledgement_leaves_another_reservation_of_the_same_id);
     tcase_add_test(tc, test_rejection_gives_back_only_the_reservation_it_names);
     tcase_add_test(tc, test_late_rebuild_cannot_install_an_older_epoch);
+    tcase_add_test(tc, test_late_rebuild_load_after_a_newer_lock_holder_is_refused);
     tcase_add_test(tc, test_negative_units_held_are_kept);
     tcase_add_test(tc, test_cancel_request_names_the_reservation);
     tcase_add_test(tc, test_settle_of_a_superseded_writer_is_refused);
