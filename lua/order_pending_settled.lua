@@ -1,6 +1,6 @@
 -- order_pending_settled.lua: after the settler's COMMIT, under the SKU's
 -- lock, the journal says what became of orders recorded as pending whose
--- reservation Redis had lost (order_pending_restore.lua may have written
+-- reservation Redis had lost (a rebuild's sku_load.lua may have written
 -- 'pending:<user>' back for them): a refused or cancelled one
 -- 'returned:<reason>', so that a retry with its key answers that, with no
 -- unit given back (Redis lost the units with the reservation); one whose

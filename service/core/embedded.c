@@ -13,8 +13,7 @@ extern const size_t migration_count;
 
 struct rlock_script script_reserve, script_sku_load, script_stock_adjust, script_stock_adjust_undo,
     script_orders_ack, script_orders_reapply, script_orders_dead_letter, script_sku_state,
-    script_order_release, script_order_pending_restore, script_order_pending_probe,
-    script_order_pending_settled;
+    script_order_release, script_order_pending_probe, script_order_pending_settled;
 
 static void init_one(struct rlock_script *s, const char *name)
 {
@@ -38,7 +37,6 @@ void embedded_init(void)
     init_one(&script_orders_dead_letter, "orders_dead_letter");
     init_one(&script_sku_state, "sku_state");
     init_one(&script_order_release, "order_release");
-    init_one(&script_order_pending_restore, "order_pending_restore");
     init_one(&script_order_pending_probe, "order_pending_probe");
     init_one(&script_order_pending_settled, "order_pending_settled");
 }

@@ -12,8 +12,8 @@
 /* The service's scripts, initialised once by embedded_init(). */
 extern struct rlock_script script_reserve, script_sku_load, script_stock_adjust,
     script_stock_adjust_undo, script_orders_ack, script_orders_reapply, script_orders_dead_letter,
-    script_sku_state, script_order_release, script_order_pending_restore,
-    script_order_pending_probe, script_order_pending_settled;
+    script_sku_state, script_order_release, script_order_pending_probe,
+    script_order_pending_settled;
 
 /* Computes the scripts' SHA1s.  Call once at start-up, before any thread. */
 void embedded_init(void);

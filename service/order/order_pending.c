@@ -35,7 +35,7 @@ int order_pending_record(struct worker_ctx *w, const struct order_pending_rec *p
      * reservation but still sells under its epoch (a promoted replica) may
      * issue this order id again, and a key restored now would name that
      * other reservation's state.  A rebuild, which draws a new epoch, writes
-     * the key back (pending_restore_keys); until then a retry with the key
+     * the key back (sku_load.lua, from pending_restore_plan); until then a retry with the key
      * reserves anew, and the settler rejects this record as superseded. */
     return 0;
 }

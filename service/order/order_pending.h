@@ -29,7 +29,7 @@ struct order_pending_rec {
 /* Records p (a second record of the same reservation is a no-op).  Nothing
  * is written to Redis: a Redis that lost the reservation may still issue its
  * id again, and only a rebuild (a new epoch) writes the buyer's key back
- * (pending_restore_keys).  Returns 0 once PostgreSQL holds the record, -1
+ * (sku_load.lua, from pending_restore_plan).  Returns 0 once PostgreSQL holds the record, -1
  * when it could not be recorded (nothing may then be promised beyond what
  * Redis holds). */
 int order_pending_record(struct worker_ctx *w, const struct order_pending_rec *p)

@@ -447,7 +447,7 @@ int pending_settle_due(struct worker_ctx *w, int64_t older_ms, int64_t *settled)
     return rc;
 }
 
-int pending_restore_keys(struct worker_ctx *w, struct dbtx *tx, int64_t sku)
+int pending_restore_plan(struct dbtx *tx, int64_t sku, struct load_job *lj)
 {
     char sid[24];
     fmt_i64z(sid, sku);
@@ -455,8 +455,6 @@ int pending_restore_keys(struct worker_ctx *w, struct dbtx *tx, int64_t sku)
         tx_query(tx, "order_pending_of_sku", 3, (const char *[]){sid, "0", ALL_RECORDS});
     if (!recs)
         return -1;
-    char ttl[24];
-    fmt_i64z(ttl, w->cfg->idempotency_ttl_s);
     int rc = 0;
     for (int i = 0; i < PQntuples(recs) && rc == 0; i++) {
         if (PQgetisnull(recs, i, 4))
@@ -472,24 +470,16 @@ int pending_restore_keys(struct worker_ctx *w, struct dbtx *tx, int64_t sku)
         PQclear(row);
         if (has_row)
             continue;
-        char journal[KEYS_MAX], stream[KEYS_MAX], key[KEYS_MAX];
-        keys_sku(journal, sku, KEY_JOURNAL);
-        keys_sku(stream, sku, KEY_STREAM);
-        keys_idem(key, sku, atoll(PQgetvalue(recs, i, 2)), PQgetvalue(recs, i, 4));
-        const char *argv[] = {journal,
-                              stream,
-                              key,
-                              PQgetvalue(recs, i, 0),
-                              PQgetvalue(recs, i, 1),
-                              PQgetvalue(recs, i, 2),
-                              PQgetvalue(recs, i, 3),
-                              ttl};
-        redisReply *r =
-            redis_conn_script(&w->redis, &script_order_pending_restore, 3, 5, argv, NULL);
-        if (!r || r->type != REDIS_REPLY_STRING)
-            rc = -1;
-        if (r)
-            freeReplyObject(r);
+        struct load_restore *more = realloc(lj->restore, (lj->nrestore + 1) * sizeof *more);
+        if (!more)
+            abort();
+        lj->restore = more;
+        struct load_restore *x = &lj->restore[lj->nrestore++];
+        keys_idem(x->key, sku, atoll(PQgetvalue(recs, i, 2)), PQgetvalue(recs, i, 4));
+        snprintf(x->order, sizeof x->order, "%s", PQgetvalue(recs, i, 0));
+        snprintf(x->entry, sizeof x->entry, "%s", PQgetvalue(recs, i, 1));
+        snprintf(x->user, sizeof x->user, "%s", PQgetvalue(recs, i, 2));
+        snprintf(x->qty, sizeof x->qty, "%s", PQgetvalue(recs, i, 3));
     }
     PQclear(recs);
     return rc;

@@ -24,6 +24,8 @@
 #include "store/dbtx.h"
 #include "store/workers.h"
 
+struct load_job; /* sku/sku_store.h */
+
 /* Settles the orders of sku recorded as pending at least older_ms ago (at
  * most writer_batch of them per call), under the SKU's lock.  Returns 0 with
  * *settled (may be NULL) counting the records settled now, or -1 when a store
@@ -36,12 +38,13 @@ int pending_settle_sku(struct worker_ctx *w, int64_t sku, int64_t older_ms, int6
 int pending_settle_due(struct worker_ctx *w, int64_t older_ms, int64_t *settled)
     __attribute__((warn_unused_result));
 
-/* For a rebuild, under the SKU's lock and row, before the load: writes back
- * the Idempotency-Key (and the journal entry) of every order of sku recorded
- * as pending and not settled whose reservation Redis lost
- * (order_pending_restore.lua), so that a retry with its key finds the order
- * from the moment the SKU sells again.  Returns 0 or -1. */
-int pending_restore_keys(struct worker_ctx *w, struct dbtx *tx, int64_t sku)
+/* For a rebuild, under the SKU's lock and row: adds to lj the orders of sku
+ * recorded as pending, not settled, with a key of the buyer's and no row
+ * under their id, whose keys its load (sku_load.lua) writes back in the step
+ * that installs the new epoch, so that a retry with its key finds the order
+ * from the moment the SKU sells again.  Returns 0 or -1 (lj->restore is
+ * the caller's to free either way). */
+int pending_restore_plan(struct dbtx *tx, int64_t sku, struct load_job *lj)
     __attribute__((warn_unused_result));
 
 #endif

@@ -317,9 +317,9 @@ static enum sku_result check_once(struct worker_ctx *w, int64_t sku, enum sku_ch
             goto fail;
         }
         bought = NULL;
-        /* before the load makes the SKU sell again: a retry with the key of
-         * an order answered 202 pending must find it, not reserve anew */
-        if (pending_restore_keys(w, tx, sku) != 0)
+        /* the load writes them back as it makes the SKU sell again: a retry
+         * with the key of an order answered 202 pending must find it */
+        if (pending_restore_plan(tx, sku, &lj) != 0)
             goto fail;
         log_warn("sku %" PRId64 ": rebuilding Redis from PostgreSQL (%s): redis %s, stock %" PRId64
                  " vs %" PRId64 ", %" PRId64 " in flight, %" PRId64 " users differ",
@@ -334,6 +334,7 @@ static enum sku_result check_once(struct worker_ctx *w, int64_t sku, enum sku_ch
     PQclear(bad);
     res = sku_tx_commit(w, tx, &t, sku);
     PQclear(lj.bought);
+    free(lj.restore);
     if (res == SKU_OK && lj.wanted) {
         if (lj.res != SKU_OK)
             return SKU_NOT_LOADED;
@@ -351,6 +352,7 @@ fail:
     PQclear(bad);
     (void)dbtx_rollback(tx);
     PQclear(lj.bought);
+    free(lj.restore);
     return SKU_UNAVAILABLE;
 }
 

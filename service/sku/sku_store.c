@@ -99,29 +99,45 @@ void load_on_commit(enum dbtx_outcome outcome, void *arg)
     struct txlock none = {.sku = lj->id};
     if (txlock_redis_fence(lj->lock ? lj->lock : &none, lock, counter, fence) != 0)
         return;
-    const char **argv = calloc(LOAD_NKEYS + LOAD_NARGS + 2 * (size_t)pairs, sizeof *argv);
+    size_t nkeys = LOAD_NKEYS + lj->nrestore;
+    const char **argv =
+        calloc(nkeys + LOAD_NARGS + 2 * (size_t)pairs + 4 * lj->nrestore, sizeof *argv);
     if (!argv)
         abort();
-    char keys[6][KEYS_MAX];
-    static const enum keys_kind kinds[] = {KEY_META,   KEY_STOCK,  KEY_SEQ,
-                                           KEY_STREAM, KEY_BOUGHT, KEY_DEBTS};
-    for (int i = 0; i < 6; i++) {
+    char keys[7][KEYS_MAX];
+    static const enum keys_kind kinds[] = {KEY_META,   KEY_STOCK, KEY_SEQ,    KEY_STREAM,
+                                           KEY_BOUGHT, KEY_DEBTS, KEY_JOURNAL};
+    for (int i = 0; i < 7; i++)
         keys_sku(keys[i], lj->id, kinds[i]);
-        argv[i] = keys[i];
-    }
-    argv[6] = lock;
-    argv[7] = counter;
+    size_t argc = 0;
+    for (int i = 0; i < 6; i++)
+        argv[argc++] = keys[i];
+    argv[argc++] = lock;
+    argv[argc++] = counter;
+    argv[argc++] = keys[6];
+    for (size_t i = 0; i < lj->nrestore; i++)
+        argv[argc++] = lj->restore[i].key;
+    char npairs[24], ttl[24];
+    fmt_i64z(npairs, pairs);
+    fmt_i64z(ttl, lj->w->cfg->idempotency_ttl_s);
     const char *args[LOAD_NARGS] = {
         lj->epoch, stock,   limit,      lj->starts_ms, lj->ends_ms, KEYS_WRITER_GROUP,
-        lj->mode,  lj->run, lj->parent, lj->bucket,    lj->buckets, fence};
+        lj->mode,  lj->run, lj->parent, lj->bucket,    lj->buckets, fence,
+        npairs,    ttl};
     for (int i = 0; i < LOAD_NARGS; i++)
-        argv[LOAD_NKEYS + i] = args[i];
+        argv[argc++] = args[i];
     for (int i = 0; i < pairs; i++) {
-        argv[LOAD_NKEYS + LOAD_NARGS + 2 * i] = PQgetvalue(lj->bought, i, 0);
-        argv[LOAD_NKEYS + 1 + LOAD_NARGS + 2 * i] = PQgetvalue(lj->bought, i, 1);
+        argv[argc++] = PQgetvalue(lj->bought, i, 0);
+        argv[argc++] = PQgetvalue(lj->bought, i, 1);
     }
-    redisReply *r = redis_conn_script(&lj->w->redis, &script_sku_load, LOAD_NKEYS,
-                                      LOAD_NARGS + 2 * pairs, argv, NULL);
+    for (size_t i = 0; i < lj->nrestore; i++) {
+        argv[argc++] = lj->restore[i].order;
+        argv[argc++] = lj->restore[i].entry;
+        argv[argc++] = lj->restore[i].user;
+        argv[argc++] = lj->restore[i].qty;
+    }
+    redisReply *r = redis_conn_script(&lj->w->redis, &script_sku_load, (int)nkeys,
+                                      (int)(argc - nkeys), argv, NULL);
     free(argv);
     if (r && r->type == REDIS_REPLY_INTEGER && r->integer < 0) {
         /* a newer rebuild's state is installed: this older snapshot stays out */

@@ -11,6 +11,7 @@
 #include <libpq-fe.h>
 #include <stdint.h>
 
+#include "core/keys.h"
 #include "core/validate.h"
 #include "store/dbtx.h"
 #include "store/txlock.h"
@@ -48,8 +49,8 @@ enum sku_result sku_tx_commit(struct worker_ctx *w, struct dbtx *tx, const struc
  * which buyers see as 503 until the reconciler rebuilds it: nothing is sold
  * that the database does not know, and nothing sold is lost by an undo.
  */
-#define LOAD_NKEYS 8  /* sku_load.lua's keys, the fence's two included */
-#define LOAD_NARGS 12 /* sku_load.lua's arguments before the (user, units) pairs */
+#define LOAD_NKEYS 9  /* sku_load.lua's keys before the keys it writes back */
+#define LOAD_NARGS 14 /* sku_load.lua's arguments before the (user, units) pairs */
 struct load_job {
     struct worker_ctx *w;
     int wanted;       /* load on commit (a check that decided not to rebuild leaves it 0) */
@@ -61,9 +62,20 @@ struct load_job {
     /* a bucket: its parent, its place and the parent's buckets ("" otherwise) */
     char parent[24], bucket[24], buckets[24];
     PGresult *bought; /* rows (user_id, units) to restore, or NULL */
+    /* orders answered 202 and recorded, whose buyer's key the load writes
+     * back (pending_restore_plan), owned; n of them */
+    struct load_restore *restore;
+    size_t nrestore;
     /* the SKU's lock the transaction holds: fences the load (NULL: unfenced) */
     const struct txlock *lock;
     enum sku_result res;
+};
+
+/* A recorded 202 whose buyer's Idempotency-Key a rebuild's load writes back
+ * (sku_load.lua), with the journal state pending:<user>:<entry>. */
+struct load_restore {
+    char key[KEYS_MAX]; /* the buyer's key's name (keys_idem) */
+    char order[24], entry[32], user[24], qty[24];
 };
 
 /* Completion hook: loads lj (arg) into Redis when the transaction committed. */

@@ -260,30 +260,53 @@ START_TEST(test_rejection_gives_back_only_the_reservation_it_names)
 END_TEST
 
 /* Runs sku_load.lua for SKU sku as a rebuild of epoch 'epoch' with stock
- * 'stock', fenced by 'fence' ('<token>:<owner>', '' unfenced); returns its
- * answer (caller frees). */
-static redisReply *load_rebuild_fenced(int64_t sku, long long epoch, long long stock,
-                                       const char *fence)
+ * 'stock', fenced by 'fence' ('<token>:<owner>', '' unfenced), writing back
+ * the key 'restore_key' of buyer 'user''s recorded order 'order' (entry
+ * 'entry') when restore_key is not NULL; returns its answer (caller frees). */
+static redisReply *load_rebuild_full(int64_t sku, long long epoch, long long stock,
+                                     const char *fence, const char *restore_key, const char *order,
+                                     const char *entry, const char *user)
 {
-    char keys[8][KEYS_MAX + 8], ep[24], st[24];
+    char keys[10][KEYS_MAX + 8], ep[24], st[24];
     static const enum keys_kind kinds[] = {KEY_META,   KEY_STOCK,  KEY_SEQ,
                                            KEY_STREAM, KEY_BOUGHT, KEY_DEBTS};
     for (int i = 0; i < 6; i++)
         keys_sku(keys[i], sku, kinds[i]);
     keys_sku(keys[6], sku, KEY_SKU_LOCK);
     ck_assert(rlock_fence_key(keys[7], sizeof keys[7], keys[6]) == 0);
+    keys_sku(keys[8], sku, KEY_JOURNAL);
+    int nkeys = 9;
+    if (restore_key)
+        snprintf(keys[nkeys++], sizeof keys[9], "%s", restore_key);
     snprintf(ep, sizeof ep, "%lld", epoch);
     snprintf(st, sizeof st, "%lld", stock);
-    const char *argv[] = {keys[0],   keys[1], keys[2], keys[3], keys[4], keys[5], keys[6],
-                          keys[7],   ep,      st,      "5",     "",      "",      "writers",
-                          "rebuild", "",      "",      "",      "",      fence};
+    const char *argv[32];
+    int argc = 0;
+    for (int i = 0; i < nkeys; i++)
+        argv[argc++] = keys[i];
+    const char *args[] = {ep, st, "5", "", "",    "writers", "rebuild",
+                          "", "", "",  "", fence, "0",       "60"};
+    for (size_t i = 0; i < sizeof args / sizeof args[0]; i++)
+        argv[argc++] = args[i];
+    if (restore_key) {
+        argv[argc++] = order;
+        argv[argc++] = entry;
+        argv[argc++] = user;
+        argv[argc++] = "1";
+    }
     struct redis_conn rc;
     char err[160];
     ck_assert(redis_conn_init(&rc, &cfg, err, sizeof err) == 0);
-    redisReply *rep = redis_conn_script(&rc, &script_sku_load, 8, 12, argv, NULL);
+    redisReply *rep = redis_conn_script(&rc, &script_sku_load, nkeys, argc - nkeys, argv, NULL);
     redis_conn_close(&rc);
     ck_assert_ptr_nonnull(rep);
     return rep;
+}
+
+static redisReply *load_rebuild_fenced(int64_t sku, long long epoch, long long stock,
+                                       const char *fence)
+{
+    return load_rebuild_full(sku, epoch, stock, fence, NULL, NULL, NULL, NULL);
 }
 
 static long long load_rebuild(int64_t sku, long long epoch, long long stock)
@@ -350,6 +373,43 @@ START_TEST(test_late_rebuild_load_after_a_newer_lock_holder_is_refused)
     ck_assert_int_eq(rep->type, REDIS_REPLY_INTEGER);
     ck_assert_int_eq(rep->integer, 1);
     freeReplyObject(rep);
+    redisFree(r);
+}
+END_TEST
+
+/* A rebuild writes a recorded 202's key back in the step that installs its
+ * epoch, and only while no other reservation holds the id in the journal:
+ * once that epoch is loaded Redis issues none of the old ids again, so the
+ * key can never come to name another buyer's order. */
+START_TEST(test_rebuild_writes_a_recorded_keys_back_only_for_its_own_reservation)
+{
+    th_sku_create_direct(&cfg, 11, 10, 5, 0);
+    long long e1 = pg_int("INSERT INTO sku_epochs (epoch, sku_id) "
+                          "VALUES (nextval('redis_epoch_seq'), 11) RETURNING epoch");
+    long long e2 = pg_int("INSERT INTO sku_epochs (epoch, sku_id) "
+                          "VALUES (nextval('redis_epoch_seq'), 11) RETURNING epoch");
+    char key_a[KEYS_MAX], key_c[KEYS_MAX], journal[KEYS_MAX];
+    keys_idem(key_a, 11, 1, "key-of-a");
+    keys_idem(key_c, 11, 3, "key-of-c");
+    keys_sku(journal, 11, KEY_JOURNAL);
+    redisContext *r = th_redis();
+    /* order 77: another buyer's reservation holds the id in the journal */
+    freeReplyObject(redisCommand(r, "HSET %s 77 pending:2:1700000000002-0", journal));
+    redisReply *rep = load_rebuild_full(11, e1, 10, "", key_a, "77", "1700000000001-0", "1");
+    ck_assert_int_eq(rep->type, REDIS_REPLY_INTEGER);
+    freeReplyObject(rep);
+    rep = redisCommand(r, "EXISTS %s", key_a);
+    ck_assert_int_eq(rep->integer, 0);
+    freeReplyObject(rep);
+    /* order 78: nobody else's: its key and pending state come back */
+    rep = load_rebuild_full(11, e2, 10, "", key_c, "78", "1700000000003-0", "3");
+    ck_assert_int_eq(rep->type, REDIS_REPLY_INTEGER);
+    freeReplyObject(rep);
+    rep = redisCommand(r, "GET %s", key_c);
+    ck_assert_str_eq(rep->str, "3:1|78@1700000000003-0");
+    freeReplyObject(rep);
+    char state[128];
+    ck_assert_str_eq(journal_of(11, 78, state, sizeof state), "pending:3:1700000000003-0");
     redisFree(r);
 }
 END_TEST
@@ -645,6 +705,7 @@ static Suite *fencing_suite(void)
     tcase_add_test(tc, test_rejection_gives_back_only_the_reservation_it_names);
     tcase_add_test(tc, test_late_rebuild_cannot_install_an_older_epoch);
     tcase_add_test(tc, test_late_rebuild_load_after_a_newer_lock_holder_is_refused);
+    tcase_add_test(tc, test_rebuild_writes_a_recorded_keys_back_only_for_its_own_reservation);
     tcase_add_test(tc, test_negative_units_held_are_kept);
     tcase_add_test(tc, test_cancel_request_names_the_reservation);
     tcase_add_test(tc, test_settle_of_a_superseded_writer_is_refused);
