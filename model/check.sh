@@ -5,7 +5,7 @@
 #                             then each re-inserted bug, which must be found
 #   model/check.sh bug N      only bug N: its scenario with -DBUGN, and the
 #                             counterexample's trail, in words (also a name:
-#                             gap-ack, item5, open-restore, ...)
+#                             gap-ack, item5, restore-before-load, ...)
 #
 # Fails (exit 1) when the fixed model has an assertion violation or an invalid
 # end state, when a search was not complete (out of memory, depth too small),
@@ -26,6 +26,7 @@ MEM_MB=3000   # per run; the largest scenario needs about 1.5 GB
 # The fixed protocol: one line per scenario, "name: spin flags", the longest
 # searches first (two run at a time).
 SCENARIOS=(
+    "failover-restore: -DSCEN=9 @O2"
     "rebuilds: -DSCEN=4 @O2"
     "failover-rebuild: -DSCEN=2 @O2"
     "expiry-adjust: -DSCEN=6 @O2"
@@ -37,7 +38,9 @@ SCENARIOS=(
 )
 # Each bug put back, in the scenario that must find it (README.md tells the
 # counterexamples): issue 24's five, the two gaps this model found in main at
-# cc7e017, and issue 24's item 5 (the 202 answered without its record).
+# cc7e017, issue 24's item 5 (the 202 answered without its record), and the
+# rebuild's write-back of recorded 202s' keys before its load installs the new
+# epoch (main's design before the write-back moved into sku_load.lua).
 # Bug 1 runs without the 202's record (and without its never-lost check,
 # which item5 is about): with the record, the settler's
 # order_pending_settled.lua marks the state bug 1 strands returned (the
@@ -52,14 +55,15 @@ BUGS=(
     "gap-ack: -DSCEN=7 -DGAP_ACK"
     "gap-load: -DSCEN=8 -DGAP_LOAD"
     "item5: -DSCEN=1 -DNO_PENDING_RECORD -DPENDING_NEVER_LOST"
+    "restore-before-load: -DSCEN=9 -DRESTORE_BEFORE_LOAD"
 )
 # Counterexamples in the design of main as modelled, not fixed yet: each
 # must still be found (its trail is printed), so that it is neither hidden
 # nor silently lost; once the code is fixed, the model follows and the
 # scenario moves to SCENARIOS.  README.md tells each one.
-OPEN=(
-    "open-restore: -DSCEN=9"
-)
+# (None at present: open-restore, the first, is fixed and is now the bug
+# restore-before-load.)
+OPEN=()
 
 for tool in spin gcc; do
     command -v "$tool" >/dev/null || {
@@ -154,6 +158,7 @@ mkdir -p "$OUT"
 if [[ ${1:-} == bug ]]; then
     n=${2:?usage: model/check.sh bug N}
     [[ $n =~ ^[0-9]+$ ]] && n=bug$n
+    [[ $n == open-restore ]] && n=restore-before-load   # its name while it was open
     line=
     for b in "${BUGS[@]}" "${OPEN[@]}"; do
         [[ ${b%%:*} == "$n" ]] && line=$b
@@ -205,7 +210,7 @@ for line in "${BUGS[@]}"; do
         trail "$name" ${line#*: }
     fi
 done
-echo "model: open counterexamples in main's design (README.md), each must be found"
+((${#OPEN[@]})) && echo "model: open counterexamples in main's design (README.md), each must be found"
 run_all "${OPEN[@]}"
 for line in "${OPEN[@]}"; do
     name=${line%%:*}

@@ -20,15 +20,18 @@
  *           sweeper, an admin delta, leases that run out, a settler of
  *           recorded 202s.  Each of NBUYERS, NWRITERS, WBATCHES, FAILOVER,
  *           NREBUILDS, RETRY, CANCEL, SWEEPER, ADMIN, MAXEXPIRE, SETTLER
- *           may be overridden with -D.  Scenario 9 is a counterexample in
- *           main's design, still open (README.md): check.sh requires it
- *           to be found.
+ *           may be overridden with -D.
  *   BUG1 .. BUG5  put one of issue 24's bugs back (see README.md).
  *   GAP_ACK, GAP_LOAD  two gaps this model found in main at cc7e017 (README.md).
  *   NO_PENDING_RECORD  issue 24's item 5 put back: a 202 is answered
  *           without being recorded in PostgreSQL first (main at cc7e017),
  *           so nobody settles a 202 whose reservation Redis lost; with
  *           PENDING_NEVER_LOST that is checked too (the run item5).
+ *   RESTORE_BEFORE_LOAD  a rebuild writes recorded 202s' keys back from its
+ *           transaction, before COMMIT and before its load installs the new
+ *           epoch (main before the write-back moved into sku_load.lua): a
+ *           promoted replica still selling under the old epoch issues the
+ *           id again (the run restore-before-load, scenario 9).
  */
 
 #ifndef SCEN
@@ -131,7 +134,7 @@
 #define S_ADMIN 1
 #define S_EXPIRE 1
 #define S_SETTLER 0
-#elif SCEN == 9   /* failover-restore: a failover, a rebuild, buyers who retry (open: README.md) */
+#elif SCEN == 9   /* failover-restore: a failover, a rebuild that writes 202s' keys back, buyers who retry */
 #define S_BUYERS 2
 #define S_WRITERS 1
 #define S_BATCHES 1
@@ -1014,11 +1017,15 @@ proctype Buyer(byte u)
 }
 
 #if PENDING_RECORD
-/* order_pending_restore.lua for record r_, from a rebuild's transaction
- * (pending_restore_keys: records not settled, no row under the id): the
- * buyer's key and 'pending:<user>:<entry>' written back, unless the key is
- * there (held, or another order's), the entry is in the stream (held), or
- * the journal holds another reservation's state of the id. */
+/* The write-back of record r_ (read by a rebuild's transaction: not settled,
+ * no row under its id): the buyer's key (naming order@entry) and
+ * 'pending:<user>:<entry>' written back, unless the key is there (held, or
+ * another order's), the entry is in the stream (held), or the journal holds
+ * a state of the id other than this reservation's own pending one.  It runs
+ * inside sku_load.lua (rebuild mode), after the new epoch is installed, in
+ * the same atomic script (sku_load below); RESTORE_BEFORE_LOAD: the earlier
+ * design, order_pending_restore.lua from the rebuild's transaction, before
+ * its COMMIT and before the load. */
 inline pending_restore(r_, id_, u_, e_)
 {
     id_ = rec[r_].id; u_ = rec[r_].user; e_ = rec[r_].entry;
@@ -1027,7 +1034,7 @@ inline pending_restore(r_, id_, u_, e_)
        (R.j[id_].kind == J_NONE || (R.j[id_].kind == J_PENDING && NAMES(id_, u_, e_))) ->
         R.idem[u_] = e_;
         R.j[id_].kind = J_PENDING; R.j[id_].user = u_; R.j[id_].entry = e_; R.j[id_].ep = 0;
-        printf("[%d] order_pending_restore: order %d entry %d, buyer %d's key and pending state back\n",
+        printf("[%d] restore: order %d entry %d, buyer %d's key and pending state back\n",
                _pid, id_, e_, u_)
     :: else
     fi;
@@ -1050,8 +1057,14 @@ inline settle_adjustments()
     fi
 }
 
-/* sku_load.lua in rebuild mode, from the completion hook (load_on_commit). */
-inline sku_load(ep_, snap_, b1_, b2_, runid_, tok_, i_)
+/* sku_load.lua in rebuild mode, from the completion hook (load_on_commit):
+ * fenced, never an epoch not newer than the loaded one; once the new epoch
+ * and its meta are installed, in the same script, the write-back of the
+ * recorded 202s the rebuild's transaction read (the mask rm_ of records).
+ * A refused load writes nothing back.  No id of the old epoch can be issued
+ * after a key is written back (reserve.lua issues ids of the loaded epoch),
+ * and a replica promoted later holds both the epoch and the keys, or neither. */
+inline sku_load(ep_, snap_, b1_, b2_, runid_, tok_, i_, rm_, t1_, t2_, t3_)
 {
     atomic {
         if
@@ -1088,17 +1101,27 @@ inline sku_load(ep_, snap_, b1_, b2_, runid_, tok_, i_)
             max_loaded = ep_;
             TOUCH;
             printf("[%d] sku_load: Redis stock %d, units %d/%d\n", _pid, R.stock, R.bought[1],
-                   R.bought[2])
+                   R.bought[2]);
+#if PENDING_RECORD && !defined(RESTORE_BEFORE_LOAD)
+            for (i_ : 0 .. NREC - 1) {
+                if
+                :: (rm_ >> i_) & 1 -> pending_restore(i_, t1_, t2_, t3_)
+                :: else
+                fi
+            };
+#endif
+            skip
         :: else -> load_refused = 1; printf("[%d] sku_load of epoch %d refused\n", _pid, ep_)
         fi;
-        i_ = 0
+        i_ = 0; rm_ = 0
     }
 }
 
 /* A rebuild of the SKU from PostgreSQL: the SKU lock, one transaction (fenced
- * row, open adjustments settled, the stock and every buyer's units read, a new
- * epoch drawn), COMMIT, then sku_load.lua in the completion hook. */
-inline rebuild(tok_, ok_, ep_, snap_, b1_, b2_, runid_, i_, t1_, t2_, t3_)
+ * row, open adjustments settled, the stock and every buyer's units read, the
+ * recorded 202s to write back read, a new epoch drawn), COMMIT, then
+ * sku_load.lua in the completion hook, which writes them back. */
+inline rebuild(tok_, ok_, ep_, snap_, b1_, b2_, runid_, i_, rm_, t1_, t2_, t3_)
 {
     atomic {
         runid_ = redis_run;              /* INFO server's run_id, read first */
@@ -1117,12 +1140,17 @@ inline rebuild(tok_, ok_, ep_, snap_, b1_, b2_, runid_, i_, t1_, t2_, t3_)
                 active_units(2, i_, b2_);
                 epseq++; assert(epseq < MAXEP); ep_ = epseq; pmaxep = ep_;
 #if PENDING_RECORD
-                /* pending_restore_keys, before the COMMIT: the records not
-                 * settled whose id no row holds */
+                /* pending_restore_keys: the records not settled whose id no
+                 * row holds, read in this transaction; written back by the
+                 * load (RESTORE_BEFORE_LOAD: here, before the COMMIT) */
                 for (i_ : 0 .. NREC - 1) {
                     if
                     :: rec[i_].out == REC_OPEN && row[rec[i_].id].st == S_NONE ->
+#ifdef RESTORE_BEFORE_LOAD
                         pending_restore(i_, t1_, t2_, t3_)
+#else
+                        rm_ = rm_ | (1 << i_)
+#endif
                     :: else
                     fi
                 };
@@ -1136,11 +1164,11 @@ inline rebuild(tok_, ok_, ep_, snap_, b1_, b2_, runid_, i_, t1_, t2_, t3_)
         /* load_on_commit, then the lock's release */
         atomic {
             if
-            :: ok_ -> sku_load(ep_, snap_, b1_, b2_, runid_, tok_, i_)
+            :: ok_ -> sku_load(ep_, snap_, b1_, b2_, runid_, tok_, i_, rm_, t1_, t2_, t3_)
             :: else
             fi;
             lock_release(R.slock, tok_);
-            ok_ = 0; ep_ = 0; snap_ = 0; b1_ = 0; b2_ = 0; runid_ = 0
+            ok_ = 0; ep_ = 0; snap_ = 0; b1_ = 0; b2_ = 0; runid_ = 0; rm_ = 0
         }
     :: else -> atomic { ok_ = 0; runid_ = 0 }
     fi
@@ -1148,10 +1176,10 @@ inline rebuild(tok_, ok_, ep_, snap_, b1_, b2_, runid_, i_, t1_, t2_, t3_)
 
 proctype Rebuild()
 {
-    byte tok, ep, b1, b2, runid, i, t1, t2, t3;
+    byte tok, ep, b1, b2, runid, i, rm, t1, t2, t3;
     short snap;
     bit ok;
-    rebuild(tok, ok, ep, snap, b1, b2, runid, i, t1, t2, t3)
+    rebuild(tok, ok, ep, snap, b1, b2, runid, i, rm, t1, t2, t3)
 }
 
 #if PENDING_RECORD
