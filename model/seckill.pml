@@ -1599,7 +1599,9 @@ init {
 #if NREBUILDS == 2
         run Rebuild();
 #endif
+#if MAXEXPIRE > 0
         run Leases();
+#endif
 #if FAILOVER
         run Failover();
 #endif
