@@ -1102,12 +1102,18 @@ inline sku_load(ep_, snap_, b1_, b2_, runid_, tok_, i_, rm_, t1_, t2_, t3_)
             TOUCH;
             printf("[%d] sku_load: Redis stock %d, units %d/%d\n", _pid, R.stock, R.bought[1],
                    R.bought[2]);
-#if PENDING_RECORD && !defined(RESTORE_BEFORE_LOAD)
+#if PENDING_RECORD && !defined(RESTORE_BEFORE_LOAD) && FAILOVER
             for (i_ : 0 .. NREC - 1) {
                 if
                 :: (rm_ >> i_) & 1 -> pending_restore(i_, t1_, t2_, t3_)
                 :: else
                 fi
+            };
+#elif PENDING_RECORD && !defined(RESTORE_BEFORE_LOAD)
+            /* without a failover every recorded buyer's key is still there:
+             * the write-back would write nothing (rebuild() keeps no mask) */
+            for (i_ : 0 .. NREC - 1) {
+                assert(rec[i_].out == REC_FREE || R.idem[rec[i_].user] != 0)
             };
 #endif
             skip
@@ -1146,10 +1152,16 @@ inline rebuild(tok_, ok_, ep_, snap_, b1_, b2_, runid_, i_, rm_, t1_, t2_, t3_)
                 for (i_ : 0 .. NREC - 1) {
                     if
                     :: rec[i_].out == REC_OPEN && row[rec[i_].id].st == S_NONE ->
-#ifdef RESTORE_BEFORE_LOAD
+#if defined(RESTORE_BEFORE_LOAD)
                         pending_restore(i_, t1_, t2_, t3_)
-#else
+#elif FAILOVER
                         rm_ = rm_ | (1 << i_)
+#else
+                        /* no failover: no key is ever lost (the model's keys
+                         * do not expire), so the load's write-back finds
+                         * every recorded buyer's key and writes nothing (it
+                         * asserts so); the mask would only split states */
+                        skip
 #endif
                     :: else
                     fi
