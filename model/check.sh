@@ -4,11 +4,12 @@
 #   model/check.sh            every scenario of the fixed protocol, exhaustively,
 #                             then each re-inserted bug, which must be found
 #   model/check.sh bug N      only bug N: its scenario with -DBUGN, and the
-#                             counterexample's trail, in words
+#                             counterexample's trail, in words (also a name:
+#                             gap-ack, item5, restore-before-load, ...)
 #
 # Fails (exit 1) when the fixed model has an assertion violation or an invalid
 # end state, when a search was not complete (out of memory, depth too small),
-# or when a re-inserted bug is not found.  Env: MODEL_OUT (default
+# or when a re-inserted bug or an open counterexample (OPEN) is not found.  Env: MODEL_OUT (default
 # build/model) holds each run's pan, output and trail; MODEL_JOBS (2) runs.
 set -euo pipefail
 
@@ -25,6 +26,7 @@ MEM_MB=3000   # per run; the largest scenario needs about 1.5 GB
 # The fixed protocol: one line per scenario, "name: spin flags", the longest
 # searches first (two run at a time).
 SCENARIOS=(
+    "failover-restore: -DSCEN=9 @O2"
     "rebuilds: -DSCEN=4 @O2"
     "failover-rebuild: -DSCEN=2 @O2"
     "expiry-adjust: -DSCEN=6 @O2"
@@ -36,17 +38,32 @@ SCENARIOS=(
 )
 # Each bug put back, in the scenario that must find it (README.md tells the
 # counterexamples): issue 24's five, the two gaps this model found in main at
-# cc7e017, and issue 24's item 5, which this protocol does not close.
+# cc7e017, issue 24's item 5 (the 202 answered without its record), and the
+# rebuild's write-back of recorded 202s' keys before its load installs the new
+# epoch (main's design before the write-back moved into sku_load.lua).
+# Bug 1 runs without the 202's record (and without its never-lost check,
+# which item5 is about): with the record, the settler's
+# order_pending_settled.lua marks the state bug 1 strands returned (the
+# buyer was told 202, so the order is recorded); bug 1 still strands an
+# order with no record (order_ack = reserved answers 202 without one).
 BUGS=(
-    "bug1: -DSCEN=2 -DBUG1"
+    "bug1: -DSCEN=2 -DBUG1 -DNO_PENDING_RECORD"
     "bug2: -DSCEN=1 -DBUG2"
     "bug3: -DSCEN=4 -DBUG3"
     "bug4: -DSCEN=5 -DBUG4"
     "bug5: -DSCEN=7 -DBUG5"
     "gap-ack: -DSCEN=7 -DGAP_ACK"
     "gap-load: -DSCEN=8 -DGAP_LOAD"
-    "item5: -DSCEN=1 -DPENDING_NEVER_LOST"
+    "item5: -DSCEN=1 -DNO_PENDING_RECORD -DPENDING_NEVER_LOST"
+    "restore-before-load: -DSCEN=9 -DRESTORE_BEFORE_LOAD"
 )
+# Counterexamples in the design of main as modelled, not fixed yet: each
+# must still be found (its trail is printed), so that it is neither hidden
+# nor silently lost; once the code is fixed, the model follows and the
+# scenario moves to SCENARIOS.  README.md tells each one.
+# (None at present: open-restore, the first, is fixed and is now the bug
+# restore-before-load.)
+OPEN=()
 
 for tool in spin gcc; do
     command -v "$tool" >/dev/null || {
@@ -141,11 +158,12 @@ mkdir -p "$OUT"
 if [[ ${1:-} == bug ]]; then
     n=${2:?usage: model/check.sh bug N}
     [[ $n =~ ^[0-9]+$ ]] && n=bug$n
+    [[ $n == open-restore ]] && n=restore-before-load   # its name while it was open
     line=
-    for b in "${BUGS[@]}"; do
+    for b in "${BUGS[@]}" "${OPEN[@]}"; do
         [[ ${b%%:*} == "$n" ]] && line=$b
     done
-    [[ -n $line ]] || { echo "model: no $n (there are: ${BUGS[*]%%:*})" >&2; exit 2; }
+    [[ -n $line ]] || { echo "model: no $n (there are: ${BUGS[*]%%:*} ${OPEN[*]%%:*})" >&2; exit 2; }
     run_all "$line"
     summary "$n"
     if [[ $(verdict "$n") != error ]]; then
@@ -190,6 +208,21 @@ for line in "${BUGS[@]}"; do
     else
         # shellcheck disable=SC2086
         trail "$name" ${line#*: }
+    fi
+done
+((${#OPEN[@]})) && echo "model: open counterexamples in main's design (README.md), each must be found"
+run_all "${OPEN[@]}"
+for line in "${OPEN[@]}"; do
+    name=${line%%:*}
+    summary "$name"
+    if [[ $(verdict "$name") != error ]]; then
+        echo "model: $name was NOT found: fixed in the model? then move it to SCENARIOS" >&2
+        fail=1
+    else
+        # shellcheck disable=SC2086
+        trail "$name" ${line#*: }
+        grep -E "assertion violated" "$OUT/$name/pan.out" | head -1
+        echo "model: OPEN: $name, a counterexample in main's design: $OUT/$name/trail.txt"
     fi
 done
 echo "model: $(($(date +%s) - t0)) s in all"

@@ -13,17 +13,25 @@
  * over to a replica that lacks the newest writes (Failover), and so on.
  *
  * Compile-time switches:
- *   SCEN=1..8  which processes run (the table below; model/check.sh runs
+ *   SCEN=1..9  which processes run (the table below; model/check.sh runs
  *           them all): two buyers (one in scenario 7), one or two order
  *           writers, and some of: a Redis failover that loses the
  *           unreplicated suffix of writes, rebuilds, cancels, the expiry
- *           sweeper, an admin delta, leases that run out.  Each of
- *           NBUYERS, NWRITERS, WBATCHES, FAILOVER, NREBUILDS, RETRY,
- *           CANCEL, SWEEPER, ADMIN, MAXEXPIRE may be overridden with -D.
+ *           sweeper, an admin delta, leases that run out, a settler of
+ *           recorded 202s.  Each of NBUYERS, NWRITERS, WBATCHES, FAILOVER,
+ *           NREBUILDS, RETRY, CANCEL, SWEEPER, ADMIN, MAXEXPIRE, SETTLER
+ *           may be overridden with -D.
  *   BUG1 .. BUG5  put one of issue 24's bugs back (see README.md).
  *   GAP_ACK, GAP_LOAD  two gaps this model found in main at cc7e017 (README.md).
- *   PENDING_NEVER_LOST  also require that a 202 is never silently lost
- *           (issue 24, item 5: not fixed by the protocol modelled here).
+ *   NO_PENDING_RECORD  issue 24's item 5 put back: a 202 is answered
+ *           without being recorded in PostgreSQL first (main at cc7e017),
+ *           so nobody settles a 202 whose reservation Redis lost; with
+ *           PENDING_NEVER_LOST that is checked too (the run item5).
+ *   RESTORE_BEFORE_LOAD  a rebuild writes recorded 202s' keys back from its
+ *           transaction, before COMMIT and before its load installs the new
+ *           epoch (main before the write-back moved into sku_load.lua): a
+ *           promoted replica still selling under the old epoch issues the
+ *           id again (the run restore-before-load, scenario 9).
  */
 
 #ifndef SCEN
@@ -41,6 +49,7 @@
 #define S_SWEEPER 0
 #define S_ADMIN 0
 #define S_EXPIRE 1
+#define S_SETTLER 0        /* with one: over 34 million states, past 3 GB */
 #elif SCEN == 2   /* failover-rebuild: a failover and a rebuild */
 #define S_BUYERS 2
 #define S_WRITERS 1
@@ -52,6 +61,7 @@
 #define S_SWEEPER 0
 #define S_ADMIN 0
 #define S_EXPIRE 0
+#define S_SETTLER 0
 #elif SCEN == 3   /* two-writers: two writers, a failover, a lease that ends */
 #define S_BUYERS 2
 #define S_WRITERS 2
@@ -63,6 +73,7 @@
 #define S_SWEEPER 0
 #define S_ADMIN 0
 #define S_EXPIRE 1
+#define S_SETTLER 0
 #elif SCEN == 4   /* rebuilds: two rebuilds racing, leases that end */
 #define S_BUYERS 2
 #define S_WRITERS 1
@@ -74,6 +85,7 @@
 #define S_SWEEPER 0
 #define S_ADMIN 0
 #define S_EXPIRE 2
+#define S_SETTLER 0
 #elif SCEN == 5   /* cancel: a buyer cancels, a rebuild, a lease that ends */
 #define S_BUYERS 2
 #define S_WRITERS 1
@@ -85,6 +97,7 @@
 #define S_SWEEPER 0
 #define S_ADMIN 0
 #define S_EXPIRE 1
+#define S_SETTLER 0
 #elif SCEN == 6   /* expiry-adjust: the sweeper, an admin delta, a lease that ends */
 #define S_BUYERS 2
 #define S_WRITERS 1
@@ -96,6 +109,7 @@
 #define S_SWEEPER 1
 #define S_ADMIN 1
 #define S_EXPIRE 1
+#define S_SETTLER 0
 #elif SCEN == 7   /* cancel-failover: one buyer cancels, then retries after a failover */
 #define S_BUYERS 1
 #define S_WRITERS 1
@@ -107,6 +121,7 @@
 #define S_SWEEPER 0
 #define S_ADMIN 0
 #define S_EXPIRE 0
+#define S_SETTLER 1
 #elif SCEN == 8   /* adjust-rebuild: an admin delta, a rebuild, a lease that ends */
 #define S_BUYERS 2
 #define S_WRITERS 1
@@ -118,6 +133,19 @@
 #define S_SWEEPER 0
 #define S_ADMIN 1
 #define S_EXPIRE 1
+#define S_SETTLER 0
+#elif SCEN == 9   /* failover-restore: a failover, a rebuild that writes 202s' keys back, buyers who retry */
+#define S_BUYERS 2
+#define S_WRITERS 1
+#define S_BATCHES 1
+#define S_FAILOVER 1
+#define S_REBUILDS 1
+#define S_RETRY 1
+#define S_CANCEL 0
+#define S_SWEEPER 0
+#define S_ADMIN 0
+#define S_EXPIRE 0
+#define S_SETTLER 0
 #endif
 
 /* each may be overridden with -D */
@@ -151,6 +179,14 @@
 #ifndef WBATCHES
 #define WBATCHES S_BATCHES
 #endif
+#ifndef SETTLER
+#define SETTLER S_SETTLER
+#endif
+#ifndef NO_PENDING_RECORD
+#define PENDING_RECORD 1   /* issue 24 item 5's fix: a 202 is recorded first */
+#else
+#define PENDING_RECORD 0
+#endif
 
 /* ---- sizes ----------------------------------------------------------------- */
 
@@ -161,6 +197,7 @@
 #define NE      6          /* stream entry ids 1..NE-1 (Redis never issues one twice) */
 #define ND      4          /* debts */
 #define NCR     2          /* cancel requests */
+#define NREC    4          /* order_pending records (at most two 202s per buyer) */
 #define STOCK0  2
 #define LIMIT   1
 #define EPOCH(id) ((id) / K)
@@ -244,8 +281,27 @@ typedef CancelReq {        /* order_cancel_requests */
     bit used;
 }
 
+/* order_pending: a durable order answered 202, recorded before the answer
+ * (order_pending_record.sql); settled once by the settler (pending_settle.c).
+ * The reservation time the code compares is the entry's (<ms>-<seq>): the
+ * model compares the entry itself. */
+#define REC_FREE     0     /* no record in this slot */
+#define REC_OPEN     1     /* settled_at IS NULL */
+#define REC_WRITTEN  2     /* outcome 'written': the order's row is its outcome */
+#define REC_CONFLICT 3     /* outcome 'id_conflict': the lookup says rejected id_conflict */
+
+typedef Rec {
+    unsigned out   : 2;
+    unsigned id    : 5;
+    unsigned user  : 2;
+    unsigned entry : 3;    /* with the buyer's idempotency key (every buyer has one) */
+}
+
 Row row[NID];
 CancelReq creq[NCR];
+#if PENDING_RECORD
+Rec rec[NREC];
+#endif
 short pstock = STOCK0;     /* skus.stock */
 byte pfence;               /* skus.fence_token */
 byte epseq = 1;            /* the epoch sequence (1 drawn by the SKU's creation) */
@@ -716,12 +772,43 @@ inline reserve(u_, id_, e_, res_)
     }
 }
 
+#if PENDING_RECORD
+/* order_pending_record.sql: INSERT ... ON CONFLICT (order id, entry) DO
+ * NOTHING.  Writes nothing to Redis. */
+inline record_pending(u_, id_, e_, i_)
+{
+    i_ = 0;
+    do
+    :: i_ < NREC && rec[i_].out != REC_FREE && !(rec[i_].id == id_ && rec[i_].entry == e_) -> i_++
+    :: else -> break
+    od;
+    assert(i_ < NREC);         /* a bound of the model */
+    if
+    :: rec[i_].out == REC_FREE ->
+        rec[i_].out = REC_OPEN; rec[i_].id = id_; rec[i_].user = u_; rec[i_].entry = e_;
+        printf("[%d] order_pending records order %d entry %d (buyer %d)\n", _pid, id_, e_, u_)
+    :: else
+    fi;
+    i_ = 0
+}
+#endif
+
 /* Records answer slot k and checks what can be checked at once: a 201 names
  * an order the buyer owns that PostgreSQL holds confirmed (or held: it may be
- * cancelled or expired since); a 409 names no order that took stock. */
-inline answer(u_, k_, res_, id_, e_)
+ * cancelled or expired since); a 409 names no order that took stock.  A 202
+ * is answered only once PostgreSQL holds its record (record_done; the record
+ * and the answer are one step: the answer itself changes nothing another
+ * process can see).  A record that fails is answered 503 with the key, which
+ * promises nothing: not modelled (a buyer that is not answered). */
+inline answer(u_, k_, res_, id_, e_, i_)
 {
     atomic {
+#if PENDING_RECORD
+        if
+        :: res_ == A_202 -> record_pending(u_, id_, e_, i_)
+        :: else
+        fi;
+#endif
         ans[2 * u_ + k_].kind = res_; ans[2 * u_ + k_].id = id_; ans[2 * u_ + k_].entry = e_;
         printf("[%d] buyer %d is answered %d (1: 201, 2: 202, 3: 409, 4: refused) for order %d entry %d\n", _pid, u_, res_, id_, e_);
         if
@@ -836,9 +923,31 @@ inline cancel(u_, id_, tok_, ok_, rel_, i_, k_, n_, n1_, n2_)
                 printf("[%d] buyer %d cancels confirmed order %d\n", _pid, u_, id_)
             :: ok_ && row[id_].st == S_NONE ->
                 /* order_pending_owner_of: the journal names buyer and entry */
+                n_ = 0;
                 if
-                :: R.j[id_].kind == J_PENDING && R.j[id_].user == u_ ->
-                    n_ = R.j[id_].entry;
+                :: R.j[id_].kind == J_PENDING && R.j[id_].user == u_ -> n_ = R.j[id_].entry
+#if PENDING_RECORD
+                :: else ->
+                    /* not in the journal: the buyer's newest record of this id
+                     * (order_pending_of), whose reservation Redis lost; the
+                     * settler reads the request under this same lock.  One
+                     * settled id_conflict is rejected: no request. */
+                    i_ = NREC;
+                    do
+                    :: i_ > 0 && !(rec[i_ - 1].out != REC_FREE && rec[i_ - 1].id == id_ &&
+                                   rec[i_ - 1].user == u_) -> i_--
+                    :: else -> break
+                    od;
+                    if
+                    :: i_ > 0 && rec[i_ - 1].out != REC_CONFLICT -> n_ = rec[i_ - 1].entry
+                    :: else
+                    fi
+#else
+                :: else
+#endif
+                fi;
+                if
+                :: n_ != 0 ->
                     i_ = 0;
                     do
                     :: creq[i_].used && !(creq[i_].id == id_ && creq[i_].entry == n_) -> i_++
@@ -885,7 +994,7 @@ proctype Buyer(byte u)
     bit ok, held;
     reserve(u, id, e, res);
     wait_decision(res, e);
-    answer(u, 0, res, id, e);
+    answer(u, 0, res, id, e, i);
 #if CANCEL
     if
     :: u == 1 && (res == A_201 || res == A_202) ->    /* buyer 1 may cancel its order */
@@ -900,12 +1009,39 @@ proctype Buyer(byte u)
         atomic { res = 0; id = 0; e = 0 }
         reserve(u, id, e, res);
         wait_decision(res, e);
-        answer(u, 1, res, id, e)
+        answer(u, 1, res, id, e, i)
     :: true
     fi;
 #endif
     atomic { buyers_left-- ; id = 0; e = 0; res = 0 }
 }
+
+#if PENDING_RECORD
+/* The write-back of record r_ (read by a rebuild's transaction: not settled,
+ * no row under its id): the buyer's key (naming order@entry) and
+ * 'pending:<user>:<entry>' written back, unless the key is there (held, or
+ * another order's), the entry is in the stream (held), or the journal holds
+ * a state of the id other than this reservation's own pending one.  It runs
+ * inside sku_load.lua (rebuild mode), after the new epoch is installed, in
+ * the same atomic script (sku_load below); RESTORE_BEFORE_LOAD: the earlier
+ * design, order_pending_restore.lua from the rebuild's transaction, before
+ * its COMMIT and before the load. */
+inline pending_restore(r_, id_, u_, e_)
+{
+    id_ = rec[r_].id; u_ = rec[r_].user; e_ = rec[r_].entry;
+    if
+    :: R.idem[u_] == 0 && !R.stream[e_] &&
+       (R.j[id_].kind == J_NONE || (R.j[id_].kind == J_PENDING && NAMES(id_, u_, e_))) ->
+        R.idem[u_] = e_;
+        R.j[id_].kind = J_PENDING; R.j[id_].user = u_; R.j[id_].entry = e_; R.j[id_].ep = 0;
+        printf("[%d] restore: order %d entry %d, buyer %d's key and pending state back\n",
+               _pid, id_, e_, u_)
+    :: else
+    fi;
+    id_ = 0; u_ = 0; e_ = 0
+}
+
+#endif
 
 /* ---- rebuilds (sku.c check_once / prepare_rebuild, sku_store.c, sku_load.lua) --- */
 
@@ -921,8 +1057,14 @@ inline settle_adjustments()
     fi
 }
 
-/* sku_load.lua in rebuild mode, from the completion hook (load_on_commit). */
-inline sku_load(ep_, snap_, b1_, b2_, runid_, tok_, i_)
+/* sku_load.lua in rebuild mode, from the completion hook (load_on_commit):
+ * fenced, never an epoch not newer than the loaded one; once the new epoch
+ * and its meta are installed, in the same script, the write-back of the
+ * recorded 202s the rebuild's transaction read (the mask rm_ of records).
+ * A refused load writes nothing back.  No id of the old epoch can be issued
+ * after a key is written back (reserve.lua issues ids of the loaded epoch),
+ * and a replica promoted later holds both the epoch and the keys, or neither. */
+inline sku_load(ep_, snap_, b1_, b2_, runid_, tok_, i_, rm_, t1_, t2_, t3_)
 {
     atomic {
         if
@@ -959,17 +1101,33 @@ inline sku_load(ep_, snap_, b1_, b2_, runid_, tok_, i_)
             max_loaded = ep_;
             TOUCH;
             printf("[%d] sku_load: Redis stock %d, units %d/%d\n", _pid, R.stock, R.bought[1],
-                   R.bought[2])
+                   R.bought[2]);
+#if PENDING_RECORD && !defined(RESTORE_BEFORE_LOAD) && FAILOVER
+            for (i_ : 0 .. NREC - 1) {
+                if
+                :: (rm_ >> i_) & 1 -> pending_restore(i_, t1_, t2_, t3_)
+                :: else
+                fi
+            };
+#elif PENDING_RECORD && !defined(RESTORE_BEFORE_LOAD)
+            /* without a failover every recorded buyer's key is still there:
+             * the write-back would write nothing (rebuild() keeps no mask) */
+            for (i_ : 0 .. NREC - 1) {
+                assert(rec[i_].out == REC_FREE || R.idem[rec[i_].user] != 0)
+            };
+#endif
+            skip
         :: else -> load_refused = 1; printf("[%d] sku_load of epoch %d refused\n", _pid, ep_)
         fi;
-        i_ = 0
+        i_ = 0; rm_ = 0
     }
 }
 
 /* A rebuild of the SKU from PostgreSQL: the SKU lock, one transaction (fenced
- * row, open adjustments settled, the stock and every buyer's units read, a new
- * epoch drawn), COMMIT, then sku_load.lua in the completion hook. */
-inline rebuild(tok_, ok_, ep_, snap_, b1_, b2_, runid_, i_)
+ * row, open adjustments settled, the stock and every buyer's units read, the
+ * recorded 202s to write back read, a new epoch drawn), COMMIT, then
+ * sku_load.lua in the completion hook, which writes them back. */
+inline rebuild(tok_, ok_, ep_, snap_, b1_, b2_, runid_, i_, rm_, t1_, t2_, t3_)
 {
     atomic {
         runid_ = redis_run;              /* INFO server's run_id, read first */
@@ -987,6 +1145,29 @@ inline rebuild(tok_, ok_, ep_, snap_, b1_, b2_, runid_, i_)
                 active_units(1, i_, b1_);
                 active_units(2, i_, b2_);
                 epseq++; assert(epseq < MAXEP); ep_ = epseq; pmaxep = ep_;
+#if PENDING_RECORD
+                /* pending_restore_keys: the records not settled whose id no
+                 * row holds, read in this transaction; written back by the
+                 * load (RESTORE_BEFORE_LOAD: here, before the COMMIT) */
+                for (i_ : 0 .. NREC - 1) {
+                    if
+                    :: rec[i_].out == REC_OPEN && row[rec[i_].id].st == S_NONE ->
+#if defined(RESTORE_BEFORE_LOAD)
+                        pending_restore(i_, t1_, t2_, t3_)
+#elif FAILOVER
+                        rm_ = rm_ | (1 << i_)
+#else
+                        /* no failover: no key is ever lost (the model's keys
+                         * do not expire), so the load's write-back finds
+                         * every recorded buyer's key and writes nothing (it
+                         * asserts so); the mask would only split states */
+                        skip
+#endif
+                    :: else
+                    fi
+                };
+                i_ = 0;
+#endif
                 printf("[%d] rebuild COMMIT: epoch %d, stock %d, units %d/%d\n", _pid, ep_, snap_,
                        b1_, b2_)
             :: else
@@ -995,11 +1176,11 @@ inline rebuild(tok_, ok_, ep_, snap_, b1_, b2_, runid_, i_)
         /* load_on_commit, then the lock's release */
         atomic {
             if
-            :: ok_ -> sku_load(ep_, snap_, b1_, b2_, runid_, tok_, i_)
+            :: ok_ -> sku_load(ep_, snap_, b1_, b2_, runid_, tok_, i_, rm_, t1_, t2_, t3_)
             :: else
             fi;
             lock_release(R.slock, tok_);
-            ok_ = 0; ep_ = 0; snap_ = 0; b1_ = 0; b2_ = 0; runid_ = 0
+            ok_ = 0; ep_ = 0; snap_ = 0; b1_ = 0; b2_ = 0; runid_ = 0; rm_ = 0
         }
     :: else -> atomic { ok_ = 0; runid_ = 0 }
     fi
@@ -1007,11 +1188,154 @@ inline rebuild(tok_, ok_, ep_, snap_, b1_, b2_, runid_, i_)
 
 proctype Rebuild()
 {
-    byte tok, ep, b1, b2, runid, i;
+    byte tok, ep, b1, b2, runid, i, rm, t1, t2, t3;
     short snap;
     bit ok;
-    rebuild(tok, ok, ep, snap, b1, b2, runid, i)
+    rebuild(tok, ok, ep, snap, b1, b2, runid, i, rm, t1, t2, t3)
 }
+
+#if PENDING_RECORD
+/* ---- recorded 202s (pending_settle.c, order_pending_*.lua) ----------------------- */
+
+/*
+ * One settler pass (settle_once), its transaction: under the SKU lock and
+ * the fenced row, every open record, in reservation order: a row of that
+ * reservation -> 'written'; a row of another -> 'id_conflict'; no row and
+ * the entry in the stream (order_pending_probe.lua) -> left to its writer;
+ * else Redis lost it, and it is decided as a writer decides (decide()): the
+ * buyer's cancel request of this entry, 'superseded' when the buyer's key
+ * names another order, the per-user limit, the guarded stock take.  What
+ * Redis must learn after COMMIT goes in masks of records: jm_ the journal
+ * (order_pending_settled.lua), dm_ of those: dropped ('') rather than
+ * 'returned:', rm_ confirmed here: orders_reapply.lua with the epoch rep_.
+ * The probe is a Redis read inside the transaction: it is part of the step
+ * (what the row lock keeps out is every writer's commit).
+ */
+inline settle_tx(tok_, ok_, r_, id_, u_, e_, jm_, dm_, rm_, rep_, i_, n_, n1_, n2_)
+{
+    atomic {
+        rowlock == 0 ->
+        pg_fence(R.slock, tok_, ok_);
+        if
+        :: ok_ ->
+            rep_ = pmaxep;                            /* skus_write_rules: the last load */
+            for (r_ : 0 .. NREC - 1) {
+                id_ = rec[r_].id; u_ = rec[r_].user; e_ = rec[r_].entry;
+                if
+                :: rec[r_].out != REC_OPEN
+                :: rec[r_].out == REC_OPEN && row[id_].st != S_NONE && row[id_].user == u_ &&
+                   row[id_].entry == e_ ->
+                    rec[r_].out = REC_WRITTEN; jm_ = jm_ | (1 << r_);
+                    if
+                    :: row[id_].st != S_REJECTED -> dm_ = dm_ | (1 << r_)
+                    :: else
+                    fi;
+                    printf("[%d] settler: order %d entry %d has its row: written\n", _pid, id_, e_)
+                :: rec[r_].out == REC_OPEN && row[id_].st != S_NONE &&
+                   !(row[id_].user == u_ && row[id_].entry == e_) ->
+                    rec[r_].out = REC_CONFLICT; jm_ = jm_ | (1 << r_);
+                    printf("[%d] settler: order %d entry %d: another's row, id_conflict\n", _pid, id_, e_)
+                :: rec[r_].out == REC_OPEN && row[id_].st == S_NONE && R.stream[e_] ->
+                    printf("[%d] settler: order %d entry %d in flight\n", _pid, id_, e_)
+                :: rec[r_].out == REC_OPEN && row[id_].st == S_NONE && !R.stream[e_] ->
+                    i_ = 0;
+                    do
+                    :: i_ < NCR && CREQ_MATCH(i_, id_, u_, e_) -> break
+                    :: i_ < NCR && !CREQ_MATCH(i_, id_, u_, e_) -> i_++
+                    :: i_ == NCR -> break
+                    od;
+                    active_units(u_, n_, n1_);
+                    if
+                    :: i_ < NCR -> row[id_].st = S_CANCELLED_P;
+                        assert(cancelled_e[u_] == e_)
+                    :: i_ == NCR && R.idem[u_] != 0 && R.idem[u_] != e_ ->
+                        row[id_].st = S_REJECTED                  /* superseded */
+                    :: i_ == NCR && !(R.idem[u_] != 0 && R.idem[u_] != e_) && n1_ + 1 > LIMIT ->
+                        row[id_].st = S_REJECTED                  /* limit_exceeded */
+                    :: i_ == NCR && !(R.idem[u_] != 0 && R.idem[u_] != e_) && n1_ + 1 <= LIMIT &&
+                       pstock < 1 ->
+                        row[id_].st = S_REJECTED                  /* insufficient_stock */
+                    :: else ->
+                        row[id_].st = S_CONFIRMED; pstock--; row[id_].reapply = rep_;
+                        rm_ = rm_ | (1 << r_); dm_ = dm_ | (1 << r_)
+                    fi;
+                    row[id_].user = u_; row[id_].entry = e_;
+                    rec[r_].out = REC_WRITTEN; jm_ = jm_ | (1 << r_);
+                    i_ = 0; n_ = 0; n1_ = 0;
+                    printf("[%d] settler: order %d entry %d lost by Redis, decided: row %d\n", _pid,
+                           id_, e_, row[id_].st)
+                fi
+            };
+            check_pg(i_, n_, n1_, n2_);
+            id_ = 0; u_ = 0; e_ = 0
+        :: else
+        fi
+    }
+}
+
+/* settled_on_complete, under the lock: orders_reapply.lua (confirmed ones
+ * taken from the load rep_, once by marker), then order_pending_settled.lua
+ * (the journal state, only if it is still this reservation's pending one
+ * and its entry is gone), each fenced, then the lock's release. */
+inline settle_hook(tok_, r_, id_, u_, e_, jm_, dm_, rm_, rep_, i_)
+{
+    if
+    :: rm_ != 0 ->
+        atomic {
+            if
+            :: FENCE_OK(R.slock, tok_) ->
+                for (r_ : 0 .. NREC - 1) {
+                    if
+                    :: (rm_ >> r_) & 1 -> orders_reapply(rec[r_].id, rec[r_].user, rec[r_].entry, rep_, i_)
+                    :: else
+                    fi
+                };
+                printf("[%d] settler: orders_reapply, Redis loaded %d, stock %d\n", _pid, R.loaded, R.stock)
+            :: else -> printf("[%d] settler: orders_reapply fenced off\n", _pid)
+            fi
+        }
+    :: else
+    fi;
+    atomic {
+        if
+        :: jm_ != 0 && FENCE_OK(R.slock, tok_) ->
+            for (r_ : 0 .. NREC - 1) {
+                id_ = rec[r_].id; u_ = rec[r_].user; e_ = rec[r_].entry;
+                if
+                :: (jm_ >> r_) & 1 && R.j[id_].kind == J_PENDING && NAMES(id_, u_, e_) && !R.stream[e_] ->
+                    if
+                    :: (dm_ >> r_) & 1 -> R.j[id_].kind = J_NONE; R.j[id_].user = 0; R.j[id_].entry = 0
+                    :: else -> R.j[id_].kind = J_RETURNED
+                    fi;
+                    printf("[%d] order_pending_settled: journal[%d] = %d\n", _pid, id_, R.j[id_].kind)
+                :: else
+                fi
+            };
+            id_ = 0; u_ = 0; e_ = 0
+        :: jm_ != 0 && !FENCE_OK(R.slock, tok_) -> printf("[%d] order_pending_settled fenced off\n", _pid)
+        :: else
+        fi;
+        lock_release(R.slock, tok_);
+        jm_ = 0; dm_ = 0; rm_ = 0; rep_ = 0; r_ = 0
+    }
+}
+
+#if SETTLER
+/* The reconciler's pass over recorded 202s (pending_settle_due), any time. */
+proctype Settler()
+{
+    byte tok, r, id, u, e, jm, dm, rm, rep, i, n, n1, n2;
+    bit ok;
+    lock_try(R.slock, tok, ok);
+    if
+    :: ok ->
+        settle_tx(tok, ok, r, id, u, e, jm, dm, rm, rep, i, n, n1, n2);
+        settle_hook(tok, r, id, u, e, jm, dm, rm, rep, i)
+    :: else
+    fi
+}
+#endif
+#endif
 
 #if SWEEPER
 /* The expiry sweeper (order_sweeper.c, locked() with expire_step): one
@@ -1194,15 +1518,47 @@ inline quiet_checks(u_, k_, id_, e_, i_, n_)
                 /* a pending answer is settled: the buyer's lookup no longer says pending */
                 assert(!(!(row[id_].st != S_NONE && row[id_].user == u_) &&
                          R.j[id_].kind == J_PENDING && R.j[id_].user == u_));
-#ifdef PENDING_NEVER_LOST
-                /* and it did not vanish: a row of that reservation, or told rejected */
+#if PENDING_RECORD
+                /* and it was not lost (issue 24, item 5): it ends as the row of
+                 * that reservation (confirmed, rejected or cancelled), or as
+                 * its record settled id_conflict (another reservation's row
+                 * holds the id)... */
+                i_ = 0;
+                do
+                :: i_ < NREC && !(rec[i_].out == REC_CONFLICT && rec[i_].id == id_ &&
+                                  rec[i_].user == u_ && rec[i_].entry == e_) -> i_++
+                :: else -> break
+                od;
+                assert((row[id_].st != S_NONE && row[id_].user == u_ && row[id_].entry == e_) ||
+                       i_ < NREC);
+                /* ...and the buyer's lookup (order_lookup: the buyer's row, the
+                 * journal, then the newest record of the id) does not say
+                 * pending, nor 404: when no row of the buyer holds the id, its
+                 * newest record is settled id_conflict (rejected) */
+                if
+                :: !(row[id_].st != S_NONE && row[id_].user == u_) ->
+                    i_ = NREC;
+                    do
+                    :: i_ > 0 && !(rec[i_ - 1].out != REC_FREE && rec[i_ - 1].id == id_ &&
+                                   rec[i_ - 1].user == u_) -> i_--
+                    :: else -> break
+                    od;
+                    assert(i_ > 0 && rec[i_ - 1].out == REC_CONFLICT)
+                :: else
+                fi;
+                i_ = 0
+#elif defined(PENDING_NEVER_LOST)
+                /* without the record (the run item5): a row of that
+                 * reservation, or told rejected; without PENDING_NEVER_LOST
+                 * the old protocol is checked for the rest (bug 1) */
                 assert((row[id_].st != S_NONE && row[id_].entry == e_) ||
-                       (R.j[id_].kind == J_RETURNED && R.j[id_].entry == e_));
-#endif
+                       (R.j[id_].kind == J_RETURNED && R.j[id_].entry == e_))
+#else
                 skip
+#endif
             :: ans[2 * u_ + k_].kind == A_409 || ans[2 * u_ + k_].kind == A_201 ->
                 /* still true: a 409's order never took stock; a 201's was confirmed */
-                answer(u_, k_, ans[2 * u_ + k_].kind, id_, e_)
+                answer(u_, k_, ans[2 * u_ + k_].kind, id_, e_, n_)
             :: else
             fi
         }
@@ -1232,7 +1588,7 @@ inline quiet_checks(u_, k_, id_, e_, i_, n_)
 }
 
 init {
-    byte e, id, u, tok, dec, reap, i, n, n1, n2, k;
+    byte e, id, u, tok, dec, reap, i, n, n1, n2, k, jm, dm, rm, rep;
     int rel;
     bit ok, hook;
     /* the SKU created and loaded (epoch 1), and replicated */
@@ -1255,7 +1611,9 @@ init {
 #if NREBUILDS == 2
         run Rebuild();
 #endif
+#if MAXEXPIRE > 0
         run Leases();
+#endif
 #if FAILOVER
         run Failover();
 #endif
@@ -1264,6 +1622,9 @@ init {
 #endif
 #if ADMIN
         run Admin();
+#endif
+#if PENDING_RECORD && SETTLER
+        run Settler();
 #endif
         i = 0
     }
@@ -1295,6 +1656,13 @@ init {
         :: else
         fi;
         lock_release(R.slock, tok);
+#endif
+#if PENDING_RECORD
+        /* the reconciler's settler: every record (they are all older than
+         * pending_settle_after_ms by now) */
+        lock_try(R.slock, tok, ok);
+        settle_tx(tok, ok, k, id, u, e, jm, dm, rm, rep, i, n, n1, n2);
+        settle_hook(tok, k, id, u, e, jm, dm, rm, rep, i);
 #endif
         /* the reconciler's locked check settles adjustment records */
         settle_adjustments();
