@@ -315,10 +315,8 @@ static void record_pending(struct order_call *oc)
     p->job.done = record_done;
     p->job.base = oc->od->base;
     p->job.deadline_ms = oc->request_deadline_ms;
-    if (workers_submit(oc->od->workers, &p->job) != 0) {
-        p->rc = -1;
+    if (workers_submit(oc->od->workers, &p->job) != 0)
         record_done(&p->job);
-    }
 }
 
 /* order_wait's answer: the writer's decision, or NULL when it did not come

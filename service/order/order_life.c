@@ -52,7 +52,7 @@ static void release_on_commit(enum dbtx_outcome outcome, void *arg)
     char keys[5][KEYS_MAX], lock[KEYS_MAX], counter[KEYS_MAX + 8], fence[TXLOCK_FENCE_ARG_MAX];
     static const enum keys_kind kinds[] = {KEY_RELEASED, KEY_STOCK, KEY_BOUGHT, KEY_META,
                                            KEY_DEBTS};
-    if (txlock_redis_fence(j->lock, lock, counter, fence) != 0)
+    if (txlock_redis_fence(j->lock, j->sku, lock, counter, fence) != 0)
         return;
     const char **argv = calloc(8 + 5 * (size_t)n, sizeof *argv);
     if (!argv)

@@ -48,7 +48,7 @@ static long long run_for(struct batch *b, const struct rlock_script *s, const ch
     if (n == 0)
         return 0;
     char keys[5][KEYS_MAX], lock[KEYS_MAX], counter[KEYS_MAX + 8], fence[TXLOCK_FENCE_ARG_MAX];
-    if (txlock_redis_fence(&b->lock, lock, counter, fence) != 0)
+    if (txlock_redis_fence(&b->lock, b->sku, lock, counter, fence) != 0)
         return -1;
     static const enum keys_kind kinds[] = {KEY_JOURNAL, KEY_STOCK, KEY_BOUGHT, KEY_META, KEY_DEBTS};
     int nkeys = epoch ? 5 : 4;
@@ -135,14 +135,8 @@ int writer_dead_letter(struct writer *w, int64_t sku, const struct txlock *lock,
     char lk[KEYS_MAX], counter[KEYS_MAX + 8], fence[TXLOCK_FENCE_ARG_MAX] = "";
     static const enum keys_kind kinds[] = {KEY_STREAM, KEY_DEAD,   KEY_JOURNAL,
                                            KEY_STOCK,  KEY_BOUGHT, KEY_META};
-    if (lock) {
-        if (txlock_redis_fence(lock, lk, counter, fence) != 0)
-            return -1;
-    } else {
-        struct txlock none = {.sku = sku};
-        if (txlock_redis_fence(&none, lk, counter, fence) != 0)
-            return -1;
-    }
+    if (txlock_redis_fence(lock, sku, lk, counter, fence) != 0)
+        return -1;
     const char **argv = calloc(16 + 3 * n, sizeof *argv);
     if (!argv)
         abort();
@@ -262,7 +256,7 @@ struct ack_call {
 /* Returns 0, or -1 when the batch's fence cannot be named. */
 static int ack_prepare(struct ack_call *a, const struct batch *b)
 {
-    if (txlock_redis_fence(&b->lock, a->lock, a->counter, a->fence) != 0)
+    if (txlock_redis_fence(&b->lock, b->sku, a->lock, a->counter, a->fence) != 0)
         return -1;
     static const enum keys_kind kinds[] = {KEY_STREAM, KEY_JOURNAL, KEY_STOCK, KEY_BOUGHT,
                                            KEY_META};

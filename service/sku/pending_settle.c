@@ -14,9 +14,6 @@
 #include "store/db.h"
 #include "store/txlock.h"
 
-/* Every record, whatever its age: a rebuild restores the keys of all. */
-#define ALL_RECORDS "2147483647"
-
 /* What a settle owes Redis after its COMMIT (the completion hook's argument). */
 struct settle_job {
     struct worker_ctx *w;
@@ -95,7 +92,7 @@ static void settled_on_complete(enum dbtx_outcome outcome, void *arg)
         return;
     char keys[5][KEYS_MAX], lock[KEYS_MAX], counter[KEYS_MAX + 8], fence[TXLOCK_FENCE_ARG_MAX];
     const char *argv[5];
-    if (txlock_redis_fence(sj->lock, lock, counter, fence) != 0)
+    if (txlock_redis_fence(sj->lock, sj->sku, lock, counter, fence) != 0)
         return;
     if (sj->nreapply) {
         static const enum keys_kind kinds[] = {KEY_JOURNAL, KEY_STOCK, KEY_BOUGHT, KEY_META,
@@ -157,15 +154,14 @@ static int probe(struct worker_ctx *w, int64_t sku, int64_t user, const char *or
 {
     char stream[KEYS_MAX], key[KEYS_MAX];
     keys_sku(stream, sku, KEY_STREAM);
-    const char *argv[] = {stream, key, order, entry};
+    const char *argv[4] = {stream};
     int nkeys = 1;
-    if (idem) {
+    if (idem) { /* the buyer's key, when it named one */
         keys_idem(key, sku, user, idem);
-        nkeys = 2;
-    } else {
-        argv[1] = order;
-        argv[2] = entry;
+        argv[nkeys++] = key;
     }
+    argv[nkeys] = order;
+    argv[nkeys + 1] = entry;
     redisReply *r = redis_conn_script(&w->redis, &script_order_pending_probe, nkeys, 2, argv, NULL);
     int ok = r && r->type == REDIS_REPLY_STRING;
     if (ok)
@@ -451,29 +447,15 @@ int pending_restore_plan(struct dbtx *tx, int64_t sku, struct load_job *lj)
 {
     char sid[24];
     fmt_i64z(sid, sku);
-    PGresult *recs =
-        tx_query(tx, "order_pending_of_sku", 3, (const char *[]){sid, "0", ALL_RECORDS});
+    PGresult *recs = tx_query(tx, "order_pending_to_restore", 1, (const char *[]){sid});
     if (!recs)
         return -1;
-    int rc = 0;
-    for (int i = 0; i < PQntuples(recs) && rc == 0; i++) {
-        if (PQgetisnull(recs, i, 4))
-            continue; /* no key of the buyer's: nothing a retry could name */
-        /* A row under the id (the order's own, or another reservation's)
-         * leaves nothing to write back: the settler settles the record. */
-        PGresult *row = tx_query(tx, "order_get", 1, (const char *[]){PQgetvalue(recs, i, 0)});
-        if (!row) {
-            rc = -1;
-            break;
-        }
-        int has_row = PQntuples(row) > 0;
-        PQclear(row);
-        if (has_row)
-            continue;
-        struct load_restore *more = realloc(lj->restore, (lj->nrestore + 1) * sizeof *more);
-        if (!more)
-            abort();
-        lj->restore = more;
+    struct load_restore *more =
+        realloc(lj->restore, (lj->nrestore + (size_t)PQntuples(recs) + 1) * sizeof *more);
+    if (!more)
+        abort();
+    lj->restore = more;
+    for (int i = 0; i < PQntuples(recs); i++) {
         struct load_restore *x = &lj->restore[lj->nrestore++];
         keys_idem(x->key, sku, atoll(PQgetvalue(recs, i, 2)), PQgetvalue(recs, i, 4));
         snprintf(x->order, sizeof x->order, "%s", PQgetvalue(recs, i, 0));
@@ -482,5 +464,5 @@ int pending_restore_plan(struct dbtx *tx, int64_t sku, struct load_job *lj)
         snprintf(x->qty, sizeof x->qty, "%s", PQgetvalue(recs, i, 3));
     }
     PQclear(recs);
-    return rc;
+    return 0;
 }

@@ -96,8 +96,7 @@ void load_on_commit(enum dbtx_outcome outcome, void *arg)
     fmt_i64z(limit, lj->limit);
     int pairs = lj->bought ? PQntuples(lj->bought) : 0;
     char lock[KEYS_MAX], counter[KEYS_MAX + 8], fence[TXLOCK_FENCE_ARG_MAX] = "";
-    struct txlock none = {.sku = lj->id};
-    if (txlock_redis_fence(lj->lock ? lj->lock : &none, lock, counter, fence) != 0)
+    if (txlock_redis_fence(lj->lock, lj->id, lock, counter, fence) != 0)
         return;
     size_t nkeys = LOAD_NKEYS + lj->nrestore;
     const char **argv =

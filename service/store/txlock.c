@@ -370,15 +370,15 @@ int txlock_still_valid(const struct txlock *t, int64_t margin_ms)
     return !rlock_lost(&t->lock) && rlock_remaining_ms(&t->lock) > margin_ms;
 }
 
-int txlock_redis_fence(const struct txlock *t, char lock_key[KEYS_MAX], char counter[KEYS_MAX + 8],
-                       char arg[TXLOCK_FENCE_ARG_MAX])
+int txlock_redis_fence(const struct txlock *t, int64_t sku, char lock_key[KEYS_MAX],
+                       char counter[KEYS_MAX + 8], char arg[TXLOCK_FENCE_ARG_MAX])
 {
     char sku_lock[KEYS_MAX];
-    keys_sku(sku_lock, t->sku, KEY_SKU_LOCK);
+    keys_sku(sku_lock, sku, KEY_SKU_LOCK);
     if (rlock_fence_key(counter, KEYS_MAX + 8, sku_lock) != 0)
         return -1;
     arg[0] = '\0';
-    if (!t->lock.keys || t->lock.nkeys == 0 || t->fence <= 0) {
+    if (!t || !t->lock.keys || t->lock.nkeys == 0 || t->fence <= 0) {
         snprintf(lock_key, KEYS_MAX, "%s", sku_lock);
         return 0;
     }

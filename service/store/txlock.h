@@ -69,12 +69,14 @@ int txlock_try_each(struct txlock *const *t, struct redis_conn *rc, const struct
  * of lua/ that settle a committed transaction: "Fenced" in their headers):
  * the key of t's lock, the SKU's fencing counter and "<token>:<owner>".  A
  * script refuses to write when its lock holds another owner (or none) and
- * the counter has drawn a newer token: a newer holder took over.  An empty
- * t gives arg "", which the scripts take as unfenced.  Returns 0, or -1 when
- * a name does not fit (a programming error). */
+ * the counter has drawn a newer token: a newer holder took over.  A NULL or
+ * empty t (writes made without the SKU's lock) gives arg "", which the
+ * scripts take as unfenced, and the keys of SKU sku's own lock.  Returns 0,
+ * or -1 when a name does not fit (a programming error). */
 #define TXLOCK_FENCE_ARG_MAX 96
-int txlock_redis_fence(const struct txlock *t, char lock_key[KEYS_MAX], char counter[KEYS_MAX + 8],
-                       char arg[TXLOCK_FENCE_ARG_MAX]) __attribute__((warn_unused_result));
+int txlock_redis_fence(const struct txlock *t, int64_t sku, char lock_key[KEYS_MAX],
+                       char counter[KEYS_MAX + 8], char arg[TXLOCK_FENCE_ARG_MAX])
+    __attribute__((warn_unused_result));
 
 /* Registers the release of t->lock as a completion hook of tx, and makes a
  * lost lock end tx's statement in progress at once (dbtx_set_abort_flag with

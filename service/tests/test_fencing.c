@@ -122,6 +122,19 @@ static char *journal_of(int64_t sku, int64_t order_id, char *out, size_t cap)
     return out;
 }
 
+/* Runs script s with argv (nkeys keys, then nargs arguments) on a connection
+ * of the service's own; returns the reply (caller frees). */
+static redisReply *run_script(const struct rlock_script *s, int nkeys, int nargs, const char **argv)
+{
+    struct redis_conn rc;
+    char err[160];
+    ck_assert_msg(redis_conn_init(&rc, &cfg, err, sizeof err) == 0, "%s", err);
+    redisReply *rep = redis_conn_script(&rc, s, nkeys, nargs, argv, NULL);
+    redis_conn_close(&rc);
+    ck_assert_ptr_nonnull(rep);
+    return rep;
+}
+
 static void write_batch(struct writer *w, int64_t sku, struct writer_entry *e, size_t n)
 {
     ck_assert_int_eq(writer_process_batch(w, sku, e, n), 0);
@@ -294,13 +307,7 @@ static redisReply *load_rebuild_full(int64_t sku, long long epoch, long long sto
         argv[argc++] = user;
         argv[argc++] = "1";
     }
-    struct redis_conn rc;
-    char err[160];
-    ck_assert(redis_conn_init(&rc, &cfg, err, sizeof err) == 0);
-    redisReply *rep = redis_conn_script(&rc, &script_sku_load, nkeys, argc - nkeys, argv, NULL);
-    redis_conn_close(&rc);
-    ck_assert_ptr_nonnull(rep);
-    return rep;
+    return run_script(&script_sku_load, nkeys, argc - nkeys, argv);
 }
 
 static redisReply *load_rebuild_fenced(int64_t sku, long long epoch, long long stock,
@@ -430,14 +437,10 @@ static long long release(int64_t sku, int64_t order_id, int64_t user, int64_t qt
     snprintf(ep, sizeof ep, "%lld", epoch);
     const char *argv[] = {keys[0], keys[1], keys[2], keys[3], keys[4], lock,       counter,
                           "",      oid,     uid,     q,       ep,      "cancelled"};
-    struct redis_conn rc;
-    char err[160];
-    ck_assert(redis_conn_init(&rc, &cfg, err, sizeof err) == 0);
-    redisReply *rep = redis_conn_script(&rc, &script_order_release, 7, 6, argv, NULL);
-    ck_assert(rep && rep->type == REDIS_REPLY_INTEGER);
+    redisReply *rep = run_script(&script_order_release, 7, 6, argv);
+    ck_assert_int_eq(rep->type, REDIS_REPLY_INTEGER);
     long long v = rep->integer;
     freeReplyObject(rep);
-    redis_conn_close(&rc);
     return v;
 }
 
@@ -525,13 +528,7 @@ static redisReply *ack(int64_t sku, const char *fence, const char *entry)
     const char *argv[] = {keys[0], keys[1],           keys[2], keys[3], keys[4],   lock, counter,
                           fence,   KEYS_WRITER_GROUP, "1",     "0",     per_epoch, "ch", "",
                           entry};
-    struct redis_conn rc;
-    char err[160];
-    ck_assert(redis_conn_init(&rc, &cfg, err, sizeof err) == 0);
-    redisReply *rep = redis_conn_script(&rc, &script_orders_ack, 7, 8, argv, NULL);
-    redis_conn_close(&rc);
-    ck_assert_ptr_nonnull(rep);
-    return rep;
+    return run_script(&script_orders_ack, 7, 8, argv);
 }
 
 /* The Redis writes after a COMMIT carry the lock's token: a holder whose
