@@ -119,6 +119,7 @@ struct http_loop {
 
 struct http_server {
     const struct cfg *cfg;
+    struct http_listen ln;
     struct workers *workers;
     http_dispatch_fn *dispatch;
     size_t n;
@@ -615,7 +616,7 @@ static void conn_open(struct http_loop *l, evutil_socket_t fd, const char *peer,
     c->loop = l;
     c->fd = fd;
     snprintf(c->peer, sizeof c->peer, "%s", peer);
-    c->counted = !proxied;
+    c->counted = !proxied && !l->srv->ln.internal;
     c->awaiting_proxy = proxied;
     http_parse_init(&c->parser, (size_t)cfg->max_header_bytes, (size_t)cfg->max_body_bytes);
     event_assign(&c->ev_read, l->base, fd, EV_READ | EV_PERSIST, on_read, c);
@@ -669,7 +670,7 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
             }
             return; /* EAGAIN: taken by another loop or none left; others: that one failed */
         }
-        if (atomic_fetch_add(&s->open, 1) >= s->cfg->http_max_connections) {
+        if (atomic_fetch_add(&s->open, 1) >= s->ln.max_connections) {
             atomic_fetch_sub(&s->open, 1);
             metrics_add(M_HTTP_REFUSED_GLOBAL, 1);
             evutil_closesocket(fd);
@@ -680,8 +681,8 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
         /* A load balancer's connections are many from one address: its own
          * maxconn caps them, and the clients they carry are told apart by
          * its PROXY header. */
-        int proxied = proxy_header_trusted(s->cfg->http_trusted_proxies, peer);
-        if (!proxied && addr_take(s, peer) != 0) {
+        int proxied = !s->ln.internal && proxy_header_trusted(s->cfg->http_trusted_proxies, peer);
+        if (!proxied && !s->ln.internal && addr_take(s, peer) != 0) {
             atomic_fetch_sub(&s->open, 1);
             metrics_add(M_HTTP_REFUSED_PER_ADDR, 1);
             evutil_closesocket(fd);
@@ -844,10 +845,15 @@ int http_submit(const struct http_req *r, struct job *j, int urgent)
     return -1;
 }
 
-int http_health_ask(const struct http_req *r, health_fn *fn, void *arg)
+void http_health_read(const struct http_req *r, struct health_report rep[HEALTH_STORES])
 {
     struct workers *ws = r->loop->srv->workers;
-    return ws ? health_ask(workers_health(ws), r->loop->base, fn, arg) : -1;
+    health_read(ws ? workers_health(ws) : NULL, rep);
+}
+
+int http_req_internal(const struct http_req *r)
+{
+    return r->loop->srv->ln.internal;
 }
 
 /* ---- threads ----------------------------------------------------------- */
@@ -863,12 +869,13 @@ static void *loop_main(void *arg)
  * default of 128 overflows when a sale opens thousands of connections at
  * once, and the overflow retries only after a second).  Returns the
  * non-blocking socket, or -1 with err set. */
-static evutil_socket_t listen_on(const char *addr, int backlog, char *err, size_t errlen)
+static evutil_socket_t listen_on(const char *setting, const char *addr, int backlog, char *err,
+                                 size_t errlen)
 {
     const char *colon = strrchr(addr, ':');
     char host[256];
     if (!colon || colon == addr || (size_t)(colon - addr) >= sizeof host || !colon[1]) {
-        snprintf(err, errlen, "http_addr must be host:port, not \"%s\"", addr);
+        snprintf(err, errlen, "%s must be host:port, not \"%s\"", setting, addr);
         return -1;
     }
     memcpy(host, addr, (size_t)(colon - addr));
@@ -878,7 +885,7 @@ static evutil_socket_t listen_on(const char *addr, int backlog, char *err, size_
                                     .ai_flags = EVUTIL_AI_PASSIVE | EVUTIL_AI_NUMERICSERV};
     struct evutil_addrinfo *ai = NULL;
     if (evutil_getaddrinfo(host, colon + 1, &hints, &ai) != 0 || !ai) {
-        snprintf(err, errlen, "http_addr \"%s\" does not resolve", addr);
+        snprintf(err, errlen, "%s \"%s\" does not resolve", setting, addr);
         return -1;
     }
     evutil_socket_t fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
@@ -887,7 +894,7 @@ static evutil_socket_t listen_on(const char *addr, int backlog, char *err, size_
              evutil_make_socket_nonblocking(fd) == 0 && evutil_make_socket_closeonexec(fd) == 0;
     evutil_freeaddrinfo(ai);
     if (!ok) {
-        snprintf(err, errlen, "cannot listen on %s: %s", addr, strerror(errno));
+        snprintf(err, errlen, "%s: cannot listen on %s: %s", setting, addr, strerror(errno));
         if (fd >= 0)
             evutil_closesocket(fd);
         return -1;
@@ -916,8 +923,8 @@ static int thread_init(struct http_loop *l, struct http_server *s, evutil_socket
         return -1;
     }
     l->accepting = 1;
-    if (!s->workers)
-        return 0; /* no order path (the HTTP ceiling of the bench) */
+    if (!s->workers || s->ln.internal)
+        return 0; /* no order path (the internal listener, the HTTP ceiling of the bench) */
     l->desk = order_desk_new(l->base, c, s->workers, err, errlen);
     return l->desk ? 0 : -1;
 }
@@ -940,8 +947,9 @@ static void raise_fd_limit(const struct cfg *c)
                  (unsigned long long)rl.rlim_cur, c->http_max_connections);
 }
 
-struct http_server *http_server_start(const struct cfg *c, struct workers *ws,
-                                      http_dispatch_fn *dispatch, char *err, size_t errlen)
+struct http_server *http_server_start(const struct cfg *c, const struct http_listen *ln,
+                                      struct workers *ws, http_dispatch_fn *dispatch, char *err,
+                                      size_t errlen)
 {
     raise_fd_limit(c);
     for (size_t i = 0; i < PROTOCOL_ANSWERS; i++) {
@@ -950,22 +958,23 @@ struct http_server *http_server_start(const struct cfg *c, struct workers *ws,
                  http_protocol_answers[i].status);
         protocol_hists[i] = metrics_hist_get(MF_HTTP_REQUEST, labels);
     }
-    evutil_socket_t fd = listen_on(c->http_addr, (int)c->http_backlog, err, errlen);
+    evutil_socket_t fd = listen_on(ln->setting, ln->addr, (int)c->http_backlog, err, errlen);
     if (fd < 0)
         return NULL;
     struct http_server *s = calloc(1, sizeof *s);
     if (!s)
         abort();
     s->cfg = c;
+    s->ln = *ln;
     s->workers = ws;
     s->dispatch = dispatch;
     atomic_init(&s->open, 0);
     pthread_mutex_init(&s->addr_mu, NULL);
     s->addr_nbuckets = 1;
-    while (s->addr_nbuckets < (size_t)c->http_max_connections * ADDR_BUCKETS_PER_CONNECTION)
+    while (s->addr_nbuckets < (size_t)ln->max_connections * ADDR_BUCKETS_PER_CONNECTION)
         s->addr_nbuckets *= 2;
     s->addr_buckets = calloc(s->addr_nbuckets, sizeof *s->addr_buckets);
-    s->n = (size_t)c->http_threads;
+    s->n = (size_t)ln->threads;
     s->loops = calloc(s->n, sizeof *s->loops);
     if (!s->loops || !s->addr_buckets)
         abort();
