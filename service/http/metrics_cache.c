@@ -7,15 +7,16 @@
 
 #include "core/clock.h"
 #include "core/log.h"
+#include "order/soldout.h"
 #include "sku/sku_gauges.h"
 #include "store/pgwait.h"
 #include "store/workers.h"
 
-/* One read's gauges, shared by every scrape that answers from it. */
+/* One refresh's text, shared by every scrape that answers from it. */
 struct snapshot {
     atomic_int refs;
-    size_t n;
-    struct metrics_sku *skus; /* NULL: the read failed, or none was asked for */
+    size_t len;
+    char *text;
 };
 
 /* One scrape waiting for the next read, on the loop that asked. */
@@ -49,7 +50,7 @@ static struct snapshot *snapshot_ref(struct snapshot *s)
 static void snapshot_unref(struct snapshot *s)
 {
     if (s && atomic_fetch_sub(&s->refs, 1) == 1) {
-        free(s->skus);
+        free(s->text);
         free(s);
     }
 }
@@ -65,7 +66,7 @@ static void on_ready(evutil_socket_t fd, short what, void *arg)
     struct waiter *w = arg;
     (void)fd;
     (void)what;
-    w->fn(w->snap ? w->snap->skus : NULL, w->snap ? w->snap->n : 0, w->arg);
+    w->fn(w->snap ? w->snap->text : NULL, w->snap ? w->snap->len : 0, w->arg);
     snapshot_unref(w->snap);
     free(w);
 }
@@ -85,24 +86,45 @@ static void hand_out(struct waiter *list, struct snapshot *snap)
     }
 }
 
-/* One read from the stores, bounded by request_deadline_ms like any
- * request's waits. */
-static struct snapshot *read_gauges(struct metrics_cache *mc)
+struct flagged {
+    int64_t sku[SOLDOUT_SLOTS]; /* one flag per slot at most */
+    size_t n;
+};
+
+static void note_flagged(int64_t sku, void *arg)
+{
+    struct flagged *f = arg;
+    if (f->n < SOLDOUT_SLOTS)
+        f->sku[f->n++] = sku;
+}
+
+/* One refresh: the per-SKU gauges read from the stores (bounded by
+ * request_deadline_ms like any request's waits), then the whole text with
+ * this process's counters and local sold-out flags (order/soldout.h). */
+static struct snapshot *refresh(struct metrics_cache *mc)
 {
     struct snapshot *s = calloc(1, sizeof *s);
-    if (!s)
+    struct flagged *f = calloc(1, sizeof *f);
+    if (!s || !f)
         abort();
     atomic_init(&s->refs, 1);
     metrics_add(M_METRICS_REFRESHES, 1);
-    if (mc->cfg->metrics_max_skus <= 0)
-        return s;
-    int64_t deadline = clock_mono_ms() + mc->cfg->request_deadline_ms;
-    redis_conn_set_deadline(&mc->ctx.redis, deadline);
-    pgwait_set_thread_deadline(deadline);
-    if (sku_gauges_read(&mc->ctx, &s->skus, &s->n) != 0)
-        metrics_add(M_METRICS_SCRAPE_ERRORS, 1);
-    pgwait_set_thread_deadline(0);
-    redis_conn_set_deadline(&mc->ctx.redis, 0);
+    struct metrics_sku *skus = NULL;
+    size_t n = 0;
+    if (mc->cfg->metrics_max_skus > 0) {
+        int64_t deadline = clock_mono_ms() + mc->cfg->request_deadline_ms;
+        redis_conn_set_deadline(&mc->ctx.redis, deadline);
+        pgwait_set_thread_deadline(deadline);
+        if (sku_gauges_read(&mc->ctx, &skus, &n) != 0)
+            metrics_add(M_METRICS_SCRAPE_ERRORS, 1);
+        pgwait_set_thread_deadline(0);
+        redis_conn_set_deadline(&mc->ctx.redis, 0);
+    }
+    if (mc->cfg->sold_out_flag_ms > 0)
+        (void)soldout_each(soldout_shared(), clock_mono_ms(), note_flagged, f);
+    s->text = metrics_render_skus(skus, n, f->sku, f->n, &s->len);
+    free(skus);
+    free(f);
     return s;
 }
 
@@ -122,7 +144,7 @@ static void *cache_main(void *arg)
         if (!fresh(mc, now)) {
             mc->last_start_ms = now;
             pthread_mutex_unlock(&mc->mu);
-            struct snapshot *s = read_gauges(mc);
+            struct snapshot *s = refresh(mc);
             pthread_mutex_lock(&mc->mu);
             snapshot_unref(mc->last);
             mc->last = s;
@@ -171,7 +193,7 @@ int metrics_cache_get(struct metrics_cache *mc, struct event_base *base, metrics
     if (fresh(mc, clock_mono_ms())) {
         struct snapshot *s = snapshot_ref(mc->last);
         pthread_mutex_unlock(&mc->mu);
-        fn(s->skus, s->n, arg);
+        fn(s->text, s->len, arg);
         snapshot_unref(s);
         return 0;
     }

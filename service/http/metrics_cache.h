@@ -1,14 +1,16 @@
 /*
- * metrics_cache: the per-SKU gauges of /metrics (sku/sku_gauges.h), read
- * from the stores by a thread and a connection pair of its own, never by the
- * worker pool that serves orders and admin requests.
+ * metrics_cache: the text of /metrics, made by a thread and a connection pair
+ * of its own, never by the worker pool that serves orders and admin requests
+ * nor on an event loop: the per-SKU gauges read from the stores
+ * (sku/sku_gauges.h) and this process's counters, rendered together.
  *
- * One read at a time, and at most one per metrics_refresh_ms (counted from
- * the start of the last one: seckill_metrics_refreshes_total grows by at
- * most elapsed / metrics_refresh_ms + 1).  A scrape while the last read is
- * younger than that gets it at once; an older one waits for the next read,
- * which every scrape waiting at the time shares.  A scrape storm therefore
- * costs the stores nothing more than one scraper does.
+ * One refresh at a time, and at most one per metrics_refresh_ms (counted
+ * from the start of the last one: seckill_metrics_refreshes_total grows by
+ * at most elapsed / metrics_refresh_ms + 1).  A scrape while the last
+ * refresh is younger than that gets its text at once; an older one waits
+ * for the next refresh, which every scrape waiting at the time shares.  A
+ * scrape storm therefore costs the stores and the renderer nothing more than
+ * one scraper does: the counters it shows are up to metrics_refresh_ms old.
  */
 #ifndef SECKILL_METRICS_CACHE_H
 #define SECKILL_METRICS_CACHE_H
@@ -17,20 +19,19 @@
 #include <stddef.h>
 
 #include "core/cfg.h"
-#include "core/metrics.h"
 
 struct metrics_cache;
 
-/* Runs on the asking loop with the gauges of the last read (n 0 and skus
- * NULL when it failed, the service stops, or metrics_max_skus is 0); skus is
- * valid during the call only. */
-typedef void metrics_cache_fn(const struct metrics_sku *skus, size_t n, void *arg);
+/* Runs on the asking loop with the text of the last refresh (NULL when the
+ * service stops); text is valid during the call only.  A refresh whose store
+ * reads failed leaves the per-SKU gauges out (seckill_metrics_scrape_errors_total). */
+typedef void metrics_cache_fn(const char *text, size_t len, void *arg);
 
 /* Starts the reading thread (its connections open lazily).  Returns NULL
  * (err set) on failure. */
 struct metrics_cache *metrics_cache_start(const struct cfg *c, char *err, size_t errlen);
 
-/* Asks for the gauges: fn(…, arg) runs exactly once, either before this
+/* Asks for the text: fn(…, arg) runs exactly once, either before this
  * returns (the last read is fresh) or later on 'base' (which must keep
  * running until it has).  Returns 0, or -1 when mc is NULL or stopping (fn
  * will not run). */

@@ -49,8 +49,7 @@ START_TEST(test_public_listener_serves_neither_metrics_nor_admin)
     expect_status(&r, 404, "GET /metrics on the public listener");
     ck_assert_ptr_nonnull(strstr(r.body, "not_found"));
     /* not even a 401: the admin area does not exist there, token or not */
-    ck_assert_int_eq(th_http_exact(d.port, "POST", "/admin/v1/skus", AUTH CT_JSON,
-                                   SKU_BODY, &r),
+    ck_assert_int_eq(th_http_exact(d.port, "POST", "/admin/v1/skus", AUTH CT_JSON, SKU_BODY, &r),
                      0);
     expect_status(&r, 404, "the admin API with its token on the public listener");
     ck_assert_int_eq(th_http_exact(d.port, "GET", "/admin/v1/skus/1", NULL, NULL, &r), 0);
@@ -63,9 +62,8 @@ START_TEST(test_public_listener_serves_neither_metrics_nor_admin)
     expect_status(&r, 200, "GET /metrics on the internal listener");
     ck_assert_int_eq(th_http_exact(d.metrics_port, "GET", "/healthz", NULL, NULL, &r), 0);
     expect_status(&r, 200, "GET /healthz on the internal listener");
-    ck_assert_int_eq(th_http_exact(d.metrics_port, "POST", "/admin/v1/skus", AUTH CT_JSON,
-                                   SKU_BODY, &r),
-                     0);
+    ck_assert_int_eq(
+        th_http_exact(d.metrics_port, "POST", "/admin/v1/skus", AUTH CT_JSON, SKU_BODY, &r), 0);
     expect_status(&r, 201, "createSku on the internal listener");
     ck_assert_int_eq(th_http_exact(d.metrics_port, "GET", "/admin/v1/skus/1", NULL, NULL, &r), 0);
     expect_status(&r, 401, "the admin API without a token on the internal listener");
@@ -84,8 +82,7 @@ START_TEST(test_admin_on_public_puts_the_admin_api_back_but_not_metrics)
     const char *env[] = {"SECKILL_ADMIN_ON_PUBLIC=1", NULL};
     th_daemon_start(&d, env);
     struct th_response r;
-    ck_assert_int_eq(th_http_exact(d.port, "POST", "/admin/v1/skus", AUTH CT_JSON,
-                                   SKU_BODY, &r),
+    ck_assert_int_eq(th_http_exact(d.port, "POST", "/admin/v1/skus", AUTH CT_JSON, SKU_BODY, &r),
                      0);
     expect_status(&r, 201, "createSku on the public listener with admin_on_public");
     ck_assert_int_eq(th_http_exact(d.port, "GET", "/admin/v1/skus/1", NULL, NULL, &r), 0);
