@@ -237,7 +237,7 @@ START_TEST(test_keep_alive_pipelining_head_and_http10)
     /* three pipelined requests: answered in order, the last one closes */
     static const char three[] = "GET /nothing HTTP/1.1\r\nHost: a\r\n\r\n"
                                 "GET /api/v1/skus/x HTTP/1.1\r\nHost: a\r\n\r\n"
-                                "GET /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+                                "GET /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
     struct answers a;
     exchange(d.port, three, sizeof three - 1, &a, 0);
     ck_assert_int_eq(a.count, 3);
@@ -246,13 +246,13 @@ START_TEST(test_keep_alive_pipelining_head_and_http10)
     ck_assert_int_eq(a.status[2], 200);
     ck_assert(a.closed);
     /* HTTP/1.0 without keep-alive: one answer, then closed */
-    static const char old[] = "GET /metrics HTTP/1.0\r\n\r\n";
+    static const char old[] = "GET /healthz HTTP/1.0\r\n\r\n";
     exchange(d.port, old, sizeof old - 1, &a, 0);
     ck_assert_int_eq(a.count, 1);
     ck_assert_int_eq(a.status[0], 200);
     ck_assert(a.closed);
     /* HEAD: the GET's headers, no body */
-    static const char head[] = "HEAD /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+    static const char head[] = "HEAD /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
     exchange(d.port, head, sizeof head - 1, &a, 0);
     ck_assert_int_eq(a.status[0], 200);
     const char *end = strstr(a.text, "\r\n\r\n");
