@@ -698,7 +698,7 @@ if want scrape; then
     rm -f "$OUT/scrape-storm.stop" "$OUT/scrape-storm.txt"
     (
         until [[ -e $OUT/scrape-storm.stop ]]; do
-            curl -s -Z --parallel-max "$SCRAPE_CLIENTS" -K "$OUT/scrape-storm.curl" \
+            curl -s -Z --parallel-max "$SCRAPE_CLIENTS" --compressed -K "$OUT/scrape-storm.curl" \
                 -w '%{http_code}\n' >>"$OUT/scrape-storm.txt" 2>/dev/null || true
         done
     ) &

@@ -22,10 +22,18 @@
 
 struct metrics_cache;
 
-/* Runs on the asking loop with the text of the last refresh (NULL when the
- * service stops); text is valid during the call only.  A refresh whose store
- * reads failed leaves the per-SKU gauges out (seckill_metrics_scrape_errors_total). */
-typedef void metrics_cache_fn(const char *text, size_t len, void *arg);
+/* The text of one refresh, and the same gzip-compressed (gz NULL: none). */
+struct metrics_text {
+    const char *text;
+    size_t len;
+    const unsigned char *gz;
+    size_t gz_len;
+};
+
+/* Runs on the asking loop with the last refresh (NULL when the service
+ * stops), valid during the call only.  A refresh whose store reads failed
+ * leaves the per-SKU gauges out (seckill_metrics_scrape_errors_total). */
+typedef void metrics_cache_fn(const struct metrics_text *t, void *arg);
 
 /* Starts the reading thread (its connections open lazily).  Returns NULL
  * (err set) on failure. */

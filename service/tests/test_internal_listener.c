@@ -60,6 +60,20 @@ START_TEST(test_public_listener_serves_neither_metrics_nor_admin)
     /* the internal listener: metrics, health, admin; no buyer API */
     ck_assert_int_eq(th_http_exact(d.metrics_port, "GET", "/metrics", NULL, NULL, &r), 0);
     expect_status(&r, 200, "GET /metrics on the internal listener");
+    ck_assert_ptr_null(strcasestr(r.headers, "Content-Encoding"));
+    ck_assert_ptr_nonnull(strstr(r.body, "seckill_metrics_refreshes_total"));
+    /* as Prometheus asks: the same text, gzip-compressed once per refresh */
+    ck_assert_int_eq(th_http_exact(d.metrics_port, "GET", "/metrics",
+                                   "Accept-Encoding: gzip, deflate\r\n", NULL, &r),
+                     0);
+    expect_status(&r, 200, "GET /metrics accepting gzip");
+    ck_assert_ptr_nonnull(strcasestr(r.headers, "Content-Encoding: gzip\r\n"));
+    ck_assert_msg((unsigned char)r.body[0] == 0x1f && (unsigned char)r.body[1] == 0x8b,
+                  "not a gzip stream");
+    ck_assert_int_eq(th_http_exact(d.metrics_port, "GET", "/metrics",
+                                   "Accept-Encoding: gzip;q=0, identity\r\n", NULL, &r),
+                     0);
+    ck_assert_ptr_null(strcasestr(r.headers, "Content-Encoding"));
     ck_assert_int_eq(th_http_exact(d.metrics_port, "GET", "/healthz", NULL, NULL, &r), 0);
     expect_status(&r, 200, "GET /healthz on the internal listener");
     ck_assert_int_eq(

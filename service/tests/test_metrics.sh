@@ -145,10 +145,11 @@ expect() { # expect WANT GOT WHAT
     [[ $1 == "$2" ]] || die "$3: want $1, got $2 ($(cat "$TMP/body" 2>/dev/null))"
 }
 
-# scrape FILE: GET /metrics into FILE; must be 200 and pass promtool.
+# scrape FILE: GET /metrics into FILE; must be 200 and pass promtool.  Asked
+# as Prometheus asks (Accept-Encoding: gzip): the compressed copy is checked.
 scrape() {
     local st
-    st=$(curl -s -o "$1" -w '%{http_code}' "http://127.0.0.1:$MPORT/metrics")
+    st=$(curl -s --compressed -o "$1" -w '%{http_code}' "http://127.0.0.1:$MPORT/metrics")
     [[ $st == 200 ]] || die "GET /metrics answered $st"
     local out rc=0
     out=$("$PROMTOOL" check metrics <"$1" 2>&1) || rc=$?
