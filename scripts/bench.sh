@@ -652,7 +652,12 @@ fi
 # probe_p99 MADDR PUBLIC FILE: SCRAPE_PROBES rounds of public /healthz,
 # internal /healthz and an admin SKU read, one after another on kept-alive
 # connections (one curl); the seconds of each into FILE; prints
-# "health_p99_ms admin_p99_ms non_200".
+# "public_health_p99_ms internal_health_p99_ms admin_p99_ms non_200".
+# p99_of FILE PATTERN: the p99, in ms, of FILE's lines whose URL matches PATTERN.
+p99_of() {
+    awk -v re="$2" '$1 ~ re { print $3 * 1000 }' "$1" | sort -n |
+        awk '{ v[NR] = $1 } END { i = int(NR * 0.99); if (i < NR * 0.99) i++; printf "%.2f", NR ? v[i] : 0 }'
+}
 probe_p99() {
     local maddr=$1 public=$2 file=$3 i
     {
@@ -665,11 +670,10 @@ probe_p99() {
     } >"$file.curl"
     curl -s -K "$file.curl" \
         -w '%{url_effective} %{http_code} %{time_total}\n' >"$file" || true
-    local h a bad
-    h=$(awk '$1 !~ /\/admin\// { print $3 * 1000 }' "$file" | sort -n | awk '{ v[NR] = $1 } END { i = int(NR * 0.99); if (i < NR * 0.99) i++; printf "%.2f", NR ? v[i] : 0 }')
-    a=$(awk '$1 ~ /\/admin\// { print $3 * 1000 }' "$file" | sort -n | awk '{ v[NR] = $1 } END { i = int(NR * 0.99); if (i < NR * 0.99) i++; printf "%.2f", NR ? v[i] : 0 }')
+    local bad
     bad=$(awk '$2 != 200 { n++ } END { print n + 0 }' "$file")
-    printf '%s %s %s\n' "$h" "$a" "$bad"
+    printf '%s %s %s %s\n' "$(p99_of "$file" "^http://$public/healthz")" \
+        "$(p99_of "$file" "^http://$maddr/healthz")" "$(p99_of "$file" "/admin/")" "$bad"
 }
 
 SCRAPE_LINE=''
@@ -685,7 +689,7 @@ if want scrape; then
     } >"$OUT/scrape-skus.curl"
     # (each group after a "next" has its own headers; the token is in a file, never in ps)
     curl -s -K "$OUT/scrape-skus.curl" >/dev/null || die "could not create the scrape phase's SKUs"
-    read -r Q_H Q_A Q_BAD < <(probe_p99 "$LT_DAEMON_MADDR" "127.0.0.1:$LT_DAEMON_PORT" "$OUT/scrape-quiet.txt")
+    read -r Q_H Q_I Q_A Q_BAD < <(probe_p99 "$LT_DAEMON_MADDR" "127.0.0.1:$LT_DAEMON_PORT" "$OUT/scrape-quiet.txt")
     R0=$(metric "$LT_DAEMON_MADDR" seckill_metrics_refreshes_total)
     T0=$(date +%s%N)
     # the storm: SCRAPE_CLIENTS connections at once, each scraping again as
@@ -704,7 +708,7 @@ if want scrape; then
     ) &
     STORM_PID=$!
     sleep 1
-    read -r S_H S_A S_BAD < <(probe_p99 "$LT_DAEMON_MADDR" "127.0.0.1:$LT_DAEMON_PORT" "$OUT/scrape-storm-probes.txt")
+    read -r S_H S_I S_A S_BAD < <(probe_p99 "$LT_DAEMON_MADDR" "127.0.0.1:$LT_DAEMON_PORT" "$OUT/scrape-storm-probes.txt")
     touch "$OUT/scrape-storm.stop"
     wait "$STORM_PID" 2>/dev/null || true
     R1=$(metric "$LT_DAEMON_MADDR" seckill_metrics_refreshes_total)
@@ -712,9 +716,10 @@ if want scrape; then
     SCRAPES=$(grep -c '^200$' "$OUT/scrape-storm.txt" || true)
     lt_stop "$LT_DAEMON_PID" seckilld
     LT_DAEMON_PID=
-    SCRAPE_LINE=$(awk -v qh="$Q_H" -v qa="$Q_A" -v sh="$S_H" -v sa="$S_A" -v bad=$((Q_BAD + S_BAD)) \
+    SCRAPE_LINE=$(awk -v qh="$Q_H" -v qi="$Q_I" -v qa="$Q_A" -v sh="$S_H" -v si="$S_I" -v sa="$S_A" -v bad=$((Q_BAD + S_BAD)) \
         -v n="$SCRAPES" -v ms="$MS" -v reads=$((R1 - R0)) -v c="$SCRAPE_CLIENTS" \
-        'BEGIN { printf "scrape    %d connections, %d scrapes in %.1f s, %d reads of the stores; p99 quiet/storm: health %.2f/%.2f ms (x%.2f), admin %.2f/%.2f ms (x%.2f); %d not 200", c, n, ms / 1000, reads, qh, sh, (qh > 0 ? sh / qh : 0), qa, sa, (qa > 0 ? sa / qa : 0), bad }')
+        'function r(q, s) { return q > 0 ? s / q : 0 }
+        BEGIN { printf "scrape    %d connections, %d scrapes in %.1f s, %d reads of the stores; p99 quiet/storm: /healthz public %.2f/%.2f ms (x%.2f), internal %.2f/%.2f ms (x%.2f), admin %.2f/%.2f ms (x%.2f); %d not 200", c, n, ms / 1000, reads, qh, sh, r(qh, sh), qi, si, r(qi, si), qa, sa, r(qa, sa), bad }')
     printf '%s\n' "$SCRAPE_LINE" | tee "$OUT/scrape.txt"
 fi
 
