@@ -141,7 +141,7 @@ size_t http_body_len(const struct http_req *r);
 
 /* Queues j on the worker pool with r's deadline; its 'done' runs on r's
  * loop, and must answer 503 (http_reply_unavailable) when j->late says the
- * deadline passed before j could run.  'urgent' jobs (admin, metrics) pass
+ * deadline passed before j could run.  'urgent' jobs (admin) pass
  * buyer lookups.  Returns 0; -1 after replying 503 (the pool is full or
  * stopping): the caller still owns j. */
 int http_submit(const struct http_req *r, struct job *j, int urgent)
