@@ -90,8 +90,14 @@ static const struct cfg_def defs[] = {
     I(admin_auth_fail_per_min, 6, 0, 60000,
       "failed admin authentications one client address regains per minute (0: no limit)"),
     I(admin_auth_fail_burst, 10, 0, 1000000,
-      "failed admin authentications from one client address before every admin request from it "
-      "is answered 429 (0: no limit)"),
+      "failed admin authentications from one client address before its wrong tokens are answered "
+      "429 (the right token is always served; 0: no limit)"),
+    I(payment_auth_fail_per_min, 6, 0, 60000,
+      "failed authentications of the payment callback one client address regains per minute, "
+      "apart from the admin ones (0: no limit)"),
+    I(payment_auth_fail_burst, 10, 0, 1000000,
+      "failed authentications of the payment callback from one client address before its wrong "
+      "tokens are answered 429 (the right token is always served; 0: no limit)"),
     SF(redis_url, "redis://127.0.0.1:6380/0", CFG_SECRET_IN_URL,
        "Redis server, redis://[[user]:password@]host:port[/db] (user and password "
        "percent-encoded); with a password, from SECKILL_REDIS_URL or redis_url_file only"),

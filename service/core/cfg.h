@@ -49,6 +49,8 @@ struct cfg {
     int64_t rate_addr_buckets; /* client addresses remembered at most (bounded memory) */
     int64_t admin_auth_fail_per_min;
     int64_t admin_auth_fail_burst;
+    int64_t payment_auth_fail_per_min; /* ... of the payment callback, a table of its own */
+    int64_t payment_auth_fail_burst;
     char *redis_url;          /* redis://[[user]:password@]host:port[/db] */
     int64_t redis_timeout_ms; /* per command, sync and async */
     int64_t redis_connect_timeout_ms;
