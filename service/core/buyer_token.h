@@ -31,8 +31,9 @@
  *     sign or leading zero (validate_id_segment, the rule of every id here).
  *
  * No I/O, no clock (the caller passes now); safe from any thread.  The HMAC
- * is OpenSSL's.  Each thread keeps its HMAC key prepared (compared with the
- * verifier's secret on every call) and the last header part that passed, and
+ * is OpenSSL's.  Each thread keeps an HMAC key prepared per secret (compared
+ * with the verifier's on every call) and the last header part that passed
+ * with its kid, and
  * reads claims in the form buyer_token_sign writes without building a JSON
  * object (any other form goes to jansson): nothing cached is a verdict on a
  * token, only work that gives the same answer for the same bytes.

@@ -64,8 +64,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t entries = (size_t)(((data[2] >> 1) & 7) + 1) * 8;
     struct ratelimit *rl = ratelimit_new(interval_us, burst, entries, (uint64_t)size * 0x9E37u);
     FUZZ_CHECK((rl == NULL) == (burst == 0));
-    FUZZ_CHECK(!rl || ratelimit_capacity(rl) == (entries + RATELIMIT_WAYS - 1) / RATELIMIT_WAYS *
-                                                     RATELIMIT_WAYS);
+    FUZZ_CHECK(!rl || ratelimit_capacity(rl) ==
+                          (entries + RATELIMIT_WAYS - 1) / RATELIMIT_WAYS * RATELIMIT_WAYS);
 
     struct shadow few[FEW_KEYS];
     memset(few, 0, sizeof few);
