@@ -49,6 +49,8 @@ struct cfg {
     int64_t rate_addr_buckets; /* client addresses remembered at most (bounded memory) */
     int64_t admin_auth_fail_per_min;
     int64_t admin_auth_fail_burst;
+    int64_t payment_auth_fail_per_min; /* ... of the payment callback, a table of its own */
+    int64_t payment_auth_fail_burst;
     char *redis_url;          /* redis://[[user]:password@]host:port[/db] */
     int64_t redis_timeout_ms; /* per command, sync and async */
     int64_t redis_connect_timeout_ms;
@@ -64,6 +66,10 @@ struct cfg {
     char *admin_token;   /* bearer token for /admin (>= 32 bytes); empty disables */
     char *payment_token; /* bearer token of the payment callback only (>= 32 bytes); may be empty */
     char *buyer_token_secret;      /* HS256 key of buyer tokens; serve needs >= 32 bytes */
+    char *buyer_token_kid;         /* its key id ("": none; a token without kid uses it) */
+    char *buyer_token_secret_next; /* a second key during a rotation ("": none) */
+    char *buyer_token_kid_next;    /* its key id, required with it */
+    int64_t buyer_token_max_ttl_s; /* longer-lived buyer tokens are refused */
     int64_t buyer_token_leeway_s;  /* clock skew tolerated on a buyer token's exp and nbf */
     int64_t max_buyer_token_bytes; /* longer buyer tokens are refused unread */
     int64_t worker_threads;        /* blocking workers for admin and lookups */

@@ -133,6 +133,7 @@ static const struct {
     [M_RATE_LIMITED_BUYER] = {RATE_LIMITED, "scope=\"buyer\""},
     [M_RATE_LIMITED_ADDR] = {RATE_LIMITED, "scope=\"addr\""},
     [M_RATE_LIMITED_ADMIN_AUTH] = {RATE_LIMITED, "scope=\"admin_auth\""},
+    [M_RATE_LIMITED_PAYMENT_AUTH] = {RATE_LIMITED, "scope=\"payment_auth\""},
 #undef RATE_LIMITED
     [M_METRICS_SCRAPE_ERRORS] = {"seckill_metrics_scrape_errors_total",
                                  "scrapes of /metrics whose per-SKU gauges were left out because "

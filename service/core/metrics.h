@@ -67,10 +67,11 @@ enum metric {
     M_HTTP_WRITE_TIMEOUTS,   /* replies cut by http_write_timeout_ms */
     M_HTTP_MALFORMED,        /* requests refused by the strict parser (400/417/431/501) */
     /* 429s, one sample each of seckill_rate_limited_total{scope=...} */
-    M_RATE_LIMITED_BUYER,      /* the buyer's orders on a SKU (reserve.lua) */
-    M_RATE_LIMITED_ADDR,       /* the buyer API, per client address */
-    M_RATE_LIMITED_ADMIN_AUTH, /* failed admin authentications, per client address */
-    M_METRICS_SCRAPE_ERRORS,   /* scrapes whose per-SKU block was left out (a store failed) */
+    M_RATE_LIMITED_BUYER,        /* the buyer's orders on a SKU (reserve.lua) */
+    M_RATE_LIMITED_ADDR,         /* the buyer API, per client address */
+    M_RATE_LIMITED_ADMIN_AUTH,   /* failed admin authentications, per client address */
+    M_RATE_LIMITED_PAYMENT_AUTH, /* failed payment callback authentications, per address */
+    M_METRICS_SCRAPE_ERRORS,     /* scrapes whose per-SKU block was left out (a store failed) */
     /* the order's life, one sample each of seckill_order_transitions_total{from=,to=} */
     M_ORDERS_TO_CONFIRMED,      /* pending -> confirmed (a writer's commit) */
     M_ORDERS_TO_REJECTED,       /* pending -> rejected */

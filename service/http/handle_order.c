@@ -225,7 +225,12 @@ static int buyer_of(const struct http_req *r, int64_t *buyer)
     const struct buyer_token_verifier v = {.secret = c->buyer_token_secret,
                                            .secret_len = strlen(c->buyer_token_secret),
                                            .leeway_s = c->buyer_token_leeway_s,
-                                           .max_bytes = (size_t)c->max_buyer_token_bytes};
+                                           .max_bytes = (size_t)c->max_buyer_token_bytes,
+                                           .kid = c->buyer_token_kid,
+                                           .next_secret = c->buyer_token_secret_next,
+                                           .next_secret_len = strlen(c->buyer_token_secret_next),
+                                           .next_kid = c->buyer_token_kid_next,
+                                           .max_ttl_s = c->buyer_token_max_ttl_s};
     enum buyer_token_result res = buyer_token_verify(&v, token, len, (int64_t)time(NULL), buyer);
     if (res == BUYER_TOKEN_OK)
         return 1;

@@ -13,7 +13,7 @@
 #include "core/ratelimit.h"
 
 /* NULL: that limit is off (also before limits_init). */
-static struct ratelimit *addr_table, *admin_table;
+static struct ratelimit *addr_table, *admin_table, *payment_table;
 
 /* Scatters keys over a table's sets unpredictably from outside. */
 static uint64_t seed(void)
@@ -24,23 +24,30 @@ static uint64_t seed(void)
     return s;
 }
 
+/* A table of failures: per_min regained a minute, burst at once (0: none). */
+static struct ratelimit *failure_table(int64_t per_min, int64_t burst, size_t entries)
+{
+    return per_min > 0 ? ratelimit_new(60 * RATELIMIT_US_PER_S / per_min, burst, entries, seed())
+                       : NULL;
+}
+
 void limits_init(const struct cfg *c)
 {
     size_t entries = (size_t)c->rate_addr_buckets;
     addr_table = c->rate_addr_per_s > 0 ? ratelimit_new(RATELIMIT_US_PER_S / c->rate_addr_per_s,
                                                         c->rate_addr_burst, entries, seed())
                                         : NULL;
-    admin_table = c->admin_auth_fail_per_min > 0
-                      ? ratelimit_new(60 * RATELIMIT_US_PER_S / c->admin_auth_fail_per_min,
-                                      c->admin_auth_fail_burst, entries, seed())
-                      : NULL;
+    admin_table = failure_table(c->admin_auth_fail_per_min, c->admin_auth_fail_burst, entries);
+    payment_table =
+        failure_table(c->payment_auth_fail_per_min, c->payment_auth_fail_burst, entries);
 }
 
 void limits_free(void)
 {
     ratelimit_free(addr_table);
     ratelimit_free(admin_table);
-    addr_table = admin_table = NULL;
+    ratelimit_free(payment_table);
+    addr_table = admin_table = payment_table = NULL;
 }
 
 /* The bucket key of r's client: its address, an IPv6 one cut to its /64. */
@@ -75,19 +82,9 @@ int limits_addr_pass(const struct http_req *r)
     return wait == 0;
 }
 
-int limits_admin_pass(const struct http_req *r)
+int64_t limits_auth_failed(const struct http_req *r, enum limits_scope scope)
 {
-    int64_t wait = client_wait(admin_table, r, 0);
-    if (wait)
-        limits_reply(r, LIMITS_ADMIN_AUTH, wait);
-    return wait == 0;
-}
-
-void limits_admin_failed(const struct http_req *r)
-{
-    /* Refused only when a concurrent failure emptied the bucket first: this
-     * one was compared already, and the next request will wait. */
-    (void)client_wait(admin_table, r, 1);
+    return client_wait(scope == LIMITS_PAYMENT_AUTH ? payment_table : admin_table, r, 1);
 }
 
 void limits_reply(const struct http_req *r, enum limits_scope scope, int64_t wait_us)
@@ -104,6 +101,9 @@ void limits_reply(const struct http_req *r, enum limits_scope scope, int64_t wai
         [LIMITS_ADMIN_AUTH] = {M_RATE_LIMITED_ADMIN_AUTH,
                                "too many failed admin authentications from this address; retry "
                                "after Retry-After seconds"},
+        [LIMITS_PAYMENT_AUTH] = {M_RATE_LIMITED_PAYMENT_AUTH,
+                                 "too many failed payment callback authentications from this "
+                                 "address; retry after Retry-After seconds"},
     };
     metrics_add(scopes[scope].m, 1);
     char secs[24];

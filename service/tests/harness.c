@@ -227,6 +227,7 @@ static pid_t spawn_daemon(int port, const char *const *extra_env)
         setenv("SECKILL_RATE_ADDR_PER_S", "0", 1);
         setenv("SECKILL_RATE_BUYER_ORDERS_PER_MIN", "0", 1);
         setenv("SECKILL_ADMIN_AUTH_FAIL_PER_MIN", "0", 1);
+        setenv("SECKILL_PAYMENT_AUTH_FAIL_PER_MIN", "0", 1);
         for (size_t i = 0; extra_env && extra_env[i]; i++)
             putenv((char *)extra_env[i]);
         execl(bin, bin, "serve", (char *)NULL);

@@ -1081,8 +1081,11 @@ START_TEST(test_order_without_a_valid_buyer_token_answers_401)
     start(&d, NULL);
     th_create_sku(d.port, 1, 10, 5);
     char wrong_secret[TH_BUYER_AUTH_MAX], expired[TH_BUYER_AUTH_MAX], long_tok[1400];
+    char long_lived[TH_BUYER_AUTH_MAX];
     auth_line("another-secret-that-is-32-bytes-long!", 1, 3600, wrong_secret, sizeof wrong_secret);
     auth_line(NULL, 1, -3600, expired, sizeof expired);
+    /* issued 2 h ago, valid for a day more: beyond buyer_token_max_ttl_s (86400) */
+    auth_line(NULL, 1, 86400, long_lived, sizeof long_lived);
     /* alg none, claims {"sub":"1","exp":4102444800}, no signature */
     const char *alg_none = "Authorization: Bearer eyJhbGciOiJub25lIn0."
                            "eyJzdWIiOiIxIiwiZXhwIjo0MTAyNDQ0ODAwfQ.\r\n";
@@ -1101,6 +1104,7 @@ START_TEST(test_order_without_a_valid_buyer_token_answers_401)
         {"expired", expired, 1},
         {"alg none", alg_none, 1},
         {"over max_buyer_token_bytes", long_tok, 1},
+        {"living longer than buyer_token_max_ttl_s", long_lived, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct th_response r;
@@ -1110,11 +1114,68 @@ START_TEST(test_order_without_a_valid_buyer_token_answers_401)
     struct th_response r;
     order_raw(d.port, 1, expired, "{\"qty\":1}", &r);
     expect_str(r.body, "detail", "the buyer token has expired");
+    order_raw(d.port, 1, long_lived, "{\"qty\":1}", &r); /* as any invalid token */
+    expect_str(r.body, "detail", "the buyer token is not valid");
     /* Nothing was taken, nothing queued. */
     ck_assert_int_eq(th_sku_int(1, KEY_STOCK), 10);
     ck_assert_int_eq(th_stream_len(1), 0);
     ck_assert_int_eq(pg_int("SELECT count(*) FROM orders"), 0);
     stop(&d);
+}
+END_TEST
+
+/* The second buyer secret, and the one after it, for the rotation test. */
+#define NEXT_SECRET "the-next-buyer-secret-0123456789abcdef"
+
+/* An order of 1 unit of sku 1 by 'user' with a token signed by 'secret'
+ * under 'kid' (NULL: none); returns the status. */
+static int order_signed(int port, const char *secret, const char *kid, int64_t user)
+{
+    char token[TH_BUYER_AUTH_MAX - 32], headers[TH_BUYER_AUTH_MAX + 64];
+    long long now = (long long)time(NULL);
+    ck_assert(buyer_token_sign_kid(secret, strlen(secret), kid, user, now, now + 600, token,
+                                   sizeof token) > 0);
+    snprintf(headers, sizeof headers, "Authorization: Bearer %s\r\n", token);
+    struct th_response r;
+    order_raw(port, 1, headers, "{\"qty\":1}", &r);
+    if (r.status == 401)
+        expect_401(&r, 1, "a token of a key the daemon does not hold");
+    return r.status;
+}
+
+/* A rotation as the README tells it: add the next secret under its kid
+ * (tokens of both work), sign with it, drop the old one once its tokens
+ * have expired.  No buyer is logged out at any step but the last, and then
+ * only tokens of the dropped secret. */
+START_TEST(test_a_buyer_secret_rotates_without_logging_buyers_out)
+{
+    th_reset();
+    struct th_daemon d;
+    start(&d, NULL);
+    th_create_sku(d.port, 1, 100, 5);
+    ck_assert_int_eq(order_signed(d.port, TH_BUYER_SECRET, NULL, 1), 201);
+    stop(&d);
+
+    /* 1. add: the old tokens (no kid) and the next key's both work */
+    start(&d, (const char *const[]){"SECKILL_BUYER_TOKEN_SECRET_NEXT=" NEXT_SECRET,
+                                    "SECKILL_BUYER_TOKEN_KID_NEXT=k2", NULL});
+    ck_assert_int_eq(order_signed(d.port, TH_BUYER_SECRET, NULL, 1), 201);
+    ck_assert_int_eq(order_signed(d.port, NEXT_SECRET, "k2", 2), 201);
+    ck_assert_int_eq(order_signed(d.port, NEXT_SECRET, NULL, 2), 401);     /* no kid: the primary */
+    ck_assert_int_eq(order_signed(d.port, TH_BUYER_SECRET, "k2", 2), 401); /* not k2's */
+    ck_assert_int_eq(order_signed(d.port, NEXT_SECRET, "k3", 2), 401);     /* nobody's */
+    stop(&d);
+
+    /* 2. the next key becomes the only one */
+    start(&d, (const char *const[]){"SECKILL_BUYER_TOKEN_SECRET=" NEXT_SECRET,
+                                    "SECKILL_BUYER_TOKEN_KID=k2", NULL});
+    ck_assert_int_eq(order_signed(d.port, NEXT_SECRET, "k2", 2), 201);
+    ck_assert_int_eq(order_signed(d.port, TH_BUYER_SECRET, NULL, 1), 401);
+    stop(&d);
+
+    th_wait_drained(1, 15000);
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM orders"), 4);
+    th_assert_invariants(1);
 }
 END_TEST
 
@@ -1343,6 +1404,7 @@ static Suite *api_suite(void)
     tcase_add_test(tc, test_order_ids_unique_across_daemon_restart);
     tcase_add_test(tc, test_unknown_route_404_and_wrong_method_405);
     tcase_add_test(tc, test_order_without_a_valid_buyer_token_answers_401);
+    tcase_add_test(tc, test_a_buyer_secret_rotates_without_logging_buyers_out);
     tcase_add_test(tc, test_body_user_id_must_be_the_token_buyer);
     tcase_add_test(tc, test_reserved_mode_accepts_the_token_buyer_with_202);
     tcase_add_test(tc, test_per_user_limit_cannot_be_bypassed_by_changing_the_body_user_id);
