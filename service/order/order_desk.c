@@ -47,6 +47,7 @@ struct order_desk {
     struct event *flush;
     struct order_reserve_call call; /* reused by every batch */
     struct desk_parent parents[DESK_PARENTS];
+    int full; /* the last reserve answer was Redis's OOM: logged once, not per batch */
 };
 
 /* One order in flight, from the script call to the outcome. */
@@ -371,7 +372,8 @@ static void refill_done(struct job *j)
         finish(oc, ORDER_SOLD_OUT, NULL);
         return;
     }
-    finish(oc, ORDER_UNAVAILABLE, NULL); /* Redis or PostgreSQL failed, or the locks were busy */
+    /* Redis or PostgreSQL failed, or the locks were busy; or Redis is full */
+    finish(oc, res == SKU_STORE_FULL ? ORDER_STORE_FULL : ORDER_UNAVAILABLE, NULL);
 }
 
 /* The buyer's bucket is short of the order: move units into it from the
@@ -428,6 +430,8 @@ static void reserved(struct order_call *oc, const redisReply *r, enum redis_asyn
     case ORDER_IDS_EXHAUSTED:
         log_error("sku %" PRId64 ": the epoch has no order ids left", oc->sku);
         break;
+    case ORDER_STORE_FULL: /* logged by on_reserved when Redis fills up */
+        break;
     case ORDER_UNAVAILABLE: /* not sent, or an error reply (logged once per call): nothing taken */
         if (r && r->type != REDIS_REPLY_ERROR)
             log_error("reserve.lua: unexpected answer");
@@ -444,7 +448,17 @@ static void reserved(struct order_call *oc, const redisReply *r, enum redis_asyn
 static void on_reserved(redisReply *r, enum redis_async_status st, void *arg)
 {
     struct reserve_batch *b = arg;
-    if (r && r->type == REDIS_REPLY_ERROR)
+    struct order_desk *od = b->calls[0]->od;
+    if (redis_reply_is_oom(r)) {
+        if (!od->full)
+            log_warn("Redis is at its maxmemory: orders are answered 503 store_full, nothing "
+                     "taken, until it has room");
+        od->full = 1;
+    } else if (r && od->full) {
+        od->full = 0;
+        log_info("Redis has room again: orders are taken");
+    }
+    if (r && r->type == REDIS_REPLY_ERROR && !od->full)
         log_error("reserve.lua: %s", r->str);
     else if (r && (r->type != REDIS_REPLY_ARRAY || r->elements != (size_t)b->n))
         log_error("reserve.lua: unexpected answer to %d orders", b->n);
@@ -473,6 +487,7 @@ static void send_batch(struct order_desk *od, int64_t target, struct reserve_bat
                                                                         : c->idempotency_ttl_s;
     order_reserve_begin(rc, target, c->idempotency_ttl_s, auto_ttl, deadline);
     order_reserve_limit(rc, c->rate_buyer_orders_per_min, c->rate_buyer_orders_burst);
+    order_reserve_refusal_ttl(rc, c->refusal_ttl_s);
     for (int i = 0; i < b->n; i++) {
         const struct order_call *oc = b->calls[i];
         /* the same order again after a move is not another order: no token */

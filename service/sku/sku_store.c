@@ -147,9 +147,12 @@ void load_on_commit(enum dbtx_outcome outcome, void *arg)
         lj->res = r->integer == 1 ? SKU_OK : SKU_EXISTS;
         if (r->integer == 1)
             metrics_add(M_SKU_RELOADS, 1);
-    } else
+    } else {
+        if (redis_reply_is_oom(r))
+            lj->res = SKU_STORE_FULL; /* refused whole: restored once Redis has room */
         log_warn("sku %" PRId64 ": load into Redis failed: %s", lj->id,
                  r && r->type == REDIS_REPLY_ERROR ? r->str : "no answer");
+    }
     if (r)
         freeReplyObject(r);
 }
@@ -352,7 +355,8 @@ static enum sku_result adjust_redis(struct worker_ctx *w, struct sku_move *m, st
                               : NULL;
     if (verdict && rr->elements > 1)
         m->available = rr->element[1]->integer;
-    enum sku_result res = !verdict                               ? SKU_UNAVAILABLE
+    enum sku_result res = redis_reply_is_oom(rr)                 ? SKU_STORE_FULL
+                          : !verdict                             ? SKU_UNAVAILABLE
                           : strcmp(verdict, "ok") == 0           ? SKU_OK
                           : strcmp(verdict, "insufficient") == 0 ? SKU_INSUFFICIENT
                                                                  : SKU_NOT_LOADED;
