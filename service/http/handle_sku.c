@@ -93,10 +93,7 @@ static void job_done(struct job *j)
                          "this Idempotency-Key was used with a different request");
         break;
     case SKU_STORE_FULL:
-        http_reply_store_full(r, sj->op == OP_CREATE
-                                     ? "the SKU is in the database, but Redis is full and did "
-                                       "not take it: it is loaded by itself once Redis has room"
-                                     : NULL);
+        http_reply_store_full(r);
         break;
     case SKU_UNAVAILABLE:
         http_reply_unavailable(r);
