@@ -665,9 +665,10 @@ scenario_redis_full() {
         fail "could not set maxmemory back to $old"
     t0=$(now)
     code=${body##*$'\n'}
-    note "an order while full: $code ${body%$'\n'*}"
-    [[ $code == 503 && $(jq -r .error <<<"${body%$'\n'*}" 2>/dev/null) == store_full ]] ||
-        fail "an order while Redis was full answered $code ${body%$'\n'*}, not 503 store_full"
+    body=$(tr -d '\n' <<<"${body%$'\n'*}")
+    note "an order while full: $code $body"
+    [[ $code == 503 && $(jq -r .error <<<"$body" 2>/dev/null) == store_full ]] ||
+        fail "an order while Redis was full answered $code $body, not 503 store_full"
     grep -qi '^retry-after:' "$SDIR/full.headers" || fail "the 503 store_full came without Retry-After"
     # The check proves the 503s took nothing and every order answered is written.
     after_fault "$url" "$sku" "$t0" "maxmemory was set back"
