@@ -47,7 +47,8 @@ struct order_desk {
     struct event *flush;
     struct order_reserve_call call; /* reused by every batch */
     struct desk_parent parents[DESK_PARENTS];
-    int full; /* the last reserve answer was Redis's OOM: logged once, not per batch */
+    int full;               /* the last reserve answer was Redis's OOM */
+    int64_t full_logged_ms; /* when that was last logged (clock_mono_ms) */
 };
 
 /* One order in flight, from the script call to the outcome. */
@@ -450,18 +451,22 @@ static void on_reserved(redisReply *r, enum redis_async_status st, void *arg)
     struct reserve_batch *b = arg;
     struct order_desk *od = b->calls[0]->od;
     if (redis_reply_is_oom(r)) {
-        if (!od->full)
+        /* Near its bound Redis flips between full and not as keys come
+         * and go: one line per full_retry_after_s at most, not per flip. */
+        int64_t now = clock_mono_ms();
+        if (!od->full && now - od->full_logged_ms >= od->cfg->full_retry_after_s * 1000) {
             log_warn("Redis is at its maxmemory: orders are answered 503 store_full, nothing "
                      "taken, until it has room");
+            od->full_logged_ms = now;
+        }
         od->full = 1;
-    } else if (r && od->full) {
-        od->full = 0;
-        log_info("Redis has room again: orders are taken");
-    }
-    if (r && r->type == REDIS_REPLY_ERROR && !od->full)
+    } else if (r && r->type == REDIS_REPLY_ERROR) {
         log_error("reserve.lua: %s", r->str);
-    else if (r && (r->type != REDIS_REPLY_ARRAY || r->elements != (size_t)b->n))
+    } else if (r && (r->type != REDIS_REPLY_ARRAY || r->elements != (size_t)b->n)) {
         log_error("reserve.lua: unexpected answer to %d orders", b->n);
+    }
+    if (r && od->full && !redis_reply_is_oom(r))
+        od->full = 0; /* Redis answered: it had room for this call */
     for (int i = 0; i < b->n; i++)
         reserved(b->calls[i], order_reserve_reply_at(r, b->n, i), st);
     free(b);
