@@ -7,6 +7,8 @@
 #
 # start reads SECKILL_REDIS_PORT (default 6380) and SECKILL_PG_PORT (default
 # 5433).  stop/status use the ports recorded in DIR's generated configs.
+# Every Redis data node gets maxmemory SECKILL_REDIS_MAXMEMORY (default 64mb)
+# with maxmemory-policy noeviction (README, "Redis memory").
 #
 # SECKILL_REDIS_TOPOLOGY=sentinel (default single: one Redis) makes start run
 # Redis behind Sentinel: the master on SECKILL_REDIS_PORT, one replica on
