@@ -395,7 +395,7 @@ if want redis; then
     # header): the six shared keys, the count, the TTLs of a buyer's and of a
     # made-up key (idempotency_ttl_s, idempotency_auto_ttl_s), a deadline far
     # ahead, 2^30 ids per epoch, the stream's field names, the buyer bucket
-    # (rate_buyer_orders_per_min 60 = one every 10^6 us, burst 5); then per
+    # (rate_buyer_orders_per_min 60 = one every 10^6 us, burst 5), refusal_ttl_s; then per
     # order its idempotency key and bucket keys and buyer, qty 1, a made-up
     # key (as seckilld makes one per order), its fingerprint, '0' (not the
     # buyer's key: refusals not remembered), no parent, '1' (takes a token).
@@ -415,7 +415,7 @@ if want redis; then
             --user "$BENCH_REDIS_USER" -a "$BPW" --dbnum "$BENCH_REDIS_DB" -c "$CONNS" \
             -n $((REDIS_REQS / n)) -r "$USERS" --csv \
             EVALSHA "$SHA" $((6 + 2 * n)) "$K:meta" "$K:stock" "$K:seq" "$K:bought" "$K:journal" \
-            "$K:orders" "${keys[@]}" "$n" 86400 600 "$DEADLINE" 1073741824 o u q k 1000000 5 \
+            "$K:orders" "${keys[@]}" "$n" 86400 600 "$DEADLINE" 1073741824 o u q k 1000000 5 60 \
             "${args[@]}") >"$OUT/redis-benchmark-$n.csv" 2>"$OUT/redis-benchmark-$n.err" || {
             cat "$OUT/redis-benchmark-$n.err" >&2
             die "redis-benchmark failed ($OUT/redis-benchmark-$n.err)"

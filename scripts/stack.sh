@@ -7,6 +7,8 @@
 #
 # start reads SECKILL_REDIS_PORT (default 6380) and SECKILL_PG_PORT (default
 # 5433).  stop/status use the ports recorded in DIR's generated configs.
+# Every Redis data node gets maxmemory SECKILL_REDIS_MAXMEMORY (default 64mb)
+# with maxmemory-policy noeviction (README, "Redis memory").
 #
 # SECKILL_REDIS_TOPOLOGY=sentinel (default single: one Redis) makes start run
 # Redis behind Sentinel: the master on SECKILL_REDIS_PORT, one replica on
@@ -119,6 +121,14 @@ S_READY_WAIT_TENTHS=300 # 30 s
 # the reconciliation rebuilds); a deployment with two replicas sets 1.
 R_MIN_REPLICAS_TO_WRITE=${SECKILL_REDIS_MIN_REPLICAS_TO_WRITE:-0}
 R_MIN_REPLICAS_MAX_LAG=10
+# Every data node's memory bound (SECKILL_REDIS_MAXMEMORY: bytes, or with a
+# kb/mb/gb suffix; README "Redis memory" sizes it).  Without one, buyers'
+# remembered keys could grow Redis until the OS kills it.  noeviction: Redis
+# refuses a write that would need memory (the service answers 503) rather
+# than drop a stock, journal or stream key, which would oversell or lose an
+# order.  Replicas get the same bound: a failover promotes one.
+R_MAXMEMORY=${SECKILL_REDIS_MAXMEMORY:-64mb}
+R_MAXMEMORY_POLICY=noeviction
 
 # The cluster topology.  A node that does not answer for the node timeout is
 # suspected, failed once most masters say so, and its replica elected about a
@@ -146,6 +156,18 @@ C_REPLICA_PORTS= # start: the other nodes' ports
 die() {
     printf '%s: error: %s\n' "$PROG" "$*" >&2
     exit 1
+}
+# redis_bytes SIZE: SIZE (digits, then kb/mb/gb or nothing) in bytes, as
+# Redis reads its config (a kb is 1024).
+redis_bytes() {
+    local v=${1,,} n
+    n=${v%%[a-z]*}
+    case ${v#"$n"} in
+    kb) echo $((n * 1024)) ;;
+    mb) echo $((n * 1048576)) ;;
+    gb) echo $((n * 1073741824)) ;;
+    *) echo "$n" ;;
+    esac
 }
 warn() { printf '%s: %s\n' "$PROG" "$*" >&2; }
 info() { printf '%s: %s\n' "$PROG" "$*"; }
@@ -632,6 +654,8 @@ appendfsync everysec
 save ""
 # DEBUG for the admin user (fault scripts); the ACL keeps it from the service.
 enable-debug-command local
+maxmemory $R_MAXMEMORY
+maxmemory-policy $R_MAXMEMORY_POLICY
 $(redis_acl_rules "$svc_pw" "$admin_pw" "$repl_pw" "$sent_pw")
 EOF
         # Both data nodes: either may be the replica (now, or once a failover
@@ -1562,6 +1586,11 @@ cmd_start() {
     esac
     [[ $R_MIN_REPLICAS_TO_WRITE =~ ^[0-9]$ ]] ||
         die "bad SECKILL_REDIS_MIN_REPLICAS_TO_WRITE: '$R_MIN_REPLICAS_TO_WRITE' (0-9)"
+    # at least 1mb: below that Redis is full before the first SKU; 0 (no
+    # bound) is what this setting exists to rule out
+    [[ ${R_MAXMEMORY,,} =~ ^([1-9][0-9]{0,12})(kb|mb|gb)?$ ]] &&
+        (($(redis_bytes "$R_MAXMEMORY") >= 1048576)) ||
+        die "bad SECKILL_REDIS_MAXMEMORY: '$R_MAXMEMORY' (bytes, or with kb/mb/gb; at least 1mb)"
     # Switching topologies under running processes would mix configs.
     running=$(running_topology)
     if [[ $running != none && $running != "$topology" ]]; then

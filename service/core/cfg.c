@@ -159,6 +159,12 @@ static const struct cfg_def defs[] = {
       "how long the key the service makes up for an order sent without one is remembered: a "
       "503 whose outcome is open names it, and a retry with it within this is answered once (at "
       "most idempotency_ttl_s)"),
+    I(refusal_ttl_s, 60, 1, 31536000,
+      "how long a refusal (sold_out, limit_exceeded) is remembered under the buyer's "
+      "Idempotency-Key (at most idempotency_ttl_s): each costs Redis memory, and a retry after "
+      "this is decided afresh"),
+    I(full_retry_after_s, 5, 1, 3600,
+      "Retry-After of a 503 store_full: Redis is at its maxmemory and took nothing"),
     S(order_ack, "durable",
       "durable: answer 201 once the order is committed in PostgreSQL; reserved: 202 once Redis "
       "holds it"),

@@ -82,6 +82,8 @@ struct cfg {
     int64_t lock_replica_timeout_ms;
     int64_t idempotency_ttl_s;      /* how long an Idempotency-Key is remembered */
     int64_t idempotency_auto_ttl_s; /* ... one the service made up */
+    int64_t refusal_ttl_s;          /* ... a refusal under the buyer's own key */
+    int64_t full_retry_after_s;     /* Retry-After of a 503 store_full */
     char *order_ack;           /* "durable": answer after the commit; "reserved": after Redis */
     int64_t order_ack_wait_ms; /* durable: longest wait for the commit, then 202 pending */
     int64_t reserve_batch_max; /* orders of one SKU in one reserve.lua call */

@@ -184,6 +184,11 @@ static void answer(const struct http_req *r, const struct order_req *q,
     case ORDER_RATE_LIMITED: /* the buyer's bucket in reserve.lua: nothing taken */
         limits_reply(r, LIMITS_BUYER, o->retry_after_ms * 1000);
         break;
+    case ORDER_STORE_FULL:
+        if (q)
+            metrics_add(M_ORDERS_UNAVAILABLE, 1);
+        http_reply_store_full(r);
+        break;
     case ORDER_IDS_EXHAUSTED:
     case ORDER_UNAVAILABLE:
         if (q)

@@ -92,6 +92,9 @@ static void job_done(struct job *j)
         http_reply_error(r, 422, "idempotency_key_reused",
                          "this Idempotency-Key was used with a different request");
         break;
+    case SKU_STORE_FULL:
+        http_reply_store_full(r);
+        break;
     case SKU_UNAVAILABLE:
         http_reply_unavailable(r);
         break;

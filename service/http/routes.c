@@ -61,6 +61,7 @@ static const struct http_answer place_order_answers[] = {
     {422, "idempotency_key_reused"}, /* the key was used with another body */
     ANSWER_429,                      /* the buyer's bucket on the SKU, or the address's */
     ANSWER_503,                      /* nothing taken, being restored, or outcome open */
+    {503, "store_full"},             /* Redis at its maxmemory: nothing taken */
     ANSWER_405,
     ANSWERS_END};
 
@@ -71,9 +72,11 @@ static const struct http_answer get_order_answers[] = {
     {200, NULL}, ANSWER_BAD, ANSWER_401, {404, "unknown_order"}, /* also another buyer's */
     ANSWER_429,  ANSWER_503, ANSWER_405, ANSWERS_END};
 
-static const struct http_answer create_sku_answers[] = {{201, NULL},         ANSWER_BAD, ANSWER_401,
-                                                        {409, "sku_exists"}, ANSWER_429, ANSWER_503,
-                                                        ANSWER_405,          ANSWERS_END};
+static const struct http_answer create_sku_answers[] = {
+    {201, NULL}, ANSWER_BAD, ANSWER_401,          {409, "sku_exists"},
+    ANSWER_429,  ANSWER_503, {503, "store_full"}, /* committed; Redis at its maxmemory did not take
+                                                     it */
+    ANSWER_405,  ANSWERS_END};
 
 static const struct http_answer get_sku_admin_answers[] = {
     {200, NULL}, ANSWER_BAD, ANSWER_401, {404, "unknown_sku"},
@@ -91,6 +94,7 @@ static const struct http_answer adjust_stock_answers[] = {{200, NULL},
                                                           {422, "idempotency_key_reused"},
                                                           ANSWER_429,
                                                           ANSWER_503,
+                                                          {503, "store_full"},
                                                           ANSWER_405,
                                                           ANSWERS_END};
 

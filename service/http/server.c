@@ -778,6 +778,16 @@ void http_reply_unavailable(const struct http_req *r)
                          : "a backing store did not answer; try again");
 }
 
+void http_reply_store_full(const struct http_req *r)
+{
+    char secs[24];
+    snprintf(secs, sizeof secs, "%lld", (long long)http_loop_cfg(r->loop)->full_retry_after_s);
+    http_add_header(r, "Retry-After", secs);
+    http_reply_error(r, 503, "store_full",
+                     "the reservation store is full and nothing was taken or changed; try "
+                     "again later");
+}
+
 /* ---- request intake ---------------------------------------------------- */
 
 const char *http_header(const struct http_req *r, const char *name)

@@ -27,6 +27,7 @@ enum sku_result {
     SKU_UNAVAILABLE,   /* Redis or PostgreSQL failed; nothing was changed */
     SKU_NOT_LOADED,    /* known to PostgreSQL, not (or not loadable) in Redis */
     SKU_IDEM_MISMATCH, /* an Idempotency-Key already used with another request */
+    SKU_STORE_FULL,    /* Redis is at its maxmemory and refused a write: nothing changed */
 };
 
 /* Takes the SKU's lock (with a fencing token) and begins a transaction that

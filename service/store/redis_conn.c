@@ -573,3 +573,8 @@ void redis_conn_close(struct redis_conn *rc)
     rlock_cluster_free(rc->cluster);
     rc->cluster = NULL;
 }
+
+int redis_reply_is_oom(const redisReply *r)
+{
+    return r && r->type == REDIS_REPLY_ERROR && r->str && strncmp(r->str, "OOM ", 4) == 0;
+}

@@ -143,6 +143,11 @@ int64_t redis_conn_deadline(const struct redis_conn *rc);
  * (scripts are not all idempotent). */
 redisContext *redis_conn_get(struct redis_conn *rc);
 
+/* Whether r is Redis's refusal of a write past its maxmemory ("OOM command
+ * not allowed ...", maxmemory-policy noeviction).  A command so refused, or
+ * a script refused at its first write, changed nothing. */
+int redis_reply_is_oom(const redisReply *r);
+
 /* Runs a command by argv.  Returns the reply (caller frees) or NULL on I/O error,
  * after which the connection is dropped.  Error replies are returned as replies. */
 redisReply *redis_conn_cmd(struct redis_conn *rc, int argc, const char **argv, const size_t *lens);

@@ -620,6 +620,131 @@ START_TEST(test_unavailable_when_redis_down)
 }
 END_TEST
 
+/* Sets Redis's maxmemory to 'value' (a CONFIG value); returns the one it had
+ * in old (cap bytes). */
+static void redis_maxmemory(const char *value, char *old, size_t cap)
+{
+    redisContext *rc = th_redis_admin(); /* CONFIG is no command of the service */
+    redisReply *rep = redisCommand(rc, "CONFIG GET maxmemory");
+    ck_assert(rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2);
+    if (old)
+        snprintf(old, cap, "%s", rep->element[1]->str);
+    freeReplyObject(rep);
+    rep = redisCommand(rc, "CONFIG SET maxmemory %s", value);
+    ck_assert_msg(rep && rep->type == REDIS_REPLY_STATUS, "CONFIG SET maxmemory %s", value);
+    freeReplyObject(rep);
+    redisFree(rc);
+}
+
+/* A Redis command's integer answer, asked as the admin user. */
+static long long redis_admin_int(const char *cmd, const char *key)
+{
+    redisContext *rc = th_redis_admin();
+    redisReply *rep = redisCommand(rc, "%s %s", cmd, key);
+    ck_assert(rep && rep->type == REDIS_REPLY_INTEGER);
+    long long v = rep->integer;
+    freeReplyObject(rep);
+    redisFree(rc);
+    return v;
+}
+
+/* The Retry-After seconds of r (-1: none). */
+static long long retry_after(const struct th_response *r)
+{
+    const char *h = strcasestr(r->headers, "\r\nRetry-After:");
+    if (!h && strncasecmp(r->headers, "Retry-After:", 12) == 0)
+        h = r->headers - 2;
+    return h ? atoll(h + 2 + 12) : -1;
+}
+
+START_TEST(test_full_redis_answers_503_store_full_takes_nothing_and_heals)
+{
+    th_reset();
+    struct th_daemon d;
+    const char *env[] = {"SECKILL_FULL_RETRY_AFTER_S=7", NULL};
+    start(&d, env);
+    th_create_sku(d.port, 1, 5, 2);
+    order_ok(d.port, 1, 1, 1);
+    th_wait_drained(1, DRAIN_MS);
+    char journal[KEYS_MAX], bought[KEYS_MAX], idem[KEYS_MAX];
+    keys_sku(journal, 1, KEY_JOURNAL);
+    keys_sku(bought, 1, KEY_BOUGHT);
+    keys_idem(idem, 1, 2, "full-1");
+    long long stock = th_sku_int(1, KEY_STOCK), stream = th_stream_len(1);
+    long long jlen = redis_admin_int("HLEN", journal), blen = redis_admin_int("HLEN", bought);
+
+    /* Redis holds more than its bound: every write that needs memory is
+     * refused.  The answers are checked once the bound is back, so that a
+     * failure leaves Redis usable for the next test. */
+    char old[64];
+    redis_maxmemory("1", old, sizeof old);
+    struct th_response keyed, unkeyed, delta, created;
+    order(d.port, 1, 2, 1, "full-1", &keyed);
+    order(d.port, 1, 3, 1, NULL, &unkeyed);
+    adjust(d.port, 1, 3, "restock", &delta);
+    create_sku_body(d.port, "{\"id\":2,\"name\":\"b\",\"stock\":5,\"per_user_limit\":1}", &created);
+    /* nothing taken: stock, stream, journal, held units, no remembered key */
+    long long stock_full = th_sku_int(1, KEY_STOCK), stream_full = th_stream_len(1);
+    long long jlen_full = redis_admin_int("HLEN", journal),
+              blen_full = redis_admin_int("HLEN", bought);
+    long long idem_full = redis_admin_int("EXISTS", idem);
+    redis_maxmemory(old, NULL, 0);
+
+    expect_detail(&keyed, 503, "store_full", "order while Redis is full");
+    ck_assert_int_eq(retry_after(&keyed), 7);
+    expect_detail(&unkeyed, 503, "store_full", "order without a key while Redis is full");
+    expect_detail(&delta, 503, "store_full", "stock delta while Redis is full");
+    ck_assert_int_eq(retry_after(&delta), 7);
+    expect_detail(&created, 503, "store_full", "SKU create while Redis is full");
+    ck_assert_int_eq(stock_full, stock);
+    ck_assert_int_eq(stream_full, stream);
+    ck_assert_int_eq(jlen_full, jlen);
+    ck_assert_int_eq(blen_full, blen);
+    ck_assert_int_eq(idem_full, 0);
+    ck_assert_int_eq(pg_stock(1), 4);
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM stock_ledger WHERE kind = 'admin'"), 0);
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM skus WHERE id = 2"), 0);
+
+    /* memory comes back: the same request is taken, once */
+    struct th_response r;
+    order(d.port, 1, 2, 1, "full-1", &r);
+    expect(&r, 201, NULL, "the same order once Redis has room");
+    ck_assert_int_eq(th_sku_int(1, KEY_STOCK), stock - 1);
+    ck_assert_int_eq(adjust(d.port, 1, 3, "restock", &r), 200);
+    th_wait_drained(1, DRAIN_MS);
+    ck_assert_int_eq(pg_stock(1), 6);
+    th_assert_invariants(1);
+    stop(&d);
+}
+END_TEST
+
+START_TEST(test_refusal_is_remembered_refusal_ttl_s_an_order_idempotency_ttl_s)
+{
+    th_reset();
+    struct th_daemon d;
+    const char *env[] = {"SECKILL_REFUSAL_TTL_S=30", NULL};
+    start(&d, env);
+    th_create_sku(d.port, 1, 1, 1);
+    struct th_response r;
+    order(d.port, 1, 1, 1, "mine", &r);
+    expect(&r, 201, NULL, "the only unit");
+    order(d.port, 1, 2, 1, "late", &r);
+    expect(&r, 409, "sold_out", "a buyer too late");
+    order(d.port, 1, 2, 1, "late", &r); /* the same answer while remembered */
+    expect(&r, 409, "sold_out", "the same request again");
+    char taken[KEYS_MAX], refused[KEYS_MAX];
+    keys_idem(taken, 1, 1, "mine");
+    keys_idem(refused, 1, 2, "late");
+    long long ttl = redis_admin_int("TTL", refused);
+    ck_assert_msg(ttl > 0 && ttl <= 30, "a refusal lives refusal_ttl_s, not %lld s", ttl);
+    ttl = redis_admin_int("TTL", taken);
+    ck_assert_msg(ttl > 3600, "an order's key keeps idempotency_ttl_s, not %lld s", ttl);
+    th_wait_drained(1, DRAIN_MS);
+    th_assert_invariants(1);
+    stop(&d);
+}
+END_TEST
+
 START_TEST(test_sku_lost_by_redis_is_restored_by_the_service)
 {
     th_reset();
@@ -1392,6 +1517,8 @@ static Suite *api_suite(void)
     tcase_add_test(tc, test_malformed_orders_answer_400);
     tcase_add_test(tc, test_idempotent_retry_returns_same_order_and_takes_stock_once);
     tcase_add_test(tc, test_unavailable_when_redis_down);
+    tcase_add_test(tc, test_full_redis_answers_503_store_full_takes_nothing_and_heals);
+    tcase_add_test(tc, test_refusal_is_remembered_refusal_ttl_s_an_order_idempotency_ttl_s);
     tcase_add_test(tc, test_sku_lost_by_redis_is_restored_by_the_service);
     tcase_add_test(tc, test_healthz_ok);
     tcase_add_test(tc, test_script_flush_is_survived);
