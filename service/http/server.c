@@ -22,6 +22,7 @@
 #include "core/log.h"
 #include "core/metrics.h"
 #include "core/validate.h"
+#include "http/peer_key.h"
 #include "http/proxy_header.h"
 
 /* How often a closing loop looks whether its reservations in flight ended. */
@@ -60,11 +61,12 @@ _Static_assert(sizeof http_protocol_answers / sizeof http_protocol_answers[0] ==
 /* The latency histograms of the answers above, route="protocol" (made at start). */
 static struct metrics_hist *protocol_hists[PROTOCOL_ANSWERS];
 
-/* One client address and its open connections (the per-address cap). */
+/* One client (its peer_key_of key: an IPv6 /64 is one client) and its open
+ * connections (the per-address cap). */
 struct addr_count {
     struct addr_count *next;
     long n;
-    char addr[INET6_ADDRSTRLEN];
+    char key[PEER_KEY_MAX];
 };
 
 enum conn_timer { TIMER_NONE, TIMER_IDLE, TIMER_REQUEST, TIMER_WRITE };
@@ -127,6 +129,7 @@ struct http_server {
     pthread_mutex_t addr_mu;
     struct addr_count **addr_buckets;
     size_t addr_nbuckets; /* a power of two */
+    uint64_t addr_seed;   /* this process's own: nobody can aim keys at one chain */
 };
 
 const struct cfg *http_loop_cfg(const struct http_loop *l)
@@ -152,28 +155,27 @@ static struct timeval ms_to_tv(int64_t ms)
 
 /* ---- the per-address cap ----------------------------------------------- */
 
-static size_t addr_hash(const struct http_server *s, const char *a)
+static size_t addr_hash(const struct http_server *s, const char *key)
 {
-    size_t h = 5381; /* djb2: spread enough for addresses, cheap */
-    for (; *a; a++)
-        h = h * 33 + (unsigned char)*a;
-    return h & (s->addr_nbuckets - 1);
+    return (size_t)peer_key_hash(s->addr_seed, key) & (s->addr_nbuckets - 1);
 }
 
 /* Counts one more connection of 'addr'.  Returns 0, or -1 (nothing counted)
- * when the address already holds http_max_connections_per_addr. */
+ * when the client already holds http_max_connections_per_addr. */
 static int addr_take(struct http_server *s, const char *addr)
 {
     int rc = 0;
+    char key[PEER_KEY_MAX];
+    peer_key_of(addr, key, sizeof key);
     pthread_mutex_lock(&s->addr_mu);
-    struct addr_count **b = &s->addr_buckets[addr_hash(s, addr)], *e = *b;
-    while (e && strcmp(e->addr, addr) != 0)
+    struct addr_count **b = &s->addr_buckets[addr_hash(s, key)], *e = *b;
+    while (e && strcmp(e->key, key) != 0)
         e = e->next;
     if (!e) {
         e = calloc(1, sizeof *e);
         if (!e)
             abort();
-        snprintf(e->addr, sizeof e->addr, "%s", addr);
+        snprintf(e->key, sizeof e->key, "%s", key);
         e->next = *b;
         *b = e;
     }
@@ -188,9 +190,11 @@ static int addr_take(struct http_server *s, const char *addr)
 /* Counts one connection of 'addr' less; forgets the address at zero. */
 static void addr_give(struct http_server *s, const char *addr)
 {
+    char key[PEER_KEY_MAX];
+    peer_key_of(addr, key, sizeof key);
     pthread_mutex_lock(&s->addr_mu);
-    struct addr_count **p = &s->addr_buckets[addr_hash(s, addr)];
-    while (*p && strcmp((*p)->addr, addr) != 0)
+    struct addr_count **p = &s->addr_buckets[addr_hash(s, key)];
+    while (*p && strcmp((*p)->key, key) != 0)
         p = &(*p)->next;
     struct addr_count *e = *p;
     if (e && --e->n <= 0) {
@@ -961,6 +965,7 @@ struct http_server *http_server_start(const struct cfg *c, struct workers *ws,
     s->dispatch = dispatch;
     atomic_init(&s->open, 0);
     pthread_mutex_init(&s->addr_mu, NULL);
+    s->addr_seed = peer_key_seed();
     s->addr_nbuckets = 1;
     while (s->addr_nbuckets < (size_t)c->http_max_connections * ADDR_BUCKETS_PER_CONNECTION)
         s->addr_nbuckets *= 2;
