@@ -2,14 +2,18 @@
  * peer_key: one client, one key, for the per-address connection cap and the
  * per-address rate limits alike (an IPv6 /64 is one client, an IPv4 address
  * is itself), and the hash of the per-address table follows its seed.
- * Pure: no stack needed.
+ * No stack needed: the cap is the real server's, on a loop with no listener.
  */
 #include <check.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include "core/cfg.h"
 #include "http/peer_key.h"
+#include "http/server.h"
 
 /* Keys hashed in the seed test, and the table size they are placed in. */
 #define SEED_KEYS 64
@@ -80,6 +84,46 @@ START_TEST(test_the_address_table_hash_follows_its_seed)
 }
 END_TEST
 
+static void never_called(struct http_req *r)
+{
+    (void)r;
+}
+
+/* Hands the server one end of a fresh socketpair as a connection from
+ * 'peer'; returns what http_server_adopt says (the other end is closed). */
+static int connect_as(struct http_server *s, const char *peer)
+{
+    int sv[2];
+    ck_assert(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+    close(sv[1]);
+    return http_server_adopt(s, sv[0], peer);
+}
+
+/* The real per-address cap (server.c), fed connections with the peers a
+ * test chooses: loopback has one IPv6 address, a /64 needs more. */
+START_TEST(test_the_connection_cap_counts_an_ipv6_64_as_one_client)
+{
+    struct cfg c;
+    cfg_defaults(&c);
+    c.http_max_connections_per_addr = 2;
+    char err[256];
+    struct http_server *s = http_server_bare(&c, never_called, err, sizeof err);
+    ck_assert_msg(s, "%s", err);
+    ck_assert_int_eq(connect_as(s, "2001:db8:1:2::1"), 0);
+    ck_assert_int_eq(connect_as(s, "2001:db8:1:2::2"), 0);
+    /* a third address of the same /64: the same client, past its cap */
+    ck_assert_int_eq(connect_as(s, "2001:db8:1:2:ffff:ffff:ffff:ffff"), -1);
+    /* the next /64 is another client; IPv4 addresses are counted one by one */
+    ck_assert_int_eq(connect_as(s, "2001:db8:1:3::1"), 0);
+    ck_assert_int_eq(connect_as(s, "10.0.0.1"), 0);
+    ck_assert_int_eq(connect_as(s, "10.0.0.1"), 0);
+    ck_assert_int_eq(connect_as(s, "10.0.0.1"), -1);
+    ck_assert_int_eq(connect_as(s, "10.0.0.2"), 0);
+    http_server_stop(s);
+    cfg_free(&c);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("peer_key");
@@ -87,6 +131,7 @@ int main(void)
     tcase_add_test(tc, test_ipv6_addresses_of_one_64_share_a_key_and_other_64s_do_not);
     tcase_add_test(tc, test_ipv4_addresses_are_counted_exactly);
     tcase_add_test(tc, test_the_address_table_hash_follows_its_seed);
+    tcase_add_test(tc, test_the_connection_cap_counts_an_ipv6_64_as_one_client);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
