@@ -57,7 +57,8 @@ static const struct cfg_def defs[] = {
       "a request must arrive whole (first byte to last) within this, else 408 and close"),
     I(http_idle_timeout_ms, 10000, 100, 3600000, "an idle keep-alive connection is closed after"),
     I(http_write_timeout_ms, 10000, 100, 600000,
-      "a reply the client does not read within this closes the connection"),
+      "an answer not written whole within this of its first stalled write closes the "
+      "connection (one deadline, not renewed by progress)"),
     I(http_max_connections, 10000, 1, 1000000,
       "open HTTP connections; beyond, new ones are closed at once"),
     I(http_max_connections_per_addr, 1000, 1, 1000000,

@@ -30,7 +30,7 @@ struct cfg {
     int64_t http_backlog;                  /* listen queue length */
     int64_t http_request_timeout_ms;       /* whole request, first byte to last */
     int64_t http_idle_timeout_ms;          /* idle keep-alive connection */
-    int64_t http_write_timeout_ms;         /* a reply the client does not read */
+    int64_t http_write_timeout_ms;         /* an answer's whole write, from its first stall */
     int64_t http_max_connections;          /* open connections, all clients */
     int64_t http_max_connections_per_addr; /* open connections of one client address */
     int64_t request_deadline_ms;           /* every store wait of one request, together */

@@ -66,6 +66,7 @@ enum metric {
     M_HTTP_REQUEST_TIMEOUTS, /* requests cut by http_request_timeout_ms */
     M_HTTP_WRITE_TIMEOUTS,   /* replies cut by http_write_timeout_ms */
     M_HTTP_MALFORMED,        /* requests refused by the strict parser (400/417/431/501) */
+    M_HTTP_BUFFER_BYTES,     /* gauge: bytes the HTTP connections' buffers hold */
     /* 429s, one sample each of seckill_rate_limited_total{scope=...} */
     M_RATE_LIMITED_BUYER,        /* the buyer's orders on a SKU (reserve.lua) */
     M_RATE_LIMITED_ADDR,         /* the buyer API, per client address */

@@ -1,16 +1,14 @@
 #include "http/limits.h"
 
-#include <arpa/inet.h>
 #include <inttypes.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "core/clock.h"
 #include "core/metrics.h"
 #include "core/ratelimit.h"
+#include "http/peer_key.h"
 
 /* NULL: that limit is off (also before limits_init). */
 static struct ratelimit *addr_table, *admin_table, *payment_table;
@@ -50,27 +48,14 @@ void limits_free(void)
     addr_table = admin_table = payment_table = NULL;
 }
 
-/* The bucket key of r's client: its address, an IPv6 one cut to its /64. */
-static void client_key(const struct http_req *r, char *out, size_t cap)
-{
-    const char *addr = http_peer_addr(r);
-    struct in6_addr a6;
-    if (strchr(addr, ':') && inet_pton(AF_INET6, addr, &a6) == 1 && !IN6_IS_ADDR_V4MAPPED(&a6)) {
-        memset(a6.s6_addr + 8, 0, 8);
-        if (inet_ntop(AF_INET6, &a6, out, (socklen_t)cap))
-            return;
-    }
-    snprintf(out, cap, "%s", addr);
-}
-
 /* The wait for a token of r's client in table t (0: go on); with 'take', a
  * token is taken when there is one.  NULL t: no limit. */
 static int64_t client_wait(struct ratelimit *t, const struct http_req *r, int take)
 {
     if (!t)
         return 0;
-    char key[INET6_ADDRSTRLEN + 8];
-    client_key(r, key, sizeof key);
+    char key[PEER_KEY_MAX]; /* the connection cap's key too: one client, one rule */
+    peer_key_of(http_peer_addr(r), key, sizeof key);
     return take ? ratelimit_take(t, key, clock_mono_us()) : ratelimit_wait(t, key, clock_mono_us());
 }
 

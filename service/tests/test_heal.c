@@ -4,12 +4,15 @@
  * admin deltas, and the reconciler settling and rebuilding without an
  * operator.  The real daemon against the real Redis and PostgreSQL.
  */
+#include <arpa/inet.h>
 #include <check.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -18,6 +21,7 @@
 #include "core/keys.h"
 #include "harness.h"
 #include "order/order.h"
+#include "rlock/url.h"
 #include "store/redis_conn.h"
 
 #define CT_JSON "Content-Type: application/json\r\n"
@@ -401,6 +405,44 @@ START_TEST(test_redis_restart_rebuilds_each_sku_once)
 }
 END_TEST
 
+/* The I/O timeout of the connections below: short, the test waits for it. */
+#define SILENT_IO_TIMEOUT_MS 300
+
+START_TEST(test_a_redis_that_never_answers_auth_is_a_timeout_not_a_refusal)
+{
+    /* A server that takes connections (the kernel completes them from the
+     * listen queue) and never says a word: a stalled or frozen Redis. */
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof a;
+    ck_assert(lfd >= 0 && bind(lfd, (struct sockaddr *)&a, sizeof a) == 0 && listen(lfd, 4) == 0 &&
+              getsockname(lfd, (struct sockaddr *)&a, &al) == 0);
+    char url[128], err[512];
+    snprintf(url, sizeof url, "redis://seckill:secret@127.0.0.1:%d/1", ntohs(a.sin_port));
+    struct rlock_url u;
+    ck_assert(rlock_url_parse(url, &u, err, sizeof err) == 0);
+    redisContext *c = rlock_url_connect(&u, BOUND_MS, SILENT_IO_TIMEOUT_MS, err, sizeof err);
+    ck_assert(c == NULL);
+    ck_assert_msg(strstr(err, "AUTH") && strstr(err, "timed out") && !strstr(err, "refused"),
+                  "a silent server was reported as: %s", err);
+    /* no password: the same stall at SELECT says so too */
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d/1", ntohs(a.sin_port));
+    ck_assert(rlock_url_parse(url, &u, err, sizeof err) == 0);
+    c = rlock_url_connect(&u, BOUND_MS, SILENT_IO_TIMEOUT_MS, err, sizeof err);
+    ck_assert(c == NULL);
+    ck_assert_msg(strstr(err, "SELECT") && strstr(err, "timed out") && !strstr(err, "refused"),
+                  "a silent server was reported as: %s", err);
+    close(lfd);
+    /* the real Redis, a wrong password: that one is a refusal */
+    ck_assert(rlock_url_parse(th_env("SECKILL_TEST_REDIS_URL"), &u, err, sizeof err) == 0);
+    snprintf(u.password, sizeof u.password, "not-the-password");
+    c = rlock_url_connect(&u, BOUND_MS, BOUND_MS, err, sizeof err);
+    ck_assert(c == NULL);
+    ck_assert_msg(strstr(err, "AUTH") && strstr(err, "refused") && !strstr(err, "timed out"),
+                  "a wrong password was reported as: %s", err);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("heal");
@@ -416,6 +458,7 @@ int main(void)
     tcase_add_test(tc, test_admin_delta_retried_with_the_same_key_applies_once);
     tcase_add_test(tc, test_adjustment_cut_by_a_crash_is_settled_by_the_next_daemon);
     tcase_add_test(tc, test_redis_restart_rebuilds_each_sku_once);
+    tcase_add_test(tc, test_a_redis_that_never_answers_auth_is_a_timeout_not_a_refusal);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

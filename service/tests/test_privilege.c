@@ -265,6 +265,70 @@ START_TEST(test_service_role_is_what_the_daemon_and_the_suite_use)
 }
 END_TEST
 
+/* README's account of the service role's rights (the paragraph from
+ * "logs in as" to "So no"), read into out.  Asserts it was found. */
+static void readme_rights(char *out, size_t cap)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/README.md", th_env("SECKILL_TEST_ROOT"));
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f, "cannot read %s", path);
+    static char text[1 << 20];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    const char *from = strstr(text, "logs in as\n  `seckill_app`");
+    const char *to = from ? strstr(from, "So no") : NULL;
+    ck_assert_msg(from && to && (size_t)(to - from) < cap,
+                  "README lost its paragraph on the service role's rights");
+    memcpy(out, from, (size_t)(to - from));
+    out[to - from] = '\0';
+    /* the paragraph wraps lines: make it one line of single spaces */
+    char *w = out;
+    for (const char *r = out; *r; r++)
+        if (!(*r == '\n' || (*r == ' ' && (w == out || w[-1] == ' '))))
+            *w++ = *r;
+        else if (w > out && w[-1] != ' ')
+            *w++ = ' ';
+    *w = '\0';
+}
+
+START_TEST(test_readme_names_every_right_the_service_role_has)
+{
+    char rights[8192];
+    readme_rights(rights, sizeof rights);
+    PGconn *c = th_pg_admin();
+    /* every table, sequence and updatable column the role holds a right on,
+     * as PostgreSQL says after the migrations */
+    PGresult *r =
+        PQexec(c, "SELECT table_name, NULL FROM information_schema.role_table_grants "
+                  "WHERE grantee = 'seckill_app' "
+                  "UNION SELECT object_name, NULL FROM information_schema.usage_privileges "
+                  "WHERE grantee = 'seckill_app' "
+                  "UNION SELECT table_name, column_name FROM information_schema.column_privileges "
+                  "WHERE grantee = 'seckill_app' AND privilege_type = 'UPDATE' "
+                  "AND NOT EXISTS (SELECT 1 FROM information_schema.role_table_grants t "
+                  "WHERE t.grantee = 'seckill_app' AND t.table_name = column_privileges.table_name "
+                  "AND t.privilege_type = 'UPDATE')");
+    ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) > 0, "%s",
+                  PQerrorMessage(c));
+    for (int i = 0; i < PQntuples(r); i++) {
+        char name[160];
+        snprintf(name, sizeof name, "%s", PQgetvalue(r, i, PQgetisnull(r, i, 1) ? 0 : 1));
+        /* a name stands in the text as a word: `name`, or (name, ...) in a list */
+        int found = 0;
+        for (const char *p = rights; (p = strstr(p, name)) && !found; p++) {
+            char before = p == rights ? ' ' : p[-1], after = p[strlen(name)];
+            found = strchr("`( ", before) && strchr("`,) ", after);
+        }
+        ck_assert_msg(found, "README's list of the service role's rights leaves out %s%s%s",
+                      PQgetvalue(r, i, 0), PQgetisnull(r, i, 1) ? "" : ".", PQgetvalue(r, i, 1));
+    }
+    PQclear(r);
+    PQfinish(c);
+}
+END_TEST
+
 START_TEST(test_user_name_in_redis_url_is_used)
 {
     struct cfg c;
@@ -457,6 +521,7 @@ int main(void)
     tcase_add_test(tc, test_short_admin_token_is_refused_at_start);
     tcase_add_test(tc, test_a_refused_setting_is_one_escaped_log_record);
     tcase_add_test(tc, test_admin_token_file_works);
+    tcase_add_test(tc, test_readme_names_every_right_the_service_role_has);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
