@@ -537,11 +537,8 @@ redisReply *rlock_cluster_script(struct rlock_cluster *c, const struct rlock_scr
     }
     char num[16];
     snprintf(num, sizeof num, "%d", nkeys);
-    av[0] = "EVALSHA";
-    av[1] = s->sha;
+    rlock_script_head(s, av, al);
     av[2] = num;
-    al[0] = 7;
-    al[1] = RLOCK_SHA1_HEX_LEN;
     al[2] = strlen(num);
     for (int i = 0; i < n; i++) {
         av[3 + i] = argv[i];
@@ -596,6 +593,9 @@ static enum answer answer_in(const char *why, const char **at)
 static int ask_ready(struct rlock_cluster *c, struct node *n, char *err, size_t errlen)
 {
     int sent = 0, asking = 0;
+    /* Functions are loaded ahead of time, never here. */
+    if (rlock_lua((enum rlock_lua)0)->function)
+        sent = RLOCK_LUA_COUNT;
     for (; sent < RLOCK_LUA_COUNT; sent++) {
         const struct rlock_script *s = rlock_lua((enum rlock_lua)sent);
         if (redisAppendCommand(n->ctx, "SCRIPT LOAD %b", s->text, s->len) != REDIS_OK)
