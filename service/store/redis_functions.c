@@ -44,7 +44,9 @@ int redis_functions_load(struct redis_conn *rc, char *err, size_t errlen)
         if (!ok)
             snprintf(err, errlen, "redis: FUNCTION LOAD of library %s on server %d of %d: %s",
                      EMBEDDED_LIBRARY, i, n,
-                     r && r->str ? r->str : c->errstr[0] ? c->errstr : "no reply");
+                     r && r->str    ? r->str
+                     : c->errstr[0] ? c->errstr
+                                    : "no reply");
         freeReplyObject(r);
         if (!r)
             redis_conn_close(rc);
