@@ -124,6 +124,17 @@ enum rlock_library_state redis_functions_heal(struct redis_conn *rc, const struc
     return st;
 }
 
+int redis_functions_check_config(const struct cfg *c, char *err, size_t errlen)
+{
+    struct rlock_url u;
+    char why[256];
+    if (!c->redis_functions_url[0] ||
+        rlock_url_parse(c->redis_functions_url, &u, why, sizeof why) == 0)
+        return 0;
+    snprintf(err, errlen, "redis_functions_url: %s", why);
+    return -1;
+}
+
 enum rlock_library_state redis_functions_state(void)
 {
     return (enum rlock_library_state)atomic_load(&last_state);

@@ -54,6 +54,11 @@ enum rlock_library_state redis_functions_check(struct redis_conn *rc, char *err,
  */
 enum rlock_library_state redis_functions_heal(struct redis_conn *rc, const struct cfg *c);
 
+/* At start-up: returns 0 when redis_functions_url is empty or a URL
+ * rlock_url_parse() takes, else -1 with err set (never the password). */
+int redis_functions_check_config(const struct cfg *c, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+
 /* What the last redis_functions_heal() found, for /healthz; CURRENT before
  * the first. Any thread. */
 enum rlock_library_state redis_functions_state(void);

@@ -437,6 +437,21 @@ START_TEST(test_daemon_refuses_a_wrong_redis_password)
 }
 END_TEST
 
+START_TEST(test_daemon_refuses_a_bad_redis_functions_url)
+{
+    const char *env[] = {"SECKILL_REDIS_FUNCTIONS_URL_FILE", /* unset (glibc putenv) */
+                         "SECKILL_REDIS_FUNCTIONS_URL=redis://seckill-functions:" WRONG_PASSWORD
+                         "@127.0.0.1:notaport/0",
+                         NULL};
+    const char *args[] = {"serve", NULL};
+    struct run r;
+    run_daemon(&r, env, args);
+    ck_assert_msg(r.status != 0, "seckilld started with a bad redis_functions_url: %s", r.out);
+    ck_assert_msg(strstr(r.out, "redis_functions_url"), "no clear reason: %s", r.out);
+    ck_assert_msg(!strstr(r.out, WRONG_PASSWORD), "the password was printed: %s", r.out);
+}
+END_TEST
+
 START_TEST(test_secret_flag_is_refused_at_start)
 {
     const char *args[] = {"--admin-token=" TH_ADMIN_TOKEN, "serve", NULL};
@@ -532,6 +547,7 @@ int main(void)
     tcase_add_test(tc, test_service_role_is_what_the_daemon_and_the_suite_use);
     tcase_add_test(tc, test_user_name_in_redis_url_is_used);
     tcase_add_test(tc, test_daemon_refuses_a_wrong_redis_password);
+    tcase_add_test(tc, test_daemon_refuses_a_bad_redis_functions_url);
     tcase_add_test(tc, test_secret_flag_is_refused_at_start);
     tcase_add_test(tc, test_short_admin_token_is_refused_at_start);
     tcase_add_test(tc, test_a_refused_setting_is_one_escaped_log_record);
