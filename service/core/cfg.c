@@ -108,6 +108,15 @@ static const struct cfg_def defs[] = {
     I(redis_sentinel_poll_ms, 1000, 50, 60000,
       "with a redis-sentinel:// URL: how often the daemon asks its Sentinel where the master is, "
       "besides following its +switch-master announcements"),
+    SF(redis_functions_url, "", CFG_SECRET_IN_URL,
+       "the same Redis as redis_url, as a user that may only FUNCTION LOAD (and FUNCTION LIST): "
+       "the daemon loads its Redis Functions library again with it when Redis lost it (an empty "
+       "restart); empty: it does not, and `seckilld migrate` must (with a password, from "
+       "SECKILL_REDIS_FUNCTIONS_URL or redis_functions_url_file only)"),
+    SF(migrate_redis_url, "", CFG_SECRET_IN_URL,
+       "the same Redis as redis_url, as its administrator: migrate loads the Redis Functions "
+       "library with it (empty: redis_url; with a password, from SECKILL_MIGRATE_REDIS_URL or "
+       "migrate_redis_url_file only)"),
     SF(pg_dsn, "host=127.0.0.1 port=5433 dbname=seckill user=seckill_app connect_timeout=5",
        CFG_SECRET_IN_URL,
        "libpq connection string of the service's role (best without a password: PGPASSFILE; with "

@@ -4,7 +4,7 @@
  * (`name = value` lines), environment variables, command-line flags.
  * A bad value at start-up is fatal (the caller prints the message and exits).
  *
- * Secrets (admin_token; redis_url, pg_dsn and migrate_pg_dsn when they carry
+ * Secrets (admin_token; the Redis URLs, pg_dsn and migrate_pg_dsn when they carry
  * a password) are refused as command-line flags, never printed, and each has
  * a companion "<name>_file" setting (SECKILL_<NAME>_FILE, --<name>-file, or in
  * the config file) that reads the value from the first line of a file.
@@ -56,8 +56,10 @@ struct cfg {
     int64_t redis_connect_timeout_ms;
     int64_t redis_reconnect_ms; /* pause between reconnect attempts */
     int64_t redis_sentinel_poll_ms;
-    char *pg_dsn;         /* libpq conninfo; password best via PGPASSFILE */
-    char *migrate_pg_dsn; /* the schema owner's conninfo for migrate; "": pg_dsn */
+    char *redis_functions_url; /* a user that may only FUNCTION LOAD: self-healing; "": none */
+    char *migrate_redis_url;   /* the admin user's URL for migrate's FUNCTION LOAD; "": redis_url */
+    char *pg_dsn;              /* libpq conninfo; password best via PGPASSFILE */
+    char *migrate_pg_dsn;      /* the schema owner's conninfo for migrate; "": pg_dsn */
     int64_t pg_statement_timeout_ms;
     int64_t pg_client_timeout_ms;        /* longest wait for any PostgreSQL answer */
     int64_t pg_client_check_interval_ms; /* server checks a running statement's client */

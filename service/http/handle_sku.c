@@ -9,6 +9,7 @@
 #include "core/validate.h"
 #include "order/soldout.h"
 #include "sku/sku.h"
+#include "store/redis_functions.h"
 
 enum sku_op { OP_VIEW, OP_VIEW_ADMIN, OP_CREATE, OP_ADJUST, OP_RELOAD, OP_WINDOW };
 
@@ -175,6 +176,13 @@ static void health_answer(struct health_check *hc)
                           "redis", redis, "postgres", pg_ok ? "ok" : "down");
     if (redis_in_time && rd->cluster)
         json_object_set_new(o, "redis_masters_down", json_integer(rd->total - rd->up));
+    /* Without its functions Redis answers but runs nothing of the service. */
+    enum rlock_library_state lib = redis_functions_state();
+    if (lib != RLOCK_LIBRARY_CURRENT)
+        json_object_set_new(o, "redis_functions", json_string(redis_functions_state_str(lib)));
+    int lib_ok = lib != RLOCK_LIBRARY_MISSING;
+    if (!lib_ok)
+        json_object_set_new(o, "status", json_string("unavailable"));
     if (!redis_in_time || !pg_in_time) {
         char d[160];
         snprintf(d, sizeof d, "%s%s%s did not answer within health_timeout_ms (%" PRId64 " ms)",
@@ -189,9 +197,13 @@ static void health_answer(struct health_check *hc)
                  redis_ok ? "" : "redis", !redis_ok && !pg_ok ? " and " : "",
                  pg_ok ? "" : "postgres");
         json_object_set_new(o, "detail", json_string(d));
+    } else if (!lib_ok) {
+        json_object_set_new(o, "detail",
+                            json_string("redis lost the service's functions: seckilld migrate, or "
+                                        "redis_functions_url, loads them again"));
     }
     hc->answered = 1;
-    http_reply_json(&hc->req, redis_ok && pg_ok ? 200 : 503, o);
+    http_reply_json(&hc->req, redis_ok && pg_ok && lib_ok ? 200 : 503, o);
 }
 
 static void health_on_report(const struct health_report *rep, void *arg)

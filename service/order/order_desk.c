@@ -436,6 +436,8 @@ static void reserved(struct order_call *oc, const redisReply *r, enum redis_asyn
     case ORDER_UNAVAILABLE: /* not sent, or an error reply (logged once per call): nothing taken */
         if (r && r->type != REDIS_REPLY_ERROR)
             log_error("reserve.lua: unexpected answer");
+        if (rlock_reply_is_no_function(r))
+            reconcile_kick(); /* Redis lost the functions (an empty restart): heal now */
         break;
     default:
         break;

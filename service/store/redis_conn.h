@@ -73,7 +73,7 @@ int redis_conn_check_credentials(const struct redis_conn *rc, char *err, size_t 
  * On a Redis Cluster (a redis-cluster:// redis_url) every command goes to
  * the master of its keys' slot: the key is argv[1], or the third argument
  * of XGROUP and XINFO, the first stream after STREAMS of XREADGROUP and
- * XREAD, the first key of EVALSHA and EVAL; commands without a key (PING,
+ * XREAD, the first key of EVALSHA, EVAL, FCALL and FCALL_RO; commands without a key (PING,
  * INFO, PUBLISH...) go to the master of slot 0.  The keys of one command
  * must share a slot (every key of a SKU shares its hash tag); the commands
  * of one pipeline may each have their own.  MOVED, ASK and TRYAGAIN are

@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/embedded.h"
 #include "harness.h"
 #include <rlock/fence.h>
 #include <rlock/rlock.h>
@@ -556,6 +557,7 @@ static Suite *ctl_suite(void)
 
 int main(void)
 {
+    embedded_init(); /* the lock library as the service runs it: by FCALL */
     SRunner *sr = srunner_create(ctl_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
