@@ -76,8 +76,8 @@ static enum sku_result create_with_id(struct worker_ctx *w, const struct validat
     }
     if (sku_tx_commit(w, tx, &t, id) != SKU_OK)
         return SKU_UNAVAILABLE;
-    if (lj.res != SKU_OK)
-        return SKU_NOT_LOADED; /* in the database; Redis refused (full) or failed */
+    if (lj.res != SKU_OK) /* in the database; Redis refused (full) or failed */
+        return lj.res == SKU_NOT_LOADED_FULL ? SKU_NOT_LOADED_FULL : SKU_NOT_LOADED;
 
     *out = sku_created_json(spec, id);
     return SKU_OK;

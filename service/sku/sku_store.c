@@ -149,9 +149,12 @@ void load_on_commit(enum dbtx_outcome outcome, void *arg)
         lj->res = r->integer == 1 ? SKU_OK : SKU_EXISTS;
         if (r->integer == 1)
             metrics_add(M_SKU_RELOADS, 1);
-    } else
+    } else {
+        if (redis_reply_is_oom(r))
+            lj->res = SKU_NOT_LOADED_FULL;
         log_warn("sku %" PRId64 ": load into Redis failed: %s", lj->id,
                  r && r->type == REDIS_REPLY_ERROR ? r->str : "no answer");
+    }
     if (r)
         freeReplyObject(r);
 }

@@ -661,7 +661,7 @@ START_TEST(test_full_redis_answers_503_store_full_takes_nothing_and_heals)
 {
     th_reset();
     struct th_daemon d;
-    const char *env[] = {"SECKILL_FULL_RETRY_AFTER_S=7", NULL};
+    const char *env[] = {"SECKILL_FULL_RETRY_AFTER_S=7", "SECKILL_RECONCILE_INTERVAL_MS=200", NULL};
     start(&d, env);
     th_create_sku(d.port, 1, 5, 2);
     order_ok(d.port, 1, 1, 1);
@@ -703,7 +703,9 @@ START_TEST(test_full_redis_answers_503_store_full_takes_nothing_and_heals)
     ck_assert_int_eq(idem_full, 0);
     ck_assert_int_eq(pg_stock(1), 4);
     ck_assert_int_eq(pg_int("SELECT count(*) FROM stock_ledger WHERE kind = 'admin'"), 0);
-    ck_assert_int_eq(pg_int("SELECT count(*) FROM skus WHERE id = 2"), 0);
+    /* the SKU create committed before its load was refused, and says so */
+    ck_assert(strstr(created.body, "in the database"));
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM skus WHERE id = 2"), 1);
 
     /* memory comes back: the same request is taken, once */
     struct th_response r;
@@ -713,6 +715,55 @@ START_TEST(test_full_redis_answers_503_store_full_takes_nothing_and_heals)
     ck_assert_int_eq(adjust(d.port, 1, 3, "restock", &r), 200);
     th_wait_drained(1, DRAIN_MS);
     ck_assert_int_eq(pg_stock(1), 6);
+    th_assert_invariants(1);
+    /* and the reconciler loads the SKU Redis had no room for */
+    int waited = 0;
+    while (th_sku_int(2, KEY_STOCK) != 5 && waited < DRAIN_MS) {
+        th_sleep_ms(50);
+        waited += 50;
+    }
+    ck_assert_int_eq(th_sku_int(2, KEY_STOCK), 5);
+    stop(&d);
+}
+END_TEST
+
+/* A full Redis refuses what adds memory, not what frees it: the writer still
+ * takes its SKU's lock, writes the stream's orders to PostgreSQL and trims
+ * the stream (the lock functions and the settle functions are allow-oom). */
+START_TEST(test_full_redis_still_drains_the_orders_it_holds)
+{
+    th_reset();
+    struct th_daemon d;
+    const char *reserve_only[] = {"SECKILL_ORDER_ACK=reserved", "SECKILL_WRITER_THREADS=0", NULL};
+    start(&d, reserve_only);
+    th_create_sku(d.port, 1, 10, 5);
+    struct th_response r;
+    for (int user = 1; user <= 3; user++) {
+        order(d.port, 1, user, 1, NULL, &r);
+        expect(&r, 202, NULL, "an order no writer takes yet");
+    }
+    stop(&d);
+    ck_assert_int_eq(th_stream_len(1), 3);
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM orders"), 0);
+
+    char old[64];
+    redis_maxmemory("1", old, sizeof old);
+    start(&d, NULL); /* writers on */
+    int waited = 0;
+    while (pg_int("SELECT count(*) FROM orders") < 3 && waited < DRAIN_MS) {
+        th_sleep_ms(50);
+        waited += 50;
+    }
+    long long written = pg_int("SELECT count(*) FROM orders");
+    order(d.port, 1, 4, 1, NULL, &r);
+    long long stream_full = th_stream_len(1);
+    redis_maxmemory(old, NULL, 0);
+
+    ck_assert_msg(written == 3, "%lld of 3 orders written while Redis was full", written);
+    expect_detail(&r, 503, "store_full", "a new order while Redis is full");
+    ck_assert_int_le(stream_full, 3);
+    th_wait_drained(1, DRAIN_MS);
+    ck_assert_int_eq(pg_stock(1), 7);
     th_assert_invariants(1);
     stop(&d);
 }
@@ -1518,6 +1569,7 @@ static Suite *api_suite(void)
     tcase_add_test(tc, test_idempotent_retry_returns_same_order_and_takes_stock_once);
     tcase_add_test(tc, test_unavailable_when_redis_down);
     tcase_add_test(tc, test_full_redis_answers_503_store_full_takes_nothing_and_heals);
+    tcase_add_test(tc, test_full_redis_still_drains_the_orders_it_holds);
     tcase_add_test(tc, test_refusal_is_remembered_refusal_ttl_s_an_order_idempotency_ttl_s);
     tcase_add_test(tc, test_sku_lost_by_redis_is_restored_by_the_service);
     tcase_add_test(tc, test_healthz_ok);

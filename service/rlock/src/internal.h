@@ -173,22 +173,24 @@ struct rlock_script; /* rlock/script.h */
 /*
  * Every script of the library, named once: X(ID, file, flags) makes
  * lua/rlock/<file>.lua the script RLOCK_LUA_<ID>, with the RLOCK_FN_* flags
- * it has as the function rlock_<file> (registry.c says why).  The build
+ * it has as the function rlock_<file> (registry.c says why).  Every one
+ * may run over maxmemory: a lock is a few dozen bytes, and refusing one
+ * would stop the holders whose work (a writer draining a stream) frees memory.  The build
  * embeds the files (service/tools/embed.c) as rlock_lua_<file>[] and _len.
  */
 #define RLOCK_LUA_SCRIPTS(X)                                                                       \
     X(RELEASE, release, RLOCK_FN_ALLOW_OOM)                                                        \
     X(EXTEND, extend, RLOCK_FN_ALLOW_OOM)                                                          \
-    X(MULTI_ACQUIRE, multi_acquire, 0)                                                             \
+    X(MULTI_ACQUIRE, multi_acquire, RLOCK_FN_ALLOW_OOM)                                            \
     X(MULTI_RELEASE, multi_release, RLOCK_FN_ALLOW_OOM)                                            \
-    X(REENTRANT_ACQUIRE, reentrant_acquire, 0)                                                     \
+    X(REENTRANT_ACQUIRE, reentrant_acquire, RLOCK_FN_ALLOW_OOM)                                    \
     X(REENTRANT_RELEASE, reentrant_release, RLOCK_FN_ALLOW_OOM)                                    \
     X(REENTRANT_RENEW, reentrant_renew, RLOCK_FN_ALLOW_OOM)                                        \
-    X(FAIR_ACQUIRE, fair_acquire, 0)                                                               \
+    X(FAIR_ACQUIRE, fair_acquire, RLOCK_FN_ALLOW_OOM)                                              \
     X(FAIR_RELEASE, fair_release, RLOCK_FN_ALLOW_OOM)                                              \
     X(FAIR_CANCEL, fair_cancel, RLOCK_FN_ALLOW_OOM)                                                \
-    X(FENCE_ACQUIRE, fence_acquire, 0)                                                             \
-    X(FENCE_FLOOR, fence_floor, 0)                                                                 \
+    X(FENCE_ACQUIRE, fence_acquire, RLOCK_FN_ALLOW_OOM)                                            \
+    X(FENCE_FLOOR, fence_floor, RLOCK_FN_ALLOW_OOM)                                                \
     X(FENCE_RENEW, fence_renew, RLOCK_FN_ALLOW_OOM)
 
 /* (clang-format cannot tell that the X-list expands to enumerators.) */
