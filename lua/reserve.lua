@@ -16,7 +16,8 @@
 -- Writes, for the orders taken: the sequence and the stock (one MSET), per
 -- order its XADD and its idempotency key, then the journal (one HSET) and the
 -- buyers' held units (one HSET) once per batch.  A service-made key lives
--- ARGV[3] seconds (long enough to settle a lost reply), a buyer's ARGV[2].
+-- ARGV[3] seconds (long enough to settle a lost reply), a buyer's ARGV[2], a
+-- refusal remembered under a buyer's key ARGV[12].
 --
 -- KEYS: 1 meta (hash epoch, starts_ms, ends_ms, limit, parent, bucket,
 --       buckets), 2 stock, 3 seq, 4 bought (hash user -> units held, and
@@ -34,7 +35,10 @@
 --       6-9 the stream entry's field names for the order id, user, qty and
 --       idempotency key (named once, in service/order/order.c), 10 a buyer's
 --       bucket gains one order every this many us ('0': no limit), 11 the
---       bucket's size (orders at once); then 7 per order i, from 11 + 7(i-1):
+--       bucket's size (orders at once), 12 how long (s) a refusal is
+--       remembered under a buyer's key (each is Redis memory a buyer can
+--       make, so far shorter than an order's); then 7 per order i, from
+--       12 + 7(i-1):
 --       +1 user_id, +2 qty, +3 idempotency key ('' for none), +4 request
 --       fingerprint, +5 '1' to remember a refusal under the key (the buyer's
 --       own key), '0' not (a key the service made up: refusals are most of a
@@ -53,7 +57,7 @@
 -- 'entry' is the order's stream entry id: unlike the order id, Redis can never
 -- issue it twice, so buyers waiting for a decision match on both.
 local N = tonumber(ARGV[1])
-local NKEYS, NARGS, PER_ORDER = 6, 11, 7
+local NKEYS, NARGS, PER_ORDER = 6, 12, 7
 local replies = {}
 local meta = redis.call('HMGET', KEYS[1], 'epoch', 'starts_ms', 'ends_ms', 'limit', 'parent',
                         'bucket', 'buckets')
@@ -276,7 +280,7 @@ for _, b in ipairs(buyer_list) do
   end
 end
 for _, r in ipairs(remembered) do
-  redis.call('SET', r[1], r[2], 'EX', ARGV[2])
+  redis.call('SET', r[1], r[2], 'EX', ARGV[12])
 end
 for i = 1, N do
   local r = replies[i]

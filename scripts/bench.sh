@@ -7,7 +7,7 @@
 #   ceiling   build/http-ceiling (a fixed 202 body) driven by seckill-loadtest,
 #             with seckilld's own HTTP server and with libevent's evhttp, and by
 #             wrk when installed: what HTTP alone costs;
-#   redis     redis-benchmark running the project's lua/reserve.lua by EVALSHA
+#   redis     redis-benchmark running the project's lua/reserve.lua by FCALL
 #             exactly as seckilld calls it (a random buyer per order), with 1
 #             order a call and with BENCH_REDIS_BATCH, under the service's ACL
 #             rules, on a SKU with huge stock copied into a scratch database
@@ -376,7 +376,7 @@ create_sku() {
 # ---- redis: reserve.lua alone, by redis-benchmark, as seckilld calls it
 REDIS_RPS='' REDIS_P99='' REDIS_BATCH_RPS='' REDIS_BATCH_P99=''
 if want redis; then
-    say "=== redis: redis-benchmark EVALSHA reserve.lua, $CONNS clients, $REDIS_REQS calls"
+    say "=== redis: redis-benchmark FCALL seckill_reserve (reserve.lua), $CONNS clients, $REDIS_REQS calls"
     lt_daemon_start_free "$OUT/seckilld-redis.log"
     RSKU=$(create_sku "$LT_DAEMON_MADDR" redis-benchmark "$BIG_STOCK" "$BIG_LIMIT") ||
         die "could not create the redis phase's SKU (log: $OUT/seckilld-redis.log)"
@@ -393,8 +393,10 @@ if want redis; then
         [[ $(se_redis_admin "$LT_STACK_DIR" "$REDIS_PORT" COPY "$K:$k" "$K:$k" DB "$BENCH_REDIS_DB" REPLACE) == 1 ]] ||
             die "could not copy $K:$k into database $BENCH_REDIS_DB"
     done
-    SHA=$(se_redis_admin "$LT_STACK_DIR" "$REDIS_PORT" SCRIPT LOAD "$(cat "$ROOT/lua/reserve.lua")")
-    [[ $SHA =~ ^[0-9a-f]{40}$ ]] || die "SCRIPT LOAD of lua/reserve.lua failed: $SHA"
+    # reserve.lua is the function seckill_reserve of the library migrate
+    # loaded (README, Redis Functions): called as seckilld calls it.
+    [[ $(se_redis_admin "$LT_STACK_DIR" "$REDIS_PORT" FUNCTION LIST LIBRARYNAME seckill) == *seckill_reserve* ]] ||
+        die "the stack's Redis has no function seckill_reserve (did seckilld migrate run?)"
     # redis-benchmark reads its password only from its command line: it gets
     # a throwaway user with exactly the service's ACL rules (keys, channels,
     # commands) and a one-time password, deleted at the end.
@@ -411,7 +413,7 @@ if want redis; then
     # header): the six shared keys, the count, the TTLs of a buyer's and of a
     # made-up key (idempotency_ttl_s, idempotency_auto_ttl_s), a deadline far
     # ahead, 2^30 ids per epoch, the stream's field names, the buyer bucket
-    # (rate_buyer_orders_per_min 60 = one every 10^6 us, burst 5); then per
+    # (rate_buyer_orders_per_min 60 = one every 10^6 us, burst 5), refusal_ttl_s; then per
     # order its idempotency key and bucket keys and buyer, qty 1, a made-up
     # key (as seckilld makes one per order), its fingerprint, '0' (not the
     # buyer's key: refusals not remembered), no parent, '1' (takes a token).
@@ -430,8 +432,8 @@ if want redis; then
         (cd "$OUT" && timeout $((SECS * 30 + 120)) redis-benchmark -h 127.0.0.1 -p "$REDIS_PORT" \
             --user "$BENCH_REDIS_USER" -a "$BPW" --dbnum "$BENCH_REDIS_DB" -c "$CONNS" \
             -n $((REDIS_REQS / n)) -r "$USERS" --csv \
-            EVALSHA "$SHA" $((6 + 2 * n)) "$K:meta" "$K:stock" "$K:seq" "$K:bought" "$K:journal" \
-            "$K:orders" "${keys[@]}" "$n" 86400 600 "$DEADLINE" 1073741824 o u q k 1000000 5 \
+            FCALL seckill_reserve $((6 + 2 * n)) "$K:meta" "$K:stock" "$K:seq" "$K:bought" "$K:journal" \
+            "$K:orders" "${keys[@]}" "$n" 86400 600 "$DEADLINE" 1073741824 o u q k 1000000 5 60 \
             "${args[@]}") >"$OUT/redis-benchmark-$n.csv" 2>"$OUT/redis-benchmark-$n.err" || {
             cat "$OUT/redis-benchmark-$n.err" >&2
             die "redis-benchmark failed ($OUT/redis-benchmark-$n.err)"

@@ -16,6 +16,9 @@
 #   pg-stop              PostgreSQL stopped (immediate) under load, started again
 #   pg-freeze            PostgreSQL SIGSTOPped (postmaster and children), SIGCONT
 #   redis-freeze         Redis SIGSTOPped longer than redis_timeout_ms, SIGCONT
+#   redis-full           Redis's maxmemory lowered to what it holds under load (it is
+#                        full: noeviction refuses every write that needs memory), then
+#                        raised back: 503 store_full meanwhile, nothing taken, no order lost
 #   two-daemons-kill-one two daemons share the load, kill -9 of one
 #   writer-frozen        two daemons, one SIGSTOPped longer than lock_ttl_ms
 #   adjust-crash         a daemon dies between the Redis step and COMMIT of a delta
@@ -66,7 +69,7 @@ for c in curl jq redis-cli ps; do
     command -v "$c" >/dev/null 2>&1 || die "$c is not installed (run scripts/deps.sh)"
 done
 
-ALL_SCENARIOS=(daemon-kill redis-restart-aof redis-restart-empty redis-empty-at-202 pg-stop pg-freeze redis-freeze
+ALL_SCENARIOS=(daemon-kill redis-restart-aof redis-restart-empty redis-empty-at-202 pg-stop pg-freeze redis-freeze redis-full
     two-daemons-kill-one writer-frozen adjust-crash expiry-crash redis-failover
     sentinel-then-master-kill failover-stale-holder balancer-daemon-kill cluster-master-kill
     cluster-reshard cluster-buckets transfer-crash balancer-redis-failover)
@@ -89,6 +92,8 @@ fi
 FAULT_AT_S=2           # into the load
 DOWN_S=2               # a killed or stopped part stays down this long
 FREEZE_S=8             # SIGSTOP of PostgreSQL or Redis
+FULL_S=4               # redis-full: Redis stays at its bound this long
+FULL_BELOW_BYTES=262144 # ... set this far below what it holds: the writers' trims free less
 WRITER_FREEZE_S=5      # SIGSTOP of a daemon: longer than its lock lease below
 HEALTHZ_BOUND_S=5      # /healthz must answer 503 this fast while PostgreSQL is frozen
 PROBE_EVERY_S=0.1      # healing probes
@@ -140,7 +145,7 @@ export SECKILL_RECONCILE_INTERVAL_MS=${SECKILL_RECONCILE_INTERVAL_MS:-2000}
 declare -A HEAL_BOUND=(
     [daemon-kill]=20 [redis-restart-aof]=15 [redis-restart-empty]=30 [redis-empty-at-202]=30
     [pg-stop]=20
-    [pg-freeze]=15 [redis-freeze]=15 [two-daemons-kill-one]=20 [writer-frozen]=20
+    [pg-freeze]=15 [redis-freeze]=15 [redis-full]=10 [two-daemons-kill-one]=20 [writer-frozen]=20
     [adjust-crash]=15 [expiry-crash]=15 [transfer-crash]=15
     # redis-failover, sentinel-then-master-kill, failover-stale-holder,
     # balancer-redis-failover (its heal measured through HAProxy): the
@@ -653,6 +658,47 @@ scenario_redis_freeze() {
         fail "no buyer got a 503 while Redis was frozen: the fault was not felt"
 }
 
+# redis_info_field NAME: a field of the stack's Redis INFO.
+redis_info_field() {
+    se_redis_admin "$STACK_DIR" "$SE_REDIS_PORT" INFO memory | tr -d '\r' |
+        awk -F: -v k="$1" '$1 == k { print $2; exit }'
+}
+
+# Redis full under load: maxmemory below what it holds (noeviction: every write that needs memory is refused,
+# reads and deletions go on).  Buyers get 503 store_full, nothing taken; the
+# writers' settle scripts are refused too and retry, losing no order; once
+# the bound is back, sales resume by themselves.
+scenario_redis_full() {
+    local sku=$1 old used body code t0
+    start_daemon d1 || return
+    local url=http://127.0.0.1:$D_PORT
+    under_load "$sku" "$url" || return
+    old=$(se_redis_admin "$STACK_DIR" "$SE_REDIS_PORT" CONFIG GET maxmemory | sed -n 2p)
+    used=$(redis_info_field used_memory)
+    se_redis_admin "$STACK_DIR" "$SE_REDIS_PORT" CONFIG SET maxmemory $((used - FULL_BELOW_BYTES)) >/dev/null
+    note "Redis full: maxmemory $old lowered to $((used - FULL_BELOW_BYTES)), below the $used bytes it held, for ${FULL_S}s"
+    sleep 1
+    body=$("$BUILD_DIR/seckillctl" token --user $((AFTER_USER_BASE - 1)) |
+        sed 's/^/Authorization: Bearer /' |
+        curl -s -D "$SDIR/full.headers" --max-time 5 -w '\n%{http_code}' -H @- \
+            -H 'Content-Type: application/json' -d '{"qty":1}' \
+            "$url/api/v1/skus/$((sku + 1))/orders" 2>/dev/null) || true
+    sleep $((FULL_S - 1))
+    # back before any check below can return: later scenarios share this Redis
+    se_redis_admin "$STACK_DIR" "$SE_REDIS_PORT" CONFIG SET maxmemory "$old" >/dev/null ||
+        fail "could not set maxmemory back to $old"
+    t0=$(now)
+    code=${body##*$'\n'}
+    body=$(tr -d '\n' <<<"${body%$'\n'*}")
+    note "an order while full: $code $body"
+    [[ $code == 503 && $(jq -r .error <<<"$body" 2>/dev/null) == store_full ]] ||
+        fail "an order while Redis was full answered $code $body, not 503 store_full"
+    grep -qi '^retry-after:' "$SDIR/full.headers" || fail "the 503 store_full came without Retry-After"
+    # The check proves the 503s took nothing and every order answered is written.
+    after_fault "$url" "$sku" "$t0" "maxmemory was set back"
+    (($(answers unavailable) > 0)) || fail "no buyer got a 503 while Redis was full: the fault was not felt"
+}
+
 # two_daemons SKU: D1 and D2 on one stack sharing the load on SKU.
 two_daemons() {
     start_daemon d1 || return 1
@@ -874,17 +920,21 @@ HA_MASTER_NAME=seckill # scripts/stack.sh's S_MASTER_NAME
 HA_SAVED=()
 ha_env_on() {
     HA_SAVED=("$STACK_DIR" "$SECKILL_REDIS_URL" "$SECKILL_PG_DSN" "$PGPASSFILE"
-        "${SECKILL_MIGRATE_PG_DSN:-}")
+        "${SECKILL_MIGRATE_PG_DSN:-}" "${SECKILL_MIGRATE_REDIS_URL_FILE:-}"
+        "${SECKILL_REDIS_FUNCTIONS_URL_FILE:-}")
     STACK_DIR=$HA_DIR
     # shellcheck source=/dev/null
     source "$HA_DIR/env"
-    export SECKILL_REDIS_URL SECKILL_PG_DSN PGPASSFILE SECKILL_MIGRATE_PG_DSN
+    export SECKILL_REDIS_URL SECKILL_PG_DSN PGPASSFILE SECKILL_MIGRATE_PG_DSN \
+        SECKILL_MIGRATE_REDIS_URL_FILE SECKILL_REDIS_FUNCTIONS_URL_FILE
 }
 ha_env_off() {
     ((${#HA_SAVED[@]})) || return 0
     STACK_DIR=${HA_SAVED[0]} SECKILL_REDIS_URL=${HA_SAVED[1]} SECKILL_PG_DSN=${HA_SAVED[2]}
     PGPASSFILE=${HA_SAVED[3]} SECKILL_MIGRATE_PG_DSN=${HA_SAVED[4]}
-    export SECKILL_REDIS_URL SECKILL_PG_DSN PGPASSFILE SECKILL_MIGRATE_PG_DSN
+    SECKILL_MIGRATE_REDIS_URL_FILE=${HA_SAVED[5]} SECKILL_REDIS_FUNCTIONS_URL_FILE=${HA_SAVED[6]}
+    export SECKILL_REDIS_URL SECKILL_PG_DSN PGPASSFILE SECKILL_MIGRATE_PG_DSN \
+        SECKILL_MIGRATE_REDIS_URL_FILE SECKILL_REDIS_FUNCTIONS_URL_FILE
     HA_SAVED=()
 }
 

@@ -7,6 +7,8 @@
 #
 # start reads SECKILL_REDIS_PORT (default 6380) and SECKILL_PG_PORT (default
 # 5433).  stop/status use the ports recorded in DIR's generated configs.
+# Every Redis data node gets maxmemory SECKILL_REDIS_MAXMEMORY (default 64mb)
+# with maxmemory-policy noeviction (README, "Redis memory").
 #
 # SECKILL_REDIS_TOPOLOGY=sentinel (default single: one Redis) makes start run
 # Redis behind Sentinel: the master on SECKILL_REDIS_PORT, one replica on
@@ -44,6 +46,11 @@
 #                 AOF files; owned by the Redis OS user
 #   redis-password        password of ACL user seckill (mode 600)
 #   redis-admin-password  password of ACL user seckill-admin (mode 600)
+#   redis-functions-password  of the ACL user seckill-functions (may only
+#                 FUNCTION LOAD: the daemon's self-healing; mode 600)
+#   redis-admin-url, redis-functions-url  the Redis URL as seckill-admin
+#                 (migrate loads the functions) and as seckill-functions
+#                 (mode 600)
 #   sentinel topology only:
 #   redis-replica/        the same as redis/, for the replica (its own AOF)
 #   sentinel-N/           sentinel.conf (written on each start of that
@@ -72,7 +79,9 @@
 #   pgpass-admin  the same for the superuser (this script, tests; mode 600)
 #   env           `export` lines to source (mode 600: the Redis URL holds the
 #                 service user's password): the service's DSN and PGPASSFILE,
-#                 and SECKILL_MIGRATE_PG_DSN (the owner, its own passfile);
+#                 and SECKILL_MIGRATE_PG_DSN (the owner, its own passfile),
+#                 SECKILL_MIGRATE_REDIS_URL_FILE and
+#                 SECKILL_REDIS_FUNCTIONS_URL_FILE (the two files below);
 #                 with Sentinel also SECKILL_REDIS_TOPOLOGY,
 #                 SECKILL_REDIS_REPLICA_PORT and SECKILL_SENTINEL_PORTS; with
 #                 the cluster SECKILL_REDIS_TOPOLOGY,
@@ -119,6 +128,14 @@ S_READY_WAIT_TENTHS=300 # 30 s
 # the reconciliation rebuilds); a deployment with two replicas sets 1.
 R_MIN_REPLICAS_TO_WRITE=${SECKILL_REDIS_MIN_REPLICAS_TO_WRITE:-0}
 R_MIN_REPLICAS_MAX_LAG=10
+# Every data node's memory bound (SECKILL_REDIS_MAXMEMORY: bytes, or with a
+# kb/mb/gb suffix; README "Redis memory" sizes it).  Without one, buyers'
+# remembered keys could grow Redis until the OS kills it.  noeviction: Redis
+# refuses a write that would need memory (the service answers 503) rather
+# than drop a stock, journal or stream key, which would oversell or lose an
+# order.  Replicas get the same bound: a failover promotes one.
+R_MAXMEMORY=${SECKILL_REDIS_MAXMEMORY:-64mb}
+R_MAXMEMORY_POLICY=noeviction
 
 # The cluster topology.  A node that does not answer for the node timeout is
 # suspected, failed once most masters say so, and its replica elected about a
@@ -146,6 +163,18 @@ C_REPLICA_PORTS= # start: the other nodes' ports
 die() {
     printf '%s: error: %s\n' "$PROG" "$*" >&2
     exit 1
+}
+# redis_bytes SIZE: SIZE (digits, then kb/mb/gb or nothing) in bytes, as
+# Redis reads its config (a kb is 1024).
+redis_bytes() {
+    local v=${1,,} n
+    n=${v%%[a-z]*}
+    case ${v#"$n"} in
+    kb) echo $((n * 1024)) ;;
+    mb) echo $((n * 1048576)) ;;
+    gb) echo $((n * 1073741824)) ;;
+    *) echo "$n" ;;
+    esac
 }
 warn() { printf '%s: %s\n' "$PROG" "$*" >&2; }
 info() { printf '%s: %s\n' "$PROG" "$*"; }
@@ -251,6 +280,10 @@ R_SVC_USER=seckill
 R_PW_BYTES=32
 PG_PW_BYTES=16
 R_ADMIN_USER=seckill-admin
+R_FUNC_PW_FILE=$DIR/redis-functions-password
+R_FUNC_USER=seckill-functions
+R_ADMIN_URL_FILE=$DIR/redis-admin-url
+R_FUNC_URL_FILE=$DIR/redis-functions-url
 RR_DIR=$DIR/redis-replica
 R_REPL_PW_FILE=$DIR/redis-replication-password
 R_REPL_USER=seckill-replication
@@ -479,9 +512,11 @@ running_topology() {
 
 # The service's ACL user may use its own keys and channels and the commands
 # that seckilld, seckillctl, seckill-loadtest, the lock library and the Lua
-# scripts send (scripts run with their caller's rights), nothing else: no
+# functions send (functions run with their caller's rights), nothing else: no
 # FLUSHALL, FLUSHDB, CONFIG, KEYS, DEBUG, SHUTDOWN, REPLICAOF, MONITOR, MODULE
-# or ACL.  Keys: every key of a SKU, its locks and fencing counters start with
+# or ACL; and no code of its own: it calls the functions `seckilld migrate`
+# loaded as the admin user (FCALL, FCALL_RO), never EVAL, EVALSHA, SCRIPT or
+# FUNCTION, so that its password cannot block Redis with a endless script.  Keys: every key of a SKU, its locks and fencing counters start with
 # seckill: (service/core/keys.c).  Channels: seckill:decisions and the lock
 # library's release notices of those locks.
 R_SVC_KEYS='~seckill:*'
@@ -491,8 +526,8 @@ R_SVC_COMMANDS=(
     auth select ping echo
     # run id of the server a SKU was built on (a restart may have lost writes)
     info
-    # scripts (EVAL when the script cache was flushed), replicas of a lock
-    evalsha eval wait
+    # the service's functions (lua/, loaded by migrate), replicas of a lock
+    fcall fcall_ro wait
     # plain keys, in C and in lua/*.lua, lua/rlock/*.lua
     get set mget mset del exists type pttl pexpire incrby decrby time
     hget hset hdel hgetall hkeys hlen hmget hvals hincrby hscan
@@ -503,15 +538,19 @@ R_SVC_COMMANDS=(
 )
 # Cluster topology: what a cluster client asks besides (where the slots are,
 # which node it is on, a key's slot; ASKING during a slot's migration,
-# READONLY/READWRITE to read from a replica; SCRIPT LOAD after a NOSCRIPT,
-# which the lock library's cluster client sends instead of EVAL: no more than
-# EVAL may do, which caches the script as well).  Not CLUSTER RESET,
-# FAILOVER, SETSLOT, ADDSLOTS, FORGET, MEET or NODES: the layout is the
-# operator's; nor SCRIPT FLUSH or KILL.
+# READONLY/READWRITE to read from a replica).  Not CLUSTER RESET, FAILOVER,
+# SETSLOT, ADDSLOTS, FORGET, MEET or NODES: the layout is the operator's.
 R_SVC_CLUSTER_COMMANDS=(
     'cluster|slots' 'cluster|shards' 'cluster|info' 'cluster|myid' 'cluster|keyslot'
-    asking readonly readwrite 'script|load'
+    asking readonly readwrite
 )
+# The daemon's self-healing (redis_functions_url): after a restart that lost
+# everything it loads its functions library again, and may do nothing else:
+# no key, no channel, no other code than what FUNCTION LOAD compiles (which
+# only registers functions; running them is FCALL, the service's right).
+# With it, a leaked password of this user can replace the library; keep it
+# apart from the service's if that matters more than healing by itself.
+R_FUNC_COMMANDS=(select ping 'function|load' 'function|list')
 # Sentinel and cluster topologies.  A replica logs in to its master with what
 # replication takes and nothing else.
 R_REPL_COMMANDS=(psync replconf ping)
@@ -550,10 +589,12 @@ acl_allow() {
 # topology: both; cluster: replication only).  In the cluster topology
 # (CLUSTER=1) the service's user may also ask the cluster's layout.
 redis_acl_rules() {
-    local svc_hash admin_hash
-    local -a svc_commands=("${R_SVC_COMMANDS[@]}")
-    ((CLUSTER)) && svc_commands+=("${R_SVC_CLUSTER_COMMANDS[@]}")
+    local svc_hash admin_hash func_hash
+    local -a svc_commands=("${R_SVC_COMMANDS[@]}") func_commands=("${R_FUNC_COMMANDS[@]}")
+    ((CLUSTER)) && svc_commands+=("${R_SVC_CLUSTER_COMMANDS[@]}") &&
+        func_commands+=('cluster|slots' 'cluster|shards')
     svc_hash=$(sha256_hex "$1")
+    func_hash=$(sha256_hex "$(ensure_password "$R_FUNC_PW_FILE" "$R_PW_BYTES")")
     admin_hash=$(sha256_hex "$2")
     # Nobody can log in as the default user (off, no password), but it keeps
     # every right: Redis 7.0 replays the AOF as that user and re-checks the
@@ -564,6 +605,8 @@ redis_acl_rules() {
     printf 'user %s on #%s resetkeys %s resetchannels %s -@all%s\n' \
         "$R_SVC_USER" "$svc_hash" "$R_SVC_KEYS" "$R_SVC_CHANNELS" "$(acl_allow "${svc_commands[@]}")"
     printf 'user %s on #%s ~* &* +@all\n' "$R_ADMIN_USER" "$admin_hash"
+    printf 'user %s on #%s resetkeys resetchannels -@all%s\n' \
+        "$R_FUNC_USER" "$func_hash" "$(acl_allow "${func_commands[@]}")"
     [[ -n ${3:-} ]] || return 0
     printf 'user %s on #%s resetkeys resetchannels -@all%s\n' \
         "$R_REPL_USER" "$(sha256_hex "$3")" "$(acl_allow "${R_REPL_COMMANDS[@]}")"
@@ -581,6 +624,10 @@ sentinel_acl_rules() {
     printf 'user %s on #%s resetkeys resetchannels %s -@all%s\n' \
         "$R_SVC_USER" "$(sha256_hex "$1")" "$S_SVC_CHANNELS" "$(acl_allow "${S_SVC_COMMANDS[@]}")"
     printf 'user %s on #%s ~* &* +@all\n' "$R_ADMIN_USER" "$(sha256_hex "$2")"
+    # the self-healing user finds the master as the service's does
+    printf 'user %s on #%s resetkeys resetchannels %s -@all%s\n' \
+        "$R_FUNC_USER" "$(sha256_hex "$(ensure_password "$R_FUNC_PW_FILE" "$R_PW_BYTES")")" \
+        "$S_SVC_CHANNELS" "$(acl_allow "${S_SVC_COMMANDS[@]}")"
     printf 'user %s on #%s resetkeys resetchannels %s -@all%s\n' \
         "$R_SENT_USER" "$(sha256_hex "$3")" "$S_PEER_CHANNELS" "$(acl_allow "${S_PEER_COMMANDS[@]}")"
 }
@@ -632,6 +679,8 @@ appendfsync everysec
 save ""
 # DEBUG for the admin user (fault scripts); the ACL keeps it from the service.
 enable-debug-command local
+maxmemory $R_MAXMEMORY
+maxmemory-policy $R_MAXMEMORY_POLICY
 $(redis_acl_rules "$svc_pw" "$admin_pw" "$repl_pw" "$sent_pw")
 EOF
         # Both data nodes: either may be the replica (now, or once a failover
@@ -1342,6 +1391,7 @@ pg_dsn() {
 # with CLUSTER=1, of the cluster of C_SEED_PORTS and C_REPLICA_PORTS.
 write_client_files() {
     local rport=$1 pport=$2 rrport=${3:-} sports=${4:-} pw rpw opw apw p hosts=''
+    local url_head url_tail
     local -a list
     pw=$(tr -dc '0-9a-f' <"$PG_PWFILE")
     opw=$(ensure_password "$PG_OWNER_PWFILE" "$PG_PW_BYTES")
@@ -1350,30 +1400,41 @@ write_client_files() {
     pgpass_lines "$pport" "$PG_APP" "$apw" | write_file "$PGPASS" 600
     pgpass_lines "$pport" "$PG_OWNER" "$opw" | write_file "$PGPASS_OWNER" 600
     pgpass_lines "$pport" "$PG_ROLE" "$pw" | write_file "$PGPASS_ADMIN" 600
+    # Every Redis URL is url_head USER:PASSWORD@ url_tail.
+    if ((CLUSTER)); then
+        # The masters as seed nodes (any node tells a client where every
+        # slot is); no /db: a cluster has only database 0.  The passwords
+        # are hex: nothing to percent-encode.
+        IFS=, read -r -a list <<<"$C_SEED_PORTS"
+        for p in "${list[@]}"; do
+            hosts+=${hosts:+,}127.0.0.1:$p
+        done
+        url_head=redis-cluster:// url_tail=$hosts
+    elif [[ -z $sports ]]; then
+        url_head=redis:// url_tail=127.0.0.1:$rport/0
+    else
+        # Behind Sentinel a client asks the Sentinels where the master is,
+        # as the same user with the same password.
+        IFS=, read -r -a list <<<"$sports"
+        for p in "${list[@]}"; do
+            hosts+=${hosts:+,}127.0.0.1:$p
+        done
+        url_head=redis-sentinel:// url_tail=$hosts/$S_MASTER_NAME/0
+    fi
+    printf '%s%s:%s@%s\n' "$url_head" "$R_ADMIN_USER" \
+        "$(ensure_password "$R_ADMIN_PW_FILE" "$R_PW_BYTES")" "$url_tail" |
+        write_file "$R_ADMIN_URL_FILE" 600
+    printf '%s%s:%s@%s\n' "$url_head" "$R_FUNC_USER" \
+        "$(ensure_password "$R_FUNC_PW_FILE" "$R_PW_BYTES")" "$url_tail" |
+        write_file "$R_FUNC_URL_FILE" 600
     {
         printf '# generated by scripts/stack.sh start; source me\n'
-        # The service's ACL user; the admin user's password stays in its file.
-        if ((CLUSTER)); then
-            # The masters as seed nodes (any node tells a client where every
-            # slot is); no /db: a cluster has only database 0.  The password
-            # is hex: nothing to percent-encode.
-            IFS=, read -r -a list <<<"$C_SEED_PORTS"
-            for p in "${list[@]}"; do
-                hosts+=${hosts:+,}127.0.0.1:$p
-            done
-            printf 'export SECKILL_REDIS_URL=redis-cluster://%s:%s@%s\n' "$R_SVC_USER" "$rpw" "$hosts"
-        elif [[ -z $sports ]]; then
-            printf 'export SECKILL_REDIS_URL=redis://%s:%s@127.0.0.1:%s/0\n' "$R_SVC_USER" "$rpw" "$rport"
-        else
-            # Behind Sentinel the service asks the Sentinels where the master
-            # is, as the same user with the same password.
-            IFS=, read -r -a list <<<"$sports"
-            for p in "${list[@]}"; do
-                hosts+=${hosts:+,}127.0.0.1:$p
-            done
-            printf 'export SECKILL_REDIS_URL=redis-sentinel://%s:%s@%s/%s/0\n' "$R_SVC_USER" "$rpw" \
-                "$hosts" "$S_MASTER_NAME"
-        fi
+        # The service's ACL user; the admin user's and the self-healing
+        # user's URLs stay in their files (mode 600), which migrate and the
+        # daemon read.
+        printf 'export SECKILL_REDIS_URL=%s%s:%s@%s\n' "$url_head" "$R_SVC_USER" "$rpw" "$url_tail"
+        printf 'export SECKILL_MIGRATE_REDIS_URL_FILE=%q\n' "$R_ADMIN_URL_FILE"
+        printf 'export SECKILL_REDIS_FUNCTIONS_URL_FILE=%q\n' "$R_FUNC_URL_FILE"
         # The service's role; `seckilld migrate` logs in as the owner.
         printf 'export SECKILL_PG_DSN=%q\n' "$(pg_dsn "$pport" "$PG_APP")"
         printf 'export SECKILL_MIGRATE_PG_DSN=%q\n' "$(pg_dsn "$pport" "$PG_OWNER" "$PGPASS_OWNER")"
@@ -1562,6 +1623,11 @@ cmd_start() {
     esac
     [[ $R_MIN_REPLICAS_TO_WRITE =~ ^[0-9]$ ]] ||
         die "bad SECKILL_REDIS_MIN_REPLICAS_TO_WRITE: '$R_MIN_REPLICAS_TO_WRITE' (0-9)"
+    # at least 1mb: below that Redis is full before the first SKU; 0 (no
+    # bound) is what this setting exists to rule out
+    [[ ${R_MAXMEMORY,,} =~ ^([1-9][0-9]{0,12})(kb|mb|gb)?$ ]] &&
+        (($(redis_bytes "$R_MAXMEMORY") >= 1048576)) ||
+        die "bad SECKILL_REDIS_MAXMEMORY: '$R_MAXMEMORY' (bytes, or with kb/mb/gb; at least 1mb)"
     # Switching topologies under running processes would mix configs.
     running=$(running_topology)
     if [[ $running != none && $running != "$topology" ]]; then

@@ -42,6 +42,10 @@ const char *buyer_token_result_name(enum buyer_token_result r)
         return "expired";
     case BUYER_TOKEN_NOT_YET_VALID:
         return "not_yet_valid";
+    case BUYER_TOKEN_UNKNOWN_KID:
+        return "unknown_kid";
+    case BUYER_TOKEN_LIFETIME_TOO_LONG:
+        return "lifetime_too_long";
     }
     return "unknown";
 }
@@ -150,14 +154,20 @@ static int mac_of(const char *secret, size_t secret_len, const char *data, size_
  * the same one).  The secret is compared with the verifier's on every call:
  * another secret prepares another key.
  */
-#define HEADER_MEMO_MAX 128
-struct verify_cache {
-    EVP_MAC *mac;
+#define HEADER_MEMO_MAX 160
+#define KEYS 2 /* the primary secret and the next one */
+struct prepared_key {
     EVP_MAC_CTX *ctx;
     unsigned char *secret; /* the key ctx holds, or NULL */
     size_t secret_len;
-    size_t header_len; /* 0: none yet */
+};
+struct verify_cache {
+    EVP_MAC *mac;
+    struct prepared_key key[KEYS]; /* one per verifier secret, by position */
+    size_t header_len;             /* 0: none yet */
     char header[HEADER_MEMO_MAX];
+    int header_has_kid; /* the memo's header carries a kid: header_kid */
+    char header_kid[BUYER_TOKEN_KID_MAX + 1];
 };
 
 static pthread_key_t cache_key;
@@ -167,11 +177,14 @@ static int cache_ok;
 static void cache_free(void *p)
 {
     struct verify_cache *vc = p;
-    EVP_MAC_CTX_free(vc->ctx);
+    for (int i = 0; i < KEYS; i++) {
+        struct prepared_key *k = &vc->key[i];
+        EVP_MAC_CTX_free(k->ctx);
+        if (k->secret)
+            OPENSSL_cleanse(k->secret, k->secret_len);
+        free(k->secret);
+    }
     EVP_MAC_free(vc->mac);
-    if (vc->secret)
-        OPENSSL_cleanse(vc->secret, vc->secret_len);
-    free(vc->secret);
     free(vc);
 }
 
@@ -193,16 +206,18 @@ static struct verify_cache *thread_cache(void)
     if (!vc)
         return NULL;
     vc->mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
-    vc->ctx = vc->mac ? EVP_MAC_CTX_new(vc->mac) : NULL;
-    if (!vc->ctx || pthread_setspecific(cache_key, vc) != 0) {
+    int ok = vc->mac != NULL;
+    for (int i = 0; ok && i < KEYS; i++)
+        ok = (vc->key[i].ctx = EVP_MAC_CTX_new(vc->mac)) != NULL;
+    if (!ok || pthread_setspecific(cache_key, vc) != 0) {
         cache_free(vc);
         return NULL;
     }
     return vc;
 }
 
-/* mac_of under this thread's prepared key.  Returns 0 or -1. */
-static int mac_prepared(struct verify_cache *vc, const char *secret, size_t secret_len,
+/* mac_of under one of this thread's prepared keys.  Returns 0 or -1. */
+static int mac_prepared(struct prepared_key *vc, const char *secret, size_t secret_len,
                         const char *data, size_t n, unsigned char mac[MAC_BYTES])
 {
     if (!vc->secret || vc->secret_len != secret_len ||
@@ -264,48 +279,73 @@ static int numeric_date(json_t *claims, const char *name, double *out)
     return 1;
 }
 
-static enum buyer_token_result check_header(json_t *h)
+/* The header's rules; its kid, when it has one, into kid (NUL-terminated,
+ * *has_kid 1). */
+static enum buyer_token_result check_header(json_t *h, int *has_kid,
+                                            char kid[BUYER_TOKEN_KID_MAX + 1])
 {
     json_t *alg = json_object_get(h, "alg");
     json_t *typ = json_object_get(h, "typ");
+    json_t *k = json_object_get(h, "kid");
     if (!json_is_string(alg) || strcmp(json_string_value(alg), "HS256") != 0)
         return BUYER_TOKEN_BAD_HEADER;
     if (typ && (!json_is_string(typ) || strcmp(json_string_value(typ), "JWT") != 0))
         return BUYER_TOKEN_BAD_HEADER;
+    /* Any kid string up to the bound (one we have none for is refused by
+     * its value, later); an embedded NUL could alias a shorter one. */
+    if (k && (!json_is_string(k) || json_string_length(k) > BUYER_TOKEN_KID_MAX ||
+              strlen(json_string_value(k)) != json_string_length(k)))
+        return BUYER_TOKEN_BAD_HEADER;
+    *has_kid = k != NULL;
+    if (k)
+        memcpy(kid, json_string_value(k), json_string_length(k) + 1);
     /* Extensions the recipient must understand: we understand none. */
     if (json_object_get(h, "crit"))
         return BUYER_TOKEN_BAD_HEADER;
     return BUYER_TOKEN_OK;
 }
 
-/* The claims' rules, on their values: exp required, nbf optional, sub a user id. */
-static enum buyer_token_result check_claim_values(int has_exp, double exp, int has_nbf, double nbf,
-                                                  const char *sub, size_t sub_len, int64_t now_s,
-                                                  int64_t leeway_s, int64_t *user)
+/* The dates of a token's claims: has_* 1 present, 0 absent, -1 not a number. */
+struct claim_dates {
+    int has_exp, has_nbf, has_iat;
+    double exp, nbf, iat;
+};
+
+/* The claims' rules, on their values: exp required, nbf and iat optional,
+ * sub a user id, the lifetime within v->max_ttl_s. */
+static enum buyer_token_result check_claim_values(const struct claim_dates *d, const char *sub,
+                                                  size_t sub_len, int64_t now_s,
+                                                  const struct buyer_token_verifier *v,
+                                                  int64_t *user)
 {
     int64_t uid;
-    if (has_exp != 1 || has_nbf < 0 || !sub || validate_id_segment(sub, sub_len, &uid) != 0)
+    if (d->has_exp != 1 || d->has_nbf < 0 || d->has_iat < 0 || !sub ||
+        validate_id_segment(sub, sub_len, &uid) != 0)
         return BUYER_TOKEN_BAD_CLAIMS;
     /* Compared as doubles: exact below 2^53 s, and a date beyond that is in
      * the far future either way. */
-    if ((double)now_s - (double)leeway_s >= exp)
+    double now = (double)now_s, leeway = (double)v->leeway_s, ttl = (double)v->max_ttl_s;
+    if (now - leeway >= d->exp)
         return BUYER_TOKEN_EXPIRED;
-    if (has_nbf && nbf > (double)now_s + (double)leeway_s)
+    if (d->has_nbf && d->nbf > now + leeway)
         return BUYER_TOKEN_NOT_YET_VALID;
+    /* Both: an iat in the future must not stretch the lifetime either. */
+    if (v->max_ttl_s > 0 && ((d->has_iat && d->exp - d->iat > ttl) || d->exp - now > ttl + leeway))
+        return BUYER_TOKEN_LIFETIME_TOO_LONG;
     *user = uid;
     return BUYER_TOKEN_OK;
 }
 
-static enum buyer_token_result check_claims(json_t *c, int64_t now_s, int64_t leeway_s,
-                                            int64_t *user)
+static enum buyer_token_result check_claims(json_t *c, int64_t now_s,
+                                            const struct buyer_token_verifier *v, int64_t *user)
 {
-    double exp = 0, nbf = 0;
-    int has_exp = numeric_date(c, "exp", &exp);
-    int has_nbf = numeric_date(c, "nbf", &nbf);
+    struct claim_dates d = {0};
+    d.has_exp = numeric_date(c, "exp", &d.exp);
+    d.has_nbf = numeric_date(c, "nbf", &d.nbf);
+    d.has_iat = numeric_date(c, "iat", &d.iat);
     json_t *sub = json_object_get(c, "sub");
-    return check_claim_values(has_exp, exp, has_nbf, nbf,
-                              json_is_string(sub) ? json_string_value(sub) : NULL,
-                              json_string_length(sub), now_s, leeway_s, user);
+    return check_claim_values(&d, json_is_string(sub) ? json_string_value(sub) : NULL,
+                              json_string_length(sub), now_s, v, user);
 }
 
 /* Takes 'word' at *p (within end); returns 1 when it is there. */
@@ -343,8 +383,9 @@ static int take_small_int(const char **p, const char *end, int64_t *out)
  * reads it, with every rule), else the verdict: for this form, the one
  * decode_object and check_claims give.
  */
-static int claims_signed_form(const char *part, size_t n, int64_t now_s, int64_t leeway_s,
-                              int64_t *user, enum buyer_token_result *r)
+static int claims_signed_form(const char *part, size_t n, int64_t now_s,
+                              const struct buyer_token_verifier *v, int64_t *user,
+                              enum buyer_token_result *r)
 {
     unsigned char buf[SIGN_CLAIMS_MAX];
     if (n / 4 * 3 + 3 > sizeof buf)
@@ -364,7 +405,9 @@ static int claims_signed_form(const char *part, size_t n, int64_t now_s, int64_t
         !take_word(&p, end, ",\"exp\":", 7) || !take_small_int(&p, end, &exp) ||
         !take_word(&p, end, "}", 1) || p != end)
         return -1;
-    *r = check_claim_values(1, (double)exp, 0, 0, sub, sub_len, now_s, leeway_s, user);
+    const struct claim_dates d = {
+        .has_exp = 1, .exp = (double)exp, .has_iat = 1, .iat = (double)iat};
+    *r = check_claim_values(&d, sub, sub_len, now_s, v, user);
     return 0;
 }
 
@@ -384,53 +427,112 @@ enum buyer_token_result buyer_token_verify(const struct buyer_token_verifier *v,
     if (header_len == 0 || payload_len == 0 || sig_len == 0)
         return BUYER_TOKEN_MALFORMED;
 
-    /* The MAC first: nothing in the token is parsed before it is authentic. */
-    unsigned char want[MAC_BYTES], got[MAC_BYTES + 3];
-    struct verify_cache *vc = thread_cache();
-    if (v->secret_len < BUYER_TOKEN_SECRET_MIN_BYTES ||
-        (vc ? mac_prepared(vc, v->secret, v->secret_len, token, signed_len, want)
-            : mac_of(v->secret, v->secret_len, token, signed_len, want)) != 0)
+    /* The MAC first, under each secret: nothing in the token is parsed
+     * before it is authentic, not even the kid that names its secret. */
+    const struct {
+        const char *secret, *kid;
+        size_t len;
+    } keys[KEYS] = {{v->secret, v->kid, v->secret_len},
+                    {v->next_secret, v->next_kid, v->next_secret ? v->next_secret_len : 0}};
+    int usable = 0;
+    for (int k = 0; k < KEYS; k++)
+        usable += keys[k].len >= BUYER_TOKEN_SECRET_MIN_BYTES;
+    if (!usable)
         return BUYER_TOKEN_BAD_SIGNATURE;
+    unsigned char want[MAC_BYTES], got[MAC_BYTES + 3];
     if (b64url_decode(dot2 + 1, sig_len, got, sizeof got) != MAC_BYTES)
         return BUYER_TOKEN_MALFORMED;
-    if (CRYPTO_memcmp(want, got, MAC_BYTES) != 0)
+    struct verify_cache *vc = thread_cache();
+    int signer = -1;
+    for (int k = 0; k < KEYS && signer < 0; k++) {
+        if (keys[k].len < BUYER_TOKEN_SECRET_MIN_BYTES)
+            continue;
+        if ((vc ? mac_prepared(&vc->key[k], keys[k].secret, keys[k].len, token, signed_len, want)
+                : mac_of(keys[k].secret, keys[k].len, token, signed_len, want)) != 0)
+            return BUYER_TOKEN_BAD_SIGNATURE;
+        if (CRYPTO_memcmp(want, got, MAC_BYTES) == 0)
+            signer = k;
+    }
+    if (signer < 0)
         return BUYER_TOKEN_BAD_SIGNATURE;
 
-    /* The header: as the last one that passed on this thread, or decoded. */
+    /* The header: as the last one that passed on this thread, or decoded;
+     * the claims in the signer's form read directly, else decoded.  Parts
+     * that are not JSON objects are malformed before any rule is applied. */
     int header_known =
         vc && vc->header_len == header_len && memcmp(vc->header, token, header_len) == 0;
-    enum buyer_token_result r;
-    if (header_known &&
-        claims_signed_form(dot1 + 1, payload_len, now_s, v->leeway_s, user, &r) == 0)
-        return r;
-    json_t *header = header_known ? NULL : decode_object(token, header_len);
-    json_t *claims = header_known || header ? decode_object(dot1 + 1, payload_len) : NULL;
-    if ((!header_known && !header) || !claims)
-        r = BUYER_TOKEN_MALFORMED;
-    else if (header_known || (r = check_header(header)) == BUYER_TOKEN_OK) {
-        if (!header_known && vc && header_len <= sizeof vc->header) {
-            memcpy(vc->header, token, header_len);
-            vc->header_len = header_len;
-        }
-        r = check_claims(claims, now_s, v->leeway_s, user);
+    json_t *header = header_known ? NULL : decode_object(token, header_len), *claims = NULL;
+    enum buyer_token_result r = BUYER_TOKEN_OK, fast_r;
+    int64_t fast_user = 0;
+    int fast = (header_known || header) &&
+               claims_signed_form(dot1 + 1, payload_len, now_s, v, &fast_user, &fast_r) == 0;
+    if ((!header_known && !header) || (!fast && !(claims = decode_object(dot1 + 1, payload_len)))) {
+        json_decref(header);
+        return BUYER_TOKEN_MALFORMED;
+    }
+    int has_kid = 0;
+    char kid[BUYER_TOKEN_KID_MAX + 1];
+    if (header_known) {
+        has_kid = vc->header_has_kid;
+        memcpy(kid, vc->header_kid, sizeof kid);
+    } else if ((r = check_header(header, &has_kid, kid)) == BUYER_TOKEN_OK && vc &&
+               header_len <= sizeof vc->header) {
+        memcpy(vc->header, token, header_len);
+        vc->header_len = header_len;
+        vc->header_has_kid = has_kid;
+        memcpy(vc->header_kid, kid, sizeof kid);
     }
     json_decref(header);
+    /* The kid must name the secret that signed: none is the primary's. */
+    const char *signer_kid = keys[signer].kid ? keys[signer].kid : "";
+    if (r == BUYER_TOKEN_OK && (has_kid ? !kid[0] || strcmp(kid, signer_kid) != 0 : signer != 0))
+        r = BUYER_TOKEN_UNKNOWN_KID;
+    if (r == BUYER_TOKEN_OK && fast && (r = fast_r) == BUYER_TOKEN_OK)
+        *user = fast_user;
+    else if (r == BUYER_TOKEN_OK && !fast)
+        r = check_claims(claims, now_s, v, user);
     json_decref(claims);
     return r;
+}
+
+int buyer_token_kid_valid(const char *kid)
+{
+    size_t n = kid ? strlen(kid) : 0;
+    if (n == 0 || n > BUYER_TOKEN_KID_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)kid[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-'))
+            return 0;
+    }
+    return 1;
 }
 
 int buyer_token_sign(const char *secret, size_t secret_len, int64_t user, int64_t iat_s,
                      int64_t exp_s, char *out, size_t cap)
 {
-    char claims[SIGN_CLAIMS_MAX];
+    return buyer_token_sign_kid(secret, secret_len, NULL, user, iat_s, exp_s, out, cap);
+}
+
+int buyer_token_sign_kid(const char *secret, size_t secret_len, const char *kid, int64_t user,
+                         int64_t iat_s, int64_t exp_s, char *out, size_t cap)
+{
+    char claims[SIGN_CLAIMS_MAX], header[sizeof SIGN_HEADER + BUYER_TOKEN_KID_MAX + 16];
     if (user < 1 || exp_s <= iat_s || secret_len < BUYER_TOKEN_SECRET_MIN_BYTES)
         return -1;
+    if (kid && kid[0] && !buyer_token_kid_valid(kid))
+        return -1;
+    if (kid && kid[0]) /* the kid needs no escaping: buyer_token_kid_valid */
+        snprintf(header, sizeof header, "{\"alg\":\"HS256\",\"typ\":\"JWT\",\"kid\":\"%s\"}", kid);
+    else
+        snprintf(header, sizeof header, "%s", SIGN_HEADER);
     int cn = snprintf(claims, sizeof claims,
                       "{\"sub\":\"%" PRId64 "\",\"iat\":%" PRId64 ",\"exp\":%" PRId64 "}", user,
                       iat_s, exp_s);
     if (cn < 0 || (size_t)cn >= sizeof claims)
         return -1;
-    int h = b64url_encode((const unsigned char *)SIGN_HEADER, strlen(SIGN_HEADER), out, cap);
+    int h = b64url_encode((const unsigned char *)header, strlen(header), out, cap);
     if (h < 0 || (size_t)h + 1 >= cap)
         return -1;
     out[h] = '.';

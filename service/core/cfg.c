@@ -57,7 +57,8 @@ static const struct cfg_def defs[] = {
       "a request must arrive whole (first byte to last) within this, else 408 and close"),
     I(http_idle_timeout_ms, 10000, 100, 3600000, "an idle keep-alive connection is closed after"),
     I(http_write_timeout_ms, 10000, 100, 600000,
-      "a reply the client does not read within this closes the connection"),
+      "an answer not written whole within this of its first stalled write closes the "
+      "connection (one deadline, not renewed by progress)"),
     I(http_max_connections, 10000, 1, 1000000,
       "open HTTP connections; beyond, new ones are closed at once"),
     I(http_max_connections_per_addr, 1000, 1, 1000000,
@@ -93,8 +94,14 @@ static const struct cfg_def defs[] = {
     I(admin_auth_fail_per_min, 6, 0, 60000,
       "failed admin authentications one client address regains per minute (0: no limit)"),
     I(admin_auth_fail_burst, 10, 0, 1000000,
-      "failed admin authentications from one client address before every admin request from it "
-      "is answered 429 (0: no limit)"),
+      "failed admin authentications from one client address before its wrong tokens are answered "
+      "429 (the right token is always served; 0: no limit)"),
+    I(payment_auth_fail_per_min, 6, 0, 60000,
+      "failed authentications of the payment callback one client address regains per minute, "
+      "apart from the admin ones (0: no limit)"),
+    I(payment_auth_fail_burst, 10, 0, 1000000,
+      "failed authentications of the payment callback from one client address before its wrong "
+      "tokens are answered 429 (the right token is always served; 0: no limit)"),
     SF(redis_url, "redis://127.0.0.1:6380/0", CFG_SECRET_IN_URL,
        "Redis server, redis://[[user]:password@]host:port[/db] (user and password "
        "percent-encoded); with a password, from SECKILL_REDIS_URL or redis_url_file only"),
@@ -104,6 +111,15 @@ static const struct cfg_def defs[] = {
     I(redis_sentinel_poll_ms, 1000, 50, 60000,
       "with a redis-sentinel:// URL: how often the daemon asks its Sentinel where the master is, "
       "besides following its +switch-master announcements"),
+    SF(redis_functions_url, "", CFG_SECRET_IN_URL,
+       "the same Redis as redis_url, as a user that may only FUNCTION LOAD (and FUNCTION LIST): "
+       "the daemon loads its Redis Functions library again with it when Redis lost it (an empty "
+       "restart); empty: it does not, and `seckilld migrate` must (with a password, from "
+       "SECKILL_REDIS_FUNCTIONS_URL or redis_functions_url_file only)"),
+    SF(migrate_redis_url, "", CFG_SECRET_IN_URL,
+       "the same Redis as redis_url, as its administrator: migrate loads the Redis Functions "
+       "library with it (empty: redis_url; with a password, from SECKILL_MIGRATE_REDIS_URL or "
+       "migrate_redis_url_file only)"),
     SF(pg_dsn, "host=127.0.0.1 port=5433 dbname=seckill user=seckill_app connect_timeout=5",
        CFG_SECRET_IN_URL,
        "libpq connection string of the service's role (best without a password: PGPASSFILE; with "
@@ -130,6 +146,17 @@ static const struct cfg_def defs[] = {
     SF(buyer_token_secret, "", CFG_SECRET,
        "HMAC-SHA256 secret that signs buyer tokens, at least 32 bytes; serve refuses to start "
        "without it (environment, config file or buyer_token_secret_file; never a flag)"),
+    S(buyer_token_kid, "",
+      "key id of buyer_token_secret: a token whose header kid is this is verified with it, as is "
+      "one without kid; \"\" none (1-64 of A-Z a-z 0-9 . _ -)"),
+    SF(buyer_token_secret_next, "", CFG_SECRET,
+       "a second HMAC-SHA256 secret for buyer tokens, during a rotation: tokens whose kid is "
+       "buyer_token_kid_next are verified with it (at least 32 bytes; \"\" none)"),
+    S(buyer_token_kid_next, "",
+      "key id of buyer_token_secret_next, required with it, other than buyer_token_kid"),
+    I(buyer_token_max_ttl_s, 86400, 60, 31536000,
+      "longest lifetime of a buyer token: one whose exp lies further than this after its iat, or "
+      "after now (plus buyer_token_leeway_s), is refused"),
     I(buyer_token_leeway_s, 30, 0, 300, "clock skew tolerated on a buyer token's exp and nbf"),
     I(max_buyer_token_bytes, 1024, 128, 8192, "longest accepted buyer token"),
     I(worker_threads, 2, 1, 64, "blocking worker threads (admin, lookups)"),
@@ -145,6 +172,12 @@ static const struct cfg_def defs[] = {
       "how long the key the service makes up for an order sent without one is remembered: a "
       "503 whose outcome is open names it, and a retry with it within this is answered once (at "
       "most idempotency_ttl_s)"),
+    I(refusal_ttl_s, 60, 1, 31536000,
+      "how long a refusal (sold_out, limit_exceeded) is remembered under the buyer's "
+      "Idempotency-Key (at most idempotency_ttl_s): each costs Redis memory, and a retry after "
+      "this is decided afresh"),
+    I(full_retry_after_s, 5, 1, 3600,
+      "Retry-After of a 503 store_full: Redis is at its maxmemory and took nothing"),
     S(order_ack, "durable",
       "durable: answer 201 once the order is committed in PostgreSQL; reserved: 202 once Redis "
       "holds it"),
@@ -475,6 +508,51 @@ int cfg_load(struct cfg *c, int argc, char **argv, int *args, char *err, size_t 
     return 0;
 }
 
+/* The buyer token keys of a rotation: each kid well formed, a next secret
+ * long, with a kid of its own, and unlike the primary (equal secrets or kids
+ * would make a kid name two keys, or a rotation rotate nothing). */
+static int cfg_check_buyer_keys(const struct cfg *c, char *err, size_t errlen)
+{
+    const char *kid = c->buyer_token_kid, *next = c->buyer_token_secret_next,
+               *kid_next = c->buyer_token_kid_next;
+    const char *bad = kid[0] && !buyer_token_kid_valid(kid)             ? "buyer_token_kid"
+                      : kid_next[0] && !buyer_token_kid_valid(kid_next) ? "buyer_token_kid_next"
+                                                                        : NULL;
+    if (bad) {
+        snprintf(err, errlen, "%s must be 1-%d characters of A-Z a-z 0-9 . _ -", bad,
+                 BUYER_TOKEN_KID_MAX);
+        return -1;
+    }
+    if (!next[0]) {
+        if (kid_next[0]) {
+            snprintf(err, errlen, "buyer_token_kid_next is set without buyer_token_secret_next");
+            return -1;
+        }
+        return 0;
+    }
+    if (!c->buyer_token_secret[0]) {
+        snprintf(err, errlen, "buyer_token_secret_next needs buyer_token_secret");
+        return -1;
+    }
+    if (strlen(next) < BUYER_TOKEN_SECRET_MIN_BYTES) {
+        snprintf(err, errlen, "buyer_token_secret_next must be at least %d bytes long",
+                 BUYER_TOKEN_SECRET_MIN_BYTES);
+        return -1;
+    }
+    if (strcmp(next, c->buyer_token_secret) == 0) {
+        snprintf(err, errlen, "buyer_token_secret_next must differ from buyer_token_secret");
+        return -1;
+    }
+    if (!kid_next[0] || strcmp(kid_next, kid) == 0) {
+        snprintf(err, errlen,
+                 "buyer_token_secret_next needs a buyer_token_kid_next of its own (not \"%s\", "
+                 "buyer_token_kid's): tokens name the key that signed them",
+                 kid);
+        return -1;
+    }
+    return 0;
+}
+
 int cfg_check(const struct cfg *c, char *err, size_t errlen)
 {
     if (c->lock_commit_margin_ms >= c->lock_ttl_ms) {
@@ -552,6 +630,8 @@ int cfg_check(const struct cfg *c, char *err, size_t errlen)
                  BUYER_TOKEN_SECRET_MIN_BYTES);
         return -1;
     }
+    if (cfg_check_buyer_keys(c, err, errlen) != 0)
+        return -1;
     /* An order's own waits (its reservation, then its commit) are bounded by
      * these two; the request's deadline must leave room for both, or a
      * durable order would be cut short into a 503 after it took stock. */

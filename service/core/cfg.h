@@ -4,7 +4,7 @@
  * (`name = value` lines), environment variables, command-line flags.
  * A bad value at start-up is fatal (the caller prints the message and exits).
  *
- * Secrets (admin_token; redis_url, pg_dsn and migrate_pg_dsn when they carry
+ * Secrets (admin_token; the Redis URLs, pg_dsn and migrate_pg_dsn when they carry
  * a password) are refused as command-line flags, never printed, and each has
  * a companion "<name>_file" setting (SECKILL_<NAME>_FILE, --<name>-file, or in
  * the config file) that reads the value from the first line of a file.
@@ -30,7 +30,7 @@ struct cfg {
     int64_t http_backlog;                  /* listen queue length */
     int64_t http_request_timeout_ms;       /* whole request, first byte to last */
     int64_t http_idle_timeout_ms;          /* idle keep-alive connection */
-    int64_t http_write_timeout_ms;         /* a reply the client does not read */
+    int64_t http_write_timeout_ms;         /* an answer's whole write, from its first stall */
     int64_t http_max_connections;          /* open connections, all clients */
     int64_t http_max_connections_per_addr; /* open connections of one client address */
     int64_t request_deadline_ms;           /* every store wait of one request, together */
@@ -50,13 +50,17 @@ struct cfg {
     int64_t rate_addr_buckets; /* client addresses remembered at most (bounded memory) */
     int64_t admin_auth_fail_per_min;
     int64_t admin_auth_fail_burst;
+    int64_t payment_auth_fail_per_min; /* ... of the payment callback, a table of its own */
+    int64_t payment_auth_fail_burst;
     char *redis_url;          /* redis://[[user]:password@]host:port[/db] */
     int64_t redis_timeout_ms; /* per command, sync and async */
     int64_t redis_connect_timeout_ms;
     int64_t redis_reconnect_ms; /* pause between reconnect attempts */
     int64_t redis_sentinel_poll_ms;
-    char *pg_dsn;         /* libpq conninfo; password best via PGPASSFILE */
-    char *migrate_pg_dsn; /* the schema owner's conninfo for migrate; "": pg_dsn */
+    char *redis_functions_url; /* a user that may only FUNCTION LOAD: self-healing; "": none */
+    char *migrate_redis_url;   /* the admin user's URL for migrate's FUNCTION LOAD; "": redis_url */
+    char *pg_dsn;              /* libpq conninfo; password best via PGPASSFILE */
+    char *migrate_pg_dsn;      /* the schema owner's conninfo for migrate; "": pg_dsn */
     int64_t pg_statement_timeout_ms;
     int64_t pg_client_timeout_ms;        /* longest wait for any PostgreSQL answer */
     int64_t pg_client_check_interval_ms; /* server checks a running statement's client */
@@ -65,6 +69,10 @@ struct cfg {
     char *admin_token;   /* bearer token for /admin (>= 32 bytes); empty disables */
     char *payment_token; /* bearer token of the payment callback only (>= 32 bytes); may be empty */
     char *buyer_token_secret;      /* HS256 key of buyer tokens; serve needs >= 32 bytes */
+    char *buyer_token_kid;         /* its key id ("": none; a token without kid uses it) */
+    char *buyer_token_secret_next; /* a second key during a rotation ("": none) */
+    char *buyer_token_kid_next;    /* its key id, required with it */
+    int64_t buyer_token_max_ttl_s; /* longer-lived buyer tokens are refused */
     int64_t buyer_token_leeway_s;  /* clock skew tolerated on a buyer token's exp and nbf */
     int64_t max_buyer_token_bytes; /* longer buyer tokens are refused unread */
     int64_t worker_threads;        /* blocking workers for admin and lookups */
@@ -77,6 +85,8 @@ struct cfg {
     int64_t lock_replica_timeout_ms;
     int64_t idempotency_ttl_s;      /* how long an Idempotency-Key is remembered */
     int64_t idempotency_auto_ttl_s; /* ... one the service made up */
+    int64_t refusal_ttl_s;          /* ... a refusal under the buyer's own key */
+    int64_t full_retry_after_s;     /* Retry-After of a 503 store_full */
     char *order_ack;           /* "durable": answer after the commit; "reserved": after Redis */
     int64_t order_ack_wait_ms; /* durable: longest wait for the commit, then 202 pending */
     int64_t reserve_batch_max; /* orders of one SKU in one reserve.lua call */

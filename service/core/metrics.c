@@ -125,14 +125,16 @@ static const struct {
                                  "requests not complete within http_request_timeout_ms (408)",
                                  NULL},
     [M_HTTP_WRITE_TIMEOUTS] = {"seckill_http_write_timeouts_total",
-                               "replies the client did not read within http_write_timeout_ms",
-                               NULL},
+                               "answers not written whole within http_write_timeout_ms", NULL},
     [M_HTTP_MALFORMED] = {"seckill_http_malformed_requests_total",
                           "requests refused as malformed or ambiguous (400, 417, 431, 501)", NULL},
+    [M_HTTP_BUFFER_BYTES] = {"seckill_http_connection_buffer_bytes",
+                             "bytes held by the HTTP connections' read and write buffers", NULL},
 #define RATE_LIMITED "seckill_rate_limited_total", "requests answered 429 (rate limited), by bucket"
     [M_RATE_LIMITED_BUYER] = {RATE_LIMITED, "scope=\"buyer\""},
     [M_RATE_LIMITED_ADDR] = {RATE_LIMITED, "scope=\"addr\""},
     [M_RATE_LIMITED_ADMIN_AUTH] = {RATE_LIMITED, "scope=\"admin_auth\""},
+    [M_RATE_LIMITED_PAYMENT_AUTH] = {RATE_LIMITED, "scope=\"payment_auth\""},
 #undef RATE_LIMITED
     [M_METRICS_SCRAPE_ERRORS] = {"seckill_metrics_scrape_errors_total",
                                  "reads of the per-SKU gauges of /metrics that failed because "
@@ -174,7 +176,8 @@ void metrics_set(enum metric m, long v)
 
 static int is_gauge(int m)
 {
-    return m == M_DRIFT_SKUS || m == M_DRIFT_UNITS || m == M_HTTP_CONNECTIONS_OPEN;
+    return m == M_DRIFT_SKUS || m == M_DRIFT_UNITS || m == M_HTTP_CONNECTIONS_OPEN ||
+           m == M_HTTP_BUFFER_BYTES;
 }
 
 /* ---- histograms ------------------------------------------------------- */

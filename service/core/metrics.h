@@ -66,11 +66,13 @@ enum metric {
     M_HTTP_REQUEST_TIMEOUTS, /* requests cut by http_request_timeout_ms */
     M_HTTP_WRITE_TIMEOUTS,   /* replies cut by http_write_timeout_ms */
     M_HTTP_MALFORMED,        /* requests refused by the strict parser (400/417/431/501) */
+    M_HTTP_BUFFER_BYTES,     /* gauge: bytes the HTTP connections' buffers hold */
     /* 429s, one sample each of seckill_rate_limited_total{scope=...} */
-    M_RATE_LIMITED_BUYER,      /* the buyer's orders on a SKU (reserve.lua) */
-    M_RATE_LIMITED_ADDR,       /* the buyer API, per client address */
-    M_RATE_LIMITED_ADMIN_AUTH, /* failed admin authentications, per client address */
-    M_METRICS_SCRAPE_ERRORS,   /* per-SKU reads that failed: their block is left out */
+    M_RATE_LIMITED_BUYER,        /* the buyer's orders on a SKU (reserve.lua) */
+    M_RATE_LIMITED_ADDR,         /* the buyer API, per client address */
+    M_RATE_LIMITED_ADMIN_AUTH,   /* failed admin authentications, per client address */
+    M_RATE_LIMITED_PAYMENT_AUTH, /* failed payment callback authentications, per address */
+    M_METRICS_SCRAPE_ERRORS,     /* per-SKU reads that failed: their block is left out */
     M_METRICS_REFRESHES, /* per-SKU reads from the stores (at most one per metrics_refresh_ms) */
     /* the order's life, one sample each of seckill_order_transitions_total{from=,to=} */
     M_ORDERS_TO_CONFIRMED,      /* pending -> confirmed (a writer's commit) */

@@ -87,13 +87,14 @@ int main(int argc, char **argv)
     if (rc == 0 && !help && redis_conn_init(&ctl.redis, &ctl.cfg, err, sizeof err) != 0)
         rc = ctl_usage_error("bad Redis URL: %s", err); /* the URL may hold a password */
     if (rc == 0) {
+        /* every script, the lock library's too, runs as a Redis function */
+        embedded_init();
         if (argc < 2 || help) {
             usage(help ? stdout : stderr);
             rc = help ? CTL_EXIT_OK : CTL_EXIT_USAGE;
         } else if (strcmp(argv[1], "lock") == 0) {
             rc = ctl_lock_main(&ctl, argc - 2, argv + 2);
         } else if (strcmp(argv[1], "reconcile") == 0) {
-            embedded_init();
             pgwait_set_default_timeout_ms((int)ctl.cfg.pg_client_timeout_ms);
             rc = ctl_reconcile_main(&ctl, argc - 2, argv + 2);
         } else if (strcmp(argv[1], "token") == 0) {

@@ -29,6 +29,7 @@
 #include "store/migrate.h"
 #include "store/pgwait.h"
 #include "store/redis_conn.h"
+#include "store/redis_functions.h"
 #include "store/txlock.h"
 #include "store/workers.h"
 #include <rlock/notify.h>
@@ -100,7 +101,8 @@ static int serve(const struct cfg *c)
     struct rlock_watchdog *watchdog = NULL;
     if (redis_conn_follow_start(c, err, sizeof err) != 0 ||
         redis_conn_init(&lock_conn, c, err, sizeof err) != 0 ||
-        redis_conn_check_credentials(&lock_conn, err, sizeof err) != 0)
+        redis_conn_check_credentials(&lock_conn, err, sizeof err) != 0 ||
+        redis_functions_check_config(c, err, sizeof err) != 0)
         goto out;
     notifier = rlock_notifier_new(redis_conn_open, &lock_conn, err, sizeof err);
     struct rlock_watchdog_opts wo = {.lease_ms = (int)c->lock_ttl_ms,

@@ -22,6 +22,8 @@ FUZZ_TARGETS += buyer_token
 FUZZ_TARGETS += life_body
 FUZZ_TARGETS += proxy_header
 FUZZ_TARGETS += redis_url
+FUZZ_TARGETS += ratelimit
+FUZZ_TARGETS += conn
 
 # Settings (make fuzz FUZZ_SECONDS=15 FUZZ_ONLY=router,sku_body):
 # FUZZ_SECONDS per target; FUZZ_MAX_LEN bytes per input (the default

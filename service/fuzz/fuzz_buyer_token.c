@@ -1,24 +1,26 @@
 /*
- * Fuzz target: the buyer token's verifier, buyer_token_verify(), under a
- * fixed secret and clock.
+ * Fuzz target: the buyer token's verifier, buyer_token_verify(), under two
+ * fixed secrets (a rotation: the primary as kid "k1", the next as "k2"), a
+ * fixed clock and a maximum lifetime.
  *
  * Input: a mode byte, then
  *   - even ('t'): a token, verified as it is.  No one but the signer holds
  *     the secret, so the only tokens it may accept are the signer's: an
- *     accepted token is byte for byte what buyer_token_sign() makes for the
- *     sub, iat and exp it carries (so its base64url is canonical and its MAC
- *     right), and the user returned is that sub.
+ *     accepted token is byte for byte what buyer_token_sign_kid() makes for
+ *     the kid, sub, iat and exp it carries with the secret of that kid (so
+ *     its base64url is canonical and its MAC right), and the user returned
+ *     is that sub.
  *   - odd ('s'): a header and a claims object as raw bytes, separated by the
- *     first LF, that the target signs itself with the secret (base64url and
- *     MAC through OpenSSL, not the module's code), so that the checks behind
- *     the MAC are fuzzed too.  The verdict must be the one restated here from
- *     RFC 7515/7519 and buyer_token.h's rules: malformed unless both parts
- *     are JSON objects without duplicate keys; alg "HS256", typ absent or
- *     "JWT", no crit; sub a user id 1..2^63-1 written plainly, exp a number,
- *     nbf absent or a number; expired when exp <= now - leeway, not yet
- *     valid when nbf > now + leeway.  The same token with any one byte
- *     changed is refused.
- * In both modes: a different secret (one byte off, one byte longer, too
+ *     first LF, that the target signs itself with the primary secret (with
+ *     bit 3 set, 'k': the next one), base64url and MAC through OpenSSL, not
+ *     the module's code, so that the checks behind the MAC are fuzzed too.  The verdict must be the
+ * one restated here from RFC 7515/7519 and buyer_token.h's rules: malformed unless both parts are
+ * JSON objects without duplicate keys; alg "HS256", typ absent or "JWT", kid absent or a string of
+ * at most BUYER_TOKEN_KID_MAX bytes, no crit; then the kid must name the signing secret (absent:
+ * the primary only); sub a user id 1..2^63-1 written plainly, exp a number, nbf and iat absent or
+ * numbers; expired when exp <= now - leeway, not yet valid when nbf > now + leeway, too long-lived
+ * when exp - iat or exp - now - leeway exceeds the maximum lifetime.  The same token with any one
+ * byte changed is refused. In both modes: a different secret (one byte off, one byte longer, too
  * short) never accepts; an accepted user lies in 1..INT64_MAX and its exp
  * ahead of now - leeway; a refusal leaves *user alone.
  */
@@ -37,6 +39,10 @@
  * with this secret, their iat and exp chosen around this clock: changing
  * either means minting them again. */
 #define FUZZ_SECRET "fuzz-buyer-token-secret-0123456789abcdef"
+#define FUZZ_SECRET_NEXT "fuzz-buyer-token-next-secret-0123456789"
+#define FUZZ_KID "k1"
+#define FUZZ_KID_NEXT "k2"
+#define FUZZ_MAX_TTL 86400
 #define FUZZ_NOW 1700000000LL
 #define FUZZ_LEEWAY 30
 #define FUZZ_MAX_BYTES 8192 /* the config's largest max_buyer_token_bytes */
@@ -46,7 +52,12 @@
 static const struct buyer_token_verifier verifier = {.secret = FUZZ_SECRET,
                                                      .secret_len = sizeof FUZZ_SECRET - 1,
                                                      .leeway_s = FUZZ_LEEWAY,
-                                                     .max_bytes = FUZZ_MAX_BYTES};
+                                                     .max_bytes = FUZZ_MAX_BYTES,
+                                                     .kid = FUZZ_KID,
+                                                     .next_secret = FUZZ_SECRET_NEXT,
+                                                     .next_secret_len = sizeof FUZZ_SECRET_NEXT - 1,
+                                                     .next_kid = FUZZ_KID_NEXT,
+                                                     .max_ttl_s = FUZZ_MAX_TTL};
 
 /* Verifies token under v at FUZZ_NOW; checks that a refusal leaves the user
  * alone and an acceptance is a user id. */
@@ -75,6 +86,7 @@ static enum buyer_token_result verify_other_secrets(const char *token, size_t le
     off_by_one[sizeof FUZZ_SECRET - 2] ^= 1;
     memcpy(longer, FUZZ_SECRET "x", sizeof longer);
 
+    v.next_secret = NULL; /* neither is the signer's */
     v.secret = off_by_one;
     first = verify_under(&v, token, len, &user);
     FUZZ_CHECK(first != BUYER_TOKEN_OK);
@@ -143,7 +155,7 @@ static int plain_user_id(const char *s, size_t n, int64_t *id)
 /* The verdict for a correctly signed token of header h and claims c (raw
  * bytes), restated from the rules; *user gets the sub on OK. */
 static enum buyer_token_result expected_verdict(const char *h, size_t hn, const char *c, size_t cn,
-                                                int64_t *user)
+                                                const char *signer_kid, int primary, int64_t *user)
 {
     json_t *header = json_loadb(h, hn, JSON_REJECT_DUPLICATES, NULL);
     json_t *claims = json_loadb(c, cn, JSON_REJECT_DUPLICATES, NULL);
@@ -154,31 +166,43 @@ static enum buyer_token_result expected_verdict(const char *h, size_t hn, const 
     } else {
         json_t *alg = json_object_get(header, "alg"), *typ = json_object_get(header, "typ");
         json_t *sub = json_object_get(claims, "sub"), *exp = json_object_get(claims, "exp");
-        json_t *nbf = json_object_get(claims, "nbf");
-        double now = (double)FUZZ_NOW, leeway = (double)FUZZ_LEEWAY;
+        json_t *nbf = json_object_get(claims, "nbf"), *iat = json_object_get(claims, "iat");
+        json_t *kid = json_object_get(header, "kid");
+        double now = (double)FUZZ_NOW, leeway = (double)FUZZ_LEEWAY, ttl = (double)FUZZ_MAX_TTL;
 
         if (!json_is_string(alg) || strcmp(json_string_value(alg), "HS256") != 0 ||
             (typ != NULL && (!json_is_string(typ) || strcmp(json_string_value(typ), "JWT") != 0)) ||
+            (kid != NULL &&
+             (!json_is_string(kid) || json_string_length(kid) > BUYER_TOKEN_KID_MAX)) ||
             json_object_get(header, "crit") != NULL)
             r = BUYER_TOKEN_BAD_HEADER;
+        else if (kid == NULL ? !primary : strcmp(json_string_value(kid), signer_kid) != 0)
+            r = BUYER_TOKEN_UNKNOWN_KID;
         else if (!json_is_string(sub) ||
                  !plain_user_id(json_string_value(sub), json_string_length(sub), user) ||
-                 !json_is_number(exp) || (nbf != NULL && !json_is_number(nbf)))
+                 !json_is_number(exp) || (nbf != NULL && !json_is_number(nbf)) ||
+                 (iat != NULL && !json_is_number(iat)))
             r = BUYER_TOKEN_BAD_CLAIMS;
         else if (json_number_value(exp) <= now - leeway)
             r = BUYER_TOKEN_EXPIRED;
         else if (nbf != NULL && json_number_value(nbf) > now + leeway)
             r = BUYER_TOKEN_NOT_YET_VALID;
+        else if ((iat != NULL && json_number_value(exp) - json_number_value(iat) > ttl) ||
+                 json_number_value(exp) - now > ttl + leeway)
+            r = BUYER_TOKEN_LIFETIME_TOO_LONG;
     }
     json_decref(header);
     json_decref(claims);
     return r;
 }
 
-/* Signs header h and claims c with the secret, checks the verdict, and that
- * neither another secret nor a changed byte is accepted. */
-static void sign_and_verify(const char *h, size_t hn, const char *c, size_t cn, uint32_t salt)
+/* Signs header h and claims c with the primary secret (next: the next one),
+ * checks the verdict, and that neither another secret nor a changed byte is
+ * accepted. */
+static void sign_and_verify(const char *h, size_t hn, const char *c, size_t cn, int next,
+                            uint32_t salt)
 {
+    const char *secret = next ? FUZZ_SECRET_NEXT : FUZZ_SECRET;
     size_t cap = (hn + 2) / 3 * 4 + (cn + 2) / 3 * 4 + (MAC_BYTES + 2) / 3 * 4 + 3;
     char *token = malloc(cap);
     unsigned char mac[MAC_BYTES];
@@ -190,8 +214,8 @@ static void sign_and_verify(const char *h, size_t hn, const char *c, size_t cn, 
     size_t n = b64url((const unsigned char *)h, hn, token);
     token[n++] = '.';
     n += b64url((const unsigned char *)c, cn, token + n);
-    FUZZ_CHECK(HMAC(EVP_sha256(), FUZZ_SECRET, (int)sizeof FUZZ_SECRET - 1,
-                    (const unsigned char *)token, n, mac, &mac_len) != NULL &&
+    FUZZ_CHECK(HMAC(EVP_sha256(), secret, (int)strlen(secret), (const unsigned char *)token, n, mac,
+                    &mac_len) != NULL &&
                mac_len == MAC_BYTES);
     token[n++] = '.';
     n += b64url(mac, MAC_BYTES, token + n);
@@ -202,7 +226,7 @@ static void sign_and_verify(const char *h, size_t hn, const char *c, size_t cn, 
     else if (hn == 0 || cn == 0)
         want = BUYER_TOKEN_MALFORMED;
     else
-        want = expected_verdict(h, hn, c, cn, &want_user);
+        want = expected_verdict(h, hn, c, cn, next ? FUZZ_KID_NEXT : FUZZ_KID, !next, &want_user);
     if (got != want)
         fprintf(stderr, "verdict %s, expected %s\n", buyer_token_result_name(got),
                 buyer_token_result_name(want));
@@ -224,15 +248,22 @@ static void sign_and_verify(const char *h, size_t hn, const char *c, size_t cn, 
     free(token);
 }
 
-/* Checks that an accepted token is what buyer_token_sign() makes of its
- * claims, byte for byte. */
+/* Checks that an accepted token is what buyer_token_sign_kid() makes of its
+ * kid and claims with the secret of that kid, byte for byte. */
 static void check_signer_made(const char *token, size_t len, int64_t user)
 {
     const char *dot1 = memchr(token, '.', len);
     FUZZ_CHECK(dot1 != NULL);
     const char *dot2 = memchr(dot1 + 1, '.', len - (size_t)(dot1 + 1 - token));
     FUZZ_CHECK(dot2 != NULL);
-    size_t claims_len;
+    size_t claims_len, header_len;
+    char *header_text = b64url_decoded(token, (size_t)(dot1 - token), &header_len);
+    json_t *header = json_loadb(header_text, header_len, JSON_REJECT_DUPLICATES, NULL);
+    json_t *kid = json_object_get(header, "kid");
+    FUZZ_CHECK(kid == NULL || json_is_string(kid));
+    const char *kid_text = kid ? json_string_value(kid) : NULL;
+    const char *secret =
+        kid_text && strcmp(kid_text, FUZZ_KID_NEXT) == 0 ? FUZZ_SECRET_NEXT : FUZZ_SECRET;
     char *claims_text = b64url_decoded(dot1 + 1, (size_t)(dot2 - dot1 - 1), &claims_len);
     json_t *claims = json_loadb(claims_text, claims_len, JSON_REJECT_DUPLICATES, NULL);
     json_t *sub = json_object_get(claims, "sub"), *iat = json_object_get(claims, "iat"),
@@ -244,11 +275,14 @@ static void check_signer_made(const char *token, size_t len, int64_t user)
     FUZZ_CHECK(plain_user_id(json_string_value(sub), json_string_length(sub), &sub_id) &&
                sub_id == user);
     FUZZ_CHECK((double)json_integer_value(exp) > (double)(FUZZ_NOW - FUZZ_LEEWAY));
-    int n = buyer_token_sign(FUZZ_SECRET, sizeof FUZZ_SECRET - 1, user, json_integer_value(iat),
-                             json_integer_value(exp), again, sizeof again);
+    FUZZ_CHECK((double)json_integer_value(exp) - (double)json_integer_value(iat) <= FUZZ_MAX_TTL);
+    int n = buyer_token_sign_kid(secret, strlen(secret), kid_text, user, json_integer_value(iat),
+                                 json_integer_value(exp), again, sizeof again);
     FUZZ_CHECK(n > 0 && (size_t)n == len && memcmp(again, token, len) == 0);
     json_decref(claims);
+    json_decref(header);
     free(claims_text);
+    free(header_text);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -261,7 +295,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (data[0] & 1) {
         const char *lf = memchr(rest, '\n', n);
         size_t hn = lf ? (size_t)(lf - rest) : n;
-        sign_and_verify(rest, hn, lf ? lf + 1 : rest + n, lf ? n - hn - 1 : 0,
+        sign_and_verify(rest, hn, lf ? lf + 1 : rest + n, lf ? n - hn - 1 : 0, data[0] & 8,
                         (uint32_t)size * 2654435761u);
         return 0;
     }

@@ -184,6 +184,11 @@ static void answer(const struct http_req *r, const struct order_req *q,
     case ORDER_RATE_LIMITED: /* the buyer's bucket in reserve.lua: nothing taken */
         limits_reply(r, LIMITS_BUYER, o->retry_after_ms * 1000);
         break;
+    case ORDER_STORE_FULL:
+        if (q)
+            metrics_add(M_ORDERS_UNAVAILABLE, 1);
+        http_reply_store_full(r);
+        break;
     case ORDER_IDS_EXHAUSTED:
     case ORDER_UNAVAILABLE:
         if (q)
@@ -225,7 +230,12 @@ static int buyer_of(const struct http_req *r, int64_t *buyer)
     const struct buyer_token_verifier v = {.secret = c->buyer_token_secret,
                                            .secret_len = strlen(c->buyer_token_secret),
                                            .leeway_s = c->buyer_token_leeway_s,
-                                           .max_bytes = (size_t)c->max_buyer_token_bytes};
+                                           .max_bytes = (size_t)c->max_buyer_token_bytes,
+                                           .kid = c->buyer_token_kid,
+                                           .next_secret = c->buyer_token_secret_next,
+                                           .next_secret_len = strlen(c->buyer_token_secret_next),
+                                           .next_kid = c->buyer_token_kid_next,
+                                           .max_ttl_s = c->buyer_token_max_ttl_s};
     enum buyer_token_result res = buyer_token_verify(&v, token, len, (int64_t)time(NULL), buyer);
     if (res == BUYER_TOKEN_OK)
         return 1;

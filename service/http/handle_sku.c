@@ -9,6 +9,7 @@
 #include "core/validate.h"
 #include "order/soldout.h"
 #include "sku/sku.h"
+#include "store/redis_functions.h"
 
 enum sku_op { OP_VIEW, OP_VIEW_ADMIN, OP_CREATE, OP_ADJUST, OP_RELOAD, OP_WINDOW };
 
@@ -92,6 +93,18 @@ static void job_done(struct job *j)
         http_reply_error(r, 422, "idempotency_key_reused",
                          "this Idempotency-Key was used with a different request");
         break;
+    case SKU_STORE_FULL:
+        http_reply_store_full(r);
+        break;
+    case SKU_NOT_LOADED_FULL: {
+        char secs[24];
+        snprintf(secs, sizeof secs, "%lld", (long long)http_loop_cfg(r->loop)->full_retry_after_s);
+        http_add_header(r, "Retry-After", secs);
+        http_reply_error(r, 503, "store_full",
+                         "the SKU is in the database, but Redis is at its maxmemory and did not "
+                         "take it; the service loads it by itself once Redis has room");
+        break;
+    }
     case SKU_UNAVAILABLE:
         http_reply_unavailable(r);
         break;
@@ -154,6 +167,13 @@ void handle_sku_health(struct http_req *r, int64_t unused)
                           "redis", redis, "postgres", pg_ok ? "ok" : "down");
     if (rd->probed && rd->cluster)
         json_object_set_new(o, "redis_masters_down", json_integer(rd->total - rd->up));
+    /* Without its functions Redis answers but runs nothing of the service. */
+    enum rlock_library_state lib = redis_functions_state();
+    if (lib != RLOCK_LIBRARY_CURRENT)
+        json_object_set_new(o, "redis_functions", json_string(redis_functions_state_str(lib)));
+    int lib_ok = lib != RLOCK_LIBRARY_MISSING;
+    if (!lib_ok)
+        json_object_set_new(o, "status", json_string("unavailable"));
     if (!rd->probed || !pg->probed) {
         const struct cfg *c = http_loop_cfg(r->loop);
         char d[200];
@@ -172,8 +192,12 @@ void handle_sku_health(struct http_req *r, int64_t unused)
                  redis_ok ? "" : "redis", !redis_ok && !pg_ok ? " and " : "",
                  pg_ok ? "" : "postgres");
         json_object_set_new(o, "detail", json_string(d));
+    } else if (!lib_ok) {
+        json_object_set_new(o, "detail",
+                            json_string("redis lost the service's functions: seckilld migrate, or "
+                                        "redis_functions_url, loads them again"));
     }
-    http_reply_json(r, redis_ok && pg_ok ? 200 : 503, o);
+    http_reply_json(r, redis_ok && pg_ok && lib_ok ? 200 : 503, o);
 }
 
 void handle_sku_create(struct http_req *r, int64_t unused)

@@ -1,19 +1,17 @@
 #include "http/limits.h"
 
-#include <arpa/inet.h>
 #include <inttypes.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "core/clock.h"
 #include "core/metrics.h"
 #include "core/ratelimit.h"
+#include "http/peer_key.h"
 
 /* NULL: that limit is off (also before limits_init). */
-static struct ratelimit *addr_table, *admin_table;
+static struct ratelimit *addr_table, *admin_table, *payment_table;
 
 /* Scatters keys over a table's sets unpredictably from outside. */
 static uint64_t seed(void)
@@ -24,36 +22,30 @@ static uint64_t seed(void)
     return s;
 }
 
+/* A table of failures: per_min regained a minute, burst at once (0: none). */
+static struct ratelimit *failure_table(int64_t per_min, int64_t burst, size_t entries)
+{
+    return per_min > 0 ? ratelimit_new(60 * RATELIMIT_US_PER_S / per_min, burst, entries, seed())
+                       : NULL;
+}
+
 void limits_init(const struct cfg *c)
 {
     size_t entries = (size_t)c->rate_addr_buckets;
     addr_table = c->rate_addr_per_s > 0 ? ratelimit_new(RATELIMIT_US_PER_S / c->rate_addr_per_s,
                                                         c->rate_addr_burst, entries, seed())
                                         : NULL;
-    admin_table = c->admin_auth_fail_per_min > 0
-                      ? ratelimit_new(60 * RATELIMIT_US_PER_S / c->admin_auth_fail_per_min,
-                                      c->admin_auth_fail_burst, entries, seed())
-                      : NULL;
+    admin_table = failure_table(c->admin_auth_fail_per_min, c->admin_auth_fail_burst, entries);
+    payment_table =
+        failure_table(c->payment_auth_fail_per_min, c->payment_auth_fail_burst, entries);
 }
 
 void limits_free(void)
 {
     ratelimit_free(addr_table);
     ratelimit_free(admin_table);
-    addr_table = admin_table = NULL;
-}
-
-/* The bucket key of r's client: its address, an IPv6 one cut to its /64. */
-static void client_key(const struct http_req *r, char *out, size_t cap)
-{
-    const char *addr = http_peer_addr(r);
-    struct in6_addr a6;
-    if (strchr(addr, ':') && inet_pton(AF_INET6, addr, &a6) == 1 && !IN6_IS_ADDR_V4MAPPED(&a6)) {
-        memset(a6.s6_addr + 8, 0, 8);
-        if (inet_ntop(AF_INET6, &a6, out, (socklen_t)cap))
-            return;
-    }
-    snprintf(out, cap, "%s", addr);
+    ratelimit_free(payment_table);
+    addr_table = admin_table = payment_table = NULL;
 }
 
 /* The wait for a token of r's client in table t (0: go on); with 'take', a
@@ -62,8 +54,8 @@ static int64_t client_wait(struct ratelimit *t, const struct http_req *r, int ta
 {
     if (!t)
         return 0;
-    char key[INET6_ADDRSTRLEN + 8];
-    client_key(r, key, sizeof key);
+    char key[PEER_KEY_MAX]; /* the connection cap's key too: one client, one rule */
+    peer_key_of(http_peer_addr(r), key, sizeof key);
     return take ? ratelimit_take(t, key, clock_mono_us()) : ratelimit_wait(t, key, clock_mono_us());
 }
 
@@ -75,19 +67,9 @@ int limits_addr_pass(const struct http_req *r)
     return wait == 0;
 }
 
-int limits_admin_pass(const struct http_req *r)
+int64_t limits_auth_failed(const struct http_req *r, enum limits_scope scope)
 {
-    int64_t wait = client_wait(admin_table, r, 0);
-    if (wait)
-        limits_reply(r, LIMITS_ADMIN_AUTH, wait);
-    return wait == 0;
-}
-
-void limits_admin_failed(const struct http_req *r)
-{
-    /* Refused only when a concurrent failure emptied the bucket first: this
-     * one was compared already, and the next request will wait. */
-    (void)client_wait(admin_table, r, 1);
+    return client_wait(scope == LIMITS_PAYMENT_AUTH ? payment_table : admin_table, r, 1);
 }
 
 void limits_reply(const struct http_req *r, enum limits_scope scope, int64_t wait_us)
@@ -104,6 +86,9 @@ void limits_reply(const struct http_req *r, enum limits_scope scope, int64_t wai
         [LIMITS_ADMIN_AUTH] = {M_RATE_LIMITED_ADMIN_AUTH,
                                "too many failed admin authentications from this address; retry "
                                "after Retry-After seconds"},
+        [LIMITS_PAYMENT_AUTH] = {M_RATE_LIMITED_PAYMENT_AUTH,
+                                 "too many failed payment callback authentications from this "
+                                 "address; retry after Retry-After seconds"},
     };
     metrics_add(scopes[scope].m, 1);
     char secs[24];

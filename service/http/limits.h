@@ -7,10 +7,14 @@
  *    round trip of its own; handle_order.c hands its verdict to limits_reply;
  *  - the buyer API per client address (rate_addr_*): orders and lookups, in
  *    this process (core/ratelimit), before any store is touched;
- *  - failed admin authentications per client address (admin_auth_fail_*):
- *    while that bucket is empty, every admin request from the address is
- *    refused before its token is compared, so guessing stays throttled even
- *    when a guess is right; a success gives nothing back.
+ *  - failed authentications per client address, of the admin area
+ *    (admin_auth_fail_*) and, in a table of its own, of the payment callback
+ *    (payment_auth_fail_*): only a wrong token is charged, and while the
+ *    bucket is empty wrong tokens get 429; the right token is always served,
+ *    so nobody sharing the operator's (or the payment system's) address can
+ *    lock it out.  Guessing is kept hopeless by the tokens' length (cfg
+ *    demands 32 bytes), not by these buckets, which only keep a guesser's
+ *    noise down (a distributed guesser has many addresses anyway).
  * IPv6 clients are counted per /64, the block one subscriber usually holds.
  *
  * The tables are process-wide: limits_init() before the HTTP loops start,
@@ -26,7 +30,7 @@
 #include "http/server.h"
 
 /* Which bucket refused (the scope label of seckill_rate_limited_total). */
-enum limits_scope { LIMITS_BUYER, LIMITS_ADDR, LIMITS_ADMIN_AUTH };
+enum limits_scope { LIMITS_BUYER, LIMITS_ADDR, LIMITS_ADMIN_AUTH, LIMITS_PAYMENT_AUTH };
 
 /* Sets the per-address tables up from c's settings. */
 void limits_init(const struct cfg *c);
@@ -38,12 +42,12 @@ void limits_free(void);
  * 0 after answering 429 (nothing else was done). */
 int limits_addr_pass(const struct http_req *r);
 
-/* Admin, before the token is compared: returns 1 to go on; 0 after
- * answering 429 when r's address has no failed authentications left. */
-int limits_admin_pass(const struct http_req *r);
-
-/* Records a failed admin authentication of r's client address. */
-void limits_admin_failed(const struct http_req *r);
+/* Charges a failed authentication of r's client address to the bucket of
+ * 'scope' (LIMITS_ADMIN_AUTH or LIMITS_PAYMENT_AUTH), after its token was
+ * compared and found wrong.  Returns 0 when it was charged (answer 401), or
+ * the microseconds until the empty bucket has room (answer 429 with
+ * limits_reply); nothing is answered here. */
+int64_t limits_auth_failed(const struct http_req *r, enum limits_scope scope);
 
 /* Answers 429 rate_limited with Retry-After (wait_us in whole seconds,
  * rounded up, at least 1) and counts it under 'scope'. */

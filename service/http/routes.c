@@ -61,6 +61,7 @@ static const struct http_answer place_order_answers[] = {
     {422, "idempotency_key_reused"}, /* the key was used with another body */
     ANSWER_429,                      /* the buyer's bucket on the SKU, or the address's */
     ANSWER_503,                      /* nothing taken, being restored, or outcome open */
+    {503, "store_full"},             /* Redis at its maxmemory: nothing taken */
     ANSWER_405,
     ANSWERS_END};
 
@@ -71,9 +72,11 @@ static const struct http_answer get_order_answers[] = {
     {200, NULL}, ANSWER_BAD, ANSWER_401, {404, "unknown_order"}, /* also another buyer's */
     ANSWER_429,  ANSWER_503, ANSWER_405, ANSWERS_END};
 
-static const struct http_answer create_sku_answers[] = {{201, NULL},         ANSWER_BAD, ANSWER_401,
-                                                        {409, "sku_exists"}, ANSWER_429, ANSWER_503,
-                                                        ANSWER_405,          ANSWERS_END};
+static const struct http_answer create_sku_answers[] = {
+    {201, NULL}, ANSWER_BAD, ANSWER_401,          {409, "sku_exists"},
+    ANSWER_429,  ANSWER_503, {503, "store_full"}, /* committed; Redis at its maxmemory did not take
+                                                     it */
+    ANSWER_405,  ANSWERS_END};
 
 static const struct http_answer get_sku_admin_answers[] = {
     {200, NULL}, ANSWER_BAD, ANSWER_401, {404, "unknown_sku"},
@@ -91,6 +94,7 @@ static const struct http_answer adjust_stock_answers[] = {{200, NULL},
                                                           {422, "idempotency_key_reused"},
                                                           ANSWER_429,
                                                           ANSWER_503,
+                                                          {503, "store_full"},
                                                           ANSWER_405,
                                                           ANSWERS_END};
 
@@ -292,21 +296,27 @@ static void method_not_allowed(struct http_req *r, const char *allow)
 }
 
 /* Returns 1 when the request carries the admin token (or the payment
- * token, for the one route t it may call), else answers 429 (too many
- * failures from its address: the token is not even compared) or 401 (a
- * failure, counted). */
+ * token, for the one route t it may call), else answers 401 (a failure,
+ * charged to the address's bucket of the route's kind) or 429 (that bucket
+ * is empty).  The tokens are compared first, in constant time, and the
+ * right one is served whatever failed before it from its address: a
+ * bystander's wrong tokens must not lock the operator or the payment system
+ * out. */
 static int admin_ok(struct http_req *r, const struct routes_route *t, enum routes_verdict v)
 {
-    if (!limits_admin_pass(r))
-        return 0;
     const struct cfg *c = http_loop_cfg(r->loop);
     const char *auth = http_header(r, "Authorization");
+    int payment_route = v == ROUTES_FOUND && t && t->payment;
     if (validate_bearer(auth, c->admin_token))
         return 1;
-    if (v == ROUTES_FOUND && t && t->payment && c->payment_token[0] &&
-        validate_bearer(auth, c->payment_token))
+    if (payment_route && c->payment_token[0] && validate_bearer(auth, c->payment_token))
         return 1;
-    limits_admin_failed(r);
+    enum limits_scope scope = payment_route ? LIMITS_PAYMENT_AUTH : LIMITS_ADMIN_AUTH;
+    int64_t wait = limits_auth_failed(r, scope);
+    if (wait) {
+        limits_reply(r, scope, wait);
+        return 0;
+    }
     http_add_header(r, "WWW-Authenticate", "Bearer realm=\"seckill-admin\"");
     http_reply_error(r, 401, "unauthorized", "a valid admin bearer token is required");
     return 0;

@@ -22,6 +22,7 @@
 #include "core/log.h"
 #include "core/metrics.h"
 #include "core/validate.h"
+#include "http/peer_key.h"
 #include "http/proxy_header.h"
 
 /* How often a closing loop looks whether its reservations in flight ended. */
@@ -29,6 +30,10 @@
 /* One read() per readable event takes at most this much; a request of ours
  * (headers and body within their limits) is far smaller. */
 #define READ_CHUNK_BYTES 16384
+/* What a connection's buffers start at, and go back to once a larger
+ * request or answer is done: a buyer's requests and answers fit, and one big
+ * answer (a /metrics scrape) must not stay held by an idle connection. */
+#define CONN_BUF_BASE_BYTES (READ_CHUNK_BYTES / 4)
 /* Connections accepted per wake-up of one loop, so that a burst of new
  * connections cannot starve the requests of open ones. */
 #define ACCEPT_BATCH 64
@@ -60,11 +65,12 @@ _Static_assert(sizeof http_protocol_answers / sizeof http_protocol_answers[0] ==
 /* The latency histograms of the answers above, route="protocol" (made at start). */
 static struct metrics_hist *protocol_hists[PROTOCOL_ANSWERS];
 
-/* One client address and its open connections (the per-address cap). */
+/* One client (its peer_key_of key: an IPv6 /64 is one client) and its open
+ * connections (the per-address cap). */
 struct addr_count {
     struct addr_count *next;
     long n;
-    char addr[INET6_ADDRSTRLEN];
+    char key[PEER_KEY_MAX];
 };
 
 enum conn_timer { TIMER_NONE, TIMER_IDLE, TIMER_REQUEST, TIMER_WRITE };
@@ -128,6 +134,7 @@ struct http_server {
     pthread_mutex_t addr_mu;
     struct addr_count **addr_buckets;
     size_t addr_nbuckets; /* a power of two */
+    uint64_t addr_seed;   /* this process's own: nobody can aim keys at one chain */
 };
 
 const struct cfg *http_loop_cfg(const struct http_loop *l)
@@ -153,28 +160,27 @@ static struct timeval ms_to_tv(int64_t ms)
 
 /* ---- the per-address cap ----------------------------------------------- */
 
-static size_t addr_hash(const struct http_server *s, const char *a)
+static size_t addr_hash(const struct http_server *s, const char *key)
 {
-    size_t h = 5381; /* djb2: spread enough for addresses, cheap */
-    for (; *a; a++)
-        h = h * 33 + (unsigned char)*a;
-    return h & (s->addr_nbuckets - 1);
+    return (size_t)peer_key_hash(s->addr_seed, key) & (s->addr_nbuckets - 1);
 }
 
 /* Counts one more connection of 'addr'.  Returns 0, or -1 (nothing counted)
- * when the address already holds http_max_connections_per_addr. */
+ * when the client already holds http_max_connections_per_addr. */
 static int addr_take(struct http_server *s, const char *addr)
 {
     int rc = 0;
+    char key[PEER_KEY_MAX];
+    peer_key_of(addr, key, sizeof key);
     pthread_mutex_lock(&s->addr_mu);
-    struct addr_count **b = &s->addr_buckets[addr_hash(s, addr)], *e = *b;
-    while (e && strcmp(e->addr, addr) != 0)
+    struct addr_count **b = &s->addr_buckets[addr_hash(s, key)], *e = *b;
+    while (e && strcmp(e->key, key) != 0)
         e = e->next;
     if (!e) {
         e = calloc(1, sizeof *e);
         if (!e)
             abort();
-        snprintf(e->addr, sizeof e->addr, "%s", addr);
+        snprintf(e->key, sizeof e->key, "%s", key);
         e->next = *b;
         *b = e;
     }
@@ -189,9 +195,11 @@ static int addr_take(struct http_server *s, const char *addr)
 /* Counts one connection of 'addr' less; forgets the address at zero. */
 static void addr_give(struct http_server *s, const char *addr)
 {
+    char key[PEER_KEY_MAX];
+    peer_key_of(addr, key, sizeof key);
     pthread_mutex_lock(&s->addr_mu);
-    struct addr_count **p = &s->addr_buckets[addr_hash(s, addr)];
-    while (*p && strcmp((*p)->addr, addr) != 0)
+    struct addr_count **p = &s->addr_buckets[addr_hash(s, key)];
+    while (*p && strcmp((*p)->key, key) != 0)
         p = &(*p)->next;
     struct addr_count *e = *p;
     if (e && --e->n <= 0) {
@@ -208,19 +216,34 @@ static void on_write(evutil_socket_t fd, short what, void *arg);
 static void on_timer(evutil_socket_t fd, short what, void *arg);
 static void protocol_error(struct http_conn *c, int status, const char *reason);
 
-/* Makes room for n more bytes in a growing buffer (aborts without memory). */
+/* Makes room for n more bytes in a connection buffer (aborts without
+ * memory); seckill_http_connection_buffer_bytes counts what they hold. */
 static void reserve_bytes(char **buf, size_t *cap, size_t len, size_t n)
 {
     if (len + n <= *cap)
         return;
-    size_t want = *cap ? *cap : READ_CHUNK_BYTES / 4;
+    size_t want = *cap ? *cap : CONN_BUF_BASE_BYTES;
     while (want < len + n)
         want *= 2;
     char *b = realloc(*buf, want);
     if (!b)
         abort();
+    metrics_add(M_HTTP_BUFFER_BYTES, (long)(want - *cap));
     *buf = b;
     *cap = want;
+}
+
+/* Gives an empty buffer that grew past CONN_BUF_BASE_BYTES back (the next
+ * use starts at the base again); 'all': whatever its size (the connection
+ * goes). */
+static void release_bytes(char **buf, size_t *cap, int all)
+{
+    if (*cap == 0 || (!all && *cap <= CONN_BUF_BASE_BYTES))
+        return;
+    metrics_add(M_HTTP_BUFFER_BYTES, -(long)*cap);
+    free(*buf);
+    *buf = NULL;
+    *cap = 0;
 }
 
 static void set_timer(struct http_conn *c, enum conn_timer t)
@@ -246,9 +269,9 @@ static void conn_free(struct http_conn *c)
     if (c->next)
         c->next->prev = c->prev;
     http_parse_free(&c->parser);
-    free(c->pend);
-    free(c->out);
-    free(c->xh);
+    release_bytes(&c->pend, &c->pend_cap, 1);
+    release_bytes(&c->out, &c->out_cap, 1);
+    release_bytes(&c->xh, &c->xh_cap, 1);
     free(c);
 }
 
@@ -278,6 +301,7 @@ static void conn_next(struct http_conn *c)
 {
     http_parse_reset(&c->parser);
     c->xh_len = 0;
+    release_bytes(&c->xh, &c->xh_cap, 0);
     c->continue_sent = 0;
     c->replying = 0;
     set_timer(c, TIMER_IDLE);
@@ -302,7 +326,10 @@ static int conn_flush(struct http_conn *c)
             continue;
         if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             event_add(&c->ev_write, NULL);
-            if (c->replying)
+            /* One deadline for the whole answer, from its first stall: a
+             * client reading a byte now and then must not keep its place by
+             * re-arming it. */
+            if (c->replying && c->timer != TIMER_WRITE)
                 set_timer(c, TIMER_WRITE);
             return 0;
         }
@@ -310,6 +337,7 @@ static int conn_flush(struct http_conn *c)
         return -1;
     }
     c->out_off = c->out_len = 0;
+    release_bytes(&c->out, &c->out_cap, 0);
     event_del(&c->ev_write);
     if (!c->replying)
         return 0; /* an interim "100 Continue": the request goes on */
@@ -497,8 +525,10 @@ static void conn_feed(struct http_conn *c, const char *data, size_t len, int fro
     enum http_parse_result r = http_parse_feed(&c->parser, data, len, &used);
     if (from_pend) {
         c->pend_off += used;
-        if (c->pend_off == c->pend_len)
+        if (c->pend_off == c->pend_len) {
             c->pend_off = c->pend_len = 0;
+            release_bytes(&c->pend, &c->pend_cap, 0);
+        }
     } else if (r == HTTP_PARSE_DONE && used < len) {
         reserve_bytes(&c->pend, &c->pend_cap, c->pend_len, len - used);
         memcpy(c->pend + c->pend_len, data + used, len - used);
@@ -631,6 +661,31 @@ static void conn_open(struct http_loop *l, evutil_socket_t fd, const char *peer,
     event_add(&c->ev_read, NULL);
 }
 
+/* A new connection from 'peer' under both caps: served (0), or closed at
+ * once, unread and counted (-1). */
+static int conn_admit(struct http_loop *l, evutil_socket_t fd, const char *peer)
+{
+    struct http_server *s = l->srv;
+    if (atomic_fetch_add(&s->open, 1) >= s->ln.max_connections) {
+        atomic_fetch_sub(&s->open, 1);
+        metrics_add(M_HTTP_REFUSED_GLOBAL, 1);
+        evutil_closesocket(fd);
+        return -1;
+    }
+    /* A load balancer's connections are many from one address: its own
+     * maxconn caps them, and the clients they carry are told apart by its
+     * PROXY header. */
+    int proxied = !s->ln.internal && proxy_header_trusted(s->cfg->http_trusted_proxies, peer);
+    if (!proxied && !s->ln.internal && addr_take(s, peer) != 0) {
+        atomic_fetch_sub(&s->open, 1);
+        metrics_add(M_HTTP_REFUSED_PER_ADDR, 1);
+        evutil_closesocket(fd);
+        return -1;
+    }
+    conn_open(l, fd, peer, proxied);
+    return 0;
+}
+
 static void peer_text(const struct sockaddr_storage *ss, char *out, size_t cap)
 {
     const void *a = ss->ss_family == AF_INET6
@@ -654,7 +709,6 @@ static void on_accept_pause_end(evutil_socket_t fd, short what, void *arg)
 static void on_accept(evutil_socket_t lfd, short what, void *arg)
 {
     struct http_loop *l = arg;
-    struct http_server *s = l->srv;
     (void)what;
     for (int i = 0; i < ACCEPT_BATCH; i++) {
         struct sockaddr_storage ss;
@@ -670,25 +724,9 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
             }
             return; /* EAGAIN: taken by another loop or none left; others: that one failed */
         }
-        if (atomic_fetch_add(&s->open, 1) >= s->ln.max_connections) {
-            atomic_fetch_sub(&s->open, 1);
-            metrics_add(M_HTTP_REFUSED_GLOBAL, 1);
-            evutil_closesocket(fd);
-            continue;
-        }
         char peer[INET6_ADDRSTRLEN];
         peer_text(&ss, peer, sizeof peer);
-        /* A load balancer's connections are many from one address: its own
-         * maxconn caps them, and the clients they carry are told apart by
-         * its PROXY header. */
-        int proxied = !s->ln.internal && proxy_header_trusted(s->cfg->http_trusted_proxies, peer);
-        if (!proxied && !s->ln.internal && addr_take(s, peer) != 0) {
-            atomic_fetch_sub(&s->open, 1);
-            metrics_add(M_HTTP_REFUSED_PER_ADDR, 1);
-            evutil_closesocket(fd);
-            continue;
-        }
-        conn_open(l, fd, peer, proxied);
+        (void)conn_admit(l, fd, peer);
     }
 }
 
@@ -777,6 +815,16 @@ void http_reply_unavailable(const struct http_req *r)
                          ? "the backing stores did not answer within request_deadline_ms; try "
                            "again"
                          : "a backing store did not answer; try again");
+}
+
+void http_reply_store_full(const struct http_req *r)
+{
+    char secs[24];
+    snprintf(secs, sizeof secs, "%lld", (long long)http_loop_cfg(r->loop)->full_retry_after_s);
+    http_add_header(r, "Retry-After", secs);
+    http_reply_error(r, 503, "store_full",
+                     "the reservation store is full and nothing was taken or changed; try "
+                     "again later");
 }
 
 /* ---- request intake ---------------------------------------------------- */
@@ -902,12 +950,11 @@ static evutil_socket_t listen_on(const char *setting, const char *addr, int back
     return fd;
 }
 
-static int thread_init(struct http_loop *l, struct http_server *s, evutil_socket_t fd, char *err,
-                       size_t errlen)
+/* The loop's own parts: its deadlines and its event base. */
+static int loop_init(struct http_loop *l, struct http_server *s, char *err, size_t errlen)
 {
     const struct cfg *c = s->cfg;
     l->srv = s;
-    l->listen_fd = fd;
     l->idle_tv = ms_to_tv(c->http_idle_timeout_ms);
     l->request_tv = ms_to_tv(c->http_request_timeout_ms);
     l->write_tv = ms_to_tv(c->http_write_timeout_ms);
@@ -916,6 +963,16 @@ static int thread_init(struct http_loop *l, struct http_server *s, evutil_socket
         snprintf(err, errlen, "cannot create the HTTP event loop");
         return -1;
     }
+    return 0;
+}
+
+static int thread_init(struct http_loop *l, struct http_server *s, evutil_socket_t fd, char *err,
+                       size_t errlen)
+{
+    const struct cfg *c = s->cfg;
+    l->listen_fd = fd;
+    if (loop_init(l, s, err, errlen) != 0)
+        return -1;
     event_assign(&l->ev_accept, l->base, fd, EV_READ | EV_PERSIST, on_accept, l);
     evtimer_assign(&l->ev_accept_pause, l->base, on_accept_pause_end, l);
     if (event_add(&l->ev_accept, NULL) != 0) {
@@ -947,20 +1004,17 @@ static void raise_fd_limit(const struct cfg *c)
                  (unsigned long long)rl.rlim_cur, c->http_max_connections);
 }
 
-struct http_server *http_server_start(const struct cfg *c, const struct http_listen *ln,
-                                      struct workers *ws, http_dispatch_fn *dispatch, char *err,
-                                      size_t errlen)
+/* A server of ln->threads loops, none set up yet, with its tables (aborts
+ * without memory). */
+static struct http_server *server_new(const struct cfg *c, const struct http_listen *ln,
+                                      struct workers *ws, http_dispatch_fn *dispatch)
 {
-    raise_fd_limit(c);
     for (size_t i = 0; i < PROTOCOL_ANSWERS; i++) {
         char labels[METRICS_LABELS_MAX];
         snprintf(labels, sizeof labels, "route=\"protocol\",code=\"%d\"",
                  http_protocol_answers[i].status);
         protocol_hists[i] = metrics_hist_get(MF_HTTP_REQUEST, labels);
     }
-    evutil_socket_t fd = listen_on(ln->setting, ln->addr, (int)c->http_backlog, err, errlen);
-    if (fd < 0)
-        return NULL;
     struct http_server *s = calloc(1, sizeof *s);
     if (!s)
         abort();
@@ -970,6 +1024,7 @@ struct http_server *http_server_start(const struct cfg *c, const struct http_lis
     s->dispatch = dispatch;
     atomic_init(&s->open, 0);
     pthread_mutex_init(&s->addr_mu, NULL);
+    s->addr_seed = peer_key_seed();
     s->addr_nbuckets = 1;
     while (s->addr_nbuckets < (size_t)ln->max_connections * ADDR_BUCKETS_PER_CONNECTION)
         s->addr_nbuckets *= 2;
@@ -980,6 +1035,52 @@ struct http_server *http_server_start(const struct cfg *c, const struct http_lis
         abort();
     for (size_t i = 0; i < s->n; i++)
         s->loops[i].listen_fd = -1;
+    return s;
+}
+
+struct http_server *http_server_bare(const struct cfg *c, http_dispatch_fn *dispatch, char *err,
+                                     size_t errlen)
+{
+    /* the public listener's caps, on one loop */
+    const struct http_listen ln = {.setting = "http_addr",
+                                   .addr = c->http_addr,
+                                   .threads = 1,
+                                   .max_connections = c->http_max_connections};
+    struct http_server *s = server_new(c, &ln, NULL, dispatch);
+    struct http_loop *l = &s->loops[0];
+    if (loop_init(l, s, err, errlen) != 0) {
+        http_server_stop(s);
+        return NULL;
+    }
+    /* never added: set so that stopping finds them as a listener's */
+    event_assign(&l->ev_accept, l->base, -1, 0, on_accept, l);
+    evtimer_assign(&l->ev_accept_pause, l->base, on_accept_pause_end, l);
+    return s;
+}
+
+struct event_base *http_server_base(const struct http_server *s)
+{
+    return s->loops[0].base;
+}
+
+int http_server_adopt(struct http_server *s, int fd, const char *peer)
+{
+    if (evutil_make_socket_nonblocking(fd) != 0) {
+        evutil_closesocket(fd);
+        return -1;
+    }
+    return conn_admit(&s->loops[0], fd, peer);
+}
+
+struct http_server *http_server_start(const struct cfg *c, const struct http_listen *ln,
+                                      struct workers *ws, http_dispatch_fn *dispatch, char *err,
+                                      size_t errlen)
+{
+    raise_fd_limit(c);
+    evutil_socket_t fd = listen_on(ln->setting, ln->addr, (int)c->http_backlog, err, errlen);
+    if (fd < 0)
+        return NULL;
+    struct http_server *s = server_new(c, ln, ws, dispatch);
     for (size_t i = 0; i < s->n; i++) {
         /* Every loop accepts on the one socket; each closes its own copy. */
         evutil_socket_t mine = i + 1 < s->n ? dup(fd) : fd;

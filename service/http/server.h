@@ -15,11 +15,13 @@
  * only once the current one is answered, so answers keep their order.  What
  * the parser refuses is answered here (http_protocol_answers) and the
  * connection closed.  Deadlines: the whole request (http_request_timeout_ms,
- * 408), an idle keep-alive connection (http_idle_timeout_ms), a reply the
- * client does not read (http_write_timeout_ms); caps: the listener's
- * max_connections (http_max_connections, metrics_max_connections) and, on
- * the public one, http_max_connections_per_addr (beyond them a new
- * connection is closed at once, unread).
+ * 408), an idle keep-alive connection (http_idle_timeout_ms), an answer's
+ * whole write from its first stall (http_write_timeout_ms: one deadline, not
+ * renewed by progress); caps: the listener's max_connections
+ * (http_max_connections, metrics_max_connections) and, on the public one,
+ * http_max_connections_per_addr, per client as http/peer_key.h says (beyond
+ * them a new connection is closed at once, unread).  A connection's buffers
+ * go back to their base size once a larger request or answer is done.
  *
  * Each reply is checked against the answers its route declared (struct
  * http_req.answers, set by the router): one it did not declare is logged and
@@ -97,6 +99,23 @@ struct http_server *http_server_start(const struct cfg *c, const struct http_lis
  * the threads and frees s.  NULL is a no-op. */
 void http_server_stop(struct http_server *s);
 
+/* ---- a loop driven by hand (the fuzz target of the connection state
+ * machine, tests): the real connections, without a listener or threads ---- */
+
+/* A server of one loop with no listening socket, no worker pool (http_submit
+ * answers 503) and no thread: the caller runs http_server_base(s) itself
+ * (event_base_loop) and hands it connections with http_server_adopt.  Free
+ * it with http_server_stop, outside the loop, once no handler holds a
+ * request.  Returns NULL (err set) when the loop cannot be made. */
+struct http_server *http_server_bare(const struct cfg *c, http_dispatch_fn *dispatch, char *err,
+                                     size_t errlen);
+/* The event base of a bare server's loop. */
+struct event_base *http_server_base(const struct http_server *s);
+/* Serves the connected socket fd (made non-blocking; the server owns it
+ * from now on) as a connection from 'peer', under both caps.  Returns 0, or
+ * -1 when it was refused (a cap; fd closed, as at accept). */
+int http_server_adopt(struct http_server *s, int fd, const char *peer);
+
 const struct cfg *http_loop_cfg(const struct http_loop *l);
 /* The loop's event base (for a handler's own timers, on the loop's thread). */
 struct event_base *http_loop_base(const struct http_loop *l);
@@ -116,6 +135,9 @@ void http_reply_error(const struct http_req *r, int status, const char *error, c
 /* 503 unavailable with Retry-After: a backing store did not answer (the
  * detail says so when the request's deadline has passed). */
 void http_reply_unavailable(const struct http_req *r);
+/* 503 store_full with Retry-After full_retry_after_s: Redis is at its
+ * maxmemory and refused the write; nothing was taken or changed. */
+void http_reply_store_full(const struct http_req *r);
 /* Sends a non-JSON success body (e.g. the Prometheus text). */
 void http_reply_raw(const struct http_req *r, int status, const char *content_type,
                     const char *body, size_t len);

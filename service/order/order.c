@@ -7,6 +7,7 @@
 
 #include "core/fmt.h"
 #include "core/validate.h"
+#include "store/redis_conn.h"
 
 static const char *str_at(const redisReply *r, size_t i)
 {
@@ -66,6 +67,7 @@ const char *order_result_name(enum order_result r)
         [ORDER_DEADLINE_PASSED] = "deadline_passed",
         [ORDER_IDS_EXHAUSTED] = "ids_exhausted",
         [ORDER_RATE_LIMITED] = "rate_limited",
+        [ORDER_STORE_FULL] = "store_full",
         [ORDER_UNAVAILABLE] = "unavailable",
         [ORDER_NOT_FOUND] = "unknown_order",
         [ORDER_FOUND] = "found",
@@ -161,6 +163,12 @@ void order_parse_reply(const redisReply *r, struct order_reply *out)
 {
     memset(out, 0, sizeof *out);
     out->remaining = -1;
+    /* Redis refuses a script's first write past maxmemory, before anything
+     * is written (reserve.lua's writes all need memory): nothing taken. */
+    if (redis_reply_is_oom(r)) {
+        out->result = ORDER_STORE_FULL;
+        return;
+    }
     const char *word = r && r->type == REDIS_REPLY_ARRAY ? str_at(r, 0) : NULL;
     if (word && strcmp(word, VERDICT_REPLAYED) == 0) {
         out->replayed = 1;
@@ -277,7 +285,14 @@ void order_reserve_begin(struct order_reserve_call *c, int64_t sku, int64_t idem
     fmt_i64z(c->auto_ttl, auto_idem_ttl_s);
     fmt_i64z(c->deadline, deadline_ms);
     fmt_i64z(c->per_epoch, ORDER_IDS_PER_EPOCH);
+    fmt_i64z(c->refusal_ttl, idem_ttl_s);
+    c->idem_ttl_s = idem_ttl_s;
     order_reserve_limit(c, 0, 0);
+}
+
+void order_reserve_refusal_ttl(struct order_reserve_call *c, int64_t ttl_s)
+{
+    fmt_i64z(c->refusal_ttl, ttl_s < c->idem_ttl_s ? ttl_s : c->idem_ttl_s);
 }
 
 void order_reserve_add(struct order_reserve_call *c, int64_t user, int64_t qty, const char *idem,
@@ -343,7 +358,8 @@ const char **order_reserve_argv(struct order_reserve_call *c)
                                                      order_fields[ORDER_FIELD_QTY],
                                                      order_fields[ORDER_FIELD_IDEM],
                                                      c->rate_interval_us,
-                                                     c->rate_burst};
+                                                     c->rate_burst,
+                                                     c->refusal_ttl};
     for (size_t i = 0; i < ORDER_RESERVE_ARGS_COMMON; i++)
         c->argv[k++] = common[i];
     for (int i = 0; i < c->n; i++) {

@@ -82,6 +82,7 @@ enum order_result {
     ORDER_DEADLINE_PASSED, /* the script ran after the request's deadline: nothing taken */
     ORDER_IDS_EXHAUSTED,   /* the SKU's epoch has no order ids left: it needs a reload */
     ORDER_RATE_LIMITED,    /* the buyer's bucket on this SKU is empty: nothing taken */
+    ORDER_STORE_FULL,      /* Redis is at its maxmemory (noeviction): nothing taken */
     ORDER_UNAVAILABLE,     /* Redis or PostgreSQL failed, or shutting down: nothing taken */
     ORDER_NOT_FOUND,       /* lookup: no such order */
     ORDER_FOUND,           /* lookup: here it is */
@@ -123,7 +124,7 @@ struct order_reply {
  * keeps its memory between calls until order_reserve_free.
  */
 #define ORDER_RESERVE_KEYS_PER_ORDER 2
-#define ORDER_RESERVE_ARGS_COMMON (5 + ORDER_NFIELDS + 2)
+#define ORDER_RESERVE_ARGS_COMMON (5 + ORDER_NFIELDS + 3)
 #define ORDER_RESERVE_ARGS_PER_ORDER 7
 struct order_reserve_order {
     char idem_key[KEYS_MAX], rate_key[KEYS_MAX];
@@ -132,7 +133,7 @@ struct order_reserve_order {
     const char *remember, *rated;
 };
 struct order_reserve_call {
-    int64_t sku;
+    int64_t sku, idem_ttl_s;
     int n, cap;                          /* orders added, room for */
     int nkeys, nargs;                    /* set by order_reserve_argv */
     int argv_cap;                        /* room in argv */
@@ -140,11 +141,12 @@ struct order_reserve_call {
     const char **argv;                   /* into the above, by order_reserve_argv */
     char keys[KEYS_RESERVE_N][KEYS_MAX]; /* shared by every order */
     char count[24], ttl[24], auto_ttl[24], deadline[24], per_epoch[24];
-    char rate_interval_us[24], rate_burst[24];
+    char rate_interval_us[24], rate_burst[24], refusal_ttl[24];
 };
 
 /* Starts a call on the keys of sku, with no order and no buyer's bucket
- * limit: an Idempotency-Key the buyer sent is kept idem_ttl_s, one the
+ * limit: an Idempotency-Key the buyer sent is kept idem_ttl_s (a refusal
+ * under it too, unless order_reserve_refusal_ttl says otherwise), one the
  * service made up auto_idem_ttl_s; past deadline_ms (Unix ms, Redis clock:
  * the earliest of the batch's) the script takes nothing. */
 void order_reserve_begin(struct order_reserve_call *c, int64_t sku, int64_t idem_ttl_s,
@@ -165,6 +167,10 @@ void order_reserve_add(struct order_reserve_call *c, int64_t user, int64_t qty, 
 /* Sets the buyer's bucket of every order of c that is 'rated': 'per_min'
  * orders a minute, 'burst' at once (either 0: no limit). */
 void order_reserve_limit(struct order_reserve_call *c, int64_t per_min, int64_t burst);
+
+/* Sets how long a refusal is remembered under a buyer's own key: ttl_s,
+ * at most the key's idem_ttl_s (a refusal is never kept longer than an order). */
+void order_reserve_refusal_ttl(struct order_reserve_call *c, int64_t ttl_s);
 
 /* Lays out the call's KEYS and ARGV in c->argv (c->nkeys + c->nargs
  * strings, valid until c changes) and returns it. */

@@ -47,6 +47,8 @@ struct order_desk {
     struct event *flush;
     struct order_reserve_call call; /* reused by every batch */
     struct desk_parent parents[DESK_PARENTS];
+    int full;               /* the last reserve answer was Redis's OOM */
+    int64_t full_logged_ms; /* when that was last logged (clock_mono_ms) */
 };
 
 /* One order in flight, from the script call to the outcome. */
@@ -371,7 +373,8 @@ static void refill_done(struct job *j)
         finish(oc, ORDER_SOLD_OUT, NULL);
         return;
     }
-    finish(oc, ORDER_UNAVAILABLE, NULL); /* Redis or PostgreSQL failed, or the locks were busy */
+    /* Redis or PostgreSQL failed, or the locks were busy; or Redis is full */
+    finish(oc, res == SKU_STORE_FULL ? ORDER_STORE_FULL : ORDER_UNAVAILABLE, NULL);
 }
 
 /* The buyer's bucket is short of the order: move units into it from the
@@ -428,9 +431,13 @@ static void reserved(struct order_call *oc, const redisReply *r, enum redis_asyn
     case ORDER_IDS_EXHAUSTED:
         log_error("sku %" PRId64 ": the epoch has no order ids left", oc->sku);
         break;
+    case ORDER_STORE_FULL: /* logged by on_reserved when Redis fills up */
+        break;
     case ORDER_UNAVAILABLE: /* not sent, or an error reply (logged once per call): nothing taken */
         if (r && r->type != REDIS_REPLY_ERROR)
             log_error("reserve.lua: unexpected answer");
+        if (rlock_reply_is_no_function(r))
+            reconcile_kick(); /* Redis lost the functions (an empty restart): heal now */
         break;
     default:
         break;
@@ -444,10 +451,24 @@ static void reserved(struct order_call *oc, const redisReply *r, enum redis_asyn
 static void on_reserved(redisReply *r, enum redis_async_status st, void *arg)
 {
     struct reserve_batch *b = arg;
-    if (r && r->type == REDIS_REPLY_ERROR)
+    struct order_desk *od = b->calls[0]->od;
+    if (redis_reply_is_oom(r)) {
+        /* Near its bound Redis flips between full and not as keys come
+         * and go: one line per full_retry_after_s at most, not per flip. */
+        int64_t now = clock_mono_ms();
+        if (!od->full && now - od->full_logged_ms >= od->cfg->full_retry_after_s * 1000) {
+            log_warn("Redis is at its maxmemory: orders are answered 503 store_full, nothing "
+                     "taken, until it has room");
+            od->full_logged_ms = now;
+        }
+        od->full = 1;
+    } else if (r && r->type == REDIS_REPLY_ERROR) {
         log_error("reserve.lua: %s", r->str);
-    else if (r && (r->type != REDIS_REPLY_ARRAY || r->elements != (size_t)b->n))
+    } else if (r && (r->type != REDIS_REPLY_ARRAY || r->elements != (size_t)b->n)) {
         log_error("reserve.lua: unexpected answer to %d orders", b->n);
+    }
+    if (r && od->full && !redis_reply_is_oom(r))
+        od->full = 0; /* Redis answered: it had room for this call */
     for (int i = 0; i < b->n; i++)
         reserved(b->calls[i], order_reserve_reply_at(r, b->n, i), st);
     free(b);
@@ -473,6 +494,7 @@ static void send_batch(struct order_desk *od, int64_t target, struct reserve_bat
                                                                         : c->idempotency_ttl_s;
     order_reserve_begin(rc, target, c->idempotency_ttl_s, auto_ttl, deadline);
     order_reserve_limit(rc, c->rate_buyer_orders_per_min, c->rate_buyer_orders_burst);
+    order_reserve_refusal_ttl(rc, c->refusal_ttl_s);
     for (int i = 0; i < b->n; i++) {
         const struct order_call *oc = b->calls[i];
         /* the same order again after a move is not another order: no token */

@@ -242,8 +242,8 @@ static int settle_returns(struct batch *b)
     return rc;
 }
 
-/* One batch's orders_ack.lua call, as an EVALSHA command of a pipeline. */
-#define ACK_HEAD 3 /* EVALSHA, sha, numkeys */
+/* One batch's orders_ack.lua call, as a command of a pipeline. */
+#define ACK_HEAD 3 /* FCALL, name, numkeys (EVALSHA, sha, numkeys for a plain script) */
 #define ACK_KEYS 7
 struct ack_call {
     char keys[5][KEYS_MAX], count[24], nconf[24], per_epoch[24];
@@ -274,9 +274,9 @@ static int ack_prepare(struct ack_call *a, const struct batch *b)
     a->nums = calloc(b->n ? b->n : 1, sizeof *a->nums);
     if (!a->argv || !a->nums)
         abort();
-    int argc = 0;
-    a->argv[argc++] = "EVALSHA";
-    a->argv[argc++] = script_orders_ack.sha;
+    size_t head_len[2];
+    rlock_script_head(&script_orders_ack, a->argv, head_len);
+    int argc = 2;
     a->argv[argc++] = "7";
     for (int i = 0; i < 5; i++)
         a->argv[argc++] = a->keys[i];
@@ -318,7 +318,8 @@ static int ack_prepare(struct ack_call *a, const struct batch *b)
 }
 
 /* Whether an orders_ack reply says done; an EVALSHA the server no longer
- * knows (its script cache was flushed, a failover) runs again by text. */
+ * knows (its script cache was flushed, a failover) runs again by text (a
+ * function is never NOSCRIPT: a missing one is a refusal). */
 static int ack_done(struct redis_conn *rc, const struct ack_call *a, const redisReply *r)
 {
     redisReply *again = NULL;

@@ -13,6 +13,7 @@
 #include "core/metrics.h"
 #include "sku/pending_settle.h"
 #include "store/db.h"
+#include "store/redis_functions.h"
 
 void reconcile_print(FILE *out, const struct sku_check *c)
 {
@@ -212,7 +213,11 @@ static void *reconcile_main(void *arg)
     struct reconciler *r = arg;
     for (;;) {
         struct reconcile_totals t = {0};
-        int failed = rebuild_refused(r, &t) != 0;
+        /* Before anything runs a script: an empty restart lost the
+         * functions too, and a rebuild without them fails. */
+        enum rlock_library_state lib = redis_functions_heal(&r->ctx.redis, r->cfg);
+        int failed = lib == RLOCK_LIBRARY_MISSING || lib == RLOCK_LIBRARY_ERROR;
+        failed |= rebuild_refused(r, &t) != 0;
         failed |= pass_all(&r->ctx, SKU_CHECK_REPAIR, NULL, &t, &r->halt) != 0;
         /* durable orders answered 202 pending that no writer wrote */
         failed |= pending_settle_due(&r->ctx, r->cfg->pending_settle_after_ms, NULL) != 0;

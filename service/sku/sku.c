@@ -40,7 +40,7 @@ static enum sku_result create_with_id(struct worker_ctx *w, const struct validat
         fmt_i64z(lj.ends_ms, spec->ends_ms);
     struct dbtx *tx = sku_tx_begin(w, &t, id, load_on_commit, &lj);
     if (!tx)
-        return SKU_UNAVAILABLE;
+        return w->redis_full ? SKU_STORE_FULL : SKU_UNAVAILABLE;
     char sid[24], stock[24], limit[24], window[24];
     fmt_i64z(sid, id);
     fmt_i64z(stock, spec->stock);
@@ -76,8 +76,8 @@ static enum sku_result create_with_id(struct worker_ctx *w, const struct validat
     }
     if (sku_tx_commit(w, tx, &t, id) != SKU_OK)
         return SKU_UNAVAILABLE;
-    if (lj.res != SKU_OK)
-        return SKU_NOT_LOADED; /* in the database; Redis refused or failed */
+    if (lj.res != SKU_OK) /* in the database; Redis refused (full) or failed */
+        return lj.res == SKU_NOT_LOADED_FULL ? SKU_NOT_LOADED_FULL : SKU_NOT_LOADED;
 
     *out = sku_created_json(spec, id);
     return SKU_OK;

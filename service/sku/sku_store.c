@@ -20,8 +20,10 @@ static int lock_sku(struct worker_ctx *w, struct txlock *t, int64_t sku)
     keys_sku(key, sku, KEY_SKU_LOCK);
     const char *keys[] = {key};
     enum rlock_status st = txlock_acquire(t, &w->redis, w->cfg, sku, keys, 1);
+    /* taking a lock writes its key: the first write Redis refuses when full */
+    w->redis_full = st == RLOCK_ERR && strstr(t->lock.err, "OOM command not allowed") != NULL;
     if (st != RLOCK_OK) {
-        log_warn("lock %s: %s", key, rlock_status_str(st));
+        log_warn("lock %s: %s %s", key, rlock_status_str(st), t->lock.err);
         return -1;
     }
     return 0;
@@ -147,9 +149,12 @@ void load_on_commit(enum dbtx_outcome outcome, void *arg)
         lj->res = r->integer == 1 ? SKU_OK : SKU_EXISTS;
         if (r->integer == 1)
             metrics_add(M_SKU_RELOADS, 1);
-    } else
+    } else {
+        if (redis_reply_is_oom(r))
+            lj->res = SKU_NOT_LOADED_FULL;
         log_warn("sku %" PRId64 ": load into Redis failed: %s", lj->id,
                  r && r->type == REDIS_REPLY_ERROR ? r->str : "no answer");
+    }
     if (r)
         freeReplyObject(r);
 }
@@ -352,7 +357,8 @@ static enum sku_result adjust_redis(struct worker_ctx *w, struct sku_move *m, st
                               : NULL;
     if (verdict && rr->elements > 1)
         m->available = rr->element[1]->integer;
-    enum sku_result res = !verdict                               ? SKU_UNAVAILABLE
+    enum sku_result res = redis_reply_is_oom(rr)                 ? SKU_STORE_FULL
+                          : !verdict                             ? SKU_UNAVAILABLE
                           : strcmp(verdict, "ok") == 0           ? SKU_OK
                           : strcmp(verdict, "insufficient") == 0 ? SKU_INSUFFICIENT
                                                                  : SKU_NOT_LOADED;
@@ -383,7 +389,7 @@ static enum sku_result adjust_once(struct worker_ctx *w, struct sku_move *m, int
     }
     struct dbtx *tx = sku_tx_begin_many(w, t, ids, n, adjust_on_complete, args);
     if (!tx)
-        return SKU_UNAVAILABLE;
+        return w->redis_full ? SKU_STORE_FULL : SKU_UNAVAILABLE;
     for (int i = 0; i < n; i++)
         snprintf(a[i].id, sizeof a[i].id, "%lld", dbtx_txid(tx));
     for (int i = 0; i < n; i++) {

@@ -21,12 +21,15 @@
  * answers in one switch. */
 enum sku_result {
     SKU_OK,
-    SKU_UNKNOWN,       /* no such SKU */
-    SKU_EXISTS,        /* create: id taken, or Redis already holds the SKU */
-    SKU_INSUFFICIENT,  /* negative delta larger than what is available */
-    SKU_UNAVAILABLE,   /* Redis or PostgreSQL failed; nothing was changed */
-    SKU_NOT_LOADED,    /* known to PostgreSQL, not (or not loadable) in Redis */
-    SKU_IDEM_MISMATCH, /* an Idempotency-Key already used with another request */
+    SKU_UNKNOWN,         /* no such SKU */
+    SKU_EXISTS,          /* create: id taken, or Redis already holds the SKU */
+    SKU_INSUFFICIENT,    /* negative delta larger than what is available */
+    SKU_UNAVAILABLE,     /* Redis or PostgreSQL failed; nothing was changed */
+    SKU_NOT_LOADED,      /* known to PostgreSQL, not (or not loadable) in Redis */
+    SKU_IDEM_MISMATCH,   /* an Idempotency-Key already used with another request */
+    SKU_STORE_FULL,      /* Redis is at its maxmemory and refused a write: nothing changed */
+    SKU_NOT_LOADED_FULL, /* committed in PostgreSQL; Redis at its maxmemory refused the load,
+                          * which the reconciler does once it has room */
 };
 
 /* Takes the SKU's lock (with a fencing token) and begins a transaction that

@@ -7,6 +7,7 @@
 
 #include "core/embedded.h"
 #include "core/log.h"
+#include "store/redis_functions.h"
 
 /* Arbitrary but fixed: every seckilld migrating the same database uses it. */
 #define MIGRATE_LOCK_KEY "7263542011"
@@ -56,7 +57,8 @@ static int take_lock(PGconn *c, int64_t wait_ms)
     }
 }
 
-int migrate_run(const struct cfg *cfg)
+/* The database's migrations; returns how many were applied, or -1. */
+static int migrate_pg(const struct cfg *cfg)
 {
     /* The schema's owner migrates; the service's own role may not. */
     PGconn *c = PQconnectdb(cfg->migrate_pg_dsn[0] ? cfg->migrate_pg_dsn : cfg->pg_dsn);
@@ -115,5 +117,29 @@ int migrate_run(const struct cfg *cfg)
     if (PQstatus(c) == CONNECTION_OK)
         (void)exec_ok(c, "SELECT pg_advisory_unlock(" MIGRATE_LOCK_KEY ")", 0, NULL);
     PQfinish(c);
+    return count;
+}
+
+/* Loads the Redis Functions library as the administrator (the service's
+ * user may call functions, never load them).  Returns 0 or -1. */
+static int migrate_redis(const struct cfg *cfg)
+{
+    char err[400];
+    const char *url = cfg->migrate_redis_url[0] ? cfg->migrate_redis_url : cfg->redis_url;
+    int n = redis_functions_load_as(cfg, url, err, sizeof err);
+    if (n < 0) {
+        log_error("migrate: %s", err);
+        return -1;
+    }
+    log_info("migrate: Redis Functions library %s version %s loaded on %d server%s",
+             EMBEDDED_LIBRARY, embedded_library_version(), n, n == 1 ? "" : "s");
+    return 0;
+}
+
+int migrate_run(const struct cfg *cfg)
+{
+    int count = migrate_pg(cfg);
+    if (count >= 0 && migrate_redis(cfg) != 0)
+        return -1;
     return count;
 }

@@ -83,7 +83,7 @@ struct ra_op {
     enum ra_op_state state;
     int64_t sent_ms, sent_us;
     struct metrics_hist *hist; /* seckill_redis_command_duration_seconds{command} */
-    /* The script's EVALSHA in RESP, kept for the EVAL fallback after NOSCRIPT:
+    /* The script's EVALSHA or FCALL in RESP, kept for the EVAL fallback after NOSCRIPT:
      * its numkeys, keys and arguments start at cmd + tail. */
     const struct rlock_script *script;
     int argc, retried;
@@ -505,7 +505,7 @@ static int resend_as_eval(redisAsyncContext *ac, struct ra_op *op)
     return rc;
 }
 
-/* EVALSHA, as rlock_script_run_async sends it with its EVAL fallback, but
+/* EVALSHA (FCALL for a function), as rlock_script_run_async sends it, but
  * written in RESP by hand into one pooled buffer: hiredis's sds formatting
  * and two allocations per command were a tenth of an order's CPU. */
 /* A script on a cluster: the call kept until its master answered anything
@@ -679,7 +679,11 @@ void redis_async_script(struct redis_async *ra, const struct rlock_script *s, in
         return;
     }
     int nuser = nkeys + nargs;
-    size_t need = 2 * RESP_HEAD_MAX + 13 + RLOCK_SHA1_HEX_LEN + 2 + RESP_BULK_OVERHEAD;
+    const char *head[2];
+    size_t head_len[2];
+    rlock_script_head(s, head, head_len);
+    /* the array's head, the two words, numkeys */
+    size_t need = RESP_HEAD_MAX + head_len[0] + head_len[1] + 3 * RESP_BULK_OVERHEAD + FMT_I64_MAX;
     for (int i = 0; i < nuser; i++)
         need += (lens ? lens[i] : strlen(argv[i])) + RESP_BULK_OVERHEAD;
     struct ra_op *op = op_get(ra, need);
@@ -689,16 +693,16 @@ void redis_async_script(struct redis_async *ra, const struct rlock_script *s, in
     op->state = OP_WAITING;
     op->script = s;
     op->argc = 3 + nuser;
-    op->retried = 0;
+    op->retried = s->function != NULL; /* a function has no EVAL to fall back to */
     char *p = op->cmd;
     p += resp_len(p, '*', (size_t)op->argc);
-    memcpy(p, "$7\r\nEVALSHA\r\n", 13);
-    p += 13;
-    p += resp_len(p, '$', RLOCK_SHA1_HEX_LEN);
-    memcpy(p, s->sha, RLOCK_SHA1_HEX_LEN);
-    p += RLOCK_SHA1_HEX_LEN;
-    memcpy(p, "\r\n", 2);
-    p += 2;
+    for (int i = 0; i < 2; i++) {
+        p += resp_len(p, '$', head_len[i]);
+        memcpy(p, head[i], head_len[i]);
+        p += head_len[i];
+        memcpy(p, "\r\n", 2);
+        p += 2;
+    }
     op->tail = (size_t)(p - op->cmd);
     char num[FMT_I64_MAX];
     size_t nn = fmt_i64(num, nkeys);

@@ -240,11 +240,13 @@ static unsigned cmd_slot(int argc, const char **argv, const size_t *lens)
                 k = i + 1;
                 break;
             }
-    } else if (argc >= 4 && (ieq(argv[0], "EVALSHA") || ieq(argv[0], "EVAL")))
+    } else if (argc >= 4 && (ieq(argv[0], "EVALSHA") || ieq(argv[0], "EVAL") ||
+                             ieq(argv[0], "FCALL") || ieq(argv[0], "FCALL_RO")))
         k = atoi(argv[2]) > 0 ? 3 : -1;
     else if (argc >= 2 && !ieq(argv[0], "PING") && !ieq(argv[0], "INFO") &&
              !ieq(argv[0], "PUBLISH") && !ieq(argv[0], "SCAN") && !ieq(argv[0], "SCRIPT") &&
-             !ieq(argv[0], "CLIENT") && !ieq(argv[0], "CLUSTER") && !ieq(argv[0], "TIME"))
+             !ieq(argv[0], "FUNCTION") && !ieq(argv[0], "CLIENT") && !ieq(argv[0], "CLUSTER") &&
+             !ieq(argv[0], "TIME"))
         k = 1;
     if (k < 0 || k >= argc)
         return 0;
@@ -572,4 +574,9 @@ void redis_conn_close(struct redis_conn *rc)
     rc->applied_ms = 0;
     rlock_cluster_free(rc->cluster);
     rc->cluster = NULL;
+}
+
+int redis_reply_is_oom(const redisReply *r)
+{
+    return r && r->type == REDIS_REPLY_ERROR && r->str && strncmp(r->str, "OOM ", 4) == 0;
 }

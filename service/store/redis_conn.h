@@ -73,7 +73,7 @@ int redis_conn_check_credentials(const struct redis_conn *rc, char *err, size_t 
  * On a Redis Cluster (a redis-cluster:// redis_url) every command goes to
  * the master of its keys' slot: the key is argv[1], or the third argument
  * of XGROUP and XINFO, the first stream after STREAMS of XREADGROUP and
- * XREAD, the first key of EVALSHA and EVAL; commands without a key (PING,
+ * XREAD, the first key of EVALSHA, EVAL, FCALL and FCALL_RO; commands without a key (PING,
  * INFO, PUBLISH...) go to the master of slot 0.  The keys of one command
  * must share a slot (every key of a SKU shares its hash tag); the commands
  * of one pipeline may each have their own.  MOVED, ASK and TRYAGAIN are
@@ -142,6 +142,11 @@ int64_t redis_conn_deadline(const struct redis_conn *rc);
  * restart of Redis or a failover fails no call; a command that failed on I/O is never re-sent
  * (scripts are not all idempotent). */
 redisContext *redis_conn_get(struct redis_conn *rc);
+
+/* Whether r is Redis's refusal of a write past its maxmemory ("OOM command
+ * not allowed ...", maxmemory-policy noeviction).  A command so refused, or
+ * a script refused at its first write, changed nothing. */
+int redis_reply_is_oom(const redisReply *r);
 
 /* Runs a command by argv.  Returns the reply (caller frees) or NULL on I/O error,
  * after which the connection is dropped.  Error replies are returned as replies. */

@@ -118,7 +118,10 @@ enum rlock_status txlock_acquire(struct txlock *t, struct redis_conn *rc, const 
     enum rlock_status st =
         redis_conn_lock(rc, sku_lock, a.deadline, acquire_on, &a, t->lock.err, sizeof t->lock.err);
     if (st != RLOCK_OK) {
+        char why[sizeof t->lock.err];
+        memcpy(why, t->lock.err, sizeof why);
         rlock_clear(&t->lock);
+        memcpy(t->lock.err, why, sizeof why); /* the caller tells a full Redis from others */
         return st;
     }
     start_watch(t, c);

@@ -45,7 +45,7 @@ void txlock_set_watchdog(struct rlock_watchdog *wd);
 
 /* Takes keys[0..n) of SKU 'sku' (all-or-nothing, one fencing token from the
  * SKU's counter) with the configured lease and wait.  Returns RLOCK_OK with t
- * filled, or the failure (t empty).  While the lock is held, the watchdog
+ * filled, or the failure (t empty but t->lock.err: why).  While the lock is held, the watchdog
  * thread may write t->lost: t must stay where it is until the lock is
  * released or cleared (which waits for a callback in flight). */
 enum rlock_status txlock_acquire(struct txlock *t, struct redis_conn *rc, const struct cfg *c,

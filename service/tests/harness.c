@@ -270,6 +270,7 @@ static pid_t spawn_daemon(int port, int metrics_port, const char *const *extra_e
         setenv("SECKILL_RATE_ADDR_PER_S", "0", 1);
         setenv("SECKILL_RATE_BUYER_ORDERS_PER_MIN", "0", 1);
         setenv("SECKILL_ADMIN_AUTH_FAIL_PER_MIN", "0", 1);
+        setenv("SECKILL_PAYMENT_AUTH_FAIL_PER_MIN", "0", 1);
         for (size_t i = 0; extra_env && extra_env[i]; i++)
             putenv((char *)extra_env[i]);
         execl(bin, bin, "serve", (char *)NULL);

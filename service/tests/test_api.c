@@ -620,6 +620,182 @@ START_TEST(test_unavailable_when_redis_down)
 }
 END_TEST
 
+/* Sets Redis's maxmemory to 'value' (a CONFIG value); returns the one it had
+ * in old (cap bytes). */
+static void redis_maxmemory(const char *value, char *old, size_t cap)
+{
+    redisContext *rc = th_redis_admin(); /* CONFIG is no command of the service */
+    redisReply *rep = redisCommand(rc, "CONFIG GET maxmemory");
+    ck_assert(rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2);
+    if (old)
+        snprintf(old, cap, "%s", rep->element[1]->str);
+    freeReplyObject(rep);
+    rep = redisCommand(rc, "CONFIG SET maxmemory %s", value);
+    ck_assert_msg(rep && rep->type == REDIS_REPLY_STATUS, "CONFIG SET maxmemory %s", value);
+    freeReplyObject(rep);
+    redisFree(rc);
+}
+
+/* A Redis command's integer answer, asked as the admin user. */
+static long long redis_admin_int(const char *cmd, const char *key)
+{
+    redisContext *rc = th_redis_admin();
+    redisReply *rep = redisCommand(rc, "%s %s", cmd, key);
+    ck_assert(rep && rep->type == REDIS_REPLY_INTEGER);
+    long long v = rep->integer;
+    freeReplyObject(rep);
+    redisFree(rc);
+    return v;
+}
+
+/* The Retry-After seconds of r (-1: none). */
+static long long retry_after(const struct th_response *r)
+{
+    const char *h = strcasestr(r->headers, "\r\nRetry-After:");
+    if (!h && strncasecmp(r->headers, "Retry-After:", 12) == 0)
+        h = r->headers - 2;
+    return h ? atoll(h + 2 + 12) : -1;
+}
+
+START_TEST(test_full_redis_answers_503_store_full_takes_nothing_and_heals)
+{
+    th_reset();
+    struct th_daemon d;
+    const char *env[] = {"SECKILL_FULL_RETRY_AFTER_S=7", "SECKILL_RECONCILE_INTERVAL_MS=200", NULL};
+    start(&d, env);
+    th_create_sku(d.port, 1, 5, 2);
+    order_ok(d.port, 1, 1, 1);
+    th_wait_drained(1, DRAIN_MS);
+    char journal[KEYS_MAX], bought[KEYS_MAX], idem[KEYS_MAX];
+    keys_sku(journal, 1, KEY_JOURNAL);
+    keys_sku(bought, 1, KEY_BOUGHT);
+    keys_idem(idem, 1, 2, "full-1");
+    long long stock = th_sku_int(1, KEY_STOCK), stream = th_stream_len(1);
+    long long jlen = redis_admin_int("HLEN", journal), blen = redis_admin_int("HLEN", bought);
+
+    /* Redis holds more than its bound: every write that needs memory is
+     * refused.  The answers are checked once the bound is back, so that a
+     * failure leaves Redis usable for the next test. */
+    char old[64];
+    redis_maxmemory("1", old, sizeof old);
+    struct th_response keyed, unkeyed, delta, created;
+    order(d.port, 1, 2, 1, "full-1", &keyed);
+    order(d.port, 1, 3, 1, NULL, &unkeyed);
+    adjust(d.port, 1, 3, "restock", &delta);
+    create_sku_body(d.port, "{\"id\":2,\"name\":\"b\",\"stock\":5,\"per_user_limit\":1}", &created);
+    /* nothing taken: stock, stream, journal, held units, no remembered key */
+    long long stock_full = th_sku_int(1, KEY_STOCK), stream_full = th_stream_len(1);
+    long long jlen_full = redis_admin_int("HLEN", journal),
+              blen_full = redis_admin_int("HLEN", bought);
+    long long idem_full = redis_admin_int("EXISTS", idem);
+    redis_maxmemory(old, NULL, 0);
+
+    expect_detail(&keyed, 503, "store_full", "order while Redis is full");
+    ck_assert_int_eq(retry_after(&keyed), 7);
+    expect_detail(&unkeyed, 503, "store_full", "order without a key while Redis is full");
+    expect_detail(&delta, 503, "store_full", "stock delta while Redis is full");
+    ck_assert_int_eq(retry_after(&delta), 7);
+    expect_detail(&created, 503, "store_full", "SKU create while Redis is full");
+    ck_assert_int_eq(stock_full, stock);
+    ck_assert_int_eq(stream_full, stream);
+    ck_assert_int_eq(jlen_full, jlen);
+    ck_assert_int_eq(blen_full, blen);
+    ck_assert_int_eq(idem_full, 0);
+    ck_assert_int_eq(pg_stock(1), 4);
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM stock_ledger WHERE kind = 'admin'"), 0);
+    /* the SKU create committed before its load was refused, and says so */
+    ck_assert(strstr(created.body, "in the database"));
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM skus WHERE id = 2"), 1);
+
+    /* memory comes back: the same request is taken, once */
+    struct th_response r;
+    order(d.port, 1, 2, 1, "full-1", &r);
+    expect(&r, 201, NULL, "the same order once Redis has room");
+    ck_assert_int_eq(th_sku_int(1, KEY_STOCK), stock - 1);
+    ck_assert_int_eq(adjust(d.port, 1, 3, "restock", &r), 200);
+    th_wait_drained(1, DRAIN_MS);
+    ck_assert_int_eq(pg_stock(1), 6);
+    th_assert_invariants(1);
+    /* and the reconciler loads the SKU Redis had no room for */
+    int waited = 0;
+    while (th_sku_int(2, KEY_STOCK) != 5 && waited < DRAIN_MS) {
+        th_sleep_ms(50);
+        waited += 50;
+    }
+    ck_assert_int_eq(th_sku_int(2, KEY_STOCK), 5);
+    stop(&d);
+}
+END_TEST
+
+/* A full Redis refuses what adds memory, not what frees it: the writer still
+ * takes its SKU's lock, writes the stream's orders to PostgreSQL and trims
+ * the stream (the lock functions and the settle functions are allow-oom). */
+START_TEST(test_full_redis_still_drains_the_orders_it_holds)
+{
+    th_reset();
+    struct th_daemon d;
+    const char *reserve_only[] = {"SECKILL_ORDER_ACK=reserved", "SECKILL_WRITER_THREADS=0", NULL};
+    start(&d, reserve_only);
+    th_create_sku(d.port, 1, 10, 5);
+    struct th_response r;
+    for (int user = 1; user <= 3; user++) {
+        order(d.port, 1, user, 1, NULL, &r);
+        expect(&r, 202, NULL, "an order no writer takes yet");
+    }
+    stop(&d);
+    ck_assert_int_eq(th_stream_len(1), 3);
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM orders"), 0);
+
+    char old[64];
+    redis_maxmemory("1", old, sizeof old);
+    start(&d, NULL); /* writers on */
+    int waited = 0;
+    while (pg_int("SELECT count(*) FROM orders") < 3 && waited < DRAIN_MS) {
+        th_sleep_ms(50);
+        waited += 50;
+    }
+    long long written = pg_int("SELECT count(*) FROM orders");
+    order(d.port, 1, 4, 1, NULL, &r);
+    long long stream_full = th_stream_len(1);
+    redis_maxmemory(old, NULL, 0);
+
+    ck_assert_msg(written == 3, "%lld of 3 orders written while Redis was full", written);
+    expect_detail(&r, 503, "store_full", "a new order while Redis is full");
+    ck_assert_int_le(stream_full, 3);
+    th_wait_drained(1, DRAIN_MS);
+    ck_assert_int_eq(pg_stock(1), 7);
+    th_assert_invariants(1);
+    stop(&d);
+}
+END_TEST
+
+START_TEST(test_refusal_is_remembered_refusal_ttl_s_an_order_idempotency_ttl_s)
+{
+    th_reset();
+    struct th_daemon d;
+    const char *env[] = {"SECKILL_REFUSAL_TTL_S=30", NULL};
+    start(&d, env);
+    th_create_sku(d.port, 1, 1, 1);
+    struct th_response r;
+    order(d.port, 1, 1, 1, "mine", &r);
+    expect(&r, 201, NULL, "the only unit");
+    order(d.port, 1, 2, 1, "late", &r);
+    expect(&r, 409, "sold_out", "a buyer too late");
+    order(d.port, 1, 2, 1, "late", &r); /* the same answer while remembered */
+    expect(&r, 409, "sold_out", "the same request again");
+    char taken[KEYS_MAX], refused[KEYS_MAX];
+    keys_idem(taken, 1, 1, "mine");
+    keys_idem(refused, 1, 2, "late");
+    long long ttl = redis_admin_int("TTL", refused);
+    ck_assert_msg(ttl > 0 && ttl <= 30, "a refusal lives refusal_ttl_s, not %lld s", ttl);
+    ttl = redis_admin_int("TTL", taken);
+    ck_assert_msg(ttl > 3600, "an order's key keeps idempotency_ttl_s, not %lld s", ttl);
+    th_wait_drained(1, DRAIN_MS);
+    th_assert_invariants(1);
+    stop(&d);
+}
+END_TEST
+
 START_TEST(test_sku_lost_by_redis_is_restored_by_the_service)
 {
     th_reset();
@@ -1081,8 +1257,11 @@ START_TEST(test_order_without_a_valid_buyer_token_answers_401)
     start(&d, NULL);
     th_create_sku(d.port, 1, 10, 5);
     char wrong_secret[TH_BUYER_AUTH_MAX], expired[TH_BUYER_AUTH_MAX], long_tok[1400];
+    char long_lived[TH_BUYER_AUTH_MAX];
     auth_line("another-secret-that-is-32-bytes-long!", 1, 3600, wrong_secret, sizeof wrong_secret);
     auth_line(NULL, 1, -3600, expired, sizeof expired);
+    /* issued 2 h ago, valid for a day more: beyond buyer_token_max_ttl_s (86400) */
+    auth_line(NULL, 1, 86400, long_lived, sizeof long_lived);
     /* alg none, claims {"sub":"1","exp":4102444800}, no signature */
     const char *alg_none = "Authorization: Bearer eyJhbGciOiJub25lIn0."
                            "eyJzdWIiOiIxIiwiZXhwIjo0MTAyNDQ0ODAwfQ.\r\n";
@@ -1101,6 +1280,7 @@ START_TEST(test_order_without_a_valid_buyer_token_answers_401)
         {"expired", expired, 1},
         {"alg none", alg_none, 1},
         {"over max_buyer_token_bytes", long_tok, 1},
+        {"living longer than buyer_token_max_ttl_s", long_lived, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct th_response r;
@@ -1110,11 +1290,68 @@ START_TEST(test_order_without_a_valid_buyer_token_answers_401)
     struct th_response r;
     order_raw(d.port, 1, expired, "{\"qty\":1}", &r);
     expect_str(r.body, "detail", "the buyer token has expired");
+    order_raw(d.port, 1, long_lived, "{\"qty\":1}", &r); /* as any invalid token */
+    expect_str(r.body, "detail", "the buyer token is not valid");
     /* Nothing was taken, nothing queued. */
     ck_assert_int_eq(th_sku_int(1, KEY_STOCK), 10);
     ck_assert_int_eq(th_stream_len(1), 0);
     ck_assert_int_eq(pg_int("SELECT count(*) FROM orders"), 0);
     stop(&d);
+}
+END_TEST
+
+/* The second buyer secret, and the one after it, for the rotation test. */
+#define NEXT_SECRET "the-next-buyer-secret-0123456789abcdef"
+
+/* An order of 1 unit of sku 1 by 'user' with a token signed by 'secret'
+ * under 'kid' (NULL: none); returns the status. */
+static int order_signed(int port, const char *secret, const char *kid, int64_t user)
+{
+    char token[TH_BUYER_AUTH_MAX - 32], headers[TH_BUYER_AUTH_MAX + 64];
+    long long now = (long long)time(NULL);
+    ck_assert(buyer_token_sign_kid(secret, strlen(secret), kid, user, now, now + 600, token,
+                                   sizeof token) > 0);
+    snprintf(headers, sizeof headers, "Authorization: Bearer %s\r\n", token);
+    struct th_response r;
+    order_raw(port, 1, headers, "{\"qty\":1}", &r);
+    if (r.status == 401)
+        expect_401(&r, 1, "a token of a key the daemon does not hold");
+    return r.status;
+}
+
+/* A rotation as the README tells it: add the next secret under its kid
+ * (tokens of both work), sign with it, drop the old one once its tokens
+ * have expired.  No buyer is logged out at any step but the last, and then
+ * only tokens of the dropped secret. */
+START_TEST(test_a_buyer_secret_rotates_without_logging_buyers_out)
+{
+    th_reset();
+    struct th_daemon d;
+    start(&d, NULL);
+    th_create_sku(d.port, 1, 100, 5);
+    ck_assert_int_eq(order_signed(d.port, TH_BUYER_SECRET, NULL, 1), 201);
+    stop(&d);
+
+    /* 1. add: the old tokens (no kid) and the next key's both work */
+    start(&d, (const char *const[]){"SECKILL_BUYER_TOKEN_SECRET_NEXT=" NEXT_SECRET,
+                                    "SECKILL_BUYER_TOKEN_KID_NEXT=k2", NULL});
+    ck_assert_int_eq(order_signed(d.port, TH_BUYER_SECRET, NULL, 1), 201);
+    ck_assert_int_eq(order_signed(d.port, NEXT_SECRET, "k2", 2), 201);
+    ck_assert_int_eq(order_signed(d.port, NEXT_SECRET, NULL, 2), 401);     /* no kid: the primary */
+    ck_assert_int_eq(order_signed(d.port, TH_BUYER_SECRET, "k2", 2), 401); /* not k2's */
+    ck_assert_int_eq(order_signed(d.port, NEXT_SECRET, "k3", 2), 401);     /* nobody's */
+    stop(&d);
+
+    /* 2. the next key becomes the only one */
+    start(&d, (const char *const[]){"SECKILL_BUYER_TOKEN_SECRET=" NEXT_SECRET,
+                                    "SECKILL_BUYER_TOKEN_KID=k2", NULL});
+    ck_assert_int_eq(order_signed(d.port, NEXT_SECRET, "k2", 2), 201);
+    ck_assert_int_eq(order_signed(d.port, TH_BUYER_SECRET, NULL, 1), 401);
+    stop(&d);
+
+    th_wait_drained(1, 15000);
+    ck_assert_int_eq(pg_int("SELECT count(*) FROM orders"), 4);
+    th_assert_invariants(1);
 }
 END_TEST
 
@@ -1331,6 +1568,9 @@ static Suite *api_suite(void)
     tcase_add_test(tc, test_malformed_orders_answer_400);
     tcase_add_test(tc, test_idempotent_retry_returns_same_order_and_takes_stock_once);
     tcase_add_test(tc, test_unavailable_when_redis_down);
+    tcase_add_test(tc, test_full_redis_answers_503_store_full_takes_nothing_and_heals);
+    tcase_add_test(tc, test_full_redis_still_drains_the_orders_it_holds);
+    tcase_add_test(tc, test_refusal_is_remembered_refusal_ttl_s_an_order_idempotency_ttl_s);
     tcase_add_test(tc, test_sku_lost_by_redis_is_restored_by_the_service);
     tcase_add_test(tc, test_healthz_ok);
     tcase_add_test(tc, test_script_flush_is_survived);
@@ -1343,6 +1583,7 @@ static Suite *api_suite(void)
     tcase_add_test(tc, test_order_ids_unique_across_daemon_restart);
     tcase_add_test(tc, test_unknown_route_404_and_wrong_method_405);
     tcase_add_test(tc, test_order_without_a_valid_buyer_token_answers_401);
+    tcase_add_test(tc, test_a_buyer_secret_rotates_without_logging_buyers_out);
     tcase_add_test(tc, test_body_user_id_must_be_the_token_buyer);
     tcase_add_test(tc, test_reserved_mode_accepts_the_token_buyer_with_202);
     tcase_add_test(tc, test_per_user_limit_cannot_be_bypassed_by_changing_the_body_user_id);

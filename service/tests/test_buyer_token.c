@@ -339,6 +339,163 @@ START_TEST(test_token_longer_than_the_limit_is_refused_unread)
 }
 END_TEST
 
+/* ---- lifetime ------------------------------------------------------------ */
+
+#define TTL 3600
+
+/* verify() under a verifier with max_ttl_s TTL. */
+static enum buyer_token_result verify_ttl(const char *token)
+{
+    struct buyer_token_verifier v = verifier;
+    v.max_ttl_s = TTL;
+    got_user = -7;
+    return buyer_token_verify(&v, token, strlen(token), NOW, &got_user);
+}
+
+/* A crafted token of sub 5 with the claims' dates 'dates' (after sub). */
+static char *dated(const char *dates)
+{
+    char claims[256];
+    snprintf(claims, sizeof claims, "{\"sub\":\"5\",%s}", dates);
+    return craft(HS256, claims, NULL);
+}
+
+START_TEST(test_a_token_living_longer_than_max_ttl_is_refused)
+{
+    char tok[512], d[128];
+    ck_assert_int_gt(buyer_token_sign(SECRET, strlen(SECRET), 5, NOW, NOW + TTL, tok, sizeof tok),
+                     0);
+    ck_assert_int_eq(verify_ttl(tok), BUYER_TOKEN_OK);
+    ck_assert_int_eq(got_user, 5);
+    ck_assert_int_gt(
+        buyer_token_sign(SECRET, strlen(SECRET), 5, NOW, NOW + TTL + 1, tok, sizeof tok), 0);
+    ck_assert_int_eq(verify_ttl(tok), BUYER_TOKEN_LIFETIME_TOO_LONG);
+    ck_assert_int_eq(got_user, -7);
+    /* issued long ago, valid for long: exp - iat counts, not what is left */
+    ck_assert_int_gt(
+        buyer_token_sign(SECRET, strlen(SECRET), 5, NOW - 2 * TTL, NOW + 60, tok, sizeof tok), 0);
+    ck_assert_int_eq(verify_ttl(tok), BUYER_TOKEN_LIFETIME_TOO_LONG);
+    /* without iat: exp - now, with the leeway */
+    snprintf(d, sizeof d, "\"exp\":%lld", NOW + TTL + LEEWAY);
+    ck_assert_int_eq(verify_ttl(dated(d)), BUYER_TOKEN_OK);
+    snprintf(d, sizeof d, "\"exp\":%lld", NOW + TTL + LEEWAY + 1);
+    ck_assert_int_eq(verify_ttl(dated(d)), BUYER_TOKEN_LIFETIME_TOO_LONG);
+    /* an iat in the future does not stretch it */
+    snprintf(d, sizeof d, "\"iat\":%lld,\"exp\":%lld", NOW + 2 * TTL, NOW + 2 * TTL + 60);
+    ck_assert_int_eq(verify_ttl(dated(d)), BUYER_TOKEN_LIFETIME_TOO_LONG);
+    /* in jansson's path too (fractional dates are not the signer's form) */
+    snprintf(d, sizeof d, "\"iat\":%lld.5,\"exp\":%lld", NOW - 1, NOW + TTL);
+    ck_assert_int_eq(verify_ttl(dated(d)), BUYER_TOKEN_LIFETIME_TOO_LONG);
+    /* iat, when present, is a number */
+    snprintf(d, sizeof d, "\"iat\":\"%lld\",\"exp\":%lld", NOW, NOW + 60);
+    ck_assert_int_eq(verify_ttl(dated(d)), BUYER_TOKEN_BAD_CLAIMS);
+    /* max_ttl_s 0 is no limit */
+    snprintf(d, sizeof d, "\"exp\":%lld", FAR);
+    ck_assert_int_eq(verify(dated(d)), BUYER_TOKEN_OK);
+}
+END_TEST
+
+/* ---- key ids ---------------------------------------------------------------- */
+
+#define SECRET2 "test-buyer-secret-the-next-one-0123456789"
+
+/* verify() under the rotation: SECRET as "k1", SECRET2 as "k2". */
+static enum buyer_token_result verify_rotating(const char *token)
+{
+    struct buyer_token_verifier v = verifier;
+    v.kid = "k1";
+    v.next_secret = SECRET2;
+    v.next_secret_len = strlen(SECRET2);
+    v.next_kid = "k2";
+    got_user = -7;
+    return buyer_token_verify(&v, token, strlen(token), NOW, &got_user);
+}
+
+/* A token of user 3 signed with 'secret' under 'kid' (NULL: none). */
+static const char *signed_kid(const char *secret, const char *kid)
+{
+    static char tok[512];
+    ck_assert_int_gt(
+        buyer_token_sign_kid(secret, strlen(secret), kid, 3, NOW, NOW + 60, tok, sizeof tok), 0);
+    return tok;
+}
+
+START_TEST(test_the_kid_picks_the_secret_and_must_name_the_signer)
+{
+    const struct {
+        const char *secret, *kid;
+        enum buyer_token_result want;
+    } cases[] = {
+        {SECRET, "k1", BUYER_TOKEN_OK},
+        {SECRET, NULL, BUYER_TOKEN_OK}, /* no kid: the primary, as before key ids */
+        {SECRET2, "k2", BUYER_TOKEN_OK},
+        {SECRET, "k1", BUYER_TOKEN_OK},           /* back again: each thread keeps both keys */
+        {SECRET2, NULL, BUYER_TOKEN_UNKNOWN_KID}, /* no kid is never the next key */
+        {SECRET2, "k1", BUYER_TOKEN_UNKNOWN_KID},
+        {SECRET, "k2", BUYER_TOKEN_UNKNOWN_KID},
+        {SECRET, "k3", BUYER_TOKEN_UNKNOWN_KID},
+        {"a-secret-nobody-here-holds-0123456789", "k2", BUYER_TOKEN_BAD_SIGNATURE},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        enum buyer_token_result r = verify_rotating(signed_kid(cases[i].secret, cases[i].kid));
+        ck_assert_msg(r == cases[i].want, "case %zu: %s, expected %s", i,
+                      buyer_token_result_name(r), buyer_token_result_name(cases[i].want));
+        ck_assert_int_eq(got_user, r == BUYER_TOKEN_OK ? 3 : -7);
+    }
+    /* with one secret only, a token of the next one is a bad signature */
+    ck_assert_int_eq(verify(signed_kid(SECRET2, "k2")), BUYER_TOKEN_BAD_SIGNATURE);
+    /* a kid with no secret configured for it: a primary without kid has none */
+    ck_assert_int_eq(verify(signed_kid(SECRET, "k1")), BUYER_TOKEN_UNKNOWN_KID);
+    /* the header's kid, read after the MAC, is bounded and a string */
+    char claims[96], kid[BUYER_TOKEN_KID_MAX + 2], header[160];
+    snprintf(claims, sizeof claims, "{\"sub\":\"3\",\"exp\":%lld}", NOW + 60);
+    const char *bad_headers[] = {
+        "{\"alg\":\"HS256\",\"kid\":1}",
+        "{\"alg\":\"HS256\",\"kid\":null}",
+        "{\"alg\":\"HS256\",\"kid\":[\"k1\"]}",
+    };
+    for (size_t i = 0; i < sizeof bad_headers / sizeof bad_headers[0]; i++)
+        ck_assert_msg(verify_rotating(craft(bad_headers[i], claims, NULL)) ==
+                          BUYER_TOKEN_BAD_HEADER,
+                      "header %s", bad_headers[i]);
+    /* a NUL could alias a shorter kid: not JSON we read at all */
+    ck_assert_int_eq(
+        verify_rotating(craft("{\"alg\":\"HS256\",\"kid\":\"k1\\u0000x\"}", claims, NULL)),
+        BUYER_TOKEN_MALFORMED);
+    memset(kid, 'k', sizeof kid - 1);
+    kid[sizeof kid - 1] = '\0';
+    snprintf(header, sizeof header, "{\"alg\":\"HS256\",\"kid\":\"%s\"}", kid);
+    ck_assert_int_eq(verify_rotating(craft(header, claims, NULL)), BUYER_TOKEN_BAD_HEADER);
+    ck_assert_int_eq(verify_rotating(craft("{\"alg\":\"HS256\",\"kid\":\"\"}", claims, NULL)),
+                     BUYER_TOKEN_UNKNOWN_KID);
+    ck_assert_int_eq(verify_rotating(craft("{\"alg\":\"HS256\",\"kid\":\"k1\"}", claims, NULL)),
+                     BUYER_TOKEN_OK);
+}
+END_TEST
+
+START_TEST(test_the_signer_writes_the_kid_and_refuses_a_bad_one)
+{
+    char tok[512];
+    char *want = craft("{\"alg\":\"HS256\",\"typ\":\"JWT\",\"kid\":\"k2\"}",
+                       "{\"sub\":\"3\",\"iat\":1700000000,\"exp\":1700000060}", SECRET2);
+    ck_assert_str_eq(signed_kid(SECRET2, "k2"), want);
+    ck_assert_int_gt(
+        buyer_token_sign_kid(SECRET, strlen(SECRET), "", 3, NOW, NOW + 60, tok, sizeof tok), 0);
+    ck_assert_str_eq(tok, signed_kid(SECRET, NULL)); /* "" is no kid */
+    const char *bad[] = {
+        "k\"1", "k 1",      "k/1",
+        "k\\1", "\xc3\xa9", "12345678901234567890123456789012345678901234567890123456789012345"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_int_eq(buyer_token_kid_valid(bad[i]), 0);
+        ck_assert_int_eq(
+            buyer_token_sign_kid(SECRET, strlen(SECRET), bad[i], 3, NOW, NOW + 60, tok, sizeof tok),
+            -1);
+    }
+    ck_assert_int_eq(buyer_token_kid_valid("2026-11.key_A"), 1);
+    ck_assert_int_eq(buyer_token_kid_valid(""), 0);
+}
+END_TEST
+
 static Suite *buyer_token_suite(void)
 {
     Suite *s = suite_create("buyer_token");
@@ -355,6 +512,9 @@ static Suite *buyer_token_suite(void)
     tcase_add_test(tc, test_sub_must_be_a_user_id);
     tcase_add_test(tc, test_exp_is_required_and_a_number);
     tcase_add_test(tc, test_token_longer_than_the_limit_is_refused_unread);
+    tcase_add_test(tc, test_a_token_living_longer_than_max_ttl_is_refused);
+    tcase_add_test(tc, test_the_kid_picks_the_secret_and_must_name_the_signer);
+    tcase_add_test(tc, test_the_signer_writes_the_kid_and_refuses_a_bad_one);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -27,6 +27,7 @@
 #include "rlock/tests/harness_redis.h"
 #include "store/redis_async.h"
 #include "store/redis_conn.h"
+#include "store/redis_functions.h"
 #include "store/txlock.h"
 #include <rlock/cluster.h>
 
@@ -46,6 +47,8 @@ static void setup(void)
     ck_assert(cfg_set(&cfg, "redis_url", url, err, sizeof err) == 0);
     ck_assert_msg(redis_conn_init(&rc, &cfg, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(redis_conn_check_credentials(&rc, err, sizeof err), 0);
+    /* what seckilld migrate does: the library on every master */
+    ck_assert_msg(redis_functions_load(&rc, err, sizeof err) == MASTERS, "%s", err);
 }
 
 static void teardown(void)

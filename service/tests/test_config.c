@@ -106,6 +106,56 @@ START_TEST(test_buyer_token_secret_shorter_than_32_bytes_is_refused)
 }
 END_TEST
 
+START_TEST(test_a_buyer_key_rotation_is_checked_for_equal_or_short_keys)
+{
+    static const char primary[] = "0123456789abcdef0123456789abcdef";
+    static const char next[] = "fedcba9876543210fedcba9876543210";
+    const struct {
+        const char *kid, *next, *kid_next, *named; /* named: what the refusal names, NULL: ok */
+    } cases[] = {
+        {"", next, "k2", NULL},                       /* primary without kid: still fine */
+        {"k1", next, "k2", NULL},                     /* a rotation */
+        {"k1", "", "", NULL},                         /* one key with its kid */
+        {"k1", primary, "k2", "differ"},              /* the same secret twice */
+        {"k1", next, "k1", "buyer_token_kid_next"},   /* the same kid twice */
+        {"", next, "", "buyer_token_kid_next"},       /* no kid for the next key */
+        {"k1", "fedcba9876543210", "k2", "32 bytes"}, /* a short next secret */
+        {"k1", "", "k2", "without buyer_token_secret_next"},
+        {"k 1", "", "", "buyer_token_kid"}, /* a kid a header could not carry */
+        {"k1", next, "k\"2", "buyer_token_kid_next"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct cfg c;
+        char err[256];
+        cfg_defaults(&c);
+        ck_assert_int_eq(cfg_set(&c, "buyer_token_secret", primary, err, sizeof err), 0);
+        ck_assert_int_eq(cfg_set(&c, "buyer_token_kid", cases[i].kid, err, sizeof err), 0);
+        ck_assert_int_eq(cfg_set(&c, "buyer_token_secret_next", cases[i].next, err, sizeof err), 0);
+        ck_assert_int_eq(cfg_set(&c, "buyer_token_kid_next", cases[i].kid_next, err, sizeof err),
+                         0);
+        int rc = cfg_check(&c, err, sizeof err);
+        if (!cases[i].named) {
+            ck_assert_msg(rc == 0, "case %zu: %s", i, err);
+        } else {
+            ck_assert_msg(rc == -1 && strstr(err, cases[i].named), "case %zu: rc %d, '%s'", i, rc,
+                          rc ? err : "");
+            ck_assert_msg(!strstr(err, primary) && !strstr(err, next), "a secret in '%s'", err);
+        }
+        cfg_free(&c);
+    }
+    /* the next secret is a secret: never a flag */
+    struct cfg c;
+    char err[256];
+    cfg_defaults(&c);
+    ck_assert_int_eq(cfg_set_flag(&c, "buyer_token_secret_next", next, err, sizeof err), -1);
+    ck_assert_int_eq(c.buyer_token_max_ttl_s, 86400);
+    ck_assert_int_eq(cfg_set(&c, "buyer_token_max_ttl_s", "59", err, sizeof err), -1);
+    ck_assert_int_eq(cfg_set(&c, "buyer_token_max_ttl_s", "31536001", err, sizeof err), -1);
+    ck_assert_int_eq(cfg_set(&c, "buyer_token_max_ttl_s", "3600", err, sizeof err), 0);
+    cfg_free(&c);
+}
+END_TEST
+
 START_TEST(test_redis_url_forms)
 {
     struct rlock_url t;
@@ -447,6 +497,7 @@ int main(void)
     tcase_add_test(tc, test_flags_override_env_and_bad_values_are_refused);
     tcase_add_test(tc, test_request_deadline_must_leave_an_order_its_own_waits);
     tcase_add_test(tc, test_buyer_token_secret_shorter_than_32_bytes_is_refused);
+    tcase_add_test(tc, test_a_buyer_key_rotation_is_checked_for_equal_or_short_keys);
     tcase_add_test(tc, test_redis_url_forms);
     tcase_add_test(tc, test_redis_sentinel_url_forms);
     tcase_add_test(tc, test_secret_flags_are_refused_naming_env_and_file);

@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/embedded.h"
 #include "harness.h"
 #include <rlock/fence.h>
 #include <rlock/rlock.h>
@@ -453,6 +454,55 @@ START_TEST(test_token_is_accepted_by_the_daemon_for_its_user)
 }
 END_TEST
 
+/* `token --kid` signs with the secret of that key id, which the daemon
+ * verifies with that secret; an unknown kid is a usage error. */
+START_TEST(test_token_signs_with_the_secret_of_the_chosen_kid)
+{
+    struct run r;
+    setenv("SECKILL_BUYER_TOKEN_SECRET", TH_BUYER_SECRET, 1);
+    setenv("SECKILL_BUYER_TOKEN_SECRET_NEXT", "the-next-buyer-secret-0123456789abcdef", 1);
+    setenv("SECKILL_BUYER_TOKEN_KID_NEXT", "k2", 1);
+    run(&r, "token", "--user", "44", "--kid", "k2", NULL);
+    ck_assert_msg(r.status == 0, "token: exit %d: %s", r.status, r.err);
+    char token[1024];
+    snprintf(token, sizeof token, "%.*s", (int)strcspn(r.out, "\n"), r.out);
+    struct run bad;
+    run(&bad, "token", "--user", "44", "--kid", "k3", NULL);
+    ck_assert_int_eq(bad.status, 2);
+    ck_assert_ptr_nonnull(strstr(bad.err, "k3"));
+    ck_assert_ptr_null(strstr(bad.err, "0123456789abcdef"));    /* no secret printed */
+    run(&bad, "token", "--user", "44", "--ttl", "86401", NULL); /* buyer_token_max_ttl_s */
+    ck_assert_int_eq(bad.status, 2);
+    ck_assert_ptr_nonnull(strstr(bad.err, "buyer_token_max_ttl_s"));
+    unsetenv("SECKILL_BUYER_TOKEN_SECRET_NEXT");
+    unsetenv("SECKILL_BUYER_TOKEN_KID_NEXT");
+
+    th_reset();
+    struct th_daemon d;
+    char headers[1200];
+    snprintf(headers, sizeof headers,
+             "Authorization: Bearer %s\r\nContent-Type: application/json\r\n", token);
+    struct th_response resp;
+    /* a daemon holding only the first secret refuses it ... */
+    th_daemon_start(&d, NULL);
+    th_create_sku(d.port, 1, 10, 5);
+    ck_assert_int_eq(
+        th_http(d.port, "POST", "/api/v1/skus/1/orders", headers, "{\"qty\":1}", &resp), 0);
+    ck_assert_int_eq(resp.status, 401);
+    th_daemon_stop(&d);
+    /* ... one holding k2 takes it for user 44 */
+    th_daemon_start(&d, (const char *const[]){"SECKILL_BUYER_TOKEN_SECRET_NEXT="
+                                              "the-next-buyer-secret-0123456789abcdef",
+                                              "SECKILL_BUYER_TOKEN_KID_NEXT=k2", NULL});
+    ck_assert_int_eq(
+        th_http(d.port, "POST", "/api/v1/skus/1/orders", headers, "{\"qty\":1}", &resp), 0);
+    ck_assert_msg(resp.status == 201, "order with the k2 token: %d %s", resp.status, resp.body);
+    ck_assert_int_eq(th_json_int(resp.body, "user_id", 0), 44);
+    th_wait_drained(1, 15000);
+    th_daemon_stop(&d);
+}
+END_TEST
+
 START_TEST(test_token_refuses_bad_input_and_a_missing_secret)
 {
     struct run r;
@@ -463,7 +513,8 @@ START_TEST(test_token_refuses_bad_input_and_a_missing_secret)
         {"token", "--user", "-1", NULL},
         {"token", "--user", "abc", NULL},
         {"token", "--user", "1", "--ttl", "0"},      /* no lifetime */
-        {"token", "--user", "1", "--ttl", "604801"}, /* beyond a week */
+        {"token", "--user", "1", "--ttl", "604801"}, /* beyond buyer_token_max_ttl_s */
+        {"token", "--user", "1", "--kid", "k 1"},    /* not a kid */
         {"token", "--user", "1", "--ttl", "1e3"},
         {"token", "--user", "1", "--buyer-token-secret", "x"}, /* never a flag */
     };
@@ -499,12 +550,14 @@ static Suite *ctl_suite(void)
     tcase_add_test(tc, test_reconcile_reports_drift_and_repair_fixes_it);
     tcase_add_test(tc, test_token_is_accepted_by_the_daemon_for_its_user);
     tcase_add_test(tc, test_token_refuses_bad_input_and_a_missing_secret);
+    tcase_add_test(tc, test_token_signs_with_the_secret_of_the_chosen_kid);
     suite_add_tcase(s, tc);
     return s;
 }
 
 int main(void)
 {
+    embedded_init(); /* the lock library as the service runs it: by FCALL */
     SRunner *sr = srunner_create(ctl_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

@@ -4,12 +4,15 @@
  * admin deltas, and the reconciler settling and rebuilding without an
  * operator.  The real daemon against the real Redis and PostgreSQL.
  */
+#include <arpa/inet.h>
 #include <check.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -18,6 +21,7 @@
 #include "core/keys.h"
 #include "harness.h"
 #include "order/order.h"
+#include "rlock/url.h"
 #include "store/redis_conn.h"
 
 #define CT_JSON "Content-Type: application/json\r\n"
@@ -401,8 +405,150 @@ START_TEST(test_redis_restart_rebuilds_each_sku_once)
 }
 END_TEST
 
+/* The I/O timeout of the connections below: short, the test waits for it. */
+#define SILENT_IO_TIMEOUT_MS 300
+
+START_TEST(test_a_redis_that_never_answers_auth_is_a_timeout_not_a_refusal)
+{
+    /* A server that takes connections (the kernel completes them from the
+     * listen queue) and never says a word: a stalled or frozen Redis. */
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof a;
+    ck_assert(lfd >= 0 && bind(lfd, (struct sockaddr *)&a, sizeof a) == 0 && listen(lfd, 4) == 0 &&
+              getsockname(lfd, (struct sockaddr *)&a, &al) == 0);
+    char url[128], err[512];
+    snprintf(url, sizeof url, "redis://seckill:secret@127.0.0.1:%d/1", ntohs(a.sin_port));
+    struct rlock_url u;
+    ck_assert(rlock_url_parse(url, &u, err, sizeof err) == 0);
+    redisContext *c = rlock_url_connect(&u, BOUND_MS, SILENT_IO_TIMEOUT_MS, err, sizeof err);
+    ck_assert(c == NULL);
+    ck_assert_msg(strstr(err, "AUTH") && strstr(err, "timed out") && !strstr(err, "refused"),
+                  "a silent server was reported as: %s", err);
+    /* no password: the same stall at SELECT says so too */
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d/1", ntohs(a.sin_port));
+    ck_assert(rlock_url_parse(url, &u, err, sizeof err) == 0);
+    c = rlock_url_connect(&u, BOUND_MS, SILENT_IO_TIMEOUT_MS, err, sizeof err);
+    ck_assert(c == NULL);
+    ck_assert_msg(strstr(err, "SELECT") && strstr(err, "timed out") && !strstr(err, "refused"),
+                  "a silent server was reported as: %s", err);
+    close(lfd);
+    /* the real Redis, a wrong password: that one is a refusal */
+    ck_assert(rlock_url_parse(th_env("SECKILL_TEST_REDIS_URL"), &u, err, sizeof err) == 0);
+    snprintf(u.password, sizeof u.password, "not-the-password");
+    c = rlock_url_connect(&u, BOUND_MS, BOUND_MS, err, sizeof err);
+    ck_assert(c == NULL);
+    ck_assert_msg(strstr(err, "AUTH") && strstr(err, "refused") && !strstr(err, "timed out"),
+                  "a wrong password was reported as: %s", err);
+}
+END_TEST
+
+/* ---- the Redis Functions library -------------------------------------- */
+
+/* As admin: the library goes (FUNCTION FLUSH), with the data when 'data'
+ * (FLUSHALL): a restart that lost everything. */
+static void lose_functions(int data)
+{
+    redisContext *a = th_redis_admin();
+    if (data)
+        freeReplyObject(redisCommand(a, "FLUSHALL"));
+    redisReply *rep = redisCommand(a, "FUNCTION FLUSH");
+    ck_assert(rep && rep->type == REDIS_REPLY_STATUS);
+    freeReplyObject(rep);
+    redisFree(a);
+}
+
+static enum rlock_library_state library_state(void)
+{
+    redisContext *r = th_redis();
+    enum rlock_library_state st =
+        rlock_library_check(r, EMBEDDED_LIBRARY, embedded_library_version());
+    redisFree(r);
+    return st;
+}
+
+/* Orders sku for users from 'user' on, until one is answered 201; fails
+ * after BOUND_MS.  Returns the users used. */
+static int order_until_sold(int port, int64_t sku, int user)
+{
+    struct th_response r;
+    for (int waited = 0;; waited += 50, user++) {
+        if (order(port, sku, user, 1, NULL, &r) == 201)
+            return user + 1;
+        ck_assert_msg(r.status == 503, "order during the heal: %d %s", r.status, r.body);
+        ck_assert_msg(waited < BOUND_MS, "no sale %d ms after the functions were lost", waited);
+        th_sleep_ms(50);
+    }
+}
+
+/* A restart that lost everything lost the functions too: the daemon loads
+ * them again as the self-healing user (redis_functions_url), rebuilds the
+ * SKU and sells again, by itself. */
+START_TEST(test_empty_restart_loads_the_functions_again_and_sells)
+{
+    th_reset();
+    struct th_daemon d;
+    th_daemon_start(&d, NULL);
+    th_create_sku(d.port, 9, 10, 5);
+    struct th_response r;
+    ck_assert_int_eq(order(d.port, 9, 1, 1, NULL, &r), 201);
+    th_wait_drained(9, BOUND_MS);
+    lose_functions(1);
+    ck_assert_int_eq(library_state(), RLOCK_LIBRARY_MISSING);
+    order_until_sold(d.port, 9, 2);
+    ck_assert_int_eq(library_state(), RLOCK_LIBRARY_CURRENT);
+    th_wait_drained(9, BOUND_MS);
+    th_daemon_stop(&d);
+    th_assert_invariants(9);
+}
+END_TEST
+
+/* Without that credential the daemon cannot load code: orders fail closed
+ * and /healthz says the functions are missing, until an administrator
+ * loads them (seckilld migrate); then it sells again. */
+START_TEST(test_lost_functions_without_the_credential_fail_closed_until_loaded)
+{
+    th_reset();
+    const char *env[] = {"SECKILL_REDIS_FUNCTIONS_URL_FILE", NULL}; /* unset (glibc putenv) */
+    struct th_daemon d;
+    th_daemon_start(&d, env);
+    th_create_sku(d.port, 9, 10, 5);
+    struct th_response r;
+    ck_assert_int_eq(order(d.port, 9, 1, 1, NULL, &r), 201);
+    lose_functions(0);
+    ck_assert_int_eq(order(d.port, 9, 2, 1, NULL, &r), 503); /* and the reconciler is asked */
+    for (int waited = 0;; waited += 50) {
+        ck_assert_int_eq(th_http(d.port, "GET", "/healthz", NULL, NULL, &r), 0);
+        if (r.status == 503 && strstr(r.body, "\"redis_functions\":\"missing\""))
+            break;
+        ck_assert_msg(waited < BOUND_MS, "healthz: %d %s", r.status, r.body);
+        th_sleep_ms(50);
+    }
+    ck_assert_int_eq(library_state(), RLOCK_LIBRARY_MISSING); /* it did not load them */
+    redisContext *a = th_redis_admin();
+    size_t len;
+    const char *text = embedded_library_text(&len);
+    redisReply *l = rlock_library_load(a, text, len);
+    ck_assert(l && l->type == REDIS_REPLY_STRING);
+    freeReplyObject(l);
+    redisFree(a);
+    order_until_sold(d.port, 9, 3);
+    for (int waited = 0;; waited += 50) {
+        ck_assert_int_eq(th_http(d.port, "GET", "/healthz", NULL, NULL, &r), 0);
+        if (r.status == 200 && !strstr(r.body, "redis_functions"))
+            break;
+        ck_assert_msg(waited < BOUND_MS, "healthz after the load: %d %s", r.status, r.body);
+        th_sleep_ms(50);
+    }
+    th_wait_drained(9, BOUND_MS);
+    th_daemon_stop(&d);
+    th_assert_invariants(9);
+}
+END_TEST
+
 int main(void)
 {
+    embedded_init();
     Suite *s = suite_create("heal");
     TCase *tc = tcase_create("heal");
     tcase_set_timeout(tc, 60);
@@ -416,6 +562,9 @@ int main(void)
     tcase_add_test(tc, test_admin_delta_retried_with_the_same_key_applies_once);
     tcase_add_test(tc, test_adjustment_cut_by_a_crash_is_settled_by_the_next_daemon);
     tcase_add_test(tc, test_redis_restart_rebuilds_each_sku_once);
+    tcase_add_test(tc, test_a_redis_that_never_answers_auth_is_a_timeout_not_a_refusal);
+    tcase_add_test(tc, test_empty_restart_loads_the_functions_again_and_sells);
+    tcase_add_test(tc, test_lost_functions_without_the_credential_fail_closed_until_loaded);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -15,6 +15,7 @@
 #include <arpa/inet.h>
 #include <check.h>
 #include <errno.h>
+#include <event2/event.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
@@ -26,6 +27,7 @@
 
 #include "harness.h"
 #include "http/proxy_header.h"
+#include "http/server.h"
 
 /* The longest any read here waits for the daemon. */
 #define WAIT_S 15
@@ -476,6 +478,142 @@ START_TEST(test_global_cap_refuses_the_extra_connection)
 }
 END_TEST
 
+/* ---- the answer's way out: one deadline, buffers back to their base ------ */
+
+/* The answer's deadline in the slow reader's test, and the most it waits. */
+#define REPLY_DEADLINE_MS 1000
+#define SLOW_READ_BOUND_MS 30000
+/* The slow reader takes one byte, then rests this long: the answer moves on
+ * many times within each REPLY_DEADLINE_MS (a timer re-armed on progress
+ * would never fire), yet the whole of it takes minutes. */
+#define SLOW_READ_REST_US 10
+#define SLOW_ANSWER_BYTES (64 << 20)
+/* The daemon's socket buffer there: small, so the answer waits in the daemon. */
+#define SLOW_SNDBUF_BYTES 4096
+/* SKUs that make /metrics a larger answer than a connection's base buffers. */
+#define BIG_METRICS_SKUS 300
+
+static char *slow_answer;
+
+/* The slow reader's one route: a large answer. */
+static void answer_large(struct http_req *r)
+{
+    static const struct http_answer ok[] = {{200, NULL}, {0, NULL}};
+    r->answers = ok;
+    r->route = "GET /large";
+    http_reply_raw(r, 200, "text/plain", slow_answer, SLOW_ANSWER_BYTES);
+}
+
+/* The real connection code on a loop this test drives (http_server_bare),
+ * over a socketpair whose buffers the test chooses: TCP on loopback would
+ * take the whole answer into the kernel and never make the daemon wait. */
+START_TEST(test_an_answer_read_a_byte_at_a_time_is_cut_by_its_one_deadline)
+{
+    struct cfg c;
+    cfg_defaults(&c);
+    c.http_write_timeout_ms = REPLY_DEADLINE_MS;
+    c.http_idle_timeout_ms = c.http_request_timeout_ms = 600000; /* only the answer's can close */
+    slow_answer = malloc(SLOW_ANSWER_BYTES);
+    ck_assert(slow_answer);
+    memset(slow_answer, 'x', SLOW_ANSWER_BYTES);
+    char err[256];
+    struct http_server *s = http_server_bare(&c, answer_large, err, sizeof err);
+    ck_assert_msg(s, "%s", err);
+    int sv[2];
+    ck_assert(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+    int sndbuf = SLOW_SNDBUF_BYTES;
+    setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
+    ck_assert(http_server_adopt(s, sv[0], "10.0.0.1") == 0);
+    static const char req[] = "GET /large HTTP/1.1\r\nHost: a\r\n\r\n";
+    send_all(sv[1], req, sizeof req - 1);
+    long start = now_ms(), got = 0;
+    int closed = 0;
+    while (!closed && now_ms() - start < SLOW_READ_BOUND_MS) {
+        event_base_loop(http_server_base(s), EVLOOP_NONBLOCK);
+        char b;
+        ssize_t r = recv(sv[1], &b, 1, MSG_DONTWAIT);
+        if (r == 1)
+            got++;
+        else if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
+            closed = 1;
+        usleep(SLOW_READ_REST_US);
+    }
+    long waited = now_ms() - start;
+    close(sv[1]);
+    http_server_stop(s);
+    free(slow_answer);
+    cfg_free(&c);
+    ck_assert_msg(closed,
+                  "a client reading a byte every %d us still held its answer after %ld ms (%ld "
+                  "bytes read; deadline %d ms)",
+                  SLOW_READ_REST_US, waited, got, REPLY_DEADLINE_MS);
+    ck_assert_msg(got > SLOW_SNDBUF_BYTES && got < SLOW_ANSWER_BYTES,
+                  "%ld bytes read: the answer did not move, or it was not cut", got);
+}
+END_TEST
+
+/* Makes /metrics large: per-SKU gauges of BIG_METRICS_SKUS SKUs. */
+static void make_metrics_large(void)
+{
+    struct cfg c;
+    th_cfg(&c);
+    for (int i = 0; i < BIG_METRICS_SKUS; i++)
+        th_sku_create_direct(&c, 9000 + i, 10, 5, 0);
+    cfg_free(&c);
+}
+
+START_TEST(test_connection_buffers_go_back_to_their_base_after_a_large_answer)
+{
+    th_reset();
+    make_metrics_large();
+    struct th_daemon d;
+    th_daemon_start(&d, NULL);
+    /* many requests in one send (the read buffer holds what waits), the
+     * last one answered by the large /metrics; the connection stays open */
+    enum { QUEUED = 200 };
+    static const char one[] = "GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n",
+                      last[] = "GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n";
+    static char burst[QUEUED * sizeof one + sizeof last];
+    size_t n = 0;
+    for (int i = 0; i < QUEUED; i++, n += sizeof one - 1)
+        memcpy(burst + n, one, sizeof one - 1);
+    memcpy(burst + n, last, sizeof last - 1);
+    n += sizeof last - 1;
+    int fd = connect_to(d.port);
+    send_all(fd, burst, n);
+    /* read until the /metrics answer is whole: its Content-Length */
+    static char text[1 << 22];
+    size_t got = 0;
+    long big = -1;
+    const char *body = NULL;
+    while (got < sizeof text - 1) {
+        ssize_t r = recv(fd, text + got, sizeof text - 1 - got, 0);
+        ck_assert_msg(r > 0, "the daemon closed or went quiet after %zu bytes", got);
+        got += (size_t)r;
+        text[got] = '\0';
+        const char *h = strstr(text, "Content-Type: text/plain");
+        const char *cl = h ? strstr(h, "Content-Length: ") : NULL;
+        body = cl ? strstr(cl, "\r\n\r\n") : NULL;
+        if (body) {
+            big = atol(cl + 16);
+            if ((size_t)(text + got - (body + 4)) >= (size_t)big)
+                break;
+        }
+    }
+    ck_assert_msg(big > 0, "no /metrics answer");
+    /* the first connection is still open and idle; a scrape on a second one
+     * finds the buffers of both far below one large answer */
+    long held = metric(d.port, "seckill_http_connection_buffer_bytes");
+    ck_assert_msg(held < big, "connections hold %ld buffer bytes after a %ld byte answer", held,
+                  big);
+    char b;
+    ck_assert_msg(recv(fd, &b, 1, MSG_DONTWAIT) < 0 && errno == EAGAIN,
+                  "the first connection was closed or had more to say");
+    close(fd);
+    th_daemon_stop(&d);
+}
+END_TEST
+
 /* ---- behind a load balancer: the PROXY protocol (v1) ------------------- */
 
 START_TEST(test_proxy_header_parse)
@@ -623,6 +761,8 @@ int main(void)
     tcase_add_test(tc, test_buyers_are_served_while_hundreds_of_slow_clients_wait);
     tcase_add_test(tc, test_per_address_cap_refuses_the_extra_connection);
     tcase_add_test(tc, test_global_cap_refuses_the_extra_connection);
+    tcase_add_test(tc, test_an_answer_read_a_byte_at_a_time_is_cut_by_its_one_deadline);
+    tcase_add_test(tc, test_connection_buffers_go_back_to_their_base_after_a_large_answer);
     tcase_add_test(tc, test_proxy_header_parse);
     tcase_add_test(tc, test_trusted_proxy_names_the_client_for_the_rate_limits);
     tcase_add_test(tc, test_proxy_header_from_an_untrusted_peer_is_not_believed);

@@ -295,7 +295,11 @@ END_TEST
 
 /* ---- failed admin authentications ---------------------------------------- */
 
-START_TEST(test_wrong_admin_tokens_past_the_burst_get_429_even_with_the_right_token)
+/* Wrong tokens from one address past the burst get 429; the right token
+ * from the same address is served all the same (it is compared first and
+ * charges nothing), so a bystander behind the operator's address cannot
+ * lock the operator out. */
+START_TEST(test_the_right_admin_token_is_served_after_50_wrong_ones_from_its_address)
 {
     th_reset();
     const char *env[] = {"SECKILL_ADMIN_AUTH_FAIL_PER_MIN=1", "SECKILL_ADMIN_AUTH_FAIL_BURST=5",
@@ -305,22 +309,11 @@ START_TEST(test_wrong_admin_tokens_past_the_burst_get_429_even_with_the_right_to
     const char *path = "/admin/v1/skus/1";
     struct th_response r;
     long long t0 = clock_mono_ms();
-    for (int i = 0; i < 3; i++) {
+    int unauthorized = 0, limited = 0;
+    for (int i = 0; i < 50; i++) {
         req(d.port, "GET", path, WRONG_TOKEN, NULL, &r);
-        ck_assert_int_eq(r.status, 401);
-    }
-    /* a success neither takes a failure nor gives one back */
-    for (int i = 0; i < 3; i++) {
-        req(d.port, "GET", path, RIGHT_TOKEN, NULL, &r);
-        ck_assert_msg(r.status == 404, "right token: %d %s", r.status, r.body);
-    }
-    for (int i = 0; i < 2; i++) {
-        req(d.port, "GET", path, WRONG_TOKEN, NULL, &r);
-        ck_assert_int_eq(r.status, 401);
-    }
-    int wrong = 5, unauthorized = 5, limited = 0;
-    for (; wrong < 100; wrong++) {
-        req(d.port, "GET", path, WRONG_TOKEN, NULL, &r);
+        if (i < 5)
+            ck_assert_msg(r.status == 401, "wrong token %d of a full bucket: %d", i, r.status);
         if (r.status == 401) {
             unauthorized++;
             continue;
@@ -329,23 +322,120 @@ START_TEST(test_wrong_admin_tokens_past_the_burst_get_429_even_with_the_right_to
         limited++;
     }
     long long minutes = (clock_mono_ms() - t0) / 60000;
-    ck_assert_msg(unauthorized <= 5 + 1 + minutes, "%d wrong tokens compared, burst 5",
+    ck_assert_msg(unauthorized <= 5 + 1 + minutes, "%d wrong tokens answered 401, burst 5",
                   unauthorized);
-    /* while the bucket is empty the right token is refused too, uncompared */
-    long long t_empty = clock_mono_ms();
+    ck_assert_msg(limited >= 50 - 6 - minutes, "only %d of 50 wrong tokens got 429", limited);
+    /* the bucket is empty, and the right token is served, on any admin path */
     req(d.port, "GET", path, RIGHT_TOKEN, NULL, &r);
-    struct th_response other;
-    req(d.port, "GET", "/admin/v1/no-such-thing", RIGHT_TOKEN, NULL, &other);
-    if (clock_mono_ms() - t_empty < 60000) {
+    ck_assert_msg(r.status == 404, "right token after 50 wrong ones: %d %s", r.status, r.body);
+    req(d.port, "GET", "/admin/v1/no-such-thing", RIGHT_TOKEN, NULL, &r);
+    ck_assert_msg(r.status == 404, "right token, unknown path: %d %s", r.status, r.body);
+    /* and the wrong ones are still refused */
+    req(d.port, "GET", path, WRONG_TOKEN, NULL, &r);
+    if (clock_mono_ms() - t0 < 60000) {
         assert_limited(&r, 60);
-        assert_limited(&other, 60);
-        limited += 2;
+        limited++;
     }
     /* the buyer API is another matter */
     lookup(d.port, "/api/v1/orders/1", &r);
     ck_assert_int_eq(r.status, 404);
     ck_assert_int_eq(th_metric(d.port, "seckill_rate_limited_total{scope=\"admin_auth\"}"),
                      limited);
+    th_daemon_stop(&d);
+}
+END_TEST
+
+/* The issue's attack: a wrong token between each of the operator's
+ * requests keeps the bucket empty; every right one is served anyway. */
+START_TEST(test_wrong_and_right_admin_tokens_interleaved_every_right_one_is_served)
+{
+    th_reset();
+    const char *env[] = {"SECKILL_ADMIN_AUTH_FAIL_PER_MIN=60", /* one a second */
+                         "SECKILL_ADMIN_AUTH_FAIL_BURST=3", NULL};
+    struct th_daemon d;
+    th_daemon_start(&d, env);
+    struct th_response r;
+    int served = 0, limited = 0;
+    for (int i = 0; i < 60; i++) {
+        req(d.port, "GET", "/admin/v1/skus/1", WRONG_TOKEN, NULL, &r);
+        if (r.status != 401) {
+            assert_limited(&r, 1);
+            limited++;
+        }
+        req(d.port, "GET", "/admin/v1/skus/1", RIGHT_TOKEN, NULL, &r);
+        ck_assert_msg(r.status == 404, "right token %d: %d %s", i, r.status, r.body);
+        served++;
+        th_sleep_ms(20);
+    }
+    ck_assert_int_eq(served, 60);
+    ck_assert_msg(limited > 0, "60 wrong tokens in about a second never met the bucket of 3");
+    th_daemon_stop(&d);
+}
+END_TEST
+
+#define PAY_TOKEN "test-payment-token-0123456789abcdef"
+#define PAY_BODY "{\"payment_ref\":\"p0\"}"
+
+/* POST of the payment callback of an order that does not exist. */
+static void pay(int port, const char *token, struct th_response *r)
+{
+    char headers[256];
+    snprintf(headers, sizeof headers, CT_JSON "Authorization: Bearer %s\r\n", token);
+    req(port, "POST", "/admin/v1/orders/999999/payment", headers, PAY_BODY, r);
+}
+
+/* Drains the failure bucket behind 'refused' (burst 3): three 401s, then 429. */
+static void exhaust(int port, void (*refused)(int, struct th_response *))
+{
+    struct th_response r;
+    for (int i = 0; i < 3; i++) {
+        refused(port, &r);
+        ck_assert_msg(r.status == 401, "wrong token %d of a full bucket: %d %s", i, r.status,
+                      r.body);
+    }
+    refused(port, &r);
+    assert_limited(&r, 60);
+}
+
+static void wrong_admin(int port, struct th_response *r)
+{
+    req(port, "GET", "/admin/v1/skus/1", WRONG_TOKEN, NULL, r);
+}
+
+static void wrong_payment(int port, struct th_response *r)
+{
+    pay(port, "not-the-payment-token", r);
+}
+
+/* The payment callback's failures have a table of their own: emptying it
+ * leaves the admin bucket alone, and the other way round; the right
+ * payment token pays through either. */
+START_TEST(test_the_payment_token_has_a_failure_bucket_of_its_own)
+{
+    th_reset();
+    const char *env[] = {"SECKILL_PAYMENT_TOKEN=" PAY_TOKEN,  "SECKILL_ADMIN_AUTH_FAIL_PER_MIN=1",
+                         "SECKILL_ADMIN_AUTH_FAIL_BURST=3",   "SECKILL_PAYMENT_AUTH_FAIL_PER_MIN=1",
+                         "SECKILL_PAYMENT_AUTH_FAIL_BURST=3", NULL};
+    struct th_daemon d;
+    th_daemon_start(&d, env);
+    long long t0 = clock_mono_ms();
+    struct th_response r;
+    exhaust(d.port, wrong_payment);
+    pay(d.port, PAY_TOKEN, &r); /* compared: the order is unknown */
+    ck_assert_msg(r.status == 404, "right payment token, bucket empty: %d %s", r.status, r.body);
+    /* the admin bucket is untouched: its first wrong token is a 401 */
+    exhaust(d.port, wrong_admin);
+    pay(d.port, PAY_TOKEN, &r);
+    ck_assert_msg(r.status == 404, "right payment token, both empty: %d %s", r.status, r.body);
+    pay(d.port, TH_ADMIN_TOKEN, &r); /* the admin token pays too */
+    ck_assert_msg(r.status == 404, "admin token pays, both empty: %d %s", r.status, r.body);
+    req(d.port, "GET", "/admin/v1/skus/1", RIGHT_TOKEN, NULL, &r);
+    ck_assert_msg(r.status == 404, "right admin token, both empty: %d %s", r.status, r.body);
+    if (clock_mono_ms() - t0 < 60000) {
+        ck_assert_int_eq(th_metric(d.port, "seckill_rate_limited_total{scope=\"payment_auth\"}"),
+                         1);
+        ck_assert_int_eq(th_metric(d.port, "seckill_rate_limited_total{scope=\"admin_auth\"}"), 1);
+    }
     th_daemon_stop(&d);
 }
 END_TEST
@@ -394,12 +484,12 @@ START_TEST(test_the_admin_failure_bucket_refills)
     int again = 0;
     for (int waited = 0; waited < REFILL_WAIT_MS && !again; waited += POLL_MS) {
         th_sleep_ms(POLL_MS);
-        req(d.port, "GET", "/admin/v1/skus/1", RIGHT_TOKEN, NULL, &r);
-        again = r.status == 404;
+        req(d.port, "GET", "/admin/v1/skus/1", WRONG_TOKEN, NULL, &r);
+        again = r.status == 401;
         if (!again)
             assert_limited(&r, 1);
     }
-    ck_assert_msg(again, "the right token was still refused after %d ms", REFILL_WAIT_MS);
+    ck_assert_msg(again, "a wrong token was still answered 429 after %d ms", REFILL_WAIT_MS);
     th_daemon_stop(&d);
 }
 END_TEST
@@ -414,7 +504,9 @@ int main(void)
     tcase_add_test(tc, test_an_idempotency_replay_takes_no_token_and_a_429_is_not_remembered);
     tcase_add_test(tc, test_a_buyers_bucket_refills);
     tcase_add_test(tc, test_lookups_from_one_address_past_the_burst_get_429);
-    tcase_add_test(tc, test_wrong_admin_tokens_past_the_burst_get_429_even_with_the_right_token);
+    tcase_add_test(tc, test_the_right_admin_token_is_served_after_50_wrong_ones_from_its_address);
+    tcase_add_test(tc, test_wrong_and_right_admin_tokens_interleaved_every_right_one_is_served);
+    tcase_add_test(tc, test_the_payment_token_has_a_failure_bucket_of_its_own);
     tcase_add_test(tc, test_the_admin_failure_bucket_refills);
     tcase_add_test(tc, test_a_zero_burst_turns_a_local_bucket_off);
     suite_add_tcase(s, tc);

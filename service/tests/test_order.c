@@ -188,6 +188,13 @@ START_TEST(test_every_reserve_verdict_maps_to_one_outcome)
     ck_assert_int_eq(out.result, ORDER_UNAVAILABLE); /* an error reply: nothing was taken */
     order_parse_reply(NULL, &out);
     ck_assert_int_eq(out.result, ORDER_UNAVAILABLE);
+    /* Redis past maxmemory refused the script's first write: nothing taken */
+    static const char oom[] = "OOM command not allowed when used memory > 'maxmemory'. script: "
+                              "abc, on @user_script:1.";
+    redisReply full = {.type = REDIS_REPLY_ERROR, .str = (char *)oom, .len = sizeof oom - 1};
+    order_parse_reply(&full, &out);
+    ck_assert_str_eq(order_result_name(out.result), "store_full");
+    ck_assert_int_eq(order_reserve_reply_at(&full, 3, 2) == &full, 1); /* every order's */
 }
 END_TEST
 
@@ -225,6 +232,14 @@ START_TEST(test_buyer_bucket_arguments_follow_the_stream_fields)
     order_reserve_limit(&c, 120, 0);
     args = order_reserve_argv(&c) + c.nkeys;
     ck_assert_str_eq(args[5 + ORDER_NFIELDS], "0");
+    /* a refusal's lifetime follows the bucket, never longer than an order's key */
+    ck_assert_str_eq(args[5 + ORDER_NFIELDS + 2], "60");
+    order_reserve_refusal_ttl(&c, 30);
+    args = order_reserve_argv(&c) + c.nkeys;
+    ck_assert_str_eq(args[5 + ORDER_NFIELDS + 2], "30");
+    order_reserve_refusal_ttl(&c, 600);
+    args = order_reserve_argv(&c) + c.nkeys;
+    ck_assert_str_eq(args[5 + ORDER_NFIELDS + 2], "60");
     /* the order's KEYS (its idempotency key, its bucket) follow the shared six */
     ck_assert_str_eq(c.argv[KEYS_RESERVE_N + 1], "seckill:{sku:42}:rate:7");
     order_reserve_free(&c);

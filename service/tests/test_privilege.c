@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/embedded.h"
 #include "harness.h"
 #include "store/redis_conn.h"
 
@@ -59,8 +60,8 @@ START_TEST(test_service_user_is_refused_keys_and_channels_outside_its_patterns)
     redisContext *r = th_redis();
     assert_noperm(redisCommand(r, "SET other:key 1"), "SET other:key");
     assert_noperm(redisCommand(r, "GET sess:1"), "GET sess:1");
-    assert_noperm(redisCommand(r, "EVAL %s 1 %s", "return redis.call('GET', KEYS[1])", "other"),
-                  "a script reading another key");
+    assert_noperm(redisCommand(r, "FCALL_RO %s 1 %s", "seckill_sku_state", "other"),
+                  "a function given another key");
     assert_noperm(redisCommand(r, "PUBLISH %s 0", "other-channel"), "PUBLISH other-channel");
     /* The lock library's release channel of a seckill lock is allowed. */
     redisReply *p = redisCommand(r, "PUBLISH %s 0", "rlock:release:seckill:{sku:1}:lock:sku");
@@ -92,18 +93,88 @@ START_TEST(test_default_user_cannot_authenticate)
 }
 END_TEST
 
-/* Redis 7.0 replays the AOF as the default user and re-checks the ACL at each
- * EXEC: with a default user without rights, a restart would silently drop
- * what scripts wrote (their effects are in the AOF as MULTI/EXEC). */
-START_TEST(test_script_writes_survive_an_aof_reload)
+/* The service's user runs the functions the administrator loaded and no
+ * code of its own: a leaked password cannot block Redis with an endless
+ * script, nor replace or drop the service's functions. */
+START_TEST(test_service_user_runs_the_loaded_functions_and_no_code_of_its_own)
 {
     redisContext *r = th_redis();
-    redisReply *w = redisCommand(r, "EVAL %s 2 %s %s",
-                                 "redis.call('SET', KEYS[1], 'a') redis.call('SET', KEYS[2], 'b')",
-                                 "seckill:test:aof:1", "seckill:test:aof:2");
-    ck_assert_msg(w && w->type != REDIS_REPLY_ERROR, "script refused: %s", w ? w->str : "");
-    freeReplyObject(w);
+    assert_noperm(redisCommand(r, "EVAL %s 0", "while true do end"), "EVAL");
+    assert_noperm(redisCommand(r, "EVAL_RO %s 0", "return 1"), "EVAL_RO");
+    assert_noperm(redisCommand(r, "EVALSHA %s 0", script_reserve.sha), "EVALSHA");
+    assert_noperm(redisCommand(r, "EVALSHA_RO %s 0", script_reserve.sha), "EVALSHA_RO");
+    assert_noperm(redisCommand(r, "SCRIPT LOAD %s", "return 1"), "SCRIPT LOAD");
+    static const char *const refused[] = {"SCRIPT KILL",     "SCRIPT FLUSH",
+                                          "SCRIPT EXISTS 0", "FUNCTION KILL",
+                                          "FUNCTION FLUSH",  "FUNCTION DELETE seckill",
+                                          "FUNCTION DUMP",   "FUNCTION RESTORE x",
+                                          "FUNCTION LIST",   "FUNCTION STATS"};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        assert_noperm(redisCommand(r, refused[i]), refused[i]);
+    assert_noperm(redisCommand(r, "FUNCTION LOAD REPLACE %s",
+                               "#!lua name=seckill\nredis.register_function('seckill_version', "
+                               "function() while true do end end)"),
+                  "FUNCTION LOAD");
+    /* What it may: call the library's functions, the read-only ones too. */
+    redisReply *v = redisCommand(r, "FCALL_RO %s_version 0", EMBEDDED_LIBRARY);
+    ck_assert_msg(v && v->type == REDIS_REPLY_STRING, "FCALL_RO refused: %s",
+                  v && v->str ? v->str : r->errstr);
+    ck_assert_str_eq(v->str, embedded_library_version());
+    freeReplyObject(v);
+    redisFree(r);
+}
+END_TEST
+
+/* The self-healing user may load the library and nothing else: no key, no
+ * script, no call of what it loaded. */
+START_TEST(test_functions_user_may_only_load_functions)
+{
+    char err[320];
+    FILE *f = fopen(th_env("SECKILL_REDIS_FUNCTIONS_URL_FILE"), "r");
+    ck_assert(f != NULL);
+    char url[512] = "";
+    ck_assert(fgets(url, sizeof url, f) != NULL);
+    fclose(f);
+    url[strcspn(url, "\n")] = '\0';
+    struct rlock_url u;
+    ck_assert_msg(rlock_url_parse(url, &u, err, sizeof err) == 0, "%s", err);
+    redisContext *r = rlock_url_connect(&u, 2000, 2000, err, sizeof err);
+    ck_assert_msg(r != NULL, "%s", err);
+    assert_noperm(redisCommand(r, "GET seckill:x"), "GET as the functions user");
+    assert_noperm(redisCommand(r, "EVAL %s 0", "return 1"), "EVAL as the functions user");
+    assert_noperm(redisCommand(r, "FCALL_RO %s_version 0", EMBEDDED_LIBRARY),
+                  "FCALL_RO as the functions user");
+    assert_noperm(redisCommand(r, "FUNCTION FLUSH"), "FUNCTION FLUSH as the functions user");
+    size_t len;
+    const char *text = embedded_library_text(&len);
+    redisReply *l = rlock_library_load(r, text, len);
+    ck_assert_msg(l && l->type == REDIS_REPLY_STRING, "FUNCTION LOAD refused: %s",
+                  l && l->str ? l->str : r->errstr);
+    ck_assert_str_eq(l->str, EMBEDDED_LIBRARY);
+    freeReplyObject(l);
+    redisFree(r);
+}
+END_TEST
+
+/* Redis 7.0 replays the AOF as the default user and re-checks the ACL at each
+ * EXEC: with a default user without rights, a restart would silently drop
+ * what functions wrote (their effects are in the AOF as MULTI/EXEC).  The
+ * library itself is in the AOF too, and comes back with it. */
+START_TEST(test_function_writes_and_the_library_survive_an_aof_reload)
+{
+    redisContext *r = th_redis();
     redisContext *admin = th_redis_admin();
+    /* A function of the test's own (admin-loaded), writing two keys. */
+    redisReply *lt = redisCommand(
+        admin, "FUNCTION LOAD REPLACE %s",
+        "#!lua name=seckill_test\nredis.register_function('seckill_test_aof_write', "
+        "function(KEYS) redis.call('SET', KEYS[1], 'a') redis.call('SET', KEYS[2], 'b') end)");
+    ck_assert_msg(lt && lt->type == REDIS_REPLY_STRING, "test library: %s", lt ? lt->str : "");
+    freeReplyObject(lt);
+    redisReply *w = redisCommand(r, "FCALL %s 2 %s %s", "seckill_test_aof_write",
+                                 "seckill:test:aof:1", "seckill:test:aof:2");
+    ck_assert_msg(w && w->type != REDIS_REPLY_ERROR, "function refused: %s", w ? w->str : "");
+    freeReplyObject(w);
     redisReply *reload = redisCommand(admin, "DEBUG LOADAOF");
     ck_assert_msg(reload && reload->type == REDIS_REPLY_STATUS, "DEBUG LOADAOF: %s",
                   reload ? reload->str : admin->errstr);
@@ -113,9 +184,14 @@ START_TEST(test_script_writes_survive_an_aof_reload)
     r = th_redis();
     redisReply *n = redisCommand(r, "EXISTS seckill:test:aof:1 seckill:test:aof:2");
     ck_assert(n && n->type == REDIS_REPLY_INTEGER);
-    ck_assert_msg(n->integer == 2, "the AOF reload lost a script's writes");
+    ck_assert_msg(n->integer == 2, "the AOF reload lost a function's writes");
     freeReplyObject(n);
+    ck_assert_int_eq(rlock_library_check(r, EMBEDDED_LIBRARY, embedded_library_version()),
+                     RLOCK_LIBRARY_CURRENT);
     redisFree(r);
+    admin = th_redis_admin();
+    freeReplyObject(redisCommand(admin, "FUNCTION DELETE seckill_test"));
+    redisFree(admin);
 }
 END_TEST
 
@@ -265,6 +341,70 @@ START_TEST(test_service_role_is_what_the_daemon_and_the_suite_use)
 }
 END_TEST
 
+/* README's account of the service role's rights (the paragraph from
+ * "logs in as" to "So no"), read into out.  Asserts it was found. */
+static void readme_rights(char *out, size_t cap)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/README.md", th_env("SECKILL_TEST_ROOT"));
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f, "cannot read %s", path);
+    static char text[1 << 20];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    const char *from = strstr(text, "logs in as\n  `seckill_app`");
+    const char *to = from ? strstr(from, "So no") : NULL;
+    ck_assert_msg(from && to && (size_t)(to - from) < cap,
+                  "README lost its paragraph on the service role's rights");
+    memcpy(out, from, (size_t)(to - from));
+    out[to - from] = '\0';
+    /* the paragraph wraps lines: make it one line of single spaces */
+    char *w = out;
+    for (const char *r = out; *r; r++)
+        if (!(*r == '\n' || (*r == ' ' && (w == out || w[-1] == ' '))))
+            *w++ = *r;
+        else if (w > out && w[-1] != ' ')
+            *w++ = ' ';
+    *w = '\0';
+}
+
+START_TEST(test_readme_names_every_right_the_service_role_has)
+{
+    char rights[8192];
+    readme_rights(rights, sizeof rights);
+    PGconn *c = th_pg_admin();
+    /* every table, sequence and updatable column the role holds a right on,
+     * as PostgreSQL says after the migrations */
+    PGresult *r =
+        PQexec(c, "SELECT table_name, NULL FROM information_schema.role_table_grants "
+                  "WHERE grantee = 'seckill_app' "
+                  "UNION SELECT object_name, NULL FROM information_schema.usage_privileges "
+                  "WHERE grantee = 'seckill_app' "
+                  "UNION SELECT table_name, column_name FROM information_schema.column_privileges "
+                  "WHERE grantee = 'seckill_app' AND privilege_type = 'UPDATE' "
+                  "AND NOT EXISTS (SELECT 1 FROM information_schema.role_table_grants t "
+                  "WHERE t.grantee = 'seckill_app' AND t.table_name = column_privileges.table_name "
+                  "AND t.privilege_type = 'UPDATE')");
+    ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) > 0, "%s",
+                  PQerrorMessage(c));
+    for (int i = 0; i < PQntuples(r); i++) {
+        char name[160];
+        snprintf(name, sizeof name, "%s", PQgetvalue(r, i, PQgetisnull(r, i, 1) ? 0 : 1));
+        /* a name stands in the text as a word: `name`, or (name, ...) in a list */
+        int found = 0;
+        for (const char *p = rights; (p = strstr(p, name)) && !found; p++) {
+            char before = p == rights ? ' ' : p[-1], after = p[strlen(name)];
+            found = strchr("`( ", before) && strchr("`,) ", after);
+        }
+        ck_assert_msg(found, "README's list of the service role's rights leaves out %s%s%s",
+                      PQgetvalue(r, i, 0), PQgetisnull(r, i, 1) ? "" : ".", PQgetvalue(r, i, 1));
+    }
+    PQclear(r);
+    PQfinish(c);
+}
+END_TEST
+
 START_TEST(test_user_name_in_redis_url_is_used)
 {
     struct cfg c;
@@ -361,6 +501,21 @@ START_TEST(test_daemon_refuses_a_wrong_redis_password)
 }
 END_TEST
 
+START_TEST(test_daemon_refuses_a_bad_redis_functions_url)
+{
+    const char *env[] = {"SECKILL_REDIS_FUNCTIONS_URL_FILE", /* unset (glibc putenv) */
+                         "SECKILL_REDIS_FUNCTIONS_URL=redis://seckill-functions:" WRONG_PASSWORD
+                         "@127.0.0.1:notaport/0",
+                         NULL};
+    const char *args[] = {"serve", NULL};
+    struct run r;
+    run_daemon(&r, env, args);
+    ck_assert_msg(r.status != 0, "seckilld started with a bad redis_functions_url: %s", r.out);
+    ck_assert_msg(strstr(r.out, "redis_functions_url"), "no clear reason: %s", r.out);
+    ck_assert_msg(!strstr(r.out, WRONG_PASSWORD), "the password was printed: %s", r.out);
+}
+END_TEST
+
 START_TEST(test_secret_flag_is_refused_at_start)
 {
     const char *args[] = {"--admin-token=" TH_ADMIN_TOKEN, "serve", NULL};
@@ -440,23 +595,28 @@ END_TEST
 
 int main(void)
 {
+    embedded_init();
     Suite *s = suite_create("privilege");
     TCase *tc = tcase_create("stack");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_service_user_is_refused_admin_commands);
     tcase_add_test(tc, test_service_user_is_refused_keys_and_channels_outside_its_patterns);
     tcase_add_test(tc, test_default_user_cannot_authenticate);
-    tcase_add_test(tc, test_script_writes_survive_an_aof_reload);
+    tcase_add_test(tc, test_function_writes_and_the_library_survive_an_aof_reload);
+    tcase_add_test(tc, test_service_user_runs_the_loaded_functions_and_no_code_of_its_own);
+    tcase_add_test(tc, test_functions_user_may_only_load_functions);
     tcase_add_test(tc, test_redis_and_postgres_do_not_run_as_root);
     tcase_add_test(tc, test_service_role_has_no_role_attributes);
     tcase_add_test(tc, test_service_role_is_refused_ddl_and_superuser_powers);
     tcase_add_test(tc, test_service_role_is_what_the_daemon_and_the_suite_use);
     tcase_add_test(tc, test_user_name_in_redis_url_is_used);
     tcase_add_test(tc, test_daemon_refuses_a_wrong_redis_password);
+    tcase_add_test(tc, test_daemon_refuses_a_bad_redis_functions_url);
     tcase_add_test(tc, test_secret_flag_is_refused_at_start);
     tcase_add_test(tc, test_short_admin_token_is_refused_at_start);
     tcase_add_test(tc, test_a_refused_setting_is_one_escaped_log_record);
     tcase_add_test(tc, test_admin_token_file_works);
+    tcase_add_test(tc, test_readme_names_every_right_the_service_role_has);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

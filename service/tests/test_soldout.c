@@ -289,15 +289,17 @@ static void assert_sold_out(const struct th_response *r)
 
 #define LOCAL "seckill_orders_sold_out_local_total"
 
-/* Scripts Redis has run (EVALSHA, and EVAL after a NOSCRIPT), all clients. */
+/* Scripts Redis has run (functions, and EVALSHA/EVAL of plain scripts), all
+ * clients. */
 static long long scripts_run(void)
 {
     redisContext *a = th_redis_admin();
     redisReply *rep = redisCommand(a, "INFO commandstats");
     ck_assert(rep && rep->type == REDIS_REPLY_STRING);
     long long n = 0;
-    const char *names[] = {"cmdstat_evalsha:calls=", "cmdstat_eval:calls="};
-    for (size_t i = 0; i < 2; i++) {
+    const char *names[] = {"cmdstat_fcall:calls=", "cmdstat_fcall_ro:calls=",
+                           "cmdstat_evalsha:calls=", "cmdstat_eval:calls="};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         const char *p = strstr(rep->str, names[i]);
         if (p)
             n += atoll(p + strlen(names[i]));

@@ -11,13 +11,14 @@
 #  2. the service's ACL user: a key with a hash tag lives on the master of
 #     its slot (SET/GET there, MOVED from the others, readable on its replica
 #     after READONLY); it may ask the layout (CLUSTER SLOTS, SHARDS, INFO,
-#     MYID, KEYSLOT), send ASKING and SCRIPT LOAD, and is refused FLUSHALL,
-#     CONFIG, KEYS, SCRIPT FLUSH,
+#     MYID, KEYSLOT), send ASKING, call the functions `seckilld migrate`
+#     loaded on every master, and is refused FLUSHALL, CONFIG, KEYS, EVAL,
+#     SCRIPT LOAD / FLUSH, FUNCTION LOAD,
 #     CLUSTER RESET / SETSLOT / FAILOVER / ADDSLOTS / FORGET / MEET / NODES
 #     and keys of others;
 #  3. a real failover: kill -9 of the key's master; within the node timeout
 #     (read from the nodes) + FAILOVER_MARGIN_S its replica serves the slots,
-#     every node says ok again, and the key is there;
+#     every node says ok again, and the key and the functions are there;
 #  4. `stack.sh start` brings the killed node back, as a replica of the node
 #     that took its place; the replication user was refused nothing;
 #  5. `stack.sh stop` stops every process of the stack.
@@ -227,9 +228,24 @@ expect "WAIT for the replica" 1 "$(svc "$OWNER" WAIT 1 2000)"
     $'OK\n42\nOK\nMOVED '"$slot 127.0.0.1:$OWNER" ]] ||
     die "READONLY, GET, READWRITE, GET on the replica :$OWNER_REPLICA did not read, then redirect"
 expect "ASKING" OK "$(svc "$OTHER" ASKING)"
-# The lock library's cluster client loads a script after a NOSCRIPT.
-[[ $(svc "$OWNER" SCRIPT LOAD 'return 1') =~ ^[0-9a-f]{40}$ ]] || die "SCRIPT LOAD as the service's user is refused"
+# No code of its own: it calls the functions migrate loaded, as the admin
+# user, on every master.
+(
+    # shellcheck source=/dev/null
+    source "$DIR/env"
+    "${SECKILL_TEST_DAEMON:?run me by scripts/run-tests.sh}" migrate
+) >"$LOG" 2>&1 || {
+    cat "$LOG" >&2
+    die "seckilld migrate on the cluster failed"
+}
+for p in "${MASTERS[@]}"; do
+    [[ $(svc "$p" FCALL_RO seckill_version 0) =~ ^[0-9a-f]{40}$ ]] ||
+        die "the service's user cannot call the functions on :$p"
+done
+expect "EVAL" NOPERM "$(svc "$OWNER" EVAL 'while true do end' 0)"
+expect "SCRIPT LOAD" NOPERM "$(svc "$OWNER" SCRIPT LOAD 'return 1')"
 expect "SCRIPT FLUSH" NOPERM "$(svc "$OWNER" SCRIPT FLUSH)"
+expect "FUNCTION LOAD" NOPERM "$(svc "$OWNER" FUNCTION LOAD $'#!lua name=x\nredis.register_function(\'x\', function() end)')"
 for sub in SLOTS SHARDS INFO MYID; do
     out=$(svc "$OWNER_REPLICA" CLUSTER "$sub")
     [[ -n $out && $out != NOPERM* && $out != ERR* ]] || die "CLUSTER $sub as the service's user: '$out'"
@@ -281,6 +297,8 @@ kill -KILL "$pid"
 wait_for "the replica :$OWNER_REPLICA serving slot $slot, the cluster ok" "$bound" promoted
 say "ok: failed over to :$OWNER_REPLICA in about $((SECONDS - t0))s"
 expect "GET on the new master" 42 "$(svc "$OWNER_REPLICA" GET "$KEY")"
+[[ $(svc "$OWNER_REPLICA" FCALL_RO seckill_version 0) =~ ^[0-9a-f]{40}$ ]] ||
+    die "the new master :$OWNER_REPLICA lacks the functions (replication should have brought them)"
 expect "GET on another master" "MOVED $slot 127.0.0.1:$OWNER_REPLICA" "$(svc "$OTHER" GET "$KEY")"
 masters_now=" $(se_cluster_master_ports "$DIR" | sort | tr '\n' ' ')"
 if [[ $masters_now != *" $OWNER_REPLICA "* || $masters_now == *" $OWNER "* ]]; then

@@ -7,13 +7,16 @@
 #
 #  1. the Sentinels agree where the master is; the replica follows it, in sync;
 #  2. least privilege: the service's ACL user writes seckill:* on the master,
-#     is refused on the replica (READONLY), FLUSHALL anywhere and keys of
-#     others; on the Sentinels it must log in, may ask for the master, may not
-#     SENTINEL FAILOVER or SENTINEL SET;
+#     is refused on the replica (READONLY), FLUSHALL anywhere, EVAL and
+#     FUNCTION FLUSH, and keys of others; it calls the functions `seckilld
+#     migrate` loaded through the Sentinels (on the replica too); on the
+#     Sentinels it must log in, may ask for the master, may not SENTINEL
+#     FAILOVER or SENTINEL SET;
 #  3. a real failover: kill -9 of the master; within down-after + failover
-#     timeout + FAILOVER_MARGIN_S every Sentinel names the replica; alone it
-#     refuses writes (min-replicas-to-write); `stack.sh start` brings the old
-#     master back as its replica, and the service's user writes again; the
+#     timeout + FAILOVER_MARGIN_S every Sentinel names the replica; it holds
+#     the functions, and alone refuses writes (min-replicas-to-write);
+#     `stack.sh start` brings the old master back as its replica, and the
+#     service's user writes again; the
 #     Sentinels switched the master once (no failover back to the old one);
 #  4. the users the Redis processes use among themselves (replication,
 #     Sentinel) were never refused anything (ACL LOG of every node).
@@ -125,6 +128,23 @@ for p in "$MASTER" "$REPLICA"; do
     expect "CONFIG SET on :$p" NOPERM "$(svc "$p" CONFIG SET min-replicas-to-write 0)"
 done
 expect "a key outside seckill:*" NOPERM "$(svc "$MASTER" SET other:x 1)"
+# Its Lua: the functions migrate loads as the admin user (the Sentinel URL of
+# DIR/env); none of its own.
+(
+    # shellcheck source=/dev/null
+    source "$DIR/env"
+    "${SECKILL_TEST_DAEMON:?run me by scripts/run-tests.sh}" migrate
+) >"$LOG" 2>&1 || {
+    cat "$LOG" >&2
+    die "seckilld migrate through the Sentinels failed"
+}
+wait_for "the replica :$REPLICA in sync with :$MASTER" "$WAIT_S" follows "$REPLICA" "$MASTER"
+for p in "$MASTER" "$REPLICA"; do
+    [[ $(svc "$p" FCALL_RO seckill_version 0) =~ ^[0-9a-f]{40}$ ]] ||
+        die "the service's user cannot call the functions on :$p"
+    expect "EVAL on :$p" NOPERM "$(svc "$p" EVAL 'while true do end' 0)"
+    expect "FUNCTION FLUSH on :$p" NOPERM "$(svc "$p" FUNCTION FLUSH)"
+done
 for s in "${SENTINELS[@]}"; do
     expect "PING without a login on :$s" NOAUTH \
         "$(timeout "$REDIS_CLI_TIMEOUT" redis-cli -h 127.0.0.1 -p "$s" PING 2>/dev/null | tr -d '\r')"
@@ -154,6 +174,8 @@ say "ok: failed over to :$REPLICA in about $((SECONDS - t0))s"
 # Alone, the new master takes no write: one acknowledged now would be lost if
 # it failed before a replica had it.
 expect "SET on the new master without a replica" NOREPLICAS "$(svc "$REPLICA" SET seckill:ha:y 1)"
+[[ $(svc "$REPLICA" FCALL_RO seckill_version 0) =~ ^[0-9a-f]{40}$ ]] ||
+    die "the new master :$REPLICA lacks the functions"
 
 # stack.sh start is idempotent: it starts what is down, here the old master,
 # as a replica of the master the Sentinels name.

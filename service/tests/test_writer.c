@@ -336,8 +336,9 @@ START_TEST(test_one_failing_sku_does_not_hold_up_the_others)
 }
 END_TEST
 
-/* The acknowledgements go out as EVALSHA in one pipeline: a script cache
- * flushed meanwhile (a restart, a failover) makes them run by text. */
+/* The acknowledgements go out as FCALL in one pipeline: functions do not
+ * live in the script cache, so flushing it (what a restart or a failover
+ * did to EVALSHA) changes nothing. */
 START_TEST(test_acknowledgement_runs_after_the_script_cache_was_flushed)
 {
     create_sku(46, 10, 5);

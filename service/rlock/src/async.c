@@ -245,8 +245,9 @@ static int send_argv(redisAsyncContext *ac, struct cmd *c, int argc, const char 
     return rc;
 }
 
-/* Sends c's command on ac: by EVALSHA, or by EVAL when eval is set (the
- * script was missing); the simple lock's acquire is a plain SET NX PX. */
+/* Sends c's command on ac: by EVALSHA (FCALL for a function), or by EVAL
+ * when eval is set (the script was missing); the simple lock's acquire is a
+ * plain SET NX PX. */
 static int cmd_write(redisAsyncContext *ac, struct cmd *c, int eval)
 {
     struct rlock_async_lock *l = c->l;
@@ -309,10 +310,13 @@ static int cmd_write(redisAsyncContext *ac, struct cmd *c, int eval)
     }
 #undef ARG
     char numkeys[21];
-    v[0] = eval ? "EVAL" : "EVALSHA";
-    n[0] = eval ? 4 : 7;
-    v[1] = eval ? s->text : s->sha;
-    n[1] = eval ? s->len : RLOCK_SHA1_HEX_LEN;
+    rlock_script_head(s, v, n);
+    if (eval) {
+        v[0] = "EVAL";
+        n[0] = 4;
+        v[1] = s->text;
+        n[1] = s->len;
+    }
     v[2] = numkeys;
     n[2] = fmt_u64(numkeys, (uint64_t)nkeys);
     return send_argv(ac, c, argc, v, n);

@@ -537,11 +537,8 @@ redisReply *rlock_cluster_script(struct rlock_cluster *c, const struct rlock_scr
     }
     char num[16];
     snprintf(num, sizeof num, "%d", nkeys);
-    av[0] = "EVALSHA";
-    av[1] = s->sha;
+    rlock_script_head(s, av, al);
     av[2] = num;
-    al[0] = 7;
-    al[1] = RLOCK_SHA1_HEX_LEN;
     al[2] = strlen(num);
     for (int i = 0; i < n; i++) {
         av[3 + i] = argv[i];
@@ -595,19 +592,21 @@ static enum answer answer_in(const char *why, const char **at)
  * Returns 0, or -1 with err set (n closed on I/O error). */
 static int ask_ready(struct rlock_cluster *c, struct node *n, char *err, size_t errlen)
 {
+    /* Functions are loaded ahead of time, never here. */
+    int nload = rlock_lua((enum rlock_lua)0)->function ? 0 : RLOCK_LUA_COUNT;
     int sent = 0, asking = 0;
-    for (; sent < RLOCK_LUA_COUNT; sent++) {
+    for (; sent < nload; sent++) {
         const struct rlock_script *s = rlock_lua((enum rlock_lua)sent);
         if (redisAppendCommand(n->ctx, "SCRIPT LOAD %b", s->text, s->len) != REDIS_OK)
             break;
     }
-    if (sent == RLOCK_LUA_COUNT && redisAppendCommand(n->ctx, "ASKING") == REDIS_OK)
+    if (sent == nload && redisAppendCommand(n->ctx, "ASKING") == REDIS_OK)
         sent++;
     for (int i = 0; i < sent; i++) {
         void *r = NULL;
         if (redisGetReply(n->ctx, &r) != REDIS_OK)
             break;
-        asking = i == RLOCK_LUA_COUNT && r && ((redisReply *)r)->type == REDIS_REPLY_STATUS;
+        asking = i == nload && r && ((redisReply *)r)->type == REDIS_REPLY_STATUS;
         freeReplyObject(r);
     }
     if (asking)

@@ -386,11 +386,14 @@ int rlock_try_fenced_each(redisContext *c, struct rlock *const *ls, const char *
     /* The lease counts from before the request is sent (see lock.c). */
     int64_t start = rlock_mono_ms();
     const struct rlock_script *s = rlock_lua(RLOCK_LUA_FENCE_ACQUIRE);
+    const char *head[2];
+    size_t head_len[2];
+    rlock_script_head(s, head, head_len);
     int io = 0;
     for (size_t i = 0; i < n && !io; i++) {
         if (phase[i] != SENT)
             continue;
-        const char *argv[] = {"EVALSHA", s->sha, "2", ls[i]->keys[0], fname[i], ls[i]->token, ttl};
+        const char *argv[] = {head[0], head[1], "2", ls[i]->keys[0], fname[i], ls[i]->token, ttl};
         /* fails only when memory is short: c->err is set, nothing was sent */
         io = redisAppendCommandArgv(c, 7, argv, NULL) != REDIS_OK;
     }

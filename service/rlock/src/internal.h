@@ -171,29 +171,32 @@ int rlock_reentrant_record(struct rlock_reentrant *l, const char *key, const cha
 struct rlock_script; /* rlock/script.h */
 
 /*
- * Every script of the library, named once: X(ID, file) makes
- * lua/rlock/<file>.lua the script RLOCK_LUA_<ID>.  The build embeds the
- * files (service/tools/embed.c) as rlock_lua_<file>[] and _len.
+ * Every script of the library, named once: X(ID, file, flags) makes
+ * lua/rlock/<file>.lua the script RLOCK_LUA_<ID>, with the RLOCK_FN_* flags
+ * it has as the function rlock_<file> (registry.c says why).  Every one
+ * may run over maxmemory: a lock is a few dozen bytes, and refusing one
+ * would stop the holders whose work (a writer draining a stream) frees memory.  The build
+ * embeds the files (service/tools/embed.c) as rlock_lua_<file>[] and _len.
  */
 #define RLOCK_LUA_SCRIPTS(X)                                                                       \
-    X(RELEASE, release)                                                                            \
-    X(EXTEND, extend)                                                                              \
-    X(MULTI_ACQUIRE, multi_acquire)                                                                \
-    X(MULTI_RELEASE, multi_release)                                                                \
-    X(REENTRANT_ACQUIRE, reentrant_acquire)                                                        \
-    X(REENTRANT_RELEASE, reentrant_release)                                                        \
-    X(REENTRANT_RENEW, reentrant_renew)                                                            \
-    X(FAIR_ACQUIRE, fair_acquire)                                                                  \
-    X(FAIR_RELEASE, fair_release)                                                                  \
-    X(FAIR_CANCEL, fair_cancel)                                                                    \
-    X(FENCE_ACQUIRE, fence_acquire)                                                                \
-    X(FENCE_FLOOR, fence_floor)                                                                    \
-    X(FENCE_RENEW, fence_renew)
+    X(RELEASE, release, RLOCK_FN_ALLOW_OOM)                                                        \
+    X(EXTEND, extend, RLOCK_FN_ALLOW_OOM)                                                          \
+    X(MULTI_ACQUIRE, multi_acquire, RLOCK_FN_ALLOW_OOM)                                            \
+    X(MULTI_RELEASE, multi_release, RLOCK_FN_ALLOW_OOM)                                            \
+    X(REENTRANT_ACQUIRE, reentrant_acquire, RLOCK_FN_ALLOW_OOM)                                    \
+    X(REENTRANT_RELEASE, reentrant_release, RLOCK_FN_ALLOW_OOM)                                    \
+    X(REENTRANT_RENEW, reentrant_renew, RLOCK_FN_ALLOW_OOM)                                        \
+    X(FAIR_ACQUIRE, fair_acquire, RLOCK_FN_ALLOW_OOM)                                              \
+    X(FAIR_RELEASE, fair_release, RLOCK_FN_ALLOW_OOM)                                              \
+    X(FAIR_CANCEL, fair_cancel, RLOCK_FN_ALLOW_OOM)                                                \
+    X(FENCE_ACQUIRE, fence_acquire, RLOCK_FN_ALLOW_OOM)                                            \
+    X(FENCE_FLOOR, fence_floor, RLOCK_FN_ALLOW_OOM)                                                \
+    X(FENCE_RENEW, fence_renew, RLOCK_FN_ALLOW_OOM)
 
 /* (clang-format cannot tell that the X-list expands to enumerators.) */
 /* clang-format off */
 enum rlock_lua {
-#define RLOCK_LUA_ENUM(id, file) RLOCK_LUA_##id,
+#define RLOCK_LUA_ENUM(id, file, flags) RLOCK_LUA_##id,
     RLOCK_LUA_SCRIPTS(RLOCK_LUA_ENUM)
 #undef RLOCK_LUA_ENUM
     RLOCK_LUA_COUNT

@@ -282,7 +282,7 @@ static enum rlock_status release_reply(redisContext *c, struct rlock *l, const r
 
 int rlock_release_each(redisContext *c, struct rlock *const *ls, size_t n, enum rlock_status *st)
 {
-    /* Each lock's command: EVALSHA sha nkeys keys... token channels... */
+    /* Each lock's command: EVALSHA sha (or FCALL name) nkeys keys... token channels... */
     const char ***argv = calloc(n ? n : 1, sizeof *argv);
     char ***channels = calloc(n ? n : 1, sizeof *channels);
     /* a server that lost the script (it did not run) is asked again once
@@ -308,9 +308,12 @@ int rlock_release_each(redisContext *c, struct rlock *const *ls, size_t n, enum 
         }
         char num[24];
         snprintf(num, sizeof num, "%zu", l->nkeys);
+        const char *head[2];
+        size_t head_len[2];
+        rlock_script_head(s, head, head_len);
         int k = 0;
-        argv[i][k++] = "EVALSHA";
-        argv[i][k++] = s->sha;
+        argv[i][k++] = head[0];
+        argv[i][k++] = head[1];
         argv[i][k++] = num;
         for (size_t j = 0; j < l->nkeys; j++)
             argv[i][k++] = l->keys[j];

@@ -120,9 +120,9 @@ static int fanout_script(redisContext *const *nodes, size_t nnodes, const struct
                          int timeout_ms, redisReply **replies)
 {
     const char *argv[8];
+    size_t head_len[2];
     int argc = 4 + nargs;
-    argv[0] = "EVALSHA";
-    argv[1] = s->sha;
+    rlock_script_head(s, argv, head_len);
     argv[2] = "1";
     argv[3] = key;
     for (int i = 0; i < nargs; i++)

@@ -1,6 +1,7 @@
 /*
- * script: EVALSHA with a one-shot EVAL fallback, sync and async, plus
- * the small SHA-1 needed to name scripts the way Redis does.
+ * script: EVALSHA with a one-shot EVAL fallback, or FCALL for a function,
+ * sync and async; the Functions library builder and loader; plus the small
+ * SHA-1 needed to name scripts the way Redis does.
  */
 #include "rlock/script.h"
 
@@ -94,6 +95,30 @@ void rlock_script_init(struct rlock_script *s, const char *name, const char *tex
     s->text = text;
     s->len = len;
     rlock_sha1_hex(text, len, s->sha);
+    s->function = NULL;
+    s->flags = 0;
+}
+
+void rlock_function_init(struct rlock_script *s, const char *name, const char *text, size_t len,
+                         unsigned flags)
+{
+    rlock_script_init(s, name, text, len);
+    s->function = name;
+    s->flags = flags;
+}
+
+void rlock_script_head(const struct rlock_script *s, const char *word[2], size_t len[2])
+{
+    if (!s->function) {
+        word[0] = "EVALSHA";
+        word[1] = s->sha;
+        len[1] = RLOCK_SHA1_HEX_LEN;
+    } else {
+        word[0] = s->flags & RLOCK_FN_NO_WRITES ? "FCALL_RO" : "FCALL";
+        word[1] = s->function;
+        len[1] = strlen(s->function);
+    }
+    len[0] = strlen(word[0]);
 }
 
 /* ---- running scripts ---- */
@@ -144,10 +169,7 @@ redisReply *rlock_script_run(redisContext *c, const struct rlock_script *s, int 
 
     char numkeys[16];
     int n = snprintf(numkeys, sizeof numkeys, "%d", nkeys);
-    v[0] = "EVALSHA";
-    l[0] = 7;
-    v[1] = s->sha;
-    l[1] = RLOCK_SHA1_HEX_LEN;
+    rlock_script_head(s, v, l);
     v[2] = numkeys;
     l[2] = (size_t)n;
     for (int i = 0; i < nkeys + nargs; i++) {
@@ -156,7 +178,7 @@ redisReply *rlock_script_run(redisContext *c, const struct rlock_script *s, int 
     }
 
     redisReply *r = redisCommandArgv(c, argc, v, l);
-    if (rlock_is_noscript(r)) {
+    if (!s->function && rlock_is_noscript(r)) {
         freeReplyObject(r);
         v[0] = "EVAL";
         l[0] = 4;
@@ -183,7 +205,7 @@ struct script_call {
     const char *text;
     size_t text_len;
     int argc;
-    int retried;
+    int retried; /* 1 from the start for a function: no EVAL to fall back to */
     const char **argv;
     size_t *argvlen;
     char sha[RLOCK_SHA1_HEX_LEN + 1];
@@ -238,16 +260,17 @@ int rlock_script_run_async(redisAsyncContext *ac, const struct rlock_script *s, 
     call->text = s->text;
     call->text_len = s->len;
     call->argc = argc;
-    call->retried = 0;
+    call->retried = s->function != NULL;
     call->argv = (const char **)(call + 1);
     call->argvlen = (size_t *)(call->argv + argc);
     memcpy(call->sha, s->sha, sizeof call->sha);
     int n = snprintf(call->numkeys, sizeof call->numkeys, "%d", nkeys);
 
-    call->argv[0] = "EVALSHA";
-    call->argvlen[0] = 7;
-    call->argv[1] = call->sha;
-    call->argvlen[1] = RLOCK_SHA1_HEX_LEN;
+    /* A function's name is copied into the command by hiredis right away,
+     * and never needed again (no fallback), so it may point into s. */
+    rlock_script_head(s, call->argv, call->argvlen);
+    if (!s->function)
+        call->argv[1] = call->sha;
     call->argv[2] = call->numkeys;
     call->argvlen[2] = (size_t)n;
     char *data = (char *)(call->argvlen + argc);
@@ -265,4 +288,138 @@ int rlock_script_run_async(redisAsyncContext *ac, const struct rlock_script *s, 
         return -1;
     }
     return 0;
+}
+
+/* ---- Redis Functions libraries ---- */
+
+/* Whether name is a valid function or library name: [A-Za-z0-9_]+. */
+static int valid_name(const char *name)
+{
+    if (!name || !*name)
+        return 0;
+    for (const char *p = name; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '_'))
+            return 0;
+    return 1;
+}
+
+/* A growing text; on allocation failure buf is freed and set NULL, and every
+ * later append is a no-op, so the builder checks once at the end. */
+struct text {
+    char *buf;
+    size_t len, cap;
+};
+
+static void text_add(struct text *t, const char *p, size_t n)
+{
+    if (!t->buf)
+        return;
+    if (t->len + n + 1 > t->cap) {
+        size_t cap = t->cap;
+        while (t->len + n + 1 > cap)
+            cap *= 2;
+        char *b = realloc(t->buf, cap);
+        if (!b) {
+            free(t->buf);
+            t->buf = NULL;
+            return;
+        }
+        t->buf = b;
+        t->cap = cap;
+    }
+    memcpy(t->buf + t->len, p, n);
+    t->len += n;
+    t->buf[t->len] = '\0';
+}
+
+static void text_str(struct text *t, const char *s)
+{
+    text_add(t, s, strlen(s));
+}
+
+/* The flags table of a registration, "" when there is none. */
+static const char *flags_lua(unsigned flags)
+{
+    switch (flags & (RLOCK_FN_NO_WRITES | RLOCK_FN_ALLOW_OOM)) {
+    case RLOCK_FN_NO_WRITES:
+        return ", flags={'no-writes'}";
+    case RLOCK_FN_ALLOW_OOM:
+        return ", flags={'allow-oom'}";
+    case RLOCK_FN_NO_WRITES | RLOCK_FN_ALLOW_OOM:
+        return ", flags={'no-writes', 'allow-oom'}";
+    default:
+        return "";
+    }
+}
+
+char *rlock_library_build(const char *lib, const struct rlock_script *const *fns, size_t n,
+                          size_t *len, char version[RLOCK_SHA1_HEX_LEN + 1])
+{
+    if (!valid_name(lib))
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        if (!fns[i] || !valid_name(fns[i]->function))
+            return NULL;
+    struct text t = {malloc(4096), 0, 4096};
+    text_str(&t, "#!lua name=");
+    text_str(&t, lib);
+    text_str(&t, "\n");
+    for (size_t i = 0; i < n; i++) {
+        const struct rlock_script *s = fns[i];
+        text_str(&t, "\nredis.register_function{function_name='");
+        text_str(&t, s->function);
+        text_str(&t, "', callback=function(KEYS, ARGV)\n");
+        text_add(&t, s->text, s->len);
+        /* the body may end in a comment without a newline */
+        text_str(&t, "\nend");
+        text_str(&t, flags_lua(s->flags));
+        text_str(&t, "}\n");
+    }
+    if (!t.buf)
+        return NULL;
+    /* The version names everything above; the function that tells it
+     * comes last so that it does not include itself. */
+    rlock_sha1_hex(t.buf, t.len, version);
+    text_str(&t, "\nredis.register_function{function_name='");
+    text_str(&t, lib);
+    text_str(&t, "_version', callback=function() return '");
+    text_str(&t, version);
+    text_str(&t, "' end, flags={'no-writes', 'allow-oom', 'allow-stale'}}\n");
+    if (!t.buf)
+        return NULL;
+    *len = t.len;
+    return t.buf;
+}
+
+int rlock_reply_is_no_function(const redisReply *r)
+{
+    return r && r->type == REDIS_REPLY_ERROR && r->str &&
+           strstr(r->str, "Function not found") != NULL;
+}
+
+redisReply *rlock_library_load(redisContext *c, const char *text, size_t len)
+{
+    const char *v[] = {"FUNCTION", "LOAD", "REPLACE", text};
+    size_t l[] = {8, 4, 7, len};
+    return redisCommandArgv(c, 4, v, l);
+}
+
+enum rlock_library_state rlock_library_check(redisContext *c, const char *lib, const char *version)
+{
+    char fn[128];
+    int n = snprintf(fn, sizeof fn, "%s_version", lib);
+    if (n < 0 || (size_t)n >= sizeof fn)
+        return RLOCK_LIBRARY_ERROR;
+    const char *v[] = {"FCALL_RO", fn, "0"};
+    redisReply *r = redisCommandArgv(c, 3, v, NULL);
+    enum rlock_library_state st = RLOCK_LIBRARY_ERROR;
+    if (r && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS))
+        st = r->len == strlen(version) && memcmp(r->str, version, r->len) == 0
+                 ? RLOCK_LIBRARY_CURRENT
+                 : RLOCK_LIBRARY_OTHER;
+    else if (r && r->type == REDIS_REPLY_ERROR && rlock_reply_is_no_function(r))
+        st = RLOCK_LIBRARY_MISSING;
+    freeReplyObject(r);
+    return st;
 }

@@ -1,5 +1,6 @@
 #include "rlock/url.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -344,26 +345,45 @@ uint64_t rlock_url_generation(const struct rlock_url *u)
     return u->watch ? rlock_master_seen_gen(watch_seen(u)) : 0;
 }
 
+/* Says why handshake step 'step' failed on c: an error reply is a refusal;
+ * no reply is a server that did not answer within the I/O timeout (errno of
+ * the read was 'read_errno') or a broken connection, never a refusal, so
+ * that an operator chasing a stall is not sent to check the password. */
+static void step_failed(char *err, size_t errlen, const char *step, const redisReply *r,
+                        const redisContext *c, int read_errno)
+{
+    if (r)
+        rlock_err_set(err, errlen, "redis %s refused: %s", step, r->str);
+    else if (c->err == REDIS_ERR_IO && (read_errno == EAGAIN || read_errno == EWOULDBLOCK))
+        rlock_err_set(err, errlen, "redis %s timed out: no answer within the I/O timeout", step);
+    else
+        rlock_err_set(err, errlen, "redis %s failed: %s", step, c->errstr);
+}
+
 int rlock_url_handshake(redisContext *c, const struct rlock_url *u, char *err, size_t errlen)
 {
     const char *auth[3];
     int n = auth_argv(u, auth);
     if (n > 0) {
+        errno = 0;
         redisReply *r = redisCommandArgv(c, n, auth, NULL);
         if (!r || r->type == REDIS_REPLY_ERROR) {
-            rlock_err_set(err, errlen, "redis AUTH as %s%s%s refused: %s",
-                          u->user[0] ? "user '" : "", u->user[0] ? u->user : "the default user",
-                          u->user[0] ? "'" : "", r ? r->str : c->errstr);
+            char step[sizeof u->user + 32];
+            snprintf(step, sizeof step, "AUTH as %s%s%s", u->user[0] ? "user '" : "",
+                     u->user[0] ? u->user : "the default user", u->user[0] ? "'" : "");
+            step_failed(err, errlen, step, r, c, errno);
             freeReplyObject(r);
             return -1;
         }
         freeReplyObject(r);
     }
     if (u->db != 0) {
+        errno = 0;
         redisReply *r = redisCommand(c, "SELECT %d", u->db);
         if (!r || r->type == REDIS_REPLY_ERROR) {
-            rlock_err_set(err, errlen, "redis SELECT %d refused: %s", u->db,
-                          r ? r->str : c->errstr);
+            char step[32];
+            snprintf(step, sizeof step, "SELECT %d", u->db);
+            step_failed(err, errlen, step, r, c, errno);
             freeReplyObject(r);
             return -1;
         }

@@ -87,8 +87,10 @@ int rlock_url_resolve(struct rlock_url *u, int timeout_ms, char *err,
 
 /* Sends AUTH (when u has a password) and SELECT (when u->db != 0) on a fresh
  * connection, and for a redis-sentinel:// URL checks that the server is a
- * master.  Returns 0, or -1 with err set (the server's refusal, e.g.
- * WRONGPASS, a replica, or the I/O error); c stays the caller's either way. */
+ * master.  Returns 0, or -1 with err set: "refused" and the server's error
+ * (e.g. WRONGPASS) only when it answered one; "timed out" when it did not
+ * answer within c's I/O timeout; a replica, or the I/O error.  c stays the
+ * caller's either way. */
 int rlock_url_handshake(redisContext *c, const struct rlock_url *u, char *err,
                         size_t errlen) RLOCK_MUST_CHECK;
 
