@@ -569,7 +569,8 @@ START_TEST(test_connection_buffers_go_back_to_their_base_after_a_large_answer)
     struct th_daemon d;
     th_daemon_start(&d, NULL);
     /* many requests in one send (the read buffer holds what waits), the
-     * last one answered by the large /metrics; the connection stays open */
+     * last one answered by the large /metrics (on the internal listener,
+     * which serves /healthz too); the connection stays open */
     enum { QUEUED = 200 };
     static const char one[] = "GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n",
                       last[] = "GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n";
@@ -579,7 +580,7 @@ START_TEST(test_connection_buffers_go_back_to_their_base_after_a_large_answer)
         memcpy(burst + n, one, sizeof one - 1);
     memcpy(burst + n, last, sizeof last - 1);
     n += sizeof last - 1;
-    int fd = connect_to(d.port);
+    int fd = connect_to(d.metrics_port);
     send_all(fd, burst, n);
     /* read until the /metrics answer is whole: its Content-Length */
     static char text[1 << 22];
