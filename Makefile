@@ -6,14 +6,14 @@ CC       ?= cc
 BUILD    ?= build
 OPT      ?= -O2 -g
 SAN      ?=
-PKGS     := hiredis libevent libevent_pthreads jansson libpq libcrypto
+PKGS     := hiredis libevent libevent_pthreads jansson libpq libcrypto zlib
 WARN     := -std=c11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
             -Wformat=2 -Wno-format-nonliteral
 ifeq ($(SAN),1)
 OPT      := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 endif
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null || echo -I/usr/include/postgresql)
-PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lhiredis -levent_pthreads -levent -ljansson -lpq -lcrypto)
+PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lhiredis -levent_pthreads -levent -ljansson -lpq -lcrypto -lz)
 CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck)
 LDFLAGS  += $(OPT) -pthread
 

@@ -180,7 +180,13 @@ int main(int argc, char **argv)
         snprintf(n, sizeof n, "%ld", threads);
         if (cfg_set(&cfg, "http_addr", addr, err, sizeof err) != 0 ||
             cfg_set(&cfg, "http_threads", n, err, sizeof err) != 0 ||
-            !(srv = http_server_start(&cfg, NULL, own_dispatch, err, sizeof err))) {
+            !(srv = http_server_start(
+                  &cfg,
+                  &(struct http_listen){.setting = "http_addr",
+                                        .addr = cfg.http_addr,
+                                        .threads = cfg.http_threads,
+                                        .max_connections = cfg.http_max_connections},
+                  NULL, own_dispatch, err, sizeof err))) {
             fprintf(stderr, PROG ": %s\n", err);
             goto out;
         }

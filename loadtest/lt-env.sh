@@ -91,12 +91,16 @@ lt_wait_listening() {
     done
 }
 
-# lt_daemon_start ADDR LOG: seckilld serve in the background on ADDR.
+# lt_daemon_start ADDR LOG [MADDR]: seckilld serve in the background on ADDR,
+# its internal listener (metrics, admin) on MADDR (default SECKILL_METRICS_ADDR,
+# else the daemon's 127.0.0.1:9464), kept in LT_DAEMON_MADDR for --admin-url.
 # Returns 1 when it exited during start-up.
 lt_daemon_start() {
     local addr=$1 log=$2
+    LT_DAEMON_MADDR=${3:-${SECKILL_METRICS_ADDR:-127.0.0.1:9464}}
     : >>"$log"
-    SECKILL_HTTP_ADDR=$addr SECKILL_LOG_LEVEL=${SECKILL_LOG_LEVEL:-warn} \
+    SECKILL_HTTP_ADDR=$addr SECKILL_METRICS_ADDR=$LT_DAEMON_MADDR \
+        SECKILL_LOG_LEVEL=${SECKILL_LOG_LEVEL:-warn} \
         "$BUILD_DIR/seckilld" serve </dev/null >>"$log" 2>&1 &
     LT_DAEMON_PID=$!
     if ! lt_wait_listening "$addr" "$LT_DAEMON_PID" seckilld "$log"; then
@@ -106,13 +110,15 @@ lt_daemon_start() {
     say "started seckilld on $addr (pid $LT_DAEMON_PID, log $log)"
 }
 
-# lt_daemon_start_free LOG: seckilld on a free loopback port (a few tries);
-# sets LT_DAEMON_PORT.
+# lt_daemon_start_free LOG: seckilld on two free loopback ports (a few tries);
+# sets LT_DAEMON_PORT (public) and LT_DAEMON_MADDR (internal).
 lt_daemon_start_free() {
-    local i
+    local i mport
     for ((i = 0; i < LT_START_TRIES; i++)); do
         LT_DAEMON_PORT=$(se_free_port) || die "no free port"
-        lt_daemon_start "127.0.0.1:$LT_DAEMON_PORT" "$1" && return 0
+        mport=$(se_free_port) || die "no free port"
+        [[ $mport != "$LT_DAEMON_PORT" ]] || continue
+        lt_daemon_start "127.0.0.1:$LT_DAEMON_PORT" "$1" "127.0.0.1:$mport" && return 0
     done
     die "seckilld did not start in $LT_START_TRIES tries (log: $1)"
 }

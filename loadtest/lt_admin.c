@@ -37,7 +37,8 @@ int lt_admin_request(const struct lt_opts *o, const char *method, const char *pa
     memset(out, 0, sizeof *out);
     struct event_base *base = event_base_new();
     struct evhttp_connection *conn =
-        base ? evhttp_connection_base_new(base, NULL, o->host, (ev_uint16_t)o->port) : NULL;
+        base ? evhttp_connection_base_new(base, NULL, o->admin.host, (ev_uint16_t)o->admin.port)
+             : NULL;
     struct call c = {base, out, 0};
     struct evhttp_request *req = conn ? evhttp_request_new(on_done, &c) : NULL;
     if (!req) {
@@ -50,7 +51,7 @@ int lt_admin_request(const struct lt_opts *o, const char *method, const char *pa
     struct timeval to = {o->timeout_ms / 1000, (o->timeout_ms % 1000) * 1000};
     evhttp_connection_set_timeout_tv(conn, &to);
     struct evkeyvalq *h = evhttp_request_get_output_headers(req);
-    evhttp_add_header(h, "Host", o->host);
+    evhttp_add_header(h, "Host", o->admin.host);
     if (o->token[0]) {
         char auth[LT_TOKEN_MAX + 16];
         snprintf(auth, sizeof auth, "Bearer %s", o->token);
@@ -122,7 +123,7 @@ int lt_admin_create_sku(const struct lt_opts *o, int64_t *sku, int64_t *buckets,
     int rc = text ? lt_admin_request(o, "POST", "/admin/v1/skus", text, &a) : -1;
     free(text);
     if (rc != 0) {
-        snprintf(err, errlen, "creating the SKU: no answer from %s within %d ms", o->url,
+        snprintf(err, errlen, "creating the SKU: no answer from %s within %d ms", o->admin.url,
                  o->timeout_ms);
         return -1;
     }
@@ -151,7 +152,7 @@ int lt_admin_sku_buckets(const struct lt_opts *o, int64_t sku, int64_t *buckets,
     snprintf(path, sizeof path, "/admin/v1/skus/%" PRId64, sku);
     struct lt_http_answer a;
     if (lt_admin_request(o, "GET", path, NULL, &a) != 0) {
-        snprintf(err, errlen, "reading the SKU: no answer from %s within %d ms", o->url,
+        snprintf(err, errlen, "reading the SKU: no answer from %s within %d ms", o->admin.url,
                  o->timeout_ms);
         return -1;
     }

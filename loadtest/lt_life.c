@@ -104,9 +104,10 @@ struct job {
 
 struct life_slot {
     struct life *lf;
-    struct evhttp_connection *conn;
-    struct job job; /* act NULL: idle */
-    int second;     /* the pay's second sending is the one in flight */
+    struct evhttp_connection *conn;       /* the buyer's cancels: the public listener */
+    struct evhttp_connection *admin_conn; /* the payment callbacks: the internal one */
+    struct job job;                       /* act NULL: idle */
+    int second;                           /* the pay's second sending is the one in flight */
 };
 
 struct life {
@@ -217,7 +218,8 @@ static int send_job(struct life_slot *s)
         abort();
     }
     struct evkeyvalq *h = evhttp_request_get_output_headers(req);
-    evhttp_add_header(h, "Host", lf->o->host);
+    int pay = t->plan == LT_PLAN_PAY;
+    evhttp_add_header(h, "Host", pay ? lf->o->admin.host : lf->o->host);
     char path[PATH_MAX_LEN];
     if (t->plan == LT_PLAN_PAY) {
         char ref[LT_PAYMENT_REF_MAX], body[LT_PAYMENT_REF_MAX + 32];
@@ -237,7 +239,7 @@ static int send_job(struct life_slot *s)
         snprintf(path, sizeof path, "/api/v1/orders/%" PRId64 "/cancel", t->id);
     }
     lf->inflight++;
-    if (evhttp_make_request(s->conn, req, EVHTTP_REQ_POST, path) != 0) {
+    if (evhttp_make_request(pay ? s->admin_conn : s->conn, req, EVHTTP_REQ_POST, path) != 0) {
         lf->inflight--; /* evhttp freed req and will not call back */
         struct lt_reply *r = s->second ? &t->second : &t->first;
         reply_clear(r, 0);
@@ -369,13 +371,18 @@ static int setup(struct life *lf, char *err, size_t errlen)
         const struct lt_target *t = &o->targets[i % o->ntargets];
         s->lf = lf;
         s->conn = evhttp_connection_base_new(lf->base, NULL, t->host, (ev_uint16_t)t->port);
-        if (!s->conn) {
+        s->admin_conn =
+            evhttp_connection_base_new(lf->base, NULL, o->admin.host, (ev_uint16_t)o->admin.port);
+        if (!s->conn || !s->admin_conn) {
             snprintf(err, errlen, "lifecycle: cannot create connection %d", i);
             return -1;
         }
         evhttp_connection_set_timeout_tv(s->conn, &to);
         evhttp_connection_set_retries(s->conn, 0);
         evhttp_connection_set_max_body_size(s->conn, MAX_BODY_BYTES);
+        evhttp_connection_set_timeout_tv(s->admin_conn, &to);
+        evhttp_connection_set_retries(s->admin_conn, 0);
+        evhttp_connection_set_max_body_size(s->admin_conn, MAX_BODY_BYTES);
         lf->idle[lf->nidle++] = i;
     }
     /* Bounded: the window (an aimed one is due at most a window after the
@@ -401,9 +408,13 @@ static int setup(struct life *lf, char *err, size_t errlen)
 
 static void teardown(struct life *lf)
 {
-    for (int i = 0; lf->slots && i < lf->nslots; i++)
+    for (int i = 0; lf->slots && i < lf->nslots; i++) {
+        /* each frees a request in flight, without its callback */
         if (lf->slots[i].conn)
-            evhttp_connection_free(lf->slots[i].conn); /* frees a request in flight, no callback */
+            evhttp_connection_free(lf->slots[i].conn);
+        if (lf->slots[i].admin_conn)
+            evhttp_connection_free(lf->slots[i].admin_conn);
+    }
     struct event *evs[] = {lf->due, lf->end_timer, lf->sig_int, lf->sig_term};
     for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
         if (evs[i])

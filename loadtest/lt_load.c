@@ -435,7 +435,7 @@ static void fire_admin(evutil_socket_t fd, short what, void *arg)
     if (!req)
         abort();
     struct evkeyvalq *h = evhttp_request_get_output_headers(req);
-    evhttp_add_header(h, "Host", ld->o->host);
+    evhttp_add_header(h, "Host", ld->o->admin.host);
     evhttp_add_header(h, "Content-Type", "application/json");
     evhttp_add_header(h, "Authorization", ld->auth);
     char body[128];
@@ -606,7 +606,8 @@ static int setup(struct lt_load *ld, char *err, size_t errlen)
         evhttp_connection_set_max_body_size(s->conn, MAX_BODY_BYTES);
     }
     if (o->admin_deltas > 0) {
-        ld->admin.conn = evhttp_connection_base_new(ld->base, NULL, o->host, (ev_uint16_t)o->port);
+        ld->admin.conn =
+            evhttp_connection_base_new(ld->base, NULL, o->admin.host, (ev_uint16_t)o->admin.port);
         ld->admin.timer = event_new(ld->base, -1, EV_PERSIST, fire_admin, ld);
         struct timeval every = ms_tv(o->admin_every_ms);
         if (!ld->admin.conn || !ld->admin.timer || event_add(ld->admin.timer, &every) != 0) {

@@ -14,6 +14,7 @@
 #include "store/redis_conn.h"
 
 #define DEFAULT_URL "http://127.0.0.1:8080"
+#define DEFAULT_ADMIN_URL "http://127.0.0.1:9464"
 #define DEFAULT_STOCK 1000
 #define DEFAULT_LIMIT 1
 #define DEFAULT_USERS 20000
@@ -40,6 +41,7 @@
 
 enum {
     OPT_URL = 256,
+    OPT_ADMIN_URL,
     OPT_TOKEN_FILE,
     OPT_BUYER_SECRET_FILE,
     OPT_SKU,
@@ -86,6 +88,7 @@ enum {
 
 static const struct option long_opts[] = {
     {"url", required_argument, NULL, OPT_URL},
+    {"admin-url", required_argument, NULL, OPT_ADMIN_URL},
     {"token-file", required_argument, NULL, OPT_TOKEN_FILE},
     {"buyer-secret-file", required_argument, NULL, OPT_BUYER_SECRET_FILE},
     {"sku", required_argument, NULL, OPT_SKU},
@@ -143,6 +146,8 @@ void lt_opts_usage(FILE *out)
             "target\n"
             "  --url URL              service base URL (default " DEFAULT_URL "); given up to\n"
             "                         %d times, the buyers' connections are split evenly\n"
+            "  --admin-url URL        the service's internal listener (metrics_addr) for\n"
+            "                         the admin requests (default " DEFAULT_ADMIN_URL ")\n"
             "  --token-file FILE      read the admin bearer token from FILE (default\n"
             "                         $SECKILL_ADMIN_TOKEN; never a flag: ps shows flags)\n"
             "  --buyer-secret-file FILE  the service's buyer_token_secret, which signs a\n"
@@ -446,6 +451,8 @@ static int apply(struct lt_opts *o, int c, const char *arg, char *err, size_t er
             return -1;
         }
         return copy_str("url", o->targets[o->ntargets++].url, LT_URL_MAX, arg, err, errlen);
+    case OPT_ADMIN_URL:
+        return copy_str("admin-url", o->admin.url, LT_URL_MAX, arg, err, errlen);
     case OPT_TOKEN_FILE:
         return read_word_file("token-file", arg, o->token, sizeof o->token, err, errlen);
     case OPT_BUYER_SECRET_FILE:
@@ -661,6 +668,10 @@ int lt_opts_parse(struct lt_opts *o, int argc, char **argv, char *err, size_t er
     for (int i = 0; i < o->ntargets; i++)
         if (parse_url(&o->targets[i], err, errlen) != 0)
             return -1;
+    if (!o->admin.url[0])
+        snprintf(o->admin.url, LT_URL_MAX, "%s", DEFAULT_ADMIN_URL);
+    if (parse_url(&o->admin, err, errlen) != 0)
+        return -1;
     snprintf(o->url, sizeof o->url, "%s", o->targets[0].url);
     snprintf(o->host, sizeof o->host, "%s", o->targets[0].host);
     o->port = o->targets[0].port;

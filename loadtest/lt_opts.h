@@ -58,6 +58,7 @@ struct lt_opts {
     char host[LT_HOST_MAX]; /* numeric loopback address */
     int port;
     struct lt_target targets[LT_MAX_TARGETS]; /* buyers' connection i goes to i mod n */
+    struct lt_target admin; /* --admin-url: the first instance's internal listener */
     int ntargets;
     char token[LT_TOKEN_MAX];
     char buyer_secret[LT_SECRET_MAX]; /* signs the buyers' tokens ("" none: raw mode only) */

@@ -35,6 +35,13 @@
 #   burst     BENCH_BURST_CONNECTIONS connections opening together from
 #             BENCH_BURST_ADDRS loopback addresses against a fresh daemon
 #             (durable, 10,000 units): every request answered, invariants held;
+#   scrape    a fresh daemon with BENCH_SCRAPE_SKUS SKUs (metrics_max_skus' default
+#             1,000: a read of the per-SKU gauges is a query and 3,000 Redis
+#             commands): /healthz (public and internal) and an admin read timed
+#             one after another, alone and then while BENCH_SCRAPE_CLIENTS
+#             connections scrape /metrics without pause; p99 of each and the
+#             ratio storm / quiet (the internal listener, the gauge cache and
+#             the probe threads keep it near 1), and the reads of the stores;
 #   cluster   the durable hot SKU (in one bucket, then in one stock bucket per
 #             master) and the many-SKU run again with Redis as a
 #             cluster of BENCH_CLUSTER_MASTERS masters (scripts/stack.sh's
@@ -59,7 +66,9 @@
 #         BENCH_REDIS_BATCH (8) orders), BENCH_PG_BATCH (500),
 #         BENCH_PG_BATCH_CLIENTS (2), BENCH_SKUS (200), BENCH_WRITER_ORDERS
 #         (100000), BENCH_BURST_CONNECTIONS (5000), BENCH_BURST_ADDRS (8),
-#         BENCH_CLUSTER_MASTERS (3).
+#         BENCH_CLUSTER_MASTERS (3), BENCH_SCRAPE_SKUS (1000), BENCH_SCRAPE_CLIENTS
+#         (200), BENCH_SCRAPE_PROBES (1000: health and admin requests timed per
+#         half).
 set -euo pipefail
 
 PROG=bench.sh
@@ -84,7 +93,7 @@ for v in SECS WARMUP CONNS; do
 done
 ((SECS >= 5 && SECS > WARMUP && SECS <= 600 && CONNS >= 1 && CONNS <= 1000)) ||
     die "need 5 <= BENCH_SECONDS <= 600, BENCH_WARMUP < BENCH_SECONDS and 1 <= BENCH_CONNECTIONS <= 1000"
-PHASES_ALL=ceiling,redis,pg,durable,reserved,soldout,skus,big,writers,burst,cluster
+PHASES_ALL=ceiling,redis,pg,durable,reserved,soldout,skus,big,writers,burst,scrape,cluster
 ONLY=${BENCH_ONLY:-$PHASES_ALL}
 [[ $ONLY =~ ^[a-z]+(,[a-z]+)*$ ]] || die "BENCH_ONLY must be a comma-separated list of: $PHASES_ALL"
 IFS=, read -r -a ONLY_LIST <<<"$ONLY"
@@ -102,12 +111,17 @@ BIG_ORDERS=${BENCH_BIG_ORDERS:-10000000}
 WRITER_ORDERS=${BENCH_WRITER_ORDERS:-100000}
 BURST_CONNS=${BENCH_BURST_CONNECTIONS:-5000}
 BURST_ADDRS=${BENCH_BURST_ADDRS:-8}
+SCRAPE_SKUS=${BENCH_SCRAPE_SKUS:-1000}
+SCRAPE_CLIENTS=${BENCH_SCRAPE_CLIENTS:-200}
+SCRAPE_PROBES=${BENCH_SCRAPE_PROBES:-1000}
 for v in SCEN_SECS:BENCH_SCENARIO_SECONDS:3:600 REDIS_REQS:BENCH_REDIS_REQUESTS:1000:100000000 \
     REDIS_BATCH:BENCH_REDIS_BATCH:1:256 \
     PG_BATCH:BENCH_PG_BATCH:1:100000 PG_BATCH_CLIENTS:BENCH_PG_BATCH_CLIENTS:1:100 \
     NSKUS:BENCH_SKUS:2:10000 WRITER_ORDERS:BENCH_WRITER_ORDERS:1000:10000000 \
     BIG_ORDERS:BENCH_BIG_ORDERS:1000:100000000 \
-    BURST_CONNS:BENCH_BURST_CONNECTIONS:1:5000 BURST_ADDRS:BENCH_BURST_ADDRS:1:250; do
+    BURST_CONNS:BENCH_BURST_CONNECTIONS:1:5000 BURST_ADDRS:BENCH_BURST_ADDRS:1:250 \
+    SCRAPE_SKUS:BENCH_SCRAPE_SKUS:1:100000 SCRAPE_CLIENTS:BENCH_SCRAPE_CLIENTS:1:1000 \
+    SCRAPE_PROBES:BENCH_SCRAPE_PROBES:10:100000; do
     IFS=: read -r var name lo hi <<<"$v"
     if ! [[ ${!var} =~ ^[0-9]+$ ]] || ((${!var} < lo || ${!var} > hi)); then
         die "$name must be a whole number in $lo..$hi, not '${!var}'"
@@ -200,7 +214,8 @@ cpu_us_per() {
         print out
     }'
 }
-# metric ADDR NAME: a counter of seckilld's /metrics (0 when absent)
+# metric MADDR NAME: a counter of seckilld's /metrics, on its internal
+# listener (LT_DAEMON_MADDR; 0 when absent)
 metric() {
     curl -fsS --max-time 5 -H "Authorization: Bearer $SECKILL_ADMIN_TOKEN" "http://$1/metrics" 2>/dev/null |
         awk -v m="$2" '$1 == m { v = $2 } END { printf "%.0f\n", v + 0 }'
@@ -350,7 +365,8 @@ if want ceiling; then
     EV_P99=$(jq -r '.latency_ms.p99' "$OUT/ceiling-evhttp.json")
 fi
 
-# create_sku ADDR NAME STOCK LIMIT: a SKU through seckilld's admin API; prints its id
+# create_sku MADDR NAME STOCK LIMIT: a SKU through seckilld's admin API (its
+# internal listener); prints its id
 create_sku() {
     curl -fsS --max-time 10 -X POST -H "Authorization: Bearer $SECKILL_ADMIN_TOKEN" \
         -H 'Content-Type: application/json' \
@@ -362,7 +378,7 @@ REDIS_RPS='' REDIS_P99='' REDIS_BATCH_RPS='' REDIS_BATCH_P99=''
 if want redis; then
     say "=== redis: redis-benchmark FCALL seckill_reserve (reserve.lua), $CONNS clients, $REDIS_REQS calls"
     lt_daemon_start_free "$OUT/seckilld-redis.log"
-    RSKU=$(create_sku "127.0.0.1:$LT_DAEMON_PORT" redis-benchmark "$BIG_STOCK" "$BIG_LIMIT") ||
+    RSKU=$(create_sku "$LT_DAEMON_MADDR" redis-benchmark "$BIG_STOCK" "$BIG_LIMIT") ||
         die "could not create the redis phase's SKU (log: $OUT/seckilld-redis.log)"
     [[ $RSKU =~ ^[0-9]+$ ]] || die "could not create the redis phase's SKU (got '$RSKU')"
     lt_stop "$LT_DAEMON_PID" seckilld
@@ -487,11 +503,12 @@ fi
 # accepted order of seckilld, redis-server, postgres, the generator) and
 # CORES_<NAME>.  Writes NAME.{txt,json,html,err}.
 run_phase() {
-    local name=$1 secs=$2 warm=$3 sample=$4 st=0 m1 m2 addr
+    local name=$1 secs=$2 warm=$3 sample=$4 st=0 m1 m2 addr maddr
     shift 4
     lt_daemon_start_free "$OUT/seckilld-$name.log"
     addr=127.0.0.1:$LT_DAEMON_PORT
-    "$LOADTEST" --url "http://$addr" --label "$name" --duration "$((secs + warm))" --warmup "$warm" \
+    maddr=$LT_DAEMON_MADDR
+    "$LOADTEST" --url "http://$addr" --admin-url "http://$maddr" --label "$name" --duration "$((secs + warm))" --warmup "$warm" \
         --progress-ms 5000 --drain-timeout 300 --report "$OUT/$name.html" --json "$OUT/$name.json" \
         "$@" >"$OUT/$name.txt" 2>"$OUT/$name.err" &
     LPID=$!
@@ -499,10 +516,10 @@ run_phase() {
     if ((sample && secs >= 4)); then
         sleep "$((warm + 1))"
         S1=$(cpu_snapshot "$LT_DAEMON_PID" "$REDIS_PID" "$PG_PID" "$LPID")
-        m1=$(($(metric "$addr" seckill_orders_accepted_total) + $(metric "$addr" "$PHASE_METRIC2")))
+        m1=$(($(metric "$maddr" seckill_orders_accepted_total) + $(metric "$maddr" "$PHASE_METRIC2")))
         sleep "$((secs - 2))"
         S2=$(cpu_snapshot "$LT_DAEMON_PID" "$REDIS_PID" "$PG_PID" "$LPID")
-        m2=$(($(metric "$addr" seckill_orders_accepted_total) + $(metric "$addr" "$PHASE_METRIC2")))
+        m2=$(($(metric "$maddr" seckill_orders_accepted_total) + $(metric "$maddr" "$PHASE_METRIC2")))
         printf -v "US_$name" '%s' "$(cpu_us_per "$S1" "$S2" $((m2 - m1)))"
         printf -v "CORES_$name" '%s' "$(cpu_cores "$S1" "$S2")"
         printf -v "CPU_$name" '%s' "$(cpu_share "$S1" "$S2" "seckilld redis-server postgres generator")"
@@ -588,7 +605,8 @@ if want writers; then
     for w in 1 2; do
         say "=== writers: $WRITER_ORDERS reserved orders on $NSKUS SKUs queued without a writer, drained by $w"
         SECKILL_ORDER_ACK=reserved SECKILL_WRITER_THREADS=0 lt_daemon_start_free "$OUT/seckilld-fill-$w.log"
-        "$LOADTEST" --url "http://127.0.0.1:$LT_DAEMON_PORT" --label "writers $w (fill)" --skus "$NSKUS" \
+        "$LOADTEST" --url "http://127.0.0.1:$LT_DAEMON_PORT" --admin-url "http://$LT_DAEMON_MADDR" \
+            --label "writers $w (fill)" --skus "$NSKUS" \
             --stock "$BIG_STOCK" --limit "$BIG_LIMIT" --users "$USERS" --user-pick random \
             --concurrency "$CONNS" --requests "$WRITER_ORDERS" --duration 600 --progress-ms 5000 \
             --drain-timeout 900 --json "$OUT/writers-$w.json" >"$OUT/writers-$w.txt" 2>"$OUT/writers-$w.err" &
@@ -610,7 +628,7 @@ if want writers; then
             QUEUED=$((QUEUED + $(se_redis_admin "$LT_STACK_DIR" "$REDIS_PORT" XLEN "seckill:{sku:$id}:orders")))
         done
         SECKILL_ORDER_ACK=reserved SECKILL_WRITER_THREADS=$w lt_daemon_start_free "$OUT/seckilld-drain-$w.log"
-        read -r rate secs < <(drain_rate "127.0.0.1:$LT_DAEMON_PORT" "$QUEUED" "$OUT/seckilld-drain-$w.log")
+        read -r rate secs < <(drain_rate "$LT_DAEMON_MADDR" "$QUEUED" "$OUT/seckilld-drain-$w.log")
         printf -v "WR_$w" '%s' "$rate"
         printf 'writers   %d writer(s): %s orders drained at %s rows/s (%s s)\n' "$w" "$QUEUED" "$rate" "$secs"
         st=0
@@ -630,6 +648,81 @@ if want burst; then
     run_phase burst 120 0 0 --stock 10000 --limit 1 --users "$USERS" --user-pick random \
         --concurrency "$BURST_CONNS" --source-addrs "$BURST_ADDRS" --requests $((BURST_CONNS * 4)) \
         --timeout-ms 10000
+fi
+
+# ---- scrape: health and admin latency with and without a scrape storm
+# probe_p99 MADDR PUBLIC FILE: SCRAPE_PROBES rounds of public /healthz,
+# internal /healthz and an admin SKU read, one after another on kept-alive
+# connections (one curl); the seconds of each into FILE; prints
+# "public_health_p99_ms internal_health_p99_ms admin_p99_ms non_200".
+# p99_of FILE PATTERN: the p99, in ms, of FILE's lines whose URL matches PATTERN.
+p99_of() {
+    awk -v re="$2" '$1 ~ re { print $3 * 1000 }' "$1" | sort -n |
+        awk '{ v[NR] = $1 } END { i = int(NR * 0.99); if (i < NR * 0.99) i++; printf "%.2f", NR ? v[i] : 0 }'
+}
+probe_p99() {
+    local maddr=$1 public=$2 file=$3 i
+    {
+        for ((i = 0; i < SCRAPE_PROBES; i++)); do
+            printf 'url = "http://%s/healthz"\noutput = /dev/null\n' "$public"
+            printf 'url = "http://%s/healthz"\noutput = /dev/null\n' "$maddr"
+            printf 'url = "http://%s/admin/v1/skus/%d"\noutput = /dev/null\n' "$maddr" $((SCRAPE_FIRST + i % SCRAPE_SKUS))
+        done
+        printf 'header = "Authorization: Bearer %s"\n' "$SECKILL_ADMIN_TOKEN"
+    } >"$file.curl"
+    curl -s -K "$file.curl" \
+        -w '%{url_effective} %{http_code} %{time_total}\n' >"$file" || true
+    local bad
+    bad=$(awk '$2 != 200 { n++ } END { print n + 0 }' "$file")
+    printf '%s %s %s %s\n' "$(p99_of "$file" "^http://$public/healthz")" \
+        "$(p99_of "$file" "^http://$maddr/healthz")" "$(p99_of "$file" "/admin/")" "$bad"
+}
+
+SCRAPE_LINE=''
+if want scrape; then
+    say "=== scrape: health and admin p99, quiet and under $SCRAPE_CLIENTS scraping connections ($SCRAPE_SKUS SKUs)"
+    SECKILL_METRICS_MAX_CONNECTIONS=$((SCRAPE_CLIENTS + 16)) lt_daemon_start_free "$OUT/seckilld-scrape.log"
+    SCRAPE_FIRST=$(create_sku "$LT_DAEMON_MADDR" scrape-0 10 1) || die "could not create the scrape phase's SKUs"
+    {
+        for ((i = 1; i < SCRAPE_SKUS; i++)); do
+            ((i > 1)) && printf 'next\n'
+            printf 'url = "http://%s/admin/v1/skus"\ndata = "{\\"name\\":\\"scrape-%d\\",\\"stock\\":10,\\"per_user_limit\\":1}"\noutput = /dev/null\nheader = "Authorization: Bearer %s"\nheader = "Content-Type: application/json"\n' "$LT_DAEMON_MADDR" "$i" "$SECKILL_ADMIN_TOKEN"
+        done
+    } >"$OUT/scrape-skus.curl"
+    # (each group after a "next" has its own headers; the token is in a file, never in ps)
+    curl -s -K "$OUT/scrape-skus.curl" >/dev/null || die "could not create the scrape phase's SKUs"
+    read -r Q_H Q_I Q_A Q_BAD < <(probe_p99 "$LT_DAEMON_MADDR" "127.0.0.1:$LT_DAEMON_PORT" "$OUT/scrape-quiet.txt")
+    R0=$(metric "$LT_DAEMON_MADDR" seckill_metrics_refreshes_total)
+    T0=$(date +%s%N)
+    # the storm: SCRAPE_CLIENTS connections at once, each scraping again as
+    # soon as it has its answer, until the timed half is over
+    {
+        for ((i = 0; i < SCRAPE_CLIENTS * 20; i++)); do
+            printf 'url = "http://%s/metrics"\noutput = /dev/null\n' "$LT_DAEMON_MADDR"
+        done
+    } >"$OUT/scrape-storm.curl"
+    rm -f "$OUT/scrape-storm.stop" "$OUT/scrape-storm.txt"
+    (
+        until [[ -e $OUT/scrape-storm.stop ]]; do
+            curl -s -Z --parallel-max "$SCRAPE_CLIENTS" --compressed -K "$OUT/scrape-storm.curl" \
+                -w '%{http_code}\n' >>"$OUT/scrape-storm.txt" 2>/dev/null || true
+        done
+    ) &
+    STORM_PID=$!
+    sleep 1
+    read -r S_H S_I S_A S_BAD < <(probe_p99 "$LT_DAEMON_MADDR" "127.0.0.1:$LT_DAEMON_PORT" "$OUT/scrape-storm-probes.txt")
+    touch "$OUT/scrape-storm.stop"
+    wait "$STORM_PID" 2>/dev/null || true
+    R1=$(metric "$LT_DAEMON_MADDR" seckill_metrics_refreshes_total)
+    MS=$((($(date +%s%N) - T0) / 1000000))
+    SCRAPES=$(grep -c '^200$' "$OUT/scrape-storm.txt" || true)
+    lt_stop "$LT_DAEMON_PID" seckilld
+    LT_DAEMON_PID=
+    SCRAPE_LINE=$(awk -v qh="$Q_H" -v qi="$Q_I" -v qa="$Q_A" -v sh="$S_H" -v si="$S_I" -v sa="$S_A" -v bad=$((Q_BAD + S_BAD)) \
+        -v n="$SCRAPES" -v ms="$MS" -v reads=$((R1 - R0)) -v c="$SCRAPE_CLIENTS" \
+        'function r(q, s) { return q > 0 ? s / q : 0 }
+        BEGIN { printf "scrape    %d connections, %d scrapes in %.1f s, %d reads of the stores; p99 quiet/storm: /healthz public %.2f/%.2f ms (x%.2f), internal %.2f/%.2f ms (x%.2f), admin %.2f/%.2f ms (x%.2f); %d not 200", c, n, ms / 1000, reads, qh, sh, r(qh, sh), qi, si, r(qi, si), qa, sa, r(qa, sa), bad }')
+    printf '%s\n' "$SCRAPE_LINE" | tee "$OUT/scrape.txt"
 fi
 
 # ---- the table
@@ -743,6 +836,7 @@ row() { # row LABEL PER_S P99: one line of the table, "-" for what was not measu
             if (cl != "" && cb != "" && cl > 0) printf "  %-36s %12.2f   (hot SKU on the cluster: %s buckets / one)\n", "Redis Cluster, stock buckets", cb / cl, cm
             if (s != "" && pb != "") printf "  %-36s %12.2f   (service durable / PostgreSQL batch limit)\n", "of the PostgreSQL limit", s / pb
         }'
+    [[ -n $SCRAPE_LINE ]] && printf '%s\n' "$SCRAPE_LINE"
     printf 'order stream: sampled every 250 ms by seckill-loadtest (XLEN of the SKUs streams); at most %s entries (durable), %s (reserved)\n' \
         "${SVC_QMAX:--}" "${RES_QMAX:--}"
     printf 'CPU us per accepted order (seckill_orders_accepted_total and /proc ticks sampled at the same instants)\n'

@@ -16,6 +16,7 @@ PACKAGES=(
     build-essential pkg-config
     libhiredis-dev libevent-dev libpq-dev libjansson-dev
     libssl-dev # libcrypto: HMAC-SHA256 of buyer tokens
+    zlib1g-dev # /metrics compressed once per refresh for scrapers that accept gzip
     check libsubunit-dev
     redis-server postgresql # redis-server pulls in redis-tools: redis-cli, and its --cluster create
     redis-sentinel # SECKILL_REDIS_TOPOLOGY=sentinel: scripts/stack.sh's Sentinels

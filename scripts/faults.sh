@@ -271,14 +271,27 @@ wait_gone() {
     return 1
 }
 
+# The internal listener (metrics, admin) of each daemon started here, by its
+# public base URL (and HAProxy's, by the first daemon behind it).
+declare -A INTERNAL=()
+
+# internal_url URL: the internal base URL of the daemon whose public base URL
+# is URL (URL itself when unknown).
+internal_url() {
+    printf '%s\n' "${INTERNAL[$1]:-$1}"
+}
+
 # start_daemon NAME [PORT]: seckilld with the caller's environment (add
-# settings as VAR=value before the call), on PORT or a free port.  Sets
-# D_PID and D_PORT; the log is SDIR/NAME.log.
+# settings as VAR=value before the call), on PORT or a free port, its
+# internal listener on another free port.  Sets D_PID and D_PORT; the log is
+# SDIR/NAME.log.
 start_daemon() {
-    local name=$1 port=${2:-} i
+    local name=$1 port=${2:-} i mport
     for ((i = 0; i < LT_START_TRIES; i++)); do
         [[ -n ${2:-} ]] || port=$(se_free_port) || die "no free port"
-        if lt_daemon_start "127.0.0.1:$port" "$SDIR/$name.log"; then
+        mport=$(se_free_port "$port") || die "no free port"
+        if lt_daemon_start "127.0.0.1:$port" "$SDIR/$name.log" "127.0.0.1:$mport"; then
+            INTERNAL["http://127.0.0.1:$port"]=http://127.0.0.1:$mport
             D_PID=$LT_DAEMON_PID D_PORT=$port
             DAEMON_PIDS+=("$D_PID")
             LT_DAEMON_PID=
@@ -301,11 +314,12 @@ forget_daemon() {
 }
 
 admin() { # admin METHOD URL [JSON]: prints the body, then the status on its own line
+    # (URL on a daemon's public base goes to its internal listener, as admin requests must)
     # The token reaches curl on stdin, not in its arguments (ps shows those).
-    local args=(-sS --max-time "$ADMIN_MAX_TIME_S" -X "$1" -H @- -w '\n%{http_code}')
+    local base=${2%%/admin/*} args=(-sS --max-time "$ADMIN_MAX_TIME_S" -X "$1" -H @- -w '\n%{http_code}')
     [[ -n ${3:-} ]] && args+=(-H 'Content-Type: application/json' -d "$3")
     printf 'Authorization: Bearer %s\n' "$SECKILL_ADMIN_TOKEN" |
-        curl "${args[@]}" "$2" 2>/dev/null || printf '\n000'
+        curl "${args[@]}" "$(internal_url "$base")${2#"$base"}" 2>/dev/null || printf '\n000'
 }
 
 # create_sku URL ID STOCK LIMIT
@@ -327,7 +341,7 @@ load_start() {
     local sku=$1 urls=() u
     shift
     for u in "$@"; do urls+=(--url "$u"); done
-    "$LOADTEST" --load-only "${urls[@]}" --sku "$sku" --create-sku --stock "$PROBE_STOCK" \
+    "$LOADTEST" --load-only "${urls[@]}" --admin-url "$(internal_url "$1")" --sku "$sku" --create-sku --stock "$PROBE_STOCK" \
         --limit 5 --qty 1:80,2:20 --users 100000000 --requests 100000000 \
         --retry-share 0.1 --concurrency "$CONCURRENCY" --duration "$LOAD_S" \
         --timeout-ms "$REQUEST_TIMEOUT_MS" --seed "$SEED" --label "$SCEN" \
@@ -425,7 +439,8 @@ sales_continue() { # sales_continue URL SKU [LOADTEST FLAGS...]
     shift 2
     # a bucketed run checks its own answers, split by bucket: no file of them
     (($# == 0)) || keep=()
-    timeout -k 5 $((DRAIN_TIMEOUT_S + 90)) "$LOADTEST" --url "$url" --sku "$sku" "$@" \
+    timeout -k 5 $((DRAIN_TIMEOUT_S + 90)) "$LOADTEST" --url "$url" --admin-url "$(internal_url "$url")" \
+        --sku "$sku" "$@" \
         --users 300 --user-base "$AFTER_USER_BASE" --requests 300 --concurrency 8 --duration 30 \
         --timeout-ms "$REQUEST_TIMEOUT_MS" --drain-timeout "$DRAIN_TIMEOUT_S" --seed "$SEED" \
         --label "$SCEN after" --progress-ms 0 "${keep[@]}" \
@@ -604,14 +619,23 @@ scenario_pg_freeze() {
     freeze "${kids[@]}"
     t0=$(now)
     note "PostgreSQL frozen: postmaster and ${#kids[@]} children"
-    sleep 1
-    # Bounded so that the freeze ends on time even when /healthz hangs.
-    out=$(curl -s -o /dev/null --max-time $((HEALTHZ_BOUND_S + 1)) -w '%{http_code} %{time_total}' \
-        "$url/healthz" 2>/dev/null) || true
-    code=${out%% *} secs=${out#* }
-    note "/healthz while frozen: ${code:-none} in ${secs:-?}s (bound ${HEALTHZ_BOUND_S}s)"
+    # /healthz answers at once from the probes' latest result, which turns
+    # 503 within health_probe_interval_ms + health_timeout_ms of the freeze:
+    # asked every 100 ms (each ask bounded, so that the freeze ends on time
+    # even when /healthz hangs) until it says so, at most HEALTHZ_BOUND_S.
+    while :; do
+        out=$(curl -s -o /dev/null --max-time $((HEALTHZ_BOUND_S + 1)) -w '%{http_code}' \
+            "$url/healthz" 2>/dev/null) || true
+        code=$out secs=$(since "$t0")
+        [[ $code == 503 ]] || le "$HEALTHZ_BOUND_S" "$secs" || {
+            sleep 0.1
+            continue
+        }
+        break
+    done
+    note "/healthz while frozen: ${code:-none} ${secs}s after the freeze (bound ${HEALTHZ_BOUND_S}s)"
     if [[ $code != 503 ]] || ! le "$secs" "$HEALTHZ_BOUND_S"; then
-        fail "/healthz answered ${code:-nothing} in ${secs:-?}s while PostgreSQL was frozen (want 503 within ${HEALTHZ_BOUND_S}s)"
+        fail "/healthz answered ${code:-nothing} ${secs}s after PostgreSQL froze (want 503 within ${HEALTHZ_BOUND_S}s)"
     fi
     while ! le "$FREEZE_S" "$(since "$t0")"; do sleep 0.1; done
     thaw
@@ -711,7 +735,7 @@ scenario_writer_frozen() {
     sleep "$WRITER_FREEZE_S"
     thaw
     after_fault "$D1_URL" "$sku" "$(now)" "SIGCONT of the frozen daemon"
-    refused=$(curl -s --max-time 5 "$D1_URL/metrics" 2>/dev/null |
+    refused=$(curl -s --max-time 5 "$(internal_url "$D1_URL")/metrics" 2>/dev/null |
         awk '/^seckill_(lock_lost|lock_release_refused|writer_batches_failed)_total/ { printf "%s %s; ", $1, $2 }')
     note "the frozen daemon afterwards: ${refused:-no metrics}"
 }
@@ -847,7 +871,7 @@ scenario_expiry_crash() {
         fail "creating SKU $sku answered ${out//$'\n'/ }"
         return
     }
-    "$LOADTEST" --load-only --url "$url" --sku "$sku" --limit 5 --qty 1:80,2:20 \
+    "$LOADTEST" --load-only --url "$url" --admin-url "$(internal_url "$url")" --sku "$sku" --limit 5 --qty 1:80,2:20 \
         --users 100000 --requests 300 --concurrency 8 --duration 10 \
         --timeout-ms "$REQUEST_TIMEOUT_MS" --seed "$SEED" --label "$SCEN" \
         --answers "$SDIR/load.answers" --json "$SDIR/load.json" \
@@ -879,7 +903,7 @@ scenario_expiry_crash() {
         sleep 0.5
     done
     HEAL_S=$(since "$t0")
-    out=$(curl -s --max-time 5 "http://127.0.0.1:$nport/metrics" |
+    out=$(curl -s --max-time 5 "$(internal_url "http://127.0.0.1:$nport")/metrics" |
         awk '/^seckill_(returns_settled_late_total|sku_reloads_total) / { printf "%s %s; ", $1, $2 }')
     note "healed ${HEAL_S}s after a normal daemon started (bound ${HEAL_BOUND[$SCEN]}s): $(jq -r '.invariants.checks[] | select(.key == "i2_stock") | .detail' "$SDIR/healed.check.json"); ${out:-no metrics}"
 }
@@ -1079,7 +1103,7 @@ SQL
     else
         note "PostgreSQL refuses the old master's token $token: it has seen $seen, drawn on the new master"
     fi
-    d1_said=$(curl -s --max-time 5 "$d1_url/metrics" 2>/dev/null |
+    d1_said=$(curl -s --max-time 5 "$(internal_url "$d1_url")/metrics" 2>/dev/null |
         awk '/^seckill_(fence_refused|lock_lost|writer_batches_failed)_total/ { printf "%s %s; ", $1, $2 }')
     note "the stale holder afterwards: ${d1_said:-no metrics}"
     ha_down
@@ -1322,7 +1346,7 @@ scenario_cluster_buckets() {
     if ha_up cluster && start_daemon d1; then
         url=http://127.0.0.1:$D_PORT
         if create_sku "$url" $((sku + 1)) "$PROBE_STOCK" "$PROBE_LIMIT"; then
-            "$LOADTEST" --url "$url" --sku "$sku" --create-sku --buckets 3 \
+            "$LOADTEST" --url "$url" --admin-url "$(internal_url "$url")" --sku "$sku" --create-sku --buckets 3 \
                 --stock "$PROBE_STOCK" --limit 5 --qty 1:80,2:20 --users 100000000 \
                 --requests 100000000 --retry-share 0.1 --concurrency "$CONCURRENCY" \
                 --duration "$LOAD_S" --timeout-ms "$REQUEST_TIMEOUT_MS" \
@@ -1370,6 +1394,7 @@ balancer_up() {
     }
     BALANCER_PID=$SE_HAPROXY_PID
     LB_URL=http://127.0.0.1:$hport
+    INTERNAL[$LB_URL]=$(internal_url "http://127.0.0.1:$p1")
     for ((i = 0; i < 100; i++)); do
         curl -fsS --max-time 2 -o /dev/null "$LB_URL/healthz" 2>/dev/null && break
         sleep 0.1

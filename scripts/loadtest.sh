@@ -23,7 +23,8 @@
 #
 # Env in: BUILD (build), LT_VAR (var: the stack's directory), SECKILL_REDIS_PORT /
 #         SECKILL_PG_PORT (6380 / 5433, for a stack started here),
-#         SECKILL_HTTP_ADDR (127.0.0.1:8080), SECKILL_ADMIN_TOKEN (default
+#         SECKILL_HTTP_ADDR (127.0.0.1:8080), SECKILL_METRICS_ADDR (127.0.0.1:9464: the
+#         admin requests), SECKILL_ADMIN_TOKEN (default
 #         LT_VAR/admin-token, as `make run`), SECKILL_BUYER_TOKEN_SECRET
 #         (default LT_VAR/buyer-secret, as `make run`), LT_OUT (LT_VAR/loadtest),
 #         LT_SEED (1), LT_ARGS (extra flags for both runs).
@@ -51,6 +52,9 @@ SEED=${LT_SEED:-1}
 [[ $SEED =~ ^[0-9]+$ ]] || die "LT_SEED must be a number, not '$SEED'"
 ADDR=${SECKILL_HTTP_ADDR:-127.0.0.1:8080}
 [[ ${ADDR##*:} =~ ^[0-9]+$ ]] || die "SECKILL_HTTP_ADDR must be HOST:PORT, not '$ADDR'"
+# the daemon's internal listener: the admin requests (stock deltas, payments)
+MADDR=${SECKILL_METRICS_ADDR:-127.0.0.1:9464}
+[[ ${MADDR##*:} =~ ^[0-9]+$ ]] || die "SECKILL_METRICS_ADDR must be HOST:PORT, not '$MADDR'"
 read -r -a EXTRA <<<"${LT_ARGS:-}"
 # The crowd speaks from one address (127.0.0.1), and in the admin-delta run a
 # buyer orders several times within a second: the rate limits would refuse
@@ -67,7 +71,7 @@ if lt_healthy "$ADDR"; then
     say "reusing the seckilld answering on $ADDR"
 else
     se_port_busy "${ADDR##*:}" && die "$ADDR is taken by something that is not a healthy seckilld"
-    lt_daemon_start "$ADDR" "$OUT/seckilld.log" || die "seckilld could not start on $ADDR"
+    lt_daemon_start "$ADDR" "$OUT/seckilld.log" "$MADDR" || die "seckilld could not start on $ADDR"
 fi
 
 failed=()
@@ -78,7 +82,7 @@ run() {
     shift
     [[ -n ${NO_ANSWERS:-} ]] || keep=(--answers "$OUT/$name.answers")
     say "=== $name"
-    "$LOADTEST" --url "http://$ADDR" --seed "$SEED" --label "$name" \
+    "$LOADTEST" --url "http://$ADDR" --admin-url "http://$MADDR" --seed "$SEED" --label "$name" \
         --report "$OUT/$name.html" "${keep[@]}" "$@" "${EXTRA[@]}" || st=$?
     ((st == 0)) || failed+=("$name (exit $st)")
 }

@@ -4,7 +4,10 @@
 # With SECKILL_RUN_INSTANCES=N (`make run INSTANCES=N`, N up to 8) N daemons
 # run on loopback ports of their own behind HAProxy, which listens on
 # SECKILL_HTTP_ADDR instead; one that dies is taken out of the rotation and
-# the others go on.  Ctrl-C stops HAProxy too.
+# the others go on.  Ctrl-C stops HAProxy too.  Each daemon's internal
+# listener (/metrics, /healthz, the admin API) is on a loopback port of its
+# own, never behind HAProxy: SECKILL_METRICS_ADDR (127.0.0.1:9464) for one
+# daemon, SECKILL_RUN_METRICS_PORT (9464) and the next ports for several.
 #
 # Env in: BUILD (default build), SECKILL_REDIS_PORT (6380), SECKILL_PG_PORT
 #         (5433), SECKILL_HTTP_ADDR (127.0.0.1:8080), SECKILL_ADMIN_TOKEN
@@ -13,7 +16,8 @@
 #         var/buyer-secret, likewise generated), SECKILL_RUN_INSTANCES (1),
 #         SECKILL_RUN_BACKEND_PORT (18081: the first daemon's port behind
 #         HAProxy, the others the next ones; a taken port is replaced by a
-#         free one), SECKILL_REDIS_TOPOLOGY (single; sentinel: `make run
+#         free one), SECKILL_RUN_METRICS_PORT (9464: likewise, their internal
+#         listeners), SECKILL_REDIS_TOPOLOGY (single; sentinel: `make run
 #         REDIS=sentinel`; cluster: `make run REDIS=cluster`, read by
 #         scripts/stack.sh with its SECKILL_REDIS_CLUSTER_* settings); any other SECKILL_*
 #         setting is passed through to the daemons.  Secrets go by
@@ -25,6 +29,7 @@ HEALTH_WAIT=15
 STOP_WAIT=15
 MAX_INSTANCES=8
 BACKEND_BASE_PORT=18081
+METRICS_BASE_PORT=9464
 HAPROXY_STOP_WAIT=5
 
 die() {
@@ -234,46 +239,63 @@ elif [[ ${SECKILL_REDIS_URL:-} == redis-cluster://* ]]; then
     HINT=" (REDIS=cluster needs a seckilld that reads redis-cluster:// URLs)"
 fi
 
-# start_daemon ADDR LOG: seckilld serve on ADDR, in the background.
+# start_daemon ADDR LOG MADDR: seckilld serve on ADDR, its internal listener
+# on MADDR, in the background.
 start_daemon() {
-    SECKILL_HTTP_ADDR=$1 "$DAEMON" serve </dev/null >>"$2" 2>&1 &
+    SECKILL_HTTP_ADDR=$1 SECKILL_METRICS_ADDR=$3 "$DAEMON" serve </dev/null >>"$2" 2>&1 &
     DPIDS+=("$!")
 }
 
 if ((INSTANCES == 1)); then
+    MADDR=${SECKILL_METRICS_ADDR:-127.0.0.1:$METRICS_BASE_PORT}
+    [[ ${MADDR##*:} =~ ^[0-9]+$ ]] || die "SECKILL_METRICS_ADDR must be HOST:PORT, got '$MADDR'"
+    ADMIN_BASE=http://$MADDR
     : >>"$LOG"
     LOG_OFFSET=$(($(stat -c %s "$LOG") + 1))
-    say "starting $DAEMON serve on $ADDR (log: $LOG)"
-    start_daemon "$ADDR" "$LOG"
+    say "starting $DAEMON serve on $ADDR, internal API on $MADDR (log: $LOG)"
+    start_daemon "$ADDR" "$LOG" "$MADDR"
     wait_healthy "$BASE" "${DPIDS[0]}" "$LOG"
     say "healthy: $BASE/healthz"
 else
     # The daemons, on BACKEND_BASE_PORT and the next ports (a taken one is
     # replaced by a free one), each with its own log.
     BPORTS=()
+    MPORTS=()
     BLOGS=()
     BOFFSETS=()
     p=${SECKILL_RUN_BACKEND_PORT:-$BACKEND_BASE_PORT}
     if ! [[ $p =~ ^[0-9]+$ ]] || ((p < 1 || p + INSTANCES - 1 > 65535)); then
         die "bad SECKILL_RUN_BACKEND_PORT: $p"
     fi
-    for ((i = 1; i <= INSTANCES; i++, p++)); do
+    mp=${SECKILL_RUN_METRICS_PORT:-$METRICS_BASE_PORT}
+    if ! [[ $mp =~ ^[0-9]+$ ]] || ((mp < 1 || mp + INSTANCES - 1 > 65535)); then
+        die "bad SECKILL_RUN_METRICS_PORT: $mp"
+    fi
+    for ((i = 1; i <= INSTANCES; i++, p++, mp++)); do
         bp=$p
         if [[ $bp == "$HTTP_PORT" ]] || se_port_busy "$bp"; then
             bp=$(se_free_port "$HTTP_PORT" "${BPORTS[@]}") || die "no free port for seckilld-$i"
             say "port $p is taken; seckilld-$i uses $bp"
         fi
         BPORTS+=("$bp")
+        m=$mp
+        if [[ $m == "$HTTP_PORT" ]] || [[ " ${BPORTS[*]} ${MPORTS[*]} " == *" $m "* ]] || se_port_busy "$m"; then
+            m=$(se_free_port "$HTTP_PORT" "${BPORTS[@]}" "${MPORTS[@]}") || die "no free port for seckilld-$i"
+            say "port $mp is taken; seckilld-$i's internal listener uses $m"
+        fi
+        MPORTS+=("$m")
         BLOGS+=("$VAR/seckilld-$i.log")
         : >>"${BLOGS[-1]}"
         BOFFSETS+=("$(($(stat -c %s "${BLOGS[-1]}") + 1))")
-        say "starting $DAEMON serve on 127.0.0.1:$bp (seckilld-$i, log: ${BLOGS[-1]})"
-        SECKILL_HTTP_TRUSTED_PROXIES=$HAPROXY_SOURCE start_daemon "127.0.0.1:$bp" "${BLOGS[-1]}"
+        say "starting $DAEMON serve on 127.0.0.1:$bp, internal 127.0.0.1:$m (seckilld-$i, log: ${BLOGS[-1]})"
+        SECKILL_HTTP_TRUSTED_PROXIES=$HAPROXY_SOURCE start_daemon "127.0.0.1:$bp" "${BLOGS[-1]}" "127.0.0.1:$m"
     done
     for ((i = 0; i < INSTANCES; i++)); do
         wait_healthy "http://127.0.0.1:${BPORTS[i]}" "${DPIDS[i]}" "${BLOGS[i]}"
     done
-    say "healthy: $INSTANCES daemons on 127.0.0.1:${BPORTS[*]}"
+    say "healthy: $INSTANCES daemons on 127.0.0.1:${BPORTS[*]} (internal: ${MPORTS[*]})"
+    # the admin API of the first; every daemon serves it for all SKUs
+    ADMIN_BASE=http://127.0.0.1:${MPORTS[0]}
 
     # HAProxy: its config and log under var/haproxy (scripts/stack-env.sh).
     HDIR=$VAR/haproxy
@@ -296,12 +318,12 @@ admin_curl() {
 if [[ -z $SECKILL_ADMIN_TOKEN ]]; then
     say "SECKILL_ADMIN_TOKEN is empty: admin API disabled, no demo SKU created"
 else
-    code=$(admin_curl -o /dev/null -w '%{http_code}' "$BASE/admin/v1/skus/1" || true)
+    code=$(admin_curl -o /dev/null -w '%{http_code}' "$ADMIN_BASE/admin/v1/skus/1" || true)
     case $code in
     404)
         out=$(admin_curl -w '\n%{http_code}' -X POST -H 'Content-Type: application/json' \
             -d '{"id":1,"name":"demo flash sale","stock":100,"per_user_limit":2}' \
-            "$BASE/admin/v1/skus" || true)
+            "$ADMIN_BASE/admin/v1/skus" || true)
         code=${out##*$'\n'}
         if [[ $code == 2?? ]]; then
             say "created demo SKU 1 (stock 100, 2 per user)"
@@ -343,10 +365,12 @@ seckill is running on $BASE   ($where; Ctrl-C stops everything)
   curl -sS -H "Authorization: Bearer \$($CTL_REL token --user 42)" $BASE/api/v1/orders/ORDER_ID
   # view SKU 1
   curl -sS $BASE/api/v1/skus/1
-  # admin: add 10 units
-  curl -sS -X POST -H "Authorization: Bearer \$SECKILL_ADMIN_TOKEN" -H 'Content-Type: application/json' -d '{"delta":10,"reason":"restock"}' $BASE/admin/v1/skus/1/stock-adjustments
+  # admin (the internal listener, $ADMIN_BASE): add 10 units
+  curl -sS -X POST -H "Authorization: Bearer \$SECKILL_ADMIN_TOKEN" -H 'Content-Type: application/json' -d '{"delta":10,"reason":"restock"}' $ADMIN_BASE/admin/v1/skus/1/stock-adjustments
   # admin: view SKU 1
-  curl -sS -H "Authorization: Bearer \$SECKILL_ADMIN_TOKEN" $BASE/admin/v1/skus/1
+  curl -sS -H "Authorization: Bearer \$SECKILL_ADMIN_TOKEN" $ADMIN_BASE/admin/v1/skus/1
+  # metrics (the internal listener only; $BASE/metrics is 404)
+  curl -sS $ADMIN_BASE/metrics
 
 EOF
 

@@ -317,6 +317,9 @@ defaults
 
 frontend seckill
     bind $bind
+    # The buyer API and the cheap /healthz only: /metrics and the admin API
+    # are on each daemon's internal listener (metrics_addr), never public.
+    http-request return status 404 content-type application/json string "{\"error\":\"not_found\"}" hdr Cache-Control no-store unless { path_beg /api/ } || { path /healthz }
     default_backend seckilld
 
 backend seckilld

@@ -68,8 +68,11 @@ static const struct cfg_def defs[] = {
       "whole: past it the request is answered 503 with Retry-After (keep it below the load "
       "balancer's server timeout)"),
     I(health_timeout_ms, 1000, 50, 60000,
-      "GET /healthz answers within this whatever the stores do: a store that has not answered by "
-      "then is reported down (keep it below the load balancer's check timeout)"),
+      "a health probe waits this long for a store; a store whose last good probe is older than "
+      "health_probe_interval_ms plus this is reported down by GET /healthz"),
+    I(health_probe_interval_ms, 250, 20, 60000,
+      "the probe threads check Redis and PostgreSQL this often in the background; GET /healthz "
+      "answers from their latest result at once, never waiting on a store"),
     I(max_body_bytes, 4096, 64, 1048576, "largest accepted request body"),
     I(max_header_bytes, 8192, 512, 1048576, "largest accepted header block"),
     I(max_idempotency_key_bytes, 128, 8, 200, "longest accepted Idempotency-Key"),
@@ -224,6 +227,16 @@ static const struct cfg_def defs[] = {
     I(metrics_max_skus, 1000, 0, 100000,
       "SKUs whose gauges /metrics reads from Redis and PostgreSQL (open sales first, then the "
       "newest; 0: none)"),
+    S(metrics_addr, "127.0.0.1:9464",
+      "the internal listener (host:port): /metrics, /healthz and the admin API; keep it off the "
+      "public network (http_addr answers /metrics 404)"),
+    I(metrics_max_connections, 64, 1, 100000,
+      "open connections to metrics_addr; beyond, new ones are closed at once"),
+    I(metrics_refresh_ms, 2000, 0, 3600000,
+      "the per-SKU gauges of /metrics are read from the stores at most this often, one read at a "
+      "time; scrapes in between get the last read (0: every scrape reads, still one at a time)"),
+    I(admin_on_public, 0, 0, 1,
+      "1: the admin API (with its token) is served on http_addr as well, for a one-port set-up"),
     S(log_level, "info", "debug, info, warn or error"),
 };
 
@@ -572,6 +585,15 @@ int cfg_check(const struct cfg *c, char *err, size_t errlen)
                  "redis_timeout_ms (%" PRId64 ") must be below a third of lock_ttl_ms (%" PRId64
                  "): the watchdog renews every third of a lease, one command at a time",
                  c->redis_timeout_ms, c->lock_ttl_ms);
+        return -1;
+    }
+    /* Two listeners on one address would split its connections between the
+     * public and the internal API at random. */
+    if (!c->metrics_addr[0] || strcmp(c->metrics_addr, c->http_addr) == 0) {
+        snprintf(err, errlen,
+                 "metrics_addr (\"%s\") must be a host:port other than http_addr (\"%s\"): the "
+                 "internal listener serves /metrics and the admin API apart from the public one",
+                 c->metrics_addr, c->http_addr);
         return -1;
     }
     if (strcmp(c->order_ack, "durable") != 0 && strcmp(c->order_ack, "reserved") != 0) {

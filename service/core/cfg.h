@@ -34,7 +34,8 @@ struct cfg {
     int64_t http_max_connections;          /* open connections, all clients */
     int64_t http_max_connections_per_addr; /* open connections of one client address */
     int64_t request_deadline_ms;           /* every store wait of one request, together */
-    int64_t health_timeout_ms;             /* /healthz answers within this */
+    int64_t health_timeout_ms;             /* a store probe waits at most this */
+    int64_t health_probe_interval_ms;      /* the probe threads check each store this often */
     int64_t max_body_bytes;                /* larger bodies are refused (400) */
     int64_t max_header_bytes;              /* larger header blocks are refused */
     int64_t max_idempotency_key_bytes;
@@ -107,6 +108,10 @@ struct cfg {
     int64_t writer_retry_ms;            /* pause after a failed batch */
     int64_t dead_letter_max;            /* entries kept per SKU's dead-letter stream */
     int64_t metrics_max_skus;           /* SKUs with per-SKU gauges on /metrics */
+    char *metrics_addr;                 /* the internal listener: metrics, health, admin */
+    int64_t metrics_max_connections;    /* open connections to the internal listener */
+    int64_t metrics_refresh_ms;         /* per-SKU gauges are read at most this often */
+    int64_t admin_on_public;            /* 1: the admin API on http_addr as well */
     char *log_level;                    /* debug, info, warn, error */
 };
 

@@ -137,9 +137,14 @@ static const struct {
     [M_RATE_LIMITED_PAYMENT_AUTH] = {RATE_LIMITED, "scope=\"payment_auth\""},
 #undef RATE_LIMITED
     [M_METRICS_SCRAPE_ERRORS] = {"seckill_metrics_scrape_errors_total",
-                                 "scrapes of /metrics whose per-SKU gauges were left out because "
-                                 "Redis or PostgreSQL failed (or no worker was free)",
+                                 "reads of the per-SKU gauges of /metrics that failed because "
+                                 "Redis or PostgreSQL did (the scrapes until the next read leave "
+                                 "them out)",
                                  NULL},
+    [M_METRICS_REFRESHES] = {"seckill_metrics_refreshes_total",
+                             "reads of the per-SKU gauges of /metrics from Redis and PostgreSQL "
+                             "(one at a time, at most one per metrics_refresh_ms)",
+                             NULL},
 #define TRANSITIONS "seckill_order_transitions_total", "orders that changed state, by transition"
     [M_ORDERS_TO_CONFIRMED] = {TRANSITIONS, "from=\"pending\",to=\"confirmed\""},
     [M_ORDERS_TO_REJECTED] = {TRANSITIONS, "from=\"pending\",to=\"rejected\""},

@@ -72,7 +72,8 @@ enum metric {
     M_RATE_LIMITED_ADDR,         /* the buyer API, per client address */
     M_RATE_LIMITED_ADMIN_AUTH,   /* failed admin authentications, per client address */
     M_RATE_LIMITED_PAYMENT_AUTH, /* failed payment callback authentications, per address */
-    M_METRICS_SCRAPE_ERRORS,     /* scrapes whose per-SKU block was left out (a store failed) */
+    M_METRICS_SCRAPE_ERRORS,     /* per-SKU reads that failed: their block is left out */
+    M_METRICS_REFRESHES, /* per-SKU reads from the stores (at most one per metrics_refresh_ms) */
     /* the order's life, one sample each of seckill_order_transitions_total{from=,to=} */
     M_ORDERS_TO_CONFIRMED,      /* pending -> confirmed (a writer's commit) */
     M_ORDERS_TO_REJECTED,       /* pending -> rejected */

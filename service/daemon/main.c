@@ -18,7 +18,9 @@
 #include "core/cfg.h"
 #include "core/embedded.h"
 #include "core/log.h"
+#include "http/handle_metrics.h"
 #include "http/limits.h"
+#include "http/metrics_cache.h"
 #include "http/routes.h"
 #include "http/server.h"
 #include "order/order_sweeper.h"
@@ -85,7 +87,8 @@ static int serve(const struct cfg *c)
     evsignal_add(sigterm, NULL);
 
     int rc = 1;
-    struct http_server *http = NULL;
+    struct http_server *http = NULL, *internal = NULL;
+    struct metrics_cache *gauges = NULL;
     struct order_writer *writer = NULL;
     struct reconciler *reconciler = NULL;
     struct order_sweeper *sweeper = NULL;
@@ -119,8 +122,27 @@ static int serve(const struct cfg *c)
     if (!reconciler)
         goto out;
     limits_init(c); /* before the loops that consult them */
-    http = http_server_start(c, ws, routes_dispatch, err, sizeof err);
+    /* Before the internal listener whose scrapes read it. */
+    gauges = metrics_cache_start(c, err, sizeof err);
+    if (!gauges)
+        goto out;
+    handle_metrics_init(gauges);
+    const struct http_listen public_ln = {.setting = "http_addr",
+                                          .addr = c->http_addr,
+                                          .threads = c->http_threads,
+                                          .max_connections = c->http_max_connections};
+    /* One loop: metrics, health and admin requests are few, and their
+     * blocking work runs on the workers and the cache's thread. */
+    const struct http_listen internal_ln = {.setting = "metrics_addr",
+                                            .addr = c->metrics_addr,
+                                            .threads = 1,
+                                            .max_connections = c->metrics_max_connections,
+                                            .internal = 1};
+    http = http_server_start(c, &public_ln, ws, routes_dispatch, err, sizeof err);
     if (!http)
+        goto out;
+    internal = http_server_start(c, &internal_ln, ws, routes_dispatch, err, sizeof err);
+    if (!internal)
         goto out;
     writer = order_writer_start(c, err, sizeof err);
     if (!writer)
@@ -128,8 +150,9 @@ static int serve(const struct cfg *c)
     sweeper = order_sweeper_start(c, err, sizeof err);
     if (!sweeper)
         goto out;
-    log_info("seckilld listening on %s (%" PRId64 " HTTP threads, %" PRId64 " writers)",
-             c->http_addr, c->http_threads, c->writer_threads);
+    log_info("seckilld listening on %s (%" PRId64 " HTTP threads, %" PRId64
+             " writers), internal API on %s",
+             c->http_addr, c->http_threads, c->writer_threads, c->metrics_addr);
     event_base_dispatch(base);
     rc = 0;
 out:
@@ -142,7 +165,11 @@ out:
     order_sweeper_stop(sweeper);
     order_writer_stop(writer);
     workers_drain(ws);
+    metrics_cache_stop(gauges); /* its last answers, too, reach running loops */
+    http_server_stop(internal);
     http_server_stop(http);
+    handle_metrics_init(NULL);
+    metrics_cache_free(gauges);
     limits_free();
     workers_free(ws);
     /* After everything that may ask it for a pass (writers, workers). */

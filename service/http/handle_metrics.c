@@ -1,77 +1,71 @@
 #include "http/handle_metrics.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <strings.h>
 
-#include "core/clock.h"
 #include "core/metrics.h"
-#include "order/soldout.h"
-#include "sku/sku_gauges.h"
 
 #define CONTENT_TYPE "text/plain; version=0.0.4"
 
-struct metrics_job {
-    struct job job; /* first: the pool hands back this pointer */
-    struct http_req req;
-    struct metrics_sku *skus; /* NULL: left out */
-    size_t n;
-};
+static struct metrics_cache *cache;
 
-static void job_run(struct job *j, struct worker_ctx *w)
+void handle_metrics_init(struct metrics_cache *mc)
 {
-    struct metrics_job *mj = (struct metrics_job *)j;
-    if (w->cfg->metrics_max_skus > 0 && sku_gauges_read(w, &mj->skus, &mj->n) != 0)
-        metrics_add(M_METRICS_SCRAPE_ERRORS, 1);
+    cache = mc;
 }
 
-struct flagged {
-    int64_t sku[SOLDOUT_SLOTS]; /* one flag per slot at most */
-    size_t n;
-};
-
-static void note_flagged(int64_t sku, void *arg)
+/* Whether an Accept-Encoding value lists gzip (or x-gzip) with a weight
+ * above 0 (RFC 9110 12.5.3: "gzip", "gzip;q=0.5"; "gzip;q=0" refuses it).
+ * "*" is not taken: a client that names nothing gets the plain text. */
+static int accepts_gzip(const char *ae)
 {
-    struct flagged *f = arg;
-    if (f->n < SOLDOUT_SLOTS)
-        f->sku[f->n++] = sku;
+    char item[64];
+    while (ae && *ae) {
+        size_t len = strcspn(ae, ",");
+        snprintf(item, sizeof item, "%.*s", (int)(len < sizeof item ? len : sizeof item - 1), ae);
+        ae += len + (ae[len] == ',');
+        char *p = item + strspn(item, " \t");
+        size_t tok = strcspn(p, "; \t");
+        if (!((tok == 4 && strncasecmp(p, "gzip", 4) == 0) ||
+              (tok == 6 && strncasecmp(p, "x-gzip", 6) == 0)))
+            continue;
+        const char *q = strcasestr(p + tok, "q=");
+        if (!q || strtod(q + 2, NULL) > 0)
+            return 1;
+    }
+    return 0;
 }
 
-static void job_done(struct job *j)
+/* The answer, on the request's loop, from the last refresh: compressed when
+ * the scraper accepts gzip (Prometheus does). */
+static void answer(const struct metrics_text *t, void *arg)
 {
-    struct metrics_job *mj = (struct metrics_job *)j;
-    /* Past the request's deadline in the queue: the SKU block is left out,
-     * as when its reads fail. */
-    if (j->late && http_loop_cfg(mj->req.loop)->metrics_max_skus > 0)
-        metrics_add(M_METRICS_SCRAPE_ERRORS, 1);
-    /* This process's local sold-out flags (order/soldout.h), read on the
-     * loop from memory. */
-    struct flagged *f = calloc(1, sizeof *f);
-    if (!f)
-        abort();
-    if (http_loop_cfg(mj->req.loop)->sold_out_flag_ms > 0)
-        (void)soldout_each(soldout_shared(), clock_mono_ms(), note_flagged, f);
-    size_t len;
-    char *text = metrics_render_skus(mj->skus, mj->n, f->sku, f->n, &len);
-    http_reply_raw(&mj->req, 200, CONTENT_TYPE, text, len);
-    free(text);
-    free(f);
-    free(mj->skus);
-    free(mj);
+    struct http_req *r = arg;
+    if (t && t->gz && accepts_gzip(http_header(r, "Accept-Encoding"))) {
+        http_add_header(r, "Content-Encoding", "gzip");
+        http_add_header(r, "Vary", "Accept-Encoding");
+        http_reply_raw(r, 200, CONTENT_TYPE, (const char *)t->gz, t->gz_len);
+    } else if (t) {
+        http_add_header(r, "Vary", "Accept-Encoding");
+        http_reply_raw(r, 200, CONTENT_TYPE, t->text, t->len);
+    } else { /* stopping: the process's own numbers */
+        size_t len;
+        char *own = metrics_render(&len);
+        http_reply_raw(r, 200, CONTENT_TYPE, own, len);
+        free(own);
+    }
+    free(r);
 }
 
 void handle_metrics_get(struct http_req *r, int64_t id)
 {
     (void)id;
-    struct metrics_job *mj = calloc(1, sizeof *mj);
-    if (!mj)
+    struct http_req *copy = malloc(sizeof *copy);
+    if (!copy)
         abort();
-    mj->req = *r;
-    mj->job.run = job_run;
-    mj->job.done = job_done;
-    /* Urgent, like admin jobs: a flood of buyer lookups must not starve it. */
-    if (http_try_submit(r, &mj->job, 1) == 0)
-        return;
-    /* No worker: the process's own numbers still answer. */
-    if (http_loop_cfg(r->loop)->metrics_max_skus > 0)
-        metrics_add(M_METRICS_SCRAPE_ERRORS, 1);
-    job_done(&mj->job);
+    *copy = *r;
+    if (metrics_cache_get(cache, http_loop_base(r->loop), answer, copy) != 0)
+        answer(NULL, copy); /* no cache, or it stops */
 }

@@ -149,41 +149,23 @@ void handle_sku_reload(struct http_req *r, int64_t sku)
     submit(new_job(r, OP_RELOAD, sku));
 }
 
-/* ---- GET /healthz: answered within health_timeout_ms ---------------------- */
+/* ---- GET /healthz: the probe threads' latest result, at once -------------- */
 
-/* One health check on its loop: the probes' reports (store/health.h) or its
- * timer, whichever comes first, make the answer. */
-struct health_check {
-    struct http_req req;
-    struct event timer;
-    int refs;     /* the timer's, until it answered or was cancelled, and one per report to come */
-    int answered; /* the answer went out */
-    int reported[HEALTH_STORES];
+/* Not on the worker pool and never waiting on a store: slow jobs filling the
+ * pool, or a scrape storm, must not hold up the load balancer's checks. */
+void handle_sku_health(struct http_req *r, int64_t unused)
+{
+    (void)unused;
     struct health_report rep[HEALTH_STORES];
-};
-
-/* Drops n references; the last frees hc. */
-static void health_check_unref(struct health_check *hc, int n)
-{
-    hc->refs -= n;
-    if (hc->refs == 0)
-        free(hc);
-}
-
-/* The answer from the reports so far: a store without one did not answer
- * within health_timeout_ms. */
-static void health_answer(struct health_check *hc)
-{
-    const struct health_report *rd = &hc->rep[HEALTH_REDIS], *pg = &hc->rep[HEALTH_POSTGRES];
-    int redis_in_time = hc->reported[HEALTH_REDIS] && rd->probed;
-    int pg_in_time = hc->reported[HEALTH_POSTGRES] && pg->probed;
+    http_health_read(r, rep);
+    const struct health_report *rd = &rep[HEALTH_REDIS], *pg = &rep[HEALTH_POSTGRES];
     /* A cluster with a master down still sells the SKUs of the others: a
      * load balancer must not take the instance out for it. */
-    int redis_ok = redis_in_time && rd->up > 0, pg_ok = pg_in_time && pg->up > 0;
+    int redis_ok = rd->probed && rd->up > 0, pg_ok = pg->probed && pg->up > 0;
     const char *redis = !redis_ok ? "down" : rd->total == rd->up ? "ok" : "degraded";
     json_t *o = json_pack("{s:s, s:s, s:s}", "status", redis_ok && pg_ok ? "ok" : "unavailable",
                           "redis", redis, "postgres", pg_ok ? "ok" : "down");
-    if (redis_in_time && rd->cluster)
+    if (rd->probed && rd->cluster)
         json_object_set_new(o, "redis_masters_down", json_integer(rd->total - rd->up));
     /* Without its functions Redis answers but runs nothing of the service. */
     enum rlock_library_state lib = redis_functions_state();
@@ -192,15 +174,19 @@ static void health_answer(struct health_check *hc)
     int lib_ok = lib != RLOCK_LIBRARY_MISSING;
     if (!lib_ok)
         json_object_set_new(o, "status", json_string("unavailable"));
-    if (!redis_in_time || !pg_in_time) {
-        char d[160];
-        snprintf(d, sizeof d, "%s%s%s did not answer within health_timeout_ms (%" PRId64 " ms)",
-                 redis_in_time ? "" : "redis", !redis_in_time && !pg_in_time ? " and " : "",
-                 pg_in_time ? "" : "postgres", http_loop_cfg(hc->req.loop)->health_timeout_ms);
+    if (!rd->probed || !pg->probed) {
+        const struct cfg *c = http_loop_cfg(r->loop);
+        char d[200];
+        snprintf(d, sizeof d,
+                 "%s%s%s did not answer a probe within health_timeout_ms (%" PRId64
+                 " ms) in the last %" PRId64 " ms",
+                 rd->probed ? "" : "redis", !rd->probed && !pg->probed ? " and " : "",
+                 pg->probed ? "" : "postgres", c->health_timeout_ms,
+                 c->health_probe_interval_ms + c->health_timeout_ms);
         json_object_set_new(o, "detail", json_string(d));
     } else if (!redis_ok || !pg_ok) {
-        /* the probe's own wait (health_timeout_ms too) ended first, or the
-         * store refused: either way it did not answer in time */
+        /* the probe's own wait (health_timeout_ms) ended first, or the store
+         * refused: either way it did not answer in time */
         char d[160];
         snprintf(d, sizeof d, "%s%s%s did not answer in time or refused the probe",
                  redis_ok ? "" : "redis", !redis_ok && !pg_ok ? " and " : "",
@@ -211,52 +197,7 @@ static void health_answer(struct health_check *hc)
                             json_string("redis lost the service's functions: seckilld migrate, or "
                                         "redis_functions_url, loads them again"));
     }
-    hc->answered = 1;
-    http_reply_json(&hc->req, redis_ok && pg_ok && lib_ok ? 200 : 503, o);
-}
-
-static void health_on_report(const struct health_report *rep, void *arg)
-{
-    struct health_check *hc = arg;
-    hc->reported[rep->store] = 1;
-    hc->rep[rep->store] = *rep;
-    int refs = 1; /* this report's */
-    if (!hc->answered && hc->reported[HEALTH_REDIS] && hc->reported[HEALTH_POSTGRES]) {
-        evtimer_del(&hc->timer);
-        health_answer(hc);
-        refs++; /* and the timer's */
-    }
-    health_check_unref(hc, refs);
-}
-
-static void health_on_timer(evutil_socket_t fd, short what, void *arg)
-{
-    struct health_check *hc = arg;
-    (void)fd;
-    (void)what;
-    health_answer(hc);
-    health_check_unref(hc, 1);
-}
-
-/* Not on the worker pool: slow jobs filling it when a store stalls must not
- * hold up the load balancer's checks. */
-void handle_sku_health(struct http_req *r, int64_t unused)
-{
-    (void)unused;
-    struct health_check *hc = calloc(1, sizeof *hc);
-    if (!hc)
-        abort();
-    hc->req = *r;
-    hc->refs = 1 + HEALTH_STORES;
-    if (http_health_ask(r, health_on_report, hc) != 0) {
-        free(hc);
-        http_reply_unavailable(r);
-        return;
-    }
-    int64_t ms = http_loop_cfg(r->loop)->health_timeout_ms;
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
-    evtimer_assign(&hc->timer, http_loop_base(r->loop), health_on_timer, hc);
-    evtimer_add(&hc->timer, &tv);
+    http_reply_json(r, redis_ok && pg_ok && lib_ok ? 200 : 503, o);
 }
 
 void handle_sku_create(struct http_req *r, int64_t unused)

@@ -136,29 +136,36 @@ const struct http_answer routes_unrouted_answers[] = {
 /* The order route first: it is most of a sale's traffic. */
 const struct routes_route routes_table[] = {
     {ROUTE("POST", "/api/v1/skus/{sku_id}/orders"), .operation = "placeOrder", .buyer = 1,
-     .addr_limited = 1, .handle = handle_order_place, .answers = place_order_answers},
+     .addr_limited = 1, .listeners = ROUTES_PUBLIC, .handle = handle_order_place,
+     .answers = place_order_answers},
     {ROUTE("GET", "/api/v1/skus/{sku_id}"), .operation = "getSku", .addr_limited = 1,
-     .handle = handle_sku_get, .answers = get_sku_answers},
+     .listeners = ROUTES_PUBLIC, .handle = handle_sku_get, .answers = get_sku_answers},
     {ROUTE("GET", "/api/v1/orders/{order_id}"), .operation = "getOrder", .buyer = 1,
-     .addr_limited = 1, .handle = handle_order_get, .answers = get_order_answers},
+     .addr_limited = 1, .listeners = ROUTES_PUBLIC, .handle = handle_order_get,
+     .answers = get_order_answers},
     {ROUTE("POST", "/api/v1/orders/{order_id}/cancel"), .operation = "cancelOrder", .buyer = 1,
-     .addr_limited = 1, .handle = handle_order_cancel, .answers = cancel_order_answers},
+     .addr_limited = 1, .listeners = ROUTES_PUBLIC, .handle = handle_order_cancel,
+     .answers = cancel_order_answers},
     {ROUTE("POST", "/admin/v1/orders/{order_id}/payment"), .operation = "payOrder", .admin = 1,
-     .payment = 1, .handle = handle_order_pay, .answers = pay_order_answers},
+     .listeners = ROUTES_INTERNAL, .payment = 1, .handle = handle_order_pay,
+     .answers = pay_order_answers},
     {ROUTE("POST", "/admin/v1/skus"), .operation = "createSku", .admin = 1,
-     .handle = handle_sku_create, .answers = create_sku_answers},
+     .listeners = ROUTES_INTERNAL, .handle = handle_sku_create, .answers = create_sku_answers},
     {ROUTE("GET", "/admin/v1/skus/{sku_id}"), .operation = "getSkuAdmin", .admin = 1,
-     .handle = handle_sku_get_admin, .answers = get_sku_admin_answers},
+     .listeners = ROUTES_INTERNAL, .handle = handle_sku_get_admin,
+     .answers = get_sku_admin_answers},
     {ROUTE("PATCH", "/admin/v1/skus/{sku_id}"), .operation = "updateSku", .admin = 1,
-     .handle = handle_sku_update, .answers = update_sku_answers},
+     .listeners = ROUTES_INTERNAL, .handle = handle_sku_update, .answers = update_sku_answers},
     {ROUTE("POST", "/admin/v1/skus/{sku_id}/reload"), .operation = "reloadSku", .admin = 1,
-     .handle = handle_sku_reload, .answers = reload_sku_answers},
+     .listeners = ROUTES_INTERNAL, .handle = handle_sku_reload, .answers = reload_sku_answers},
     {ROUTE("POST", "/admin/v1/skus/{sku_id}/stock-adjustments"), .operation = "adjustStock",
-     .admin = 1, .handle = handle_sku_adjust, .answers = adjust_stock_answers},
-    {ROUTE("GET", "/healthz"), .operation = "getHealth", .handle = handle_sku_health,
+     .admin = 1, .listeners = ROUTES_INTERNAL, .handle = handle_sku_adjust,
+     .answers = adjust_stock_answers},
+    {ROUTE("GET", "/healthz"), .operation = "getHealth",
+     .listeners = ROUTES_PUBLIC | ROUTES_INTERNAL, .handle = handle_sku_health,
      .answers = health_answers},
-    {ROUTE("GET", "/metrics"), .operation = "getMetrics", .handle = handle_metrics_get,
-     .answers = metrics_answers},
+    {ROUTE("GET", "/metrics"), .operation = "getMetrics", .listeners = ROUTES_INTERNAL,
+     .handle = handle_metrics_get, .answers = metrics_answers},
 };
 const size_t routes_count = sizeof routes_table / sizeof routes_table[0];
 
@@ -321,11 +328,21 @@ void routes_dispatch(struct http_req *r)
     enum routes_verdict v = routes_match(http_method_name(http_method(r)), http_path(r), &m);
     const struct routes_route *t = m.route;
     pthread_once(&hists_once, hists_make);
+    /* A listener answers only its own routes: on the public one, /metrics
+     * and (unless admin_on_public) the whole admin area do not exist, token
+     * or not, so no token is ever tried there. */
+    unsigned here = http_req_internal(r) ? ROUTES_INTERNAL : ROUTES_PUBLIC;
+    int admin_here = here == ROUTES_INTERNAL || http_loop_cfg(r->loop)->admin_on_public;
+    if ((m.admin_area && !admin_here) ||
+        (t && !(t->listeners & here) && !(t->admin && admin_here))) {
+        v = ROUTES_NO_ROUTE;
+        t = NULL;
+    }
     r->answers = t ? t->answers : routes_unrouted_answers;
     r->answer_hists = t ? route_hists[t - routes_table] : unrouted_hists;
     r->route = t ? t->label : NULL;
     /* The admin area asks for the token before it says what exists. */
-    if (m.admin_area && !admin_ok(r, t, v))
+    if (m.admin_area && admin_here && !admin_ok(r, t, v))
         return;
     if (v == ROUTES_NO_ROUTE) {
         http_reply_error(r, 404, "not_found", NULL);

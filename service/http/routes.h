@@ -9,10 +9,10 @@
  * list against the OpenAPI document, so code, table and document agree.
  *
  * The router answers by itself what needs no handler: 404 for an unknown
- * path, 405 (with Allow) for a known path and another method, 401 for the
- * admin area without a valid token, 429 for a client over its rate limit
- * (the buyer API, or too many failed admin tokens), 400 for a path id that
- * is not one.
+ * path or one the listener does not serve (the public listener has neither
+ * /metrics nor, unless admin_on_public, the admin area), 405 (with Allow) for a known path and
+ * another method, 401 for the admin area without a valid token, 429 for a client over its rate
+ * limit (the buyer API, or too many failed admin tokens), 400 for a path id that is not one.
  */
 #ifndef SECKILL_ROUTES_H
 #define SECKILL_ROUTES_H
@@ -21,6 +21,13 @@
 #include <stdint.h>
 
 #include "http/server.h"
+
+/* The listeners a route is served on (http/server.h: struct http_listen):
+ * a route asked for on another one is answered 404, as if it did not exist. */
+enum routes_listener {
+    ROUTES_PUBLIC = 1,   /* http_addr: the buyer API */
+    ROUTES_INTERNAL = 2, /* metrics_addr: /metrics and the admin API */
+};
 
 /* Handles one routed request; 'id' is the path's {…_id}, 0 when it has none. */
 typedef void routes_handler_fn(struct http_req *r, int64_t id);
@@ -34,6 +41,8 @@ struct routes_route {
     int payment;           /* an admin route the payment_token may call as well */
     int buyer;             /* needs a buyer token (its handler verifies it: it needs the buyer) */
     int addr_limited;      /* the buyer API: limited per client address (http/limits.h) */
+    unsigned listeners;    /* enum routes_listener bits; the admin API is also on the public
+                              listener when admin_on_public is 1 */
     routes_handler_fn *handle;
     const struct http_answer *answers; /* every answer it can give, {0} last */
 };

@@ -125,6 +125,7 @@ struct http_loop {
 
 struct http_server {
     const struct cfg *cfg;
+    struct http_listen ln;
     struct workers *workers;
     http_dispatch_fn *dispatch;
     size_t n;
@@ -645,7 +646,7 @@ static void conn_open(struct http_loop *l, evutil_socket_t fd, const char *peer,
     c->loop = l;
     c->fd = fd;
     snprintf(c->peer, sizeof c->peer, "%s", peer);
-    c->counted = !proxied;
+    c->counted = !proxied && !l->srv->ln.internal;
     c->awaiting_proxy = proxied;
     http_parse_init(&c->parser, (size_t)cfg->max_header_bytes, (size_t)cfg->max_body_bytes);
     event_assign(&c->ev_read, l->base, fd, EV_READ | EV_PERSIST, on_read, c);
@@ -665,7 +666,7 @@ static void conn_open(struct http_loop *l, evutil_socket_t fd, const char *peer,
 static int conn_admit(struct http_loop *l, evutil_socket_t fd, const char *peer)
 {
     struct http_server *s = l->srv;
-    if (atomic_fetch_add(&s->open, 1) >= s->cfg->http_max_connections) {
+    if (atomic_fetch_add(&s->open, 1) >= s->ln.max_connections) {
         atomic_fetch_sub(&s->open, 1);
         metrics_add(M_HTTP_REFUSED_GLOBAL, 1);
         evutil_closesocket(fd);
@@ -674,8 +675,8 @@ static int conn_admit(struct http_loop *l, evutil_socket_t fd, const char *peer)
     /* A load balancer's connections are many from one address: its own
      * maxconn caps them, and the clients they carry are told apart by its
      * PROXY header. */
-    int proxied = proxy_header_trusted(s->cfg->http_trusted_proxies, peer);
-    if (!proxied && addr_take(s, peer) != 0) {
+    int proxied = !s->ln.internal && proxy_header_trusted(s->cfg->http_trusted_proxies, peer);
+    if (!proxied && !s->ln.internal && addr_take(s, peer) != 0) {
         atomic_fetch_sub(&s->open, 1);
         metrics_add(M_HTTP_REFUSED_PER_ADDR, 1);
         evutil_closesocket(fd);
@@ -892,10 +893,15 @@ int http_submit(const struct http_req *r, struct job *j, int urgent)
     return -1;
 }
 
-int http_health_ask(const struct http_req *r, health_fn *fn, void *arg)
+void http_health_read(const struct http_req *r, struct health_report rep[HEALTH_STORES])
 {
     struct workers *ws = r->loop->srv->workers;
-    return ws ? health_ask(workers_health(ws), r->loop->base, fn, arg) : -1;
+    health_read(ws ? workers_health(ws) : NULL, rep);
+}
+
+int http_req_internal(const struct http_req *r)
+{
+    return r->loop->srv->ln.internal;
 }
 
 /* ---- threads ----------------------------------------------------------- */
@@ -911,12 +917,13 @@ static void *loop_main(void *arg)
  * default of 128 overflows when a sale opens thousands of connections at
  * once, and the overflow retries only after a second).  Returns the
  * non-blocking socket, or -1 with err set. */
-static evutil_socket_t listen_on(const char *addr, int backlog, char *err, size_t errlen)
+static evutil_socket_t listen_on(const char *setting, const char *addr, int backlog, char *err,
+                                 size_t errlen)
 {
     const char *colon = strrchr(addr, ':');
     char host[256];
     if (!colon || colon == addr || (size_t)(colon - addr) >= sizeof host || !colon[1]) {
-        snprintf(err, errlen, "http_addr must be host:port, not \"%s\"", addr);
+        snprintf(err, errlen, "%s must be host:port, not \"%s\"", setting, addr);
         return -1;
     }
     memcpy(host, addr, (size_t)(colon - addr));
@@ -926,7 +933,7 @@ static evutil_socket_t listen_on(const char *addr, int backlog, char *err, size_
                                     .ai_flags = EVUTIL_AI_PASSIVE | EVUTIL_AI_NUMERICSERV};
     struct evutil_addrinfo *ai = NULL;
     if (evutil_getaddrinfo(host, colon + 1, &hints, &ai) != 0 || !ai) {
-        snprintf(err, errlen, "http_addr \"%s\" does not resolve", addr);
+        snprintf(err, errlen, "%s \"%s\" does not resolve", setting, addr);
         return -1;
     }
     evutil_socket_t fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
@@ -935,7 +942,7 @@ static evutil_socket_t listen_on(const char *addr, int backlog, char *err, size_
              evutil_make_socket_nonblocking(fd) == 0 && evutil_make_socket_closeonexec(fd) == 0;
     evutil_freeaddrinfo(ai);
     if (!ok) {
-        snprintf(err, errlen, "cannot listen on %s: %s", addr, strerror(errno));
+        snprintf(err, errlen, "%s: cannot listen on %s: %s", setting, addr, strerror(errno));
         if (fd >= 0)
             evutil_closesocket(fd);
         return -1;
@@ -973,8 +980,8 @@ static int thread_init(struct http_loop *l, struct http_server *s, evutil_socket
         return -1;
     }
     l->accepting = 1;
-    if (!s->workers)
-        return 0; /* no order path (the HTTP ceiling of the bench) */
+    if (!s->workers || s->ln.internal)
+        return 0; /* no order path (the internal listener, the HTTP ceiling of the bench) */
     l->desk = order_desk_new(l->base, c, s->workers, err, errlen);
     return l->desk ? 0 : -1;
 }
@@ -997,10 +1004,10 @@ static void raise_fd_limit(const struct cfg *c)
                  (unsigned long long)rl.rlim_cur, c->http_max_connections);
 }
 
-/* A server of n loops, none set up yet, with its tables (aborts without
- * memory). */
-static struct http_server *server_new(const struct cfg *c, struct workers *ws,
-                                      http_dispatch_fn *dispatch, size_t n)
+/* A server of ln->threads loops, none set up yet, with its tables (aborts
+ * without memory). */
+static struct http_server *server_new(const struct cfg *c, const struct http_listen *ln,
+                                      struct workers *ws, http_dispatch_fn *dispatch)
 {
     for (size_t i = 0; i < PROTOCOL_ANSWERS; i++) {
         char labels[METRICS_LABELS_MAX];
@@ -1012,16 +1019,17 @@ static struct http_server *server_new(const struct cfg *c, struct workers *ws,
     if (!s)
         abort();
     s->cfg = c;
+    s->ln = *ln;
     s->workers = ws;
     s->dispatch = dispatch;
     atomic_init(&s->open, 0);
     pthread_mutex_init(&s->addr_mu, NULL);
     s->addr_seed = peer_key_seed();
     s->addr_nbuckets = 1;
-    while (s->addr_nbuckets < (size_t)c->http_max_connections * ADDR_BUCKETS_PER_CONNECTION)
+    while (s->addr_nbuckets < (size_t)ln->max_connections * ADDR_BUCKETS_PER_CONNECTION)
         s->addr_nbuckets *= 2;
     s->addr_buckets = calloc(s->addr_nbuckets, sizeof *s->addr_buckets);
-    s->n = n;
+    s->n = (size_t)ln->threads;
     s->loops = calloc(s->n, sizeof *s->loops);
     if (!s->loops || !s->addr_buckets)
         abort();
@@ -1033,7 +1041,12 @@ static struct http_server *server_new(const struct cfg *c, struct workers *ws,
 struct http_server *http_server_bare(const struct cfg *c, http_dispatch_fn *dispatch, char *err,
                                      size_t errlen)
 {
-    struct http_server *s = server_new(c, NULL, dispatch, 1);
+    /* the public listener's caps, on one loop */
+    const struct http_listen ln = {.setting = "http_addr",
+                                   .addr = c->http_addr,
+                                   .threads = 1,
+                                   .max_connections = c->http_max_connections};
+    struct http_server *s = server_new(c, &ln, NULL, dispatch);
     struct http_loop *l = &s->loops[0];
     if (loop_init(l, s, err, errlen) != 0) {
         http_server_stop(s);
@@ -1059,14 +1072,15 @@ int http_server_adopt(struct http_server *s, int fd, const char *peer)
     return conn_admit(&s->loops[0], fd, peer);
 }
 
-struct http_server *http_server_start(const struct cfg *c, struct workers *ws,
-                                      http_dispatch_fn *dispatch, char *err, size_t errlen)
+struct http_server *http_server_start(const struct cfg *c, const struct http_listen *ln,
+                                      struct workers *ws, http_dispatch_fn *dispatch, char *err,
+                                      size_t errlen)
 {
     raise_fd_limit(c);
-    evutil_socket_t fd = listen_on(c->http_addr, (int)c->http_backlog, err, errlen);
+    evutil_socket_t fd = listen_on(ln->setting, ln->addr, (int)c->http_backlog, err, errlen);
     if (fd < 0)
         return NULL;
-    struct http_server *s = server_new(c, ws, dispatch, (size_t)c->http_threads);
+    struct http_server *s = server_new(c, ln, ws, dispatch);
     for (size_t i = 0; i < s->n; i++) {
         /* Every loop accepts on the one socket; each closes its own copy. */
         evutil_socket_t mine = i + 1 < s->n ? dup(fd) : fd;

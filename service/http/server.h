@@ -1,7 +1,8 @@
 /*
  * server: the HTTP front of seckilld, without knowing any route.
  *
- * cfg->http_threads libevent loops share one listening socket; each serves
+ * One server per listener (struct http_listen: the public http_addr, the
+ * internal metrics_addr).  Its libevent loops share one listening socket; each serves
  * its connections itself (HTTP/1.1 over plain non-blocking sockets, requests
  * read by the strict parser of http/request_parse.h) and has its own order
  * desk (order/order_desk.h: the async Redis client of the order path).
@@ -16,7 +17,8 @@
  * connection closed.  Deadlines: the whole request (http_request_timeout_ms,
  * 408), an idle keep-alive connection (http_idle_timeout_ms), an answer's
  * whole write from its first stall (http_write_timeout_ms: one deadline, not
- * renewed by progress); caps: http_max_connections and
+ * renewed by progress); caps: the listener's max_connections
+ * (http_max_connections, metrics_max_connections) and, on the public one,
  * http_max_connections_per_addr, per client as http/peer_key.h says (beyond
  * them a new connection is closed at once, unread).  A connection's buffers
  * go back to their base size once a larger request or answer is done.
@@ -73,9 +75,25 @@ extern const struct http_answer http_protocol_answers[];
 /* Routes one request; runs on its loop. */
 typedef void http_dispatch_fn(struct http_req *req);
 
-/* Binds cfg->http_addr and starts the loops.  Returns NULL (err set) on failure. */
-struct http_server *http_server_start(const struct cfg *c, struct workers *ws,
-                                      http_dispatch_fn *dispatch, char *err, size_t errlen);
+/* One listener of the process: the public one (http_addr: the buyer API)
+ * or the internal one (metrics_addr: /metrics, /healthz, the admin API).
+ * The strings are borrowed and must outlive the server. */
+struct http_listen {
+    const char *setting;     /* the setting that names addr, for messages ("http_addr") */
+    const char *addr;        /* host:port */
+    int64_t threads;         /* its event loops */
+    int64_t max_connections; /* its cap on open connections */
+    /* The internal listener: no order desk (it takes no orders), no
+     * per-address cap and no PROXY header (its clients are the operators'
+     * own: their count is capped by max_connections alone). */
+    int internal;
+};
+
+/* Binds ln->addr and starts ln->threads loops.  Returns NULL (err set) on
+ * failure. */
+struct http_server *http_server_start(const struct cfg *c, const struct http_listen *ln,
+                                      struct workers *ws, http_dispatch_fn *dispatch, char *err,
+                                      size_t errlen);
 
 /* Refuses new orders, lets reservations in flight get their answer, joins
  * the threads and frees s.  NULL is a no-op. */
@@ -145,7 +163,7 @@ size_t http_body_len(const struct http_req *r);
 
 /* Queues j on the worker pool with r's deadline; its 'done' runs on r's
  * loop, and must answer 503 (http_reply_unavailable) when j->late says the
- * deadline passed before j could run.  'urgent' jobs (admin, metrics) pass
+ * deadline passed before j could run.  'urgent' jobs (admin) pass
  * buyer lookups.  Returns 0; -1 after replying 503 (the pool is full or
  * stopping): the caller still owns j. */
 int http_submit(const struct http_req *r, struct job *j, int urgent)
@@ -155,10 +173,11 @@ int http_submit(const struct http_req *r, struct job *j, int urgent)
 int http_try_submit(const struct http_req *r, struct job *j, int urgent)
     __attribute__((warn_unused_result));
 
-/* Asks the pool's health probes about both stores (store/health.h): fn runs
- * on r's loop once per store.  Returns 0, or -1 (fn will not run; nothing
- * answered) when there is no pool or it is stopping. */
-int http_health_ask(const struct http_req *r, health_fn *fn, void *arg)
-    __attribute__((warn_unused_result));
+/* The latest result of the pool's health probes (store/health.h), read
+ * at once: nothing probed when there is no pool or it is stopping. */
+void http_health_read(const struct http_req *r, struct health_report rep[HEALTH_STORES]);
+
+/* Whether r came in on the internal listener (struct http_listen). */
+int http_req_internal(const struct http_req *r);
 
 #endif

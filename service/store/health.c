@@ -1,9 +1,11 @@
 #include "store/health.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/clock.h"
 #include "core/log.h"
@@ -11,31 +13,23 @@
 #include "store/pgwait.h"
 #include "store/redis_conn.h"
 
-/* One ask of one store, from health_ask() to its report on the asking loop. */
-struct ask {
-    struct ask *next;
-    struct event_base *base;
-    health_fn *fn;
-    void *arg;
-    struct health_report rep;
-};
-
 /* The thread and connection of one store. */
 struct prober {
     struct health *h;
     enum health_store store;
-    pthread_cond_t cv;
-    struct ask *pending; /* under h->mu: the next probe's asks */
     pthread_t tid;
     int started;
-    struct redis_conn redis; /* HEALTH_REDIS */
-    struct db_conn db;       /* HEALTH_POSTGRES */
+    struct redis_conn redis;   /* HEALTH_REDIS */
+    struct db_conn db;         /* HEALTH_POSTGRES */
+    struct health_report last; /* under h->mu */
+    int64_t last_at_ms;        /* under h->mu: when 'last' ended (clock_mono_ms), 0: never */
 };
 
 struct health {
     pthread_mutex_t mu;
+    pthread_cond_t cv; /* wakes the probe threads early to stop */
     int stopping;
-    int64_t timeout_ms;
+    int64_t timeout_ms, interval_ms;
     struct prober p[HEALTH_STORES];
 };
 
@@ -64,28 +58,18 @@ static void probe_postgres(struct prober *p, struct health_report *rep)
     pgwait_set_thread_deadline(0);
 }
 
-static void on_report(evutil_socket_t fd, short what, void *arg)
+/* One probe of p's store; its result replaces the last one. */
+static void probe_once(struct prober *p)
 {
-    struct ask *a = arg;
-    (void)fd;
-    (void)what;
-    a->fn(&a->rep, a->arg);
-    free(a);
-}
-
-/* Hands rep to every ask of the list on its own loop. */
-static void report(struct ask *list, const struct health_report *rep)
-{
-    while (list) {
-        struct ask *a = list;
-        list = a->next;
-        a->rep = *rep;
-        struct timeval now = {0, 0};
-        if (event_base_once(a->base, -1, EV_TIMEOUT, on_report, a, &now) != 0) {
-            log_error("cannot hand a health report back to its loop");
-            abort();
-        }
-    }
+    struct health_report rep = {.store = p->store, .probed = 1};
+    if (p->store == HEALTH_REDIS)
+        probe_redis(p, &rep);
+    else
+        probe_postgres(p, &rep);
+    pthread_mutex_lock(&p->h->mu);
+    p->last = rep;
+    p->last_at_ms = clock_mono_ms();
+    pthread_mutex_unlock(&p->h->mu);
 }
 
 static void *prober_main(void *arg)
@@ -93,24 +77,25 @@ static void *prober_main(void *arg)
     struct prober *p = arg;
     struct health *h = p->h;
     for (;;) {
+        /* The pause between probes, on CLOCK_REALTIME as condition waits are;
+         * a clock step only makes one pause shorter or longer. */
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += (time_t)(h->interval_ms / 1000);
+        until.tv_nsec += (long)(h->interval_ms % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
         pthread_mutex_lock(&h->mu);
-        while (!p->pending && !h->stopping)
-            pthread_cond_wait(&p->cv, &h->mu);
-        struct ask *asks = p->pending;
-        p->pending = NULL;
+        int rc = 0;
+        while (!h->stopping && rc != ETIMEDOUT)
+            rc = pthread_cond_timedwait(&h->cv, &h->mu, &until);
         int stopping = h->stopping;
         pthread_mutex_unlock(&h->mu);
-        if (!asks)
-            break; /* stopping, and every ask has had its report */
-        struct health_report rep = {.store = p->store};
-        if (!stopping) {
-            if (p->store == HEALTH_REDIS)
-                probe_redis(p, &rep);
-            else
-                probe_postgres(p, &rep);
-            rep.probed = 1;
-        }
-        report(asks, &rep);
+        if (stopping)
+            break;
+        probe_once(p);
     }
     return NULL;
 }
@@ -121,16 +106,21 @@ struct health *health_start(const struct cfg *c, char *err, size_t errlen)
     if (!h)
         abort();
     pthread_mutex_init(&h->mu, NULL);
+    pthread_cond_init(&h->cv, NULL);
     h->timeout_ms = c->health_timeout_ms;
+    h->interval_ms = c->health_probe_interval_ms;
     for (int s = 0; s < HEALTH_STORES; s++) {
         struct prober *p = &h->p[s];
         p->h = h;
         p->store = (enum health_store)s;
-        pthread_cond_init(&p->cv, NULL);
+        p->last.store = p->store;
         db_conn_init(&p->db, c);
         if (redis_conn_init(&p->redis, c, err, errlen) != 0)
             goto fail;
     }
+    /* A first result before the listeners open: the first check is true. */
+    for (int s = 0; s < HEALTH_STORES; s++)
+        probe_once(&h->p[s]);
     for (int s = 0; s < HEALTH_STORES; s++) {
         if (pthread_create(&h->p[s].tid, NULL, prober_main, &h->p[s]) != 0) {
             snprintf(err, errlen, "cannot start a health probe thread");
@@ -144,29 +134,23 @@ fail:
     return NULL;
 }
 
-int health_ask(struct health *h, struct event_base *base, health_fn *fn, void *arg)
+void health_read(struct health *h, struct health_report rep[HEALTH_STORES])
 {
+    for (int s = 0; s < HEALTH_STORES; s++)
+        rep[s] = (struct health_report){.store = (enum health_store)s};
     if (!h)
-        return -1;
-    struct ask *a[HEALTH_STORES];
-    for (int s = 0; s < HEALTH_STORES; s++) {
-        a[s] = calloc(1, sizeof *a[s]);
-        if (!a[s])
-            abort();
-        *a[s] = (struct ask){.base = base, .fn = fn, .arg = arg};
-    }
+        return;
+    int64_t now = clock_mono_ms();
     pthread_mutex_lock(&h->mu);
-    int stopping = h->stopping;
-    for (int s = 0; s < HEALTH_STORES && !stopping; s++) {
-        a[s]->next = h->p[s].pending;
-        h->p[s].pending = a[s];
-        pthread_cond_signal(&h->p[s].cv);
+    for (int s = 0; s < HEALTH_STORES && !h->stopping; s++) {
+        const struct prober *p = &h->p[s];
+        /* A probe ends within timeout_ms of its start, interval_ms after the
+         * one before: an older result means the thread waits on a store
+         * that does not answer. */
+        if (p->last_at_ms > 0 && now - p->last_at_ms <= h->interval_ms + h->timeout_ms)
+            rep[s] = p->last;
     }
     pthread_mutex_unlock(&h->mu);
-    if (stopping)
-        for (int s = 0; s < HEALTH_STORES; s++)
-            free(a[s]);
-    return stopping ? -1 : 0;
 }
 
 void health_stop(struct health *h)
@@ -175,8 +159,7 @@ void health_stop(struct health *h)
         return;
     pthread_mutex_lock(&h->mu);
     h->stopping = 1;
-    for (int s = 0; s < HEALTH_STORES; s++)
-        pthread_cond_signal(&h->p[s].cv);
+    pthread_cond_broadcast(&h->cv);
     pthread_mutex_unlock(&h->mu);
     for (int s = 0; s < HEALTH_STORES; s++)
         if (h->p[s].started) {
@@ -193,8 +176,8 @@ void health_free(struct health *h)
     for (int s = 0; s < HEALTH_STORES; s++) {
         redis_conn_close(&h->p[s].redis);
         db_conn_close(&h->p[s].db);
-        pthread_cond_destroy(&h->p[s].cv);
     }
+    pthread_cond_destroy(&h->cv);
     pthread_mutex_destroy(&h->mu);
     free(h);
 }

@@ -37,7 +37,7 @@ struct job {
     job_fn *run;
     job_done_fn *done;
     struct event_base *base; /* where 'done' runs */
-    int urgent;              /* admin and metrics: served before buyer lookups */
+    int urgent;              /* admin: served before buyer lookups */
     int64_t deadline_ms;     /* CLOCK_MONOTONIC ms (clock_mono_ms); 0: none */
     int late;                /* set by the pool: the deadline passed before it ran */
     struct job *next;

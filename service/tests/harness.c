@@ -203,8 +203,47 @@ void th_sleep_ms(long ms)
         ;
 }
 
-/* Forks seckilld serve on 'port' with the test settings and extra_env. */
-static pid_t spawn_daemon(int port, const char *const *extra_env)
+/* The daemons this process started: public port -> internal port. */
+#define TH_DAEMONS_MAX 64
+static struct {
+    int port, metrics_port;
+} daemons[TH_DAEMONS_MAX];
+static size_t ndaemons;
+
+int th_internal_port(int port)
+{
+    for (size_t i = 0; i < ndaemons; i++)
+        if (daemons[i].port == port)
+            return daemons[i].metrics_port;
+    return port;
+}
+
+static void note_daemon(int port, int metrics_port)
+{
+    for (size_t i = 0; i < ndaemons; i++)
+        if (daemons[i].port == port) {
+            daemons[i].metrics_port = metrics_port;
+            return;
+        }
+    ck_assert_msg(ndaemons < TH_DAEMONS_MAX, "more than %d daemons in one test", TH_DAEMONS_MAX);
+    daemons[ndaemons].port = port;
+    daemons[ndaemons].metrics_port = metrics_port;
+    ndaemons++;
+}
+
+/* A free port other than 'other'. */
+static int free_port_besides(int other)
+{
+    for (;;) {
+        int p = th_free_port();
+        if (p != other)
+            return p;
+    }
+}
+
+/* Forks seckilld serve on 'port' (internal listener on 'metrics_port') with
+ * the test settings and extra_env. */
+static pid_t spawn_daemon(int port, int metrics_port, const char *const *extra_env)
 {
     const char *bin = th_env("SECKILL_TEST_DAEMON");
     pid_t pid = fork();
@@ -213,6 +252,10 @@ static pid_t spawn_daemon(int port, const char *const *extra_env)
         char addr[64];
         snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
         setenv("SECKILL_HTTP_ADDR", addr, 1);
+        snprintf(addr, sizeof addr, "127.0.0.1:%d", metrics_port);
+        setenv("SECKILL_METRICS_ADDR", addr, 1);
+        /* Tests read the per-SKU gauges right after they change them. */
+        setenv("SECKILL_METRICS_REFRESH_MS", "0", 1);
         setenv("SECKILL_REDIS_URL", th_env("SECKILL_TEST_REDIS_URL"), 1);
         setenv("SECKILL_PG_DSN", th_env("SECKILL_TEST_PG_DSN"), 1);
         setenv("SECKILL_ADMIN_TOKEN", TH_ADMIN_TOKEN, 1);
@@ -238,7 +281,8 @@ static pid_t spawn_daemon(int port, const char *const *extra_env)
 
 int th_daemon_start_fails(const char *const *extra_env)
 {
-    pid_t pid = spawn_daemon(th_free_port(), extra_env);
+    int port = th_free_port();
+    pid_t pid = spawn_daemon(port, free_port_besides(port), extra_env);
     int st;
     for (int i = 0; i < 400; i++) { /* 400 x 25 ms */
         if (waitpid(pid, &st, WNOHANG) == pid)
@@ -254,11 +298,14 @@ int th_daemon_start_fails(const char *const *extra_env)
 void th_daemon_start(struct th_daemon *d, const char *const *extra_env)
 {
     d->port = th_free_port();
-    d->pid = spawn_daemon(d->port, extra_env);
-    /* Bounded wait for the listener: 100 x 50 ms. */
+    d->metrics_port = free_port_besides(d->port);
+    note_daemon(d->port, d->metrics_port);
+    d->pid = spawn_daemon(d->port, d->metrics_port, extra_env);
+    /* Bounded wait for the listeners (the internal one opens last): 100 x 50 ms. */
     struct th_response resp;
     for (int i = 0; i < 100; i++) {
-        if (th_http(d->port, "GET", "/nothing-here", NULL, NULL, &resp) == 0)
+        if (th_http_exact(d->metrics_port, "GET", "/nothing-here", NULL, NULL, &resp) == 0 &&
+            th_http_exact(d->port, "GET", "/nothing-here", NULL, NULL, &resp) == 0)
             return;
         int st;
         ck_assert_msg(waitpid(d->pid, &st, WNOHANG) == 0, "seckilld exited during start-up");
@@ -310,6 +357,14 @@ int th_daemon_stop(struct th_daemon *d)
 
 int th_http(int port, const char *method, const char *path, const char *headers, const char *body,
             struct th_response *out)
+{
+    if (strncmp(path, "/admin/", 7) == 0 || strncmp(path, "/metrics", 8) == 0)
+        port = th_internal_port(port);
+    return th_http_exact(port, method, path, headers, body, out);
+}
+
+int th_http_exact(int port, const char *method, const char *path, const char *headers,
+                  const char *body, struct th_response *out)
 {
     memset(out, 0, sizeof *out);
     int fd = socket(AF_INET, SOCK_STREAM, 0);

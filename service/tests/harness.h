@@ -82,12 +82,13 @@ size_t th_read_entries(int64_t sku, const char *consumer, struct writer_entry *e
 
 struct th_daemon {
     pid_t pid;
-    int port;
+    int port;         /* the public listener (http_addr): the buyer API */
+    int metrics_port; /* the internal one (metrics_addr): /metrics, /healthz, admin */
 };
 
-/* Starts seckilld serve on a free port with the test config plus extra
- * "NAME=value" environment entries (NULL-terminated, may be NULL); waits until
- * it listens.  Aborts the test on failure. */
+/* Starts seckilld serve on two free ports (public and internal) with the test
+ * config plus extra "NAME=value" environment entries (NULL-terminated, may be
+ * NULL); waits until both listen.  Aborts the test on failure. */
 void th_daemon_start(struct th_daemon *d, const char *const *extra_env);
 /* Runs seckilld serve like th_daemon_start, expecting it to refuse to
  * start: returns its exit status (bounded wait; aborts the test when it is
@@ -106,9 +107,17 @@ struct th_response {
 
 /* One blocking HTTP/1.1 request on a fresh connection.  'headers' is extra
  * header lines, each ending in \r\n (may be NULL); 'body' may be NULL.
- * Returns 0, or -1 on a connection error. */
+ * Returns 0, or -1 on a connection error.  As an operator's tools do, a
+ * request for /metrics or the admin area given a daemon's public port goes
+ * to that daemon's internal port (th_http_exact does not). */
 int th_http(int port, const char *method, const char *path, const char *headers, const char *body,
             struct th_response *out);
+/* The same on exactly 'port', whatever the path. */
+int th_http_exact(int port, const char *method, const char *path, const char *headers,
+                  const char *body, struct th_response *out);
+/* The internal port of the daemon started on public port 'port' (port
+ * itself when no daemon of this process has it). */
+int th_internal_port(int port);
 /* The value of one /metrics sample of the daemon on port, e.g.
  * seckill_rate_limited_total{scope="addr"} (the test fails without it). */
 long long th_metric(int port, const char *sample);

@@ -407,7 +407,14 @@ START_TEST(test_a_sale_on_a_cluster)
     ck_assert_int_eq(res.status, 200);
     ck_assert_ptr_nonnull(strstr(res.body, "\"redis\":\"ok\""));
     th_redis_server_kill(&cl.node[2]);
-    ck_assert_int_eq(th_http(d.port, "GET", "/healthz", NULL, NULL, &res), 0);
+    /* the probes see it within health_probe_interval_ms (250) + health_timeout_ms
+     * (1000); a check answers from their latest result at once: asked until it shows */
+    for (int i = 0; i < 125; i++) { /* 125 x 50 ms: five times that bound */
+        ck_assert_int_eq(th_http(d.port, "GET", "/healthz", NULL, NULL, &res), 0);
+        if (strstr(res.body, "\"redis\":\"degraded\""))
+            break;
+        th_sleep_ms(50);
+    }
     ck_assert_int_eq(res.status, 200);
     ck_assert_msg(strstr(res.body, "\"redis\":\"degraded\"") &&
                       strstr(res.body, "\"redis_masters_down\":1"),

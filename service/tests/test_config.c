@@ -375,6 +375,30 @@ START_TEST(test_payment_token_is_long_and_not_the_admin_token)
 }
 END_TEST
 
+/* The internal listener needs an address of its own: on http_addr the two
+ * would split its connections at random; empty, the admin API has no home. */
+START_TEST(test_metrics_addr_must_be_set_and_differ_from_http_addr)
+{
+    struct cfg c;
+    char err[400];
+    cfg_defaults(&c);
+    ck_assert_str_eq(c.metrics_addr, "127.0.0.1:9464");
+    ck_assert_int_eq(c.metrics_refresh_ms, 2000);
+    ck_assert_int_eq(c.admin_on_public, 0);
+    ck_assert_int_eq(cfg_set(&c, "metrics_addr", "127.0.0.1:8080", err, sizeof err), 0);
+    ck_assert_int_eq(cfg_check(&c, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "metrics_addr"));
+    ck_assert_int_eq(cfg_set(&c, "metrics_addr", "", err, sizeof err), 0);
+    ck_assert_int_eq(cfg_check(&c, err, sizeof err), -1);
+    ck_assert_int_eq(cfg_set(&c, "metrics_addr", "127.0.0.1:9465", err, sizeof err), 0);
+    ck_assert_msg(cfg_check(&c, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(cfg_set(&c, "admin_on_public", "2", err, sizeof err), -1);
+    ck_assert_int_eq(cfg_set(&c, "metrics_max_connections", "0", err, sizeof err), -1);
+    ck_assert_int_eq(cfg_set(&c, "health_probe_interval_ms", "5", err, sizeof err), -1);
+    cfg_free(&c);
+}
+END_TEST
+
 START_TEST(test_help_shows_no_secret)
 {
     char *buf = NULL;
@@ -485,6 +509,7 @@ int main(void)
     tcase_add_test(tc, test_every_key_of_a_sku_shares_its_hash_tag);
     tcase_add_test(tc, test_order_id_names_its_epoch);
     tcase_add_test(tc, test_scripts_and_queries_are_embedded);
+    tcase_add_test(tc, test_metrics_addr_must_be_set_and_differ_from_http_addr);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

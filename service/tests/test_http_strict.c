@@ -239,7 +239,7 @@ START_TEST(test_keep_alive_pipelining_head_and_http10)
     /* three pipelined requests: answered in order, the last one closes */
     static const char three[] = "GET /nothing HTTP/1.1\r\nHost: a\r\n\r\n"
                                 "GET /api/v1/skus/x HTTP/1.1\r\nHost: a\r\n\r\n"
-                                "GET /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+                                "GET /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
     struct answers a;
     exchange(d.port, three, sizeof three - 1, &a, 0);
     ck_assert_int_eq(a.count, 3);
@@ -248,13 +248,13 @@ START_TEST(test_keep_alive_pipelining_head_and_http10)
     ck_assert_int_eq(a.status[2], 200);
     ck_assert(a.closed);
     /* HTTP/1.0 without keep-alive: one answer, then closed */
-    static const char old[] = "GET /metrics HTTP/1.0\r\n\r\n";
+    static const char old[] = "GET /healthz HTTP/1.0\r\n\r\n";
     exchange(d.port, old, sizeof old - 1, &a, 0);
     ck_assert_int_eq(a.count, 1);
     ck_assert_int_eq(a.status[0], 200);
     ck_assert(a.closed);
     /* HEAD: the GET's headers, no body */
-    static const char head[] = "HEAD /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+    static const char head[] = "HEAD /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
     exchange(d.port, head, sizeof head - 1, &a, 0);
     ck_assert_int_eq(a.status[0], 200);
     const char *end = strstr(a.text, "\r\n\r\n");
@@ -569,7 +569,8 @@ START_TEST(test_connection_buffers_go_back_to_their_base_after_a_large_answer)
     struct th_daemon d;
     th_daemon_start(&d, NULL);
     /* many requests in one send (the read buffer holds what waits), the
-     * last one answered by the large /metrics; the connection stays open */
+     * last one answered by the large /metrics (on the internal listener,
+     * which serves /healthz too); the connection stays open */
     enum { QUEUED = 200 };
     static const char one[] = "GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n",
                       last[] = "GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n";
@@ -579,7 +580,7 @@ START_TEST(test_connection_buffers_go_back_to_their_base_after_a_large_answer)
         memcpy(burst + n, one, sizeof one - 1);
     memcpy(burst + n, last, sizeof last - 1);
     n += sizeof last - 1;
-    int fd = connect_to(d.port);
+    int fd = connect_to(d.metrics_port);
     send_all(fd, burst, n);
     /* read until the /metrics answer is whole: its Content-Length */
     static char text[1 << 22];

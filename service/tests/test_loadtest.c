@@ -191,12 +191,13 @@ static int run_loadtest(const char *const *args, int expect)
 }
 
 struct paths {
-    char url[64], json[PATH_MAX], answers[PATH_MAX], sku[24];
+    char url[64], admin_url[64], json[PATH_MAX], answers[PATH_MAX], sku[24];
 };
 
 static void paths_init(struct paths *p, int port, const char *name)
 {
     snprintf(p->url, sizeof p->url, "http://127.0.0.1:%d", port);
+    snprintf(p->admin_url, sizeof p->admin_url, "http://127.0.0.1:%d", th_internal_port(port));
     snprintf(p->json, sizeof p->json, "/tmp/seckill-lt-%d-%s.json", (int)getpid(), name);
     snprintf(p->answers, sizeof p->answers, "/tmp/seckill-lt-%d-%s.answers", (int)getpid(), name);
     p->sku[0] = '\0';
@@ -287,9 +288,10 @@ static json_t *small_sale(struct paths *p, const char *stock, const char *limit,
                           const char *const *extra)
 {
     const char *args[MAX_ARGS] = {
-        "--url",   p->url,  "--users",   "2000",    "--concurrency", "50", "--stock",         stock,
-        "--limit", limit,   "--seed",    "7",       "--progress-ms", "0",  "--drain-timeout", "60",
-        "--json",  p->json, "--answers", p->answers};
+        "--url",         p->url,  "--admin-url",   p->admin_url, "--users",         "2000",
+        "--concurrency", "50",    "--stock",       stock,        "--limit",         limit,
+        "--seed",        "7",     "--progress-ms", "0",          "--drain-timeout", "60",
+        "--json",        p->json, "--answers",     p->answers};
     size_t n = 0;
     while (args[n])
         n++;
@@ -309,9 +311,10 @@ static json_t *small_sale(struct paths *p, const char *stock, const char *limit,
  * the summary. */
 static json_t *passing_sale(struct paths *p, const char *flags)
 {
-    const char *all[MAX_ARGS] = {"--url",           p->url, "--progress-ms", "0",
-                                 "--drain-timeout", "60",   "--json",        p->json};
-    size_t n = 8;
+    const char *all[MAX_ARGS] = {"--url",         p->url, "--admin-url",     p->admin_url,
+                                 "--progress-ms", "0",    "--drain-timeout", "60",
+                                 "--json",        p->json};
+    size_t n = 10;
     char *words = strdup(flags), *save = NULL;
     ck_assert(words != NULL);
     for (char *w = strtok_r(words, " ", &save); w; w = strtok_r(NULL, " ", &save)) {

@@ -77,13 +77,17 @@ reset_stores() {
 }
 
 PORT=
+MPORT= # the internal listener: /metrics and the admin API
 # start_daemon NAME=value...: seckilld serve with the test settings (those of
-# service/tests/harness.c) and these, on a free port; waits until it answers.
+# service/tests/harness.c) and these, on two free ports; waits until both answer.
 start_daemon() {
     local try i
     for ((try = 0; try < 5; try++)); do
         PORT=$(se_free_port) || die "no free port"
-        env SECKILL_HTTP_ADDR="127.0.0.1:$PORT" SECKILL_REDIS_URL="$SECKILL_TEST_REDIS_URL" \
+        MPORT=$(se_free_port) || die "no free port"
+        [[ $MPORT != "$PORT" ]] || continue
+        env SECKILL_HTTP_ADDR="127.0.0.1:$PORT" SECKILL_METRICS_ADDR="127.0.0.1:$MPORT" \
+            SECKILL_METRICS_REFRESH_MS=0 SECKILL_REDIS_URL="$SECKILL_TEST_REDIS_URL" \
             SECKILL_PG_DSN="$SECKILL_TEST_PG_DSN" SECKILL_ADMIN_TOKEN="$ADMIN_TOKEN" \
             SECKILL_WRITER_CLAIM_IDLE_MS=500 SECKILL_WRITER_REFRESH_MS=100 \
             SECKILL_WRITER_BLOCK_MS=50 SECKILL_LOG_LEVEL=warn SECKILL_RATE_ADDR_PER_S=0 \
@@ -93,7 +97,8 @@ start_daemon() {
         DAEMON_PID=$!
         for ((i = 0; i < 100; i++)); do
             kill -0 "$DAEMON_PID" 2>/dev/null || break
-            curl -s -o /dev/null "http://127.0.0.1:$PORT/healthz" && return 0
+            curl -s -o /dev/null "http://127.0.0.1:$MPORT/healthz" &&
+                curl -s -o /dev/null "http://127.0.0.1:$PORT/healthz" && return 0
             sleep 0.05
         done
         kill -KILL "$DAEMON_PID" 2>/dev/null || true
@@ -117,6 +122,7 @@ stop_daemon() {
 }
 
 # http METHOD PATH [CURL ARGS...]: prints the status; the body is in $TMP/body.
+# (PORT=... http ... for another listener)
 http() {
     local method=$1 path=$2
     shift 2
@@ -124,7 +130,7 @@ http() {
 }
 
 admin() {
-    http "$1" "$2" -H "Authorization: Bearer $ADMIN_TOKEN" -H 'Content-Type: application/json' \
+    PORT=$MPORT http "$1" "$2" -H "Authorization: Bearer $ADMIN_TOKEN" -H 'Content-Type: application/json' \
         ${3:+--data "$3"}
 }
 
@@ -140,10 +146,11 @@ expect() { # expect WANT GOT WHAT
     [[ $1 == "$2" ]] || die "$3: want $1, got $2 ($(cat "$TMP/body" 2>/dev/null))"
 }
 
-# scrape FILE: GET /metrics into FILE; must be 200 and pass promtool.
+# scrape FILE: GET /metrics into FILE; must be 200 and pass promtool.  Asked
+# as Prometheus asks (Accept-Encoding: gzip): the compressed copy is checked.
 scrape() {
     local st
-    st=$(curl -s -o "$1" -w '%{http_code}' "http://127.0.0.1:$PORT/metrics")
+    st=$(curl -s --compressed -o "$1" -w '%{http_code}' "http://127.0.0.1:$MPORT/metrics")
     [[ $st == 200 ]] || die "GET /metrics answered $st"
     local out rc=0
     out=$("$PROMTOOL" check metrics <"$1" 2>&1) || rc=$?
@@ -178,7 +185,11 @@ want_min() {
 reset_stores
 # (a sold-out flag kept for 10 s, so that the scrape below still sees it)
 start_daemon SECKILL_WRITER_THREADS=0 SECKILL_ORDER_ACK=reserved SECKILL_SOLD_OUT_FLAG_MS=10000
-say "daemon without writers on :$PORT"
+say "daemon without writers on :$PORT (internal :$MPORT)"
+# the public listener has neither the metrics nor the admin API
+expect 404 "$(http GET /metrics)" "GET /metrics on the public listener"
+expect 404 "$(http POST /admin/v1/skus -H "Authorization: Bearer $ADMIN_TOKEN")" \
+    "the admin API on the public listener"
 expect 201 "$(admin POST /admin/v1/skus "{\"id\":$SKU,\"name\":\"metrics\",\"stock\":3,\"per_user_limit\":2}")" \
     "create sku"
 expect 202 "$(order 1 2)" "order of user 1"
@@ -200,7 +211,8 @@ want "$P" "${H}_count{route=\"placeOrder\",code=\"202\"}" 2
 want "$P" "${H}_count{route=\"placeOrder\",code=\"409\"}" 1
 want "$P" "${H}_count{route=\"placeOrder\",code=\"400\"}" 1
 want "$P" "${H}_count{route=\"placeOrder\",code=\"404\"}" 1
-want "$P" "${H}_count{route=\"unrouted\",code=\"404\"}" 1
+# /nowhere, and /metrics and the admin API asked of the public listener
+want "$P" "${H}_count{route=\"unrouted\",code=\"404\"}" 3
 want "$P" "${H}_count{route=\"createSku\",code=\"201\"}" 1
 want "$P" "${H}_bucket{route=\"placeOrder\",code=\"202\",le=\"+Inf\"}" 2
 want "$P" "${H}_count{route=\"placeOrder\",code=\"503\"}" 0 # preallocated

@@ -172,6 +172,40 @@ START_TEST(test_every_route_is_documented_with_its_operation_id)
 }
 END_TEST
 
+/* The listeners (enum routes_listener bits) a path's servers name: the
+ * document's own servers when the path has none.  The public listener is
+ * the server on port 8080 (http_addr's default), the internal one 9464. */
+static unsigned doc_listeners(const char *path)
+{
+    json_t *servers =
+        json_object_get(json_object_get(json_object_get(doc, "paths"), path), "servers");
+    if (!servers)
+        servers = json_object_get(doc, "servers");
+    unsigned bits = 0;
+    size_t i;
+    json_t *sv;
+    json_array_foreach(servers, i, sv)
+    {
+        const char *url = json_string_value(json_object_get(sv, "url"));
+        if (url && strstr(url, ":8080"))
+            bits |= ROUTES_PUBLIC;
+        else if (url && strstr(url, ":9464"))
+            bits |= ROUTES_INTERNAL;
+    }
+    return bits;
+}
+
+START_TEST(test_every_route_lists_the_listeners_that_serve_it)
+{
+    for (size_t i = 0; i < routes_count; i++) {
+        const struct routes_route *t = &routes_table[i];
+        ck_assert_msg(doc_listeners(t->path) == t->listeners,
+                      "%s: the document's servers name listeners %u, the route table %u", t->label,
+                      doc_listeners(t->path), t->listeners);
+    }
+}
+END_TEST
+
 START_TEST(test_every_documented_operation_is_a_route)
 {
     const char *path;
@@ -183,7 +217,7 @@ START_TEST(test_every_documented_operation_is_a_route)
         json_object_foreach(ops, method, op)
         {
             if (strcmp(method, "parameters") == 0 || strcmp(method, "summary") == 0 ||
-                strcmp(method, "description") == 0)
+                strcmp(method, "description") == 0 || strcmp(method, "servers") == 0)
                 continue;
             int found = 0;
             for (size_t i = 0; i < routes_count && !found; i++)
@@ -364,6 +398,7 @@ int main(void)
     tcase_add_checked_fixture(tc, load_doc, free_doc);
     tcase_add_test(tc, test_document_is_valid_openapi);
     tcase_add_test(tc, test_every_route_is_documented_with_its_operation_id);
+    tcase_add_test(tc, test_every_route_lists_the_listeners_that_serve_it);
     tcase_add_test(tc, test_every_documented_operation_is_a_route);
     tcase_add_test(tc, test_every_answer_is_documented_and_every_documented_answer_exists);
     tcase_add_test(tc, test_the_comparison_notices_a_missing_code);
