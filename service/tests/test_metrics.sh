@@ -218,7 +218,7 @@ want "$P" "${H}_bucket{route=\"placeOrder\",code=\"202\",le=\"+Inf\"}" 2
 want "$P" "${H}_count{route=\"placeOrder\",code=\"503\"}" 0 # preallocated
 want "$P" "${H}_count{route=\"protocol\",code=\"408\"}" 0
 # reserve.lua ran for the two orders, the sold-out one and the unknown SKU
-want "$P" 'seckill_redis_command_duration_seconds_count{command="reserve"}' 4
+want "$P" 'seckill_redis_command_duration_seconds_count{command="seckill_reserve"}' 4
 want "$P" seckill_writer_batch_orders_count 0
 want "$P" seckill_metrics_scrape_errors_total 0
 stop_daemon
