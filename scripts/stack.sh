@@ -550,7 +550,9 @@ R_SVC_CLUSTER_COMMANDS=(
 # only registers functions; running them is FCALL, the service's right).
 # With it, a leaked password of this user can replace the library; keep it
 # apart from the service's if that matters more than healing by itself.
-R_FUNC_COMMANDS=(select ping 'function|load' 'function|list')
+# INFO: behind Sentinel every connection first asks the node whether it is
+# the master (INFO replication), as the service's does.
+R_FUNC_COMMANDS=(select ping info 'function|load' 'function|list')
 # Sentinel and cluster topologies.  A replica logs in to its master with what
 # replication takes and nothing else.
 R_REPL_COMMANDS=(psync replconf ping)

@@ -2,6 +2,7 @@
 
 #include <stdatomic.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "core/embedded.h"
 #include "core/log.h"
@@ -91,6 +92,10 @@ enum rlock_library_state redis_functions_check(struct redis_conn *rc, char *err,
     return RLOCK_LIBRARY_CURRENT;
 }
 
+/* The last failure to load the library again that was logged: logged once
+ * per cause, not once per reconciler pass (its thread alone calls heal). */
+static char load_failure_logged[400];
+
 enum rlock_library_state redis_functions_heal(struct redis_conn *rc, const struct cfg *c)
 {
     char why[400];
@@ -99,10 +104,13 @@ enum rlock_library_state redis_functions_heal(struct redis_conn *rc, const struc
     if (st == RLOCK_LIBRARY_MISSING && c->redis_functions_url[0]) {
         char err[400];
         if (redis_functions_load_as(c, c->redis_functions_url, err, sizeof err) < 0) {
-            log_error("redis functions: %s; loading it again as redis_functions_url's user "
-                      "failed: %s",
-                      why, err);
+            if (strcmp(load_failure_logged, err) != 0)
+                log_error("redis functions: %s; loading it again as redis_functions_url's "
+                          "user failed (logged again when the cause changes): %s",
+                          why, err);
+            snprintf(load_failure_logged, sizeof load_failure_logged, "%s", err);
         } else {
+            load_failure_logged[0] = '\0';
             log_warn("redis functions: %s (an empty restart?): loaded again, version %s", why,
                      embedded_library_version());
             st = redis_functions_check(rc, why, sizeof why);

@@ -145,6 +145,22 @@ for p in "$MASTER" "$REPLICA"; do
     expect "EVAL on :$p" NOPERM "$(svc "$p" EVAL 'while true do end' 0)"
     expect "FUNCTION FLUSH on :$p" NOPERM "$(svc "$p" FUNCTION FLUSH)"
 done
+# An empty restart loses the library; the daemon's self-healing loads it
+# again as the narrow functions user, through the Sentinels like any client
+# of theirs (migrate with that URL takes the same path).
+[[ $(admin "$MASTER" FUNCTION FLUSH) == OK ]] || die "FUNCTION FLUSH as admin on :$MASTER"
+(
+    # shellcheck source=/dev/null
+    source "$DIR/env"
+    SECKILL_MIGRATE_REDIS_URL_FILE=$SECKILL_REDIS_FUNCTIONS_URL_FILE \
+        "${SECKILL_TEST_DAEMON:?run me by scripts/run-tests.sh}" migrate
+) >"$LOG" 2>&1 || {
+    cat "$LOG" >&2
+    die "loading the functions as the functions user through the Sentinels failed"
+}
+[[ $(svc "$MASTER" FCALL_RO seckill_version 0) =~ ^[0-9a-f]{40}$ ]] ||
+    die "the functions user's load did not reach the master :$MASTER"
+wait_for "the replica :$REPLICA in sync with :$MASTER" "$WAIT_S" follows "$REPLICA" "$MASTER"
 for s in "${SENTINELS[@]}"; do
     expect "PING without a login on :$s" NOAUTH \
         "$(timeout "$REDIS_CLI_TIMEOUT" redis-cli -h 127.0.0.1 -p "$s" PING 2>/dev/null | tr -d '\r')"
