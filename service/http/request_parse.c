@@ -78,6 +78,11 @@ void http_parse_init(struct http_parser *p, size_t max_header_bytes, size_t max_
 
 void http_parse_reset(struct http_parser *p)
 {
+    if (p->cap > FIRST_BUFFER_BYTES) { /* a large request: an idle connection keeps less */
+        free(p->buf);
+        p->buf = NULL;
+        p->cap = 0;
+    }
     char *buf = p->buf;
     size_t cap = p->cap, mh = p->max_header_bytes, mb = p->max_body_bytes;
     /* Only the scalars: the request's header array is rewritten at DONE. */
@@ -89,6 +94,11 @@ void http_parse_reset(struct http_parser *p)
     p->cap = cap;
     p->max_header_bytes = mh;
     p->max_body_bytes = mb;
+}
+
+size_t http_parse_buffer_bytes(const struct http_parser *p)
+{
+    return p->cap;
 }
 
 void http_parse_free(struct http_parser *p)

@@ -116,8 +116,14 @@ struct http_parser {
 void http_parse_init(struct http_parser *p, size_t max_header_bytes, size_t max_body_bytes);
 
 /* Forgets the request (done or not) and makes p ready for the next one; keeps
- * the buffer.  Pointers from http_parse_request() become invalid. */
+ * the buffer unless a large request made it grow past its first size (then
+ * it is freed: an idle keep-alive connection holds little).  Pointers from
+ * http_parse_request() become invalid. */
 void http_parse_reset(struct http_parser *p);
+
+/* The bytes p's buffer holds now (0 before the first byte, after a reset
+ * that freed it, or after http_parse_free()). */
+size_t http_parse_buffer_bytes(const struct http_parser *p);
 
 /* Frees p's buffer.  p may be reused after http_parse_init(). */
 void http_parse_free(struct http_parser *p);

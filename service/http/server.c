@@ -268,6 +268,7 @@ static void conn_free(struct http_conn *c)
         l->conns = c->next;
     if (c->next)
         c->next->prev = c->prev;
+    metrics_add(M_HTTP_BUFFER_BYTES, -(long)http_parse_buffer_bytes(&c->parser));
     http_parse_free(&c->parser);
     release_bytes(&c->pend, &c->pend_cap, 1);
     release_bytes(&c->out, &c->out_cap, 1);
@@ -299,7 +300,9 @@ static void conn_close(struct http_conn *c)
  * socket, within http_idle_timeout_ms. */
 static void conn_next(struct http_conn *c)
 {
+    size_t held = http_parse_buffer_bytes(&c->parser);
     http_parse_reset(&c->parser);
+    metrics_add(M_HTTP_BUFFER_BYTES, (long)http_parse_buffer_bytes(&c->parser) - (long)held);
     c->xh_len = 0;
     release_bytes(&c->xh, &c->xh_cap, 0);
     c->continue_sent = 0;
@@ -521,8 +524,9 @@ static void conn_feed(struct http_conn *c, const char *data, size_t len, int fro
         set_timer(c, TIMER_REQUEST); /* from the first byte to the last, not per read */
         c->started_us = clock_mono_us();
     }
-    size_t used = 0;
+    size_t used = 0, held = http_parse_buffer_bytes(&c->parser);
     enum http_parse_result r = http_parse_feed(&c->parser, data, len, &used);
+    metrics_add(M_HTTP_BUFFER_BYTES, (long)http_parse_buffer_bytes(&c->parser) - (long)held);
     if (from_pend) {
         c->pend_off += used;
         if (c->pend_off == c->pend_len) {
@@ -817,14 +821,15 @@ void http_reply_unavailable(const struct http_req *r)
                          : "a backing store did not answer; try again");
 }
 
-void http_reply_store_full(const struct http_req *r)
+void http_reply_store_full(const struct http_req *r, const char *detail)
 {
     char secs[24];
     snprintf(secs, sizeof secs, "%lld", (long long)http_loop_cfg(r->loop)->full_retry_after_s);
     http_add_header(r, "Retry-After", secs);
     http_reply_error(r, 503, "store_full",
-                     "the reservation store is full and nothing was taken or changed; try "
-                     "again later");
+                     detail ? detail
+                            : "the reservation store is full and nothing was taken or changed; "
+                              "try again later");
 }
 
 /* ---- request intake ---------------------------------------------------- */

@@ -425,6 +425,40 @@ START_TEST(test_every_known_method_is_named)
 }
 END_TEST
 
+/* An idle keep-alive connection must not keep the buffer of the largest
+ * request it ever sent. */
+START_TEST(test_a_large_request_gives_its_buffer_back_at_reset)
+{
+    struct http_parser p;
+    http_parse_init(&p, MAX_HEADER, MAX_BODY);
+    /* a head near MAX_HEADER and a body of MAX_BODY: more than the first
+     * buffer holds */
+    char req[MAX_HEADER + MAX_BODY], pad[MAX_HEADER - 80];
+    memset(pad, 'p', sizeof pad - 1);
+    pad[sizeof pad - 1] = '\0';
+    int n = snprintf(req, sizeof req,
+                     "POST / HTTP/1.1\r\nHost: a\r\nX-Pad: %s\r\nContent-Length: %d\r\n\r\n", pad,
+                     MAX_BODY);
+    ck_assert(n > 0 && (size_t)n <= MAX_HEADER);
+    memset(req + n, 'x', MAX_BODY);
+    struct outcome o = feed(&p, req, (size_t)n + MAX_BODY, 0);
+    ck_assert_int_eq(o.r, HTTP_PARSE_DONE);
+    size_t grown = http_parse_buffer_bytes(&p);
+    ck_assert_uint_gt(grown, 1024);
+    http_parse_reset(&p);
+    ck_assert_uint_eq(http_parse_buffer_bytes(&p), 0);
+    /* a small one keeps its small buffer across resets */
+    static const char small[] = "GET / HTTP/1.1\r\nHost: a\r\n\r\n";
+    o = feed(&p, small, sizeof small - 1, 0);
+    ck_assert_int_eq(o.r, HTTP_PARSE_DONE);
+    size_t kept = http_parse_buffer_bytes(&p);
+    ck_assert_uint_gt(kept, 0);
+    http_parse_reset(&p);
+    ck_assert_uint_eq(http_parse_buffer_bytes(&p), kept);
+    http_parse_free(&p);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("request_parse");
@@ -449,6 +483,7 @@ int main(void)
     tcase_add_test(tc, test_pipelined_requests_are_read_one_at_a_time);
     tcase_add_test(tc, test_expect_100_continue_is_announced_after_the_head);
     tcase_add_test(tc, test_every_known_method_is_named);
+    tcase_add_test(tc, test_a_large_request_gives_its_buffer_back_at_reset);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
