@@ -217,7 +217,7 @@ cpu_us_per() {
 # metric MADDR NAME: a counter of seckilld's /metrics, on its internal
 # listener (LT_DAEMON_MADDR; 0 when absent)
 metric() {
-    curl -fsS --max-time 5 -H "Authorization: Bearer $SECKILL_ADMIN_TOKEN" "http://$1/metrics" 2>/dev/null |
+    curl -fsS --max-time 5 "http://$1/metrics" 2>/dev/null |
         awk -v m="$2" '$1 == m { v = $2 } END { printf "%.0f\n", v + 0 }'
 }
 
@@ -263,6 +263,9 @@ lt_stack_up "$STACK"
 ((FRESH_STACK == 0)) || LT_STACK_STARTED=1 # stopped on exit (lt_cleanup)
 export SECKILL_ADMIN_TOKEN SECKILL_BUYER_TOKEN_SECRET
 SECKILL_ADMIN_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+# curl reads the admin header from this file (-H @file): never in ps
+ADMIN_HDR=$OUT/admin.hdr
+(umask 077 && printf 'Authorization: Bearer %s\n' "$SECKILL_ADMIN_TOKEN" >"$ADMIN_HDR")
 # Every buyer, against the ceiling too (same request bytes), carries a token.
 SECKILL_BUYER_TOKEN_SECRET=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
 REDIS_PORT=${SECKILL_REDIS_PORT:-6380}
@@ -368,7 +371,7 @@ fi
 # create_sku MADDR NAME STOCK LIMIT: a SKU through seckilld's admin API (its
 # internal listener); prints its id
 create_sku() {
-    curl -fsS --max-time 10 -X POST -H "Authorization: Bearer $SECKILL_ADMIN_TOKEN" \
+    curl -fsS --max-time 10 -X POST -H @"$ADMIN_HDR" \
         -H 'Content-Type: application/json' \
         -d "{\"name\":\"$2\",\"stock\":$3,\"per_user_limit\":$4}" "http://$1/admin/v1/skus" | jq -r '.id'
 }

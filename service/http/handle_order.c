@@ -187,7 +187,7 @@ static void answer(const struct http_req *r, const struct order_req *q,
     case ORDER_STORE_FULL:
         if (q)
             metrics_add(M_ORDERS_UNAVAILABLE, 1);
-        http_reply_store_full(r);
+        http_reply_store_full(r, NULL);
         break;
     case ORDER_IDS_EXHAUSTED:
     case ORDER_UNAVAILABLE:

@@ -94,17 +94,13 @@ static void job_done(struct job *j)
                          "this Idempotency-Key was used with a different request");
         break;
     case SKU_STORE_FULL:
-        http_reply_store_full(r);
+        http_reply_store_full(r, NULL);
         break;
-    case SKU_NOT_LOADED_FULL: {
-        char secs[24];
-        snprintf(secs, sizeof secs, "%lld", (long long)http_loop_cfg(r->loop)->full_retry_after_s);
-        http_add_header(r, "Retry-After", secs);
-        http_reply_error(r, 503, "store_full",
-                         "the SKU is in the database, but Redis is at its maxmemory and did not "
-                         "take it; the service loads it by itself once Redis has room");
+    case SKU_NOT_LOADED_FULL:
+        http_reply_store_full(r, "the SKU is in the database, but Redis is at its maxmemory and "
+                                 "did not take it; the service loads it by itself once Redis "
+                                 "has room");
         break;
-    }
     case SKU_UNAVAILABLE:
         http_reply_unavailable(r);
         break;

@@ -136,8 +136,9 @@ void http_reply_error(const struct http_req *r, int status, const char *error, c
  * detail says so when the request's deadline has passed). */
 void http_reply_unavailable(const struct http_req *r);
 /* 503 store_full with Retry-After full_retry_after_s: Redis is at its
- * maxmemory and refused the write; nothing was taken or changed. */
-void http_reply_store_full(const struct http_req *r);
+ * maxmemory and refused the write.  detail NULL: nothing was taken or
+ * changed; else what was. */
+void http_reply_store_full(const struct http_req *r, const char *detail);
 /* Sends a non-JSON success body (e.g. the Prometheus text). */
 void http_reply_raw(const struct http_req *r, int status, const char *content_type,
                     const char *body, size_t len);
