@@ -8,6 +8,7 @@
 #include "core/fmt.h"
 #include "core/validate.h"
 #include "store/redis_conn.h"
+#include <rlock/resp.h>
 
 static const char *str_at(const redisReply *r, size_t i)
 {
@@ -165,7 +166,7 @@ void order_parse_reply(const redisReply *r, struct order_reply *out)
     out->remaining = -1;
     /* Redis refuses a script's first write past maxmemory, before anything
      * is written (reserve.lua's writes all need memory): nothing taken. */
-    if (redis_reply_is_oom(r)) {
+    if (rlock_reply_kind(r) == RLOCK_REPLY_OOM) {
         out->result = ORDER_STORE_FULL;
         return;
     }

@@ -18,6 +18,7 @@
 #include "sku/reconcile.h"
 #include "sku/sku.h"
 #include "store/redis_async.h"
+#include <rlock/resp.h>
 
 /* Parents of buckets this loop has met (sku/buckets.h), by id, open
  * addressing.  A SKU's buckets never change once it exists, so an entry is
@@ -436,7 +437,7 @@ static void reserved(struct order_call *oc, const redisReply *r, enum redis_asyn
     case ORDER_UNAVAILABLE: /* not sent, or an error reply (logged once per call): nothing taken */
         if (r && r->type != REDIS_REPLY_ERROR)
             log_error("reserve.lua: unexpected answer");
-        if (rlock_reply_is_no_function(r))
+        if (rlock_reply_kind(r) == RLOCK_REPLY_NO_FUNCTION)
             reconcile_kick(); /* Redis lost the functions (an empty restart): heal now */
         break;
     default:
@@ -452,7 +453,7 @@ static void on_reserved(redisReply *r, enum redis_async_status st, void *arg)
 {
     struct reserve_batch *b = arg;
     struct order_desk *od = b->calls[0]->od;
-    if (redis_reply_is_oom(r)) {
+    if (rlock_reply_kind(r) == RLOCK_REPLY_OOM) {
         /* Near its bound Redis flips between full and not as keys come
          * and go: one line per full_retry_after_s at most, not per flip. */
         int64_t now = clock_mono_ms();
@@ -467,7 +468,7 @@ static void on_reserved(redisReply *r, enum redis_async_status st, void *arg)
     } else if (r && (r->type != REDIS_REPLY_ARRAY || r->elements != (size_t)b->n)) {
         log_error("reserve.lua: unexpected answer to %d orders", b->n);
     }
-    if (r && od->full && !redis_reply_is_oom(r))
+    if (r && od->full && rlock_reply_kind(r) != RLOCK_REPLY_OOM)
         od->full = 0; /* Redis answered: it had room for this call */
     for (int i = 0; i < b->n; i++)
         reserved(b->calls[i], order_reserve_reply_at(r, b->n, i), st);

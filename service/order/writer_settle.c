@@ -18,6 +18,7 @@
 #include "order/soldout.h"
 #include "order/writer_batch.h"
 #include "store/redis_conn.h"
+#include <rlock/resp.h>
 
 static int is_rejected(const struct batch *b, size_t i)
 {
@@ -323,7 +324,7 @@ static int ack_prepare(struct ack_call *a, const struct batch *b)
 static int ack_done(struct redis_conn *rc, const struct ack_call *a, const redisReply *r)
 {
     redisReply *again = NULL;
-    if (r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0)
+    if (rlock_reply_kind(r) == RLOCK_REPLY_NOSCRIPT)
         r = again = redis_conn_script(rc, &script_orders_ack, ACK_KEYS,
                                       a->argc - ACK_HEAD - ACK_KEYS, a->argv + ACK_HEAD, NULL);
     int ok = r && r->type == REDIS_REPLY_INTEGER;

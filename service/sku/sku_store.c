@@ -12,6 +12,7 @@
 #include "core/log.h"
 #include "core/metrics.h"
 #include "core/timefmt.h"
+#include <rlock/resp.h>
 
 /* Takes the SKU's lock.  Returns 0, or -1 (logged) when busy or Redis failed. */
 static int lock_sku(struct worker_ctx *w, struct txlock *t, int64_t sku)
@@ -150,7 +151,7 @@ void load_on_commit(enum dbtx_outcome outcome, void *arg)
         if (r->integer == 1)
             metrics_add(M_SKU_RELOADS, 1);
     } else {
-        if (redis_reply_is_oom(r))
+        if (rlock_reply_kind(r) == RLOCK_REPLY_OOM)
             lj->res = SKU_NOT_LOADED_FULL;
         log_warn("sku %" PRId64 ": load into Redis failed: %s", lj->id,
                  r && r->type == REDIS_REPLY_ERROR ? r->str : "no answer");
@@ -357,11 +358,11 @@ static enum sku_result adjust_redis(struct worker_ctx *w, struct sku_move *m, st
                               : NULL;
     if (verdict && rr->elements > 1)
         m->available = rr->element[1]->integer;
-    enum sku_result res = redis_reply_is_oom(rr)                 ? SKU_STORE_FULL
-                          : !verdict                             ? SKU_UNAVAILABLE
-                          : strcmp(verdict, "ok") == 0           ? SKU_OK
-                          : strcmp(verdict, "insufficient") == 0 ? SKU_INSUFFICIENT
-                                                                 : SKU_NOT_LOADED;
+    enum sku_result res = rlock_reply_kind(rr) == RLOCK_REPLY_OOM ? SKU_STORE_FULL
+                          : !verdict                              ? SKU_UNAVAILABLE
+                          : strcmp(verdict, "ok") == 0            ? SKU_OK
+                          : strcmp(verdict, "insufficient") == 0  ? SKU_INSUFFICIENT
+                                                                  : SKU_NOT_LOADED;
     if (rr && rr->type == REDIS_REPLY_ERROR)
         log_warn("stock_adjust: %s", rr->str);
     if (rr)

@@ -9,11 +9,11 @@
 #include <time.h>
 
 #include "core/clock.h"
-#include "core/fmt.h"
 #include "core/log.h"
 #include "core/metrics.h"
 #include "store/redis_conn.h"
 #include <rlock/cluster.h>
+#include <rlock/resp.h>
 
 struct ra_redirect;
 
@@ -84,9 +84,9 @@ struct ra_op {
     int64_t sent_ms, sent_us;
     struct metrics_hist *hist; /* seckill_redis_command_duration_seconds{command} */
     /* The script's EVALSHA or FCALL in RESP, kept for the EVAL fallback after NOSCRIPT:
-     * its numkeys, keys and arguments start at cmd + tail. */
+     * its numkeys, keys and arguments (nuser of them) start at cmd + tail. */
     const struct rlock_script *script;
-    int argc, retried;
+    int nuser, retried;
     size_t cap, len, tail;
     char cmd[]; /* cap bytes */
 };
@@ -116,7 +116,7 @@ static void schedule_reconnect(struct redis_async *ra)
 {
     if (ra->closing || evtimer_pending(ra->reconnect_ev, NULL))
         return;
-    struct timeval tv = {ra->reconnect_ms / 1000, (ra->reconnect_ms % 1000) * 1000};
+    struct timeval tv = rlock_ms_tv(ra->reconnect_ms);
     evtimer_add(ra->reconnect_ev, &tv);
 }
 
@@ -406,11 +406,6 @@ static void op_answer(struct ra_op *op, redisReply *r, enum redis_async_status s
     op->fn(r, st, op->arg);
 }
 
-static int is_noscript(const redisReply *r)
-{
-    return r && r->type == REDIS_REPLY_ERROR && r->str && strncmp(r->str, "NOSCRIPT", 8) == 0;
-}
-
 /* Redis does not hold op's script (restarted, SCRIPT FLUSH): sends it once
  * as EVAL with the same keys and arguments.  Returns 0 when queued. */
 static int resend_as_eval(redisAsyncContext *ac, struct ra_op *op);
@@ -426,7 +421,7 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
         ra->last_reply_ms = now_us / 1000;
         ra->stalled = 0; /* Redis is answering again */
     }
-    if (op->script && !op->retried && is_noscript(r)) {
+    if (op->script && !op->retried && rlock_reply_kind(r) == RLOCK_REPLY_NOSCRIPT) {
         op->retried = 1;
         if (resend_as_eval(ac, op) == 0)
             return; /* one run, measured once: when the EVAL answers */
@@ -437,7 +432,8 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
     /* A failover demoted this server: the commands still queued get their
      * answers (a replica refuses every write), and the connection goes; the
      * next one asks the Sentinels again. */
-    if (rlock_reply_is_readonly(r) && ra->ac == ac && !(ac->c.flags & REDIS_DISCONNECTING)) {
+    if (rlock_reply_kind(r) == RLOCK_REPLY_READONLY && ra->ac == ac &&
+        !(ac->c.flags & REDIS_DISCONNECTING)) {
         log_warn("redis: the server is a replica now (%s); reconnecting", ((redisReply *)r)->str);
         redisAsyncDisconnect(ac);
     }
@@ -468,36 +464,13 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-/* RESP: "*<n>\r\n" or "$<n>\r\n" at out; returns the bytes written. */
-static size_t resp_len(char *out, char kind, size_t n)
-{
-    out[0] = kind;
-    size_t k = 1 + fmt_i64(out + 1, (int64_t)n);
-    out[k++] = '\r';
-    out[k++] = '\n';
-    return k;
-}
-
-/* Longest "$<n>\r\n" / "*<n>\r\n" and the "\r\n" after a bulk string. */
-#define RESP_HEAD_MAX (1 + FMT_I64_MAX + 2)
-#define RESP_BULK_OVERHEAD (RESP_HEAD_MAX + 2)
-
 static int resend_as_eval(redisAsyncContext *ac, struct ra_op *op)
 {
-    const struct rlock_script *s = op->script;
     size_t rest = op->len - op->tail;
-    size_t cap = 2 * RESP_HEAD_MAX + RESP_BULK_OVERHEAD + 4 + s->len + rest;
-    char *b = malloc(cap), *p = b;
+    char *b = malloc(rlock_script_head_bytes(op->script, 1, op->nuser) + rest);
     if (!b)
         abort();
-    p += resp_len(p, '*', (size_t)op->argc);
-    memcpy(p, "$4\r\nEVAL\r\n", 10);
-    p += 10;
-    p += resp_len(p, '$', s->len);
-    memcpy(p, s->text, s->len);
-    p += s->len;
-    memcpy(p, "\r\n", 2);
-    p += 2;
+    char *p = rlock_script_write_head(b, op->script, 1, op->nuser);
     memcpy(p, op->cmd + op->tail, rest);
     p += rest;
     int rc = redisAsyncFormattedCommand(ac, on_reply, op, b, (size_t)(p - b)) == REDIS_OK ? 0 : -1;
@@ -505,9 +478,6 @@ static int resend_as_eval(redisAsyncContext *ac, struct ra_op *op)
     return rc;
 }
 
-/* EVALSHA (FCALL for a function), as rlock_script_run_async sends it, but
- * written in RESP by hand into one pooled buffer: hiredis's sds formatting
- * and two allocations per command were a tenth of an order's CPU. */
 /* A script on a cluster: the call kept until its master answered anything
  * but a redirect.  MOVED: the map was wrong, the script goes to the master
  * named and the map is read again before the next route; ASK: once to the
@@ -569,7 +539,7 @@ static void pause_then_retry(struct ra_redirect *rd)
     ra->paused = rd;
     ra->pending++;
     evtimer_assign(&rd->pause, ra->base, on_pause_end, rd);
-    struct timeval tv = {0, REDIS_CONN_TRYAGAIN_MS * 1000};
+    struct timeval tv = rlock_ms_tv(REDIS_CONN_TRYAGAIN_MS);
     evtimer_add(&rd->pause, &tv);
 }
 
@@ -577,32 +547,23 @@ static void on_cluster_reply(redisReply *r, enum redis_async_status st, void *ar
 {
     struct ra_redirect *rd = arg;
     struct redis_async *ra = rd->ra;
-    if (rlock_cluster_reply_is(r, "TRYAGAIN") && !ra->closing &&
+    enum rlock_reply_kind kind = rlock_reply_kind(r);
+    if (kind == RLOCK_REPLY_TRYAGAIN && !ra->closing &&
         clock_mono_ms() + REDIS_CONN_TRYAGAIN_MS < rd->deadline_ms) {
         rd->hops = 0; /* the deadline bounds the rounds */
         pause_then_retry(rd);
         return;
     }
-    int moved = rlock_cluster_reply_is(r, "MOVED");
-    int ask = rlock_cluster_reply_is(r, "ASK");
-    if ((moved || ask) && rd->hops < RLOCK_CLUSTER_MAX_REDIRECTS) {
-        const char *slot = r->str + (moved ? 5 : 3); /* the space after the word, or its end */
-        const char *addr = *slot ? strchr(slot + 1, ' ') : NULL;
-        const char *colon = addr ? strrchr(addr, ':') : NULL;
-        char host[256];
-        int port = colon ? atoi(colon + 1) : 0;
-        if (addr && colon && colon > addr + 1 && (size_t)(colon - addr - 1) < sizeof host &&
-            port > 0 && port <= 65535) {
-            memcpy(host, addr + 1, (size_t)(colon - addr - 1));
-            host[colon - addr - 1] = '\0';
-            if (moved)
-                rlock_cluster_invalidate(ra->map);
-            struct redis_async *n = cluster_node(ra, host, port);
-            if (n) {
-                rd->hops++;
-                script_on(n, rd, ask);
-                return;
-            }
+    struct rlock_cluster_redirect to;
+    if ((kind == RLOCK_REPLY_MOVED || kind == RLOCK_REPLY_ASK) &&
+        rd->hops < RLOCK_CLUSTER_MAX_REDIRECTS && rlock_cluster_redirect_parse(r->str, &to) == 0) {
+        if (kind == RLOCK_REPLY_MOVED)
+            rlock_cluster_invalidate(ra->map);
+        struct redis_async *n = cluster_node(ra, to.host, to.port);
+        if (n) {
+            rd->hops++;
+            script_on(n, rd, kind == RLOCK_REPLY_ASK);
+            return;
         }
     }
     rd->fn(r, st, rd->arg);
@@ -659,6 +620,10 @@ static void cluster_script(struct redis_async *ra, const struct rlock_script *s,
     script_on(node, rd, 0);
 }
 
+/* EVALSHA (FCALL for a function), as rlock_script_run_async sends it, but
+ * written in RESP by the library's writers (rlock_script_write_head() and
+ * _args()) into one pooled buffer: hiredis's sds formatting and two
+ * allocations per command were a tenth of an order's CPU. */
 void redis_async_script(struct redis_async *ra, const struct rlock_script *s, int nkeys, int nargs,
                         const char **argv, const size_t *lens, redis_async_fn *fn, void *arg)
 {
@@ -679,47 +644,19 @@ void redis_async_script(struct redis_async *ra, const struct rlock_script *s, in
         return;
     }
     int nuser = nkeys + nargs;
-    const char *head[2];
-    size_t head_len[2];
-    rlock_script_head(s, head, head_len);
-    /* the array's head, the two words, numkeys */
-    size_t need = RESP_HEAD_MAX + head_len[0] + head_len[1] + 3 * RESP_BULK_OVERHEAD + FMT_I64_MAX;
-    for (int i = 0; i < nuser; i++)
-        need += (lens ? lens[i] : strlen(argv[i])) + RESP_BULK_OVERHEAD;
-    struct ra_op *op = op_get(ra, need);
+    size_t head = rlock_script_head_bytes(s, 0, nuser);
+    struct ra_op *op = op_get(ra, head + rlock_script_args_bytes(nkeys, nargs, argv, lens));
     op->ra = ra;
     op->fn = fn;
     op->arg = arg;
     op->state = OP_WAITING;
     op->script = s;
-    op->argc = 3 + nuser;
+    op->nuser = nuser;
     op->retried = s->function != NULL; /* a function has no EVAL to fall back to */
-    char *p = op->cmd;
-    p += resp_len(p, '*', (size_t)op->argc);
-    for (int i = 0; i < 2; i++) {
-        p += resp_len(p, '$', head_len[i]);
-        memcpy(p, head[i], head_len[i]);
-        p += head_len[i];
-        memcpy(p, "\r\n", 2);
-        p += 2;
-    }
-    op->tail = (size_t)(p - op->cmd);
-    char num[FMT_I64_MAX];
-    size_t nn = fmt_i64(num, nkeys);
-    p += resp_len(p, '$', nn);
-    memcpy(p, num, nn);
-    p += nn;
-    memcpy(p, "\r\n", 2);
-    p += 2;
-    for (int i = 0; i < nuser; i++) {
-        size_t n = lens ? lens[i] : strlen(argv[i]);
-        p += resp_len(p, '$', n);
-        memcpy(p, argv[i], n);
-        p += n;
-        memcpy(p, "\r\n", 2);
-        p += 2;
-    }
-    op->len = (size_t)(p - op->cmd);
+    op->tail = head;
+    char *end = rlock_script_write_args(rlock_script_write_head(op->cmd, s, 0, nuser), nkeys, nargs,
+                                        argv, lens);
+    op->len = (size_t)(end - op->cmd);
     evtimer_assign(&op->timer, ra->base, on_timeout, op);
     op->sent_us = clock_mono_us();
     op->sent_ms = op->sent_us / 1000;
@@ -729,7 +666,7 @@ void redis_async_script(struct redis_async *ra, const struct rlock_script *s, in
         fn(NULL, REDIS_ASYNC_NOT_SENT, arg);
         return;
     }
-    struct timeval tv = {ra->timeout_ms / 1000, (ra->timeout_ms % 1000) * 1000};
+    struct timeval tv = rlock_ms_tv(ra->timeout_ms);
     evtimer_add(&op->timer, &tv);
     ra->pending++;
 }
@@ -757,7 +694,7 @@ int redis_async_pending(const struct redis_async *ra)
  * node it stays, and the node resubscribes when it is back. */
 static void resubscribe_later(struct redis_async *ra)
 {
-    struct timeval tv = {ra->reconnect_ms / 1000, (ra->reconnect_ms % 1000) * 1000};
+    struct timeval tv = rlock_ms_tv(ra->reconnect_ms);
     if (!ra->closing)
         evtimer_add(ra->resub_ev, &tv);
 }

@@ -124,7 +124,7 @@ int redis_conn_check_credentials(const struct redis_conn *rc, char *err, size_t 
         log_warn("redis: %s at start-up; carrying on, it is retried", why);
         return 0;
     }
-    struct timeval tv = {rc->connect_timeout_ms / 1000, (rc->connect_timeout_ms % 1000) * 1000};
+    struct timeval tv = rlock_ms_tv(rc->connect_timeout_ms);
     redisContext *c = redisConnectWithTimeout(t->host, t->port, tv);
     if (!c || c->err || redisSetTimeout(c, tv) != REDIS_OK) {
         log_warn("redis %s:%d not reachable at start-up (%s); carrying on, it is retried", t->host,
@@ -184,7 +184,7 @@ static int apply_timeout(struct redis_conn *rc, int ms)
 {
     if (rc->applied_ms == ms)
         return 0;
-    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    struct timeval tv = rlock_ms_tv(ms);
     if (redisSetTimeout(rc->ctx, tv) != REDIS_OK)
         return -1;
     rc->applied_ms = ms;
@@ -396,7 +396,7 @@ redisContext *redis_conn_get(struct redis_conn *rc)
  * reconnects, through the Sentinels when the URL names them. */
 static void drop_if_demoted(struct redis_conn *rc, const redisReply *r)
 {
-    if (!rlock_reply_is_readonly(r))
+    if (rlock_reply_kind(r) != RLOCK_REPLY_READONLY)
         return;
     log_warn("redis: the server is a replica now (%s); reconnecting", r->str);
     redis_conn_close(rc);
@@ -474,10 +474,8 @@ static int cluster_pipeline(struct redis_conn *rc, size_t n, const int *argcs,
         out[i] = r;
     }
     for (size_t i = 0; i < n && rc_ == 0; i++) {
-        const redisReply *r = out[i];
-        if (r->type == REDIS_REPLY_ERROR &&
-            (!strncmp(r->str, "MOVED ", 6) || !strncmp(r->str, "ASK ", 4) ||
-             !strncmp(r->str, "TRYAGAIN", 8))) {
+        enum rlock_reply_kind kind = rlock_reply_kind(out[i]);
+        if (kind == RLOCK_REPLY_MOVED || kind == RLOCK_REPLY_ASK || kind == RLOCK_REPLY_TRYAGAIN) {
             freeReplyObject(out[i]);
             const char **argv = (const char **)argvs[i];
             out[i] = rlock_cluster_command(cl, cmd_slot(argcs[i], argv, NULL), argcs[i], argv, NULL,
@@ -574,9 +572,4 @@ void redis_conn_close(struct redis_conn *rc)
     rc->applied_ms = 0;
     rlock_cluster_free(rc->cluster);
     rc->cluster = NULL;
-}
-
-int redis_reply_is_oom(const redisReply *r)
-{
-    return r && r->type == REDIS_REPLY_ERROR && r->str && strncmp(r->str, "OOM ", 4) == 0;
 }

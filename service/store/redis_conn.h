@@ -14,6 +14,7 @@
 
 #include "core/cfg.h"
 #include <rlock/cluster.h>
+#include <rlock/resp.h>
 #include <rlock/script.h>
 #include <rlock/sentinel.h>
 #include <rlock/url.h>
@@ -142,11 +143,6 @@ int64_t redis_conn_deadline(const struct redis_conn *rc);
  * restart of Redis or a failover fails no call; a command that failed on I/O is never re-sent
  * (scripts are not all idempotent). */
 redisContext *redis_conn_get(struct redis_conn *rc);
-
-/* Whether r is Redis's refusal of a write past its maxmemory ("OOM command
- * not allowed ...", maxmemory-policy noeviction).  A command so refused, or
- * a script refused at its first write, changed nothing. */
-int redis_reply_is_oom(const redisReply *r);
 
 /* Runs a command by argv.  Returns the reply (caller frees) or NULL on I/O error,
  * after which the connection is dropped.  Error replies are returned as replies. */

@@ -42,6 +42,7 @@
 #include "rlock/metrics.h"
 #include "rlock/notify.h"
 #include "rlock/reentrant.h"
+#include "rlock/resp.h"
 #include "rlock/script.h"
 #include "rlock/watch.h"
 
@@ -50,7 +51,7 @@
 #define RENEW_RETRY_DIVISOR 10
 /* Commands up to this many bytes are formatted on the stack. */
 #define CMD_STACK_BYTES 1024
-/* Most arguments a command of this file has (EVALSHA, sha, numkeys, 5). */
+/* Most arguments a command of this file has (SET's 6; a script's keys and arguments, 5). */
 #define CMD_MAX_ARGS 8
 
 enum op {
@@ -157,28 +158,6 @@ struct rlock_async_lock {
         (x)->prev = (x)->next = NULL;                                                              \
     } while (0)
 
-static struct timeval ms_tv(int64_t ms)
-{
-    if (ms < 0)
-        ms = 0;
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
-    return tv;
-}
-
-/* Writes v in decimal into out (at least 21 bytes), no NUL; returns the length. */
-static size_t fmt_u64(char *out, uint64_t v)
-{
-    char tmp[20];
-    size_t n = 0;
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    for (size_t i = 0; i < n; i++)
-        out[i] = tmp[n - 1 - i];
-    return n;
-}
-
 /* ---- locks ---- */
 
 static void lock_unref(struct rlock_async_lock *l)
@@ -194,83 +173,35 @@ static void lock_unref(struct rlock_async_lock *l)
 
 /* ---- commands: the wire format ---- */
 
-/* Bytes of one bulk string of len bytes: "$<len>\r\n<bytes>\r\n". */
-static size_t bulk_size(size_t len)
-{
-    char digits[21];
-    return 1 + fmt_u64(digits, len) + 2 + len + 2;
-}
-
-static char *put_bulk(char *p, const char *s, size_t len)
-{
-    *p++ = '$';
-    p += fmt_u64(p, len);
-    *p++ = '\r';
-    *p++ = '\n';
-    memcpy(p, s, len);
-    p += len;
-    *p++ = '\r';
-    *p++ = '\n';
-    return p;
-}
-
-/*
- * Writes argv as one RESP command and queues it on ac with c as privdata.
- * Returns REDIS_OK, or REDIS_ERR when it could not be queued (or memory is
- * short for a long command).
- */
 static void cmd_on_reply(redisAsyncContext *ac, void *reply, void *privdata);
-
-static int send_argv(redisAsyncContext *ac, struct cmd *c, int argc, const char **v,
-                     const size_t *n)
-{
-    char digits[21];
-    size_t total = 1 + fmt_u64(digits, (uint64_t)argc) + 2;
-    for (int i = 0; i < argc; i++)
-        total += bulk_size(n[i]);
-    char stack[CMD_STACK_BYTES];
-    char *buf = total <= sizeof stack ? stack : malloc(total);
-    if (!buf)
-        return REDIS_ERR;
-    char *p = buf;
-    *p++ = '*';
-    p += fmt_u64(p, (uint64_t)argc);
-    *p++ = '\r';
-    *p++ = '\n';
-    for (int i = 0; i < argc; i++)
-        p = put_bulk(p, v[i], n[i]);
-    int rc = redisAsyncFormattedCommand(ac, cmd_on_reply, c, buf, (size_t)(p - buf));
-    if (buf != stack)
-        free(buf);
-    return rc;
-}
 
 /* Sends c's command on ac: by EVALSHA (FCALL for a function), or by EVAL
  * when eval is set (the script was missing); the simple lock's acquire is a
- * plain SET NX PX. */
+ * plain SET NX PX.  Written straight into the wire format, on the stack
+ * when it fits.  Returns REDIS_OK, or REDIS_ERR when it could not be queued
+ * (or memory is short for a long command). */
 static int cmd_write(redisAsyncContext *ac, struct cmd *c, int eval)
 {
     struct rlock_async_lock *l = c->l;
-    char ttl[21];
-    size_t ttl_len = fmt_u64(ttl, (uint64_t)(c->ttl_ms > 0 ? c->ttl_ms : 0));
+    char ttl[RLOCK_RESP_DIGITS_MAX];
+    size_t ttl_len = rlock_resp_u64(ttl, (uint64_t)(c->ttl_ms > 0 ? c->ttl_ms : 0));
     const char *v[CMD_MAX_ARGS];
     size_t n[CMD_MAX_ARGS];
-    int argc = 3, nkeys = 1;
-    const struct rlock_script *s;
+    int argc = 0, nkeys = 1;
+    const struct rlock_script *s = NULL;
 
 #define ARG(str, len) (v[argc] = (str), n[argc] = (len), argc++)
     switch (c->op) {
     case OP_ACQUIRE:
         if (!l->reentrant) {
             /* Byte for byte what redsync and node-redlock send. */
-            argc = 0;
             ARG("SET", 3);
             ARG(l->key, l->key_len);
             ARG(l->owner, l->owner_len);
             ARG("NX", 2);
             ARG("PX", 2);
             ARG(ttl, ttl_len);
-            return send_argv(ac, c, argc, v, n);
+            break;
         }
         s = rlock_lua(RLOCK_LUA_REENTRANT_ACQUIRE);
         ARG(l->key, l->key_len);
@@ -309,17 +240,20 @@ static int cmd_write(redisAsyncContext *ac, struct cmd *c, int eval)
         break;
     }
 #undef ARG
-    char numkeys[21];
-    rlock_script_head(s, v, n);
-    if (eval) {
-        v[0] = "EVAL";
-        n[0] = 4;
-        v[1] = s->text;
-        n[1] = s->len;
-    }
-    v[2] = numkeys;
-    n[2] = fmt_u64(numkeys, (uint64_t)nkeys);
-    return send_argv(ac, c, argc, v, n);
+    size_t total = s ? rlock_script_head_bytes(s, eval, argc) +
+                           rlock_script_args_bytes(nkeys, argc - nkeys, v, n)
+                     : rlock_resp_argv_bytes(argc, v, n);
+    char stack[CMD_STACK_BYTES];
+    char *buf = total <= sizeof stack ? stack : malloc(total);
+    if (!buf)
+        return REDIS_ERR;
+    char *end = s ? rlock_script_write_args(rlock_script_write_head(buf, s, eval, argc), nkeys,
+                                            argc - nkeys, v, n)
+                  : rlock_resp_argv(buf, argc, v, n);
+    int rc = redisAsyncFormattedCommand(ac, cmd_on_reply, c, buf, (size_t)(end - buf));
+    if (buf != stack)
+        free(buf);
+    return rc;
 }
 
 /* ---- commands: lifetime and deadlines ---- */
@@ -408,7 +342,7 @@ static void cmd_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     if (!c->done) {
         /* The script is missing (first use, restart, SCRIPT FLUSH): once,
          * the same call with the script's text, under the same deadline. */
-        if (!c->retried && rlock_is_noscript(r)) {
+        if (!c->retried && rlock_reply_kind(r) == RLOCK_REPLY_NOSCRIPT) {
             c->retried = 1;
             if (cmd_write(ac, c, 1) == REDIS_OK)
                 return;
@@ -428,7 +362,7 @@ static void deadline_arm(struct rlock_async *a, int64_t now)
 {
     if (a->timer_armed || !a->pending || a->free_late)
         return;
-    struct timeval tv = ms_tv(a->pending->deadline - now);
+    struct timeval tv = rlock_ms_tv(a->pending->deadline - now);
     if (evtimer_add(a->timer, &tv) == 0)
         a->timer_armed = 1;
 }
@@ -513,7 +447,7 @@ static void renew_schedule(struct rlock_async_lock *l, int64_t delay_ms)
 {
     if (!l->watched || !l->renew_timer)
         return;
-    struct timeval tv = ms_tv(delay_ms);
+    struct timeval tv = rlock_ms_tv(delay_ms);
     evtimer_add(l->renew_timer, &tv);
 }
 
@@ -706,7 +640,7 @@ static void acq_reply(struct cmd *c, redisReply *r, const char *err)
         pause = busy_ms + 1;
     if (now + pause > q->deadline)
         pause = q->deadline - now;
-    struct timeval tv = ms_tv(pause);
+    struct timeval tv = rlock_ms_tv(pause);
     evtimer_add(q->wake, &tv);
 }
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "rlock/resp.h"
 
 #define NO_NODE 0xffff
 /* A node that could not be reached is asked for the map after the others
@@ -96,12 +97,6 @@ void rlock_cluster_free(struct rlock_cluster *c)
     free(c);
 }
 
-static struct timeval ms_tv(int ms)
-{
-    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-    return tv;
-}
-
 static int recently_failed(const struct node *n)
 {
     return n->failed_ms && rlock_mono_ms() - n->failed_ms < FAILED_LAST_MS;
@@ -111,8 +106,8 @@ static int recently_failed(const struct node *n)
 static redisContext *connect_node(const struct rlock_cluster *c, const char *host, int port,
                                   char *err, size_t errlen)
 {
-    redisContext *ctx = redisConnectWithTimeout(host, port, ms_tv(c->o.connect_timeout_ms));
-    if (!ctx || ctx->err || redisSetTimeout(ctx, ms_tv(c->o.io_timeout_ms)) != REDIS_OK) {
+    redisContext *ctx = redisConnectWithTimeout(host, port, rlock_ms_tv(c->o.connect_timeout_ms));
+    if (!ctx || ctx->err || redisSetTimeout(ctx, rlock_ms_tv(c->o.io_timeout_ms)) != REDIS_OK) {
         rlock_err_set(err, errlen, "cluster node %s:%d: %s", host, port,
                       ctx && ctx->err ? ctx->errstr : "cannot connect");
         redisFree(ctx);
@@ -372,9 +367,11 @@ redisContext *rlock_cluster_node_ctx(const struct rlock_cluster *c, int node)
     return node >= 0 && node < c->nnodes ? c->nodes[node].ctx : NULL;
 }
 
-/* "MOVED 3999 127.0.0.1:6381" / "ASK ...": the target's index, or -1. */
-static int redirect_target(struct rlock_cluster *c, const char *msg, unsigned *slot)
+int rlock_cluster_redirect_parse(const char *msg, struct rlock_cluster_redirect *to)
 {
+    enum rlock_reply_kind kind = rlock_error_kind(msg);
+    if (kind != RLOCK_REPLY_MOVED && kind != RLOCK_REPLY_ASK)
+        return -1;
     const char *sp = strchr(msg, ' ');
     if (!sp)
         return -1;
@@ -383,23 +380,27 @@ static int redirect_target(struct rlock_cluster *c, const char *msg, unsigned *s
     if (end == sp + 1 || *end != ' ' || s >= RLOCK_CLUSTER_SLOTS)
         return -1;
     const char *addr = end + 1, *colon = strrchr(addr, ':');
-    if (!colon || colon == addr || (size_t)(colon - addr) >= 256)
+    if (!colon || colon == addr || (size_t)(colon - addr) >= sizeof to->host)
         return -1;
-    char host[256];
-    memcpy(host, addr, (size_t)(colon - addr));
-    host[colon - addr] = '\0';
     long port = strtol(colon + 1, &end, 10);
     if (end == colon + 1 || *end || port < 1 || port > 65535)
         return -1;
-    *slot = (unsigned)s;
-    return node_index(c, host, (int)port);
+    memcpy(to->host, addr, (size_t)(colon - addr));
+    to->host[colon - addr] = '\0';
+    to->kind = kind;
+    to->slot = (unsigned)s;
+    to->port = (int)port;
+    return 0;
 }
 
-int rlock_cluster_reply_is(const redisReply *r, const char *word)
+/* "MOVED 3999 127.0.0.1:6381" / "ASK ...": the target's index, or -1. */
+static int redirect_target(struct rlock_cluster *c, const char *msg, unsigned *slot)
 {
-    size_t n = strlen(word);
-    return r && r->type == REDIS_REPLY_ERROR && r->len >= n && strncmp(r->str, word, n) == 0 &&
-           (r->str[n] == ' ' || r->str[n] == '\0');
+    struct rlock_cluster_redirect to;
+    if (rlock_cluster_redirect_parse(msg, &to) != 0)
+        return -1;
+    *slot = to.slot;
+    return node_index(c, to.host, to.port);
 }
 
 /* Sends argv on n (after ASKING when asking); the reply, or NULL (I/O). */
@@ -451,7 +452,8 @@ static redisReply *run(struct rlock_cluster *c, unsigned slot, int argc, const c
         int asking = ask_idx >= 0;
         ask_idx = -1;
         unsigned to_slot;
-        if (rlock_cluster_reply_is(r, "MOVED")) {
+        enum rlock_reply_kind kind = rlock_reply_kind(r);
+        if (kind == RLOCK_REPLY_MOVED) {
             int idx = redirect_target(c, r->str, &to_slot);
             freeReplyObject(r);
             if (idx < 0) {
@@ -464,7 +466,7 @@ static redisReply *run(struct rlock_cluster *c, unsigned slot, int argc, const c
             c->redirects++;
             continue;
         }
-        if (rlock_cluster_reply_is(r, "ASK")) {
+        if (kind == RLOCK_REPLY_ASK) {
             ask_idx = redirect_target(c, r->str, &to_slot);
             freeReplyObject(r);
             if (ask_idx < 0) {
@@ -474,12 +476,12 @@ static redisReply *run(struct rlock_cluster *c, unsigned slot, int argc, const c
             c->redirects++;
             continue;
         }
-        if (rlock_cluster_reply_is(r, "TRYAGAIN")) {
+        if (kind == RLOCK_REPLY_TRYAGAIN) {
             freeReplyObject(r);
             rlock_sleep_until(rlock_mono_ms() + c->o.tryagain_ms);
             continue;
         }
-        if (script && !loaded && rlock_is_noscript(r)) {
+        if (script && !loaded && kind == RLOCK_REPLY_NOSCRIPT) {
             freeReplyObject(r);
             redisReply *l = redisCommand(n->ctx, "SCRIPT LOAD %b", script->text, script->len);
             int ok = l && l->type == REDIS_REPLY_STRING;
@@ -503,7 +505,7 @@ static redisReply *run(struct rlock_cluster *c, unsigned slot, int argc, const c
             hop--; /* not a redirect */
             continue;
         }
-        if (rlock_cluster_reply_is(r, "CLUSTERDOWN"))
+        if (kind == RLOCK_REPLY_CLUSTERDOWN)
             c->stale = 1;
         return r;
     }
@@ -535,15 +537,8 @@ redisReply *rlock_cluster_script(struct rlock_cluster *c, const struct rlock_scr
         rlock_err_set(err, errlen, "cluster: out of memory");
         return NULL;
     }
-    char num[16];
-    snprintf(num, sizeof num, "%d", nkeys);
-    rlock_script_head(s, av, al);
-    av[2] = num;
-    al[2] = strlen(num);
-    for (int i = 0; i < n; i++) {
-        av[3 + i] = argv[i];
-        al[3 + i] = lens ? lens[i] : strlen(argv[i]);
-    }
+    char num[RLOCK_RESP_DIGITS_MAX];
+    rlock_script_argv(s, 0, nkeys, nargs, argv, lens, av, al, num);
     unsigned slot = nkeys > 0 ? rlock_cluster_slot(av[3], al[3]) : 0;
     redisReply *r = run(c, slot, argc, av, al, s, err, errlen);
     free(av);
@@ -553,36 +548,23 @@ redisReply *rlock_cluster_script(struct rlock_cluster *c, const struct rlock_scr
 
 /* ---- lock calls on a cluster ---- */
 
-/* The cluster's answers a lock call's message can carry. */
-enum answer { ANSWER_NONE, ANSWER_MOVED, ANSWER_ASK, ANSWER_TRYAGAIN, ANSWER_CLUSTERDOWN };
-
 /* The cluster's answer in why, the message of a failed lock call: the
  * server's error reply at its start or after its first ": " (the library
- * words its messages "<what>: <reply>").  *at is where the answer starts. */
-static enum answer answer_in(const char *why, const char **at)
+ * words its messages "<what>: <reply>"); RLOCK_REPLY_ERROR when there is
+ * none.  *at is where the answer starts. */
+static enum rlock_reply_kind answer_in(const char *why, const char **at)
 {
-    static const struct {
-        const char *word;
-        enum answer a;
-    } words[] = {{"MOVED", ANSWER_MOVED},
-                 {"ASK", ANSWER_ASK},
-                 {"TRYAGAIN", ANSWER_TRYAGAIN},
-                 {"CLUSTERDOWN", ANSWER_CLUSTERDOWN}};
     const char *sep = why ? strstr(why, ": ") : NULL;
     const char *cand[] = {why, sep ? sep + 2 : NULL};
     for (size_t i = 0; i < 2; i++) {
-        if (!cand[i])
-            continue;
-        for (size_t w = 0; w < sizeof words / sizeof words[0]; w++) {
-            size_t n = strlen(words[w].word);
-            if (strncmp(cand[i], words[w].word, n) == 0 &&
-                (cand[i][n] == ' ' || cand[i][n] == '\0')) {
-                *at = cand[i];
-                return words[w].a;
-            }
+        enum rlock_reply_kind k = cand[i] ? rlock_error_kind(cand[i]) : RLOCK_REPLY_ERROR;
+        if (k == RLOCK_REPLY_MOVED || k == RLOCK_REPLY_ASK || k == RLOCK_REPLY_TRYAGAIN ||
+            k == RLOCK_REPLY_CLUSTERDOWN) {
+            *at = cand[i];
+            return k;
         }
     }
-    return ANSWER_NONE;
+    return RLOCK_REPLY_ERROR;
 }
 
 /* Readies node n for a lock call redirected by ASK: every script of the
@@ -650,14 +632,14 @@ enum rlock_status rlock_cluster_lock(struct rlock_cluster *c, const char *key, i
             c->stale = 1;
             return st;
         }
-        enum answer a = st == RLOCK_ERR ? answer_in(why, &at) : ANSWER_NONE;
-        if (a == ANSWER_NONE)
+        enum rlock_reply_kind a = st == RLOCK_ERR ? answer_in(why, &at) : RLOCK_REPLY_ERROR;
+        if (a == RLOCK_REPLY_ERROR)
             return st;
-        if (a == ANSWER_CLUSTERDOWN) {
+        if (a == RLOCK_REPLY_CLUSTERDOWN) {
             c->stale = 1;
             return st;
         }
-        if (a == ANSWER_TRYAGAIN) {
+        if (a == RLOCK_REPLY_TRYAGAIN) {
             int64_t now = rlock_mono_ms();
             /* Within a deadline, as long as it allows; else as many times
              * as redirects (counted apart: MOVED and ASK keep their cap). */
@@ -677,7 +659,7 @@ enum rlock_status rlock_cluster_lock(struct rlock_cluster *c, const char *key, i
         int cut = strlen(why) >= sizeof((struct rlock *)0)->err - 1;
         int idx = cut ? -1 : redirect_target(c, at, &to_slot);
         c->redirects++;
-        if (a == ANSWER_MOVED) {
+        if (a == RLOCK_REPLY_MOVED) {
             if (idx >= 0) {
                 c->slot_node[to_slot] = (uint16_t)idx;
                 c->nodes[idx].master = 1;

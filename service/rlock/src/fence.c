@@ -13,6 +13,7 @@
 
 #include "internal.h"
 #include "rlock/notify.h"
+#include "rlock/resp.h"
 #include "rlock/script.h"
 
 int rlock_fence_key(char *out, size_t cap, const char *lock_key)
@@ -404,7 +405,7 @@ int rlock_try_fenced_each(redisContext *c, struct rlock *const *ls, const char *
         if (io || redisGetReply(c, (void **)&r) != REDIS_OK || !r) {
             io = 1;
             RLOCK_SET_ERR(ls[i], "acquire: %s", c->errstr[0] ? c->errstr : "I/O error");
-        } else if (rlock_is_noscript(r)) {
+        } else if (rlock_reply_kind(r) == RLOCK_REPLY_NOSCRIPT) {
             phase[i] = NOSCRIPT;
         } else {
             st[i] = each_reply(c, ls[i], r, &fences[i]);

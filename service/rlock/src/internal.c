@@ -46,11 +46,6 @@ int rlock_reply_int(const redisContext *c, const redisReply *r, const char *op, 
     return 0;
 }
 
-int rlock_is_noscript(const redisReply *r)
-{
-    return r && r->type == REDIS_REPLY_ERROR && r->len >= 8 && memcmp(r->str, "NOSCRIPT", 8) == 0;
-}
-
 const char *rlock_status_str(enum rlock_status st)
 {
     switch (st) {
@@ -73,6 +68,14 @@ int64_t rlock_mono_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+struct timeval rlock_ms_tv(int64_t ms)
+{
+    if (ms < 0)
+        ms = 0;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    return tv;
 }
 
 int64_t rlock_drift_ms(int ttl_ms)

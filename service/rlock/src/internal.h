@@ -50,9 +50,6 @@ void rlock_err_set(char *err, size_t errlen, const char *fmt, ...) RLOCK_PRINTF(
 int rlock_reply_int(const redisContext *c, const redisReply *r, const char *op, long long *out,
                     char *err, size_t errlen);
 
-/* Returns 1 if r is a NOSCRIPT error reply (the server lacks the script). */
-int rlock_is_noscript(const redisReply *r);
-
 /* ---- internal.c: time ---- */
 
 /*

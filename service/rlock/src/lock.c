@@ -13,6 +13,7 @@
 #include "internal.h"
 #include "rlock/cluster.h"
 #include "rlock/notify.h"
+#include "rlock/resp.h"
 #include "rlock/script.h"
 #include "rlock/watch.h"
 
@@ -334,7 +335,7 @@ int rlock_release_each(redisContext *c, struct rlock *const *ls, size_t n, enum 
             io = 1;
             RLOCK_SET_ERR(ls[i], "release: %s", c->errstr[0] ? c->errstr : "I/O error");
             st[i] = RLOCK_ERR;
-        } else if (rlock_is_noscript(r)) {
+        } else if (rlock_reply_kind(r) == RLOCK_REPLY_NOSCRIPT) {
             noscript[i] = 1;
         } else {
             st[i] = release_reply(c, ls[i], r);

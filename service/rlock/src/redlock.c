@@ -17,6 +17,7 @@
 
 #include "internal.h"
 #include "rlock/notify.h"
+#include "rlock/resp.h"
 #include "rlock/script.h"
 
 /* ---- one command to many nodes, one deadline ---- */
@@ -135,7 +136,7 @@ static int fanout_script(redisContext *const *nodes, size_t nnodes, const struct
         return -1;
     size_t nagain = 0;
     for (size_t i = 0; i < nnodes; i++) {
-        if (rlock_is_noscript(replies[i])) {
+        if (rlock_reply_kind(replies[i]) == RLOCK_REPLY_NOSCRIPT) {
             freeReplyObject(replies[i]);
             replies[i] = NULL;
             again[i] = 1;

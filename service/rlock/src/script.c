@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "rlock/resp.h"
 
 /* ---- SHA-1 (FIPS 180-4), only used to name scripts, never for security ---- */
 
@@ -107,9 +108,15 @@ void rlock_function_init(struct rlock_script *s, const char *name, const char *t
     s->flags = flags;
 }
 
-void rlock_script_head(const struct rlock_script *s, const char *word[2], size_t len[2])
+/* The two words before numkeys: rlock_script_head(), or with eval those of
+ * the fallback after NOSCRIPT, EVAL and the text. */
+static void script_words(const struct rlock_script *s, int eval, const char *word[2], size_t len[2])
 {
-    if (!s->function) {
+    if (eval) {
+        word[0] = "EVAL";
+        word[1] = s->text;
+        len[1] = s->len;
+    } else if (!s->function) {
         word[0] = "EVALSHA";
         word[1] = s->sha;
         len[1] = RLOCK_SHA1_HEX_LEN;
@@ -119,6 +126,65 @@ void rlock_script_head(const struct rlock_script *s, const char *word[2], size_t
         len[1] = strlen(s->function);
     }
     len[0] = strlen(word[0]);
+}
+
+void rlock_script_head(const struct rlock_script *s, const char *word[2], size_t len[2])
+{
+    script_words(s, 0, word, len);
+}
+
+void rlock_script_argv(const struct rlock_script *s, int eval, int nkeys, int nargs,
+                       const char *const *argv, const size_t *lens, const char **v, size_t *l,
+                       char numkeys[RLOCK_RESP_DIGITS_MAX])
+{
+    script_words(s, eval, v, l);
+    v[2] = numkeys;
+    l[2] = rlock_resp_u64(numkeys, (uint64_t)nkeys);
+    for (int i = 0; i < nkeys + nargs; i++) {
+        v[3 + i] = argv[i];
+        l[3 + i] = lens ? lens[i] : strlen(argv[i]);
+    }
+}
+
+/* ---- script calls in the Redis protocol ---- */
+
+size_t rlock_script_head_bytes(const struct rlock_script *s, int eval, int nuser)
+{
+    const char *w[2];
+    size_t l[2];
+    char digits[RLOCK_RESP_DIGITS_MAX];
+    script_words(s, eval, w, l);
+    return 1 + rlock_resp_u64(digits, (uint64_t)(3 + nuser)) + 2 + rlock_resp_bulk_bytes(l[0]) +
+           rlock_resp_bulk_bytes(l[1]);
+}
+
+char *rlock_script_write_head(char *p, const struct rlock_script *s, int eval, int nuser)
+{
+    const char *w[2];
+    size_t l[2];
+    script_words(s, eval, w, l);
+    p = rlock_resp_head(p, '*', (size_t)(3 + nuser));
+    p = rlock_resp_bulk(p, w[0], l[0]);
+    return rlock_resp_bulk(p, w[1], l[1]);
+}
+
+size_t rlock_script_args_bytes(int nkeys, int nargs, const char *const *argv, const size_t *lens)
+{
+    char num[RLOCK_RESP_DIGITS_MAX];
+    size_t total = rlock_resp_bulk_bytes(rlock_resp_u64(num, (uint64_t)nkeys));
+    for (int i = 0; i < nkeys + nargs; i++)
+        total += rlock_resp_bulk_bytes(lens ? lens[i] : strlen(argv[i]));
+    return total;
+}
+
+char *rlock_script_write_args(char *p, int nkeys, int nargs, const char *const *argv,
+                              const size_t *lens)
+{
+    char num[RLOCK_RESP_DIGITS_MAX];
+    p = rlock_resp_bulk(p, num, rlock_resp_u64(num, (uint64_t)nkeys));
+    for (int i = 0; i < nkeys + nargs; i++)
+        p = rlock_resp_bulk(p, argv[i], lens ? lens[i] : strlen(argv[i]));
+    return p;
 }
 
 /* ---- running scripts ---- */
@@ -167,23 +233,13 @@ redisReply *rlock_script_run(redisContext *c, const struct rlock_script *s, int 
         }
     }
 
-    char numkeys[16];
-    int n = snprintf(numkeys, sizeof numkeys, "%d", nkeys);
-    rlock_script_head(s, v, l);
-    v[2] = numkeys;
-    l[2] = (size_t)n;
-    for (int i = 0; i < nkeys + nargs; i++) {
-        v[3 + i] = argv[i];
-        l[3 + i] = argvlen ? argvlen[i] : strlen(argv[i]);
-    }
+    char numkeys[RLOCK_RESP_DIGITS_MAX];
+    rlock_script_argv(s, 0, nkeys, nargs, argv, argvlen, v, l, numkeys);
 
     redisReply *r = redisCommandArgv(c, argc, v, l);
-    if (!s->function && rlock_is_noscript(r)) {
+    if (!s->function && rlock_reply_kind(r) == RLOCK_REPLY_NOSCRIPT) {
         freeReplyObject(r);
-        v[0] = "EVAL";
-        l[0] = 4;
-        v[1] = s->text;
-        l[1] = s->len;
+        script_words(s, 1, v, l);
         r = redisCommandArgv(c, argc, v, l);
     }
 
@@ -217,7 +273,7 @@ static void script_call_done(redisAsyncContext *ac, void *r, void *privdata)
     struct script_call *call = privdata;
     redisReply *reply = r;
 
-    if (!call->retried && rlock_is_noscript(reply)) {
+    if (!call->retried && rlock_reply_kind(reply) == RLOCK_REPLY_NOSCRIPT) {
         call->retried = 1;
         call->argv[0] = "EVAL";
         call->argvlen[0] = 4;
@@ -392,12 +448,6 @@ char *rlock_library_build(const char *lib, const struct rlock_script *const *fns
     return t.buf;
 }
 
-int rlock_reply_is_no_function(const redisReply *r)
-{
-    return r && r->type == REDIS_REPLY_ERROR && r->str &&
-           strstr(r->str, "Function not found") != NULL;
-}
-
 redisReply *rlock_library_load(redisContext *c, const char *text, size_t len)
 {
     const char *v[] = {"FUNCTION", "LOAD", "REPLACE", text};
@@ -418,7 +468,7 @@ enum rlock_library_state rlock_library_check(redisContext *c, const char *lib, c
         st = r->len == strlen(version) && memcmp(r->str, version, r->len) == 0
                  ? RLOCK_LIBRARY_CURRENT
                  : RLOCK_LIBRARY_OTHER;
-    else if (r && r->type == REDIS_REPLY_ERROR && rlock_reply_is_no_function(r))
+    else if (rlock_reply_kind(r) == RLOCK_REPLY_NO_FUNCTION)
         st = RLOCK_LIBRARY_MISSING;
     freeReplyObject(r);
     return st;

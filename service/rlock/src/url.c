@@ -255,17 +255,11 @@ static int says_master(const redisReply *r)
     return r && r->type == REDIS_REPLY_STRING && strstr(r->str, "role:master\r\n") != NULL;
 }
 
-static struct timeval ms_tv(int ms)
-{
-    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-    return tv;
-}
-
 int rlock_sentinel_ask(const struct rlock_url *u, const struct rlock_url_node *s, int timeout_ms,
                        struct rlock_url_node *n, char *err, size_t errlen)
 {
-    redisContext *c = redisConnectWithTimeout(s->host, s->port, ms_tv(timeout_ms));
-    if (!c || c->err || redisSetTimeout(c, ms_tv(timeout_ms)) != REDIS_OK) {
+    redisContext *c = redisConnectWithTimeout(s->host, s->port, rlock_ms_tv(timeout_ms));
+    if (!c || c->err || redisSetTimeout(c, rlock_ms_tv(timeout_ms)) != REDIS_OK) {
         rlock_err_set(err, errlen, "Sentinel %s:%d: %s", s->host, s->port,
                       c && c->err ? c->errstr : "cannot connect");
         redisFree(c);
@@ -409,14 +403,14 @@ int rlock_url_handshake(redisContext *c, const struct rlock_url *u, char *err, s
 static redisContext *connect_to(const struct rlock_url *u, int connect_timeout_ms,
                                 int io_timeout_ms, char *err, size_t errlen)
 {
-    redisContext *c = redisConnectWithTimeout(u->host, u->port, ms_tv(connect_timeout_ms));
+    redisContext *c = redisConnectWithTimeout(u->host, u->port, rlock_ms_tv(connect_timeout_ms));
     if (!c || c->err) {
         rlock_err_set(err, errlen, "redis connect %s:%d failed: %s", u->host, u->port,
                       c ? c->errstr : "out of memory");
         redisFree(c);
         return NULL;
     }
-    if (redisSetTimeout(c, ms_tv(io_timeout_ms)) != REDIS_OK) {
+    if (redisSetTimeout(c, rlock_ms_tv(io_timeout_ms)) != REDIS_OK) {
         rlock_err_set(err, errlen, "redis %s:%d: cannot set the I/O timeout", u->host, u->port);
         redisFree(c);
         return NULL;
@@ -444,11 +438,6 @@ redisContext *rlock_url_connect(const struct rlock_url *url, int connect_timeout
     if (strcmp(asked.host, resolved.host) == 0 && asked.port == resolved.port)
         return NULL; /* the same answer: err already says why it failed */
     return connect_to(&asked, connect_timeout_ms, io_timeout_ms, err, errlen);
-}
-
-int rlock_reply_is_readonly(const redisReply *r)
-{
-    return r && r->type == REDIS_REPLY_ERROR && r->str && strncmp(r->str, "READONLY", 8) == 0;
 }
 
 /* The master check of an async connection: anything but a master is dropped

@@ -21,6 +21,7 @@
 
 #include "internal.h"
 #include "rlock/metrics.h"
+#include "rlock/resp.h"
 #include "rlock/script.h"
 #include "rlock/url.h"
 
@@ -135,7 +136,7 @@ static void renew(struct rlock_watchdog *wd, redisContext **c, struct rlock_watc
     }
     /* A failover demoted that server (READONLY): the next renewal connects
      * again, to wherever the connection function now finds the master. */
-    if (rlock_reply_is_readonly(r)) {
+    if (rlock_reply_kind(r) == RLOCK_REPLY_READONLY) {
         redisFree(*c);
         *c = NULL;
     }

@@ -21,6 +21,7 @@
 #include <hiredis/hiredis.h>
 
 #include "harness_rlock.h"
+#include <rlock/resp.h>
 #include <rlock/rlock.h>
 #include <rlock/script.h>
 
@@ -121,6 +122,54 @@ START_TEST(test_sha1_known_vectors)
 END_TEST
 
 static const char echo_text[] = "-- test_rlock echo script\nreturn KEYS[1] .. '=' .. ARGV[1]\n";
+
+/* The library writes a script's call byte for byte as hiredis formats the
+ * same argv: EVALSHA, EVAL (the NOSCRIPT fallback) and FCALL_RO alike, with
+ * binary and empty arguments. */
+START_TEST(test_script_frame_is_what_hiredis_formats)
+{
+    struct rlock_script sc, fn;
+    rlock_script_init(&sc, "echo", echo_text, sizeof echo_text - 1);
+    rlock_function_init(&fn, "t_echo", echo_text, sizeof echo_text - 1, RLOCK_FN_NO_WRITES);
+    const char *args[] = {"k", "v\0binary", ""};
+    const size_t lens[] = {1, 8, 0};
+    const struct {
+        const struct rlock_script *s;
+        int eval;
+        const char *w0, *w1;
+        size_t l1;
+    } cases[] = {{&sc, 0, "EVALSHA", sc.sha, RLOCK_SHA1_HEX_LEN},
+                 {&sc, 1, "EVAL", echo_text, sizeof echo_text - 1},
+                 {&fn, 0, "FCALL_RO", "t_echo", 6}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *v[] = {cases[i].w0, cases[i].w1, "1", args[0], args[1], args[2]};
+        const size_t l[] = {strlen(cases[i].w0), cases[i].l1, 1, lens[0], lens[1], lens[2]};
+        char *want = NULL;
+        int wlen = redisFormatCommandArgv(&want, 6, v, l);
+        ck_assert_int_gt(wlen, 0);
+        size_t bytes = rlock_script_head_bytes(cases[i].s, cases[i].eval, 3) +
+                       rlock_script_args_bytes(1, 2, args, lens);
+        ck_assert_uint_eq(bytes, (size_t)wlen);
+        char *got = malloc(bytes);
+        ck_assert_ptr_nonnull(got);
+        char *end = rlock_script_write_head(got, cases[i].s, cases[i].eval, 3);
+        end = rlock_script_write_args(end, 1, 2, args, lens);
+        ck_assert_uint_eq((size_t)(end - got), bytes);
+        ck_assert(memcmp(got, want, bytes) == 0);
+        free(got);
+        free(want);
+    }
+    /* any command */
+    const char *set[] = {"SET", "k", "v", "NX", "PX", "30000"};
+    char *want = NULL;
+    int wlen = redisFormatCommandArgv(&want, 6, set, NULL);
+    char got[128];
+    ck_assert_uint_eq(rlock_resp_argv_bytes(6, set, NULL), (size_t)wlen);
+    ck_assert(rlock_resp_argv(got, 6, set, NULL) == got + wlen);
+    ck_assert(memcmp(got, want, (size_t)wlen) == 0);
+    free(want);
+}
+END_TEST
 
 START_TEST(test_script_survives_script_flush)
 {
@@ -704,6 +753,7 @@ static Suite *rlock_suite(void)
 
     TCase *tc = tcase_create("script");
     tcase_add_test(tc, test_sha1_known_vectors);
+    tcase_add_test(tc, test_script_frame_is_what_hiredis_formats);
     tcase_add_test(tc, test_script_survives_script_flush);
     tcase_add_test(tc, test_script_async_survives_script_flush);
     suite_add_tcase(s, tc);

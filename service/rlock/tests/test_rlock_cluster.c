@@ -150,24 +150,57 @@ START_TEST(test_urls_of_a_cluster)
 }
 END_TEST
 
-/* A reply's first word, as every redirect test in the library and the
- * service reads it: the word whole, then a space or the end. */
-static int reply_is(int type, const char *str, const char *word)
+/* A reply's kind, as the library and the service read it: by its first
+ * word whole, then a space or the end. */
+static enum rlock_reply_kind kind_of(int type, const char *str)
 {
     redisReply r = {.type = type, .str = (char *)str, .len = strlen(str)};
-    return rlock_cluster_reply_is(&r, word);
+    return rlock_reply_kind(&r);
 }
 
 START_TEST(test_reply_words)
 {
-    ck_assert(reply_is(REDIS_REPLY_ERROR, "MOVED 3999 127.0.0.1:6381", "MOVED"));
-    ck_assert(reply_is(REDIS_REPLY_ERROR, "ASK 3999 127.0.0.1:6381", "ASK"));
-    ck_assert(reply_is(REDIS_REPLY_ERROR, "TRYAGAIN", "TRYAGAIN"));
-    ck_assert(!reply_is(REDIS_REPLY_ERROR, "ASKING is not a redirect", "ASK"));
-    ck_assert(!reply_is(REDIS_REPLY_ERROR, "MOVE", "MOVED"));
-    ck_assert(!reply_is(REDIS_REPLY_STATUS, "MOVED 1 h:1", "MOVED"));
-    ck_assert(!reply_is(REDIS_REPLY_ERROR, "ERR MOVED", "MOVED"));
-    ck_assert(!rlock_cluster_reply_is(NULL, "MOVED"));
+    ck_assert_int_eq(kind_of(REDIS_REPLY_ERROR, "MOVED 3999 127.0.0.1:6381"), RLOCK_REPLY_MOVED);
+    ck_assert_int_eq(kind_of(REDIS_REPLY_ERROR, "ASK 3999 127.0.0.1:6381"), RLOCK_REPLY_ASK);
+    ck_assert_int_eq(kind_of(REDIS_REPLY_ERROR, "TRYAGAIN"), RLOCK_REPLY_TRYAGAIN);
+    ck_assert_int_eq(kind_of(REDIS_REPLY_ERROR, "CLUSTERDOWN The cluster is down"),
+                     RLOCK_REPLY_CLUSTERDOWN);
+    ck_assert_int_eq(kind_of(REDIS_REPLY_ERROR, "ASKING is not a redirect"), RLOCK_REPLY_ERROR);
+    ck_assert_int_eq(kind_of(REDIS_REPLY_ERROR, "MOVE"), RLOCK_REPLY_ERROR);
+    ck_assert_int_eq(kind_of(REDIS_REPLY_STATUS, "MOVED 1 h:1"), RLOCK_REPLY_VALUE);
+    ck_assert_int_eq(kind_of(REDIS_REPLY_ERROR, "ERR MOVED"), RLOCK_REPLY_ERROR);
+    ck_assert_int_eq(rlock_reply_kind(NULL), RLOCK_REPLY_NONE);
+    /* the others the library and the service act on */
+    ck_assert_int_eq(kind_of(REDIS_REPLY_ERROR, "NOSCRIPT No matching script."),
+                     RLOCK_REPLY_NOSCRIPT);
+    ck_assert_int_eq(kind_of(REDIS_REPLY_ERROR, "ERR Function not found"), RLOCK_REPLY_NO_FUNCTION);
+    ck_assert_int_eq(kind_of(REDIS_REPLY_ERROR, "OOM command not allowed when used memory > "
+                                                "'maxmemory'."),
+                     RLOCK_REPLY_OOM);
+    ck_assert_int_eq(kind_of(REDIS_REPLY_ERROR, "READONLY You can't write against a read only "
+                                                "replica."),
+                     RLOCK_REPLY_READONLY);
+}
+END_TEST
+
+START_TEST(test_redirect_names_slot_and_node)
+{
+    struct rlock_cluster_redirect to;
+    ck_assert_int_eq(rlock_cluster_redirect_parse("MOVED 3999 127.0.0.1:6381", &to), 0);
+    ck_assert_int_eq(to.kind, RLOCK_REPLY_MOVED);
+    ck_assert_uint_eq(to.slot, 3999);
+    ck_assert_str_eq(to.host, "127.0.0.1");
+    ck_assert_int_eq(to.port, 6381);
+    ck_assert_int_eq(rlock_cluster_redirect_parse("ASK 0 ::1:7000", &to), 0);
+    ck_assert_int_eq(to.kind, RLOCK_REPLY_ASK);
+    ck_assert_str_eq(to.host, "::1");
+    ck_assert_int_eq(to.port, 7000);
+    /* neither, or not a place to go */
+    ck_assert_int_eq(rlock_cluster_redirect_parse("TRYAGAIN", &to), -1);
+    ck_assert_int_eq(rlock_cluster_redirect_parse("MOVED 16384 h:1", &to), -1);
+    ck_assert_int_eq(rlock_cluster_redirect_parse("MOVED 1 h:0", &to), -1);
+    ck_assert_int_eq(rlock_cluster_redirect_parse("MOVED 1 :1", &to), -1);
+    ck_assert_int_eq(rlock_cluster_redirect_parse("MOVED 1", &to), -1);
 }
 END_TEST
 
@@ -586,6 +619,7 @@ static Suite *cluster_suite(void)
     tcase_add_test(tc, test_slots_are_redis_cluster_slots);
     tcase_add_test(tc, test_urls_of_a_cluster);
     tcase_add_test(tc, test_reply_words);
+    tcase_add_test(tc, test_redirect_names_slot_and_node);
     tcase_add_test(tc, test_every_key_goes_to_the_master_of_its_slot);
     tcase_add_test(tc, test_moved_and_ask_are_followed);
     tcase_add_test(tc, test_tryagain_is_waited_out);

@@ -16,6 +16,7 @@
 #include <hiredis/hiredis.h>
 
 #include "harness_redis.h"
+#include <rlock/resp.h>
 #include <rlock/rlock.h>
 #include <rlock/script.h>
 
@@ -68,7 +69,7 @@ START_TEST(test_function_runs_by_name_once_its_library_is_loaded)
 
     /* Not loaded: an error reply, and no EVAL of the text behind it. */
     redisReply *r = rlock_script_run(c, &echo, 1, 1, argv, argvlen);
-    ck_assert_msg(rlock_reply_is_no_function(r), "want Function not found, got %s",
+    ck_assert_msg(rlock_reply_kind(r) == RLOCK_REPLY_NO_FUNCTION, "want Function not found, got %s",
                   r && r->str ? r->str : "no error");
     freeReplyObject(r);
     ck_assert_int_eq(rlock_library_check(c, "t", "0"), RLOCK_LIBRARY_MISSING);

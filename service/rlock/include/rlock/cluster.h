@@ -40,6 +40,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "rlock/resp.h"
 #include "rlock/rlock.h"
 #include "rlock/script.h"
 #include "rlock/url.h"
@@ -53,10 +54,20 @@
  * 16384.  Pure. */
 unsigned rlock_cluster_slot(const char *key, size_t len);
 
-/* Whether r is an error reply whose first word is word ("MOVED", "ASK",
- * "TRYAGAIN", "CLUSTERDOWN", ...): the word, then a space or the end.  A
- * NULL r is not.  Pure. */
-int rlock_cluster_reply_is(const redisReply *r, const char *word);
+/* Where a MOVED or ASK error reply sends a command (rlock_reply_kind() of
+ * rlock/resp.h tells those, TRYAGAIN and CLUSTERDOWN from other replies). */
+struct rlock_cluster_redirect {
+    enum rlock_reply_kind kind; /* RLOCK_REPLY_MOVED or RLOCK_REPLY_ASK */
+    unsigned slot;
+    char host[256];
+    int port;
+};
+
+/* Parses msg, the text of a MOVED or ASK error reply ("MOVED 3999
+ * 127.0.0.1:6381"), into *to.  Returns 0, or -1 when msg is neither or its
+ * slot or address is not valid.  Pure. */
+RLOCK_MUST_CHECK int rlock_cluster_redirect_parse(const char *msg,
+                                                  struct rlock_cluster_redirect *to);
 
 /* CRC16/XMODEM (polynomial 0x1021, initial 0), as Redis Cluster uses.  Pure. */
 unsigned rlock_crc16(const char *buf, size_t len);

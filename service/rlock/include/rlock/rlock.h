@@ -39,6 +39,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/time.h>
 
 #include <hiredis/hiredis.h>
 
@@ -253,6 +254,10 @@ const char *rlock_status_str(enum rlock_status st);
 
 /* Returns CLOCK_MONOTONIC in milliseconds, the clock of every rlock deadline. */
 int64_t rlock_mono_ms(void);
+
+/* ms (a negative one as 0) as a struct timeval: for an event's timer or a
+ * connection's timeouts.  Pure. */
+struct timeval rlock_ms_tv(int64_t ms);
 
 /* ---- building blocks for other lock kinds (rlock_fence, rlock_redlock) and tools ---- */
 

@@ -14,7 +14,8 @@
  * same keys and arguments, and never as EVAL: a function is loaded ahead of
  * time, by an administrator, as one library (rlock_library_build(),
  * rlock_library_load()), so that the user who runs it needs no right to send
- * code.  A missing function is an error reply ("ERR Function not found"), not
+ * code.  A missing function is an error reply ("ERR Function not found",
+ * RLOCK_REPLY_NO_FUNCTION by rlock_reply_kind() of rlock/resp.h), not
  * retried.
  *
  * Thread-safety: a struct rlock_script is immutable after rlock_script_init()
@@ -28,6 +29,8 @@
 
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
+
+#include "rlock/resp.h"
 
 #ifndef RLOCK_MUST_CHECK
 #define RLOCK_MUST_CHECK __attribute__((warn_unused_result))
@@ -78,6 +81,37 @@ void rlock_function_init(struct rlock_script *s, const char *name, const char *t
  * the command themselves (pipelines); the pointers live as long as s.
  */
 void rlock_script_head(const struct rlock_script *s, const char *word[2], size_t len[2]);
+
+/*
+ * The argument vector of the command that runs s, for callers that send by
+ * argv (redisCommandArgv(), a pipeline): rlock_script_head()'s two words
+ * (eval: EVAL and the text), numkeys (written into numkeys, which must live
+ * as long as v), then the nkeys keys and nargs arguments of argv (lens gives
+ * each length; NULL: NUL-terminated strings): 3 + nkeys + nargs entries of v
+ * and l.  The pointers are s's, argv's and numkeys.  Cannot fail.
+ */
+void rlock_script_argv(const struct rlock_script *s, int eval, int nkeys, int nargs,
+                       const char *const *argv, const size_t *lens, const char **v, size_t *l,
+                       char numkeys[RLOCK_RESP_DIGITS_MAX]);
+
+/*
+ * The command that runs s, written in the Redis protocol (rlock/resp.h) by
+ * callers that format their own commands, in two parts so that a caller
+ * may keep the second and send it again behind another first (the EVAL
+ * after a NOSCRIPT):
+ *   - the head: the array's header for 3 + nuser elements (nuser = nkeys +
+ *     nargs) and the two words of rlock_script_head(), or with eval set
+ *     EVAL and s's text;
+ *   - the arguments: numkeys, then the nkeys keys and the nargs arguments
+ *     of argv (lens gives each length; NULL: NUL-terminated strings).
+ * The writers put the bytes at p (the matching *_bytes() of room, exact)
+ * and return the end.  Pure; they cannot fail.
+ */
+size_t rlock_script_head_bytes(const struct rlock_script *s, int eval, int nuser);
+char *rlock_script_write_head(char *p, const struct rlock_script *s, int eval, int nuser);
+size_t rlock_script_args_bytes(int nkeys, int nargs, const char *const *argv, const size_t *lens);
+char *rlock_script_write_args(char *p, int nkeys, int nargs, const char *const *argv,
+                              const size_t *lens);
 
 /*
  * Runs s synchronously as EVALSHA sha nkeys argv[0..nkeys) argv[nkeys..nkeys+nargs).
@@ -142,10 +176,6 @@ RLOCK_MUST_CHECK char *rlock_library_build(const char *lib, const struct rlock_s
  * with c->err set.
  */
 RLOCK_MUST_CHECK redisReply *rlock_library_load(redisContext *c, const char *text, size_t len);
-
-/* Returns 1 if r is the error reply of an FCALL of a function the server
- * does not hold (its library not loaded there), else 0. */
-int rlock_reply_is_no_function(const redisReply *r);
 
 /* What a server holds of a library, by rlock_library_check(). */
 enum rlock_library_state {

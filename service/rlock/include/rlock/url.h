@@ -118,11 +118,4 @@ redisContext *rlock_url_connect(const struct rlock_url *u, int connect_timeout_m
 int rlock_url_handshake_async(redisAsyncContext *ac, const struct rlock_url *u, redisCallbackFn *fn,
                               void *privdata) RLOCK_MUST_CHECK;
 
-/* Whether reply r says the server is a replica now (READONLY: a failover
- * demoted the master this connection was made to).  Such a connection is to
- * be dropped: the next one asks the Sentinels again.  (NOREPLICAS is not
- * this: the master is right, it refuses writes while too few replicas
- * follow.) */
-int rlock_reply_is_readonly(const redisReply *r);
-
 #endif
