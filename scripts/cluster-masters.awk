@@ -1,7 +1,7 @@
 # cluster-masters.awk: reads CLUSTER NODES output and prints the port of
 # each master that serves slots and is neither failed, suspected, nor
 # without an address, one per line, in the order of their first slot.
-# Used by scripts/stack.sh (cluster_masters) and scripts/stack-env.sh
+# Used by scripts/stack/cluster.sh (cluster_masters) and scripts/stack-env.sh
 # (se_cluster_master_ports).
 $3 ~ /(^|,)master(,|$)/ && $3 !~ /(^|,)(fail\??|noaddr|handshake)(,|$)/ && NF >= 9 {
     addr = $2; sub(/[@,].*/, "", addr); sub(/.*:/, "", addr)
