@@ -11,7 +11,7 @@
 -- buyer holding units into Redis.  With 10 million confirmed buyers that
 -- rebuild fails and is retried every pass (make bench measured the sale after
 -- it at half its rate), which is a cost of the rebuild, not of the order path
--- this phase measures; the README's performance section reports it.
+-- this phase measures; docs/performance.md reports it.
 \set ON_ERROR_STOP on
 BEGIN;
 INSERT INTO skus (id, name, stock, initial_stock, per_user_limit, sale_starts_at, sale_ends_at)

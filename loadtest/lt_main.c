@@ -1,7 +1,7 @@
 /*
  * seckill-loadtest: a flash sale against a live seckill service, then the
  * proof from PostgreSQL and Redis that nothing was oversold, lost or
- * duplicated.  See `seckill-loadtest --help` and README.md "Performance".
+ * duplicated.  See `seckill-loadtest --help` and docs/performance.md.
  */
 #include <inttypes.h>
 #include <signal.h>

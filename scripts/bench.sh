@@ -397,7 +397,7 @@ if want redis; then
             die "could not copy $K:$k into database $BENCH_REDIS_DB"
     done
     # reserve.lua is the function seckill_reserve of the library migrate
-    # loaded (README, Redis Functions): called as seckilld calls it.
+    # loaded (docs/operations.md, Redis Functions): called as seckilld calls it.
     [[ $(se_redis_admin "$LT_STACK_DIR" "$REDIS_PORT" FUNCTION LIST LIBRARYNAME seckill) == *seckill_reserve* ]] ||
         die "the stack's Redis has no function seckill_reserve (did seckilld migrate run?)"
     # redis-benchmark reads its password only from its command line: it gets

@@ -25,6 +25,7 @@ PACKAGES=(
     iproute2 # ss, used by scripts/run-tests.sh to find free ports
     jq procps # scripts/faults.sh reads the load generator's JSON, finds PostgreSQL's children
     spin      # `make model`: the protocol's Promela model (spin generates C, gcc compiles it)
+    chromium  # service/tests/test_api_html.sh opens docs/api.html in it, headless
 )
 if [[ ${VALGRIND:-0} == 1 ]]; then
     PACKAGES+=(valgrind)

@@ -19,7 +19,9 @@
 #         free one), SECKILL_RUN_METRICS_PORT (9464: likewise, their internal
 #         listeners), SECKILL_REDIS_TOPOLOGY (single; sentinel: `make run
 #         REDIS=sentinel`; cluster: `make run REDIS=cluster`, read by
-#         scripts/stack.sh with its SECKILL_REDIS_CLUSTER_* settings); any other SECKILL_*
+#         scripts/stack.sh with its SECKILL_REDIS_CLUSTER_* settings), SECKILL_RUN_VAR
+#         (var: the stack, logs, tokens and var/env; service/tests/test_readme.sh
+#         runs `make run` in a scratch one); any other SECKILL_*
 #         setting is passed through to the daemons.  Secrets go by
 #         environment or file, never as flags (they would show in ps).
 set -euo pipefail
@@ -43,7 +45,7 @@ cd "$ROOT"
 STACK=$ROOT/scripts/stack.sh
 # shellcheck source=scripts/stack-env.sh
 source "$ROOT/scripts/stack-env.sh"
-VAR=$ROOT/var
+VAR=${SECKILL_RUN_VAR:-$ROOT/var}
 LOG=$VAR/seckilld.log
 BUILD_DIR=${BUILD:-build}
 [[ $BUILD_DIR == /* ]] || BUILD_DIR=$ROOT/$BUILD_DIR

@@ -1319,7 +1319,7 @@ static int order_signed(int port, const char *secret, const char *kid, int64_t u
     return r.status;
 }
 
-/* A rotation as the README tells it: add the next secret under its kid
+/* A rotation as docs/api.md tells it: add the next secret under its kid
  * (tokens of both work), sign with it, drop the old one once its tokens
  * have expired.  No buyer is logged out at any step but the last, and then
  * only tokens of the dropped secret. */

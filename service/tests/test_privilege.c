@@ -342,12 +342,12 @@ START_TEST(test_service_role_is_what_the_daemon_and_the_suite_use)
 }
 END_TEST
 
-/* README's account of the service role's rights (the paragraph from
- * "logs in as" to "So no"), read into out.  Asserts it was found. */
+/* docs/operations.md's account of the service role's rights (the paragraph
+ * from "logs in as" to "So no"), read into out.  Asserts it was found. */
 static void readme_rights(char *out, size_t cap)
 {
     char path[4096];
-    snprintf(path, sizeof path, "%s/README.md", th_env("SECKILL_TEST_ROOT"));
+    snprintf(path, sizeof path, "%s/docs/operations.md", th_env("SECKILL_TEST_ROOT"));
     FILE *f = fopen(path, "r");
     ck_assert_msg(f, "cannot read %s", path);
     static char text[1 << 20];
@@ -357,7 +357,7 @@ static void readme_rights(char *out, size_t cap)
     const char *from = strstr(text, "logs in as\n  `seckill_app`");
     const char *to = from ? strstr(from, "So no") : NULL;
     ck_assert_msg(from && to && (size_t)(to - from) < cap,
-                  "README lost its paragraph on the service role's rights");
+                  "docs/operations.md lost its paragraph on the service role's rights");
     memcpy(out, from, (size_t)(to - from));
     out[to - from] = '\0';
     /* the paragraph wraps lines: make it one line of single spaces */
@@ -398,7 +398,8 @@ START_TEST(test_readme_names_every_right_the_service_role_has)
             char before = p == rights ? ' ' : p[-1], after = p[strlen(name)];
             found = strchr("`( ", before) && strchr("`,) ", after);
         }
-        ck_assert_msg(found, "README's list of the service role's rights leaves out %s%s%s",
+        ck_assert_msg(found,
+                      "docs/operations.md's list of the service role's rights leaves out %s%s%s",
                       PQgetvalue(r, i, 0), PQgetisnull(r, i, 1) ? "" : ".", PQgetvalue(r, i, 1));
     }
     PQclear(r);
