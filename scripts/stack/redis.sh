@@ -8,7 +8,7 @@ R_CONF=$R_DIR/redis.conf
 TOPOLOGY_FILE=$DIR/redis-topology
 REDIS_WAIT_TENTHS=100 # 10 s
 # Every data node's memory bound (SECKILL_REDIS_MAXMEMORY: bytes, or with a
-# kb/mb/gb suffix; README "Redis memory" sizes it).  Without one, buyers'
+# kb/mb/gb suffix; docs/operations.md, "Redis memory", sizes it).  Without one, buyers'
 # remembered keys could grow Redis until the OS kills it.  noeviction: Redis
 # refuses a write that would need memory (the service answers 503) rather
 # than drop a stock, journal or stream key, which would oversell or lose an
