@@ -294,7 +294,8 @@ void handle_order_place(struct http_req *r, int64_t sku)
     *q = (struct order_req){.req = *r, .sku = sku, .user = user, .qty = qty};
     struct order_request rq = {
         .sku = sku, .user = user, .qty = qty, .idem = idem, .deadline_ms = r->deadline_ms};
-    order_desk_place(http_loop_desk(r->loop), &rq, on_placed, q);
+    /* the loop's state is its order desk (daemon/main.c wires them) */
+    order_desk_place(http_loop_state(r->loop), &rq, on_placed, q);
 }
 
 static void lookup_run(struct job *j, struct worker_ctx *w)
