@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core/alloc.h"
 #include "core/validate.h"
 #include "order/soldout.h"
 #include "sku/sku.h"
@@ -111,9 +112,7 @@ static void job_done(struct job *j)
 
 static struct sku_job *new_job(const struct http_req *r, enum sku_op op, int64_t id)
 {
-    struct sku_job *sj = calloc(1, sizeof *sj);
-    if (!sj)
-        abort();
+    struct sku_job *sj = xcalloc(1, sizeof *sj);
     sj->req = *r;
     sj->op = op;
     sj->id = id;

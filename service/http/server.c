@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/alloc.h"
 #include "core/clock.h"
 #include "core/fmt.h"
 #include "core/log.h"
@@ -177,9 +178,7 @@ static int addr_take(struct http_server *s, const char *addr)
     while (e && strcmp(e->key, key) != 0)
         e = e->next;
     if (!e) {
-        e = calloc(1, sizeof *e);
-        if (!e)
-            abort();
+        e = xcalloc(1, sizeof *e);
         snprintf(e->key, sizeof e->key, "%s", key);
         e->next = *b;
         *b = e;
@@ -225,9 +224,7 @@ static void reserve_bytes(char **buf, size_t *cap, size_t len, size_t n)
     size_t want = *cap ? *cap : CONN_BUF_BASE_BYTES;
     while (want < len + n)
         want *= 2;
-    char *b = realloc(*buf, want);
-    if (!b)
-        abort();
+    char *b = xrealloc(*buf, want);
     metrics_add(M_HTTP_BUFFER_BYTES, (long)(want - *cap));
     *buf = b;
     *cap = want;
@@ -644,9 +641,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 static void conn_open(struct http_loop *l, evutil_socket_t fd, const char *peer, int proxied)
 {
     const struct cfg *cfg = l->srv->cfg;
-    struct http_conn *c = calloc(1, sizeof *c);
-    if (!c)
-        abort();
+    struct http_conn *c = xcalloc(1, sizeof *c);
     c->loop = l;
     c->fd = fd;
     snprintf(c->peer, sizeof c->peer, "%s", peer);
@@ -869,9 +864,7 @@ char *http_take_json(const struct http_req *r, size_t *len)
         http_reply_error(r, 400, "invalid_request", d);
         return NULL;
     }
-    char *b = malloc(*len + 1);
-    if (!b)
-        abort();
+    char *b = xmalloc(*len + 1);
     memcpy(b, rq->body, *len);
     b[*len] = '\0';
     return b;
@@ -1023,9 +1016,7 @@ static struct http_server *server_new(const struct cfg *c, const struct http_lis
                  http_protocol_answers[i].status);
         protocol_hists[i] = metrics_hist_get(MF_HTTP_REQUEST, labels);
     }
-    struct http_server *s = calloc(1, sizeof *s);
-    if (!s)
-        abort();
+    struct http_server *s = xcalloc(1, sizeof *s);
     s->cfg = c;
     s->ln = *ln;
     s->workers = ws;
@@ -1036,11 +1027,9 @@ static struct http_server *server_new(const struct cfg *c, const struct http_lis
     s->addr_nbuckets = 1;
     while (s->addr_nbuckets < (size_t)ln->max_connections * ADDR_BUCKETS_PER_CONNECTION)
         s->addr_nbuckets *= 2;
-    s->addr_buckets = calloc(s->addr_nbuckets, sizeof *s->addr_buckets);
+    s->addr_buckets = xcalloc(s->addr_nbuckets, sizeof *s->addr_buckets);
     s->n = (size_t)ln->threads;
-    s->loops = calloc(s->n, sizeof *s->loops);
-    if (!s->loops || !s->addr_buckets)
-        abort();
+    s->loops = xcalloc(s->n, sizeof *s->loops);
     for (size_t i = 0; i < s->n; i++)
         s->loops[i].listen_fd = -1;
     return s;
