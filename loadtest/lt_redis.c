@@ -61,8 +61,8 @@ redisReply *lt_redis_cmd(struct lt_redis *r, int argc, const char **argv)
     if (r->target.nseeds > 0) {
         struct rlock_cluster *cl = cluster_of(r);
         unsigned slot = argc > 1 ? rlock_cluster_slot(argv[1], strlen(argv[1])) : 0;
-        redisReply *rep = cl ? rlock_cluster_command(cl, slot, argc, argv, NULL, err, sizeof err)
-                             : NULL;
+        redisReply *rep =
+            cl ? rlock_cluster_command(cl, slot, argc, argv, NULL, err, sizeof err) : NULL;
         if (cl && !rep)
             log_warn("redis %s failed: %s", argv[0], err);
         return rep;
