@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/alloc.h"
 #include "core/buyer_token.h"
 
 #define AUTH_MAX 320 /* "Bearer " and a token of three int64 claims */
@@ -21,15 +22,11 @@ struct lt_buyers *lt_buyers_new(const char *secret, int64_t user_base, int64_t u
 {
     if (!secret || strlen(secret) < BUYER_TOKEN_SECRET_MIN_BYTES || users < 1 || ttl_s < 1)
         return NULL;
-    struct lt_buyers *b = calloc(1, sizeof *b);
-    if (!b)
-        abort();
-    b->secret = strdup(secret);
+    struct lt_buyers *b = xcalloc(1, sizeof *b);
+    b->secret = xstrdup(secret);
     b->user_base = user_base;
     b->cached = users < LT_BUYERS_CACHE_MAX ? users : LT_BUYERS_CACHE_MAX;
-    b->auth = calloc((size_t)b->cached, sizeof *b->auth);
-    if (!b->secret || !b->auth)
-        abort();
+    b->auth = xcalloc((size_t)b->cached, sizeof *b->auth);
     b->iat_s = (int64_t)time(NULL);
     b->exp_s = b->iat_s + ttl_s;
     return b;
@@ -55,9 +52,7 @@ const char *lt_buyers_auth(struct lt_buyers *b, int64_t user)
         char buf[AUTH_MAX];
         if (mint(b, user, buf) != 0)
             return NULL;
-        b->auth[i] = strdup(buf);
-        if (!b->auth[i])
-            abort();
+        b->auth[i] = xstrdup(buf);
     }
     return b->auth[i];
 }

@@ -13,8 +13,8 @@
 #include "core/keys.h"
 #include "lt_life.h"
 #include "lt_load.h"
+#include "lt_redis.h"
 #include "order/order.h"
-#include "store/redis_conn.h"
 
 #define PG_CONNECT_TIMEOUT_S "10"
 #define PG_STATEMENT_TIMEOUT "SET statement_timeout = '120s'"
@@ -266,7 +266,7 @@ struct ctx {
     const struct lt_opts *o;
     int64_t sku;
     PGconn *pg;
-    struct redis_conn redis;
+    struct lt_redis redis;
     char *err;
     size_t errlen;
 };
@@ -373,12 +373,9 @@ static int connect_all(struct ctx *c)
     if (!r)
         return -1;
     PQclear(r);
-    memset(&c->redis, 0, sizeof c->redis);
-    c->redis.connect_timeout_ms = REDIS_TIMEOUT_MS;
-    c->redis.timeout_ms = REDIS_TIMEOUT_MS;
-    if (rlock_url_parse(c->o->redis_url, &c->redis.target, c->err, c->errlen) != 0)
+    if (lt_redis_init(&c->redis, c->o->redis_url, REDIS_TIMEOUT_MS, c->err, c->errlen) != 0)
         return -1;
-    if (!redis_conn_get(&c->redis)) {
+    if (lt_redis_connect(&c->redis) != 0) {
         const struct rlock_url *t = &c->redis.target;
         if (t->nsentinels)
             snprintf(c->err, c->errlen,
@@ -400,7 +397,7 @@ static void disconnect_all(struct ctx *c)
     if (c->pg)
         PQfinish(c->pg);
     c->pg = NULL;
-    redis_conn_close(&c->redis);
+    lt_redis_close(&c->redis);
 }
 
 static void sleep_ms(int ms)
@@ -417,7 +414,7 @@ static int wait_drained(struct ctx *c, double *waited_s)
     const char *argv[] = {"XLEN", key};
     uint64_t t0 = lt_now_us(), limit = (uint64_t)c->o->drain_timeout_s * 1000000ULL;
     for (;;) {
-        redisReply *rep = redis_conn_cmd(&c->redis, 2, argv, NULL);
+        redisReply *rep = lt_redis_cmd(&c->redis, 2, argv);
         long long n = rep && rep->type == REDIS_REPLY_INTEGER ? rep->integer : -1;
         if (rep)
             freeReplyObject(rep);
@@ -441,7 +438,7 @@ static int redis_get_int(struct ctx *c, enum keys_kind kind, int64_t *out)
     char key[KEYS_MAX];
     keys_sku(key, c->sku, kind);
     const char *argv[] = {"GET", key};
-    redisReply *rep = redis_conn_cmd(&c->redis, 2, argv, NULL);
+    redisReply *rep = lt_redis_cmd(&c->redis, 2, argv);
     if (!rep) {
         snprintf(c->err, c->errlen, "Redis did not answer GET %s", key);
         return -1;
@@ -531,7 +528,7 @@ static void copy_printf(struct copy *cp, const char *fmt, ...)
 static redisReply *hscan(struct ctx *c, const char *key, const char *cursor)
 {
     const char *argv[] = {"HSCAN", key, cursor, "COUNT", SCAN_COUNT};
-    redisReply *rep = redis_conn_cmd(&c->redis, 5, argv, NULL);
+    redisReply *rep = lt_redis_cmd(&c->redis, 5, argv);
     if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
         rep->element[0]->type != REDIS_REPLY_STRING || rep->element[1]->type != REDIS_REPLY_ARRAY) {
         snprintf(c->err, c->errlen, "HSCAN %s failed", key);
@@ -619,13 +616,20 @@ static int scan_journal(struct ctx *c, struct lt_check_item *it, int64_t *pendin
     }
 }
 
-static int load_answers(struct ctx *c, const struct lt_answers *a)
+/* Writes one table's rows of the recorded answers into cp. */
+typedef void rows_fn(struct copy *cp, const struct lt_answers *a);
+
+/* Makes the temporary table 'table' (by the statement 'create'), copies the
+ * rows 'rows' writes into it, indexes it by id and analyzes it.  Returns 0,
+ * or -1 with c->err set. */
+static int load_table(struct ctx *c, const char *create, const char *table, rows_fn *rows,
+                      const struct lt_answers *a)
 {
-    PGresult *r = q(c, SQL_ANSWERS_TEMP, 0, NULL);
+    PGresult *r = q(c, create, 0, NULL);
     if (!r)
         return -1;
     PQclear(r);
-    if (copy_begin(c, "lt_answers") != 0)
+    if (copy_begin(c, table) != 0)
         return -1;
     struct copy *cp = calloc(1, sizeof *cp);
     if (!cp) {
@@ -633,39 +637,35 @@ static int load_answers(struct ctx *c, const struct lt_answers *a)
         return -1;
     }
     cp->c = c;
-    for (size_t i = 0; i < a->n; i++)
-        copy_row(cp, a->orders[i].id, a->orders[i].user, a->orders[i].qty,
-                 (char)a->orders[i].promise);
+    rows(cp, a);
     int rc = copy_end(cp);
     free(cp);
     if (rc != 0)
         return -1;
-    if (!(r = q(c, "CREATE INDEX ON lt_answers (id)", 0, NULL)))
+    char sql[80];
+    snprintf(sql, sizeof sql, "CREATE INDEX ON %s (id)", table);
+    if (!(r = q(c, sql, 0, NULL)))
         return -1;
     PQclear(r);
-    if (!(r = q(c, "ANALYZE lt_answers", 0, NULL)))
+    snprintf(sql, sizeof sql, "ANALYZE %s", table);
+    if (!(r = q(c, sql, 0, NULL)))
         return -1;
     PQclear(r);
     return 0;
 }
 
-/* The lifecycle phase's records into lt_life (SQL_LIFE_TEMP). */
-static int load_life(struct ctx *c, const struct lt_answers *a)
+/* The answers naming an order, into lt_answers (SQL_ANSWERS_TEMP). */
+static void answer_rows(struct copy *cp, const struct lt_answers *a)
 {
-    PGresult *r = q(c, SQL_LIFE_TEMP, 0, NULL);
-    if (!r)
-        return -1;
-    PQclear(r);
-    if (copy_begin(c, "lt_life") != 0)
-        return -1;
-    struct copy *cp = calloc(1, sizeof *cp);
-    if (!cp) {
-        snprintf(c->err, c->errlen, "out of memory");
-        return -1;
-    }
-    cp->c = c;
-    /* The words are lower-case letters and '_', "?" or "" (lt_life): plain
-     * COPY text. */
+    for (size_t i = 0; i < a->n; i++)
+        copy_row(cp, a->orders[i].id, a->orders[i].user, a->orders[i].qty,
+                 (char)a->orders[i].promise);
+}
+
+/* The lifecycle phase's records, into lt_life (SQL_LIFE_TEMP).  The words
+ * are lower-case letters and '_', "?" or "" (lt_life): plain COPY text. */
+static void life_rows(struct copy *cp, const struct lt_answers *a)
+{
     for (size_t i = 0; i < a->nacts; i++) {
         const struct lt_act *t = &a->acts[i];
         copy_printf(cp, "%" PRId64 "\t%" PRId64 "\t%c\t%d\t%s\t%s\t%c\t%c\t%d\t%s\t%s\t%c\t%c\n",
@@ -674,17 +674,6 @@ static int load_life(struct ctx *c, const struct lt_answers *a)
                     t->second.error, t->second.state, t->second.replayed ? 't' : 'f',
                     t->second.ref_ok ? 't' : 'f');
     }
-    int rc = copy_end(cp);
-    free(cp);
-    if (rc != 0)
-        return -1;
-    if (!(r = q(c, "CREATE INDEX ON lt_life (id)", 0, NULL)))
-        return -1;
-    PQclear(r);
-    if (!(r = q(c, "ANALYZE lt_life", 0, NULL)))
-        return -1;
-    PQclear(r);
-    return 0;
 }
 
 /* ---- the checks --------------------------------------------------------------- */
@@ -860,7 +849,7 @@ static int check_i4(struct ctx *c, const struct lt_answers *a, struct lt_check_r
     if (!a->base.known)
         return 0;
 
-    if (load_answers(c, a) != 0)
+    if (load_table(c, SQL_ANSWERS_TEMP, "lt_answers", answer_rows, a) != 0)
         return -1;
     if (!(res = q(c, SQL_ANSWERED_SUMS, 0, NULL)))
         return -1;
@@ -994,7 +983,7 @@ static int check_life(struct ctx *c, const struct lt_answers *a, struct lt_check
     if (a->nacts == 0)
         return 0; /* no lifecycle phase (or no order): no answers to compare */
 
-    if (load_life(c, a) != 0)
+    if (load_table(c, SQL_LIFE_TEMP, "lt_life", life_rows, a) != 0)
         return -1;
     char prefix[LT_PAYMENT_REF_PREFIX_MAX];
     lt_life_payment_ref_prefix(prefix, sizeof prefix, c->o->seed);

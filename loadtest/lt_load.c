@@ -16,7 +16,7 @@
 
 #include "core/keys.h"
 #include "lt_buyers.h"
-#include "store/redis_conn.h"
+#include "lt_redis.h"
 
 #define US_PER_S 1000000ULL
 #define US_PER_MS 1000ULL
@@ -89,7 +89,7 @@ struct lt_load {
     struct event *tick, *end_timer, *sig_int, *sig_term;
     struct lt_admin admin;
     struct lt_buyers *buyers; /* NULL: no secret (raw mode against the ceiling) */
-    struct redis_conn redis;
+    struct lt_redis redis;
     int have_redis;
     int tty;
     uint64_t last_progress_us, last_progress_done;
@@ -467,7 +467,7 @@ static int64_t queue_len(struct lt_load *ld)
         char key[KEYS_MAX];
         keys_sku(key, ld->streams[i], KEY_STREAM);
         const char *argv[] = {"XLEN", key};
-        redisReply *r = redis_conn_cmd(&ld->redis, 2, argv, NULL);
+        redisReply *r = lt_redis_cmd(&ld->redis, 2, argv);
         int64_t n = r && r->type == REDIS_REPLY_INTEGER ? (int64_t)r->integer : -1;
         if (r)
             freeReplyObject(r);
@@ -629,11 +629,9 @@ static int setup(struct lt_load *ld, char *err, size_t errlen)
         return -1;
     }
     if (o->mode != LT_MODE_RAW) {
-        memset(&ld->redis, 0, sizeof ld->redis);
-        ld->redis.connect_timeout_ms = REDIS_TIMEOUT_MS;
-        ld->redis.timeout_ms = REDIS_TIMEOUT_MS;
         char rerr[160];
-        ld->have_redis = rlock_url_parse(o->redis_url, &ld->redis.target, rerr, sizeof rerr) == 0;
+        ld->have_redis =
+            lt_redis_init(&ld->redis, o->redis_url, REDIS_TIMEOUT_MS, rerr, sizeof rerr) == 0;
     }
     return 0;
 }
@@ -662,7 +660,7 @@ static void teardown(struct lt_load *ld)
     if (ld->sig_term)
         event_free(ld->sig_term);
     if (ld->have_redis)
-        redis_conn_close(&ld->redis);
+        lt_redis_close(&ld->redis);
     lt_buyers_free(ld->buyers);
     if (ld->base)
         event_base_free(ld->base);

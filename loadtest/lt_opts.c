@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "core/buyer_token.h"
-#include "store/redis_conn.h"
+#include <rlock/url.h>
 
 #define DEFAULT_URL "http://127.0.0.1:8080"
 #define DEFAULT_ADMIN_URL "http://127.0.0.1:9464"

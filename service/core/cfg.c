@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/buyer_token.h"
 
 enum cfg_type { CFG_STR, CFG_INT };
@@ -263,9 +264,7 @@ static int set_def(struct cfg *c, const struct cfg_def *d, const char *value, ch
 {
     char *p = (char *)c + d->offset;
     if (d->type == CFG_STR) {
-        char *copy = strdup(value);
-        if (!copy)
-            abort();
+        char *copy = xstrdup(value);
         free(*(char **)p);
         *(char **)p = copy;
         return 0;

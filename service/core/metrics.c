@@ -10,6 +10,7 @@
 
 #include <rlock/metrics.h>
 
+#include "core/alloc.h"
 #include "core/clock.h"
 #include "core/log.h"
 
@@ -330,9 +331,7 @@ __attribute__((format(printf, 2, 3))) static void out_printf(struct out *o, cons
             return;
         }
         o->cap = o->cap * 2 + (size_t)w;
-        o->p = realloc(o->p, o->cap);
-        if (!o->p)
-            abort();
+        o->p = xrealloc(o->p, o->cap);
     }
 }
 
@@ -461,9 +460,7 @@ char *metrics_render_skus(const struct metrics_sku *skus, size_t n, const int64_
                           size_t nsold_out, size_t *len)
 {
     struct out o = {.cap = 65536};
-    o.p = malloc(o.cap);
-    if (!o.p)
-        abort();
+    o.p = xmalloc(o.cap);
     for (int i = 0; i < M_COUNT; i++) {
         if (i == 0 || strcmp(info[i].name, info[i - 1].name) != 0)
             out_head(&o, info[i].name, info[i].help, is_gauge(i) ? "gauge" : "counter");

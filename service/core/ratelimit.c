@@ -1,4 +1,5 @@
 #include "core/ratelimit.h"
+#include "core/alloc.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -25,18 +26,14 @@ struct ratelimit *ratelimit_new(int64_t interval_us, int64_t burst, size_t entri
 {
     if (interval_us <= 0 || burst <= 0)
         return NULL;
-    struct ratelimit *rl = calloc(1, sizeof *rl);
-    if (!rl)
-        abort();
+    struct ratelimit *rl = xcalloc(1, sizeof *rl);
     rl->interval_us = interval_us;
     rl->burst = burst;
     rl->seed = seed;
     rl->nsets = entries / RATELIMIT_WAYS + (entries % RATELIMIT_WAYS != 0);
     if (rl->nsets == 0)
         rl->nsets = 1;
-    rl->sets = calloc(rl->nsets, sizeof *rl->sets);
-    if (!rl->sets)
-        abort();
+    rl->sets = xcalloc(rl->nsets, sizeof *rl->sets);
     for (size_t i = 0; i < rl->nsets; i++)
         if (pthread_mutex_init(&rl->sets[i].mu, NULL) != 0)
             abort();

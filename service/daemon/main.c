@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 
 #include "core/buyer_token.h"
 #include "core/cfg.h"
@@ -23,6 +22,7 @@
 #include "http/metrics_cache.h"
 #include "http/routes.h"
 #include "http/server.h"
+#include "order/order_desk.h"
 #include "order/order_sweeper.h"
 #include "order/order_writer.h"
 #include "sku/reconcile.h"
@@ -48,21 +48,40 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     event_base_loopbreak(arg);
 }
 
-/* A flash sale is thousands of simultaneous connections: use the hard limit. */
-static void raise_fd_limit(void)
+/* ---- each public HTTP loop's order desk (http/server.h: struct
+ * http_loop_hooks); the internal listener takes no orders ---- */
+
+struct desk_env {
+    const struct cfg *cfg;
+    struct workers *ws; /* the PostgreSQL look-ups of the order path */
+};
+
+static void *desk_start(struct event_base *base, void *arg, char *err, size_t errlen)
 {
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-        rl.rlim_cur = rl.rlim_max;
-        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
-            log_warn("cannot raise the open file limit");
-    }
+    const struct desk_env *e = arg;
+    return order_desk_new(base, e->cfg, e->ws, err, errlen);
+}
+
+/* New orders answer 503 at once; reservations already sent keep theirs. */
+static void desk_stop(void *od)
+{
+    order_desk_close(od);
+}
+
+static int desk_pending(const void *od)
+{
+    return order_desk_pending(od);
+}
+
+/* Buyers still waiting for a commit learn that their order is pending. */
+static void desk_free(void *od)
+{
+    order_desk_free(od);
 }
 
 static int serve(const struct cfg *c)
 {
     char err[256];
-    raise_fd_limit();
     if (!c->admin_token[0])
         log_warn("admin_token is empty: the admin API refuses every request");
     /* Without it no buyer can be told from another: the buyer API would
@@ -127,10 +146,17 @@ static int serve(const struct cfg *c)
     if (!gauges)
         goto out;
     handle_metrics_init(gauges);
+    struct desk_env desk_env = {.cfg = c, .ws = ws};
+    const struct http_loop_hooks desks = {.start = desk_start,
+                                          .stop = desk_stop,
+                                          .pending = desk_pending,
+                                          .free = desk_free,
+                                          .arg = &desk_env};
     const struct http_listen public_ln = {.setting = "http_addr",
                                           .addr = c->http_addr,
                                           .threads = c->http_threads,
-                                          .max_connections = c->http_max_connections};
+                                          .max_connections = c->http_max_connections,
+                                          .hooks = &desks};
     /* One loop: metrics, health and admin requests are few, and their
      * blocking work runs on the workers and the cache's thread. */
     const struct http_listen internal_ln = {.setting = "metrics_addr",

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "core/alloc.h"
 #include "core/metrics.h"
 
 #define CONTENT_TYPE "text/plain; version=0.0.4"
@@ -62,9 +63,7 @@ static void answer(const struct metrics_text *t, void *arg)
 void handle_metrics_get(struct http_req *r, int64_t id)
 {
     (void)id;
-    struct http_req *copy = malloc(sizeof *copy);
-    if (!copy)
-        abort();
+    struct http_req *copy = xmalloc(sizeof *copy);
     *copy = *r;
     if (metrics_cache_get(cache, http_loop_base(r->loop), answer, copy) != 0)
         answer(NULL, copy); /* no cache, or it stops */

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/alloc.h"
 #include "core/buyer_token.h"
 #include "core/fmt.h"
 #include "core/log.h"
@@ -288,13 +289,12 @@ void handle_order_place(struct http_req *r, int64_t sku)
         http_reply_error(r, 400, "invalid_request", detail);
         return;
     }
-    struct order_req *q = malloc(sizeof *q);
-    if (!q)
-        abort();
+    struct order_req *q = xmalloc(sizeof *q);
     *q = (struct order_req){.req = *r, .sku = sku, .user = user, .qty = qty};
     struct order_request rq = {
         .sku = sku, .user = user, .qty = qty, .idem = idem, .deadline_ms = r->deadline_ms};
-    order_desk_place(http_loop_desk(r->loop), &rq, on_placed, q);
+    /* the loop's state is its order desk (daemon/main.c wires them) */
+    order_desk_place(http_loop_state(r->loop), &rq, on_placed, q);
 }
 
 static void lookup_run(struct job *j, struct worker_ctx *w)
@@ -317,9 +317,7 @@ void handle_order_get(struct http_req *r, int64_t order_id)
     int64_t buyer;
     if (!buyer_of(r, &buyer))
         return;
-    struct lookup_job *lj = calloc(1, sizeof *lj);
-    if (!lj)
-        abort();
+    struct lookup_job *lj = xcalloc(1, sizeof *lj);
     lj->req = *r;
     lj->order_id = order_id;
     lj->buyer = buyer;
@@ -410,9 +408,7 @@ void handle_order_cancel(struct http_req *r, int64_t order_id)
         http_reply_error(r, 400, "invalid_request", "a cancel takes no body");
         return;
     }
-    struct life_job *lj = calloc(1, sizeof *lj);
-    if (!lj)
-        abort();
+    struct life_job *lj = xcalloc(1, sizeof *lj);
     lj->order_id = order_id;
     lj->buyer = buyer;
     life_submit(r, lj);
@@ -424,9 +420,7 @@ void handle_order_pay(struct http_req *r, int64_t order_id)
     char *body = http_take_json(r, &len);
     if (!body)
         return;
-    struct life_job *lj = calloc(1, sizeof *lj);
-    if (!lj)
-        abort();
+    struct life_job *lj = xcalloc(1, sizeof *lj);
     char detail[160];
     int bad = validate_payment_body(body, len, lj->payment_ref, detail, sizeof detail);
     free(body);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core/alloc.h"
 #include "core/validate.h"
 #include "order/soldout.h"
 #include "sku/sku.h"
@@ -111,9 +112,7 @@ static void job_done(struct job *j)
 
 static struct sku_job *new_job(const struct http_req *r, enum sku_op op, int64_t id)
 {
-    struct sku_job *sj = calloc(1, sizeof *sj);
-    if (!sj)
-        abort();
+    struct sku_job *sj = xcalloc(1, sizeof *sj);
     sj->req = *r;
     sj->op = op;
     sj->id = id;
@@ -196,67 +195,79 @@ void handle_sku_health(struct http_req *r, int64_t unused)
     http_reply_json(r, redis_ok && pg_ok && lib_ok ? 200 : 503, o);
 }
 
-void handle_sku_create(struct http_req *r, int64_t unused)
+/* Checks a job's JSON body into sj (a validate_*_body); on a bad one returns
+ * non-zero with the reason in detail. */
+typedef int body_check_fn(struct sku_job *sj, const struct http_req *r, const char *body,
+                          size_t len, char *detail, size_t detlen);
+
+/* The opening of every admin write: r's JSON body checked by 'check' into a
+ * new job of 'op' on 'id'.  Returns the job, for submit(); NULL once r is
+ * answered (400: no JSON body, or one 'check' refused). */
+static struct sku_job *job_with_body(struct http_req *r, enum sku_op op, int64_t id,
+                                     body_check_fn *check)
 {
-    (void)unused;
     size_t len;
     char *body = http_take_json(r, &len);
     if (!body)
-        return;
-    struct sku_job *sj = new_job(r, OP_CREATE, 0);
+        return NULL;
+    struct sku_job *sj = new_job(r, op, id);
     char detail[160];
-    int bad = validate_sku_body(body, len, &sj->spec, detail, sizeof detail);
+    int bad = check(sj, r, body, len, detail, sizeof detail);
     free(body);
     if (bad) {
         free(sj);
         http_reply_error(r, 400, "invalid_request", detail);
-        return;
+        return NULL;
     }
-    submit(sj);
+    return sj;
+}
+
+static int check_create(struct sku_job *sj, const struct http_req *r, const char *body, size_t len,
+                        char *detail, size_t detlen)
+{
+    (void)r;
+    return validate_sku_body(body, len, &sj->spec, detail, detlen);
+}
+
+void handle_sku_create(struct http_req *r, int64_t unused)
+{
+    (void)unused;
+    struct sku_job *sj = job_with_body(r, OP_CREATE, 0, check_create);
+    if (sj)
+        submit(sj);
+}
+
+/* The Idempotency-Key first, then the body. */
+static int check_adjust(struct sku_job *sj, const struct http_req *r, const char *body, size_t len,
+                        char *detail, size_t detlen)
+{
+    const struct cfg *c = http_loop_cfg(r->loop);
+    const char *idem = http_header(r, "Idempotency-Key");
+    if (idem &&
+        validate_idempotency_key(idem, (size_t)c->max_idempotency_key_bytes, detail, detlen) != 0)
+        return -1;
+    snprintf(sj->idem, sizeof sj->idem, "%s", idem ? idem : "");
+    return validate_adjust_body(body, len, &sj->delta, sj->reason, sizeof sj->reason, detail,
+                                detlen);
 }
 
 void handle_sku_adjust(struct http_req *r, int64_t sku)
 {
-    size_t len;
-    char *body = http_take_json(r, &len);
-    if (!body)
-        return;
-    const struct cfg *c = http_loop_cfg(r->loop);
-    char detail[160];
-    const char *idem = http_header(r, "Idempotency-Key");
-    if (idem && validate_idempotency_key(idem, (size_t)c->max_idempotency_key_bytes, detail,
-                                         sizeof detail) != 0) {
-        free(body);
-        http_reply_error(r, 400, "invalid_request", detail);
-        return;
-    }
-    struct sku_job *sj = new_job(r, OP_ADJUST, sku);
-    snprintf(sj->idem, sizeof sj->idem, "%s", idem ? idem : "");
-    int bad = validate_adjust_body(body, len, &sj->delta, sj->reason, sizeof sj->reason, detail,
-                                   sizeof detail);
-    free(body);
-    if (bad) {
-        free(sj);
-        http_reply_error(r, 400, "invalid_request", detail);
-        return;
-    }
-    submit(sj);
+    struct sku_job *sj = job_with_body(r, OP_ADJUST, sku, check_adjust);
+    if (sj)
+        submit(sj);
+}
+
+static int check_window(struct sku_job *sj, const struct http_req *r, const char *body, size_t len,
+                        char *detail, size_t detlen)
+{
+    (void)r;
+    return validate_window_body(body, len, &sj->delta, detail, detlen);
 }
 
 void handle_sku_update(struct http_req *r, int64_t sku)
 {
-    size_t len;
-    char *body = http_take_json(r, &len);
-    if (!body)
-        return;
-    struct sku_job *sj = new_job(r, OP_WINDOW, sku);
-    char detail[160];
-    int bad = validate_window_body(body, len, &sj->delta, detail, sizeof detail);
-    free(body);
-    if (bad) {
-        free(sj);
-        http_reply_error(r, 400, "invalid_request", detail);
-        return;
-    }
-    submit(sj);
+    struct sku_job *sj = job_with_body(r, OP_WINDOW, sku, check_window);
+    if (sj)
+        submit(sj);
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <zlib.h>
 
+#include "core/alloc.h"
 #include "core/clock.h"
 #include "core/log.h"
 #include "order/soldout.h"
@@ -115,9 +116,7 @@ static void compress_text(struct snapshot *s)
     if (deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
         return;
     uLong cap = deflateBound(&z, (uLong)s->len);
-    unsigned char *out = malloc(cap);
-    if (!out)
-        abort();
+    unsigned char *out = xmalloc(cap);
     z.next_in = (Bytef *)s->text;
     z.avail_in = (uInt)s->len;
     z.next_out = out;
@@ -136,10 +135,8 @@ static void compress_text(struct snapshot *s)
  * this process's counters and local sold-out flags (order/soldout.h). */
 static struct snapshot *refresh(struct metrics_cache *mc)
 {
-    struct snapshot *s = calloc(1, sizeof *s);
-    struct flagged *f = calloc(1, sizeof *f);
-    if (!s || !f)
-        abort();
+    struct snapshot *s = xcalloc(1, sizeof *s);
+    struct flagged *f = xcalloc(1, sizeof *f);
     atomic_init(&s->refs, 1);
     metrics_add(M_METRICS_REFRESHES, 1);
     struct metrics_sku *skus = NULL;
@@ -195,9 +192,7 @@ static void *cache_main(void *arg)
 
 struct metrics_cache *metrics_cache_start(const struct cfg *c, char *err, size_t errlen)
 {
-    struct metrics_cache *mc = calloc(1, sizeof *mc);
-    if (!mc)
-        abort();
+    struct metrics_cache *mc = xcalloc(1, sizeof *mc);
     mc->cfg = c;
     pthread_mutex_init(&mc->mu, NULL);
     pthread_cond_init(&mc->cv, NULL);
@@ -232,9 +227,7 @@ int metrics_cache_get(struct metrics_cache *mc, struct event_base *base, metrics
         snapshot_unref(s);
         return 0;
     }
-    struct waiter *w = calloc(1, sizeof *w);
-    if (!w)
-        abort();
+    struct waiter *w = xcalloc(1, sizeof *w);
     *w = (struct waiter){.next = mc->waiting, .base = base, .fn = fn, .arg = arg};
     mc->waiting = w;
     pthread_cond_signal(&mc->cv);

@@ -1,4 +1,5 @@
 #include "http/request_parse.h"
+#include "core/alloc.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -126,9 +127,7 @@ static void append(struct http_parser *p, const char *data, size_t n)
         size_t most = p->max_header_bytes + p->max_body_bytes + 1;
         if (cap > most)
             cap = most;
-        char *b = realloc(p->buf, cap);
-        if (!b)
-            abort();
+        char *b = xrealloc(p->buf, cap);
         p->buf = b;
         p->cap = cap;
     }

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/alloc.h"
 #include "core/clock.h"
 #include "core/fmt.h"
 #include "core/log.h"
@@ -113,7 +114,7 @@ struct http_loop {
     evutil_socket_t listen_fd;
     struct event ev_accept, ev_accept_pause;
     int accepting;
-    struct order_desk *desk;
+    void *state; /* its listener's hooks' (struct http_loop_hooks), or NULL */
     struct http_conn *conns;
     struct timeval idle_tv, request_tv, write_tv;
     time_t date_at;
@@ -147,9 +148,9 @@ struct event_base *http_loop_base(const struct http_loop *l)
     return l->base;
 }
 
-struct order_desk *http_loop_desk(struct http_loop *l)
+void *http_loop_state(struct http_loop *l)
 {
-    return l->desk;
+    return l->state;
 }
 
 static struct timeval ms_to_tv(int64_t ms)
@@ -177,9 +178,7 @@ static int addr_take(struct http_server *s, const char *addr)
     while (e && strcmp(e->key, key) != 0)
         e = e->next;
     if (!e) {
-        e = calloc(1, sizeof *e);
-        if (!e)
-            abort();
+        e = xcalloc(1, sizeof *e);
         snprintf(e->key, sizeof e->key, "%s", key);
         e->next = *b;
         *b = e;
@@ -225,9 +224,7 @@ static void reserve_bytes(char **buf, size_t *cap, size_t len, size_t n)
     size_t want = *cap ? *cap : CONN_BUF_BASE_BYTES;
     while (want < len + n)
         want *= 2;
-    char *b = realloc(*buf, want);
-    if (!b)
-        abort();
+    char *b = xrealloc(*buf, want);
     metrics_add(M_HTTP_BUFFER_BYTES, (long)(want - *cap));
     *buf = b;
     *cap = want;
@@ -644,9 +641,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 static void conn_open(struct http_loop *l, evutil_socket_t fd, const char *peer, int proxied)
 {
     const struct cfg *cfg = l->srv->cfg;
-    struct http_conn *c = calloc(1, sizeof *c);
-    if (!c)
-        abort();
+    struct http_conn *c = xcalloc(1, sizeof *c);
     c->loop = l;
     c->fd = fd;
     snprintf(c->peer, sizeof c->peer, "%s", peer);
@@ -869,9 +864,7 @@ char *http_take_json(const struct http_req *r, size_t *len)
         http_reply_error(r, 400, "invalid_request", d);
         return NULL;
     }
-    char *b = malloc(*len + 1);
-    if (!b)
-        abort();
+    char *b = xmalloc(*len + 1);
     memcpy(b, rq->body, *len);
     b[*len] = '\0';
     return b;
@@ -974,7 +967,6 @@ static int loop_init(struct http_loop *l, struct http_server *s, char *err, size
 static int thread_init(struct http_loop *l, struct http_server *s, evutil_socket_t fd, char *err,
                        size_t errlen)
 {
-    const struct cfg *c = s->cfg;
     l->listen_fd = fd;
     if (loop_init(l, s, err, errlen) != 0)
         return -1;
@@ -985,14 +977,16 @@ static int thread_init(struct http_loop *l, struct http_server *s, evutil_socket
         return -1;
     }
     l->accepting = 1;
-    if (!s->workers || s->ln.internal)
-        return 0; /* no order path (the internal listener, the HTTP ceiling of the bench) */
-    l->desk = order_desk_new(l->base, c, s->workers, err, errlen);
-    return l->desk ? 0 : -1;
+    const struct http_loop_hooks *h = s->ln.hooks;
+    if (!h)
+        return 0;
+    l->state = h->start(l->base, h->arg, err, errlen);
+    return l->state ? 0 : -1;
 }
 
 /* As many connections as the hard limit allows: each is a descriptor, and
- * the soft limit (often 1024) is far below http_max_connections. */
+ * the soft limit (often 1024) is far below http_max_connections (a flash
+ * sale is thousands of simultaneous connections). */
 static void raise_fd_limit(const struct cfg *c)
 {
     struct rlimit rl;
@@ -1000,8 +994,10 @@ static void raise_fd_limit(const struct cfg *c)
         return;
     if (rl.rlim_cur < rl.rlim_max) {
         rl.rlim_cur = rl.rlim_max;
-        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+            log_warn("cannot raise the open file limit");
             return;
+        }
     }
     if (rl.rlim_cur != RLIM_INFINITY && (int64_t)rl.rlim_cur < c->http_max_connections)
         log_warn("RLIMIT_NOFILE is %llu, below http_max_connections (%" PRId64
@@ -1020,9 +1016,7 @@ static struct http_server *server_new(const struct cfg *c, const struct http_lis
                  http_protocol_answers[i].status);
         protocol_hists[i] = metrics_hist_get(MF_HTTP_REQUEST, labels);
     }
-    struct http_server *s = calloc(1, sizeof *s);
-    if (!s)
-        abort();
+    struct http_server *s = xcalloc(1, sizeof *s);
     s->cfg = c;
     s->ln = *ln;
     s->workers = ws;
@@ -1033,11 +1027,9 @@ static struct http_server *server_new(const struct cfg *c, const struct http_lis
     s->addr_nbuckets = 1;
     while (s->addr_nbuckets < (size_t)ln->max_connections * ADDR_BUCKETS_PER_CONNECTION)
         s->addr_nbuckets *= 2;
-    s->addr_buckets = calloc(s->addr_nbuckets, sizeof *s->addr_buckets);
+    s->addr_buckets = xcalloc(s->addr_nbuckets, sizeof *s->addr_buckets);
     s->n = (size_t)ln->threads;
-    s->loops = calloc(s->n, sizeof *s->loops);
-    if (!s->loops || !s->addr_buckets)
-        abort();
+    s->loops = xcalloc(s->n, sizeof *s->loops);
     for (size_t i = 0; i < s->n; i++)
         s->loops[i].listen_fd = -1;
     return s;
@@ -1116,26 +1108,34 @@ fail:
     return NULL;
 }
 
-/* Last step of a loop: reservations still in flight are answered, buyers
- * still waiting for a commit learn that their order is pending, the Redis
- * clients go, and the loop exits. */
+/* The loop's state is freed (NULL first, so nothing finds it half-freed). */
+static void free_state(struct http_loop *l)
+{
+    void *state = l->state;
+    l->state = NULL;
+    if (state)
+        l->srv->ln.hooks->free(state);
+}
+
+/* Last step of a loop: its state goes (seckilld's order desk: buyers still
+ * waiting for a commit learn that their order is pending, its Redis clients
+ * go), and the loop exits. */
 static void close_loop(struct http_loop *l)
 {
-    struct order_desk *od = l->desk;
-    l->desk = NULL;
-    order_desk_free(od);
+    free_state(l);
     event_base_loopexit(l->base, NULL);
 }
 
-/* While the loop shuts down, reservations already sent get their real answer
- * (each is bounded by its own redis_timeout_ms timer): answering 503 to one
- * the script may still take would break "a 503 took nothing". */
+/* While the loop shuts down, the work its state still has under way ends
+ * (seckilld: reservations already sent get their real answer, each bounded
+ * by its own redis_timeout_ms timer: answering 503 to one the script may
+ * still take would break "a 503 took nothing"). */
 static void drain_tick(evutil_socket_t fd, short what, void *arg)
 {
     struct http_loop *l = arg;
     (void)fd;
     (void)what;
-    if (order_desk_pending(l->desk) == 0) {
+    if (!l->state || l->srv->ln.hooks->pending(l->state) == 0) {
         close_loop(l);
         return;
     }
@@ -1144,16 +1144,16 @@ static void drain_tick(evutil_socket_t fd, short what, void *arg)
         close_loop(l);
 }
 
-/* Runs on the loop's own thread: from now on new orders answer 503 at once,
- * and no new connection is taken. */
+/* Runs on the loop's own thread: from now on no new connection is taken,
+ * and the state takes no new work (seckilld: new orders answer 503 at once). */
 static void shutdown_on_loop(evutil_socket_t fd, short what, void *arg)
 {
     struct http_loop *l = arg;
     l->accepting = 0;
     event_del(&l->ev_accept);
     evtimer_del(&l->ev_accept_pause);
-    if (l->desk)
-        order_desk_close(l->desk);
+    if (l->state)
+        l->srv->ln.hooks->stop(l->state);
     drain_tick(fd, what, arg);
 }
 
@@ -1170,8 +1170,7 @@ void http_server_stop(struct http_server *s)
         struct http_loop *l = &s->loops[i];
         if (l->started)
             pthread_join(l->tid, NULL);
-        order_desk_free(l->desk); /* only if the loop never ran */
-        l->desk = NULL;
+        free_state(l); /* only if the loop never ran */
         /* Last: the connections, and any request nobody answers any more. */
         while (l->conns) {
             l->conns->busy = 0;

@@ -4,8 +4,10 @@
  * One server per listener (struct http_listen: the public http_addr, the
  * internal metrics_addr).  Its libevent loops share one listening socket; each serves
  * its connections itself (HTTP/1.1 over plain non-blocking sockets, requests
- * read by the strict parser of http/request_parse.h) and has its own order
- * desk (order/order_desk.h: the async Redis client of the order path).
+ * read by the strict parser of http/request_parse.h) and may carry state of
+ * its owner's (struct http_loop_hooks: seckilld gives each loop of the public
+ * listener an order desk, daemon/main.c), which the server starts, drains at
+ * stop and frees without knowing what it is.
  * Every request is handed to the dispatch function given at start; it ends in
  * exactly one reply through the functions below, on the loop that owns it.
  * Blocking work (admin, lookups) goes to the worker pool and comes back to
@@ -36,12 +38,12 @@
 
 #include "core/cfg.h"
 #include "http/request_parse.h"
-#include "order/order_desk.h"
 #include "store/workers.h"
 
 struct http_server;
 struct http_loop; /* one event-loop thread */
 struct http_conn; /* one client connection (server.c) */
+struct event_base;
 struct metrics_hist;
 
 /* An answer a route can give: a status and, for an error, its code (NULL
@@ -75,6 +77,26 @@ extern const struct http_answer http_protocol_answers[];
 /* Routes one request; runs on its loop. */
 typedef void http_dispatch_fn(struct http_req *req);
 
+/* Per-loop state of the listener's owner (seckilld: the order desk of each
+ * public loop, wired in daemon/main.c).  The server knows it as a pointer
+ * only: it makes one per loop, drains and frees it in the loop's shutdown.
+ * Every member but 'arg' is required. */
+struct http_loop_hooks {
+    /* Makes the state of the loop 'base', before its thread runs.  Returns
+     * it, or NULL with err set (the server does not start). */
+    void *(*start)(struct event_base *base, void *arg, char *err, size_t errlen);
+    /* On the loop's thread when the server stops: take no new work from now
+     * on; work already under way still ends. */
+    void (*stop)(void *state);
+    /* Work still under way: the loop keeps running, polling this, until it
+     * is 0 (each item must end by a deadline of its own). */
+    int (*pending)(const void *state);
+    /* Frees the state (the loop has drained it, or never ran).  NULL is
+     * never passed. */
+    void (*free)(void *state);
+    void *arg; /* passed to start */
+};
+
 /* One listener of the process: the public one (http_addr: the buyer API)
  * or the internal one (metrics_addr: /metrics, /healthz, the admin API).
  * The strings are borrowed and must outlive the server. */
@@ -83,10 +105,12 @@ struct http_listen {
     const char *addr;        /* host:port */
     int64_t threads;         /* its event loops */
     int64_t max_connections; /* its cap on open connections */
-    /* The internal listener: no order desk (it takes no orders), no
-     * per-address cap and no PROXY header (its clients are the operators'
-     * own: their count is capped by max_connections alone). */
+    /* The internal listener: no per-address cap and no PROXY header (its
+     * clients are the operators' own: their count is capped by
+     * max_connections alone). */
     int internal;
+    /* Each loop's state (NULL: none); borrowed, must outlive the server. */
+    const struct http_loop_hooks *hooks;
 };
 
 /* Binds ln->addr and starts ln->threads loops.  Returns NULL (err set) on
@@ -119,8 +143,10 @@ int http_server_adopt(struct http_server *s, int fd, const char *peer);
 const struct cfg *http_loop_cfg(const struct http_loop *l);
 /* The loop's event base (for a handler's own timers, on the loop's thread). */
 struct event_base *http_loop_base(const struct http_loop *l);
-/* The loop's order desk; NULL once the loop is shutting down. */
-struct order_desk *http_loop_desk(struct http_loop *l);
+/* The loop's state (struct http_loop_hooks' start): NULL when its listener
+ * has no hooks, and once the loop has drained and freed it at shutdown
+ * (between the hook 'stop' and then, it is still given). */
+void *http_loop_state(struct http_loop *l);
 
 /* ---- replies: exactly one per request ---- */
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/fmt.h"
 #include "core/validate.h"
 #include "store/redis_conn.h"
@@ -301,9 +302,7 @@ void order_reserve_add(struct order_reserve_call *c, int64_t user, int64_t qty, 
 {
     if (c->n == c->cap) {
         int cap = c->cap ? 2 * c->cap : 1;
-        c->orders = realloc(c->orders, (size_t)cap * sizeof *c->orders);
-        if (!c->orders)
-            abort();
+        c->orders = xrealloc(c->orders, (size_t)cap * sizeof *c->orders);
         c->cap = cap;
     }
     struct order_reserve_order *o = &c->orders[c->n++];
@@ -337,9 +336,7 @@ const char **order_reserve_argv(struct order_reserve_call *c)
     c->nargs = ORDER_RESERVE_ARGS_COMMON + ORDER_RESERVE_ARGS_PER_ORDER * c->n;
     if (c->nkeys + c->nargs > c->argv_cap) { /* grows to the largest batch, then stays */
         c->argv_cap = c->nkeys + c->nargs;
-        c->argv = realloc(c->argv, (size_t)c->argv_cap * sizeof *c->argv);
-        if (!c->argv)
-            abort();
+        c->argv = xrealloc(c->argv, (size_t)c->argv_cap * sizeof *c->argv);
     }
     fmt_i64z(c->count, c->n);
     size_t k = 0;

@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/alloc.h"
 #include "core/clock.h"
 #include "core/embedded.h"
 #include "core/log.h"
@@ -201,9 +202,7 @@ static const struct desk_parent *parent_put(struct order_call *oc, const int64_t
     struct desk_parent *p = parent_slot(oc->od, oc->sku);
     if (!p) {
         if (!oc->own)
-            oc->own = malloc(sizeof *oc->own);
-        if (!oc->own)
-            abort();
+            oc->own = xmalloc(sizeof *oc->own);
         p = oc->own;
     }
     p->sku = oc->sku;
@@ -243,9 +242,7 @@ static void probe_done(struct job *j)
 /* Unknown to Redis: unknown, or being restored, as PostgreSQL says. */
 static void probe_sku(struct order_call *oc)
 {
-    struct sku_probe *p = calloc(1, sizeof *p);
-    if (!p)
-        abort();
+    struct sku_probe *p = xcalloc(1, sizeof *p);
     p->call = oc;
     p->res = SKU_UNAVAILABLE; /* unless it runs: its deadline may pass in the queue */
     p->job.run = probe_run;
@@ -303,9 +300,7 @@ static void record_done(struct job *j)
 
 static void record_pending(struct order_call *oc)
 {
-    struct pending_job *p = calloc(1, sizeof *p);
-    if (!p)
-        abort();
+    struct pending_job *p = xcalloc(1, sizeof *p);
     p->call = oc;
     p->rec = (struct order_pending_rec){.order_id = oc->order_id,
                                         .sku = target_of(oc),
@@ -382,9 +377,7 @@ static void refill_done(struct job *j)
  * others (on a worker: locks and a transaction), then ask again. */
 static void refill(struct order_call *oc)
 {
-    struct bucket_refill *f = calloc(1, sizeof *f);
-    if (!f)
-        abort();
+    struct bucket_refill *f = xcalloc(1, sizeof *f);
     f->call = oc;
     f->res = SKU_UNAVAILABLE; /* unless it runs: its deadline may pass in the queue */
     f->job.run = refill_run;
@@ -525,9 +518,7 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
     int max = (int)od->cfg->reserve_batch_max;
     while (rest) {
         int64_t target = target_of(rest);
-        struct reserve_batch *b = malloc(sizeof *b + (size_t)max * sizeof b->calls[0]);
-        if (!b)
-            abort();
+        struct reserve_batch *b = xmalloc(sizeof *b + (size_t)max * sizeof b->calls[0]);
         b->n = 0;
         for (struct order_call **p = &rest; *p && b->n < max;) {
             if (target_of(*p) == target) {
@@ -596,9 +587,7 @@ void order_desk_place(struct order_desk *od, const struct order_request *rq, ord
         fn(&(struct order_outcome){.result = ORDER_SOLD_OUT}, arg);
         return;
     }
-    struct order_call *oc = calloc(1, sizeof *oc);
-    if (!oc)
-        abort();
+    struct order_call *oc = xcalloc(1, sizeof *oc);
     *oc = (struct order_call){.od = od,
                               .fn = fn,
                               .arg = arg,
@@ -629,9 +618,7 @@ void order_desk_place(struct order_desk *od, const struct order_request *rq, ord
 struct order_desk *order_desk_new(struct event_base *base, const struct cfg *c, struct workers *ws,
                                   char *err, size_t errlen)
 {
-    struct order_desk *od = calloc(1, sizeof *od);
-    if (!od)
-        abort();
+    struct order_desk *od = xcalloc(1, sizeof *od);
     od->cfg = c;
     od->base = base;
     od->workers = ws;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/embedded.h"
 #include "core/fault.h"
 #include "core/keys.h"
@@ -54,9 +55,7 @@ static void release_on_commit(enum dbtx_outcome outcome, void *arg)
                                            KEY_DEBTS};
     if (txlock_redis_fence(j->lock, j->sku, lock, counter, fence) != 0)
         return;
-    const char **argv = calloc(8 + 5 * (size_t)n, sizeof *argv);
-    if (!argv)
-        abort();
+    const char **argv = xcalloc(8 + 5 * (size_t)n, sizeof *argv);
     size_t argc = 0;
     for (int i = 0; i < 5; i++) {
         keys_sku(keys[i], j->sku, kinds[i]);
@@ -86,9 +85,7 @@ static void mark_settled(struct worker_ctx *w, const struct release_job *j, int6
 {
     int n = PQntuples(j->returns);
     size_t cap = 2 + (size_t)n * 21;
-    char *ids = malloc(cap);
-    if (!ids)
-        abort();
+    char *ids = xmalloc(cap);
     size_t len = 0;
     ids[len++] = '{';
     for (int row = 0; row < n; row++)

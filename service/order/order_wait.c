@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/alloc.h"
 #include "core/clock.h"
 #include "core/keys.h"
 #include "core/log.h"
@@ -103,9 +104,7 @@ static void decided(struct order_wait *ow, const struct order_decision *d, int64
     }
     if (known)
         return;
-    struct ow_entry *e = calloc(1, sizeof *e);
-    if (!e)
-        abort();
+    struct ow_entry *e = xcalloc(1, sizeof *e);
     e->ow = ow;
     e->id = d->order_id;
     e->d = *d;
@@ -143,9 +142,7 @@ static void on_message(const char *payload, size_t len, void *arg)
 struct order_wait *order_wait_new(struct event_base *base, const struct cfg *c, char *err,
                                   size_t errlen)
 {
-    struct order_wait *ow = calloc(1, sizeof *ow);
-    if (!ow)
-        abort();
+    struct order_wait *ow = xcalloc(1, sizeof *ow);
     ow->base = base;
     ow->keep_early_ms = c->redis_timeout_ms;
     struct timeval tv = {c->order_ack_wait_ms / 1000, (c->order_ack_wait_ms % 1000) * 1000};
@@ -168,9 +165,7 @@ void order_wait_add(struct order_wait *ow, int64_t order_id, const char *entry, 
             fn(&d, arg);
             return;
         }
-    struct ow_entry *e = calloc(1, sizeof *e);
-    if (!e)
-        abort();
+    struct ow_entry *e = xcalloc(1, sizeof *e);
     e->ow = ow;
     e->id = order_id;
     snprintf(e->entry, sizeof e->entry, "%s", entry);

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/alloc.h"
 #include "core/clock.h"
 #include "core/embedded.h"
 #include "core/keys.h"
@@ -140,10 +141,8 @@ void writer_top_up(struct batch *b)
         list = r->element[0]->element[1];
     if (list && list->type == REDIS_REPLY_ARRAY && list->elements > 0) {
         size_t from = b->n, nbad = 0;
-        const char **bad = calloc(list->elements, sizeof *bad);
-        const char **why = calloc(list->elements, sizeof *why);
-        if (!bad || !why)
-            abort();
+        const char **bad = xcalloc(list->elements, sizeof *bad);
+        const char **why = xcalloc(list->elements, sizeof *why);
         batch_reserve(b, b->n + list->elements);
         b->n += parse_entries(list, b->e + b->n, bad, why, &nbad);
         batch_mark_dups(b, from);
@@ -237,10 +236,8 @@ static struct batch *set_add(struct writer *w, struct batch_set *s, int64_t sku,
         return NULL;
     struct batch *b = batch_new(w, sku);
     batch_reserve(b, list->elements);
-    const char **bad = calloc(list->elements, sizeof *bad);
-    const char **why = calloc(list->elements, sizeof *why);
-    if (!bad || !why)
-        abort();
+    const char **bad = xcalloc(list->elements, sizeof *bad);
+    const char **why = xcalloc(list->elements, sizeof *why);
     size_t nbad = 0;
     b->n = parse_entries(list, b->e, bad, why, &nbad);
     if (writer_dead_letter(w, sku, NULL, bad, why, 0, nbad) != 0)
@@ -256,9 +253,7 @@ static struct batch *set_add(struct writer *w, struct batch_set *s, int64_t sku,
     b->top_up = top;
     if (s->n == s->cap) {
         s->cap = s->cap ? 2 * s->cap : 16;
-        s->b = realloc(s->b, s->cap * sizeof *s->b);
-        if (!s->b)
-            abort();
+        s->b = xrealloc(s->b, s->cap * sizeof *s->b);
     }
     s->b[s->n++] = b;
     return b;
@@ -296,9 +291,7 @@ static int refresh_skus(struct writer *w)
         return -1;
     free(w->skus);
     size_t rows = (size_t)PQntuples(r);
-    w->skus = calloc(rows ? rows : 1, sizeof *w->skus);
-    if (!w->skus)
-        abort();
+    w->skus = xcalloc(rows ? rows : 1, sizeof *w->skus);
     w->nskus = 0;
     for (size_t i = 0; i < rows; i++) {
         int64_t sku = atoll(PQgetvalue(r, (int)i, 0));
@@ -369,13 +362,11 @@ static int read_per_slot(struct writer *w)
     size_t n = w->nskus;
     char count[24];
     snprintf(count, sizeof count, "%" PRId64, c->writer_batch);
-    char(*names)[KEYS_MAX] = calloc(n, sizeof *names);
-    const char *(*argv)[9] = calloc(n, sizeof *argv);
-    const char *const **argvs = calloc(n, sizeof *argvs);
-    int *argcs = calloc(n, sizeof *argcs);
-    redisReply **out = calloc(n, sizeof *out);
-    if (!names || !argv || !argvs || !argcs || !out)
-        abort();
+    char(*names)[KEYS_MAX] = xcalloc(n, sizeof *names);
+    const char *(*argv)[9] = xcalloc(n, sizeof *argv);
+    const char *const **argvs = xcalloc(n, sizeof *argvs);
+    int *argcs = xcalloc(n, sizeof *argcs);
+    redisReply **out = xcalloc(n, sizeof *out);
     for (size_t i = 0; i < n; i++) {
         keys_sku(names[i], w->skus[i], KEY_STREAM);
         const char *a[9] = {"XREADGROUP", "GROUP",   KEYS_WRITER_GROUP, w->consumer, "COUNT",
@@ -447,10 +438,8 @@ int writer_poll(struct writer *w)
         return n < 0 ? -1 : total + n;
     }
     size_t argc = 0, max = 9 + 2 * w->nskus; /* head below + 2 per stream */
-    const char **argv = calloc(max, sizeof *argv);
-    char(*names)[KEYS_MAX] = calloc(w->nskus, sizeof *names);
-    if (!argv || !names)
-        abort();
+    const char **argv = xcalloc(max, sizeof *argv);
+    char(*names)[KEYS_MAX] = xcalloc(w->nskus, sizeof *names);
     char count[24], block[24];
     snprintf(count, sizeof count, "%" PRId64, c->writer_batch);
     snprintf(block, sizeof block, "%" PRId64, c->writer_block_ms);
@@ -531,14 +520,10 @@ static void *writer_main(void *arg)
 
 struct order_writer *order_writer_start(const struct cfg *c, char *err, size_t errlen)
 {
-    struct order_writer *ow = calloc(1, sizeof *ow);
-    if (!ow)
-        abort();
+    struct order_writer *ow = xcalloc(1, sizeof *ow);
     ow->n = (size_t)c->writer_threads;
-    ow->tids = calloc(ow->n ? ow->n : 1, sizeof *ow->tids);
-    ow->writers = calloc(ow->n ? ow->n : 1, sizeof *ow->writers);
-    if (!ow->tids || !ow->writers)
-        abort();
+    ow->tids = xcalloc(ow->n ? ow->n : 1, sizeof *ow->tids);
+    ow->writers = xcalloc(ow->n ? ow->n : 1, sizeof *ow->writers);
     char host[64] = "host";
     gethostname(host, sizeof host - 1);
     size_t started = 0;
@@ -550,9 +535,7 @@ struct order_writer *order_writer_start(const struct cfg *c, char *err, size_t e
             break;
         ow->writers[i].part = i;
         ow->writers[i].nparts = ow->n;
-        struct writer_arg *a = malloc(sizeof *a);
-        if (!a)
-            abort();
+        struct writer_arg *a = xmalloc(sizeof *a);
         *a = (struct writer_arg){ow, &ow->writers[i]};
         if (pthread_create(&ow->tids[i], NULL, writer_main, a) != 0) {
             snprintf(err, errlen, "cannot start writer thread");

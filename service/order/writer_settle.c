@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/embedded.h"
 #include "core/keys.h"
 #include "core/log.h"
@@ -53,10 +54,8 @@ static long long run_for(struct batch *b, const struct rlock_script *s, const ch
         return -1;
     static const enum keys_kind kinds[] = {KEY_JOURNAL, KEY_STOCK, KEY_BOUGHT, KEY_META, KEY_DEBTS};
     int nkeys = epoch ? 5 : 4;
-    const char **argv = calloc(10 + 5 * n, sizeof *argv);
-    char(*nums)[3][24] = calloc(n, sizeof *nums);
-    if (!argv || !nums)
-        abort();
+    const char **argv = xcalloc(10 + 5 * n, sizeof *argv);
+    char(*nums)[3][24] = xcalloc(n, sizeof *nums);
     size_t argc = 0, k = 0;
     for (int i = 0; i < nkeys; i++) {
         keys_sku(keys[i], b->sku, kinds[i]);
@@ -138,9 +137,7 @@ int writer_dead_letter(struct writer *w, int64_t sku, const struct txlock *lock,
                                            KEY_STOCK,  KEY_BOUGHT, KEY_META};
     if (txlock_redis_fence(lock, sku, lk, counter, fence) != 0)
         return -1;
-    const char **argv = calloc(16 + 3 * n, sizeof *argv);
-    if (!argv)
-        abort();
+    const char **argv = xcalloc(16 + 3 * n, sizeof *argv);
     size_t argc = 0;
     for (int i = 0; i < 6; i++) {
         keys_sku(keys[i], sku, kinds[i]);
@@ -192,13 +189,9 @@ static void add_decisions(struct messages *msgs, const struct batch *b)
 {
     for (size_t i = 0; i < b->n; i++) {
         if (msgs->n == 0 || msgs->len + DECISION_MAX + 1 > WRITER_DECISIONS_MAX_BYTES) {
-            char **m = realloc(msgs->m, (msgs->n + 1) * sizeof *m);
-            if (!m)
-                abort();
+            char **m = xrealloc(msgs->m, (msgs->n + 1) * sizeof *m);
             msgs->m = m;
-            msgs->m[msgs->n] = malloc(WRITER_DECISIONS_MAX_BYTES);
-            if (!msgs->m[msgs->n])
-                abort();
+            msgs->m[msgs->n] = xmalloc(WRITER_DECISIONS_MAX_BYTES);
             msgs->m[msgs->n++][0] = '\0';
             msgs->len = 0;
         }
@@ -227,10 +220,8 @@ static int settle_returns(struct batch *b)
             soldout_clear(soldout_shared(), b->sku);
             break;
         }
-    const char **dead_ids = calloc(b->n, sizeof *dead_ids);
-    const char **dead_why = calloc(b->n, sizeof *dead_why);
-    if (!dead_ids || !dead_why)
-        abort();
+    const char **dead_ids = xcalloc(b->n, sizeof *dead_ids);
+    const char **dead_why = xcalloc(b->n, sizeof *dead_why);
     size_t ndead = 0;
     for (size_t i = 0; i < b->n; i++)
         if (b->dec[i] == DEC_DEAD) {
@@ -271,10 +262,8 @@ static int ack_prepare(struct ack_call *a, const struct batch *b)
     snprintf(a->count, sizeof a->count, "%zu", nack);
     snprintf(a->nconf, sizeof a->nconf, "%zu", nconf);
     snprintf(a->per_epoch, sizeof a->per_epoch, "%" PRId64, ORDER_IDS_PER_EPOCH);
-    a->argv = calloc(ACK_HEAD + ACK_KEYS + 7 + 6 * b->n, sizeof *a->argv);
-    a->nums = calloc(b->n ? b->n : 1, sizeof *a->nums);
-    if (!a->argv || !a->nums)
-        abort();
+    a->argv = xcalloc(ACK_HEAD + ACK_KEYS + 7 + 6 * b->n, sizeof *a->argv);
+    a->nums = xcalloc(b->n ? b->n : 1, sizeof *a->nums);
     size_t head_len[2];
     rlock_script_head(&script_orders_ack, a->argv, head_len);
     int argc = 2;
@@ -340,10 +329,8 @@ void writer_settle_all(struct batch *const *b, size_t n)
     if (n == 0)
         return;
     struct redis_conn *rc = &b[0]->w->ctx.redis;
-    struct ack_call *acks = calloc(n, sizeof *acks);
-    size_t *of = calloc(n, sizeof *of); /* the batch of each ack */
-    if (!acks || !of)
-        abort();
+    struct ack_call *acks = xcalloc(n, sizeof *acks);
+    size_t *of = xcalloc(n, sizeof *of); /* the batch of each ack */
     struct messages msgs = {0};
     size_t nack = 0;
     for (size_t k = 0; k < n; k++) {
@@ -355,12 +342,10 @@ void writer_settle_all(struct batch *const *b, size_t n)
     }
     /* Every acknowledgement, then the decisions, in one round trip. */
     size_t ncmd = nack + msgs.n;
-    int *argcs = calloc(ncmd ? ncmd : 1, sizeof *argcs);
-    const char *const **argvs = calloc(ncmd ? ncmd : 1, sizeof *argvs);
-    const char *(*pub)[3] = calloc(msgs.n ? msgs.n : 1, sizeof *pub);
-    redisReply **out = calloc(ncmd ? ncmd : 1, sizeof *out);
-    if (!argcs || !argvs || !pub || !out)
-        abort();
+    int *argcs = xcalloc(ncmd ? ncmd : 1, sizeof *argcs);
+    const char *const **argvs = xcalloc(ncmd ? ncmd : 1, sizeof *argvs);
+    const char *(*pub)[3] = xcalloc(msgs.n ? msgs.n : 1, sizeof *pub);
+    redisReply **out = xcalloc(ncmd ? ncmd : 1, sizeof *out);
     for (size_t i = 0; i < nack; i++) {
         argcs[i] = acks[i].argc;
         argvs[i] = acks[i].argv;

@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/clock.h"
 #include "core/embedded.h"
 #include "core/keys.h"
@@ -55,9 +56,7 @@ static void sb_add(struct sbuf *b, const char *s, size_t n)
         size_t cap = b->cap ? b->cap : 256;
         while (cap < b->len + n + 1)
             cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p)
-            abort();
+        char *p = xrealloc(b->p, cap);
         b->p = p;
         b->cap = cap;
     }
@@ -195,10 +194,8 @@ static void units_init(struct user_units *u, size_t n)
     u->cap = 16;
     while (u->cap < 2 * n)
         u->cap *= 2;
-    u->user = calloc(u->cap, sizeof *u->user);
-    u->units = calloc(u->cap, sizeof *u->units);
-    if (!u->user || !u->units)
-        abort();
+    u->user = xcalloc(u->cap, sizeof *u->user);
+    u->units = xcalloc(u->cap, sizeof *u->units);
 }
 
 static void units_free(struct user_units *u)
@@ -225,12 +222,10 @@ static void attempt_reset(struct batch *b)
     free(b->dec), free(b->reason), free(b->reapply), free(b->cancel_ms);
     units_free(&b->units);
     size_t n = b->n ? b->n : 1;
-    b->dec = calloc(n, sizeof *b->dec);
-    b->reason = calloc(n, sizeof *b->reason);
-    b->reapply = calloc(n, sizeof *b->reapply);
-    b->cancel_ms = calloc(n, sizeof *b->cancel_ms);
-    if (!b->dec || !b->reason || !b->reapply || !b->cancel_ms)
-        abort();
+    b->dec = xcalloc(n, sizeof *b->dec);
+    b->reason = xcalloc(n, sizeof *b->reason);
+    b->reapply = xcalloc(n, sizeof *b->reapply);
+    b->cancel_ms = xcalloc(n, sizeof *b->cancel_ms);
     units_init(&b->units, b->n);
     b->conflicts = 0;
     b->locked = b->busy = b->in_tx = b->stale = b->rules = b->finished = 0;
@@ -291,9 +286,7 @@ static void group_index(struct group *g)
     g->cap = 16;
     while (g->cap < 2 * n)
         g->cap *= 2;
-    g->refs = calloc(g->cap, sizeof *g->refs);
-    if (!g->refs)
-        abort();
+    g->refs = xcalloc(g->cap, sizeof *g->refs);
     for (size_t k = 0; k < g->n; k++)
         for (size_t i = 0; i < g->b[k]->n; i++) {
             struct batch *b = g->b[k];
@@ -477,9 +470,7 @@ static int read_state(struct dbtx *tx, struct writer *w, struct group *g, const 
         free(all[i]->p);
     if (rc != 0)
         return -1;
-    uint8_t *reading = calloc(g->n, 1), *again = calloc(g->n, 1);
-    if (!reading || !again)
-        abort();
+    uint8_t *reading = xcalloc(g->n, 1), *again = xcalloc(g->n, 1);
     memcpy(reading, want, g->n);
     int reread = 0;
     if (fence) {
@@ -628,17 +619,13 @@ static int write_new_orders(struct dbtx *tx, struct writer *w, const struct grou
     struct write_args a = {0};
     struct sbuf *all[WRITE_ARGS_N];
     write_args_all(&a, all);
-    int64_t *takes = calloc(g->n, sizeof *takes);
-    if (!takes)
-        abort();
+    int64_t *takes = xcalloc(g->n, sizeof *takes);
     size_t fresh_all = 0, ntake = 0;
     for (size_t k = 0; k < g->n; k++) {
         struct batch *b = g->b[k];
         if (!b->in_tx)
             continue;
-        enum decision *was = malloc((b->n ? b->n : 1) * sizeof *was);
-        if (!was)
-            abort();
+        enum decision *was = xmalloc((b->n ? b->n : 1) * sizeof *was);
         memcpy(was, b->dec, b->n * sizeof *was);
         size_t fresh;
         takes[k] = decide_new(b, &fresh);
@@ -710,9 +697,7 @@ out:
 static void on_tx_complete(enum dbtx_outcome outcome, void *arg)
 {
     struct group *g = arg;
-    struct batch **written = malloc((g->n ? g->n : 1) * sizeof *written);
-    if (!written)
-        abort();
+    struct batch **written = xmalloc((g->n ? g->n : 1) * sizeof *written);
     size_t n = 0;
     for (size_t k = 0; k < g->n; k++) {
         struct batch *b = g->b[k];
@@ -744,13 +729,11 @@ static size_t lock_all(struct writer *w, const struct group *g, int wait)
 {
     size_t taken = 0;
     if (!wait) {
-        struct txlock **t = malloc(g->n * sizeof *t);
-        int64_t *skus = malloc(g->n * sizeof *skus);
-        char(*keys)[KEYS_MAX] = malloc(g->n * sizeof *keys);
-        const char **kp = malloc(g->n * sizeof *kp);
-        enum rlock_status *st = malloc(g->n * sizeof *st);
-        if (!t || !skus || !keys || !kp || !st)
-            abort();
+        struct txlock **t = xmalloc(g->n * sizeof *t);
+        int64_t *skus = xmalloc(g->n * sizeof *skus);
+        char(*keys)[KEYS_MAX] = xmalloc(g->n * sizeof *keys);
+        const char **kp = xmalloc(g->n * sizeof *kp);
+        enum rlock_status *st = xmalloc(g->n * sizeof *st);
         for (size_t k = 0; k < g->n; k++) {
             t[k] = &g->b[k]->lock;
             skus[k] = g->b[k]->sku;
@@ -811,9 +794,7 @@ void writer_tx_write(struct writer *w, struct batch *const *in, size_t n, int wa
 {
     const struct cfg *c = w->ctx.cfg;
     struct group g = {.n = 0};
-    g.b = malloc((n ? n : 1) * sizeof *g.b);
-    if (!g.b)
-        abort();
+    g.b = xmalloc((n ? n : 1) * sizeof *g.b);
     for (size_t k = 0; k < n; k++) {
         in[k]->done = 0;
         attempt_reset(in[k]);
@@ -844,9 +825,7 @@ void writer_tx_write(struct writer *w, struct batch *const *in, size_t n, int wa
      * A loss of any lock ends the statement in progress at once. */
     atomic_int any_lost;
     atomic_init(&any_lost, 0);
-    struct txlock **locks = malloc(g.n * sizeof *locks);
-    if (!locks)
-        abort();
+    struct txlock **locks = xmalloc(g.n * sizeof *locks);
     for (size_t k = 0; k < g.n; k++)
         locks[k] = &g.b[k]->lock;
     int bound = txlock_bind_all(locks, g.n, tx, &any_lost) == 0;
@@ -861,9 +840,7 @@ void writer_tx_write(struct writer *w, struct batch *const *in, size_t n, int wa
         (void)dbtx_rollback(tx); /* releases the locks */
         goto out;
     }
-    uint8_t *want = malloc(g.n);
-    if (!want)
-        abort();
+    uint8_t *want = xmalloc(g.n);
     memset(want, 1, g.n);
     /* The fenced row locks come first, in the round trip of the reads: a
      * writer whose lease ran out while it was paused is refused there by
@@ -908,9 +885,7 @@ out:
 
 struct batch *batch_new(struct writer *w, int64_t sku)
 {
-    struct batch *b = calloc(1, sizeof *b);
-    if (!b)
-        abort();
+    struct batch *b = xcalloc(1, sizeof *b);
     b->w = w;
     b->sku = sku;
     return b;
@@ -930,10 +905,8 @@ void batch_reserve(struct batch *b, size_t n)
 {
     if (n <= b->cap)
         return;
-    struct writer_entry *e = realloc(b->e, n * sizeof *e);
-    const char **dup = realloc(b->dup, n * sizeof *dup);
-    if (!e || !dup)
-        abort();
+    struct writer_entry *e = xrealloc(b->e, n * sizeof *e);
+    const char **dup = xrealloc(b->dup, n * sizeof *dup);
     b->e = e;
     b->dup = dup;
     b->cap = n;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/fmt.h"
 #include "core/keys.h"
 #include "core/log.h"
@@ -199,10 +200,8 @@ static enum sku_result create_once(struct worker_ctx *w, const struct validate_s
     *taken = TAKEN_NONE;
     if (pick_ids(w, n, ids) != 0)
         return SKU_UNAVAILABLE;
-    struct load_job *lj = calloc((size_t)n, sizeof *lj);
-    struct txlock *t = calloc((size_t)n, sizeof *t);
-    if (!lj || !t)
-        abort();
+    struct load_job *lj = xcalloc((size_t)n, sizeof *lj);
+    struct txlock *t = xcalloc((size_t)n, sizeof *t);
     for (int k = 0; k < n; k++) {
         struct load_job *b = &lj[k];
         *b = (struct load_job){.w = w,

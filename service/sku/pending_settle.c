@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/embedded.h"
 #include "core/fmt.h"
 #include "core/keys.h"
@@ -34,21 +35,15 @@ static const char *keep(struct settle_job *sj, const char *s)
 {
     if (sj->nowned == sj->capowned) {
         sj->capowned = sj->capowned ? 2 * sj->capowned : 32;
-        sj->owned = realloc(sj->owned, sj->capowned * sizeof *sj->owned);
-        if (!sj->owned)
-            abort();
+        sj->owned = xrealloc(sj->owned, sj->capowned * sizeof *sj->owned);
     }
-    char *c = strdup(s);
-    if (!c)
-        abort();
+    char *c = xstrdup(s);
     return sj->owned[sj->nowned++] = c;
 }
 
 static void push(const char ***list, size_t *n, const char *s)
 {
-    *list = realloc(*list, (*n + 1) * sizeof **list);
-    if (!*list)
-        abort();
+    *list = xrealloc(*list, (*n + 1) * sizeof **list);
     (*list)[(*n)++] = s;
 }
 
@@ -102,9 +97,7 @@ static void settled_on_complete(enum dbtx_outcome outcome, void *arg)
             argv[i] = keys[i];
         }
         size_t n = 8 + sj->nreapply + 1;
-        const char **a = calloc(n, sizeof *a);
-        if (!a)
-            abort();
+        const char **a = xcalloc(n, sizeof *a);
         memcpy(a, argv, sizeof argv);
         a[5] = lock;
         a[6] = counter;
@@ -127,9 +120,7 @@ static void settled_on_complete(enum dbtx_outcome outcome, void *arg)
         keys_sku(keys[0], sj->sku, KEY_JOURNAL);
         keys_sku(keys[1], sj->sku, KEY_STREAM);
         size_t n = 5 + sj->njournal;
-        const char **a = calloc(n, sizeof *a);
-        if (!a)
-            abort();
+        const char **a = xcalloc(n, sizeof *a);
         a[0] = keys[0];
         a[1] = keys[1];
         a[2] = lock;
@@ -451,9 +442,7 @@ int pending_restore_plan(struct dbtx *tx, int64_t sku, struct load_job *lj)
     if (!recs)
         return -1;
     struct load_restore *more =
-        realloc(lj->restore, (lj->nrestore + (size_t)PQntuples(recs) + 1) * sizeof *more);
-    if (!more)
-        abort();
+        xrealloc(lj->restore, (lj->nrestore + (size_t)PQntuples(recs) + 1) * sizeof *more);
     lj->restore = more;
     for (int i = 0; i < PQntuples(recs); i++) {
         struct load_restore *x = &lj->restore[lj->nrestore++];

@@ -1,16 +1,16 @@
 #include "sku/reconcile.h"
 
-#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/alloc.h"
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/metrics.h"
+#include "core/ticker.h"
 #include "sku/pending_settle.h"
 #include "store/db.h"
 #include "store/redis_functions.h"
@@ -124,11 +124,8 @@ struct rebuilt_at {
 struct reconciler {
     const struct cfg *cfg;
     struct worker_ctx ctx;
-    pthread_t tid;
+    struct ticker *ticker;
     pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int stopping, kicked;
-    atomic_int halt;  /* stopping, for the pass to look at between SKUs without mu */
     int64_t *refused; /* under mu: SKUs whose orders the database refused */
     size_t nrefused, caprefused;
     struct rebuilt_at *rebuilt; /* the thread's own: last refusal rebuild per SKU */
@@ -142,10 +139,7 @@ void reconcile_kick(void)
     struct reconciler *r = atomic_load(&running);
     if (!r)
         return;
-    pthread_mutex_lock(&r->mu);
-    r->kicked = 1;
-    pthread_cond_signal(&r->cv);
-    pthread_mutex_unlock(&r->mu);
+    ticker_kick(r->ticker);
 }
 
 void reconcile_refused(int64_t sku)
@@ -160,15 +154,12 @@ void reconcile_refused(int64_t sku)
     if (i == r->nrefused) {
         if (r->nrefused == r->caprefused) {
             r->caprefused = r->caprefused ? 2 * r->caprefused : 8;
-            r->refused = realloc(r->refused, r->caprefused * sizeof *r->refused);
-            if (!r->refused)
-                abort();
+            r->refused = xrealloc(r->refused, r->caprefused * sizeof *r->refused);
         }
         r->refused[r->nrefused++] = sku;
     }
-    r->kicked = 1;
-    pthread_cond_signal(&r->cv);
     pthread_mutex_unlock(&r->mu);
+    ticker_kick(r->ticker);
 }
 
 /* Rebuilds the SKUs the database refused orders of, each at most once per
@@ -197,9 +188,7 @@ static int rebuild_refused(struct reconciler *r, struct reconcile_totals *t)
         if (t->rebuilt == before)
             continue;
         if (j == r->nrebuilt) {
-            r->rebuilt = realloc(r->rebuilt, (r->nrebuilt + 1) * sizeof *r->rebuilt);
-            if (!r->rebuilt)
-                abort();
+            r->rebuilt = xrealloc(r->rebuilt, (r->nrebuilt + 1) * sizeof *r->rebuilt);
             r->nrebuilt++;
         }
         r->rebuilt[j] = (struct rebuilt_at){skus[i], now};
@@ -208,72 +197,46 @@ static int rebuild_refused(struct reconciler *r, struct reconcile_totals *t)
     return rc;
 }
 
-static void *reconcile_main(void *arg)
+/* One pass of the thread; returns the pause before the next. */
+static int64_t reconcile_tick(struct ticker *tk, void *arg)
 {
     struct reconciler *r = arg;
-    for (;;) {
-        struct reconcile_totals t = {0};
-        /* Before anything runs a script: an empty restart lost the
-         * functions too, and a rebuild without them fails. */
-        enum rlock_library_state lib = redis_functions_heal(&r->ctx.redis, r->cfg);
-        int failed = lib == RLOCK_LIBRARY_MISSING || lib == RLOCK_LIBRARY_ERROR;
-        failed |= rebuild_refused(r, &t) != 0;
-        failed |= pass_all(&r->ctx, SKU_CHECK_REPAIR, NULL, &t, &r->halt) != 0;
-        /* durable orders answered 202 pending that no writer wrote */
-        failed |= pending_settle_due(&r->ctx, r->cfg->pending_settle_after_ms, NULL) != 0;
-        if (!failed) { /* what is left after this pass's repairs */
-            metrics_set(M_DRIFT_SKUS, (long)t.drifted);
-            metrics_set(M_DRIFT_UNITS, (long)t.drift_units);
-        }
-        metrics_add(M_RECONCILE_RUNS, 1);
-        if (t.rebuilt || t.settled)
-            log_info("reconciliation: %" PRId64 " SKUs rebuilt, %" PRId64
-                     " adjustment records settled",
-                     t.rebuilt, t.settled);
-        /* A pass that could not finish (a lock a dead process still holds
-         * until its lease ends, a store down) is tried again soon. */
-        int64_t pause = failed && r->cfg->reconcile_retry_ms < r->cfg->reconcile_interval_ms
-                            ? r->cfg->reconcile_retry_ms
-                            : r->cfg->reconcile_interval_ms;
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        int64_t ns = until.tv_nsec + (pause % 1000) * 1000000;
-        until.tv_sec += pause / 1000 + ns / 1000000000;
-        until.tv_nsec = ns % 1000000000;
-        pthread_mutex_lock(&r->mu);
-        while (!r->stopping && !r->kicked)
-            if (pthread_cond_timedwait(&r->cv, &r->mu, &until) == ETIMEDOUT)
-                break;
-        int stop = r->stopping;
-        r->kicked = 0;
-        pthread_mutex_unlock(&r->mu);
-        if (stop)
-            break;
+    struct reconcile_totals t = {0};
+    /* Before anything runs a script: an empty restart lost the
+     * functions too, and a rebuild without them fails. */
+    enum rlock_library_state lib = redis_functions_heal(&r->ctx.redis, r->cfg);
+    int failed = lib == RLOCK_LIBRARY_MISSING || lib == RLOCK_LIBRARY_ERROR;
+    failed |= rebuild_refused(r, &t) != 0;
+    failed |= pass_all(&r->ctx, SKU_CHECK_REPAIR, NULL, &t, ticker_halt(tk)) != 0;
+    /* durable orders answered 202 pending that no writer wrote */
+    failed |= pending_settle_due(&r->ctx, r->cfg->pending_settle_after_ms, NULL) != 0;
+    if (!failed) { /* what is left after this pass's repairs */
+        metrics_set(M_DRIFT_SKUS, (long)t.drifted);
+        metrics_set(M_DRIFT_UNITS, (long)t.drift_units);
     }
-    return NULL;
+    metrics_add(M_RECONCILE_RUNS, 1);
+    if (t.rebuilt || t.settled)
+        log_info("reconciliation: %" PRId64 " SKUs rebuilt, %" PRId64 " adjustment records settled",
+                 t.rebuilt, t.settled);
+    /* A pass that could not finish (a lock a dead process still holds
+     * until its lease ends, a store down) is tried again soon. */
+    return failed && r->cfg->reconcile_retry_ms < r->cfg->reconcile_interval_ms
+               ? r->cfg->reconcile_retry_ms
+               : r->cfg->reconcile_interval_ms;
 }
 
 struct reconciler *reconcile_start(const struct cfg *c, char *err, size_t errlen)
 {
-    struct reconciler *r = calloc(1, sizeof *r);
-    if (!r)
-        abort();
-    atomic_init(&r->halt, 0);
+    struct reconciler *r = xcalloc(1, sizeof *r);
     r->cfg = c;
     if (worker_ctx_init(&r->ctx, c, err, errlen) != 0) {
         free(r);
         return NULL;
     }
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&r->cv, &ca);
-    pthread_condattr_destroy(&ca);
     pthread_mutex_init(&r->mu, NULL);
-    if (pthread_create(&r->tid, NULL, reconcile_main, r) != 0) {
-        snprintf(err, errlen, "cannot start the reconciler thread");
+    r->ticker = ticker_start("reconciler", reconcile_tick, r, err, errlen);
+    if (!r->ticker) {
         worker_ctx_close(&r->ctx);
-        pthread_cond_destroy(&r->cv);
         pthread_mutex_destroy(&r->mu);
         free(r);
         return NULL;
@@ -287,16 +250,10 @@ void reconcile_stop(struct reconciler *r)
     if (!r)
         return;
     atomic_store(&running, NULL);
-    atomic_store(&r->halt, 1);
-    pthread_mutex_lock(&r->mu);
-    r->stopping = 1;
-    pthread_cond_signal(&r->cv);
-    pthread_mutex_unlock(&r->mu);
-    pthread_join(r->tid, NULL);
+    ticker_stop(r->ticker);
     worker_ctx_close(&r->ctx);
     free(r->refused);
     free(r->rebuilt);
-    pthread_cond_destroy(&r->cv);
     pthread_mutex_destroy(&r->mu);
     free(r);
 }

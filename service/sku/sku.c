@@ -1,4 +1,5 @@
 #include "sku/sku.h"
+#include "core/alloc.h"
 #include "sku/buckets.h"
 #include "sku/pending_settle.h"
 #include "sku/sku_store.h"
@@ -193,9 +194,7 @@ static int cmp_pair(const void *a, const void *b)
 static int64_t users_differing(const redisReply *flat, const PGresult *db)
 {
     size_t nr = flat->elements / 2, nd = (size_t)PQntuples(db);
-    int64_t(*r)[2] = calloc(nr + 1, sizeof *r), (*d)[2] = calloc(nd + 1, sizeof *d);
-    if (!r || !d)
-        abort();
+    int64_t(*r)[2] = xcalloc(nr + 1, sizeof *r), (*d)[2] = xcalloc(nd + 1, sizeof *d);
     for (size_t i = 0; i < nr; i++) {
         r[i][0] = atoll(flat->element[2 * i]->str);
         r[i][1] = atoll(flat->element[2 * i + 1]->str);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/keys.h"
 #include "core/log.h"
 
@@ -113,13 +114,11 @@ int sku_gauges_read(struct worker_ctx *w, struct metrics_sku **out, size_t *n)
         PQclear(pr);
         return 0;
     }
-    struct metrics_sku *skus = calloc(count, sizeof *skus);
-    struct sku_keys *keys = calloc(count, sizeof *keys);
-    int *argcs = calloc(count * CMDS_PER_SKU, sizeof *argcs);
-    const char *const **argvs = calloc(count * CMDS_PER_SKU, sizeof *argvs);
-    redisReply **replies = calloc(count * CMDS_PER_SKU, sizeof *replies);
-    if (!skus || !keys || !argcs || !argvs || !replies)
-        abort();
+    struct metrics_sku *skus = xcalloc(count, sizeof *skus);
+    struct sku_keys *keys = xcalloc(count, sizeof *keys);
+    int *argcs = xcalloc(count * CMDS_PER_SKU, sizeof *argcs);
+    const char *const **argvs = xcalloc(count * CMDS_PER_SKU, sizeof *argvs);
+    redisReply **replies = xcalloc(count * CMDS_PER_SKU, sizeof *replies);
     for (size_t i = 0; i < count; i++) {
         skus[i].sku = strtoll(PQgetvalue(pr, (int)i, 0), NULL, 10);
         skus[i].stock_db = strtoll(PQgetvalue(pr, (int)i, 1), NULL, 10);

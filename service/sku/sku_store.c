@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/embedded.h"
 #include "core/fault.h"
 #include "core/fmt.h"
@@ -103,9 +104,7 @@ void load_on_commit(enum dbtx_outcome outcome, void *arg)
         return;
     size_t nkeys = LOAD_NKEYS + lj->nrestore;
     const char **argv =
-        calloc(nkeys + LOAD_NARGS + 2 * (size_t)pairs + 4 * lj->nrestore, sizeof *argv);
-    if (!argv)
-        abort();
+        xcalloc(nkeys + LOAD_NARGS + 2 * (size_t)pairs + 4 * lj->nrestore, sizeof *argv);
     char keys[7][KEYS_MAX];
     static const enum keys_kind kinds[] = {KEY_META,   KEY_STOCK, KEY_SEQ,    KEY_STREAM,
                                            KEY_BOUGHT, KEY_DEBTS, KEY_JOURNAL};

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/alloc.h"
 #include "core/clock.h"
 #include "core/log.h"
 #include "store/db.h"
@@ -102,9 +103,7 @@ static void *prober_main(void *arg)
 
 struct health *health_start(const struct cfg *c, char *err, size_t errlen)
 {
-    struct health *h = calloc(1, sizeof *h);
-    if (!h)
-        abort();
+    struct health *h = xcalloc(1, sizeof *h);
     pthread_mutex_init(&h->mu, NULL);
     pthread_cond_init(&h->cv, NULL);
     h->timeout_ms = c->health_timeout_ms;

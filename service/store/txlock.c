@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/embedded.h"
 #include "core/keys.h"
 #include "core/log.h"
@@ -135,12 +136,10 @@ int txlock_try_each(struct txlock *const *t, struct redis_conn *rc, const struct
      * several, and a replica acknowledgement is a WAIT per lock. */
     if (rc->target.nseeds > 0 || c->lock_min_replicas > 0)
         return -1;
-    struct rlock **locks = calloc(n ? n : 1, sizeof *locks);
-    char(*fence_keys)[KEYS_MAX + 8] = calloc(n ? n : 1, sizeof *fence_keys);
-    const char **fk = calloc(n ? n : 1, sizeof *fk);
-    int64_t *fences = calloc(n ? n : 1, sizeof *fences);
-    if (!locks || !fence_keys || !fk || !fences)
-        abort();
+    struct rlock **locks = xcalloc(n ? n : 1, sizeof *locks);
+    char(*fence_keys)[KEYS_MAX + 8] = xcalloc(n ? n : 1, sizeof *fence_keys);
+    const char **fk = xcalloc(n ? n : 1, sizeof *fk);
+    int64_t *fences = xcalloc(n ? n : 1, sizeof *fences);
     int taken = 0, ok = 1;
     for (size_t i = 0; i < n; i++) {
         memset(t[i], 0, sizeof *t[i]);
@@ -226,10 +225,8 @@ static void release_all_on_complete(enum dbtx_outcome outcome, void *arg)
     struct redis_conn *rc = set->n ? set->t[0]->redis : NULL;
     redisContext *ctx = rc && rc->target.nseeds == 0 ? redis_conn_get(rc) : NULL;
     if (ctx) {
-        struct rlock **locks = malloc(set->n * sizeof *locks);
-        enum rlock_status *st = malloc(set->n * sizeof *st);
-        if (!locks || !st)
-            abort();
+        struct rlock **locks = xmalloc(set->n * sizeof *locks);
+        enum rlock_status *st = xmalloc(set->n * sizeof *st);
         for (size_t i = 0; i < set->n; i++)
             locks[i] = &set->t[i]->lock;
         size_t released = (size_t)rlock_release_each(ctx, locks, set->n, st);
@@ -251,9 +248,7 @@ static void release_all_on_complete(enum dbtx_outcome outcome, void *arg)
 
 int txlock_bind_all(struct txlock *const *t, size_t n, struct dbtx *tx, atomic_int *any_lost)
 {
-    struct lock_set *set = malloc(sizeof *set + n * sizeof set->t[0]);
-    if (!set)
-        abort();
+    struct lock_set *set = xmalloc(sizeof *set + n * sizeof set->t[0]);
     set->n = n;
     memcpy(set->t, t, n * sizeof *t);
     if (dbtx_on_complete(tx, release_all_on_complete, set) != 0) {

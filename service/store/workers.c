@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/clock.h"
 #include "core/log.h"
 #include "store/pgwait.h"
@@ -89,9 +90,7 @@ static void *worker_main(void *arg)
 
 struct workers *workers_start(const struct cfg *c, char *err, size_t errlen)
 {
-    struct workers *ws = calloc(1, sizeof *ws);
-    if (!ws)
-        abort();
+    struct workers *ws = xcalloc(1, sizeof *ws);
     pthread_mutex_init(&ws->mu, NULL);
     pthread_cond_init(&ws->cv, NULL);
     ws->health = health_start(c, err, errlen);
@@ -103,18 +102,14 @@ struct workers *workers_start(const struct cfg *c, char *err, size_t errlen)
     }
     ws->max_queued = (size_t)c->worker_queue_max;
     ws->n = (size_t)c->worker_threads;
-    ws->threads = calloc(ws->n, sizeof *ws->threads);
-    ws->ctx = calloc(ws->n, sizeof *ws->ctx);
-    if (!ws->threads || !ws->ctx)
-        abort();
+    ws->threads = xcalloc(ws->n, sizeof *ws->threads);
+    ws->ctx = xcalloc(ws->n, sizeof *ws->ctx);
     size_t started = 0;
     for (; started < ws->n; started++) {
         size_t i = started;
         if (worker_ctx_init(&ws->ctx[i], c, err, errlen) != 0)
             break;
-        void **arg = malloc(2 * sizeof *arg);
-        if (!arg)
-            abort();
+        void **arg = xmalloc(2 * sizeof *arg);
         arg[0] = ws;
         arg[1] = &ws->ctx[i];
         if (pthread_create(&ws->threads[i], NULL, worker_main, arg) != 0) {

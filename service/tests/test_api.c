@@ -3,15 +3,12 @@
  * Redis and PostgreSQL of the test stack: status codes and bodies, and what
  * each answer left behind in both stores.
  */
-#include <arpa/inet.h>
 #include <check.h>
 #include <jansson.h>
-#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -228,19 +225,6 @@ static void wait_order_status(int port, int64_t user, long long id, const char *
         ck_assert_msg(waited < POLL_MS, "order %lld still %s after %d ms", id, st, waited);
         th_sleep_ms(20);
     }
-}
-
-/* A loopback TCP port nobody listens on (bound, then released). */
-static int unused_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    ck_assert(fd >= 0);
-    ck_assert(bind(fd, (struct sockaddr *)&a, sizeof a) == 0);
-    ck_assert(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
-    close(fd);
-    return ntohs(a.sin_port);
 }
 
 static void rfc3339(time_t t, char *out, size_t cap)
@@ -594,7 +578,7 @@ START_TEST(test_unavailable_when_redis_down)
     stop(&d);
 
     char url[96];
-    snprintf(url, sizeof url, "SECKILL_REDIS_URL=redis://127.0.0.1:%d/0", unused_port());
+    snprintf(url, sizeof url, "SECKILL_REDIS_URL=redis://127.0.0.1:%d/0", th_free_port());
     const char *env[] = {url, NULL};
     start(&d, env);
     struct th_response r;
