@@ -17,6 +17,7 @@
 #include "core/keys.h"
 #include "lt_buyers.h"
 #include "lt_redis.h"
+#include <rlock/rlock.h>
 
 #define US_PER_S 1000000ULL
 #define US_PER_MS 1000ULL
@@ -118,12 +119,6 @@ int64_t lt_wall_us(void)
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (int64_t)ts.tv_sec * (int64_t)US_PER_S + ts.tv_nsec / 1000;
-}
-
-static struct timeval ms_tv(int ms)
-{
-    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-    return tv;
 }
 
 /* ---- answers ------------------------------------------------------------ */
@@ -346,7 +341,7 @@ static void on_answer(struct evhttp_request *req, void *arg)
     s->want_retry = book(ld, &s->req, a, &named);
     /* A buyer without an answer does not hammer a service that is down. */
     if (!lt_answer_settles(a) && ld->o->error_pause_ms > 0 && !ld->stop_issuing) {
-        struct timeval tv = ms_tv(ld->o->error_pause_ms);
+        struct timeval tv = rlock_ms_tv(ld->o->error_pause_ms);
         if (evtimer_add(s->pause, &tv) == 0) {
             s->pausing = 1;
             ld->pausing++;
@@ -585,7 +580,7 @@ static int setup(struct lt_load *ld, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    struct timeval to = ms_tv(o->timeout_ms);
+    struct timeval to = rlock_ms_tv(o->timeout_ms);
     for (int i = 0; i < o->concurrency; i++) {
         struct lt_slot *s = &ld->slots[i];
         s->ld = ld;
@@ -609,15 +604,15 @@ static int setup(struct lt_load *ld, char *err, size_t errlen)
         ld->admin.conn =
             evhttp_connection_base_new(ld->base, NULL, o->admin.host, (ev_uint16_t)o->admin.port);
         ld->admin.timer = event_new(ld->base, -1, EV_PERSIST, fire_admin, ld);
-        struct timeval every = ms_tv(o->admin_every_ms);
+        struct timeval every = rlock_ms_tv(o->admin_every_ms);
         if (!ld->admin.conn || !ld->admin.timer || event_add(ld->admin.timer, &every) != 0) {
             snprintf(err, errlen, "cannot set up the admin connection");
             return -1;
         }
         evhttp_connection_set_timeout_tv(ld->admin.conn, &to);
     }
-    struct timeval tick = ms_tv(TICK_MS);
-    struct timeval end = ms_tv((int)(o->duration_s * 1000.0) + o->timeout_ms + END_GRACE_MS);
+    struct timeval tick = rlock_ms_tv(TICK_MS);
+    struct timeval end = rlock_ms_tv((int)(o->duration_s * 1000.0) + o->timeout_ms + END_GRACE_MS);
     ld->tick = event_new(ld->base, -1, EV_PERSIST, on_tick, ld);
     ld->end_timer = evtimer_new(ld->base, on_end, ld);
     ld->sig_int = evsignal_new(ld->base, SIGINT, on_signal, ld);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include <rlock/resp.h>
 
 /* After TRYAGAIN (a slot mid-migration), before sending again. */
 #define TRYAGAIN_MS 20
@@ -73,7 +74,7 @@ redisReply *lt_redis_cmd(struct lt_redis *r, int argc, const char **argv)
     if (!rep) {
         log_warn("redis %s failed: %s", argv[0], r->ctx->errstr);
         lt_redis_close(r);
-    } else if (rlock_reply_is_readonly(rep)) {
+    } else if (rlock_reply_kind(rep) == RLOCK_REPLY_READONLY) {
         /* a failover demoted this server: the next call asks the Sentinels */
         log_warn("redis: the server is a replica now (%s); reconnecting", rep->str);
         lt_redis_close(r);

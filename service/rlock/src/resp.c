@@ -76,9 +76,12 @@ enum rlock_reply_kind rlock_error_kind(const char *msg)
     static const struct {
         const char *code;
         enum rlock_reply_kind kind;
-    } codes[] = {{"NOSCRIPT", RLOCK_REPLY_NOSCRIPT}, {"OOM", RLOCK_REPLY_OOM},
-                 {"READONLY", RLOCK_REPLY_READONLY}, {"MOVED", RLOCK_REPLY_MOVED},
-                 {"ASK", RLOCK_REPLY_ASK},           {"TRYAGAIN", RLOCK_REPLY_TRYAGAIN},
+    } codes[] = {{"NOSCRIPT", RLOCK_REPLY_NOSCRIPT},
+                 {"OOM", RLOCK_REPLY_OOM},
+                 {"READONLY", RLOCK_REPLY_READONLY},
+                 {"MOVED", RLOCK_REPLY_MOVED},
+                 {"ASK", RLOCK_REPLY_ASK},
+                 {"TRYAGAIN", RLOCK_REPLY_TRYAGAIN},
                  {"CLUSTERDOWN", RLOCK_REPLY_CLUSTERDOWN}};
     if (!msg)
         return RLOCK_REPLY_ERROR;
