@@ -483,13 +483,14 @@ static int resend_as_eval(redisAsyncContext *ac, struct ra_op *op)
  * named and the map is read again before the next route; ASK: once to the
  * importing master, after ASKING; TRYAGAIN (its keys split by a migration):
  * routed again after REDIS_CONN_TRYAGAIN_MS, as long as that ends within
- * redis_timeout_ms of the first send.  A redirected script did not run. */
+ * redis_timeout_ms of the first send (rlock_cluster_follow(), the rule every
+ * cluster client shares).  A redirected script did not run. */
 struct ra_redirect {
     struct redis_async *ra;
     const struct rlock_script *s;
-    int nkeys, nargs, hops;
+    int nkeys, nargs;
     unsigned slot;
-    int64_t deadline_ms; /* clock_mono_ms(): no TRYAGAIN pause ends past it */
+    struct rlock_cluster_redirects follow; /* its deadline on clock_mono_ms() */
     redis_async_fn *fn;
     void *arg;
     const char **argv;
@@ -547,22 +548,22 @@ static void on_cluster_reply(redisReply *r, enum redis_async_status st, void *ar
 {
     struct ra_redirect *rd = arg;
     struct redis_async *ra = rd->ra;
-    enum rlock_reply_kind kind = rlock_reply_kind(r);
-    if (kind == RLOCK_REPLY_TRYAGAIN && !ra->closing &&
-        clock_mono_ms() + REDIS_CONN_TRYAGAIN_MS < rd->deadline_ms) {
-        rd->hops = 0; /* the deadline bounds the rounds */
+    struct rlock_cluster_redirect to;
+    enum rlock_cluster_step step =
+        ra->closing ? RLOCK_CLUSTER_DELIVER
+                    : rlock_cluster_follow(&rd->follow, rlock_reply_kind(r),
+                                           r && r->type == REDIS_REPLY_ERROR ? r->str : NULL,
+                                           clock_mono_ms(), &to);
+    if (step == RLOCK_CLUSTER_TRYAGAIN) {
         pause_then_retry(rd);
         return;
     }
-    struct rlock_cluster_redirect to;
-    if ((kind == RLOCK_REPLY_MOVED || kind == RLOCK_REPLY_ASK) &&
-        rd->hops < RLOCK_CLUSTER_MAX_REDIRECTS && rlock_cluster_redirect_parse(r->str, &to) == 0) {
-        if (kind == RLOCK_REPLY_MOVED)
+    if (step == RLOCK_CLUSTER_MOVED || step == RLOCK_CLUSTER_ASK) {
+        if (step == RLOCK_CLUSTER_MOVED)
             rlock_cluster_invalidate(ra->map);
         struct redis_async *n = cluster_node(ra, to.host, to.port);
         if (n) {
-            rd->hops++;
-            script_on(n, rd, kind == RLOCK_REPLY_ASK);
+            script_on(n, rd, step == RLOCK_CLUSTER_ASK);
             return;
         }
     }
@@ -608,7 +609,8 @@ static void cluster_script(struct redis_async *ra, const struct rlock_script *s,
         p += al[i];
     }
     rd->slot = nkeys > 0 ? rlock_cluster_slot(av[0], al[0]) : 0;
-    rd->deadline_ms = clock_mono_ms() + ra->timeout_ms;
+    rd->follow = (struct rlock_cluster_redirects){.deadline_ms = clock_mono_ms() + ra->timeout_ms,
+                                                  .tryagain_ms = REDIS_CONN_TRYAGAIN_MS};
     struct redis_async *node = cluster_route(ra, rd->slot);
     if (!node) {
         free(av);

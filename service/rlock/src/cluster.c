@@ -393,14 +393,24 @@ int rlock_cluster_redirect_parse(const char *msg, struct rlock_cluster_redirect 
     return 0;
 }
 
-/* "MOVED 3999 127.0.0.1:6381" / "ASK ...": the target's index, or -1. */
-static int redirect_target(struct rlock_cluster *c, const char *msg, unsigned *slot)
+enum rlock_cluster_step rlock_cluster_follow(struct rlock_cluster_redirects *rd,
+                                             enum rlock_reply_kind kind, const char *msg,
+                                             int64_t now_ms, struct rlock_cluster_redirect *to)
 {
-    struct rlock_cluster_redirect to;
-    if (rlock_cluster_redirect_parse(msg, &to) != 0)
-        return -1;
-    *slot = to.slot;
-    return node_index(c, to.host, to.port);
+    if (kind == RLOCK_REPLY_TRYAGAIN) {
+        int pause = rd->tryagain_ms > 0 ? rd->tryagain_ms : 1;
+        if (rd->deadline_ms > 0 ? now_ms + pause >= rd->deadline_ms
+                                : rd->tries >= RLOCK_CLUSTER_MAX_REDIRECTS)
+            return RLOCK_CLUSTER_DELIVER;
+        rd->tries++;
+        return RLOCK_CLUSTER_TRYAGAIN;
+    }
+    if ((kind != RLOCK_REPLY_MOVED && kind != RLOCK_REPLY_ASK) ||
+        rd->hops >= RLOCK_CLUSTER_MAX_REDIRECTS || !msg ||
+        rlock_cluster_redirect_parse(msg, to) != 0)
+        return RLOCK_CLUSTER_DELIVER;
+    rd->hops++;
+    return kind == RLOCK_REPLY_MOVED ? RLOCK_CLUSTER_MOVED : RLOCK_CLUSTER_ASK;
 }
 
 /* Sends argv on n (after ASKING when asking); the reply, or NULL (I/O). */
@@ -427,8 +437,9 @@ static redisReply *run(struct rlock_cluster *c, unsigned slot, int argc, const c
                        const size_t *lens, const struct rlock_script *script, char *err,
                        size_t errlen)
 {
+    struct rlock_cluster_redirects rd = {.tryagain_ms = c->o.tryagain_ms};
     int ask_idx = -1, loaded = 0, remapped = 0;
-    for (int hop = 0; hop <= RLOCK_CLUSTER_MAX_REDIRECTS; hop++) {
+    for (;;) {
         struct node *n;
         if (ask_idx >= 0) {
             if (!(n = node_connected(c, &c->nodes[ask_idx], err, errlen)))
@@ -438,7 +449,6 @@ static redisReply *run(struct rlock_cluster *c, unsigned slot, int argc, const c
              * map is read again (a replica may hold the slot by now). */
             if (remapped++ || !c->stale)
                 return NULL;
-            hop--;
             continue;
         }
         redisReply *r = send_on(n, ask_idx >= 0, argc, argv, lens);
@@ -451,35 +461,41 @@ static redisReply *run(struct rlock_cluster *c, unsigned slot, int argc, const c
         }
         int asking = ask_idx >= 0;
         ask_idx = -1;
-        unsigned to_slot;
         enum rlock_reply_kind kind = rlock_reply_kind(r);
-        if (kind == RLOCK_REPLY_MOVED) {
-            int idx = redirect_target(c, r->str, &to_slot);
+        struct rlock_cluster_redirect to;
+        enum rlock_cluster_step step = rlock_cluster_follow(
+            &rd, kind, r->type == REDIS_REPLY_ERROR ? r->str : NULL, rlock_mono_ms(), &to);
+        if (step == RLOCK_CLUSTER_MOVED || step == RLOCK_CLUSTER_ASK) {
             freeReplyObject(r);
+            int idx = node_index(c, to.host, to.port);
             if (idx < 0) {
-                rlock_err_set(err, errlen, "cluster: a MOVED to an unknown node");
+                rlock_err_set(err, errlen, "cluster: %s to an unknown node",
+                              step == RLOCK_CLUSTER_MOVED ? "a MOVED" : "an ASK");
                 return NULL;
             }
-            c->slot_node[to_slot] = (uint16_t)idx;
+            c->redirects++;
+            if (step == RLOCK_CLUSTER_ASK) {
+                ask_idx = idx;
+                continue;
+            }
+            c->slot_node[to.slot] = (uint16_t)idx;
             c->nodes[idx].master = 1;
             c->stale = 1; /* more slots moved with it, most likely */
-            c->redirects++;
             continue;
         }
-        if (kind == RLOCK_REPLY_ASK) {
-            ask_idx = redirect_target(c, r->str, &to_slot);
-            freeReplyObject(r);
-            if (ask_idx < 0) {
-                rlock_err_set(err, errlen, "cluster: an ASK to an unknown node");
-                return NULL;
-            }
-            c->redirects++;
-            continue;
-        }
-        if (kind == RLOCK_REPLY_TRYAGAIN) {
+        if (step == RLOCK_CLUSTER_TRYAGAIN) {
             freeReplyObject(r);
             rlock_sleep_until(rlock_mono_ms() + c->o.tryagain_ms);
             continue;
+        }
+        if (kind == RLOCK_REPLY_MOVED || kind == RLOCK_REPLY_ASK || kind == RLOCK_REPLY_TRYAGAIN) {
+            if (kind != RLOCK_REPLY_TRYAGAIN && rd.hops < RLOCK_CLUSTER_MAX_REDIRECTS)
+                rlock_err_set(err, errlen, "cluster: a redirect without a node: %s", r->str);
+            else
+                rlock_err_set(err, errlen, "cluster: more than %d redirects for slot %u",
+                              RLOCK_CLUSTER_MAX_REDIRECTS, slot);
+            freeReplyObject(r);
+            return NULL;
         }
         if (script && !loaded && kind == RLOCK_REPLY_NOSCRIPT) {
             freeReplyObject(r);
@@ -502,16 +518,12 @@ static redisReply *run(struct rlock_cluster *c, unsigned slot, int argc, const c
             loaded = 1;
             if (asking)
                 ask_idx = (int)(n - c->nodes);
-            hop--; /* not a redirect */
             continue;
         }
         if (kind == RLOCK_REPLY_CLUSTERDOWN)
             c->stale = 1;
         return r;
     }
-    rlock_err_set(err, errlen, "cluster: more than %d redirects for slot %u",
-                  RLOCK_CLUSTER_MAX_REDIRECTS, slot);
-    return NULL;
 }
 
 redisReply *rlock_cluster_command(struct rlock_cluster *c, unsigned slot, int argc,
@@ -610,7 +622,9 @@ enum rlock_status rlock_cluster_lock(struct rlock_cluster *c, const char *key, i
         return RLOCK_ERR;
     }
     unsigned slot = rlock_cluster_slot(key, strlen(key));
-    int ask_idx = -1, remapped = 0, hops = 0, tries = 0;
+    struct rlock_cluster_redirects rd = {.deadline_ms = deadline_ms,
+                                         .tryagain_ms = c->o.tryagain_ms};
+    int ask_idx = -1, remapped = 0;
     for (;;) {
         struct node *n;
         if (ask_idx >= 0) {
@@ -639,29 +653,32 @@ enum rlock_status rlock_cluster_lock(struct rlock_cluster *c, const char *key, i
             c->stale = 1;
             return st;
         }
-        if (a == RLOCK_REPLY_TRYAGAIN) {
-            int64_t now = rlock_mono_ms();
-            /* Within a deadline, as long as it allows; else as many times
-             * as redirects (counted apart: MOVED and ASK keep their cap). */
-            int pause = c->o.tryagain_ms > 0 ? c->o.tryagain_ms : 1;
-            if (deadline_ms > 0 ? now + pause >= deadline_ms
-                                : ++tries > RLOCK_CLUSTER_MAX_REDIRECTS)
-                return st;
-            rlock_sleep_until(now + pause);
-            continue;
-        }
-        if (++hops > RLOCK_CLUSTER_MAX_REDIRECTS)
-            return st;
-        unsigned to_slot;
         /* A message that filled a lock's err may have been cut inside the
          * address, which would then name the wrong node: none is taken from
          * it (MOVED: the map read whole names the owner; ASK: given up). */
         int cut = strlen(why) >= sizeof((struct rlock *)0)->err - 1;
-        int idx = cut ? -1 : redirect_target(c, at, &to_slot);
+        struct rlock_cluster_redirect to;
+        int64_t now = rlock_mono_ms();
+        enum rlock_cluster_step step = rlock_cluster_follow(&rd, a, cut ? NULL : at, now, &to);
+        if (step == RLOCK_CLUSTER_TRYAGAIN) {
+            rlock_sleep_until(now + (rd.tryagain_ms > 0 ? rd.tryagain_ms : 1));
+            continue;
+        }
+        if (step == RLOCK_CLUSTER_DELIVER) {
+            /* a MOVED whose target was cut still says the map is stale:
+             * read it whole and go again, within the redirect cap */
+            if (!(a == RLOCK_REPLY_MOVED && cut && rd.hops < RLOCK_CLUSTER_MAX_REDIRECTS))
+                return st;
+            rd.hops++;
+            c->redirects++;
+            c->stale = 1;
+            continue;
+        }
+        int idx = node_index(c, to.host, to.port);
         c->redirects++;
-        if (a == RLOCK_REPLY_MOVED) {
+        if (step == RLOCK_CLUSTER_MOVED) {
             if (idx >= 0) {
-                c->slot_node[to_slot] = (uint16_t)idx;
+                c->slot_node[to.slot] = (uint16_t)idx;
                 c->nodes[idx].master = 1;
             }
             c->stale = 1;

@@ -204,6 +204,49 @@ START_TEST(test_redirect_names_slot_and_node)
 }
 END_TEST
 
+/* The one redirect rule: MOVED and ASK capped together, TRYAGAIN apart
+ * (by count without a deadline, by the deadline with one), anything else
+ * delivered. */
+START_TEST(test_one_redirect_rule_caps_hops_and_tryagain)
+{
+    struct rlock_cluster_redirect to;
+    struct rlock_cluster_redirects rd = {.tryagain_ms = 20};
+    for (int i = 0; i < RLOCK_CLUSTER_MAX_REDIRECTS; i++) {
+        int moved = i % 2 == 0;
+        ck_assert_int_eq(rlock_cluster_follow(&rd, moved ? RLOCK_REPLY_MOVED : RLOCK_REPLY_ASK,
+                                              moved ? "MOVED 7 h:6380" : "ASK 7 h:6381", 0, &to),
+                         moved ? RLOCK_CLUSTER_MOVED : RLOCK_CLUSTER_ASK);
+        ck_assert_int_eq(to.port, moved ? 6380 : 6381);
+    }
+    /* one more is the caller's to deliver; TRYAGAIN counts apart */
+    ck_assert_int_eq(rlock_cluster_follow(&rd, RLOCK_REPLY_MOVED, "MOVED 7 h:6380", 0, &to),
+                     RLOCK_CLUSTER_DELIVER);
+    for (int i = 0; i < RLOCK_CLUSTER_MAX_REDIRECTS; i++)
+        ck_assert_int_eq(rlock_cluster_follow(&rd, RLOCK_REPLY_TRYAGAIN, "TRYAGAIN x", 0, &to),
+                         RLOCK_CLUSTER_TRYAGAIN);
+    ck_assert_int_eq(rlock_cluster_follow(&rd, RLOCK_REPLY_TRYAGAIN, "TRYAGAIN x", 0, &to),
+                     RLOCK_CLUSTER_DELIVER);
+    /* with a deadline, TRYAGAIN while the pause ends before it */
+    struct rlock_cluster_redirects dl = {.deadline_ms = 1000, .tryagain_ms = 20};
+    for (int i = 0; i < 3 * RLOCK_CLUSTER_MAX_REDIRECTS; i++)
+        ck_assert_int_eq(rlock_cluster_follow(&dl, RLOCK_REPLY_TRYAGAIN, "TRYAGAIN x", 500, &to),
+                         RLOCK_CLUSTER_TRYAGAIN);
+    ck_assert_int_eq(rlock_cluster_follow(&dl, RLOCK_REPLY_TRYAGAIN, "TRYAGAIN x", 980, &to),
+                     RLOCK_CLUSTER_DELIVER);
+    /* a redirect whose target cannot be read (or was cut), and any other answer */
+    struct rlock_cluster_redirects fresh = {0};
+    ck_assert_int_eq(rlock_cluster_follow(&fresh, RLOCK_REPLY_MOVED, "MOVED 1", 0, &to),
+                     RLOCK_CLUSTER_DELIVER);
+    ck_assert_int_eq(rlock_cluster_follow(&fresh, RLOCK_REPLY_ASK, NULL, 0, &to),
+                     RLOCK_CLUSTER_DELIVER);
+    ck_assert_int_eq(rlock_cluster_follow(&fresh, RLOCK_REPLY_VALUE, NULL, 0, &to),
+                     RLOCK_CLUSTER_DELIVER);
+    ck_assert_int_eq(rlock_cluster_follow(&fresh, RLOCK_REPLY_CLUSTERDOWN, "CLUSTERDOWN x", 0, &to),
+                     RLOCK_CLUSTER_DELIVER);
+    ck_assert_int_eq(fresh.hops + fresh.tries, 0);
+}
+END_TEST
+
 START_TEST(test_every_key_goes_to_the_master_of_its_slot)
 {
     cluster_start();
@@ -620,6 +663,7 @@ static Suite *cluster_suite(void)
     tcase_add_test(tc, test_urls_of_a_cluster);
     tcase_add_test(tc, test_reply_words);
     tcase_add_test(tc, test_redirect_names_slot_and_node);
+    tcase_add_test(tc, test_one_redirect_rule_caps_hops_and_tryagain);
     tcase_add_test(tc, test_every_key_goes_to_the_master_of_its_slot);
     tcase_add_test(tc, test_moved_and_ask_are_followed);
     tcase_add_test(tc, test_tryagain_is_waited_out);

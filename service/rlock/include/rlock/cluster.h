@@ -69,6 +69,40 @@ struct rlock_cluster_redirect {
 RLOCK_MUST_CHECK int rlock_cluster_redirect_parse(const char *msg,
                                                   struct rlock_cluster_redirect *to);
 
+/* What a command sent to a cluster does after an answer (rlock_cluster_follow()). */
+enum rlock_cluster_step {
+    RLOCK_CLUSTER_DELIVER,  /* the answer is the command's: a value, another error, or a
+                             * redirect past the limits or whose target cannot be read */
+    RLOCK_CLUSTER_MOVED,    /* to the master named in *to: the slot map is stale */
+    RLOCK_CLUSTER_ASK,      /* once to the importing node named in *to, after ASKING */
+    RLOCK_CLUSTER_TRYAGAIN, /* again, routed afresh, after a pause of tryagain_ms */
+};
+
+/* One command's redirects so far: zeroed, then deadline_ms and tryagain_ms set. */
+struct rlock_cluster_redirects {
+    int64_t deadline_ms; /* no TRYAGAIN pause may end past it (a monotonic ms
+                          * clock, the caller's); 0: none */
+    int tryagain_ms;     /* the pause after TRYAGAIN */
+    int hops;            /* MOVED and ASK followed */
+    int tries;           /* TRYAGAIN pauses taken */
+};
+
+/*
+ * The one redirect rule of every cluster client, sync and async: given the
+ * kind of an answer (rlock_reply_kind()) and its error text (NULL when there
+ * is none, or when it may have been cut and must not name a node), says
+ * what the command does next, counts it in rd and, for MOVED and ASK,
+ * fills *to.  MOVED and ASK are followed at most RLOCK_CLUSTER_MAX_REDIRECTS
+ * times in all; a TRYAGAIN pause is taken while it ends before
+ * rd->deadline_ms, or, without a deadline, at most
+ * RLOCK_CLUSTER_MAX_REDIRECTS times (counted apart).  A redirected command
+ * did not run, so sending it on is safe.  now_ms is the caller's clock.
+ * Pure.
+ */
+enum rlock_cluster_step rlock_cluster_follow(struct rlock_cluster_redirects *rd,
+                                             enum rlock_reply_kind kind, const char *msg,
+                                             int64_t now_ms, struct rlock_cluster_redirect *to);
+
 /* CRC16/XMODEM (polynomial 0x1021, initial 0), as Redis Cluster uses.  Pure. */
 unsigned rlock_crc16(const char *buf, size_t len);
 
