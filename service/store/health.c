@@ -1,15 +1,13 @@
 #include "store/health.h"
 
-#include <errno.h>
 #include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/log.h"
+#include "core/ticker.h"
 #include "store/db.h"
 #include "store/pgwait.h"
 #include "store/redis_conn.h"
@@ -18,8 +16,9 @@
 struct prober {
     struct health *h;
     enum health_store store;
-    pthread_t tid;
-    int started;
+    struct ticker *ticker;     /* its thread */
+    int ticked;                /* the ticker's first run is due at once: skipped, as
+                                * health_start probed just before */
     struct redis_conn redis;   /* HEALTH_REDIS */
     struct db_conn db;         /* HEALTH_POSTGRES */
     struct health_report last; /* under h->mu */
@@ -28,7 +27,6 @@ struct prober {
 
 struct health {
     pthread_mutex_t mu;
-    pthread_cond_t cv; /* wakes the probe threads early to stop */
     int stopping;
     int64_t timeout_ms, interval_ms;
     struct prober p[HEALTH_STORES];
@@ -73,39 +71,20 @@ static void probe_once(struct prober *p)
     pthread_mutex_unlock(&p->h->mu);
 }
 
-static void *prober_main(void *arg)
+/* The ticker's job: a probe every interval_ms. */
+static int64_t prober_tick(struct ticker *t, void *arg)
 {
     struct prober *p = arg;
-    struct health *h = p->h;
-    for (;;) {
-        /* The pause between probes, on CLOCK_REALTIME as condition waits are;
-         * a clock step only makes one pause shorter or longer. */
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_sec += (time_t)(h->interval_ms / 1000);
-        until.tv_nsec += (long)(h->interval_ms % 1000) * 1000000L;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
-        pthread_mutex_lock(&h->mu);
-        int rc = 0;
-        while (!h->stopping && rc != ETIMEDOUT)
-            rc = pthread_cond_timedwait(&h->cv, &h->mu, &until);
-        int stopping = h->stopping;
-        pthread_mutex_unlock(&h->mu);
-        if (stopping)
-            break;
+    (void)t;
+    if (p->ticked++)
         probe_once(p);
-    }
-    return NULL;
+    return p->h->interval_ms;
 }
 
 struct health *health_start(const struct cfg *c, char *err, size_t errlen)
 {
     struct health *h = xcalloc(1, sizeof *h);
     pthread_mutex_init(&h->mu, NULL);
-    pthread_cond_init(&h->cv, NULL);
     h->timeout_ms = c->health_timeout_ms;
     h->interval_ms = c->health_probe_interval_ms;
     for (int s = 0; s < HEALTH_STORES; s++) {
@@ -120,13 +99,10 @@ struct health *health_start(const struct cfg *c, char *err, size_t errlen)
     /* A first result before the listeners open: the first check is true. */
     for (int s = 0; s < HEALTH_STORES; s++)
         probe_once(&h->p[s]);
-    for (int s = 0; s < HEALTH_STORES; s++) {
-        if (pthread_create(&h->p[s].tid, NULL, prober_main, &h->p[s]) != 0) {
-            snprintf(err, errlen, "cannot start a health probe thread");
+    for (int s = 0; s < HEALTH_STORES; s++)
+        if (!(h->p[s].ticker = ticker_start(s == HEALTH_REDIS ? "health-redis" : "health-postgres",
+                                            prober_tick, &h->p[s], err, errlen)))
             goto fail;
-        }
-        h->p[s].started = 1;
-    }
     return h;
 fail:
     health_free(h);
@@ -158,13 +134,11 @@ void health_stop(struct health *h)
         return;
     pthread_mutex_lock(&h->mu);
     h->stopping = 1;
-    pthread_cond_broadcast(&h->cv);
     pthread_mutex_unlock(&h->mu);
-    for (int s = 0; s < HEALTH_STORES; s++)
-        if (h->p[s].started) {
-            pthread_join(h->p[s].tid, NULL);
-            h->p[s].started = 0;
-        }
+    for (int s = 0; s < HEALTH_STORES; s++) {
+        ticker_stop(h->p[s].ticker);
+        h->p[s].ticker = NULL;
+    }
 }
 
 void health_free(struct health *h)
@@ -176,7 +150,6 @@ void health_free(struct health *h)
         redis_conn_close(&h->p[s].redis);
         db_conn_close(&h->p[s].db);
     }
-    pthread_cond_destroy(&h->cv);
     pthread_mutex_destroy(&h->mu);
     free(h);
 }
