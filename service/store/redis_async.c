@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/alloc.h"
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/metrics.h"
@@ -284,9 +285,7 @@ static void ra_connect(struct redis_async *ra)
 static struct redis_async *ra_new(struct event_base *base, const struct cfg *c,
                                   const struct rlock_url *target)
 {
-    struct redis_async *ra = calloc(1, sizeof *ra);
-    if (!ra)
-        abort();
+    struct redis_async *ra = xcalloc(1, sizeof *ra);
     ra->target = *target;
     if (ra->target.nsentinels > 0)
         ra->target.watch = redis_conn_followed();
@@ -378,9 +377,7 @@ static struct ra_op *op_get(struct redis_async *ra, size_t len)
         ra->nfree--;
     } else {
         size_t cap = len <= RA_OP_POOLED_BYTES ? RA_OP_POOLED_BYTES : len;
-        op = malloc(sizeof *op + cap);
-        if (!op)
-            abort();
+        op = xmalloc(sizeof *op + cap);
         op->cap = cap;
     }
     return op;
@@ -467,9 +464,7 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
 static int resend_as_eval(redisAsyncContext *ac, struct ra_op *op)
 {
     size_t rest = op->len - op->tail;
-    char *b = malloc(rlock_script_head_bytes(op->script, 1, op->nuser) + rest);
-    if (!b)
-        abort();
+    char *b = xmalloc(rlock_script_head_bytes(op->script, 1, op->nuser) + rest);
     char *p = rlock_script_write_head(b, op->script, 1, op->nuser);
     memcpy(p, op->cmd + op->tail, rest);
     p += rest;
@@ -588,11 +583,9 @@ static void cluster_script(struct redis_async *ra, const struct rlock_script *s,
     size_t bytes = 0;
     for (int i = 0; i < n; i++)
         bytes += lens ? lens[i] : strlen(argv[i]);
-    struct ra_redirect *rd = malloc(sizeof *rd + bytes + 1);
-    const char **av = malloc(sizeof *av * (size_t)(n ? n : 1));
-    size_t *al = malloc(sizeof *al * (size_t)(n ? n : 1));
-    if (!rd || !av || !al)
-        abort();
+    struct ra_redirect *rd = xmalloc(sizeof *rd + bytes + 1);
+    const char **av = xmalloc(sizeof *av * (size_t)(n ? n : 1));
+    size_t *al = xmalloc(sizeof *al * (size_t)(n ? n : 1));
     *rd = (struct ra_redirect){.ra = ra,
                                .s = s,
                                .nkeys = nkeys,
@@ -739,9 +732,7 @@ void redis_async_subscribe(struct redis_async *ra, const char *channel, redis_as
                            void *arg)
 {
     if (ra->map) { /* a cluster delivers every PUBLISH to every node: one will do */
-        ra->channel = strdup(channel);
-        if (!ra->channel)
-            abort();
+        ra->channel = xstrdup(channel);
         ra->on_message = fn;
         ra->message_arg = arg;
         ra->resub_ev = evtimer_new(ra->base, on_resubscribe, ra);
@@ -758,9 +749,7 @@ void redis_async_subscribe(struct redis_async *ra, const char *channel, redis_as
         redis_async_subscribe(n, channel, fn, arg);
         return;
     }
-    ra->channel = strdup(channel);
-    if (!ra->channel)
-        abort();
+    ra->channel = xstrdup(channel);
     ra->on_message = fn;
     ra->message_arg = arg;
     if (ra->ac) { /* already connecting: subscribe on this connection too */

@@ -7,6 +7,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "core/alloc.h"
 #include "core/clock.h"
 #include "core/log.h"
 
@@ -442,10 +443,8 @@ static int cluster_pipeline(struct redis_conn *rc, size_t n, const int *argcs,
     if (deadline_left(rc, 1) == 0)
         return -1;
     struct rlock_cluster *cl = cluster_of(rc);
-    redisContext **on = calloc(n ? n : 1, sizeof *on);
-    int *node = calloc(n ? n : 1, sizeof *node);
-    if (!on || !node)
-        abort();
+    redisContext **on = xcalloc(n ? n : 1, sizeof *on);
+    int *node = xcalloc(n ? n : 1, sizeof *node);
     char err[320] = "";
     int rc_ = cl ? 0 : -1;
     /* Every command routed (map read, nodes connected) before the first is
