@@ -14,11 +14,13 @@
 #include "store/pgwait.h"
 
 /*
- * How long a lost COMMIT is looked up while the server still reports the
- * transaction as 'in progress'.  A backend whose client went away aborts
- * within milliseconds once it notices; if it has not after this, the client
- * side is partitioned from a backend that is still alive, and the honest
- * answer is "unknown".
+ * How long a lost COMMIT is looked up while the primary still reports the
+ * transaction as 'in progress' (or committed but waiting for its
+ * synchronous standby).  A backend whose client went away aborts within
+ * milliseconds once it notices; if it has not after this, the client side is
+ * partitioned from a backend that is still alive, or the synchronous standby
+ * is not confirming, and the honest answer is "unknown".  The same pause
+ * separates the tries to find a primary to ask.
  */
 #define RECONCILE_ATTEMPTS 30
 #define RECONCILE_SLEEP_MS 100
@@ -405,10 +407,48 @@ static void sleep_ms(long ms)
 }
 
 /*
- * Asks the server how transaction tx->txid ended, over a fresh connection:
- * the one the transaction ran on is broken or in an unknown state.
- * txid_status() answers from the commit log, so it is right even after the
- * backend that ran the transaction is gone.
+ * The lookup, one statement, so that what it says and which server says it
+ * cannot come apart:
+ *   'standby'  the server is in recovery: its answer is not the system of
+ *              record's (it may lag, and may never be promoted); ask the
+ *              primary instead;
+ *   'future'   the primary never assigned that id (txid_current() gives the
+ *              lookup one of its own, above every id assigned there): the
+ *              transaction is not in its history.  That is a promoted
+ *              standby that never received it, or the same server after a
+ *              crash that lost it: it did not commit here and never will;
+ *   'syncwait' the commit is in the commit log but its backend still waits
+ *              for the synchronous standby (it is not visible in a snapshot
+ *              yet): not durable until the standby has it, and lost if the
+ *              primary dies now and the standby is promoted;
+ *   else txid_status(): committed, aborted (also a transaction whose server
+ *              crashed or failed over before its commit record), in
+ *              progress, or NULL (older than the commit log: not the
+ *              cluster that ran it).
+ * A CASE evaluates only the branch it needs, so a standby never reaches
+ * txid_current(), which it would refuse.
+ */
+static const char lookup_sql[] =
+    "SELECT CASE WHEN pg_is_in_recovery() THEN 'standby'"
+    " WHEN $1::bigint >= txid_current() THEN 'future'"
+    " WHEN txid_status($1::bigint) = 'committed'"
+    " AND NOT txid_visible_in_snapshot($1::bigint, txid_current_snapshot()) THEN 'syncwait'"
+    " ELSE txid_status($1::bigint) END";
+
+/*
+ * Asks how transaction tx->txid ended, over a fresh connection: the one the
+ * transaction ran on is broken or in an unknown state.  txid_status() answers
+ * from the commit log, so it is right even after the backend that ran the
+ * transaction is gone, and on a standby promoted since (transaction ids and
+ * the commit log are replicated with everything else).
+ *
+ * Only a primary's answer counts (see lookup_sql).  Finding one has one
+ * client deadline (the process default): a connect refused, a server that
+ * is only a standby (target_session_attrs=read-write in the conninfo, or
+ * 'standby' here), or a connection lost while asking are tried again every
+ * RECONCILE_SLEEP_MS until then, so a failover or switchover that completes
+ * within it settles the transaction on the new primary.  A server that does
+ * not answer in time ends the lookup: unknown.
  */
 static enum dbtx_outcome reconcile(struct dbtx *tx)
 {
@@ -417,51 +457,77 @@ static enum dbtx_outcome reconcile(struct dbtx *tx)
     const char *params[1] = {tx->txid_text};
     enum dbtx_outcome outcome = DBTX_UNKNOWN;
     char why[400] = "";
-    struct pgwait w;
-    PGconn *c;
+    struct pgwait find, w;
+    PGconn *c = NULL;
+    int asked = 0;
 
     if (tx->conninfo == NULL) {
         copy_text(why, sizeof(why), "no conninfo to look it up");
-        c = NULL;
         goto out;
     }
-    /* Each step has the client deadline: the server that did not answer the
-     * COMMIT may not answer this either. */
-    pgwait_start(&w, 0, NULL);
-    c = pgwait_connect(&w, keys, vals);
-    if (c == NULL) {
-        copy_text(why, sizeof(why), w.err);
-        goto out;
-    }
-    for (int attempt = 0; attempt < RECONCILE_ATTEMPTS; attempt++) {
-        PGresult *res;
-        const char *status;
-
+    pgwait_start(&find, 0, NULL);
+    for (;;) {
+        if (c == NULL) {
+            c = pgwait_connect(&find, keys, vals);
+            if (c == NULL) {
+                copy_text(why, sizeof(why), find.err);
+                if (pgwait_left_ms(&find) <= RECONCILE_SLEEP_MS)
+                    break;
+                sleep_ms(RECONCILE_SLEEP_MS);
+                continue;
+            }
+        }
+        /* Each question has the client deadline too: the server that did
+         * not answer the COMMIT may not answer this either. */
         pgwait_start(&w, 0, NULL);
-        res = pgwait_params(&w, c, "SELECT txid_status($1::bigint)", 1, params);
+        PGresult *res = pgwait_params(&w, c, lookup_sql, 1, params);
         if (res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
+            int lost = res != NULL && PQstatus(c) != CONNECTION_OK;
+
             wait_message(why, sizeof(why), c, res, &w);
             PQclear(res);
-            break;
+            /* A server that went down while asked (mid-failover): ask the
+             * next primary.  One that did not answer: stop. */
+            if (!lost || pgwait_left_ms(&find) <= RECONCILE_SLEEP_MS)
+                break;
+            PQfinish(c);
+            c = NULL;
+            sleep_ms(RECONCILE_SLEEP_MS);
+            continue;
         }
         if (PQgetisnull(res, 0, 0)) {
-            /* Too old for the commit log: cannot happen seconds after BEGIN. */
-            copy_text(why, sizeof(why), "txid_status() is NULL");
+            copy_text(why, sizeof(why), "txid_status() is NULL: not the cluster that ran it?");
             PQclear(res);
             break;
         }
-        status = PQgetvalue(res, 0, 0);
-        if (strcmp(status, "committed") == 0)
-            outcome = DBTX_COMMITTED;
-        else if (strcmp(status, "aborted") == 0)
-            outcome = DBTX_ROLLED_BACK;
-        else if (strcmp(status, "in progress") == 0)
-            copy_text(why, sizeof(why), "still in progress");
-        else
-            snprintf(why, sizeof(why), "txid_status() says '%s'", status);
+        char status[16];
+        copy_text(status, sizeof(status), PQgetvalue(res, 0, 0));
         PQclear(res);
-        if (outcome != DBTX_UNKNOWN || strcmp(why, "still in progress") != 0)
+        if (strcmp(status, "committed") == 0) {
+            outcome = DBTX_COMMITTED;
             break;
+        }
+        if (strcmp(status, "aborted") == 0 || strcmp(status, "future") == 0) {
+            outcome = DBTX_ROLLED_BACK;
+            break;
+        }
+        if (strcmp(status, "standby") == 0) {
+            copy_text(why, sizeof(why), "only a standby answered");
+            PQfinish(c);
+            c = NULL;
+            if (pgwait_left_ms(&find) <= RECONCILE_SLEEP_MS)
+                break;
+        } else if (strcmp(status, "in progress") == 0 || strcmp(status, "syncwait") == 0) {
+            copy_text(why, sizeof(why),
+                      status[0] == 'i' ? "still in progress"
+                                       : "committed on the primary, not yet on its synchronous "
+                                         "standby");
+            if (++asked >= RECONCILE_ATTEMPTS)
+                break;
+        } else {
+            snprintf(why, sizeof(why), "txid_status() says '%s'", status);
+            break;
+        }
         sleep_ms(RECONCILE_SLEEP_MS);
     }
 out:

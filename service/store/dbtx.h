@@ -150,11 +150,22 @@ int dbtx_exec_pipeline(struct dbtx *tx, size_t n, const struct pgwait_stmt *stmt
  *     failure) ends the transaction too: DBTX_ROLLED_BACK;
  *   - a connection lost during COMMIT, or a COMMIT without an answer in time
  *     (the connection is closed then), is reconciled: a fresh connection
- *     with the conninfo asks txid_status(): 'committed' -> DBTX_COMMITTED,
- *     'aborted' -> DBTX_ROLLED_BACK, 'in progress' is asked again a bounded
- *     number of times (about 3 s in all: the dying backend still has to
- *     abort), anything else -> DBTX_UNKNOWN.  The connect and every question
- *     have the deadline too: a server that does not answer means UNKNOWN.
+ *     with the conninfo asks the primary -- the server the transaction ran
+ *     on, or the standby promoted since -- with txid_status():
+ *     'committed' (and no longer waiting for the synchronous standby) ->
+ *     DBTX_COMMITTED; 'aborted', or an id the primary never assigned (not
+ *     in its history: a promoted standby that never received it) ->
+ *     DBTX_ROLLED_BACK; 'in progress', or committed but still waiting for
+ *     the synchronous standby, is asked again a bounded number of times
+ *     (about 3 s in all: the dying backend still has to abort); an answer
+ *     from a standby does not count; anything else -> DBTX_UNKNOWN.
+ *     Finding a primary (refused connects, standbys, a server lost while
+ *     asked) is retried within one client deadline, so a failover that ends
+ *     within it settles the transaction on the new primary; a server that
+ *     does not answer in time means UNKNOWN.  The answer is the system of
+ *     record's as long as at most one server is a read-write primary
+ *     (Patroni's leader lock) and every host of the conninfo is a member of
+ *     the same cluster.
  * err (may be NULL) receives why it did not commit, "" when it did; the
  * SQLSTATE of a refused COMMIT goes to sqlstate (may be NULL, 6 bytes) so
  * callers can retry a 40001.  The PGconn is out of the transaction block
