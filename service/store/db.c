@@ -41,7 +41,8 @@ static int idle_session_alive(PGconn *c)
 
 PGconn *db_conn_get(struct db_conn *d)
 {
-    if (d->conn && PQstatus(d->conn) == CONNECTION_OK && idle_session_alive(d->conn))
+    if (d->conn && PQstatus(d->conn) == CONNECTION_OK && idle_session_alive(d->conn) &&
+        !pgwait_on_standby(d->conn))
         return d->conn;
     db_conn_close(d);
     struct pgwait w;
@@ -62,6 +63,16 @@ PGconn *db_conn_get(struct db_conn *d)
     d->conn = pgwait_connect(&w, keys, vals);
     if (!d->conn) {
         log_warn("postgres %s", w.err);
+        return NULL;
+    }
+    /* Every user of these connections writes, and a standby's reads lag:
+     * the service works against the primary only (pg_dsn without
+     * target_session_attrs=read-write may name a standby). */
+    if (pgwait_on_standby(d->conn)) {
+        log_warn("postgres %s:%s is a standby; pg_dsn should name the primary, or every member "
+                 "with target_session_attrs=read-write",
+                 PQhost(d->conn), PQport(d->conn));
+        db_conn_close(d);
         return NULL;
     }
     /* Every statement is bounded on the server too, so no request or batch

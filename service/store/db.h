@@ -28,7 +28,8 @@ void db_conn_init(struct db_conn *d, const struct cfg *c);
  * A kept connection the server closed while it was idle (a restart, a
  * failover) is found without waiting and replaced; a connection that got an
  * answer saying its server is a standby or going down was closed by pgwait
- * (pgwait_wrong_server) and is replaced too.  pg_dsn may list several hosts
+ * (pgwait_wrong_server) and is replaced too.  A connection to a standby
+ * (pgwait_on_standby) is never returned: closed, NULL.  pg_dsn may list several hosts
  * with target_session_attrs=read-write (see pgwait_connect): the new
  * connection goes to whichever is the primary now, and d->session grows, so
  * statements prepared on the old one are prepared again. */

@@ -149,6 +149,13 @@ static struct dbtx *tx_new(PGconn *conn, const char *conninfo, char *err, size_t
         copy_text(err, errcap, "dbtx_begin: connection is not usable");
         return NULL;
     }
+    if (pgwait_on_standby(conn)) {
+        /* It could only fail (no transaction id in recovery): close it so
+         * that its owner reconnects, to the primary. */
+        pgwait_close(conn);
+        copy_text(err, errcap, "dbtx_begin: the server is a standby");
+        return NULL;
+    }
     if (PQtransactionStatus(conn) != PQTRANS_IDLE) {
         /* Nesting would make our COMMIT end someone else's transaction. */
         copy_text(err, errcap, "dbtx_begin: connection is already in a transaction");

@@ -70,7 +70,8 @@ struct dbtx; /* opaque */
  * it is always NUL-terminated when errcap > 0).  'conn' stays owned by the
  * caller and must outlive the transaction.  On failure no transaction is left
  * open on 'conn' (a failed BEGIN round trip is rolled back; one without an
- * answer in time closed the connection).
+ * answer in time closed the connection).  A connection to a standby
+ * (pgwait_on_standby) is refused and closed, so that its owner reconnects.
  */
 struct dbtx *dbtx_begin(PGconn *conn, const char *conninfo, enum dbtx_isolation iso, char *err,
                         size_t errcap) DBTX_MUST_CHECK;

@@ -212,6 +212,12 @@ int pgwait_wrong_server(const PGresult *r)
     return 0;
 }
 
+int pgwait_on_standby(const PGconn *conn)
+{
+    const char *v = conn != NULL ? PQparameterStatus(conn, "in_hot_standby") : NULL;
+    return v != NULL && strcmp(v, "on") == 0;
+}
+
 /* One connection attempt, as libpq makes it, within w's deadline. */
 static PGconn *connect_once(struct pgwait *w, const char *const *keys, const char *const *vals)
 {

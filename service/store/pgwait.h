@@ -171,6 +171,11 @@ void pgwait_close(PGconn *conn);
  * and finds the primary again instead of keeping a session on a standby. */
 int pgwait_wrong_server(const PGresult *r);
 
+/* Returns 1 when the server of conn says it is a hot standby (the
+ * in_hot_standby parameter PostgreSQL 14 and later report to every session,
+ * and update when the standby is promoted), else 0.  No round trip. */
+int pgwait_on_standby(const PGconn *conn);
+
 /* Copies the message of a failed result (or, without one, of conn) into dst
  * as one line; "unknown libpq error" when both are empty.  dst is always
  * NUL-terminated when cap > 0. */
