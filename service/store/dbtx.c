@@ -41,6 +41,9 @@ struct dbtx {
     const char *begin;       /* dbtx_begin_deferred: the BEGIN still to send, else NULL */
     struct dbtx_hook *hooks; /* newest first, which is the order they run in */
     const atomic_int *abort; /* dbtx_set_abort_flag(), NULL if none */
+    char *witness;           /* dbtx_set_witness(): its sql, NULL if none */
+    char **witness_params;   /* its parameters (copies), then the txid's slot */
+    int witness_n;
     char err[512];
     char sqlstate[6];
 };
@@ -230,6 +233,35 @@ undo:
     free(tx->conninfo);
     free(tx);
     return NULL;
+}
+
+static void witness_free(struct dbtx *tx)
+{
+    for (int i = 0; tx->witness_params != NULL && i < tx->witness_n; i++)
+        free(tx->witness_params[i]);
+    free(tx->witness_params);
+    free(tx->witness);
+    tx->witness = NULL;
+    tx->witness_params = NULL;
+    tx->witness_n = 0;
+}
+
+int dbtx_set_witness(struct dbtx *tx, const char *sql, int nparams, const char *const *params)
+{
+    witness_free(tx);
+    tx->witness = strdup(sql);
+    tx->witness_params = calloc((size_t)nparams + 1, sizeof(*tx->witness_params));
+    int ok = tx->witness != NULL && tx->witness_params != NULL;
+    for (int i = 0; ok && i < nparams; i++) {
+        tx->witness_n = i + 1;
+        ok = params[i] == NULL || (tx->witness_params[i] = strdup(params[i])) != NULL;
+    }
+    if (!ok) {
+        witness_free(tx);
+        return -1;
+    }
+    tx->witness_n = nparams;
+    return 0;
 }
 
 int dbtx_on_complete(struct dbtx *tx, dbtx_hook_fn *fn, void *arg)
@@ -442,6 +474,33 @@ static const char lookup_sql[] =
     " AND NOT txid_visible_in_snapshot($1::bigint, txid_current_snapshot()) THEN 'syncwait'"
     " ELSE txid_status($1::bigint) END";
 
+/* Runs tx's witness on c (see dbtx_set_witness).  Returns the outcome it
+ * proves, or DBTX_UNKNOWN with why set. */
+static enum dbtx_outcome witness_says(struct dbtx *tx, PGconn *c, char *why, size_t cap)
+{
+    struct pgwait w;
+    enum dbtx_outcome outcome = DBTX_UNKNOWN;
+
+    tx->witness_params[tx->witness_n] = tx->txid_text; /* borrowed, never freed */
+    pgwait_start(&w, 0, NULL);
+    PGresult *res = pgwait_params(&w, c, tx->witness, tx->witness_n + 1,
+                                  (const char *const *)tx->witness_params);
+    tx->witness_params[tx->witness_n] = NULL;
+    if (res != NULL && PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) >= 1 &&
+        !PQgetisnull(res, 0, 0)) {
+        outcome = strcmp(PQgetvalue(res, 0, 0), "t") == 0 ? DBTX_COMMITTED : DBTX_ROLLED_BACK;
+        if (outcome == DBTX_ROLLED_BACK)
+            copy_text(why, cap, "its id is committed, but as another transaction's");
+    } else {
+        char msg[300];
+
+        wait_message(msg, sizeof(msg), c, res, &w);
+        snprintf(why, cap, "committed, but the witness failed: %s", msg);
+    }
+    PQclear(res);
+    return outcome;
+}
+
 /*
  * Asks how transaction tx->txid ended, over a fresh connection: the one the
  * transaction ran on is broken or in an unknown state.  txid_status() answers
@@ -511,7 +570,7 @@ static enum dbtx_outcome reconcile(struct dbtx *tx)
         copy_text(status, sizeof(status), PQgetvalue(res, 0, 0));
         PQclear(res);
         if (strcmp(status, "committed") == 0) {
-            outcome = DBTX_COMMITTED;
+            outcome = tx->witness != NULL ? witness_says(tx, c, why, sizeof(why)) : DBTX_COMMITTED;
             break;
         }
         if (strcmp(status, "aborted") == 0 || strcmp(status, "future") == 0) {
@@ -555,6 +614,7 @@ static enum dbtx_outcome finish(struct dbtx *tx, enum dbtx_outcome outcome)
 {
     struct dbtx_hook *h = tx->hooks;
 
+    witness_free(tx);
     free(tx->conninfo);
     free(tx);
     while (h != NULL) {

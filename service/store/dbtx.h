@@ -112,6 +112,23 @@ int dbtx_on_complete(struct dbtx *tx, dbtx_hook_fn *fn, void *arg) DBTX_MUST_CHE
 void dbtx_set_abort_flag(struct dbtx *tx, const atomic_int *flag);
 
 /*
+ * Gives tx a witness: one parameterised query (text parameters; $nparams+1
+ * is the transaction's id, txid_current() at BEGIN, as text) whose first
+ * column of its first row is true when this very transaction's effects are
+ * in the database it runs on, e.g. rows it inserted, whose xmin is that id
+ * modulo 2^32.  Only the lookup of a lost COMMIT uses it, when txid_status()
+ * says committed: an id a server assigned but never wrote where the standby
+ * could see it is assigned again after a failover (or a crash), so
+ * 'committed' may be another transaction's.  Witness true: DBTX_COMMITTED;
+ * false: that id is another transaction's and ours is not in this history,
+ * DBTX_ROLLED_BACK; no answer: DBTX_UNKNOWN.  Without one, 'committed' is
+ * taken as it is.  sql and params are copied; a later call replaces the
+ * witness.  Returns 0, or -1 when memory is short (then tx has none).
+ */
+int dbtx_set_witness(struct dbtx *tx, const char *sql, int nparams,
+                     const char *const *params) DBTX_MUST_CHECK;
+
+/*
  * Runs one parameterised statement in the transaction (text parameters, text
  * results; params may be NULL when nparams is 0), bounded by the deadline
  * and the abort flag.

@@ -34,6 +34,11 @@
 #define POLL_MS 50
 #define POLLS 400 /* of POLL_MS: 20 s */
 
+/* The witness of a probe row: k is there, written by the transaction. */
+#define PROBE_WITNESS                                                                              \
+    "SELECT EXISTS (SELECT 1 FROM failover_probe WHERE k = $1"                                     \
+    " AND xmin = ($2::bigint % 4294967296)::text::xid)"
+
 static char pair_dir[PATH_MAX]; /* set in the parent, before any test forks */
 static int port_a, port_b;
 
@@ -182,6 +187,7 @@ static void cut_begin(struct cut_commit *x, const struct cfg *c, const char *k, 
     r = dbtx_exec(x->tx, "INSERT INTO failover_probe VALUES ($1)", 1, &k);
     ck_assert_ptr_nonnull(r);
     PQclear(r);
+    ck_assert_int_eq(dbtx_set_witness(x->tx, PROBE_WITNESS, 1, &k), 0);
 }
 
 static void *cut_run(void *arg)
@@ -400,6 +406,37 @@ START_TEST(test_a_commit_waiting_for_its_synchronous_standby_is_not_called_commi
 }
 END_TEST
 
+/* A transaction id says committed, but the witness finds none of the
+ * transaction's own rows (as when a new primary gave the id to another
+ * transaction): rolled back; with its rows there: committed.  The lookup is
+ * forced by a COMMIT sent through dbtx_exec, which dbtx settles by id. */
+START_TEST(test_a_committed_id_without_its_rows_is_not_taken_for_ours)
+{
+    struct cfg c;
+    pair_cfg(&c, port_a, port_b);
+    struct db_conn d;
+    db_conn_init(&d, &c);
+    const char *const keys[2][2] = {{"mine", "mine"}, {"written", "not-written"}};
+    const int want[2] = {DBTX_COMMITTED, DBTX_ROLLED_BACK};
+    for (int i = 0; i < 2; i++) {
+        PGconn *conn = db_conn_get(&d);
+        ck_assert_ptr_nonnull(conn);
+        char err[256];
+        struct dbtx *tx = dbtx_begin(conn, c.pg_dsn, DBTX_ISO_DEFAULT, err, sizeof err);
+        ck_assert_msg(tx != NULL, "%s", err);
+        PGresult *r = dbtx_exec(tx, "INSERT INTO failover_probe VALUES ($1)", 1, &keys[i][0]);
+        ck_assert_ptr_nonnull(r);
+        PQclear(r);
+        ck_assert_int_eq(dbtx_set_witness(tx, PROBE_WITNESS, 1, &keys[i][1]), 0);
+        ck_assert_ptr_null(dbtx_exec(tx, "COMMIT", 0, NULL)); /* committed behind dbtx's back */
+        int got = dbtx_commit(tx, err, sizeof err, NULL);
+        ck_assert_msg(got == want[i], "%s: %s", dbtx_outcome_str(got), err);
+    }
+    db_conn_close(&d);
+    cfg_free(&c);
+}
+END_TEST
+
 int main(void)
 {
     pair_name();
@@ -410,8 +447,10 @@ int main(void)
     tcase_add_unchecked_fixture(tc, NULL, pair_down);
     tcase_add_test(tc, test_transactions_follow_a_killed_primary_to_the_promoted_standby);
     tcase_add_test(tc, test_a_session_on_a_standby_is_dropped_not_kept);
-    tcase_add_test(tc, test_a_replicated_commit_cut_by_the_failover_is_committed_on_the_new_primary);
+    tcase_add_test(tc,
+                   test_a_replicated_commit_cut_by_the_failover_is_committed_on_the_new_primary);
     tcase_add_test(tc, test_a_commit_the_standby_never_received_is_rolled_back_on_the_new_primary);
     tcase_add_test(tc, test_a_commit_waiting_for_its_synchronous_standby_is_not_called_committed);
+    tcase_add_test(tc, test_a_committed_id_without_its_rows_is_not_taken_for_ours);
     return th_run(s);
 }
