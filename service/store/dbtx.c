@@ -459,7 +459,10 @@ static void sleep_ms(long ms)
  *   'syncwait' the commit is in the commit log but its backend still waits
  *              for the synchronous standby (it is not visible in a snapshot
  *              yet): not durable until the standby has it, and lost if the
- *              primary dies now and the standby is promoted;
+ *              primary dies now and the standby is promoted.  PostgreSQL 15's
+ *              txid_status() already says 'in progress' then (it looks at
+ *              the process array first); this keeps it so whatever the
+ *              order of its checks;
  *   else txid_status(): committed, aborted (also a transaction whose server
  *              crashed or failed over before its commit record), in
  *              progress, or NULL (older than the commit log: not the

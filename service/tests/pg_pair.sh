@@ -69,8 +69,7 @@ start)
     (($(id -u) == 0)) && chown "$OSUSER" "$DIR"
     as_pg "$BIN/initdb" -D "$DIR/a" -U "$SUPER" --auth=trust -E UTF8 --locale=C >"$DIR/initdb.log" 2>&1 ||
         die "initdb failed (see $DIR/initdb.log)"
-    # Synchronous ('*': the one standby), as Patroni's synchronous_mode
-    # configures it; fsync off: the test kills processes, never the machine.
+    # fsync off: the test kills processes, never the machine.
     cat >>"$DIR/a/postgresql.conf" <<EOF
 listen_addresses = '127.0.0.1'
 port = $PA
@@ -81,7 +80,6 @@ fsync = off
 wal_level = replica
 max_wal_senders = 4
 hot_standby = on
-synchronous_standby_names = '*'
 synchronous_commit = on
 EOF
     cat >"$DIR/a/pg_hba.conf" <<EOF
@@ -96,6 +94,10 @@ EOF
     # Promoted, b has no standby of its own: it must not wait for one.
     printf "port = %s\nsynchronous_standby_names = ''\n" "$PB" >>"$DIR/b/postgresql.conf"
     start_node "$DIR/b"
+    # Synchronous ('*': the one standby) once there is one, as Patroni's
+    # synchronous_mode configures it: before, every commit would wait.
+    psql_at "$PA" "ALTER SYSTEM SET synchronous_standby_names = '*'" >/dev/null
+    psql_at "$PA" "SELECT pg_reload_conf()" >/dev/null
     for ((i = 0; i < SYNC_POLLS; i++)); do
         n=$(psql_at "$PA" "SELECT count(*) FROM pg_stat_replication
                            WHERE state = 'streaming' AND sync_state = 'sync'" 2>/dev/null || true)

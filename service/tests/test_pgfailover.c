@@ -377,9 +377,11 @@ START_TEST(test_a_commit_the_standby_never_received_is_rolled_back_on_the_new_pr
 END_TEST
 
 /* A COMMIT waiting for a synchronous standby that does not confirm (it is
- * down) is in the primary's commit log already: txid_status() says
- * committed.  It is not durable (a failover to the standby loses it), so
- * the lookup must not call it committed: unknown, within its bound. */
+ * down) is in the primary's commit log already, but not durable: a failover
+ * to the standby loses it.  The lookup must not call it committed: unknown,
+ * within its bound.  (PostgreSQL 15's txid_status() says 'in progress' for
+ * it, as its backend is still in the process array; the lookup's snapshot
+ * check says the same whatever the order of txid_status()'s checks.) */
 START_TEST(test_a_commit_waiting_for_its_synchronous_standby_is_not_called_committed)
 {
     struct cfg c;
@@ -395,11 +397,11 @@ START_TEST(test_a_commit_waiting_for_its_synchronous_standby_is_not_called_commi
            (long long)x.took_ms, dbtx_outcome_str(x.outcome));
     ck_assert_msg(x.outcome == DBTX_UNKNOWN, "%s: %s", dbtx_outcome_str(x.outcome), x.err);
     ck_assert_int_eq(x.hook, DBTX_UNKNOWN);
-    ck_assert_msg(strstr(x.err, "synchronous standby") != NULL, "%s", x.err);
     ck_assert_msg(x.took_ms < 10000, "the lookup took %lld ms", (long long)x.took_ms);
-    /* what the commit log says, all the same */
-    char q[96];
-    snprintf(q, sizeof q, "SELECT (txid_status(%s) = 'committed')::int", x.txid);
+    /* It is still waiting, neither committed for the others nor rolled back. */
+    char q[128];
+    snprintf(q, sizeof q, "SELECT (NOT txid_visible_in_snapshot(%s, txid_current_snapshot()))::int",
+             x.txid);
     ck_assert_int_eq(th_pg_int(a, q), 1);
     PQfinish(a);
     cfg_free(&c);
@@ -452,5 +454,6 @@ int main(void)
     tcase_add_test(tc, test_a_commit_the_standby_never_received_is_rolled_back_on_the_new_primary);
     tcase_add_test(tc, test_a_commit_waiting_for_its_synchronous_standby_is_not_called_committed);
     tcase_add_test(tc, test_a_committed_id_without_its_rows_is_not_taken_for_ours);
+    suite_add_tcase(s, tc);
     return th_run(s);
 }
