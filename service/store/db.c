@@ -19,24 +19,19 @@ void db_conn_init(struct db_conn *d, const struct cfg *c)
 }
 
 /*
- * Whether an idle connection is still a session: one the server ended while
- * nobody used it (the primary killed or demoted, a restart, a failover) has
- * its goodbye (FATAL 57P01, or the end of the stream) waiting in the socket.
- * Reading it now sends the caller's statement to a new connection, which
- * finds the primary, instead of failing it on the old one.  Never waits.
+ * Whether an idle connection is still worth using.  One the server ended
+ * while nobody used it (the primary killed or demoted, a restart, a
+ * failover) has its goodbye waiting in the socket: a FATAL 57P01 first, the
+ * end of the stream perhaps a moment later.  Nothing else comes unasked to
+ * these sessions but the rare notice or changed parameter (a reload), so
+ * anything readable means the session is replaced: the caller's statement
+ * goes to a new connection, which finds the primary, instead of failing on
+ * the old one.  Never waits.
  */
 static int idle_session_alive(PGconn *c)
 {
     struct pollfd p = {.fd = PQsocket(c), .events = POLLIN};
-    if (p.fd < 0)
-        return 0;
-    if (poll(&p, 1, 0) > 0) {
-        (void)PQconsumeInput(c);
-        PGresult *r;
-        while (PQstatus(c) == CONNECTION_OK && !PQisBusy(c) && (r = PQgetResult(c)) != NULL)
-            PQclear(r);
-    }
-    return PQstatus(c) == CONNECTION_OK;
+    return p.fd >= 0 && poll(&p, 1, 0) == 0;
 }
 
 PGconn *db_conn_get(struct db_conn *d)

@@ -241,6 +241,9 @@ START_TEST(test_transactions_follow_a_killed_primary_to_the_promoted_standby)
     ck_assert_msg(got == DBTX_COMMITTED, "no commit within %d ms of the kill", RESUME_BOUND_MS);
     ck_assert_msg(done - promoted < FOLLOW_BOUND_MS, "first commit %lld ms after the promotion",
                   (long long)(done - promoted));
+    /* The session the kill ended was found before use: with the new primary
+     * up, no transaction failed on the old one. */
+    ck_assert_int_eq(tries, 1);
     /* A new session on the new primary: what was prepared is prepared again. */
     ck_assert_int_eq(atoi(PQport(d.conn)), port_b);
     ck_assert_uint_gt(d.session, before);
