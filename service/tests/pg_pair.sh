@@ -10,6 +10,8 @@
 #   pg_pair.sh start DIR PORT_A PORT_B  a up, b cloned (pg_basebackup -R), up,
 #                                       synchronous ('*') and streaming
 #   pg_pair.sh kill9 DIR NODE           SIGKILL to NODE's postmaster and children
+#   pg_pair.sh freeze|thaw DIR NODE     SIGSTOP / SIGCONT to them (frozen: the
+#                                       kernel still accepts, nobody answers)
 #   pg_pair.sh stopnode DIR NODE        fast shutdown of NODE
 #   pg_pair.sh startnode DIR NODE       starts NODE again
 #   pg_pair.sh promote DIR NODE         promotes NODE, waits until it is
@@ -118,6 +120,15 @@ kill9)
     done
     die "$3 (pid $pid) survived SIGKILL"
     ;;
+freeze | thaw)
+    pid=$(node_pid "$DIR/$3")
+    [[ -n $pid ]] || die "$3 is not running"
+    sig=STOP
+    [[ $cmd == thaw ]] && sig=CONT
+    # the postmaster first, so that it forks no child we would miss
+    kill -s "$sig" "$pid"
+    for k in $(ps -o pid= --ppid "$pid"); do kill -s "$sig" "$k" 2>/dev/null || true; done
+    ;;
 stopnode)
     as_pg "$BIN/pg_ctl" -D "$DIR/$3" -m fast -w -t "$CTL_TIMEOUT" stop >/dev/null
     ;;
@@ -134,6 +145,8 @@ stop)
         if [[ -z $pid ]] || ! kill -0 "$pid" 2>/dev/null; then
             continue
         fi
+        kill -s CONT "$pid" 2>/dev/null || true # a frozen test left it stopped
+        for k in $(ps -o pid= --ppid "$pid"); do kill -s CONT "$k" 2>/dev/null || true; done
         as_pg "$BIN/pg_ctl" -D "$DIR/$n" -m immediate -w -t "$CTL_TIMEOUT" stop >/dev/null 2>&1 ||
             kill -9 "$pid" 2>/dev/null || true
     done

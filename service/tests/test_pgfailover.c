@@ -257,6 +257,45 @@ START_TEST(test_transactions_follow_a_killed_primary_to_the_promoted_standby)
 }
 END_TEST
 
+/* A frozen old primary (SIGSTOP: it accepts and never answers) listed first
+ * does not hide the promoted standby: the statement in flight gives up at
+ * the client deadline, and the reconnect waits for the frozen host at most
+ * its share (pg_connect_host_timeout_ms), not the whole deadline. */
+START_TEST(test_a_frozen_primary_listed_first_does_not_hide_the_new_one)
+{
+    struct cfg c;
+    char err[160];
+    pair_cfg(&c, port_a, port_b);
+    ck_assert(cfg_set(&c, "pg_statement_timeout_ms", "500", err, sizeof err) == 0);
+    ck_assert(cfg_set(&c, "pg_client_timeout_ms", "3000", err, sizeof err) == 0);
+    ck_assert(cfg_set(&c, "pg_connect_host_timeout_ms", "500", err, sizeof err) == 0);
+    ck_assert_msg(cfg_check(&c, err, sizeof err) == 0, "%s", err);
+    pgwait_set_default_timeout_ms(3000);
+    pgwait_set_host_timeout_ms(500);
+    struct db_conn d;
+    db_conn_init(&d, &c);
+    ck_assert_int_eq(insert_row(&d, &c, "before"), DBTX_COMMITTED);
+
+    pair("freeze %s a", pair_dir);
+    pair("promote %s b", pair_dir);
+    int64_t t0 = rlock_mono_ms();
+    int first = insert_row(&d, &c, "on-frozen"); /* its BEGIN is never answered */
+    int64_t t1 = rlock_mono_ms();
+    int second = insert_row(&d, &c, "after");
+    int64_t t2 = rlock_mono_ms();
+    pair("thaw %s a", pair_dir);
+    printf("measured: with the old primary frozen, the statement in flight gave up after %lld ms; "
+           "the next transaction (a reconnect) committed on the new primary in %lld ms\n",
+           (long long)(t1 - t0), (long long)(t2 - t1));
+    ck_assert_int_eq(first, -1);
+    ck_assert_int_eq(second, DBTX_COMMITTED);
+    ck_assert_int_eq(atoi(PQport(d.conn)), port_b);
+    ck_assert_msg(t2 - t1 < 2500, "the reconnect took %lld ms", (long long)(t2 - t1));
+    db_conn_close(&d);
+    cfg_free(&c);
+}
+END_TEST
+
 /* Whatever names a standby, no session is kept on it: the service's
  * connections refuse it, an answer saying "read-only" closes the session,
  * and with both hosts listed the standby first, the primary is chosen. */
@@ -452,6 +491,7 @@ int main(void)
     tcase_add_unchecked_fixture(tc, NULL, pair_down);
     tcase_add_test(tc, test_transactions_follow_a_killed_primary_to_the_promoted_standby);
     tcase_add_test(tc, test_a_session_on_a_standby_is_dropped_not_kept);
+    tcase_add_test(tc, test_a_frozen_primary_listed_first_does_not_hide_the_new_one);
     tcase_add_test(tc,
                    test_a_replicated_commit_cut_by_the_failover_is_committed_on_the_new_primary);
     tcase_add_test(tc, test_a_commit_the_standby_never_received_is_rolled_back_on_the_new_primary);
