@@ -132,6 +132,10 @@ static const struct cfg_def defs[] = {
     I(pg_client_timeout_ms, 6000, 20, 600000,
       "longest wait for a PostgreSQL answer (connect, statement, COMMIT) before the client gives "
       "up on the connection"),
+    I(pg_connect_host_timeout_ms, 2000, 10, 600000,
+      "with several hosts in pg_dsn (a primary and its standbys): the longest one connect "
+      "attempt waits for one host before trying the next, so a frozen old primary does not "
+      "hide the new one (the connect as a whole still ends within pg_client_timeout_ms)"),
     I(pg_client_check_interval_ms, 1000, 0, 600000,
       "PostgreSQL client_connection_check_interval: how soon a statement whose client gave up "
       "ends (0: only when it next talks to the client)"),

@@ -63,6 +63,7 @@ struct cfg {
     char *migrate_pg_dsn;      /* the schema owner's conninfo for migrate; "": pg_dsn */
     int64_t pg_statement_timeout_ms;
     int64_t pg_client_timeout_ms;        /* longest wait for any PostgreSQL answer */
+    int64_t pg_connect_host_timeout_ms;  /* one host's share of a multi-host connect */
     int64_t pg_client_check_interval_ms; /* server checks a running statement's client */
     int64_t migrate_lock_wait_ms;        /* how long `migrate` waits for another instance */
     int64_t migrate_statement_timeout_ms;

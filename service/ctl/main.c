@@ -96,6 +96,7 @@ int main(int argc, char **argv)
             rc = ctl_lock_main(&ctl, argc - 2, argv + 2);
         } else if (strcmp(argv[1], "reconcile") == 0) {
             pgwait_set_default_timeout_ms((int)ctl.cfg.pg_client_timeout_ms);
+            pgwait_set_host_timeout_ms((int)ctl.cfg.pg_connect_host_timeout_ms);
             rc = ctl_reconcile_main(&ctl, argc - 2, argv + 2);
         } else if (strcmp(argv[1], "token") == 0) {
             rc = ctl_token_main(&ctl, argc - 2, argv + 2);

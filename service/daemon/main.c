@@ -250,6 +250,7 @@ int main(int argc, char **argv)
     const char *cmd = first < argc ? argv[first] : "serve";
     /* Before any thread starts: every transaction's wait is bounded by it. */
     pgwait_set_default_timeout_ms((int)c.pg_client_timeout_ms);
+    pgwait_set_host_timeout_ms((int)c.pg_connect_host_timeout_ms);
     embedded_init();
     int rc;
     if (strcmp(cmd, "migrate") == 0) {

@@ -682,6 +682,12 @@ static int write_new_orders(struct dbtx *tx, struct writer *w, const struct grou
         log_error("inserted %d of %zu orders", PQntuples(ins), fresh_all);
         rc = -1;
     }
+    /* A COMMIT whose answer is lost in a failover is looked up by its id,
+     * which the new primary may have given another transaction: the rows
+     * say whether it is ours. */
+    const char *witness_p[] = {a.ids.p};
+    if (rc == 0 && dbtx_set_witness(tx, sql_text("orders_witness"), 1, witness_p) != 0)
+        rc = -1;
     for (size_t i = 0; i < nq; i++)
         PQclear(r[i]);
 out:

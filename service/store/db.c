@@ -1,8 +1,10 @@
 #include "store/db.h"
 
 #include <inttypes.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/embedded.h"
 #include "core/log.h"
@@ -13,11 +15,29 @@ void db_conn_init(struct db_conn *d, const struct cfg *c)
 {
     d->cfg = c;
     d->conn = NULL;
+    d->session = 0;
+}
+
+/*
+ * Whether an idle connection is still worth using.  One the server ended
+ * while nobody used it (the primary killed or demoted, a restart, a
+ * failover) has its goodbye waiting in the socket: a FATAL 57P01 first, the
+ * end of the stream perhaps a moment later.  Nothing else comes unasked to
+ * these sessions but the rare notice or changed parameter (a reload), so
+ * anything readable means the session is replaced: the caller's statement
+ * goes to a new connection, which finds the primary, instead of failing on
+ * the old one.  Never waits.
+ */
+static int idle_session_alive(PGconn *c)
+{
+    struct pollfd p = {.fd = PQsocket(c), .events = POLLIN};
+    return p.fd >= 0 && poll(&p, 1, 0) == 0;
 }
 
 PGconn *db_conn_get(struct db_conn *d)
 {
-    if (d->conn && PQstatus(d->conn) == CONNECTION_OK)
+    if (d->conn && PQstatus(d->conn) == CONNECTION_OK && idle_session_alive(d->conn) &&
+        !pgwait_on_standby(d->conn))
         return d->conn;
     db_conn_close(d);
     struct pgwait w;
@@ -38,6 +58,16 @@ PGconn *db_conn_get(struct db_conn *d)
     d->conn = pgwait_connect(&w, keys, vals);
     if (!d->conn) {
         log_warn("postgres %s", w.err);
+        return NULL;
+    }
+    /* Every user of these connections writes, and a standby's reads lag:
+     * the service works against the primary only (pg_dsn without
+     * target_session_attrs=read-write may name a standby). */
+    if (pgwait_on_standby(d->conn)) {
+        log_warn("postgres %s:%s is a standby; pg_dsn should name the primary, or every member "
+                 "with target_session_attrs=read-write",
+                 PQhost(d->conn), PQport(d->conn));
+        db_conn_close(d);
         return NULL;
     }
     /* Every statement is bounded on the server too, so no request or batch
@@ -70,30 +100,38 @@ PGconn *db_conn_get(struct db_conn *d)
     return d->conn;
 }
 
-/* Runs sql with its own deadline; 'label' names it in the log. */
+/* Runs sql with its own deadline; 'label' names it in the log.  A statement
+ * a read-only server refused (25006: it ran nothing) goes once more to a new
+ * connection, which target_session_attrs=read-write sends to the primary;
+ * both tries share the thread's deadline (a request's). */
 static PGresult *run(struct db_conn *d, const char *label, const char *sql, int nparams,
                      const char *const *params)
 {
-    PGconn *c = db_conn_get(d);
-    if (!c)
-        return NULL;
-    struct pgwait w;
-    pgwait_start(&w, (int)d->cfg->pg_client_timeout_ms, NULL);
-    PGresult *r = pgwait_params(&w, c, sql, nparams, params);
-    ExecStatusType st = PQresultStatus(r);
-    if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK)
-        return r;
-    if (r) {
-        char why[256];
-        pgwait_message(why, sizeof why, c, r);
-        log_warn("query %s failed: %s", label, why);
-    } else {
-        log_warn("query %s failed: %s", label, w.err);
+    for (int attempt = 0;; attempt++) {
+        PGconn *c = db_conn_get(d);
+        if (!c)
+            return NULL;
+        struct pgwait w;
+        pgwait_start(&w, (int)d->cfg->pg_client_timeout_ms, NULL);
+        PGresult *r = pgwait_params(&w, c, sql, nparams, params);
+        ExecStatusType st = PQresultStatus(r);
+        if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK)
+            return r;
+        if (r) {
+            char why[256];
+            pgwait_message(why, sizeof why, c, r);
+            log_warn("query %s failed: %s", label, why);
+        } else {
+            log_warn("query %s failed: %s", label, w.err);
+        }
+        const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+        int refused_read_only = state != NULL && strcmp(state, "25006") == 0;
+        PQclear(r);
+        if (PQstatus(c) != CONNECTION_OK)
+            db_conn_close(d);
+        if (!refused_read_only || attempt > 0)
+            return NULL;
     }
-    PQclear(r);
-    if (PQstatus(c) != CONNECTION_OK)
-        db_conn_close(d);
-    return NULL;
 }
 
 PGresult *db_query(struct db_conn *d, const char *name, int nparams, const char *const *params)

@@ -24,13 +24,22 @@ void db_conn_init(struct db_conn *d, const struct cfg *c);
 
 /* Returns a healthy connection owned by d (session settings applied), or
  * NULL when PostgreSQL cannot be reached or did not answer within
- * pg_client_timeout_ms (logged).  Connect and set-up share one deadline. */
+ * pg_client_timeout_ms (logged).  Connect and set-up share one deadline.
+ * A kept connection the server closed while it was idle (a restart, a
+ * failover) is found without waiting and replaced; a connection that got an
+ * answer saying its server is a standby or going down was closed by pgwait
+ * (pgwait_wrong_server) and is replaced too.  A connection to a standby
+ * (pgwait_on_standby) is never returned: closed, NULL.  pg_dsn may list several hosts
+ * with target_session_attrs=read-write (see pgwait_connect): the new
+ * connection goes to whichever is the primary now, and d->session grows, so
+ * statements prepared on the old one are prepared again. */
 PGconn *db_conn_get(struct db_conn *d);
 
 /* Runs sql/<name>.sql outside a transaction within pg_client_timeout_ms.
  * Returns the result (caller PQclear) when it succeeded, NULL on failure or
  * no answer in time (logged; a broken connection is dropped so the next call
- * reconnects). */
+ * reconnects).  Refused by a read-only server (25006), it is run once more on
+ * a new connection within the thread's deadline. */
 PGresult *db_query(struct db_conn *d, const char *name, int nparams, const char *const *params);
 
 /* db_query() for a statement that must come from its indexes whatever the

@@ -14,11 +14,13 @@
 #include "store/pgwait.h"
 
 /*
- * How long a lost COMMIT is looked up while the server still reports the
- * transaction as 'in progress'.  A backend whose client went away aborts
- * within milliseconds once it notices; if it has not after this, the client
- * side is partitioned from a backend that is still alive, and the honest
- * answer is "unknown".
+ * How long a lost COMMIT is looked up while the primary still reports the
+ * transaction as 'in progress' (or committed but waiting for its
+ * synchronous standby).  A backend whose client went away aborts within
+ * milliseconds once it notices; if it has not after this, the client side is
+ * partitioned from a backend that is still alive, or the synchronous standby
+ * is not confirming, and the honest answer is "unknown".  The same pause
+ * separates the tries to find a primary to ask.
  */
 #define RECONCILE_ATTEMPTS 30
 #define RECONCILE_SLEEP_MS 100
@@ -39,6 +41,9 @@ struct dbtx {
     const char *begin;       /* dbtx_begin_deferred: the BEGIN still to send, else NULL */
     struct dbtx_hook *hooks; /* newest first, which is the order they run in */
     const atomic_int *abort; /* dbtx_set_abort_flag(), NULL if none */
+    char *witness;           /* dbtx_set_witness(): its sql, NULL if none */
+    char **witness_params;   /* its parameters (copies), then the txid's slot */
+    int witness_n;
     char err[512];
     char sqlstate[6];
 };
@@ -147,6 +152,13 @@ static struct dbtx *tx_new(PGconn *conn, const char *conninfo, char *err, size_t
         copy_text(err, errcap, "dbtx_begin: connection is not usable");
         return NULL;
     }
+    if (pgwait_on_standby(conn)) {
+        /* It could only fail (no transaction id in recovery): close it so
+         * that its owner reconnects, to the primary. */
+        pgwait_close(conn);
+        copy_text(err, errcap, "dbtx_begin: the server is a standby");
+        return NULL;
+    }
     if (PQtransactionStatus(conn) != PQTRANS_IDLE) {
         /* Nesting would make our COMMIT end someone else's transaction. */
         copy_text(err, errcap, "dbtx_begin: connection is already in a transaction");
@@ -221,6 +233,35 @@ undo:
     free(tx->conninfo);
     free(tx);
     return NULL;
+}
+
+static void witness_free(struct dbtx *tx)
+{
+    for (int i = 0; tx->witness_params != NULL && i < tx->witness_n; i++)
+        free(tx->witness_params[i]);
+    free(tx->witness_params);
+    free(tx->witness);
+    tx->witness = NULL;
+    tx->witness_params = NULL;
+    tx->witness_n = 0;
+}
+
+int dbtx_set_witness(struct dbtx *tx, const char *sql, int nparams, const char *const *params)
+{
+    witness_free(tx);
+    tx->witness = strdup(sql);
+    tx->witness_params = calloc((size_t)nparams + 1, sizeof(*tx->witness_params));
+    int ok = tx->witness != NULL && tx->witness_params != NULL;
+    for (int i = 0; ok && i < nparams; i++) {
+        tx->witness_n = i + 1;
+        ok = params[i] == NULL || (tx->witness_params[i] = strdup(params[i])) != NULL;
+    }
+    if (!ok) {
+        witness_free(tx);
+        return -1;
+    }
+    tx->witness_n = nparams;
+    return 0;
 }
 
 int dbtx_on_complete(struct dbtx *tx, dbtx_hook_fn *fn, void *arg)
@@ -405,10 +446,78 @@ static void sleep_ms(long ms)
 }
 
 /*
- * Asks the server how transaction tx->txid ended, over a fresh connection:
- * the one the transaction ran on is broken or in an unknown state.
- * txid_status() answers from the commit log, so it is right even after the
- * backend that ran the transaction is gone.
+ * The lookup, one statement, so that what it says and which server says it
+ * cannot come apart:
+ *   'standby'  the server is in recovery: its answer is not the system of
+ *              record's (it may lag, and may never be promoted); ask the
+ *              primary instead;
+ *   'future'   the primary never assigned that id (txid_current() gives the
+ *              lookup one of its own, above every id assigned there): the
+ *              transaction is not in its history.  That is a promoted
+ *              standby that never received it, or the same server after a
+ *              crash that lost it: it did not commit here and never will;
+ *   'syncwait' the commit is in the commit log but its backend still waits
+ *              for the synchronous standby (it is not visible in a snapshot
+ *              yet): not durable until the standby has it, and lost if the
+ *              primary dies now and the standby is promoted.  PostgreSQL 15's
+ *              txid_status() already says 'in progress' then (it looks at
+ *              the process array first); this keeps it so whatever the
+ *              order of its checks;
+ *   else txid_status(): committed, aborted (also a transaction whose server
+ *              crashed or failed over before its commit record), in
+ *              progress, or NULL (older than the commit log: not the
+ *              cluster that ran it).
+ * A CASE evaluates only the branch it needs, so a standby never reaches
+ * txid_current(), which it would refuse.
+ */
+static const char lookup_sql[] =
+    "SELECT CASE WHEN pg_is_in_recovery() THEN 'standby'"
+    " WHEN $1::bigint >= txid_current() THEN 'future'"
+    " WHEN txid_status($1::bigint) = 'committed'"
+    " AND NOT txid_visible_in_snapshot($1::bigint, txid_current_snapshot()) THEN 'syncwait'"
+    " ELSE txid_status($1::bigint) END";
+
+/* Runs tx's witness on c (see dbtx_set_witness).  Returns the outcome it
+ * proves, or DBTX_UNKNOWN with why set. */
+static enum dbtx_outcome witness_says(struct dbtx *tx, PGconn *c, char *why, size_t cap)
+{
+    struct pgwait w;
+    enum dbtx_outcome outcome = DBTX_UNKNOWN;
+
+    tx->witness_params[tx->witness_n] = tx->txid_text; /* borrowed, never freed */
+    pgwait_start(&w, 0, NULL);
+    PGresult *res = pgwait_params(&w, c, tx->witness, tx->witness_n + 1,
+                                  (const char *const *)tx->witness_params);
+    tx->witness_params[tx->witness_n] = NULL;
+    if (res != NULL && PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) >= 1 &&
+        !PQgetisnull(res, 0, 0)) {
+        outcome = strcmp(PQgetvalue(res, 0, 0), "t") == 0 ? DBTX_COMMITTED : DBTX_ROLLED_BACK;
+        if (outcome == DBTX_ROLLED_BACK)
+            copy_text(why, cap, "its id is committed, but as another transaction's");
+    } else {
+        char msg[300];
+
+        wait_message(msg, sizeof(msg), c, res, &w);
+        snprintf(why, cap, "committed, but the witness failed: %s", msg);
+    }
+    PQclear(res);
+    return outcome;
+}
+
+/*
+ * Asks how transaction tx->txid ended, over a fresh connection: the one the
+ * transaction ran on is broken or in an unknown state.  txid_status() answers
+ * from the commit log, so it is right even after the backend that ran the
+ * transaction is gone, and on a standby promoted since (transaction ids and
+ * the commit log are replicated with everything else).
+ *
+ * Only a primary's answer counts (see lookup_sql).  Finding one has one
+ * client deadline (the process default): a connect refused, a server that
+ * is only a standby (target_session_attrs=read-write in the conninfo, or
+ * 'standby' here), or a connection lost while asking are tried again every
+ * RECONCILE_SLEEP_MS until then, so a failover or switchover that completes
+ * within it settles the transaction on the new primary.  A server that does
+ * not answer in time ends the lookup: unknown.
  */
 static enum dbtx_outcome reconcile(struct dbtx *tx)
 {
@@ -417,51 +526,77 @@ static enum dbtx_outcome reconcile(struct dbtx *tx)
     const char *params[1] = {tx->txid_text};
     enum dbtx_outcome outcome = DBTX_UNKNOWN;
     char why[400] = "";
-    struct pgwait w;
-    PGconn *c;
+    struct pgwait find, w;
+    PGconn *c = NULL;
+    int asked = 0;
 
     if (tx->conninfo == NULL) {
         copy_text(why, sizeof(why), "no conninfo to look it up");
-        c = NULL;
         goto out;
     }
-    /* Each step has the client deadline: the server that did not answer the
-     * COMMIT may not answer this either. */
-    pgwait_start(&w, 0, NULL);
-    c = pgwait_connect(&w, keys, vals);
-    if (c == NULL) {
-        copy_text(why, sizeof(why), w.err);
-        goto out;
-    }
-    for (int attempt = 0; attempt < RECONCILE_ATTEMPTS; attempt++) {
-        PGresult *res;
-        const char *status;
-
+    pgwait_start(&find, 0, NULL);
+    for (;;) {
+        if (c == NULL) {
+            c = pgwait_connect(&find, keys, vals);
+            if (c == NULL) {
+                copy_text(why, sizeof(why), find.err);
+                if (pgwait_left_ms(&find) <= RECONCILE_SLEEP_MS)
+                    break;
+                sleep_ms(RECONCILE_SLEEP_MS);
+                continue;
+            }
+        }
+        /* Each question has the client deadline too: the server that did
+         * not answer the COMMIT may not answer this either. */
         pgwait_start(&w, 0, NULL);
-        res = pgwait_params(&w, c, "SELECT txid_status($1::bigint)", 1, params);
+        PGresult *res = pgwait_params(&w, c, lookup_sql, 1, params);
         if (res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
+            int lost = res != NULL && PQstatus(c) != CONNECTION_OK;
+
             wait_message(why, sizeof(why), c, res, &w);
             PQclear(res);
-            break;
+            /* A server that went down while asked (mid-failover): ask the
+             * next primary.  One that did not answer: stop. */
+            if (!lost || pgwait_left_ms(&find) <= RECONCILE_SLEEP_MS)
+                break;
+            PQfinish(c);
+            c = NULL;
+            sleep_ms(RECONCILE_SLEEP_MS);
+            continue;
         }
         if (PQgetisnull(res, 0, 0)) {
-            /* Too old for the commit log: cannot happen seconds after BEGIN. */
-            copy_text(why, sizeof(why), "txid_status() is NULL");
+            copy_text(why, sizeof(why), "txid_status() is NULL: not the cluster that ran it?");
             PQclear(res);
             break;
         }
-        status = PQgetvalue(res, 0, 0);
-        if (strcmp(status, "committed") == 0)
-            outcome = DBTX_COMMITTED;
-        else if (strcmp(status, "aborted") == 0)
-            outcome = DBTX_ROLLED_BACK;
-        else if (strcmp(status, "in progress") == 0)
-            copy_text(why, sizeof(why), "still in progress");
-        else
-            snprintf(why, sizeof(why), "txid_status() says '%s'", status);
+        char status[16];
+        copy_text(status, sizeof(status), PQgetvalue(res, 0, 0));
         PQclear(res);
-        if (outcome != DBTX_UNKNOWN || strcmp(why, "still in progress") != 0)
+        if (strcmp(status, "committed") == 0) {
+            outcome = tx->witness != NULL ? witness_says(tx, c, why, sizeof(why)) : DBTX_COMMITTED;
             break;
+        }
+        if (strcmp(status, "aborted") == 0 || strcmp(status, "future") == 0) {
+            outcome = DBTX_ROLLED_BACK;
+            break;
+        }
+        if (strcmp(status, "standby") == 0) {
+            copy_text(why, sizeof(why), "only a standby answered");
+            PQfinish(c);
+            c = NULL;
+            if (pgwait_left_ms(&find) <= RECONCILE_SLEEP_MS)
+                break;
+        } else if (strcmp(status, "in progress") == 0 || strcmp(status, "syncwait") == 0) {
+            copy_text(why, sizeof(why),
+                      status[0] == 'i' ? "still in progress"
+                                       : "committed on the primary, not yet on its synchronous "
+                                         "standby");
+            if (++asked >= RECONCILE_ATTEMPTS)
+                break;
+        } else {
+            snprintf(why, sizeof(why), "txid_status() says '%s'", status);
+            break;
+        }
         sleep_ms(RECONCILE_SLEEP_MS);
     }
 out:
@@ -482,6 +617,7 @@ static enum dbtx_outcome finish(struct dbtx *tx, enum dbtx_outcome outcome)
 {
     struct dbtx_hook *h = tx->hooks;
 
+    witness_free(tx);
     free(tx->conninfo);
     free(tx);
     while (h != NULL) {

@@ -70,7 +70,8 @@ struct dbtx; /* opaque */
  * it is always NUL-terminated when errcap > 0).  'conn' stays owned by the
  * caller and must outlive the transaction.  On failure no transaction is left
  * open on 'conn' (a failed BEGIN round trip is rolled back; one without an
- * answer in time closed the connection).
+ * answer in time closed the connection).  A connection to a standby
+ * (pgwait_on_standby) is refused and closed, so that its owner reconnects.
  */
 struct dbtx *dbtx_begin(PGconn *conn, const char *conninfo, enum dbtx_isolation iso, char *err,
                         size_t errcap) DBTX_MUST_CHECK;
@@ -109,6 +110,23 @@ int dbtx_on_complete(struct dbtx *tx, dbtx_hook_fn *fn, void *arg) DBTX_MUST_CHE
  * reading it.
  */
 void dbtx_set_abort_flag(struct dbtx *tx, const atomic_int *flag);
+
+/*
+ * Gives tx a witness: one parameterised query (text parameters; $nparams+1
+ * is the transaction's id, txid_current() at BEGIN, as text) whose first
+ * column of its first row is true when this very transaction's effects are
+ * in the database it runs on, e.g. rows it inserted, whose xmin is that id
+ * modulo 2^32.  Only the lookup of a lost COMMIT uses it, when txid_status()
+ * says committed: an id a server assigned but never wrote where the standby
+ * could see it is assigned again after a failover (or a crash), so
+ * 'committed' may be another transaction's.  Witness true: DBTX_COMMITTED;
+ * false: that id is another transaction's and ours is not in this history,
+ * DBTX_ROLLED_BACK; no answer: DBTX_UNKNOWN.  Without one, 'committed' is
+ * taken as it is.  sql and params are copied; a later call replaces the
+ * witness.  Returns 0, or -1 when memory is short (then tx has none).
+ */
+int dbtx_set_witness(struct dbtx *tx, const char *sql, int nparams,
+                     const char *const *params) DBTX_MUST_CHECK;
 
 /*
  * Runs one parameterised statement in the transaction (text parameters, text
@@ -150,11 +168,22 @@ int dbtx_exec_pipeline(struct dbtx *tx, size_t n, const struct pgwait_stmt *stmt
  *     failure) ends the transaction too: DBTX_ROLLED_BACK;
  *   - a connection lost during COMMIT, or a COMMIT without an answer in time
  *     (the connection is closed then), is reconciled: a fresh connection
- *     with the conninfo asks txid_status(): 'committed' -> DBTX_COMMITTED,
- *     'aborted' -> DBTX_ROLLED_BACK, 'in progress' is asked again a bounded
- *     number of times (about 3 s in all: the dying backend still has to
- *     abort), anything else -> DBTX_UNKNOWN.  The connect and every question
- *     have the deadline too: a server that does not answer means UNKNOWN.
+ *     with the conninfo asks the primary -- the server the transaction ran
+ *     on, or the standby promoted since -- with txid_status():
+ *     'committed' (and no longer waiting for the synchronous standby) ->
+ *     DBTX_COMMITTED; 'aborted', or an id the primary never assigned (not
+ *     in its history: a promoted standby that never received it) ->
+ *     DBTX_ROLLED_BACK; 'in progress', or committed but still waiting for
+ *     the synchronous standby, is asked again a bounded number of times
+ *     (about 3 s in all: the dying backend still has to abort); an answer
+ *     from a standby does not count; anything else -> DBTX_UNKNOWN.
+ *     Finding a primary (refused connects, standbys, a server lost while
+ *     asked) is retried within one client deadline, so a failover that ends
+ *     within it settles the transaction on the new primary; a server that
+ *     does not answer in time means UNKNOWN.  The answer is the system of
+ *     record's as long as at most one server is a read-write primary
+ *     (Patroni's leader lock) and every host of the conninfo is a member of
+ *     the same cluster.
  * err (may be NULL) receives why it did not commit, "" when it did; the
  * SQLSTATE of a refused COMMIT goes to sqlstate (may be NULL, 6 bytes) so
  * callers can retry a 40001.  The PGconn is out of the transaction block

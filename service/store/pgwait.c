@@ -11,10 +11,12 @@
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "core/alloc.h"
 #include "core/fault.h"
 #include <rlock/rlock.h>
 
@@ -27,6 +29,11 @@
 #define ABANDON_READS 64
 
 static atomic_int default_timeout_ms = PGWAIT_FALLBACK_TIMEOUT_MS;
+static atomic_int host_timeout_ms = PGWAIT_FALLBACK_HOST_TIMEOUT_MS;
+/* Of a multi-host connection string, the position of the host that last gave
+ * a connection: tried first next time.  Only an order hint (every host is
+ * still tried, and each is checked by target_session_attrs). */
+static atomic_int preferred_host;
 /* The deadline of the request the thread works for (0: none). */
 static _Thread_local int64_t thread_deadline_ms;
 
@@ -34,6 +41,12 @@ void pgwait_set_default_timeout_ms(int ms)
 {
     if (ms > 0)
         atomic_store(&default_timeout_ms, ms);
+}
+
+void pgwait_set_host_timeout_ms(int ms)
+{
+    if (ms > 0)
+        atomic_store(&host_timeout_ms, ms);
 }
 
 int pgwait_default_timeout_ms(void)
@@ -58,6 +71,12 @@ void pgwait_start(struct pgwait *w, int timeout_ms, const atomic_int *abort)
     }
     w->abort = abort;
     w->err[0] = '\0';
+}
+
+int64_t pgwait_left_ms(const struct pgwait *w)
+{
+    int64_t left = w->deadline_ms - rlock_mono_ms();
+    return left > 0 ? left : 0;
 }
 
 /* A budget cut to nothing by the thread's deadline: nothing may be sent. */
@@ -182,7 +201,25 @@ void pgwait_close(PGconn *conn)
         abandon(conn);
 }
 
-PGconn *pgwait_connect(struct pgwait *w, const char *const *keys, const char *const *vals)
+int pgwait_wrong_server(const PGresult *r)
+{
+    static const char *const states[] = {"25006", "57P01", "57P02", "57P03"};
+    const char *st = r != NULL ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+
+    for (size_t i = 0; st != NULL && i < sizeof states / sizeof states[0]; i++)
+        if (strcmp(st, states[i]) == 0)
+            return 1;
+    return 0;
+}
+
+int pgwait_on_standby(const PGconn *conn)
+{
+    const char *v = conn != NULL ? PQparameterStatus(conn, "in_hot_standby") : NULL;
+    return v != NULL && strcmp(v, "on") == 0;
+}
+
+/* One connection attempt, as libpq makes it, within w's deadline. */
+static PGconn *connect_once(struct pgwait *w, const char *const *keys, const char *const *vals)
 {
     PGconn *c;
     PostgresPollingStatusType st = PGRES_POLLING_WRITING;
@@ -220,6 +257,142 @@ PGconn *pgwait_connect(struct pgwait *w, const char *const *keys, const char *co
         PQfinish(c);
         return NULL;
     }
+    return c;
+}
+
+/* Elements of a comma-separated libpq list ("" or NULL: none). */
+static int list_len(const char *list)
+{
+    int n = list != NULL && list[0] != '\0';
+    for (const char *p = list; n && *p; p++)
+        n += *p == ',';
+    return n;
+}
+
+/* Element i of a comma-separated list into out; 0, or -1 when it is empty
+ * (libpq's "the default"), absent or too long. */
+static int list_item(const char *list, int i, char *out, size_t cap)
+{
+    const char *p = list;
+    for (; i > 0 && p; i--) {
+        p = strchr(p, ',');
+        if (p)
+            p++;
+    }
+    if (!p)
+        return -1;
+    size_t n = strcspn(p, ",");
+    if (n == 0 || n >= cap)
+        return -1;
+    memcpy(out, p, n);
+    out[n] = '\0';
+    return 0;
+}
+
+/* The host, hostaddr and port lists keys/vals give a connection (the
+ * expanded dbname, later keys, else the environment, as libpq reads them).
+ * Each out[i] is allocated or NULL; the caller frees them. */
+static void host_lists(const char *const *keys, const char *const *vals, char *out[3])
+{
+    static const char *const names[3] = {"host", "hostaddr", "port"};
+    static const char *const envs[3] = {"PGHOST", "PGHOSTADDR", "PGPORT"};
+    int expanded = 0;
+
+    for (int k = 0; k < 3; k++)
+        out[k] = NULL;
+    for (int i = 0; keys[i] != NULL; i++) {
+        if (vals[i] == NULL || vals[i][0] == '\0')
+            continue;
+        if (strcmp(keys[i], "dbname") == 0 && !expanded) {
+            expanded = 1;
+            PQconninfoOption *opts = PQconninfoParse(vals[i], NULL);
+            for (PQconninfoOption *o = opts; o != NULL && o->keyword != NULL; o++)
+                for (int k = 0; k < 3; k++)
+                    if (o->val != NULL && o->val[0] != '\0' && strcmp(o->keyword, names[k]) == 0) {
+                        free(out[k]);
+                        out[k] = xstrdup(o->val);
+                    }
+            PQconninfoFree(opts);
+            continue;
+        }
+        for (int k = 0; k < 3; k++)
+            if (strcmp(keys[i], names[k]) == 0) {
+                free(out[k]);
+                out[k] = xstrdup(vals[i]);
+            }
+    }
+    for (int k = 0; k < 3; k++)
+        if (out[k] == NULL && getenv(envs[k]) != NULL)
+            out[k] = xstrdup(getenv(envs[k]));
+}
+
+#define MAX_HOSTS 16
+#define MAX_ITEM 256
+
+PGconn *pgwait_connect(struct pgwait *w, const char *const *keys, const char *const *vals)
+{
+    char *lists[3];
+    int n = 0, nkeys = 0;
+
+    host_lists(keys, vals, lists);
+    for (int k = 0; k < 3; k++)
+        if (list_len(lists[k]) > n)
+            n = list_len(lists[k]);
+    while (keys[nkeys] != NULL)
+        nkeys++;
+    /* One host, or a list this does not split (an empty element means
+     * libpq's default): libpq's own order, with the whole budget. */
+    char item[3][MAX_ITEM];
+    int split = n > 1 && n <= MAX_HOSTS;
+    for (int i = 0; split && i < n; i++)
+        for (int k = 0; split && k < 3; k++)
+            split = list_len(lists[k]) <= 1 ||
+                    (list_len(lists[k]) == n && list_item(lists[k], i, item[k], MAX_ITEM) == 0);
+    if (!split) {
+        for (int k = 0; k < 3; k++)
+            free(lists[k]);
+        return connect_once(w, keys, vals);
+    }
+    const char **k2 = xcalloc((size_t)nkeys + 4, sizeof *k2);
+    const char **v2 = xcalloc((size_t)nkeys + 4, sizeof *v2);
+    PGconn *c = NULL;
+    memcpy(k2, keys, (size_t)nkeys * sizeof *k2);
+    memcpy(v2, vals, (size_t)nkeys * sizeof *v2);
+    static const char *const names[3] = {"host", "hostaddr", "port"};
+    int first = atomic_load(&preferred_host);
+    char why[sizeof(w->err) + 32] = "";
+    for (int j = 0; j < n && c == NULL; j++) {
+        int i = (first + j) % n;
+        int m = nkeys;
+        /* Keys after dbname override what it expands to: this host alone. */
+        for (int k = 0; k < 3; k++)
+            if (list_len(lists[k]) == n && list_item(lists[k], i, item[k], MAX_ITEM) == 0) {
+                k2[m] = names[k];
+                v2[m++] = item[k];
+            }
+        k2[m] = NULL;
+        v2[m] = NULL;
+        struct pgwait one = *w;
+        int64_t share = rlock_mono_ms() + atomic_load(&host_timeout_ms);
+        if (share < one.deadline_ms) {
+            one.deadline_ms = share;
+            one.timeout_ms = atomic_load(&host_timeout_ms);
+        }
+        c = connect_once(&one, k2, v2);
+        if (c != NULL) {
+            atomic_store(&preferred_host, i);
+            break;
+        }
+        snprintf(why, sizeof why, "%s (host %d of %d)", one.err, i + 1, n);
+        if (aborted(w) || w->deadline_ms <= rlock_mono_ms())
+            break;
+    }
+    if (c == NULL)
+        set_err(w, "%s", why[0] ? why : "connect: no host tried");
+    free(k2);
+    free(v2);
+    for (int k = 0; k < 3; k++)
+        free(lists[k]);
     return c;
 }
 
@@ -295,6 +468,9 @@ static PGresult *run(struct pgwait *w, PGconn *conn, const char *sql, int simple
     }
     if (!was_nonblocking && PQstatus(conn) == CONNECTION_OK)
         (void)PQsetnonblocking(conn, 0);
+    /* A standby or a server going down: this session is of no more use. */
+    if (pgwait_wrong_server(last) && PQstatus(conn) == CONNECTION_OK)
+        abandon(conn);
     return last;
 
 give_up:
@@ -400,6 +576,9 @@ int pgwait_pipeline(struct pgwait *w, PGconn *conn, size_t n, const struct pgwai
     (void)PQexitPipelineMode(conn);
     if (!was_nonblocking && PQstatus(conn) == CONNECTION_OK)
         (void)PQsetnonblocking(conn, 0);
+    for (size_t i = 0; i < n && PQstatus(conn) == CONNECTION_OK; i++)
+        if (pgwait_wrong_server(res[i]))
+            abandon(conn); /* as in run() */
     return 0;
 
 failed:

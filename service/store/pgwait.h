@@ -36,6 +36,9 @@
  * pg_client_timeout_ms setting (test_config checks that they agree). */
 #define PGWAIT_FALLBACK_TIMEOUT_MS 6000
 
+/* The built-in default of pg_connect_host_timeout_ms likewise. */
+#define PGWAIT_FALLBACK_HOST_TIMEOUT_MS 2000
+
 struct pgwait {
     int64_t deadline_ms;     /* CLOCK_MONOTONIC, as rlock_mono_ms() */
     int timeout_ms;          /* the budget as started, for messages */
@@ -52,11 +55,19 @@ void pgwait_set_default_timeout_ms(int ms);
 /* The current process-wide default, in ms. */
 int pgwait_default_timeout_ms(void);
 
+/* Sets the process-wide share (ms, > 0) of a connect's budget that one host
+ * of a multi-host connection string may take (pg_connect_host_timeout_ms),
+ * at start-up like pgwait_set_default_timeout_ms(). */
+void pgwait_set_host_timeout_ms(int ms);
+
 /* Starts a budget of timeout_ms from now (<= 0: the process-wide default),
  * ending no later than the calling thread's deadline, if one is set.
  * 'abort' (may be NULL) is read every few tens of ms while waiting; it must
  * stay valid while w is used. */
 void pgwait_start(struct pgwait *w, int timeout_ms, const atomic_int *abort);
+
+/* Milliseconds left of w's budget (0 when it is over). */
+int64_t pgwait_left_ms(const struct pgwait *w);
 
 /* Sets the calling thread's deadline (CLOCK_MONOTONIC ms, as rlock_mono_ms();
  * 0: none): every budget started on this thread until it is cleared ends by
@@ -72,8 +83,20 @@ void pgwait_set_thread_deadline(int64_t deadline_ms);
  * then PQconnectPoll) within w's deadline; a connect_timeout in the
  * parameters is not needed and does not lengthen it.  Host names are
  * resolved before the deadline applies (libpq resolves synchronously).
+ *
+ * With several hosts (host=a,b port=1,2, or postgresql://a:1,b:2/db) each
+ * host is tried on its own, as libpq would try them, but with at most the
+ * host share (pgwait_set_host_timeout_ms) of the budget each: libpq's
+ * non-blocking connect has no per-host timeout, so a frozen first host
+ * would take the whole budget and the next one, perhaps the new primary,
+ * would never be tried.  target_session_attrs and every other option apply
+ * to each attempt.  The first host tried is the one that last gave a
+ * connection (a hint shared by the process), so after a failover every
+ * reconnect goes to the new primary first.
+ *
  * Returns a CONNECTION_OK connection the caller owns (PQfinish), or NULL with
- * w->err set (refused, authentication failed, no answer in time, aborted).
+ * w->err set (refused, authentication failed, no answer in time, aborted;
+ * with several hosts, why the last one failed).
  */
 PGconn *pgwait_connect(struct pgwait *w, const char *const *keys,
                        const char *const *vals) PGWAIT_MUST_CHECK;
@@ -93,6 +116,8 @@ PGconn *pgwait_connect(struct pgwait *w, const char *const *keys,
  *     raised while waiting: the query was sent, its fate is unknown, and conn
  *     has been closed under its owner, who still PQfinish()es it;
  *     PQstatus(conn) == CONNECTION_BAD from now on.
+ * A result that pgwait_wrong_server() recognises is returned with conn
+ * closed likewise.
  */
 PGresult *pgwait_query(struct pgwait *w, PGconn *conn, const char *sql) PGWAIT_MUST_CHECK;
 
@@ -136,6 +161,20 @@ int pgwait_pipeline(struct pgwait *w, PGconn *conn, size_t n, const struct pgwai
  * transaction whose ROLLBACK could not be sent (the request's deadline had
  * passed): the session must not be used again in that state. */
 void pgwait_close(PGconn *conn);
+
+/* Returns 1 when r is an error that says this server can no longer do this
+ * session's work, though it answered: 25006 read_only_sql_transaction (a
+ * standby, or a primary demoted under the session), 57P01 admin_shutdown,
+ * 57P02 crash_shutdown, 57P03 cannot_connect_now.  Else 0 (NULL r too).
+ * pgwait_query, pgwait_params and pgwait_pipeline close the connection
+ * after such an answer (still returning it), so that its owner reconnects
+ * and finds the primary again instead of keeping a session on a standby. */
+int pgwait_wrong_server(const PGresult *r);
+
+/* Returns 1 when the server of conn says it is a hot standby (the
+ * in_hot_standby parameter PostgreSQL 14 and later report to every session,
+ * and update when the standby is promoted), else 0.  No round trip. */
+int pgwait_on_standby(const PGconn *conn);
 
 /* Copies the message of a failed result (or, without one, of conn) into dst
  * as one line; "unknown libpq error" when both are empty.  dst is always

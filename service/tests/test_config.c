@@ -26,6 +26,7 @@ START_TEST(test_defaults_match_the_local_stack)
     ck_assert_int_gt(c.lock_ttl_ms, c.lock_commit_margin_ms);
     /* A program that never sets pgwait's default still gets the setting's. */
     ck_assert_int_eq(c.pg_client_timeout_ms, PGWAIT_FALLBACK_TIMEOUT_MS);
+    ck_assert_int_eq(c.pg_connect_host_timeout_ms, PGWAIT_FALLBACK_HOST_TIMEOUT_MS);
     char err[160];
     ck_assert_msg(cfg_check(&c, err, sizeof err) == 0, "%s", err);
     cfg_free(&c);
