@@ -734,12 +734,16 @@ START_TEST(test_unsettled_adjustments_are_settled_by_the_next_one)
     keys_sku(stock, 6, KEY_STOCK);
     keys_sku(adj, 6, KEY_ADJUST);
     long long aborted = txid_ending("ROLLBACK"), committed = txid_ending("COMMIT");
+    /* an id this server never assigned: a primary lost after the delta's
+     * Redis step, before its transaction reached the promoted standby */
+    long long unassigned = committed + 1000000;
     redisContext *r = th_redis();
     /* A +5 applied in Redis whose transaction then aborted (the process died
-     * before its hook could undo it), and a settled-in-spirit committed one. */
-    redisReply *rep = redisCommand(r, "INCRBY %s 5", stock);
+     * before its hook could undo it), a settled-in-spirit committed one, and
+     * a +2 of the lost primary's. */
+    redisReply *rep = redisCommand(r, "INCRBY %s 7", stock);
     freeReplyObject(rep);
-    rep = redisCommand(r, "HSET %s %lld 5 %lld 0", adj, aborted, committed);
+    rep = redisCommand(r, "HSET %s %lld 5 %lld 0 %lld 2", adj, aborted, committed, unassigned);
     freeReplyObject(rep);
 
     struct worker_ctx w;
@@ -749,7 +753,8 @@ START_TEST(test_unsettled_adjustments_are_settled_by_the_next_one)
     ck_assert_int_eq(sku_adjust(&w, 6, 1, "restock", NULL, &out), SKU_OK);
     json_decref(out);
     worker_ctx_close(&w);
-    ck_assert_int_eq(th_redis_int(r, stock), 11); /* 10 + 1: the aborted +5 was taken back */
+    /* 10 + 1: the aborted +5 and the lost primary's +2 were taken back */
+    ck_assert_int_eq(th_redis_int(r, stock), 11);
     rep = redisCommand(r, "HLEN %s", adj);
     ck_assert_int_eq(rep->integer, 0);
     freeReplyObject(rep);
