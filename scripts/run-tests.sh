@@ -8,6 +8,9 @@
 # the others), prints a summary and tears the stack down.
 #
 # Env in:  BUILD (default build), VALGRIND=1, KEEP_TEST_STACK=1,
+#          SECKILL_REDIS_TOPOLOGY (single, sentinel or cluster) and
+#          SECKILL_PG_TOPOLOGY (single or ha: a Patroni cluster, the
+#          DSNs naming both servers) of the stack (`make test REDIS=... PG=...`),
 #          CK_DEFAULT_TIMEOUT (default 120), CK_VERBOSITY (default normal),
 #          SECKILL_TEST_TIMEOUT (per binary, seconds, default 900),
 #          SECKILL_TEST_FAIL_LINES (default 30: the summary ends with that many
@@ -96,7 +99,7 @@ TEST_DIR=$ROOT/var/test-$$-$(rand_hex 4)
 mkdir "$TEST_DIR"
 say "stack in $TEST_DIR"
 se_stack_start_free "$TEST_DIR" || die "could not start the test stack (see above)"
-say "redis :$SE_REDIS_PORT, postgres :$SE_PG_PORT"
+say "redis :$SE_REDIS_PORT, postgres :$SE_PG_PORT${SE_PG_REPLICA_PORT:+ and :$SE_PG_REPLICA_PORT (Patroni, etcd :$SE_ETCD_PORT)}"
 
 # shellcheck source=/dev/null
 source "$TEST_DIR/env"

@@ -4,11 +4,14 @@
 
 ENV_FILE=$DIR/env
 
-# write_client_files REDIS_PORT PG_PORT [REPLICA_PORT SENTINEL_PORTS]: the
+# write_client_files REDIS_PORT PG_PORTS [REPLICA_PORT SENTINEL_PORTS]: the
 # password files and DIR/env; with the last two, of the Sentinel topology;
 # with CLUSTER=1, of the cluster of C_SEED_PORTS and C_REPLICA_PORTS.
+# PG_PORTS is the single server's port, or with PG_HA=1 every Patroni
+# member's (comma-separated): the DSNs then reach whichever is primary
+# (stack/pg-dsn.sh), and the password files hold a line for each.
 write_client_files() {
-    local rport=$1 pport=$2 rrport=${3:-} sports=${4:-} pw rpw opw apw p hosts=''
+    local rport=$1 pport=$2 rrport=${3:-} sports=${4:-} pw rpw opw apw p d hosts=''
     local url_head url_tail
     local -a list
     pw=$(tr -dc '0-9a-f' <"$PG_PWFILE")
@@ -58,7 +61,20 @@ write_client_files() {
         printf 'export SECKILL_MIGRATE_PG_DSN=%q\n' "$(pg_dsn "$pport" "$PG_OWNER" "$PGPASS_OWNER")"
         printf 'export PGPASSFILE=%q\n' "$PGPASS"
         printf 'export SECKILL_REDIS_PORT=%s\n' "$rport"
-        printf 'export SECKILL_PG_PORT=%s\n' "$pport"
+        printf 'export SECKILL_PG_PORT=%s\n' "${pport%%,*}"
+        if ((PG_HA)); then
+            # For scripts and tests: the members' PostgreSQL ports (the
+            # primary is the one Patroni names: GET /primary on a REST API
+            # answers 200 on it), their REST APIs, etcd, and patronictl's
+            # config (patronictl -c FILE list | switchover).
+            printf 'export SECKILL_PG_TOPOLOGY=ha\n'
+            printf 'export SECKILL_PG_PORTS=%s\n' "$pport"
+            printf 'export SECKILL_PATRONI_API_PORTS=%s\n' "$(
+                while read -r d; do pt_api_port "$d"; done < <(pt_dirs) | paste -sd,
+            )"
+            printf 'export SECKILL_ETCD_PORT=%s\n' "$(etcd_port)"
+            printf 'export SECKILL_PATRONICTL_CONFIG=%q\n' "$PATRONICTL_CONF"
+        fi
         if [[ -n $sports ]]; then
             # For scripts: the nodes' ports (SECKILL_REDIS_PORT's node is not
             # the master after a failover: the Sentinels say which is).
