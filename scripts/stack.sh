@@ -20,6 +20,11 @@
 # Patroni's store; its settings and files are described at the top of
 # stack/patroni.sh.  It combines with every Redis topology.
 #
+# SECKILL_PGBOUNCER=1 puts pgbouncer in front of PostgreSQL (either topology)
+# on SECKILL_PGBOUNCER_PORT (default 6432): the service's DSNs name it, a
+# transaction-pooled database for the request paths and a session-pooled one
+# for the order writers (stack/pgbouncer.sh).
+#
 # The parts, sourced below: stack/common.sh (messages, helpers, OS users,
 # passwords), stack/redis.sh (a Redis node: config, start, stop, status),
 # stack/redis-acl.sh (the Redis users and their rights), stack/postgres.sh
@@ -123,6 +128,8 @@ source "$SELF_DIR/stack/redis.sh"
 source "$SELF_DIR/stack/postgres.sh"
 # shellcheck source=scripts/stack/patroni.sh
 source "$SELF_DIR/stack/patroni.sh"
+# shellcheck source=scripts/stack/pgbouncer.sh
+source "$SELF_DIR/stack/pgbouncer.sh"
 # shellcheck source=scripts/stack/pg-dsn.sh
 source "$SELF_DIR/stack/pg-dsn.sh"
 # shellcheck source=scripts/stack/env.sh
@@ -140,6 +147,8 @@ HA=0      # 1: the Sentinel topology (start: requested; status: DIR's)
 CLUSTER=0 # 1: the cluster topology, likewise
 PG_HA=0   # 1: PostgreSQL as a Patroni cluster (start: requested; status: DIR's)
 PG_HA_PORTS=
+PGB=0     # 1: pgbouncer in front of PostgreSQL (SECKILL_PGBOUNCER=1)
+PGB_PORT= # its port (start: the one DIR recorded, else the requested one)
 
 # Serialise concurrent invocations on the same DIR.  Daemons are started
 # with fd 9 closed so they never inherit the lock.
@@ -212,6 +221,18 @@ cmd_start() {
     if [[ $running != none && $running != "$pg_topology" ]]; then
         die "postgres in $DIR runs the $running topology; stop the stack first to change to $pg_topology: $0 stop $DIR"
     fi
+    case ${SECKILL_PGBOUNCER:-0} in
+    0) ;;
+    1) PGB=1 ;;
+    *) die "bad SECKILL_PGBOUNCER: '$SECKILL_PGBOUNCER' (0 or 1)" ;;
+    esac
+    if ((PGB)); then
+        PGB_PORT=$(pgb_port)
+        PGB_PORT=${PGB_PORT:-${SECKILL_PGBOUNCER_PORT:-$PGB_DEFAULT_PORT}}
+        valid_port "$PGB_PORT" || die "bad SECKILL_PGBOUNCER_PORT: $PGB_PORT"
+    elif pgb_up; then
+        die "pgbouncer runs in $DIR; stop the stack first to go without it: $0 stop $DIR"
+    fi
     [[ $R_MIN_REPLICAS_TO_WRITE =~ ^[0-9]$ ]] ||
         die "bad SECKILL_REDIS_MIN_REPLICAS_TO_WRITE: '$R_MIN_REPLICAS_TO_WRITE' (0-9)"
     # at least 1mb: below that Redis is full before the first SKU; 0 (no
@@ -230,6 +251,11 @@ cmd_start() {
         ha_start_from_env "$rport" "$pport"
     else
         cluster_start_from_env "$pport"
+    fi
+    # After the roles (each topology's start made them): pgbouncer copies the
+    # service role's SCRAM verifier.
+    if ((PGB)); then
+        pgb_start "$PGB_PORT" "${PG_PRIMARY_PORT:-$(pg_conf_port)}"
     fi
     info "env: source $ENV_FILE"
 }
@@ -255,6 +281,10 @@ cmd_stop() {
     for s in "${masters[@]}"; do
         node_stop "$s" || rc=1
     done
+    # pgbouncer first: its clients see a clean error, not a server gone.
+    if [[ -d $PGB_DIR ]]; then
+        pgb_stop || rc=1
+    fi
     if [[ -d $PG_DATA ]]; then
         pg_stop || rc=1
     elif [[ $(pg_topology) != ha ]]; then
@@ -307,6 +337,9 @@ cmd_status() {
         pg_ha_status || rc=1
     else
         pg_status || rc=1
+    fi
+    if [[ -r $PGB_DIR/pgbouncer.ini ]]; then
+        pgb_status || rc=1
     fi
     return "$rc"
 }

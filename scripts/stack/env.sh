@@ -18,7 +18,7 @@ write_client_files() {
     opw=$(ensure_password "$PG_OWNER_PWFILE" "$PG_PW_BYTES")
     apw=$(ensure_password "$PG_APP_PWFILE" "$PG_PW_BYTES")
     rpw=$(ensure_password "$R_PW_FILE" "$R_PW_BYTES")
-    pgpass_lines "$pport" "$PG_APP" "$apw" | write_file "$PGPASS" 600
+    pgpass_lines "$pport${PGB_PORT:+,$PGB_PORT}" "$PG_APP" "$apw" | write_file "$PGPASS" 600
     pgpass_lines "$pport" "$PG_OWNER" "$opw" | write_file "$PGPASS_OWNER" 600
     pgpass_lines "$pport" "$PG_ROLE" "$pw" | write_file "$PGPASS_ADMIN" 600
     # Every Redis URL is url_head USER:PASSWORD@ url_tail.
@@ -57,7 +57,15 @@ write_client_files() {
         printf 'export SECKILL_MIGRATE_REDIS_URL_FILE=%q\n' "$R_ADMIN_URL_FILE"
         printf 'export SECKILL_REDIS_FUNCTIONS_URL_FILE=%q\n' "$R_FUNC_URL_FILE"
         # The service's role; `seckilld migrate` logs in as the owner.
-        printf 'export SECKILL_PG_DSN=%q\n' "$(pg_dsn "$pport" "$PG_APP")"
+        if ((PGB)); then
+            # Through pgbouncer: the request paths transaction-pooled, the
+            # writers session-pooled (stack/pgbouncer.sh).
+            printf 'export SECKILL_PG_DSN=%q\n' "$(pg_dsn "$PGB_PORT" "$PG_APP")"
+            printf 'export SECKILL_PG_WRITER_DSN=%q\n' "$(pg_dsn "$PGB_PORT" "$PG_APP" '' "$PGB_DB_SESSION")"
+            printf 'export SECKILL_PGBOUNCER_PORT=%s\n' "$PGB_PORT"
+        else
+            printf 'export SECKILL_PG_DSN=%q\n' "$(pg_dsn "$pport" "$PG_APP")"
+        fi
         printf 'export SECKILL_MIGRATE_PG_DSN=%q\n' "$(pg_dsn "$pport" "$PG_OWNER" "$PGPASS_OWNER")"
         printf 'export PGPASSFILE=%q\n' "$PGPASS"
         printf 'export SECKILL_REDIS_PORT=%s\n' "$rport"

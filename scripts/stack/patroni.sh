@@ -330,6 +330,15 @@ postgresql:
   - host all all 127.0.0.1/32 scram-sha-256
   - host replication $PT_REPL_ROLE 127.0.0.1/32 scram-sha-256
 EOF
+    # With pgbouncer (stack/pgbouncer.sh) the member that becomes primary
+    # points it at itself.
+    if ((PGB)); then
+        cat >>"$d/patroni.yml" <<EOF
+  callbacks:
+    on_start: "'$PGB_DIR/follow.sh' '$PGB_DIR' $port"
+    on_role_change: "'$PGB_DIR/follow.sh' '$PGB_DIR' $port"
+EOF
+    fi
     ((IS_ROOT)) && chown "$PG_USER" "$d/patroni.yml"
     return 0
 }
@@ -380,6 +389,7 @@ pt_start_node() {
         fix_traversal "$PG_USER" "$d"
     fi
     pt_write_conf "$d" "$port" "$api"
+    ((PGB)) && pgb_install_follow
     (
         cd /
         as_user_exec "$PG_USER" setsid patroni "$d/patroni.yml" </dev/null >>"$d/patroni.log" 2>&1 9>&-

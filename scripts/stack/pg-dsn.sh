@@ -5,7 +5,9 @@
 
 PG_DSN_DB=seckill
 
-# pg_dsn PORTS ROLE [PASSFILE]: a conninfo without a password, to the server
+# pg_dsn PORTS ROLE [PASSFILE [DBNAME]]: a conninfo without a password, to
+# DBNAME (default seckill; pgbouncer's second database: stack/pgbouncer.sh)
+# on the server
 # on 127.0.0.1:PORT, or with several comma-separated PORTS (SECKILL_PG_TOPOLOGY=ha:
 # every Patroni member) to whichever of them accepts writes now: libpq tries
 # them in order and keeps the first that is not read-only
@@ -21,7 +23,7 @@ pg_dsn() {
     for p in "${list[@]}"; do
         hosts+=${hosts:+,}127.0.0.1
     done
-    local dsn="host=$hosts port=$ports dbname=$PG_DSN_DB user=$2"
+    local dsn="host=$hosts port=$ports dbname=${4:-$PG_DSN_DB} user=$2"
     [[ -n ${3:-} ]] && dsn+=" passfile='$3'"
     ((${#list[@]} < 2)) || dsn+=" target_session_attrs=read-write"
     printf '%s connect_timeout=5\n' "$dsn"

@@ -20,6 +20,15 @@ PG_OWNER=seckill_owner
 PG_APP=seckill_app
 PG_PW_BYTES=16
 PG_CTL_TIMEOUT=30
+# The guards seckilld SETs on each session it opens (service/store/db.c), as
+# the service role's defaults in the database too: behind pgbouncer's
+# transaction pooling (stack/pgbouncer.sh) a transaction runs on a server
+# session another client opened, and must be bounded all the same.  The
+# same environment settings as the daemon's, with its defaults (cfg.c):
+# pg_statement_timeout_ms, 2 * lock_ttl_ms, pg_client_check_interval_ms.
+PG_APP_STATEMENT_TIMEOUT_MS=${SECKILL_PG_STATEMENT_TIMEOUT_MS:-5000}
+PG_APP_IDLE_IN_TX_TIMEOUT_MS=$((2 * ${SECKILL_LOCK_TTL_MS:-10000}))
+PG_APP_CHECK_INTERVAL_MS=${SECKILL_PG_CLIENT_CHECK_INTERVAL_MS:-1000}
 # The port pg_admin_sql talks to: the single server's (pg_conf_port) unless a
 # topology sets it (SECKILL_PG_TOPOLOGY=ha: the Patroni leader's).
 PG_PRIMARY_PORT=
@@ -297,8 +306,15 @@ EOF
         }
         info "postgres: created database $PG_DB (owner $PG_OWNER)"
     fi
+    local g
+    for g in "$PG_APP_STATEMENT_TIMEOUT_MS" "$PG_APP_IDLE_IN_TX_TIMEOUT_MS" "$PG_APP_CHECK_INTERVAL_MS"; do
+        [[ $g =~ ^[0-9]{1,9}$ ]] || die "bad guard for $PG_APP: '$g' ms (SECKILL_PG_STATEMENT_TIMEOUT_MS, SECKILL_LOCK_TTL_MS, SECKILL_PG_CLIENT_CHECK_INTERVAL_MS)"
+    done
     # Tables first: a table's identity sequences follow it.
     pg_admin_sql "$PG_DB" >/dev/null <<EOF || {
+ALTER ROLE $PG_APP IN DATABASE $PG_DB SET statement_timeout = $PG_APP_STATEMENT_TIMEOUT_MS;
+ALTER ROLE $PG_APP IN DATABASE $PG_DB SET idle_in_transaction_session_timeout = $PG_APP_IDLE_IN_TX_TIMEOUT_MS;
+ALTER ROLE $PG_APP IN DATABASE $PG_DB SET client_connection_check_interval = $PG_APP_CHECK_INTERVAL_MS;
 ALTER DATABASE $PG_DB OWNER TO $PG_OWNER;
 SELECT format('ALTER %s public.%I OWNER TO $PG_OWNER',
               CASE c.relkind WHEN 'v' THEN 'VIEW' WHEN 'm' THEN 'MATERIALIZED VIEW' ELSE 'TABLE' END,
