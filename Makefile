@@ -109,11 +109,12 @@ deps:
 # make run: everything a newcomer needs, in the foreground; Ctrl-C stops it all.
 # INSTANCES=N: N daemons behind HAProxy; REDIS=sentinel: Redis behind Sentinel;
 # REDIS=cluster: a Redis Cluster; PG=ha: PostgreSQL as a Patroni cluster, a
-# primary and a synchronous standby (scripts/stack.sh).
+# primary and a synchronous standby; PGBOUNCER=1: pgbouncer in front of
+# PostgreSQL (scripts/stack.sh).
 run: deps
 	$(MAKE) $(BUILD)/seckilld $(BUILD)/seckillctl
 	BUILD=$(BUILD) $(if $(INSTANCES),SECKILL_RUN_INSTANCES=$(INSTANCES)) \
-	    $(if $(REDIS),SECKILL_REDIS_TOPOLOGY=$(REDIS)) $(if $(PG),SECKILL_PG_TOPOLOGY=$(PG)) scripts/run.sh
+	    $(if $(REDIS),SECKILL_REDIS_TOPOLOGY=$(REDIS)) $(if $(PG),SECKILL_PG_TOPOLOGY=$(PG)) $(if $(PGBOUNCER),SECKILL_PGBOUNCER=$(PGBOUNCER)) scripts/run.sh
 
 # make test: a fresh stack on free ports, every test binary, then teardown.
 # REDIS= and PG= choose the stack's topologies, as for make run.
@@ -121,7 +122,7 @@ test: deps
 	$(MAKE) all
 	scripts/check-includes.sh
 	$(MAKE) fuzz-replay
-	BUILD=$(BUILD) $(if $(REDIS),SECKILL_REDIS_TOPOLOGY=$(REDIS)) $(if $(PG),SECKILL_PG_TOPOLOGY=$(PG)) \
+	BUILD=$(BUILD) $(if $(REDIS),SECKILL_REDIS_TOPOLOGY=$(REDIS)) $(if $(PG),SECKILL_PG_TOPOLOGY=$(PG)) $(if $(PGBOUNCER),SECKILL_PGBOUNCER=$(PGBOUNCER)) \
 	    scripts/run-tests.sh $(TESTS) $(RLOCK_TESTS) $(RLOCK_TEST_SCRIPTS) $(TEST_SCRIPTS)
 
 # The protocol's Promela model checked by spin (model/README.md): every
@@ -138,7 +139,7 @@ model-bug% model-gap-% model-item%: deps
 # already running in var/ is reused as it is).
 loadtest: deps
 	$(MAKE) all
-	BUILD=$(BUILD) $(if $(REDIS),SECKILL_REDIS_TOPOLOGY=$(REDIS)) $(if $(PG),SECKILL_PG_TOPOLOGY=$(PG)) \
+	BUILD=$(BUILD) $(if $(REDIS),SECKILL_REDIS_TOPOLOGY=$(REDIS)) $(if $(PG),SECKILL_PG_TOPOLOGY=$(PG)) $(if $(PGBOUNCER),SECKILL_PGBOUNCER=$(PGBOUNCER)) \
 	    scripts/loadtest.sh
 # Faults injected into a private stack under load (FAULTS_SHORT=1: a few
 # minutes; FAULTS_ONLY=name,... a subset).
