@@ -37,7 +37,9 @@
 # Synchronous mode: Patroni names the standby in synchronous_standby_names
 # (synchronous_mode: true), so a COMMIT returns once the standby has its WAL:
 # a primary lost after a 201 loses no order, and Patroni promotes only that
-# standby.  synchronous_mode_strict is false: when the standby is gone the
+# standby (maximum_lag_on_failover stays Patroni's 1 MB: it weighs WAL beyond
+# the last commit, which the synchronous standby may lack; 0 would refuse
+# every promotion after a crash that left such WAL behind).  synchronous_mode_strict is false: when the standby is gone the
 # primary, after Patroni's next loop, commits alone instead of hanging every
 # COMMIT until the standby is back.  What that trades: while the standby is
 # down the commits live on one server only; lose it then (its disk) and they
@@ -168,7 +170,7 @@ as_user_exec() {
 # etcd_start CLIENT_PORT PEER_PORT: one etcd member, its own cluster, on
 # loopback, unless it already runs (then on the ports DIR recorded).
 etcd_start() {
-    local port=$1 peer=$2 i
+    local port=$1 peer=$2 i p
     etcd_user_init
     if etcd_up; then
         info "etcd: already running on 127.0.0.1:$(etcd_port) (pid $(etcd_pid))"
@@ -278,8 +280,6 @@ bootstrap:
     ttl: $PT_TTL_S
     loop_wait: $PT_LOOP_WAIT_S
     retry_timeout: $PT_RETRY_TIMEOUT_S
-    # only a standby that has every commit may be promoted
-    maximum_lag_on_failover: 0
     synchronous_mode: true
     synchronous_mode_strict: $PT_SYNC_STRICT
     synchronous_node_count: 1
@@ -449,7 +449,7 @@ pt_wait_ready() {
 # leader with its synchronous standby; sets PG_PRIMARY_PORT and PG_HA_PORTS
 # (every member's PostgreSQL port, in order).
 pg_ha_start() {
-    local port=$1 rport=$2 apis=$3 eport=$4 epeer=$5 d i
+    local port=$1 rport=$2 apis=$3 eport=$4 epeer=$5 d i p
     local -a api ports=("$port" "$rport")
     IFS=, read -r -a api <<<"$apis"
     ((${#api[@]} == PT_NODES)) || die "SECKILL_PATRONI_API_PORTS must list $PT_NODES ports, got '$apis'"
