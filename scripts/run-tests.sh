@@ -20,6 +20,8 @@
 #          SECKILL_TEST_REDIS_ADMIN_URL (the admin user), SECKILL_TEST_STACK_DIR,
 #          SECKILL_TEST_PG_DSN (the service's role seckill_app),
 #          SECKILL_TEST_PG_ADMIN_DSN (the superuser),
+#          SECKILL_TEST_PG_WRITER_DSN (with SECKILL_PGBOUNCER=1: the
+#          writers' session-pooled DSN; else empty),
 #          SECKILL_TEST_REDIS_PORT, SECKILL_TEST_PG_PORT, SECKILL_TEST_DAEMON,
 #          SECKILL_TEST_ROOT, SECKILL_REDIS_URL, SECKILL_PG_DSN, PGPASSFILE.
 set -euo pipefail
@@ -117,6 +119,7 @@ SECKILL_TEST_REDIS_ADMIN_URL=$(se_redis_admin_url "$TEST_DIR" "$SECKILL_REDIS_PO
 export SECKILL_TEST_REDIS_ADMIN_URL
 export SECKILL_TEST_STACK_DIR=$TEST_DIR
 export SECKILL_TEST_PG_DSN=$SECKILL_PG_DSN
+export SECKILL_TEST_PG_WRITER_DSN=${SECKILL_PG_WRITER_DSN:-}
 SECKILL_TEST_PG_ADMIN_DSN=$(se_pg_admin_dsn "$TEST_DIR" "$SECKILL_PG_PORT") ||
     die "cannot read the test stack's PostgreSQL superuser password file"
 export SECKILL_TEST_PG_ADMIN_DSN
