@@ -92,10 +92,11 @@ pt_dirs() {
 
 pt_name() { printf 'pg-%s\n' "${1##*/patroni-}"; }
 
-# pt_port D / pt_api_port D: the ports DIR recorded for member D.
-pt_port() { awk '{ print $1; exit }' "$1/ports" 2>/dev/null; }
-pt_api_port() { awk '{ print $2; exit }' "$1/ports" 2>/dev/null; }
-etcd_port() { awk '{ print $1; exit }' "$ETCD_DIR/ports" 2>/dev/null; }
+# pt_port D / pt_api_port D: the ports DIR recorded for member D (nothing,
+# and success, when none; likewise the pid and port readers below).
+pt_port() { awk '{ print $1; exit }' "$1/ports" 2>/dev/null || true; }
+pt_api_port() { awk '{ print $2; exit }' "$1/ports" 2>/dev/null || true; }
+etcd_port() { awk '{ print $1; exit }' "$ETCD_DIR/ports" 2>/dev/null || true; }
 
 # pg_topology: the PostgreSQL topology of DIR's last start (single if none).
 pg_topology() {
@@ -124,19 +125,21 @@ pt_cluster() {
 }
 
 # pt_leader_port: the PostgreSQL port of the member Patroni names leader and
-# that runs; nothing when there is none.
+# that runs; nothing (and still success) when there is none.
 pt_leader_port() {
-    pt_cluster | jq -r '.members[] | select(.role == "leader" and .state == "running") | .port' 2>/dev/null |
-        head -n1
+    local out
+    out=$(pt_cluster) || return 0
+    jq -r '.members[] | select(.role == "leader" and .state == "running") | .port' <<<"$out" 2>/dev/null |
+        head -n1 || true
 }
 
-pt_pid() { tr -dc '0-9' <"$1/patroni.pid" 2>/dev/null; }
+pt_pid() { tr -dc '0-9' 2>/dev/null <"$1/patroni.pid" || true; }
 pt_up() {
     local pid
     pid=$(pt_pid "$1")
     [[ -n $pid ]] && pid_is "$pid" patroni
 }
-etcd_pid() { tr -dc '0-9' <"$ETCD_DIR/etcd.pid" 2>/dev/null; }
+etcd_pid() { tr -dc '0-9' 2>/dev/null <"$ETCD_DIR/etcd.pid" || true; }
 etcd_up() {
     local pid port
     pid=$(etcd_pid)

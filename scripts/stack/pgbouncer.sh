@@ -66,8 +66,8 @@ pgb_install_follow() {
     install -m 755 "$SELF_DIR/stack/pgbouncer-follow.sh" "$PGB_DIR/follow.sh"
 }
 
-pgb_pid() { tr -dc '0-9' <"$PGB_DIR/pgbouncer.pid" 2>/dev/null; }
-pgb_port() { tr -dc '0-9' <"$PGB_DIR/port" 2>/dev/null; }
+pgb_pid() { tr -dc '0-9' 2>/dev/null <"$PGB_DIR/pgbouncer.pid" || true; }
+pgb_port() { tr -dc '0-9' 2>/dev/null <"$PGB_DIR/port" || true; }
 pgb_up() {
     local pid port
     pid=$(pgb_pid)
