@@ -327,8 +327,11 @@ postgresql:
     log_filename: postgresql.log
     log_file_mode: '0600'
     log_line_prefix: '%m [%p] %q%u@%d '
-  # loopback only, a password always (scram); replication by its role only
+  # loopback only, a password always (scram); the replication role streams
+  # and does nothing else ("all" databases does not cover replication)
   pg_hba:
+  - local all $PT_REPL_ROLE reject
+  - host all $PT_REPL_ROLE 127.0.0.1/32 reject
   - local all all scram-sha-256
   - host all all 127.0.0.1/32 scram-sha-256
   - host replication $PT_REPL_ROLE 127.0.0.1/32 scram-sha-256

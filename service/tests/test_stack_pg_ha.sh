@@ -89,7 +89,7 @@ leader_is() {
 # reaches_primary PASSFILE DSN PORT: DSN lands on a read-write server on PORT.
 reaches_primary() {
     local out
-    out=$(psql_as "$1" "$2" "SELECT inet_server_port() || ':' || pg_is_in_recovery()") || {
+    out=$(psql_as "$1" "$2" "SELECT inet_server_port() || ':' || CASE WHEN pg_is_in_recovery() THEN 't' ELSE 'f' END") || {
         WHY=$out
         return 1
     }
@@ -125,8 +125,15 @@ resume_wr() {
         kill -CONT "$WR_PID" 2>/dev/null || true
     fi
 }
-# shellcheck disable=SC2154  # rc is the trap's own
-trap 'rc=$?; resume_wr; (exit "$rc"); stack_test_cleanup' EXIT
+# shellcheck disable=SC2317  # invoked via trap
+resume_wr_and_clean_up() {
+    local rc=$?
+    resume_wr
+    set +e # the status below is the test's, handed on to the cleanup
+    (exit "$rc")
+    stack_test_cleanup
+}
+trap resume_wr_and_clean_up EXIT
 
 # ---- 1. a leader, its synchronous standby; the DSNs' shape
 wait_for "pg-1 leading with pg-2 its synchronous standby" "$WAIT_S" leader_is pg-1 pg-2
@@ -166,8 +173,11 @@ WR_PID=$(admin_at "${PORTS[1]}" "SELECT pid FROM pg_stat_wal_receiver")
     die "no WAL receiver on the standby: '$WR_PID'"
 kill -STOP "$WR_PID"
 out=$DIR/commit.out
+# A row, not only an xid: a transaction that wrote no WAL before its commit
+# record does not wait for the standby (PostgreSQL's RecordTransactionCommit).
 PGPASSFILE=$PGPASS_APP timeout 60 psql "$APP_DIRECT_DSN" -XAtq -v ON_ERROR_STOP=1 \
-    -c "SELECT txid_current()" >"$out" 2>&1 &
+    -c "INSERT INTO skus (name, stock, initial_stock, per_user_limit) VALUES ('pg-ha-sync-probe', 1, 1, 1);
+        SELECT txid_current()" >"$out" 2>&1 &
 commit_pid=$!
 sleep "$SYNC_HOLD_S"
 if ! kill -0 "$commit_pid" 2>/dev/null; then
@@ -181,7 +191,10 @@ wait_for "the commit returning once the standby receives again" "$WAIT_S" commit
 wait "$commit_pid" || die "the commit failed: $(cat "$out")"
 xid=$(tr -dc '0-9' <"$out")
 [[ -n $xid ]] || die "no txid from the commit: $(cat "$out")"
-on_standby() { [[ $(admin_at "${PORTS[1]}" "SELECT txid_status($xid)") == committed ]]; }
+on_standby() {
+    WHY=$(admin_at "${PORTS[1]}" "SELECT txid_status($xid) || ':' || (SELECT count(*) FROM skus WHERE name = 'pg-ha-sync-probe')")
+    [[ $WHY == committed:1 ]]
+}
 wait_for "transaction $xid committed on the standby" "$WAIT_S" on_standby
 say "ok: a commit waited ${SYNC_HOLD_S}s+ for the stopped standby, then returned; the standby has it"
 
@@ -196,7 +209,8 @@ repl_pw=$(tr -dc '0-9a-f' <"$DIR/pg-replication-password")
 out=$(PGPASSWORD=$repl_pw timeout "$PSQL_TIMEOUT" psql \
     "host=127.0.0.1 port=${PORTS[0]} dbname=seckill user=seckill_replication connect_timeout=5" \
     -XAtq -c "SELECT 1" 2>&1) && die "seckill_replication opened a session on the database"
-[[ $out == *"no pg_hba.conf entry"* ]] || die "seckill_replication on the database: want no pg_hba.conf entry, got '$out'"
+[[ $out == *"pg_hba.conf rejects connection"* ]] ||
+    die "seckill_replication on the database: want pg_hba.conf rejects connection, got '$out'"
 code=$(curl -sS --max-time 3 -o /dev/null -w '%{http_code}' -X POST \
     -d '{"leader":"pg-1","candidate":"pg-2"}' "http://127.0.0.1:${API[0]}/switchover")
 [[ $code == 401 ]] || die "a switchover without the REST API's login answered $code, not 401"
