@@ -31,6 +31,8 @@ SE_PG_REPLICA_PORT=
 SE_PATRONI_API_PORTS=
 SE_ETCD_PORT=
 SE_ETCD_PEER_PORT=
+# SECKILL_PGBOUNCER=1: pgbouncer's port too
+SE_PGBOUNCER_PORT=
 
 # shellcheck source=scripts/stack/pg-dsn.sh
 source "$ROOT/scripts/stack/pg-dsn.sh"
@@ -90,8 +92,8 @@ se_env_value() {
 # SE_CLUSTER_REPLICAS (SECKILL_REDIS_CLUSTER_REPLICAS, default 1) and
 # SE_CLUSTER_REPLICA_PORTS, as DIR/env names them, and SE_REDIS_PORT the first
 # master; with SECKILL_PG_TOPOLOGY=ha SE_PG_REPLICA_PORT, SE_PATRONI_API_PORTS,
-# SE_ETCD_PORT and SE_ETCD_PEER_PORT.  Returns 0, or 1 after stopping what it
-# started.
+# SE_ETCD_PORT and SE_ETCD_PEER_PORT; with SECKILL_PGBOUNCER=1 SE_PGBOUNCER_PORT.
+# Returns 0, or 1 after stopping what it started.
 se_stack_start_free() {
     local dir=$1 attempt st i p
     local -a taken
@@ -139,6 +141,11 @@ se_stack_start_free() {
             SE_ETCD_PEER_PORT=$(se_free_port "${taken[@]}") || return 1
             taken+=("$SE_ETCD_PEER_PORT")
         fi
+        SE_PGBOUNCER_PORT=
+        if [[ ${SECKILL_PGBOUNCER:-0} == 1 ]]; then
+            SE_PGBOUNCER_PORT=$(se_free_port "${taken[@]}") || return 1
+            taken+=("$SE_PGBOUNCER_PORT")
+        fi
         if [[ ${SECKILL_REDIS_TOPOLOGY:-single} == sentinel ]]; then
             SE_REPLICA_PORT=$(se_free_port "${taken[@]}") || return 1
             taken+=("$SE_REPLICA_PORT")
@@ -169,6 +176,7 @@ se_stack_start_free() {
 # se_stack CMD DIR: stack.sh CMD DIR on the ports se_stack_start_free chose.
 se_stack() {
     local -a pg=(SECKILL_PG_PORT="$SE_PG_PORT")
+    [[ -z $SE_PGBOUNCER_PORT ]] || pg+=(SECKILL_PGBOUNCER=1 SECKILL_PGBOUNCER_PORT="$SE_PGBOUNCER_PORT")
     if [[ -n $SE_ETCD_PORT ]]; then
         pg+=(SECKILL_PG_TOPOLOGY=ha SECKILL_PG_REPLICA_PORT="$SE_PG_REPLICA_PORT"
             SECKILL_PATRONI_API_PORTS="$SE_PATRONI_API_PORTS" SECKILL_ETCD_PORT="$SE_ETCD_PORT"
