@@ -16,7 +16,8 @@
 #  3. least privilege: the service's role has no attribute beyond LOGIN and
 #     may not create a table; the replication role may not open a session
 #     on the database; Patroni's REST API refuses a switchover without its
-#     login;
+#     login; etcd refuses a read without a login, and Patroni's etcd user
+#     any key outside /seckill/;
 #  4. a `patronictl switchover` moves the primary: the multi-host DSN and
 #     pgbouncer (re-pointed by Patroni's callback) both reach the new
 #     primary, read-write, within SWITCH_WAIT_S; the old primary comes back
@@ -214,7 +215,21 @@ out=$(PGPASSWORD=$repl_pw timeout "$PSQL_TIMEOUT" psql \
 code=$(curl -sS --max-time 3 -o /dev/null -w '%{http_code}' -X POST \
     -d '{"leader":"pg-1","candidate":"pg-2"}' "http://127.0.0.1:${API[0]}/switchover")
 [[ $code == 401 ]] || die "a switchover without the REST API's login answered $code, not 401"
-say "ok: the service's role, the replication role and the REST API hold to their rights"
+ETCD_PORT=$(env_of SECKILL_ETCD_PORT)
+etcd_post() { # etcd_post PATH JSON [TOKEN]: etcd's v3 JSON gateway
+    curl -sS --max-time 3 -X POST ${3:+-H "Authorization: $3"} "http://127.0.0.1:$ETCD_PORT/v3$1" -d "$2" 2>&1
+}
+b64() { printf %s "$1" | base64; }
+out=$(etcd_post /kv/range "{\"key\":\"$(b64 /seckill/)\",\"range_end\":\"$(b64 /seckill0)\"}")
+[[ $out == *'"error"'* && $out != *'"kvs"'* ]] || die "etcd answered a read without a login: $out"
+pt_pw=$(tr -dc '0-9a-f' <"$DIR/etcd-patroni-password")
+token=$(etcd_post /auth/authenticate "{\"name\":\"seckill-patroni\",\"password\":\"$pt_pw\"}" | jq -r .token)
+[[ -n $token && $token != null ]] || die "Patroni's etcd user cannot log in"
+out=$(etcd_post /kv/range "{\"key\":\"$(b64 /seckill/)\",\"range_end\":\"$(b64 /seckill0)\"}" "$token")
+[[ $out == *'"kvs"'* ]] || die "Patroni's etcd user cannot read /seckill/: $out"
+out=$(etcd_post /kv/put "{\"key\":\"$(b64 /other)\",\"value\":\"$(b64 x)\"}" "$token")
+[[ $out == *"permission denied"* ]] || die "Patroni's etcd user wrote a key outside /seckill/: $out"
+say "ok: the service's role, the replication role, the REST API and etcd's users hold to their rights"
 
 # ---- 4. switchover
 t0=$SECONDS
