@@ -108,18 +108,22 @@ deps:
 
 # make run: everything a newcomer needs, in the foreground; Ctrl-C stops it all.
 # INSTANCES=N: N daemons behind HAProxy; REDIS=sentinel: Redis behind Sentinel;
-# REDIS=cluster: a Redis Cluster (scripts/stack.sh).
+# REDIS=cluster: a Redis Cluster; PG=ha: PostgreSQL as a Patroni cluster, a
+# primary and a synchronous standby; PGBOUNCER=1: pgbouncer in front of
+# PostgreSQL (scripts/stack.sh).
 run: deps
 	$(MAKE) $(BUILD)/seckilld $(BUILD)/seckillctl
 	BUILD=$(BUILD) $(if $(INSTANCES),SECKILL_RUN_INSTANCES=$(INSTANCES)) \
-	    $(if $(REDIS),SECKILL_REDIS_TOPOLOGY=$(REDIS)) scripts/run.sh
+	    $(if $(REDIS),SECKILL_REDIS_TOPOLOGY=$(REDIS)) $(if $(PG),SECKILL_PG_TOPOLOGY=$(PG)) $(if $(PGBOUNCER),SECKILL_PGBOUNCER=$(PGBOUNCER)) scripts/run.sh
 
 # make test: a fresh stack on free ports, every test binary, then teardown.
+# REDIS= and PG= choose the stack's topologies, as for make run.
 test: deps
 	$(MAKE) all
 	scripts/check-includes.sh
 	$(MAKE) fuzz-replay
-	BUILD=$(BUILD) scripts/run-tests.sh $(TESTS) $(RLOCK_TESTS) $(RLOCK_TEST_SCRIPTS) $(TEST_SCRIPTS)
+	BUILD=$(BUILD) $(if $(REDIS),SECKILL_REDIS_TOPOLOGY=$(REDIS)) $(if $(PG),SECKILL_PG_TOPOLOGY=$(PG)) $(if $(PGBOUNCER),SECKILL_PGBOUNCER=$(PGBOUNCER)) \
+	    scripts/run-tests.sh $(TESTS) $(RLOCK_TESTS) $(RLOCK_TEST_SCRIPTS) $(TEST_SCRIPTS)
 
 # The protocol's Promela model checked by spin (model/README.md): every
 # scenario of the fixed protocol exhaustively, then each re-inserted bug must
@@ -131,11 +135,12 @@ model-bug% model-gap-% model-item%: deps
 	MODEL_OUT=$(BUILD)/model model/check.sh bug $(@:model-%=%)
 
 # Long runs, never part of `make test`.
-# REDIS=sentinel|cluster: the topology of a stack started here (one already
-# running in var/ is reused as it is).
+# REDIS=sentinel|cluster, PG=ha: the topologies of a stack started here (one
+# already running in var/ is reused as it is).
 loadtest: deps
 	$(MAKE) all
-	BUILD=$(BUILD) $(if $(REDIS),SECKILL_REDIS_TOPOLOGY=$(REDIS)) scripts/loadtest.sh
+	BUILD=$(BUILD) $(if $(REDIS),SECKILL_REDIS_TOPOLOGY=$(REDIS)) $(if $(PG),SECKILL_PG_TOPOLOGY=$(PG)) $(if $(PGBOUNCER),SECKILL_PGBOUNCER=$(PGBOUNCER)) \
+	    scripts/loadtest.sh
 # Faults injected into a private stack under load (FAULTS_SHORT=1: a few
 # minutes; FAULTS_ONLY=name,... a subset).
 faults: deps

@@ -20,6 +20,8 @@ PACKAGES=(
     check libsubunit-dev
     redis-server postgresql # redis-server pulls in redis-tools: redis-cli, and its --cluster create
     redis-sentinel # SECKILL_REDIS_TOPOLOGY=sentinel: scripts/stack.sh's Sentinels
+    patroni etcd-server # SECKILL_PG_TOPOLOGY=ha: scripts/stack/patroni.sh's PostgreSQL cluster and its store
+    pgbouncer           # SECKILL_PGBOUNCER=1: the connection pooler in front of PostgreSQL
     haproxy        # `make run INSTANCES=N`: the load balancer in front of the daemons
     curl ca-certificates
     iproute2 # ss, used by scripts/run-tests.sh to find free ports
@@ -143,8 +145,8 @@ fi
 
 printf '%s: installing missing packages: %s\n' "$PROG" "${missing[*]}"
 
-# Keep apt from starting the distribution's redis, redis-sentinel, postgresql
-# and haproxy services during the install (we run our own instances on other
+# Keep apt from starting the distribution's redis, redis-sentinel, postgresql,
+# etcd, pgbouncer and haproxy services during the install (we run our own instances on other
 # ports).  Only remove the policy file if we created it.
 POLICY=/usr/sbin/policy-rc.d
 created_policy=0

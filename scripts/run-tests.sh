@@ -8,6 +8,9 @@
 # the others), prints a summary and tears the stack down.
 #
 # Env in:  BUILD (default build), VALGRIND=1, KEEP_TEST_STACK=1,
+#          SECKILL_REDIS_TOPOLOGY (single, sentinel or cluster) and
+#          SECKILL_PG_TOPOLOGY (single or ha: a Patroni cluster, the
+#          DSNs naming both servers) of the stack (`make test REDIS=... PG=...`),
 #          CK_DEFAULT_TIMEOUT (default 120), CK_VERBOSITY (default normal),
 #          SECKILL_TEST_TIMEOUT (per binary, seconds, default 900),
 #          SECKILL_TEST_FAIL_LINES (default 30: the summary ends with that many
@@ -17,6 +20,8 @@
 #          SECKILL_TEST_REDIS_ADMIN_URL (the admin user), SECKILL_TEST_STACK_DIR,
 #          SECKILL_TEST_PG_DSN (the service's role seckill_app),
 #          SECKILL_TEST_PG_ADMIN_DSN (the superuser),
+#          SECKILL_TEST_PG_WRITER_DSN (with SECKILL_PGBOUNCER=1: the
+#          writers' session-pooled DSN; else empty),
 #          SECKILL_TEST_REDIS_PORT, SECKILL_TEST_PG_PORT, SECKILL_TEST_DAEMON,
 #          SECKILL_TEST_ROOT, SECKILL_REDIS_URL, SECKILL_PG_DSN, PGPASSFILE.
 set -euo pipefail
@@ -96,7 +101,7 @@ TEST_DIR=$ROOT/var/test-$$-$(rand_hex 4)
 mkdir "$TEST_DIR"
 say "stack in $TEST_DIR"
 se_stack_start_free "$TEST_DIR" || die "could not start the test stack (see above)"
-say "redis :$SE_REDIS_PORT, postgres :$SE_PG_PORT"
+say "redis :$SE_REDIS_PORT, postgres :$SE_PG_PORT${SE_PG_REPLICA_PORT:+ and :$SE_PG_REPLICA_PORT (Patroni, etcd :$SE_ETCD_PORT)}"
 
 # shellcheck source=/dev/null
 source "$TEST_DIR/env"
@@ -114,6 +119,7 @@ SECKILL_TEST_REDIS_ADMIN_URL=$(se_redis_admin_url "$TEST_DIR" "$SECKILL_REDIS_PO
 export SECKILL_TEST_REDIS_ADMIN_URL
 export SECKILL_TEST_STACK_DIR=$TEST_DIR
 export SECKILL_TEST_PG_DSN=$SECKILL_PG_DSN
+export SECKILL_TEST_PG_WRITER_DSN=${SECKILL_PG_WRITER_DSN:-}
 SECKILL_TEST_PG_ADMIN_DSN=$(se_pg_admin_dsn "$TEST_DIR" "$SECKILL_PG_PORT") ||
     die "cannot read the test stack's PostgreSQL superuser password file"
 export SECKILL_TEST_PG_ADMIN_DSN

@@ -19,7 +19,9 @@
 #         free one), SECKILL_RUN_METRICS_PORT (9464: likewise, their internal
 #         listeners), SECKILL_REDIS_TOPOLOGY (single; sentinel: `make run
 #         REDIS=sentinel`; cluster: `make run REDIS=cluster`, read by
-#         scripts/stack.sh with its SECKILL_REDIS_CLUSTER_* settings), SECKILL_RUN_VAR
+#         scripts/stack.sh with its SECKILL_REDIS_CLUSTER_* settings),
+#         SECKILL_PG_TOPOLOGY (single; ha: `make run PG=ha`, PostgreSQL as a
+#         Patroni cluster, scripts/stack/patroni.sh), SECKILL_RUN_VAR
 #         (var: the stack, logs, tokens and var/env; service/tests/test_readme.sh
 #         runs `make run` in a scratch one); any other SECKILL_*
 #         setting is passed through to the daemons.  Secrets go by

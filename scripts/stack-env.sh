@@ -25,6 +25,17 @@ SE_CLUSTER_PORT_HI=22000
 SE_CLUSTER_REPLICAS=
 SE_CLUSTER_PORTS=
 SE_CLUSTER_REPLICA_PORTS=
+# SECKILL_PG_TOPOLOGY=ha: the second PostgreSQL server's, the Patroni REST
+# APIs' and etcd's ports too
+SE_PG_REPLICA_PORT=
+SE_PATRONI_API_PORTS=
+SE_ETCD_PORT=
+SE_ETCD_PEER_PORT=
+# SECKILL_PGBOUNCER=1: pgbouncer's port too
+SE_PGBOUNCER_PORT=
+
+# shellcheck source=scripts/stack/pg-dsn.sh
+source "$ROOT/scripts/stack/pg-dsn.sh"
 
 # se_port_busy PORT: true if something listens on PORT.
 se_port_busy() {
@@ -80,7 +91,9 @@ se_env_value() {
 # SECKILL_REDIS_TOPOLOGY=cluster SE_CLUSTER_PORTS (SE_CLUSTER_MASTERS masters),
 # SE_CLUSTER_REPLICAS (SECKILL_REDIS_CLUSTER_REPLICAS, default 1) and
 # SE_CLUSTER_REPLICA_PORTS, as DIR/env names them, and SE_REDIS_PORT the first
-# master.  Returns 0, or 1 after stopping what it started.
+# master; with SECKILL_PG_TOPOLOGY=ha SE_PG_REPLICA_PORT, SE_PATRONI_API_PORTS,
+# SE_ETCD_PORT and SE_ETCD_PEER_PORT; with SECKILL_PGBOUNCER=1 SE_PGBOUNCER_PORT.
+# Returns 0, or 1 after stopping what it started.
 se_stack_start_free() {
     local dir=$1 attempt st i p
     local -a taken
@@ -105,12 +118,35 @@ se_stack_start_free() {
             done
             SE_REDIS_PORT=${SE_CLUSTER_PORTS%%,*}
             SE_PG_PORT=$(se_free_port "${taken[@]}") || return 1
+            taken+=("$SE_PG_PORT")
         else
             SE_REDIS_PORT=$(se_free_port) || return 1
             SE_PG_PORT=$(se_free_port "$SE_REDIS_PORT") || return 1
+            taken=("$SE_REDIS_PORT" "$SE_PG_PORT")
+        fi
+        SE_PG_REPLICA_PORT=
+        SE_PATRONI_API_PORTS=
+        SE_ETCD_PORT=
+        SE_ETCD_PEER_PORT=
+        if [[ ${SECKILL_PG_TOPOLOGY:-single} == ha ]]; then
+            SE_PG_REPLICA_PORT=$(se_free_port "${taken[@]}") || return 1
+            taken+=("$SE_PG_REPLICA_PORT")
+            for ((i = 0; i < 2; i++)); do
+                p=$(se_free_port "${taken[@]}") || return 1
+                taken+=("$p")
+                SE_PATRONI_API_PORTS+=${SE_PATRONI_API_PORTS:+,}$p
+            done
+            SE_ETCD_PORT=$(se_free_port "${taken[@]}") || return 1
+            taken+=("$SE_ETCD_PORT")
+            SE_ETCD_PEER_PORT=$(se_free_port "${taken[@]}") || return 1
+            taken+=("$SE_ETCD_PEER_PORT")
+        fi
+        SE_PGBOUNCER_PORT=
+        if [[ ${SECKILL_PGBOUNCER:-0} == 1 ]]; then
+            SE_PGBOUNCER_PORT=$(se_free_port "${taken[@]}") || return 1
+            taken+=("$SE_PGBOUNCER_PORT")
         fi
         if [[ ${SECKILL_REDIS_TOPOLOGY:-single} == sentinel ]]; then
-            taken=("$SE_REDIS_PORT" "$SE_PG_PORT")
             SE_REPLICA_PORT=$(se_free_port "${taken[@]}") || return 1
             taken+=("$SE_REPLICA_PORT")
             for ((i = 0; i < SE_SENTINEL_COUNT; i++)); do
@@ -139,16 +175,23 @@ se_stack_start_free() {
 
 # se_stack CMD DIR: stack.sh CMD DIR on the ports se_stack_start_free chose.
 se_stack() {
+    local -a pg=(SECKILL_PG_PORT="$SE_PG_PORT")
+    [[ -z $SE_PGBOUNCER_PORT ]] || pg+=(SECKILL_PGBOUNCER=1 SECKILL_PGBOUNCER_PORT="$SE_PGBOUNCER_PORT")
+    if [[ -n $SE_ETCD_PORT ]]; then
+        pg+=(SECKILL_PG_TOPOLOGY=ha SECKILL_PG_REPLICA_PORT="$SE_PG_REPLICA_PORT"
+            SECKILL_PATRONI_API_PORTS="$SE_PATRONI_API_PORTS" SECKILL_ETCD_PORT="$SE_ETCD_PORT"
+            SECKILL_ETCD_PEER_PORT="$SE_ETCD_PEER_PORT")
+    fi
     if [[ -n $SE_CLUSTER_PORTS ]]; then
-        SECKILL_REDIS_TOPOLOGY=cluster SECKILL_REDIS_PORT=$SE_REDIS_PORT SECKILL_PG_PORT=$SE_PG_PORT \
-            SECKILL_REDIS_CLUSTER_PORTS=$SE_CLUSTER_PORTS SECKILL_REDIS_CLUSTER_REPLICAS=$SE_CLUSTER_REPLICAS \
-            SECKILL_REDIS_CLUSTER_REPLICA_PORTS=$SE_CLUSTER_REPLICA_PORTS "$SE_STACK" "$1" "$2"
+        env "${pg[@]}" SECKILL_REDIS_TOPOLOGY=cluster SECKILL_REDIS_PORT="$SE_REDIS_PORT" \
+            SECKILL_REDIS_CLUSTER_PORTS="$SE_CLUSTER_PORTS" SECKILL_REDIS_CLUSTER_REPLICAS="$SE_CLUSTER_REPLICAS" \
+            SECKILL_REDIS_CLUSTER_REPLICA_PORTS="$SE_CLUSTER_REPLICA_PORTS" "$SE_STACK" "$1" "$2"
     elif [[ -n $SE_SENTINEL_PORTS ]]; then
-        SECKILL_REDIS_TOPOLOGY=sentinel SECKILL_REDIS_PORT=$SE_REDIS_PORT SECKILL_PG_PORT=$SE_PG_PORT \
-            SECKILL_REDIS_REPLICA_PORT=$SE_REPLICA_PORT SECKILL_SENTINEL_PORTS=$SE_SENTINEL_PORTS \
+        env "${pg[@]}" SECKILL_REDIS_TOPOLOGY=sentinel SECKILL_REDIS_PORT="$SE_REDIS_PORT" \
+            SECKILL_REDIS_REPLICA_PORT="$SE_REPLICA_PORT" SECKILL_SENTINEL_PORTS="$SE_SENTINEL_PORTS" \
             "$SE_STACK" "$1" "$2"
     else
-        SECKILL_REDIS_PORT=$SE_REDIS_PORT SECKILL_PG_PORT=$SE_PG_PORT "$SE_STACK" "$1" "$2"
+        env "${pg[@]}" SECKILL_REDIS_PORT="$SE_REDIS_PORT" "$SE_STACK" "$1" "$2"
     fi
 }
 
@@ -250,11 +293,13 @@ se_cluster_master_ports() {
 # se_pg_admin_dsn DIR PORT: the stack's PostgreSQL as its superuser, with the
 # superuser's own password file (TRUNCATE between tests, pg_terminate_backend,
 # tampering with rows: what tests and scripts do to the database, never the
-# service, whose DIR/env DSN names the role seckill_app).
+# service, whose DIR/env DSN names the role seckill_app).  With the Patroni
+# topology (DIR/env's SECKILL_PG_PORTS) every member, whichever is primary.
 se_pg_admin_dsn() {
+    local ports
     [[ -r $1/pgpass-admin ]] || return 1
-    printf "host=127.0.0.1 port=%s dbname=seckill user=seckill passfile='%s' connect_timeout=5\n" \
-        "$2" "$1/pgpass-admin"
+    ports=$(se_env_value "$1" SECKILL_PG_PORTS)
+    pg_dsn "${ports:-$2}" seckill "$1/pgpass-admin"
 }
 
 # HAProxy in front of several daemons (scripts/run.sh, scripts/faults.sh).  It speaks to them from its own

@@ -15,11 +15,23 @@
 # their settings and files are described at the top of stack/sentinel.sh and
 # stack/cluster.sh.  stop and status handle whatever DIR holds.
 #
+# SECKILL_PG_TOPOLOGY=ha runs PostgreSQL as a Patroni cluster instead of one
+# server: a primary and a synchronous standby, with one etcd member as
+# Patroni's store; its settings and files are described at the top of
+# stack/patroni.sh.  It combines with every Redis topology.
+#
+# SECKILL_PGBOUNCER=1 puts pgbouncer in front of PostgreSQL (either topology)
+# on SECKILL_PGBOUNCER_PORT (default 6432): the service's DSNs name it, a
+# transaction-pooled database for the request paths and a session-pooled one
+# for the order writers (stack/pgbouncer.sh).
+#
 # The parts, sourced below: stack/common.sh (messages, helpers, OS users,
 # passwords), stack/redis.sh (a Redis node: config, start, stop, status),
-# stack/redis-acl.sh (the Redis users and their rights), stack/postgres.sh,
-# stack/env.sh (DIR/env and the client files), and one file per topology:
-# stack/single.sh, stack/sentinel.sh, stack/cluster.sh.
+# stack/redis-acl.sh (the Redis users and their rights), stack/postgres.sh
+# (the single server; the roles, database and password files),
+# stack/patroni.sh (the Patroni cluster and etcd), stack/pg-dsn.sh (the
+# shape of a DSN), stack/env.sh (DIR/env and the client files), and one file
+# per Redis topology: stack/single.sh, stack/sentinel.sh, stack/cluster.sh.
 #
 # Neither server runs as root: as root, PostgreSQL runs as 'postgres' and Redis
 # as 'redis' (Debian's package users), else as a 'seckill' system user created
@@ -62,7 +74,11 @@
 #                 with Sentinel also SECKILL_REDIS_TOPOLOGY,
 #                 SECKILL_REDIS_REPLICA_PORT and SECKILL_SENTINEL_PORTS; with
 #                 the cluster SECKILL_REDIS_TOPOLOGY,
-#                 SECKILL_REDIS_CLUSTER_PORTS, SECKILL_REDIS_CLUSTER_REPLICA_PORTS
+#                 SECKILL_REDIS_CLUSTER_PORTS, SECKILL_REDIS_CLUSTER_REPLICA_PORTS;
+#                 with SECKILL_PG_TOPOLOGY=ha the DSNs name both servers
+#                 (target_session_attrs=read-write), and SECKILL_PG_TOPOLOGY,
+#                 SECKILL_PG_PORTS, SECKILL_PATRONI_API_PORTS,
+#                 SECKILL_ETCD_PORT and SECKILL_PATRONICTL_CONFIG follow
 #
 # Exit codes: 0 ok, 1 failure, 2 usage, 3 a port is already taken by
 # something else (callers may retry with other ports).
@@ -110,6 +126,12 @@ source "$SELF_DIR/stack/redis-acl.sh"
 source "$SELF_DIR/stack/redis.sh"
 # shellcheck source=scripts/stack/postgres.sh
 source "$SELF_DIR/stack/postgres.sh"
+# shellcheck source=scripts/stack/patroni.sh
+source "$SELF_DIR/stack/patroni.sh"
+# shellcheck source=scripts/stack/pgbouncer.sh
+source "$SELF_DIR/stack/pgbouncer.sh"
+# shellcheck source=scripts/stack/pg-dsn.sh
+source "$SELF_DIR/stack/pg-dsn.sh"
 # shellcheck source=scripts/stack/env.sh
 source "$SELF_DIR/stack/env.sh"
 # shellcheck source=scripts/stack/single.sh
@@ -123,6 +145,10 @@ IS_ROOT=0
 [[ $(id -u) -eq 0 ]] && IS_ROOT=1
 HA=0      # 1: the Sentinel topology (start: requested; status: DIR's)
 CLUSTER=0 # 1: the cluster topology, likewise
+PG_HA=0   # 1: PostgreSQL as a Patroni cluster (start: requested; status: DIR's)
+PG_HA_PORTS=
+PGB=0     # 1: pgbouncer in front of PostgreSQL (SECKILL_PGBOUNCER=1)
+PGB_PORT= # its port (start: the one DIR recorded, else the requested one)
 
 # Serialise concurrent invocations on the same DIR.  Daemons are started
 # with fd 9 closed so they never inherit the lock.
@@ -133,9 +159,52 @@ fi
 
 # ---------------------------------------------------------------- commands
 
+# pg_topology_start PG_PORT: PostgreSQL as requested (PG_HA): the single
+# server on PG_PORT, or the Patroni cluster whose first server is there.
+# Called by each Redis topology's start.
+pg_topology_start() {
+    if ((PG_HA)); then
+        pg_ha_start_from_env "$1"
+    else
+        printf 'single\n' >"$PG_TOPOLOGY_FILE"
+        pg_start "$1"
+    fi
+}
+
+# pg_client_ports: the PostgreSQL ports the clients are given, after
+# pg_topology_start: the single server's, or every Patroni member's
+# (comma-separated, in order).
+pg_client_ports() {
+    if ((PG_HA)); then
+        printf '%s\n' "$PG_HA_PORTS"
+    else
+        pg_conf_port
+    fi
+}
+
+# pg_running_topology: the PostgreSQL topology whose processes run in DIR
+# (ha, single or none).
+pg_running_topology() {
+    local d
+    while read -r d; do
+        pt_up "$d" && {
+            printf 'ha\n'
+            return 0
+        }
+    done < <(pt_dirs)
+    if etcd_up; then
+        printf 'ha\n'
+    elif [[ -n $(pg_pid) ]] && pid_is "$(pg_pid)" postgres; then
+        printf 'single\n'
+    else
+        printf 'none\n'
+    fi
+}
+
 cmd_start() {
     local rport=${SECKILL_REDIS_PORT:-6380} pport=${SECKILL_PG_PORT:-5433}
     local topology=${SECKILL_REDIS_TOPOLOGY:-single} running
+    local pg_topology=${SECKILL_PG_TOPOLOGY:-single}
     valid_port "$rport" || die "bad SECKILL_REDIS_PORT: $rport"
     valid_port "$pport" || die "bad SECKILL_PG_PORT: $pport"
     [[ $rport != "$pport" ]] || die "SECKILL_REDIS_PORT and SECKILL_PG_PORT are both $rport"
@@ -143,6 +212,27 @@ cmd_start() {
     single | sentinel | cluster) ;;
     *) die "bad SECKILL_REDIS_TOPOLOGY: '$topology' (single, sentinel or cluster)" ;;
     esac
+    case $pg_topology in
+    single) ;;
+    ha) PG_HA=1 ;;
+    *) die "bad SECKILL_PG_TOPOLOGY: '$pg_topology' (single or ha)" ;;
+    esac
+    running=$(pg_running_topology)
+    if [[ $running != none && $running != "$pg_topology" ]]; then
+        die "postgres in $DIR runs the $running topology; stop the stack first to change to $pg_topology: $0 stop $DIR"
+    fi
+    case ${SECKILL_PGBOUNCER:-0} in
+    0) ;;
+    1) PGB=1 ;;
+    *) die "bad SECKILL_PGBOUNCER: '$SECKILL_PGBOUNCER' (0 or 1)" ;;
+    esac
+    if ((PGB)); then
+        PGB_PORT=$(pgb_port)
+        PGB_PORT=${PGB_PORT:-${SECKILL_PGBOUNCER_PORT:-$PGB_DEFAULT_PORT}}
+        valid_port "$PGB_PORT" || die "bad SECKILL_PGBOUNCER_PORT: $PGB_PORT"
+    elif pgb_up; then
+        die "pgbouncer runs in $DIR; stop the stack first to go without it: $0 stop $DIR"
+    fi
     [[ $R_MIN_REPLICAS_TO_WRITE =~ ^[0-9]$ ]] ||
         die "bad SECKILL_REDIS_MIN_REPLICAS_TO_WRITE: '$R_MIN_REPLICAS_TO_WRITE' (0-9)"
     # at least 1mb: below that Redis is full before the first SKU; 0 (no
@@ -161,6 +251,11 @@ cmd_start() {
         ha_start_from_env "$rport" "$pport"
     else
         cluster_start_from_env "$pport"
+    fi
+    # After the roles (each topology's start made them): pgbouncer copies the
+    # service role's SCRAM verifier.
+    if ((PGB)); then
+        pgb_start "$PGB_PORT" "${PG_PRIMARY_PORT:-$(pg_conf_port)}"
     fi
     info "env: source $ENV_FILE"
 }
@@ -186,10 +281,17 @@ cmd_stop() {
     for s in "${masters[@]}"; do
         node_stop "$s" || rc=1
     done
+    # pgbouncer first: its clients see a clean error, not a server gone.
+    if [[ -d $PGB_DIR ]]; then
+        pgb_stop || rc=1
+    fi
     if [[ -d $PG_DATA ]]; then
         pg_stop || rc=1
-    else
+    elif [[ $(pg_topology) != ha ]]; then
         info "postgres: not running"
+    fi
+    if [[ -n $(pt_dirs) || -d $ETCD_DIR ]]; then
+        pg_ha_stop || rc=1
     fi
     if [[ -d $RR_DIR ]]; then
         node_stop "$RR_DIR" || rc=1
@@ -231,7 +333,14 @@ cmd_status() {
             node_status "$s" || rc=1
         done
     fi
-    pg_status || rc=1
+    if [[ $(pg_topology) == ha ]]; then
+        pg_ha_status || rc=1
+    else
+        pg_status || rc=1
+    fi
+    if [[ -r $PGB_DIR/pgbouncer.ini ]]; then
+        pgb_status || rc=1
+    fi
     return "$rc"
 }
 

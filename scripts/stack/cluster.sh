@@ -254,8 +254,8 @@ cluster_start() {
         actual=("${ports[@]}")
     fi
 
-    pg_start "$pport"
-    pport=$(pg_conf_port)
+    pg_topology_start "$pport"
+    pport=$(pg_client_ports)
     cluster_wait_ready "${#actual[@]}" "${actual[@]}"
     # The first nodes were the masters when the cluster was made: the seeds
     # of the URL, whichever of them is a replica since a failover.

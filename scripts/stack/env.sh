@@ -4,18 +4,21 @@
 
 ENV_FILE=$DIR/env
 
-# write_client_files REDIS_PORT PG_PORT [REPLICA_PORT SENTINEL_PORTS]: the
+# write_client_files REDIS_PORT PG_PORTS [REPLICA_PORT SENTINEL_PORTS]: the
 # password files and DIR/env; with the last two, of the Sentinel topology;
 # with CLUSTER=1, of the cluster of C_SEED_PORTS and C_REPLICA_PORTS.
+# PG_PORTS is the single server's port, or with PG_HA=1 every Patroni
+# member's (comma-separated): the DSNs then reach whichever is primary
+# (stack/pg-dsn.sh), and the password files hold a line for each.
 write_client_files() {
-    local rport=$1 pport=$2 rrport=${3:-} sports=${4:-} pw rpw opw apw p hosts=''
+    local rport=$1 pport=$2 rrport=${3:-} sports=${4:-} pw rpw opw apw p d hosts=''
     local url_head url_tail
     local -a list
     pw=$(tr -dc '0-9a-f' <"$PG_PWFILE")
     opw=$(ensure_password "$PG_OWNER_PWFILE" "$PG_PW_BYTES")
     apw=$(ensure_password "$PG_APP_PWFILE" "$PG_PW_BYTES")
     rpw=$(ensure_password "$R_PW_FILE" "$R_PW_BYTES")
-    pgpass_lines "$pport" "$PG_APP" "$apw" | write_file "$PGPASS" 600
+    pgpass_lines "$pport${PGB_PORT:+,$PGB_PORT}" "$PG_APP" "$apw" | write_file "$PGPASS" 600
     pgpass_lines "$pport" "$PG_OWNER" "$opw" | write_file "$PGPASS_OWNER" 600
     pgpass_lines "$pport" "$PG_ROLE" "$pw" | write_file "$PGPASS_ADMIN" 600
     # Every Redis URL is url_head USER:PASSWORD@ url_tail.
@@ -54,11 +57,32 @@ write_client_files() {
         printf 'export SECKILL_MIGRATE_REDIS_URL_FILE=%q\n' "$R_ADMIN_URL_FILE"
         printf 'export SECKILL_REDIS_FUNCTIONS_URL_FILE=%q\n' "$R_FUNC_URL_FILE"
         # The service's role; `seckilld migrate` logs in as the owner.
-        printf 'export SECKILL_PG_DSN=%q\n' "$(pg_dsn "$pport" "$PG_APP")"
+        if ((PGB)); then
+            # Through pgbouncer: the request paths transaction-pooled, the
+            # writers session-pooled (stack/pgbouncer.sh).
+            printf 'export SECKILL_PG_DSN=%q\n' "$(pg_dsn "$PGB_PORT" "$PG_APP")"
+            printf 'export SECKILL_PG_WRITER_DSN=%q\n' "$(pg_dsn "$PGB_PORT" "$PG_APP" '' "$PGB_DB_SESSION")"
+            printf 'export SECKILL_PGBOUNCER_PORT=%s\n' "$PGB_PORT"
+        else
+            printf 'export SECKILL_PG_DSN=%q\n' "$(pg_dsn "$pport" "$PG_APP")"
+        fi
         printf 'export SECKILL_MIGRATE_PG_DSN=%q\n' "$(pg_dsn "$pport" "$PG_OWNER" "$PGPASS_OWNER")"
         printf 'export PGPASSFILE=%q\n' "$PGPASS"
         printf 'export SECKILL_REDIS_PORT=%s\n' "$rport"
-        printf 'export SECKILL_PG_PORT=%s\n' "$pport"
+        printf 'export SECKILL_PG_PORT=%s\n' "${pport%%,*}"
+        if ((PG_HA)); then
+            # For scripts and tests: the members' PostgreSQL ports (the
+            # primary is the one Patroni names: GET /primary on a REST API
+            # answers 200 on it), their REST APIs, etcd, and patronictl's
+            # config (patronictl -c FILE list | switchover).
+            printf 'export SECKILL_PG_TOPOLOGY=ha\n'
+            printf 'export SECKILL_PG_PORTS=%s\n' "$pport"
+            printf 'export SECKILL_PATRONI_API_PORTS=%s\n' "$(
+                while read -r d; do pt_api_port "$d"; done < <(pt_dirs) | paste -sd,
+            )"
+            printf 'export SECKILL_ETCD_PORT=%s\n' "$(etcd_port)"
+            printf 'export SECKILL_PATRONICTL_CONFIG=%q\n' "$PATRONICTL_CONF"
+        fi
         if [[ -n $sports ]]; then
             # For scripts: the nodes' ports (SECKILL_REDIS_PORT's node is not
             # the master after a failover: the Sentinels say which is).

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
-# Sourced by scripts/stack.sh: PostgreSQL of every topology (one server),
-# its roles and database, their password files under DIR.
+# Sourced by scripts/stack.sh: PostgreSQL's single server (the default
+# topology), and the roles, database and password files of every topology
+# (stack/patroni.sh runs the Patroni cluster of SECKILL_PG_TOPOLOGY=ha).
 
 PG_DIR=$DIR/pg
 PG_DATA=$PG_DIR/data
@@ -19,6 +20,18 @@ PG_OWNER=seckill_owner
 PG_APP=seckill_app
 PG_PW_BYTES=16
 PG_CTL_TIMEOUT=30
+# The guards seckilld SETs on each session it opens (service/store/db.c), as
+# the service role's defaults in the database too: behind pgbouncer's
+# transaction pooling (stack/pgbouncer.sh) a transaction runs on a server
+# session another client opened, and must be bounded all the same.  The
+# same environment settings as the daemon's, with its defaults (cfg.c):
+# pg_statement_timeout_ms, 2 * lock_ttl_ms, pg_client_check_interval_ms.
+PG_APP_STATEMENT_TIMEOUT_MS=${SECKILL_PG_STATEMENT_TIMEOUT_MS:-5000}
+PG_APP_IDLE_IN_TX_TIMEOUT_MS=$((2 * ${SECKILL_LOCK_TTL_MS:-10000}))
+PG_APP_CHECK_INTERVAL_MS=${SECKILL_PG_CLIENT_CHECK_INTERVAL_MS:-1000}
+# The port pg_admin_sql talks to: the single server's (pg_conf_port) unless a
+# topology sets it (SECKILL_PG_TOPOLOGY=ha: the Patroni leader's).
+PG_PRIMARY_PORT=
 
 # Binary dir: the version of an existing cluster, else the newest installed.
 pg_bindir() {
@@ -231,19 +244,15 @@ pg_status() {
     fi
 }
 
-# pgpass_lines PORT ROLE PASSWORD: one role's libpq password file lines, for
-# 127.0.0.1 and localhost.
+# pgpass_lines PORTS ROLE PASSWORD: one role's libpq password file lines, for
+# 127.0.0.1 and localhost, on each of the comma-separated PORTS.
 pgpass_lines() {
-    printf '127.0.0.1:%s:*:%s:%s\nlocalhost:%s:*:%s:%s\n' "$1" "$2" "$3" "$1" "$2" "$3"
-}
-
-# pg_dsn PORT ROLE [PASSFILE]: a conninfo without a password.  The service's
-# DSN names no passfile (PGPASSFILE does); the others name their own, so the
-# service's environment leads to no other role's password.
-pg_dsn() {
-    local dsn="host=127.0.0.1 port=$1 dbname=$PG_DB user=$2"
-    [[ -n ${3:-} ]] && dsn+=" passfile='$3'"
-    printf '%s connect_timeout=5\n' "$dsn"
+    local p
+    local -a list
+    IFS=, read -r -a list <<<"$1"
+    for p in "${list[@]}"; do
+        printf '127.0.0.1:%s:*:%s:%s\nlocalhost:%s:*:%s:%s\n' "$p" "$2" "$3" "$p" "$2" "$3"
+    done
 }
 
 # pg_admin_sql DBNAME: runs the SQL on stdin as the superuser (stdin, not -c:
@@ -251,7 +260,7 @@ pg_dsn() {
 # psql's message in DIR/psql.err.
 pg_admin_sql() {
     local port dsn
-    port=$(pg_conf_port)
+    port=${PG_PRIMARY_PORT:-$(pg_conf_port)}
     dsn="host=127.0.0.1 port=$port dbname=$1 user=$PG_ROLE connect_timeout=5"
     PGPASSFILE=$PGPASS_ADMIN timeout 30 "$PG_BIN/psql" "$dsn" -XAtq -v ON_ERROR_STOP=1 -f - \
         2>"$DIR/psql.err"
@@ -279,13 +288,13 @@ SELECT 'CREATE ROLE $PG_APP' WHERE NOT EXISTS (SELECT 1 FROM pg_roles WHERE roln
 ALTER ROLE $PG_OWNER LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS PASSWORD '$opw';
 ALTER ROLE $PG_APP LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS PASSWORD '$apw';
 EOF
-        warn "cannot create the roles $PG_OWNER and $PG_APP on 127.0.0.1:$(pg_conf_port)"
+        warn "cannot create the roles $PG_OWNER and $PG_APP on 127.0.0.1:${PG_PRIMARY_PORT:-$(pg_conf_port)}"
         cat "$DIR/psql.err" >&2 || true
         log_tail "$PG_LOG"
         exit 1
     }
     exists=$(pg_admin_sql postgres <<<"SELECT 1 FROM pg_database WHERE datname = '$PG_DB'") || {
-        warn "cannot connect to postgres on 127.0.0.1:$(pg_conf_port) as $PG_ROLE"
+        warn "cannot connect to postgres on 127.0.0.1:${PG_PRIMARY_PORT:-$(pg_conf_port)} as $PG_ROLE"
         cat "$DIR/psql.err" >&2 || true
         exit 1
     }
@@ -297,8 +306,15 @@ EOF
         }
         info "postgres: created database $PG_DB (owner $PG_OWNER)"
     fi
+    local g
+    for g in "$PG_APP_STATEMENT_TIMEOUT_MS" "$PG_APP_IDLE_IN_TX_TIMEOUT_MS" "$PG_APP_CHECK_INTERVAL_MS"; do
+        [[ $g =~ ^[0-9]{1,9}$ ]] || die "bad guard for $PG_APP: '$g' ms (SECKILL_PG_STATEMENT_TIMEOUT_MS, SECKILL_LOCK_TTL_MS, SECKILL_PG_CLIENT_CHECK_INTERVAL_MS)"
+    done
     # Tables first: a table's identity sequences follow it.
     pg_admin_sql "$PG_DB" >/dev/null <<EOF || {
+ALTER ROLE $PG_APP IN DATABASE $PG_DB SET statement_timeout = $PG_APP_STATEMENT_TIMEOUT_MS;
+ALTER ROLE $PG_APP IN DATABASE $PG_DB SET idle_in_transaction_session_timeout = $PG_APP_IDLE_IN_TX_TIMEOUT_MS;
+ALTER ROLE $PG_APP IN DATABASE $PG_DB SET client_connection_check_interval = $PG_APP_CHECK_INTERVAL_MS;
 ALTER DATABASE $PG_DB OWNER TO $PG_OWNER;
 SELECT format('ALTER %s public.%I OWNER TO $PG_OWNER',
               CASE c.relkind WHEN 'v' THEN 'VIEW' WHEN 'm' THEN 'MATERIALIZED VIEW' ELSE 'TABLE' END,

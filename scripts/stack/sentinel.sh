@@ -296,10 +296,10 @@ ha_start() {
         info "$(node_label "$s"): removed (SECKILL_SENTINEL_PORTS names ${#ports[@]} Sentinels)"
     done < <(sentinel_dirs)
 
-    pg_start "$pport"
+    pg_topology_start "$pport"
     rport=$(node_port "$R_DIR")
     rrport=$(node_port "$RR_DIR")
-    pport=$(pg_conf_port)
+    pport=$(pg_client_ports)
     write_client_files "$rport" "$pport" "$rrport" "$(
         IFS=,
         printf '%s' "${actual[*]}"

@@ -10,10 +10,10 @@ single_start() {
         warn "note: redis-replica/ was the master last (Sentinel topology); one Redis uses redis/'s data"
     fi
     node_start "$R_DIR" "$rport" SECKILL_REDIS_PORT
-    pg_start "$pport"
+    pg_topology_start "$pport"
     # Actual ports (they differ from the requested ones if already running).
     rport=$(node_port "$R_DIR")
-    pport=$(pg_conf_port)
+    pport=$(pg_client_ports)
     write_client_files "$rport" "$pport"
     pg_ensure_roles_db
 }

@@ -125,6 +125,11 @@ static const struct cfg_def defs[] = {
        CFG_SECRET_IN_URL,
        "libpq connection string of the service's role (best without a password: PGPASSFILE; with "
        "one, from SECKILL_PG_DSN or pg_dsn_file only)"),
+    SF(pg_writer_dsn, "", CFG_SECRET_IN_URL,
+       "libpq connection string of the order writers' sessions (empty: pg_dsn): behind pgbouncer, "
+       "a session-pooled database, since a writer prepares named statements and sets the planner "
+       "once per session; pg_dsn may then be transaction-pooled (with a password, from "
+       "SECKILL_PG_WRITER_DSN or pg_writer_dsn_file only)"),
     SF(migrate_pg_dsn, "", CFG_SECRET_IN_URL,
        "libpq connection string of the schema's owner, for migrate only (empty: pg_dsn; with a "
        "password, from SECKILL_MIGRATE_PG_DSN or migrate_pg_dsn_file only)"),

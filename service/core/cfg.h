@@ -61,6 +61,7 @@ struct cfg {
     char *migrate_redis_url;   /* the admin user's URL for migrate's FUNCTION LOAD; "": redis_url */
     char *pg_dsn;              /* libpq conninfo; password best via PGPASSFILE */
     char *migrate_pg_dsn;      /* the schema owner's conninfo for migrate; "": pg_dsn */
+    char *pg_writer_dsn;       /* the order writers' conninfo; "": pg_dsn */
     int64_t pg_statement_timeout_ms;
     int64_t pg_client_timeout_ms;        /* longest wait for any PostgreSQL answer */
     int64_t pg_connect_host_timeout_ms;  /* one host's share of a multi-host connect */

@@ -479,6 +479,9 @@ int writer_init(struct writer *w, const struct cfg *c, const char *consumer, cha
     memset(w, 0, sizeof *w);
     if (worker_ctx_init(&w->ctx, c, err, errlen) != 0)
         return -1;
+    /* Its statements are prepared once per session (writer_tx.c): through
+     * a pooler, a session-pooled entry of its own. */
+    db_conn_use_dsn(&w->ctx.db, c->pg_writer_dsn);
     /* A blocking XREADGROUP legitimately takes up to writer_block_ms. */
     w->ctx.redis.timeout_ms = (int)(c->redis_timeout_ms + c->writer_block_ms);
     snprintf(w->consumer, sizeof w->consumer, "%s", consumer);

@@ -820,9 +820,10 @@ void writer_tx_write(struct writer *w, struct batch *const *in, size_t n, int wa
     PGconn *conn = db_conn_get(&w->ctx.db);
     if (conn && w->prepared_session != w->ctx.db.session)
         prepare_stmts(w, conn);
-    struct dbtx *tx = conn && PQstatus(conn) == CONNECTION_OK
-                          ? dbtx_begin_deferred(conn, c->pg_dsn, DBTX_ISO_READ_COMMITTED, NULL, 0)
-                          : NULL;
+    struct dbtx *tx =
+        conn && PQstatus(conn) == CONNECTION_OK
+            ? dbtx_begin_deferred(conn, w->ctx.db.dsn, DBTX_ISO_READ_COMMITTED, NULL, 0)
+            : NULL;
     if (!tx) {
         release_all(&g);
         goto out;

@@ -14,6 +14,7 @@
 void db_conn_init(struct db_conn *d, const struct cfg *c)
 {
     d->cfg = c;
+    d->dsn = c->pg_dsn;
     d->conn = NULL;
     d->session = 0;
 }
@@ -32,6 +33,12 @@ static int idle_session_alive(PGconn *c)
 {
     struct pollfd p = {.fd = PQsocket(c), .events = POLLIN};
     return p.fd >= 0 && poll(&p, 1, 0) == 0;
+}
+
+void db_conn_use_dsn(struct db_conn *d, const char *dsn)
+{
+    if (dsn && dsn[0])
+        d->dsn = dsn;
 }
 
 PGconn *db_conn_get(struct db_conn *d)
@@ -54,7 +61,7 @@ PGconn *db_conn_get(struct db_conn *d)
                           "keepalives_count",
                           "tcp_user_timeout",
                           NULL};
-    const char *vals[] = {d->cfg->pg_dsn, "1", "5", "2", "3", user_timeout, NULL};
+    const char *vals[] = {d->dsn, "1", "5", "2", "3", user_timeout, NULL};
     d->conn = pgwait_connect(&w, keys, vals);
     if (!d->conn) {
         log_warn("postgres %s", w.err);

@@ -15,12 +15,17 @@
 
 struct db_conn {
     const struct cfg *cfg;
+    const char *dsn; /* conninfo: cfg->pg_dsn unless db_conn_use_dsn() */
     PGconn *conn;
     unsigned long session; /* grows with each connection made: what was prepared on
                             * session N is gone in session N+1 */
 };
 
 void db_conn_init(struct db_conn *d, const struct cfg *c);
+
+/* Makes d connect with conninfo 'dsn' (not copied: it must outlive d, as the
+ * cfg's strings do) from its next connection on; an empty one keeps pg_dsn. */
+void db_conn_use_dsn(struct db_conn *d, const char *dsn);
 
 /* Returns a healthy connection owned by d (session settings applied), or
  * NULL when PostgreSQL cannot be reached or did not answer within

@@ -39,6 +39,10 @@ void th_cfg(struct cfg *c)
     cfg_defaults(c);
     ck_assert(cfg_set(c, "redis_url", th_env("SECKILL_TEST_REDIS_URL"), err, sizeof err) == 0);
     ck_assert(cfg_set(c, "pg_dsn", th_env("SECKILL_TEST_PG_DSN"), err, sizeof err) == 0);
+    /* Behind pgbouncer (SECKILL_PGBOUNCER=1) the writers' session-pooled DSN. */
+    const char *writer_dsn = getenv("SECKILL_TEST_PG_WRITER_DSN");
+    if (writer_dsn && *writer_dsn)
+        ck_assert(cfg_set(c, "pg_writer_dsn", writer_dsn, err, sizeof err) == 0);
     ck_assert(cfg_set(c, "writer_claim_idle_ms", "300", err, sizeof err) == 0);
     ck_assert(cfg_set(c, "writer_refresh_ms", "100", err, sizeof err) == 0);
     ck_assert(cfg_set(c, "writer_block_ms", "50", err, sizeof err) == 0);

@@ -127,7 +127,9 @@ mkdir -p "$ROOT/var"
 mkdir "$DIR"
 STARTED=1
 t_start=$SECONDS
-SECKILL_REDIS_TOPOLOGY=cluster SECKILL_REDIS_CLUSTER_REPLICAS=1 \
+# PostgreSQL as one server whatever `make test PG=` chose: this test is
+# about Redis (test_stack_pg_ha.sh is the Patroni cluster's)
+SECKILL_PG_TOPOLOGY=single SECKILL_REDIS_TOPOLOGY=cluster SECKILL_REDIS_CLUSTER_REPLICAS=1 \
     se_stack_start_free "$DIR" >"$LOG" 2>&1 || {
     cat "$LOG" >&2
     die "stack.sh start (cluster) failed"

@@ -93,7 +93,9 @@ mkdir "$DIR"
 STARTED=1
 # min-replicas-to-write 1: the stack's refusal to write without a replica is
 # part of what this test proves (the default, 0, keeps selling instead)
-SECKILL_REDIS_TOPOLOGY=sentinel SECKILL_REDIS_MIN_REPLICAS_TO_WRITE=1 \
+# PostgreSQL as one server whatever `make test PG=` chose: this test is
+# about Redis (test_stack_pg_ha.sh is the Patroni cluster's)
+SECKILL_PG_TOPOLOGY=single SECKILL_REDIS_TOPOLOGY=sentinel SECKILL_REDIS_MIN_REPLICAS_TO_WRITE=1 \
     se_stack_start_free "$DIR" >"$LOG" 2>&1 || {
     cat "$LOG" >&2
     die "stack.sh start (sentinel) failed"

@@ -1,0 +1,197 @@
+# shellcheck shell=bash
+# Sourced by scripts/stack.sh: pgbouncer in front of PostgreSQL
+# (SECKILL_PGBOUNCER=1, `make run PGBOUNCER=1`), with either PostgreSQL
+# topology: the way to run many daemons against one PostgreSQL, each
+# daemon's connections shared through a bounded number of server sessions.
+# Optional: one or a few daemons need no pooler (max_connections covers
+# them), and it is one more hop and one more process to lose; the Patroni
+# topology does not need it to follow the primary (the multi-host DSN does).
+#
+# It listens on 127.0.0.1:SECKILL_PGBOUNCER_PORT (default 6432), TCP only,
+# and offers the service's role two databases, both the stack's seckill:
+#   seckill          transaction pooling: the request paths (SECKILL_PG_DSN).
+#                    A server session serves a client for one transaction,
+#                    so nothing may live in the session between them: no
+#                    named prepared statement, no SET.  Their statements are
+#                    unnamed (parsed each time), and the guards the daemon
+#                    SETs on connecting (statement_timeout and the others)
+#                    are the role's defaults too (pg_ensure_roles_db), so a
+#                    server session has them whoever opened it.
+#   seckill_session  session pooling: the order writers (SECKILL_PG_WRITER_DSN,
+#                    the daemon's pg_writer_dsn), which prepare named
+#                    statements once per session and set the planner for it.
+# seckilld migrate goes to PostgreSQL directly (its advisory lock is held
+# by the session).  pgbouncer logs in to PostgreSQL as the client did, with
+# the SCRAM secret it verified the client with (auth_file holds the role's
+# SCRAM verifier, copied from pg_authid, not its password).
+#
+# Following the primary: with the Patroni topology each member's Patroni
+# runs DIR/pgbouncer/follow.sh when it starts or changes role; on the
+# member that became primary it rewrites databases.ini to name its port and
+# sends pgbouncer SIGHUP: pgbouncer then closes each server session to the
+# old address as soon as it is idle and opens new ones to the new.
+#
+# Its files in DIR, owned by the PostgreSQL OS user (pgbouncer runs as it,
+# so that Patroni's callback may rewrite databases.ini and signal it):
+#   pgbouncer/    pgbouncer.ini (settings), databases.ini (the two databases'
+#                 server address; rewritten by follow.sh), userlist.txt (the
+#                 role's SCRAM verifier, mode 600), follow.sh (the callback),
+#                 pgbouncer.pid, pgbouncer.log, port
+
+PGB_DIR=$DIR/pgbouncer
+PGB_DEFAULT_PORT=6432
+PGB_DB_TX=seckill
+PGB_DB_SESSION=seckill_session
+# Server sessions per database and role, and in all to the server: a
+# quarter of the stack's max_connections (200) each, the rest left to the
+# direct clients (migrate, the tests, the operators).
+PGB_POOL_SIZE=40
+PGB_MAX_DB_CONNECTIONS=80
+PGB_MAX_CLIENT_CONN=2000
+# A client waits at most this long (s) for a server session (pgbouncer's
+# default, 120, would outlast every deadline of the daemon); a failed login
+# to the server (a primary gone) is retried after PGB_LOGIN_RETRY_S, not
+# pgbouncer's 15 s.
+PGB_QUERY_WAIT_TIMEOUT_S=5
+PGB_SERVER_CONNECT_TIMEOUT_S=5
+PGB_LOGIN_RETRY_S=1
+PGB_READY_WAIT_TENTHS=100
+
+# pgb_install_follow: DIR/pgbouncer/follow.sh, the callback's copy in DIR
+# (Patroni runs it as the PostgreSQL OS user, who may not reach the tree).
+pgb_install_follow() {
+    mkdir -p "$PGB_DIR"
+    chmod 700 "$PGB_DIR"
+    ((IS_ROOT)) && chown "$PG_USER" "$PGB_DIR"
+    install -m 755 "$SELF_DIR/stack/pgbouncer-follow.sh" "$PGB_DIR/follow.sh"
+}
+
+pgb_pid() { tr -dc '0-9' 2>/dev/null <"$PGB_DIR/pgbouncer.pid" || true; }
+pgb_port() { tr -dc '0-9' 2>/dev/null <"$PGB_DIR/port" || true; }
+pgb_up() {
+    local pid port
+    pid=$(pgb_pid)
+    port=$(pgb_port)
+    [[ -n $pid && -n $port ]] && pid_is "$pid" pgbouncer && port_busy "$port"
+}
+
+# pgb_write_databases PORT: databases.ini naming the server on PORT, by
+# follow.sh (Patroni's callback): one shape for both; a running pgbouncer
+# reloads it.
+pgb_write_databases() {
+    as_pg "$PGB_DIR/follow.sh" "$PGB_DIR" "$1" on_start primary "$PT_SCOPE" ||
+        die "$PGB_DIR/follow.sh could not write databases.ini"
+}
+
+# pgb_write_userlist: the service's role and its SCRAM verifier (pg_authid),
+# read as the superuser from the primary.
+pgb_write_userlist() {
+    local secret
+    secret=$(pg_admin_sql postgres <<<"SELECT rolpassword FROM pg_authid WHERE rolname = '$PG_APP'") || {
+        cat "$DIR/psql.err" >&2 || true
+        die "cannot read $PG_APP's SCRAM verifier for pgbouncer"
+    }
+    [[ $secret == SCRAM-SHA-256\$* ]] || die "$PG_APP has no SCRAM verifier; pgbouncer cannot log it in"
+    printf '"%s" "%s"\n' "$PG_APP" "$secret" | write_file "$PGB_DIR/userlist.txt" 600
+    ((IS_ROOT)) && chown "$PG_USER" "$PGB_DIR/userlist.txt"
+    return 0
+}
+
+pgb_write_conf() {
+    write_file "$PGB_DIR/pgbouncer.ini" 600 <<EOF
+; generated by scripts/stack.sh on every start of pgbouncer
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $1
+unix_socket_dir =
+pidfile = $PGB_DIR/pgbouncer.pid
+logfile = $PGB_DIR/pgbouncer.log
+auth_type = scram-sha-256
+auth_file = $PGB_DIR/userlist.txt
+default_pool_size = $PGB_POOL_SIZE
+max_db_connections = $PGB_MAX_DB_CONNECTIONS
+max_client_conn = $PGB_MAX_CLIENT_CONN
+query_wait_timeout = $PGB_QUERY_WAIT_TIMEOUT_S
+server_connect_timeout = $PGB_SERVER_CONNECT_TIMEOUT_S
+server_login_retry = $PGB_LOGIN_RETRY_S
+; a session-pooled client's settings and statements never reach the next one
+server_reset_query = DISCARD ALL
+%include $PGB_DIR/databases.ini
+EOF
+    ((IS_ROOT)) && chown "$PG_USER" "$PGB_DIR/pgbouncer.ini"
+    return 0
+}
+
+# pgb_start PORT PRIMARY_PORT: pgbouncer on PORT in front of the server on
+# PRIMARY_PORT, unless it runs (then its databases are pointed there and it
+# reloads).  After the roles exist (it copies the service role's verifier).
+pgb_start() {
+    local port=$1 primary=$2 i
+    command -v pgbouncer >/dev/null 2>&1 || die "pgbouncer is not installed (run scripts/deps.sh)"
+    pgb_install_follow
+    pgb_write_userlist
+    pgb_write_databases "$primary"
+    if pgb_up; then
+        info "pgbouncer: already running on 127.0.0.1:$(pgb_port) (pid $(pgb_pid)); pointed at :$primary"
+        return 0
+    fi
+    [[ -r $PGB_DIR/port ]] && port=$(pgb_port)
+    if port_busy "$port"; then
+        printf '%s: error: port %s is already in use; cannot start pgbouncer (set SECKILL_PGBOUNCER_PORT)\n' \
+            "$PROG" "$port" >&2
+        exit 3
+    fi
+    printf '%s\n' "$port" >"$PGB_DIR/port"
+    pgb_write_conf "$port"
+    : >>"$PGB_DIR/pgbouncer.log"
+    ((IS_ROOT)) && chown "$PG_USER" "$PGB_DIR/pgbouncer.log" "$PGB_DIR/port"
+    rm -f "$PGB_DIR/pgbouncer.pid"
+    # -d: it daemonizes once its socket listens, and writes its pid file.
+    if ! as_pg pgbouncer -d "$PGB_DIR/pgbouncer.ini" </dev/null >>"$PGB_DIR/pgbouncer.log" 2>&1 9>&-; then
+        log_tail "$PGB_DIR/pgbouncer.log"
+        die "pgbouncer did not start"
+    fi
+    for ((i = 0; i < PGB_READY_WAIT_TENTHS; i++)); do
+        pgb_up && break
+        sleep 0.1
+    done
+    pgb_up || {
+        log_tail "$PGB_DIR/pgbouncer.log"
+        die "pgbouncer does not listen on 127.0.0.1:$port"
+    }
+    info "pgbouncer: started on 127.0.0.1:$port (pid $(pgb_pid), user $PG_USER), in front of :$primary"
+}
+
+pgb_stop() {
+    local pid i
+    pid=$(pgb_pid)
+    if [[ -z $pid ]] || ! pid_is "$pid" pgbouncer; then
+        info "pgbouncer: not running"
+        return 0
+    fi
+    # SIGINT: a safe shutdown (waits for the clients' transactions to end;
+    # bounded below), SIGTERM: at once.
+    kill -INT "$pid" 2>/dev/null || true
+    for ((i = 0; i < 50; i++)); do
+        pid_is "$pid" pgbouncer || break
+        sleep 0.1
+    done
+    pid_is "$pid" pgbouncer && kill -TERM "$pid" 2>/dev/null
+    for ((i = 0; i < 50; i++)); do
+        pid_is "$pid" pgbouncer || break
+        sleep 0.1
+    done
+    pid_is "$pid" pgbouncer && kill -KILL "$pid" 2>/dev/null
+    info "pgbouncer: stopped"
+}
+
+pgb_status() {
+    if pgb_up; then
+        info "pgbouncer: running on 127.0.0.1:$(pgb_port) (pid $(pgb_pid)), in front of :$(
+            awk -F'port=' '/^seckill / { split($2, a, " "); print a[1]; exit }' "$PGB_DIR/databases.ini"
+        )"
+    else
+        info "pgbouncer: NOT RUNNING"
+        return 1
+    fi
+}
