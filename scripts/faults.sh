@@ -15,7 +15,8 @@
 # its first SKU.  The shared parts: scripts/faults/lib/settings.sh (loads,
 # timings, the daemons' settings), lib/common.sh (bookkeeping, servers,
 # daemons), lib/load.sh (load, checks, healing probes), lib/ha.sh (a
-# Sentinel or Cluster stack of a scenario's own).
+# Sentinel or Cluster stack of a scenario's own), lib/pgha.sh (a Patroni
+# stack of a scenario's own, and its members' faults).
 # FAULTS_ONLY=name,... runs a subset, in the order of the run.
 #
 # Env in: BUILD (build), FAULTS_SHORT=1 (small loads: the whole suite in a few
@@ -51,6 +52,8 @@ source "$FAULTS_DIR/lib/common.sh"
 source "$FAULTS_DIR/lib/load.sh"
 # shellcheck source=scripts/faults/lib/ha.sh
 source "$FAULTS_DIR/lib/ha.sh"
+# shellcheck source=scripts/faults/lib/pgha.sh
+source "$FAULTS_DIR/lib/pgha.sh"
 
 trap faults_cleanup EXIT
 trap 'printf "\n%s: interrupted\n" "$PROG" >&2; exit 130' INT

@@ -5,11 +5,19 @@
 
 HA_MASTER_NAME=seckill # scripts/stack/sentinel.sh's S_MASTER_NAME
 HA_SAVED=()
+HA_ENV_NEW=()
 ha_env_on() {
     HA_SAVED=("$STACK_DIR" "$SECKILL_REDIS_URL" "$SECKILL_PG_DSN" "$PGPASSFILE"
         "${SECKILL_MIGRATE_PG_DSN:-}" "${SECKILL_MIGRATE_REDIS_URL_FILE:-}"
         "${SECKILL_REDIS_FUNCTIONS_URL_FILE:-}")
     STACK_DIR=$HA_DIR
+    # what the HA stack's env sets that the main stack's does not (its
+    # topology, Patroni's ports, ...): unset again by ha_env_off
+    local name
+    HA_ENV_NEW=()
+    while read -r name; do
+        [[ -v $name ]] || HA_ENV_NEW+=("$name")
+    done < <(sed -n 's/^export \([A-Za-z_][A-Za-z0-9_]*\)=.*/\1/p' "$HA_DIR/env")
     # shellcheck source=/dev/null
     source "$HA_DIR/env"
     export SECKILL_REDIS_URL SECKILL_PG_DSN PGPASSFILE SECKILL_MIGRATE_PG_DSN \
@@ -22,19 +30,22 @@ ha_env_off() {
     SECKILL_MIGRATE_REDIS_URL_FILE=${HA_SAVED[5]} SECKILL_REDIS_FUNCTIONS_URL_FILE=${HA_SAVED[6]}
     export SECKILL_REDIS_URL SECKILL_PG_DSN PGPASSFILE SECKILL_MIGRATE_PG_DSN \
         SECKILL_MIGRATE_REDIS_URL_FILE SECKILL_REDIS_FUNCTIONS_URL_FILE
+    ((${#HA_ENV_NEW[@]} == 0)) || unset "${HA_ENV_NEW[@]}"
+    HA_ENV_NEW=()
     HA_SAVED=()
 }
 
 # ha_up: the Sentinel stack of this scenario, migrated, its settings in
 # force (ha_down stops it and restores the main stack's).
 HA_PORTS=()
-ha_up() { # ha_up [TOPOLOGY]: sentinel (default) or cluster
+ha_up() { # ha_up [TOPOLOGY]: sentinel (default), cluster or single (with SECKILL_PG_TOPOLOGY=ha)
     local topo=${1:-sentinel}
     HA_DIR=$SDIR/ha-stack
     # the main stack's, set again by ha_down: se_stack_restart (stack_ok after
     # a scenario) starts the topology these name
     HA_PORTS=("$SE_REDIS_PORT" "$SE_PG_PORT" "$SE_REPLICA_PORT" "$SE_SENTINEL_PORTS"
-        "$SE_CLUSTER_PORTS" "$SE_CLUSTER_REPLICAS" "$SE_CLUSTER_REPLICA_PORTS")
+        "$SE_CLUSTER_PORTS" "$SE_CLUSTER_REPLICAS" "$SE_CLUSTER_REPLICA_PORTS"
+        "$SE_PG_REPLICA_PORT" "$SE_PATRONI_API_PORTS" "$SE_ETCD_PORT" "$SE_ETCD_PEER_PORT")
     mkdir -p "$HA_DIR"
     SECKILL_REDIS_TOPOLOGY=$topo se_stack_start_free "$HA_DIR" >"$SDIR/ha-stack.log" 2>&1 || {
         fail "the $topo stack did not start ($SDIR/ha-stack.log)"
@@ -79,6 +90,8 @@ ha_down() {
     SE_REDIS_PORT=${HA_PORTS[0]} SE_PG_PORT=${HA_PORTS[1]} SE_REPLICA_PORT=${HA_PORTS[2]}
     SE_SENTINEL_PORTS=${HA_PORTS[3]} SE_CLUSTER_PORTS=${HA_PORTS[4]}
     SE_CLUSTER_REPLICAS=${HA_PORTS[5]} SE_CLUSTER_REPLICA_PORTS=${HA_PORTS[6]}
+    SE_PG_REPLICA_PORT=${HA_PORTS[7]} SE_PATRONI_API_PORTS=${HA_PORTS[8]}
+    SE_ETCD_PORT=${HA_PORTS[9]} SE_ETCD_PEER_PORT=${HA_PORTS[10]}
 }
 ha_master_kill() {
     local pid
