@@ -392,13 +392,23 @@ static int check_backends(const struct lt_opts *o, char *err, size_t errlen)
         return -1;
     }
     int rc = 0;
-    for (PQconninfoOption *c = ci; c->keyword; c++) {
-        if (!c->val || !*c->val)
+    for (PQconninfoOption *c = ci; c->keyword && rc == 0; c++) {
+        if (!c->val || !*c->val ||
+            (strcmp(c->keyword, "host") != 0 && strcmp(c->keyword, "hostaddr") != 0))
             continue;
-        if ((strcmp(c->keyword, "host") == 0 && c->val[0] != '/' && !lt_is_loopback(c->val)) ||
-            (strcmp(c->keyword, "hostaddr") == 0 && !lt_is_loopback(c->val))) {
-            snprintf(err, errlen, "--pg-dsn %s %s is not in 127.0.0.0/8", c->keyword, c->val);
-            rc = -1;
+        /* a multi-host DSN (a primary and its standbys) names each */
+        char one[256];
+        for (const char *h = c->val; rc == 0;) {
+            size_t n = strcspn(h, ",");
+            snprintf(one, sizeof one, "%.*s", (int)(n < sizeof one ? n : sizeof one - 1), h);
+            int socket_dir = strcmp(c->keyword, "host") == 0 && one[0] == '/';
+            if (!socket_dir && (n >= sizeof one || !lt_is_loopback(one))) {
+                snprintf(err, errlen, "--pg-dsn %s %s is not in 127.0.0.0/8", c->keyword, one);
+                rc = -1;
+            }
+            if (!h[n])
+                break;
+            h += n + 1;
         }
     }
     PQconninfoFree(ci);

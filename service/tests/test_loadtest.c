@@ -785,6 +785,8 @@ START_TEST(test_bad_flags_exit_2)
         {"--redis-url", "redis-sentinel://127.0.0.1:26380,10.1.2.3:26381/seckill", NULL},
         {"--pg-dsn", "host=127.0.0.1 dbname=seckill password=secret-password", NULL},
         {"--pg-dsn", "postgresql://seckill:secret-password@127.0.0.1/seckill", NULL},
+        /* every host of a multi-host DSN is loopback */
+        {"--pg-dsn", "host=127.0.0.1,10.1.2.3 port=5432,5433 dbname=seckill", NULL},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         ck_assert_msg(run_loadtest(bad[i], EXIT_USAGE) == EXIT_USAGE, "%s was accepted", bad[i][0]);
