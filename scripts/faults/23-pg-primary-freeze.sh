@@ -27,9 +27,11 @@ scenario_pg_primary_freeze() {
             while ! le $((ttl + PG_FREEZE_PAST_TTL_S)) "$(since "$t0")"; do sleep 0.2; done
             thaw
             note "the old primary ${primary##*/} woke $(since "$t0")s after the freeze"
+            # its Patroni demotes it (a shutdown, a rewind): judged once it
+            # is a standby or down, from the one primary
+            pgha_no_second_primary "$primary"
             load_wait
             judge "$sku"
-            pgha_no_second_primary "$primary"
             sales_continue "$url" "$sku"
             pgha_report_leader
         fi
