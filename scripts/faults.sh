@@ -59,9 +59,12 @@ trap faults_cleanup EXIT
 trap 'printf "\n%s: interrupted\n" "$PROG" >&2; exit 130' INT
 trap 'printf "%s: terminated\n" "$PROG" >&2; exit 143' TERM
 
-# Every scenario file, in the order of its number (SCENARIO_NUM[NAME]).
+# Every scenario file, in the order of its number (SCENARIO_NUM[NAME]).  A
+# file may set SCENARIO_OFF[NAME] to why it is off (a known defect outside
+# this tree): it then runs only when FAULTS_ONLY names it, and the summary
+# says so.
 ALL_SCENARIOS=()
-declare -A SCENARIO_NUM=()
+declare -A SCENARIO_NUM=() SCENARIO_OFF=()
 for f in "$FAULTS_DIR"/[0-9][0-9]-*.sh; do
     [[ -f $f ]] || continue
     name=${f##*/} name=${name%.sh}
@@ -160,14 +163,20 @@ lt_buyer_secret "$SCRATCH"
 say "stack in $STACK_DIR (redis :$SE_REDIS_PORT, postgres :$SE_PG_PORT), acknowledgement $ACK, loads of ${LOAD_S}s on $CONCURRENCY connections"
 
 start=$SECONDS
+off=0
 for i in "${!ALL_SCENARIOS[@]}"; do
     name=${ALL_SCENARIOS[$i]}
     [[ " ${SELECTED[*]} " == *" $name "* ]] || continue
+    if [[ -n ${SCENARIO_OFF[$name]:-} && -z ${FAULTS_ONLY:-} ]]; then
+        RESULTS+=("$(printf 'OFF   %-25s %s' "$name" "${SCENARIO_OFF[$name]}")")
+        off=$((off + 1))
+        continue
+    fi
     run_scenario "${SCENARIO_NUM[$name]}" "$name"
 done
 
 printf '\n%s: summary (%ss, acknowledgement %s)\n' "$PROG" $((SECONDS - start)) "$ACK"
 printf '  %s\n' "${RESULTS[@]}"
 failed=$(printf '%s\n' "${RESULTS[@]}" | grep -c '^FAIL' || true)
-printf '%s: %d passed, %d failed\n' "$PROG" $((${#RESULTS[@]} - failed)) "$failed"
+printf '%s: %d passed, %d failed, %d off\n' "$PROG" $((${#RESULTS[@]} - failed - off)) "$failed" "$off"
 ((failed == 0))
