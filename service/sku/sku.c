@@ -41,7 +41,7 @@ static enum sku_result create_with_id(struct worker_ctx *w, const struct validat
         fmt_i64z(lj.ends_ms, spec->ends_ms);
     struct dbtx *tx = sku_tx_begin(w, &t, id, load_on_commit, &lj);
     if (!tx)
-        return w->redis_full ? SKU_STORE_FULL : SKU_UNAVAILABLE;
+        return SKU_UNAVAILABLE;
     char sid[24], stock[24], limit[24], window[24];
     fmt_i64z(sid, id);
     fmt_i64z(stock, spec->stock);

@@ -22,8 +22,6 @@ static int lock_sku(struct worker_ctx *w, struct txlock *t, int64_t sku)
     keys_sku(key, sku, KEY_SKU_LOCK);
     const char *keys[] = {key};
     enum rlock_status st = txlock_acquire(t, &w->redis, w->cfg, sku, keys, 1);
-    /* taking a lock writes its key: the first write Redis refuses when full */
-    w->redis_full = st == RLOCK_ERR && strstr(t->lock.err, "OOM command not allowed") != NULL;
     if (st != RLOCK_OK) {
         log_warn("lock %s: %s %s", key, rlock_status_str(st), t->lock.err);
         return -1;
@@ -389,7 +387,7 @@ static enum sku_result adjust_once(struct worker_ctx *w, struct sku_move *m, int
     }
     struct dbtx *tx = sku_tx_begin_many(w, t, ids, n, adjust_on_complete, args);
     if (!tx)
-        return w->redis_full ? SKU_STORE_FULL : SKU_UNAVAILABLE;
+        return SKU_UNAVAILABLE;
     for (int i = 0; i < n; i++)
         snprintf(a[i].id, sizeof a[i].id, "%lld", dbtx_txid(tx));
     for (int i = 0; i < n; i++) {

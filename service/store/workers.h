@@ -26,7 +26,6 @@ struct worker_ctx {
     const struct cfg *cfg;
     struct redis_conn redis;
     struct db_conn db;
-    int redis_full; /* the last SKU lock was refused: Redis at its maxmemory */
 };
 
 struct job;
