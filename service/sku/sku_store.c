@@ -254,8 +254,9 @@ static void adjust_on_complete(enum dbtx_outcome outcome, void *arg)
  * process died between the Redis step and its completion hook, or its commit
  * outcome was unknown).  Called under the SKU lock with the SKU row locked by
  * the fence, so every earlier adjustment's transaction has ended and
- * txid_status() is final: committed, drop the record; aborted, take the delta
- * back.  Returns 0, or -1 when Redis or PostgreSQL failed (nothing assumed).
+ * its fate (sql/txid_fate.sql) is final: committed, drop the record;
+ * aborted or never assigned here, take the delta back.  Returns 0, or -1 when Redis or PostgreSQL
+ * failed (nothing assumed).
  */
 int settle_adjustments(struct worker_ctx *w, struct dbtx *tx, int64_t sku, const char *own,
                        int64_t *settled)
@@ -275,7 +276,7 @@ int settle_adjustments(struct worker_ctx *w, struct dbtx *tx, int64_t sku, const
         const char *id = ids->element[i]->str;
         if (!id || strcmp(id, own) == 0)
             continue;
-        PGresult *r = tx_query(tx, "txid_status", 1, (const char *[]){id});
+        PGresult *r = tx_query(tx, "txid_fate", 1, (const char *[]){id});
         if (!r) {
             rc = -1;
             break;
@@ -285,7 +286,9 @@ int settle_adjustments(struct worker_ctx *w, struct dbtx *tx, int64_t sku, const
         if (strcmp(fate, "committed") == 0) {
             const char *argv[] = {"HDEL", adj, id};
             done = redis_conn_cmd(&w->redis, 3, argv, NULL);
-        } else if (strcmp(fate, "aborted") == 0) {
+        } else if (strcmp(fate, "aborted") == 0 || strcmp(fate, "future") == 0) {
+            /* 'future': an id this primary never assigned (a lost primary's):
+             * it never committed here */
             const char *argv[] = {stock, adj, id};
             done = redis_conn_script(&w->redis, &script_stock_adjust_undo, 2, 1, argv, NULL);
         } else {

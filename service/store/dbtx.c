@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/embedded.h"
 #include "store/pgwait.h"
 
 /*
@@ -445,37 +446,7 @@ static void sleep_ms(long ms)
         ;
 }
 
-/*
- * The lookup, one statement, so that what it says and which server says it
- * cannot come apart:
- *   'standby'  the server is in recovery: its answer is not the system of
- *              record's (it may lag, and may never be promoted); ask the
- *              primary instead;
- *   'future'   the primary never assigned that id (txid_current() gives the
- *              lookup one of its own, above every id assigned there): the
- *              transaction is not in its history.  That is a promoted
- *              standby that never received it, or the same server after a
- *              crash that lost it: it did not commit here and never will;
- *   'syncwait' the commit is in the commit log but its backend still waits
- *              for the synchronous standby (it is not visible in a snapshot
- *              yet): not durable until the standby has it, and lost if the
- *              primary dies now and the standby is promoted.  PostgreSQL 15's
- *              txid_status() already says 'in progress' then (it looks at
- *              the process array first); this keeps it so whatever the
- *              order of its checks;
- *   else txid_status(): committed, aborted (also a transaction whose server
- *              crashed or failed over before its commit record), in
- *              progress, or NULL (older than the commit log: not the
- *              cluster that ran it).
- * A CASE evaluates only the branch it needs, so a standby never reaches
- * txid_current(), which it would refuse.
- */
-static const char lookup_sql[] =
-    "SELECT CASE WHEN pg_is_in_recovery() THEN 'standby'"
-    " WHEN $1::bigint >= txid_current() THEN 'future'"
-    " WHEN txid_status($1::bigint) = 'committed'"
-    " AND NOT txid_visible_in_snapshot($1::bigint, txid_current_snapshot()) THEN 'syncwait'"
-    " ELSE txid_status($1::bigint) END";
+/* The lookup: sql/txid_fate.sql says what each answer means. */
 
 /* Runs tx's witness on c (see dbtx_set_witness).  Returns the outcome it
  * proves, or DBTX_UNKNOWN with why set. */
@@ -511,7 +482,7 @@ static enum dbtx_outcome witness_says(struct dbtx *tx, PGconn *c, char *why, siz
  * transaction is gone, and on a standby promoted since (transaction ids and
  * the commit log are replicated with everything else).
  *
- * Only a primary's answer counts (see lookup_sql).  Finding one has one
+ * Only a primary's answer counts (see sql/txid_fate.sql).  Finding one has one
  * client deadline (the process default): a connect refused, a server that
  * is only a standby (target_session_attrs=read-write in the conninfo, or
  * 'standby' here), or a connection lost while asking are tried again every
@@ -549,7 +520,7 @@ static enum dbtx_outcome reconcile(struct dbtx *tx)
         /* Each question has the client deadline too: the server that did
          * not answer the COMMIT may not answer this either. */
         pgwait_start(&w, 0, NULL);
-        PGresult *res = pgwait_params(&w, c, lookup_sql, 1, params);
+        PGresult *res = pgwait_params(&w, c, sql_text("txid_fate"), 1, params);
         if (res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
             int lost = res != NULL && PQstatus(c) != CONNECTION_OK;
 
