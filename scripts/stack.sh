@@ -7,7 +7,7 @@
 #
 # start reads SECKILL_REDIS_PORT (default 6380) and SECKILL_PG_PORT (default
 # 5433).  stop/status use the ports recorded in DIR's generated configs.
-# Every Redis data node gets maxmemory SECKILL_REDIS_MAXMEMORY (default 64mb)
+# Every Redis data node gets maxmemory SECKILL_REDIS_MAXMEMORY (default 1gb)
 # with maxmemory-policy noeviction (docs/operations.md, "Redis memory").
 #
 # SECKILL_REDIS_TOPOLOGY=sentinel runs Redis behind Sentinel (a master, a

@@ -13,7 +13,7 @@ REDIS_WAIT_TENTHS=100 # 10 s
 # refuses a write that would need memory (the service answers 503) rather
 # than drop a stock, journal or stream key, which would oversell or lose an
 # order.  Replicas get the same bound: a failover promotes one.
-R_MAXMEMORY=${SECKILL_REDIS_MAXMEMORY:-64mb}
+R_MAXMEMORY=${SECKILL_REDIS_MAXMEMORY:-1gb}
 R_MAXMEMORY_POLICY=noeviction
 
 # redis_bytes SIZE: SIZE (digits, then kb/mb/gb or nothing) in bytes, as
