@@ -15,13 +15,9 @@
 # beyond the ttl.
 PG_FREEZE_PAST_TTL_S=4
 
-# Off until Patroni is fixed here: Debian 12's Patroni 3.0.2 with etcd's v3
-# API writes the leader key again when a frozen leader wakes, over the
-# promoted standby's (fixed upstream in 3.0.3, patroni/patroni#2689): the
-# standby is demoted and the old primary leads again, so commits made on the
-# standby meanwhile (alone: synchronous_mode_strict is false) are rewound
-# away.  This scenario finds it (FAULTS_ONLY=pg-primary-freeze make faults).
-SCENARIO_OFF[pg-primary-freeze]="Patroni 3.0.2 + etcd v3: a woken frozen leader takes its key back (patroni#2689)"
+# Found a real split-brain once: Debian 12's Patroni 3.0.2 on etcd's v3 API
+# wrote the leader key again when the frozen leader woke (patroni#2689); the
+# stack runs Patroni on etcd's v2 API since (scripts/stack/patroni.sh).
 scenario_pg_primary_freeze() {
     local sku=$1 primary t0 ttl
     if pgha_up && start_daemon d1; then

@@ -217,6 +217,7 @@ etcd_start() {
             --listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
             --initial-cluster "seckill-etcd-1=http://127.0.0.1:$peer" --initial-cluster-state new \
             --initial-cluster-token "seckill-$(sha256_hex "$DIR" | cut -c1-16)" \
+            --enable-v2=true \
             </dev/null >>"$ETCD_DIR/etcd.log" 2>&1 9>&-
     ) &
     printf '%s\n' "$!" >"$ETCD_DIR/etcd.pid"
@@ -245,27 +246,53 @@ etcd_call() {
     [[ $out != *'"error"'* && $out != *'"code"'* ]]
 }
 
-# etcd_secure: etcd's logins, once per data dir: root (this script) and
-# seckill-patroni, whose role may read and write the keys under ETCD_PREFIX
-# and nothing else; then auth enable.  Anyone on the machine reaches the
-# loopback port: without logins they could rewrite who leads.
+# etcd_v2 METHOD PATH [JSON [USER:PASSWORD]]: a call to etcd's v2 API (keys
+# and auth); prints the answer, fails on an HTTP error or none.
+etcd_v2() {
+    local out
+    out=$(curl -sS --max-time "$CURL_MAX_S" --fail-with-body -X "$1" ${4:+-u "$4"} \
+        ${3:+-H 'Content-Type: application/json' -d "$3"} \
+        "http://127.0.0.1:$(etcd_port)/v2$2" 2>&1) || {
+        printf '%s\n' "$out"
+        return 1
+    }
+    printf '%s\n' "$out"
+}
+
+# etcd_secure: etcd's logins, once per data dir, in both of its APIs: root
+# (this script) and seckill-patroni, whose role may read and write the keys
+# under ETCD_PREFIX and nothing else; then auth enable.  Anyone on the machine
+# reaches the loopback port: without logins they could rewrite who leads.
+# Patroni uses the v2 API (pt_write_conf says why); the v3 one is locked too,
+# so that nobody else can fill etcd through it.
 etcd_secure() {
     local root_pw pt_pw out
     root_pw=$(ensure_password "$ETCD_ROOT_PWFILE" "$PG_PW_BYTES")
     pt_pw=$(ensure_password "$ETCD_PT_PWFILE" "$PG_PW_BYTES")
-    if out=$(etcd_call /auth/authenticate "{\"name\":\"root\",\"password\":\"$root_pw\"}") &&
-        [[ $out == *'"token"'* ]]; then
-        return 0 # done on an earlier start
+    if ! out=$(etcd_call /auth/authenticate "{\"name\":\"root\",\"password\":\"$root_pw\"}") ||
+        [[ $out != *'"token"'* ]]; then
+        etcd_call /auth/role/add '{"name":"root"}' >/dev/null &&
+            etcd_call /auth/user/add "{\"name\":\"root\",\"password\":\"$root_pw\"}" >/dev/null &&
+            etcd_call /auth/user/grant '{"user":"root","role":"root"}' >/dev/null &&
+            etcd_call /auth/role/add "{\"name\":\"$ETCD_PT_USER\"}" >/dev/null &&
+            etcd_call /auth/role/grant "{\"name\":\"$ETCD_PT_USER\",\"perm\":{\"permType\":\"READWRITE\",\"key\":\"$(printf %s "$ETCD_PREFIX" | base64)\",\"range_end\":\"$(printf %s "$ETCD_PREFIX_END" | base64)\"}}" >/dev/null &&
+            etcd_call /auth/user/add "{\"name\":\"$ETCD_PT_USER\",\"password\":\"$pt_pw\"}" >/dev/null &&
+            etcd_call /auth/user/grant "{\"user\":\"$ETCD_PT_USER\",\"role\":\"$ETCD_PT_USER\"}" >/dev/null &&
+            out=$(etcd_call /auth/enable '{}') || die "cannot set up etcd's v3 logins: $out"
     fi
-    etcd_call /auth/role/add '{"name":"root"}' >/dev/null &&
-        etcd_call /auth/user/add "{\"name\":\"root\",\"password\":\"$root_pw\"}" >/dev/null &&
-        etcd_call /auth/user/grant '{"user":"root","role":"root"}' >/dev/null &&
-        etcd_call /auth/role/add "{\"name\":\"$ETCD_PT_USER\"}" >/dev/null &&
-        etcd_call /auth/role/grant "{\"name\":\"$ETCD_PT_USER\",\"perm\":{\"permType\":\"READWRITE\",\"key\":\"$(printf %s "$ETCD_PREFIX" | base64)\",\"range_end\":\"$(printf %s "$ETCD_PREFIX_END" | base64)\"}}" >/dev/null &&
-        etcd_call /auth/user/add "{\"name\":\"$ETCD_PT_USER\",\"password\":\"$pt_pw\"}" >/dev/null &&
-        etcd_call /auth/user/grant "{\"user\":\"$ETCD_PT_USER\",\"role\":\"$ETCD_PT_USER\"}" >/dev/null &&
-        out=$(etcd_call /auth/enable '{}') || die "cannot set up etcd's logins: $out"
-    info "etcd: logins on (root, $ETCD_PT_USER: $ETCD_PREFIX only)"
+    # v2: the guest role (anyone without a login) starts with every right;
+    # they are taken away once auth is on.
+    if ! out=$(etcd_v2 GET /auth/enable) || [[ $out != *'"enabled":true'* ]]; then
+        etcd_v2 PUT /auth/users/root "{\"user\":\"root\",\"password\":\"$root_pw\"}" >/dev/null &&
+            etcd_v2 PUT "/auth/roles/$ETCD_PT_USER" "{\"role\":\"$ETCD_PT_USER\",\"permissions\":{\"kv\":{\"read\":[\"$ETCD_PREFIX*\"],\"write\":[\"$ETCD_PREFIX*\"]}}}" >/dev/null &&
+            etcd_v2 PUT "/auth/users/$ETCD_PT_USER" "{\"user\":\"$ETCD_PT_USER\",\"password\":\"$pt_pw\",\"roles\":[\"$ETCD_PT_USER\"]}" >/dev/null &&
+            out=$(etcd_v2 PUT /auth/enable) || die "cannot set up etcd's v2 logins: $out"
+    fi
+    if out=$(etcd_v2 GET /auth/roles/guest '' "root:$root_pw") && [[ $out == *'"/*"'* ]]; then
+        out=$(etcd_v2 PUT /auth/roles/guest '{"role":"guest","revoke":{"kv":{"read":["/*"],"write":["/*"]}}}' \
+            "root:$root_pw") || die "cannot take etcd's v2 guest rights away: $out"
+    fi
+    info "etcd: logins on (root, $ETCD_PT_USER: $ETCD_PREFIX only; v2 and v3)"
 }
 
 # stop_pid PID NAME WHAT: SIGTERM, up to PT_STOP_WAIT_TENTHS, then SIGKILL.
@@ -297,6 +324,11 @@ etcd_stop() {
 # pt_write_conf D PG_PORT API_PORT: member D's patroni.yml, fresh each start.
 # bootstrap: is read once, by the member that initialises the cluster (its
 # dcs: part is then the cluster's config in etcd); the rest is this member's.
+# Patroni talks to etcd's v2 API (etcd:, not etcd3:): Debian 12's Patroni
+# 3.0.2 on v3 lets a leader that was frozen past its ttl write the leader key
+# again from its stale view when it wakes, over the promoted standby's
+# (patroni/patroni#2689, fixed in 3.0.3); on v2 it renews its key only by a
+# compare-and-set on its own name, which fails once another member holds it.
 pt_write_conf() {
     local d=$1 port=$2 api=$3 name sockdir=$1/run su_pw repl_pw rewind_pw api_pw
     name=$(pt_name "$d")
@@ -323,7 +355,7 @@ restapi:
   authentication:
     username: $PT_API_USER
     password: '$api_pw'
-etcd3:
+etcd:
   hosts: 127.0.0.1:$(etcd_port)
   username: $ETCD_PT_USER
   password: '$(ensure_password "$ETCD_PT_PWFILE" "$PG_PW_BYTES")'
@@ -405,7 +437,7 @@ pt_write_ctl_conf() {
 # generated by scripts/stack.sh: patronictl -c $PATRONICTL_CONF list
 scope: $PT_SCOPE
 namespace: /seckill/
-etcd3:
+etcd:
   hosts: 127.0.0.1:$(etcd_port)
   username: $ETCD_PT_USER
   password: '$(ensure_password "$ETCD_PT_PWFILE" "$PG_PW_BYTES")'

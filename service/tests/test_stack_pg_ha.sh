@@ -219,16 +219,27 @@ ETCD_PORT=$(env_of SECKILL_ETCD_PORT)
 etcd_post() { # etcd_post PATH JSON [TOKEN]: etcd's v3 JSON gateway
     curl -sS --max-time 3 -X POST ${3:+-H "Authorization: $3"} "http://127.0.0.1:$ETCD_PORT/v3$1" -d "$2" 2>&1
 }
+etcd_v2() { # etcd_v2 METHOD PATH [USER:PASSWORD [DATA]]: etcd's v2 API, Patroni's
+    curl -sS --max-time 3 -X "$1" ${3:+-u "$3"} ${4:+-d "$4"} "http://127.0.0.1:$ETCD_PORT/v2$2" 2>&1
+}
 b64() { printf %s "$1" | base64; }
-out=$(etcd_post /kv/range "{\"key\":\"$(b64 /seckill/)\",\"range_end\":\"$(b64 /seckill0)\"}")
-[[ $out == *'"error"'* && $out != *'"kvs"'* ]] || die "etcd answered a read without a login: $out"
 pt_pw=$(tr -dc '0-9a-f' <"$DIR/etcd-patroni-password")
+# v2, where Patroni keeps the cluster's state: no login, no read
+out=$(etcd_v2 GET '/keys/seckill/?recursive=true')
+[[ $out == *'"errorCode":110'* && $out != *leader* ]] || die "etcd (v2) answered a read without a login: $out"
+out=$(etcd_v2 PUT /keys/seckill/x '' '' value=1)
+[[ $out == *'"errorCode":110'* ]] || die "etcd (v2) took a write without a login: $out"
+out=$(etcd_v2 GET '/keys/seckill/?recursive=true' "seckill-patroni:$pt_pw")
+[[ $out == *'/leader"'* ]] || die "Patroni's etcd user cannot read the leader key under /seckill/: $out"
+out=$(etcd_v2 PUT /keys/other "seckill-patroni:$pt_pw" value=x)
+[[ $out == *'"errorCode":110'* ]] || die "Patroni's etcd user wrote a key outside /seckill/ (v2): $out"
+# v3, which Patroni does not use, is locked all the same
+out=$(etcd_post /kv/range "{\"key\":\"$(b64 /seckill/)\",\"range_end\":\"$(b64 /seckill0)\"}")
+[[ $out == *'"error"'* && $out != *'"kvs"'* ]] || die "etcd (v3) answered a read without a login: $out"
 token=$(etcd_post /auth/authenticate "{\"name\":\"seckill-patroni\",\"password\":\"$pt_pw\"}" | jq -r .token)
-[[ -n $token && $token != null ]] || die "Patroni's etcd user cannot log in"
-out=$(etcd_post /kv/range "{\"key\":\"$(b64 /seckill/)\",\"range_end\":\"$(b64 /seckill0)\"}" "$token")
-[[ $out == *'"kvs"'* ]] || die "Patroni's etcd user cannot read /seckill/: $out"
+[[ -n $token && $token != null ]] || die "Patroni's etcd user cannot log in (v3)"
 out=$(etcd_post /kv/put "{\"key\":\"$(b64 /other)\",\"value\":\"$(b64 x)\"}" "$token")
-[[ $out == *"permission denied"* ]] || die "Patroni's etcd user wrote a key outside /seckill/: $out"
+[[ $out == *"permission denied"* ]] || die "Patroni's etcd user wrote a key outside /seckill/ (v3): $out"
 say "ok: the service's role, the replication role, the REST API and etcd's users hold to their rights"
 
 # ---- 4. switchover
