@@ -131,6 +131,11 @@ long long th_pg_int(PGconn *c, const char *sql)
     return v;
 }
 
+int th_pg_backend_pid(PGconn *c)
+{
+    return (int)th_pg_int(c, "SELECT pg_backend_pid()");
+}
+
 long long th_redis_int(redisContext *r, const char *key)
 {
     redisReply *rep = redisCommand(r, "GET %s", key);

@@ -68,6 +68,9 @@ void th_redis_busy_ms(int ms);
 
 /* Runs a query and returns its single integer value (aborts the test otherwise). */
 long long th_pg_int(PGconn *c, const char *sql);
+/* The server process behind c, asked of the server: through pgbouncer
+ * PQbackendPID() is pgbouncer's own number, not a PostgreSQL backend's. */
+int th_pg_backend_pid(PGconn *c);
 /* GET of an integer key; -1 if absent. */
 long long th_redis_int(redisContext *r, const char *key);
 /* th_redis_int of SKU sku's key 'kind' (keys.h), on a connection of its own. */

@@ -10,6 +10,8 @@
  */
 #include "store/dbtx.h"
 
+#include "harness.h"
+
 #include <check.h>
 #include <libpq-fe.h>
 #include <stdio.h>
@@ -502,7 +504,7 @@ static void kill_backend(PGconn *victim)
     PGresult *r;
     int gone = 0;
 
-    snprintf(pid, sizeof(pid), "%d", PQbackendPID(victim));
+    snprintf(pid, sizeof(pid), "%d", th_pg_backend_pid(victim));
     r = PQexecParams(killer, "SELECT pg_terminate_backend($1::int)", 1, NULL, params, NULL, NULL,
                      0);
     ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK, "%s", PQerrorMessage(killer));

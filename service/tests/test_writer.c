@@ -387,7 +387,7 @@ START_TEST(test_writer_prepares_its_statements_once_per_session)
     PQclear(r);
     unsigned long first = w.prepared_session;
     char sql[96];
-    snprintf(sql, sizeof sql, "SELECT pg_terminate_backend(%d)", PQbackendPID(w.ctx.db.conn));
+    snprintf(sql, sizeof sql, "SELECT pg_terminate_backend(%d)", th_pg_backend_pid(w.ctx.db.conn));
     PGconn *admin = th_pg_admin();
     th_pg_int(admin, sql);
     PQfinish(admin);
