@@ -79,19 +79,28 @@ static void release_on_commit(enum dbtx_outcome outcome, void *arg)
     free(argv);
 }
 
-/* After the commit: the rows whose units Redis has back are settled.  A
- * failure here only costs a retry of the (idempotent) script later. */
-static void mark_settled(struct worker_ctx *w, const struct release_job *j, int64_t own)
+/* The ids of the orders in 'returns' (orders_return_unsettled's rows) as a
+ * PostgreSQL array, "{1,2}"; the caller frees it. */
+static char *returns_ids(const PGresult *returns)
 {
-    int n = PQntuples(j->returns);
-    size_t cap = 2 + (size_t)n * 21;
+    int n = PQntuples(returns);
+    size_t cap = 3 + (size_t)n * 21;
     char *ids = xmalloc(cap);
     size_t len = 0;
     ids[len++] = '{';
     for (int row = 0; row < n; row++)
         len += (size_t)snprintf(ids + len, cap - len, "%s%s", row ? "," : "",
-                                PQgetvalue(j->returns, row, 0));
+                                PQgetvalue(returns, row, 0));
     snprintf(ids + len, cap - len, "}");
+    return ids;
+}
+
+/* After the commit: the rows whose units Redis has back are settled.  A
+ * failure here only costs a retry of the (idempotent) script later. */
+static void mark_settled(struct worker_ctx *w, const struct release_job *j, int64_t own)
+{
+    int n = PQntuples(j->returns);
+    char *ids = returns_ids(j->returns);
     PGresult *r = db_query(&w->db, "orders_return_settled", 1, (const char *[]){ids});
     PQclear(r);
     free(ids);
@@ -154,6 +163,23 @@ static int locked(struct worker_ctx *w, int64_t sku, life_step *step, void *arg)
             (void)dbtx_rollback(tx);
             PQclear(j.returns);
             return 0;
+        }
+        /* A COMMIT whose answer a failover cuts is looked up by the
+         * transaction's id, which the new primary may have given another
+         * transaction: the 'return' ledger rows written here (among the
+         * unsettled returns just read) say whether it is this one.  Without
+         * returns of its own, the hook only gives Redis units of returns
+         * already committed, which is right whatever the answer. */
+        if (own > 0) {
+            char *ids = returns_ids(j.returns);
+            int set =
+                dbtx_set_witness(tx, sql_text("returns_witness"), 1, (const char *const[]){ids});
+            free(ids);
+            if (set != 0) {
+                (void)dbtx_rollback(tx);
+                PQclear(j.returns);
+                return -1;
+            }
         }
         int committed = sku_tx_commit(w, tx, &t, sku) == SKU_OK;
         if (committed && j.done) {

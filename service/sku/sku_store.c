@@ -249,14 +249,29 @@ static void adjust_on_complete(enum dbtx_outcome outcome, void *arg)
         freeReplyObject(r);
 }
 
+/* Whether transaction 'txid' inserted an admin ledger row of 'sku'
+ * (sql/adjust_witness.sql): 1 yes, 0 no, -1 when PostgreSQL failed. */
+static int adjust_witnessed(struct dbtx *tx, int64_t sku, const char *txid)
+{
+    char skus[32];
+    snprintf(skus, sizeof skus, "{%" PRId64 "}", sku);
+    PGresult *r = tx_query(tx, "adjust_witness", 2, (const char *[]){skus, txid});
+    if (!r)
+        return -1;
+    int yes = PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 0), "t") == 0;
+    PQclear(r);
+    return yes;
+}
+
 /*
  * Settles the Redis records of earlier adjustments that never settled (their
  * process died between the Redis step and its completion hook, or its commit
  * outcome was unknown).  Called under the SKU lock with the SKU row locked by
- * the fence, so every earlier adjustment's transaction has ended and
- * its fate (sql/txid_fate.sql) is final: committed, drop the record;
- * aborted or never assigned here, take the delta back.  Returns 0, or -1 when Redis or PostgreSQL
- * failed (nothing assumed).
+ * the fence, so every earlier adjustment's transaction has ended and its
+ * fate (sql/txid_fate.sql) is final: committed with the delta's ledger row
+ * (sql/adjust_witness.sql), drop the record; aborted, never assigned here,
+ * or the id of another transaction, take the delta back.  Returns 0, or -1
+ * when Redis or PostgreSQL failed (nothing assumed).
  */
 int settle_adjustments(struct worker_ctx *w, struct dbtx *tx, int64_t sku, const char *own,
                        int64_t *settled)
@@ -282,6 +297,20 @@ int settle_adjustments(struct worker_ctx *w, struct dbtx *tx, int64_t sku, const
             break;
         }
         const char *fate = PQgetisnull(r, 0, 0) ? "unknown" : PQgetvalue(r, 0, 0);
+        /* 'committed' names a transaction, maybe another one than the delta's
+         * (its id given again by a promoted standby): its ledger row says. */
+        int ours = strcmp(fate, "committed") != 0 ? 1 : adjust_witnessed(tx, sku, id);
+        if (ours < 0) {
+            PQclear(r);
+            rc = -1;
+            break;
+        }
+        if (!ours) {
+            log_warn("sku %" PRId64 ": adjustment %s: its transaction id committed another "
+                     "transaction (a failover): taken back",
+                     sku, id);
+            fate = "future";
+        }
         redisReply *done = NULL;
         if (strcmp(fate, "committed") == 0) {
             const char *argv[] = {"HDEL", adj, id};
@@ -447,6 +476,24 @@ static enum sku_result adjust_once(struct worker_ctx *w, struct sku_move *m, int
         r = tx_query(tx, "ledger_insert", 7, led);
         PQclear(r);
         if (!r) {
+            (void)dbtx_rollback(tx);
+            return SKU_UNAVAILABLE;
+        }
+    }
+
+    /* A COMMIT whose answer a failover cuts is looked up by the transaction's
+     * id, which the new primary may have given another transaction: the
+     * ledger rows inserted here say whether it is this one. */
+    char skus[SKU_MOVES_MAX * 21 + 3];
+    size_t len = 0;
+    for (int i = 0; i < n; i++)
+        if (m[i].delta != 0)
+            len += (size_t)snprintf(skus + len, sizeof skus - len, "%s%lld", len ? "," : "{",
+                                    (long long)m[i].sku);
+    if (len > 0) {
+        snprintf(skus + len, sizeof skus - len, "}");
+        const char *witness_p[] = {skus};
+        if (dbtx_set_witness(tx, sql_text("adjust_witness"), 1, witness_p) != 0) {
             (void)dbtx_rollback(tx);
             return SKU_UNAVAILABLE;
         }

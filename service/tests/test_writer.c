@@ -727,23 +727,52 @@ static long long txid_ending(const char *how)
     return id;
 }
 
+/* The id of a committed transaction that was a +delta of SKU 'sku' (its
+ * ledger row and its stock, as sku_adjust_moves writes them). */
+static long long txid_of_adjustment(int64_t sku, int delta)
+{
+    PGconn *c = th_pg();
+    PGresult *r = PQexec(c, "BEGIN");
+    PQclear(r);
+    long long id = th_pg_int(c, "SELECT txid_current()");
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "WITH s AS (UPDATE skus SET stock = stock + %d WHERE id = %lld RETURNING stock) "
+             "INSERT INTO stock_ledger (sku_id, kind, delta, stock_after, reason) "
+             "SELECT %lld, 'admin', %d, stock, 'test' FROM s RETURNING id",
+             delta, (long long)sku, (long long)sku, delta);
+    r = PQexec(c, sql);
+    ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1, "%s",
+                  PQerrorMessage(c));
+    PQclear(r);
+    r = PQexec(c, "COMMIT");
+    ck_assert_int_eq(PQresultStatus(r), PGRES_COMMAND_OK);
+    PQclear(r);
+    PQfinish(c);
+    return id;
+}
+
 START_TEST(test_unsettled_adjustments_are_settled_by_the_next_one)
 {
     create_sku(6, 10, 5);
     char stock[KEYS_MAX], adj[KEYS_MAX];
     keys_sku(stock, 6, KEY_STOCK);
     keys_sku(adj, 6, KEY_ADJUST);
-    long long aborted = txid_ending("ROLLBACK"), committed = txid_ending("COMMIT");
+    long long aborted = txid_ending("ROLLBACK"), other = txid_ending("COMMIT");
+    long long committed = txid_of_adjustment(6, 4);
     /* an id this server never assigned: a primary lost after the delta's
      * Redis step, before its transaction reached the promoted standby */
     long long unassigned = committed + 1000000;
     redisContext *r = th_redis();
     /* A +5 applied in Redis whose transaction then aborted (the process died
-     * before its hook could undo it), a settled-in-spirit committed one, and
-     * a +2 of the lost primary's. */
-    redisReply *rep = redisCommand(r, "INCRBY %s 7", stock);
+     * before its hook could undo it), a +4 that committed, a +2 of the lost
+     * primary's, and a +3 whose id the promoted standby gave another
+     * transaction, which committed (its fate says committed, its ledger row
+     * is not there). */
+    redisReply *rep = redisCommand(r, "INCRBY %s 14", stock);
     freeReplyObject(rep);
-    rep = redisCommand(r, "HSET %s %lld 5 %lld 0 %lld 2", adj, aborted, committed, unassigned);
+    rep = redisCommand(r, "HSET %s %lld 5 %lld 4 %lld 2 %lld 3", adj, aborted, committed,
+                       unassigned, other);
     freeReplyObject(rep);
 
     struct worker_ctx w;
@@ -753,13 +782,87 @@ START_TEST(test_unsettled_adjustments_are_settled_by_the_next_one)
     ck_assert_int_eq(sku_adjust(&w, 6, 1, "restock", NULL, &out), SKU_OK);
     json_decref(out);
     worker_ctx_close(&w);
-    /* 10 + 1: the aborted +5 and the lost primary's +2 were taken back */
-    ck_assert_int_eq(th_redis_int(r, stock), 11);
+    /* 10 + 4 + 1: the aborted +5, the lost primary's +2 and the +3 of the
+     * reused id were taken back; the committed +4 stays */
+    ck_assert_int_eq(th_redis_int(r, stock), 15);
+    ck_assert_int_eq(q_int("SELECT stock FROM skus WHERE id = %lld", 6), 15);
     rep = redisCommand(r, "HLEN %s", adj);
     ck_assert_int_eq(rep->integer, 0);
     freeReplyObject(rep);
     redisFree(r);
     th_assert_invariants(6);
+}
+END_TEST
+
+/* What witness 'name' (sql/NAME.sql) says of transaction 'txid' and the
+ * array 'ids'. */
+static int witness_says(const char *name, const char *ids, long long txid)
+{
+    PGconn *c = th_pg();
+    char id[24];
+    snprintf(id, sizeof id, "%lld", txid);
+    PGresult *r =
+        PQexecParams(c, sql_text(name), 2, NULL, (const char *[]){ids, id}, NULL, NULL, 0);
+    ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1, "%s: %s", name,
+                  PQerrorMessage(c));
+    int yes = strcmp(PQgetvalue(r, 0, 0), "t") == 0;
+    PQclear(r);
+    PQfinish(c);
+    return yes;
+}
+
+/* The witnesses a lost COMMIT's lookup asks (dbtx_set_witness) know their
+ * own transaction's rows and nobody else's: an admin delta by its ledger
+ * row, an order's return by its 'return' row, an order writer by its
+ * orders. */
+START_TEST(test_witnesses_know_their_own_transactions)
+{
+    create_sku(41, 10, 5);
+    long long other = txid_ending("COMMIT");
+    long long delta = txid_of_adjustment(41, 3);
+    ck_assert(witness_says("adjust_witness", "{41}", delta));
+    ck_assert(witness_says("adjust_witness", "{40,41}", delta));
+    ck_assert(!witness_says("adjust_witness", "{41}", other));
+    ck_assert(!witness_says("adjust_witness", "{40}", delta));
+
+    reserve(41, 1, 2);
+    struct writer w;
+    char err[160];
+    ck_assert(writer_init(&w, &cfg, "witness", err, sizeof err) == 0);
+    ck_assert_int_eq(writer_poll(&w), 1);
+    writer_close(&w);
+    long long oid = q_int("SELECT id FROM orders WHERE sku_id = %lld", 41);
+    char ids[32];
+    snprintf(ids, sizeof ids, "{%lld}", oid);
+    long long wrote = q_int("SELECT xmin::text::bigint FROM orders WHERE id = %lld", oid);
+    ck_assert(witness_says("orders_witness", ids, wrote));
+    ck_assert(!witness_says("orders_witness", ids, other));
+
+    /* its return, as orders_cancel.sql writes one */
+    PGconn *c = th_pg();
+    PGresult *r = PQexec(c, "BEGIN");
+    PQclear(r);
+    long long back = th_pg_int(c, "SELECT txid_current()");
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "WITH o AS (UPDATE orders SET status = 'cancelled', cancelled_at = now(), "
+             "return_settled = false, return_epoch = 0 WHERE id = %lld RETURNING qty), "
+             "s AS (UPDATE skus SET stock = stock + (SELECT qty FROM o) WHERE id = 41 "
+             "RETURNING stock) "
+             "INSERT INTO stock_ledger (sku_id, kind, delta, stock_after, order_id, reason) "
+             "SELECT 41, 'return', o.qty, s.stock, %lld, 'test' FROM o, s RETURNING id",
+             oid, oid);
+    r = PQexec(c, sql);
+    ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1, "%s",
+                  PQerrorMessage(c));
+    PQclear(r);
+    r = PQexec(c, "COMMIT");
+    ck_assert_int_eq(PQresultStatus(r), PGRES_COMMAND_OK);
+    PQclear(r);
+    PQfinish(c);
+    ck_assert(witness_says("returns_witness", ids, back));
+    ck_assert(!witness_says("returns_witness", ids, wrote));
+    ck_assert(!witness_says("returns_witness", ids, other));
 }
 END_TEST
 
@@ -1002,6 +1105,7 @@ static Suite *writer_suite(void)
     tcase_add_test(tc, test_entries_of_dead_writer_are_reclaimed);
     tcase_add_test(tc, test_stale_fencing_token_cannot_write_the_sku);
     tcase_add_test(tc, test_unsettled_adjustments_are_settled_by_the_next_one);
+    tcase_add_test(tc, test_witnesses_know_their_own_transactions);
     tcase_add_test(tc, test_batch_written_after_a_reload_is_counted_in_redis);
     tcase_add_test(tc, test_id_conflict_isolates_the_entry_and_the_rest_goes_on);
     tcase_add_test(tc, test_malformed_entry_goes_to_the_dead_letters);
