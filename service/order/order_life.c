@@ -345,6 +345,11 @@ static int cancel_step(struct worker_ctx *w, struct dbtx *tx, int64_t sku, void 
     c->res = strcmp(PQcmdTuples(r), "1") == 0 ? LIFE_OK : LIFE_REPLAYED;
     c->not_written = 1;
     PQclear(r);
+    /* its witness, should the COMMIT's answer be lost in a failover (see
+     * locked()): the request row written here */
+    if (c->res == LIFE_OK && dbtx_set_witness(tx, sql_text("cancel_request_witness"), 1,
+                                              (const char *const[]){oid}) != 0)
+        return -1;
     return c->res == LIFE_OK; /* nothing returned yet: the writer gives the units back */
 }
 

@@ -814,7 +814,7 @@ static int witness_says(const char *name, const char *ids, long long txid)
 /* The witnesses a lost COMMIT's lookup asks (dbtx_set_witness) know their
  * own transaction's rows and nobody else's: an admin delta by its ledger
  * row, an order's return by its 'return' row, an order writer by its
- * orders. */
+ * orders, a cancel of an order not written yet by its request. */
 START_TEST(test_witnesses_know_their_own_transactions)
 {
     create_sku(41, 10, 5);
@@ -863,6 +863,22 @@ START_TEST(test_witnesses_know_their_own_transactions)
     ck_assert(witness_says("returns_witness", ids, back));
     ck_assert(!witness_says("returns_witness", ids, wrote));
     ck_assert(!witness_says("returns_witness", ids, other));
+
+    /* a buyer's cancel of an order not written yet: its request row */
+    c = th_pg();
+    r = PQexec(c, "BEGIN");
+    PQclear(r);
+    long long asked = th_pg_int(c, "SELECT txid_current()");
+    r = PQexec(c, "INSERT INTO order_cancel_requests (order_id, sku_id, user_id, entry) "
+                  "VALUES (4100000001, 41, 7, '1-1')");
+    ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK, "%s", PQerrorMessage(c));
+    PQclear(r);
+    r = PQexec(c, "COMMIT");
+    PQclear(r);
+    PQfinish(c);
+    ck_assert(witness_says("cancel_request_witness", "4100000001", asked));
+    ck_assert(!witness_says("cancel_request_witness", "4100000001", back));
+    ck_assert(!witness_says("cancel_request_witness", "4100000002", asked));
 }
 END_TEST
 
