@@ -163,6 +163,16 @@ static const struct {
                                 "transaction",
                                 NULL},
     [M_SWEEPS] = {"seckill_expiry_sweeps_total", "expiry sweeps run by this process", NULL},
+#define STORE_UP "seckill_store_up", "1 when the latest health probe of the store answered, else 0"
+    [M_STORE_UP_REDIS] = {STORE_UP, "store=\"redis\""},
+    [M_STORE_UP_POSTGRES] = {STORE_UP, "store=\"postgres\""},
+#undef STORE_UP
+#define PROBE_FAILURES                                                                             \
+    "seckill_store_probe_failures_total", "health probes that found the store down (no answer "    \
+                                          "within health_timeout_ms, or an error)"
+    [M_STORE_PROBE_FAILURES_REDIS] = {PROBE_FAILURES, "store=\"redis\""},
+    [M_STORE_PROBE_FAILURES_POSTGRES] = {PROBE_FAILURES, "store=\"postgres\""},
+#undef PROBE_FAILURES
 };
 
 void metrics_add(enum metric m, long n)
@@ -178,7 +188,7 @@ void metrics_set(enum metric m, long v)
 static int is_gauge(int m)
 {
     return m == M_DRIFT_SKUS || m == M_DRIFT_UNITS || m == M_HTTP_CONNECTIONS_OPEN ||
-           m == M_HTTP_BUFFER_BYTES;
+           m == M_HTTP_BUFFER_BYTES || m == M_STORE_UP_REDIS || m == M_STORE_UP_POSTGRES;
 }
 
 /* ---- histograms ------------------------------------------------------- */
@@ -399,6 +409,7 @@ static void render_sku_gauge(struct out *o, const struct metrics_sku *s, size_t 
     out_head(o, name, help, "gauge");
     for (size_t i = 0; i < n; i++) {
         int64_t v;
+        int ms = 0; /* v is milliseconds, shown as seconds */
         switch (which) {
         case 0:
             if (!s[i].has_stream)
@@ -418,17 +429,31 @@ static void render_sku_gauge(struct out *o, const struct metrics_sku *s, size_t 
         case 3:
             v = s[i].stock_db;
             break;
+        case 5:
+            v = s[i].sale_open;
+            break;
+        case 6:
+            if (!s[i].has_stream)
+                continue;
+            v = s[i].oldest_age_ms;
+            ms = 1;
+            break;
         default:
             if (!s[i].has_available)
                 continue;
             v = s[i].stock_db - s[i].stock_available;
             break;
         }
-        if (s[i].parent) /* a stock bucket: sum by (parent) gives the SKU buyers see */
-            out_printf(o, "%s{sku=\"%" PRId64 "\",parent=\"%" PRId64 "\"} %" PRId64 "\n", name,
-                       s[i].sku, s[i].parent, v);
+        char num[32];
+        if (ms)
+            number(num, sizeof num, (uint64_t)(v > 0 ? v : 0) * 1000, 1);
         else
-            out_printf(o, "%s{sku=\"%" PRId64 "\"} %" PRId64 "\n", name, s[i].sku, v);
+            snprintf(num, sizeof num, "%" PRId64, v);
+        if (s[i].parent) /* a stock bucket: sum by (parent) gives the SKU buyers see */
+            out_printf(o, "%s{sku=\"%" PRId64 "\",parent=\"%" PRId64 "\"} %s\n", name, s[i].sku,
+                       s[i].parent, num);
+        else
+            out_printf(o, "%s{sku=\"%" PRId64 "\"} %s\n", name, s[i].sku, num);
     }
 }
 
@@ -454,6 +479,12 @@ static void render_skus(struct out *o, const struct metrics_sku *s, size_t n)
                      "stock (I2; read in that order, so an order written between the two reads "
                      "is never missed); negative means Redis holds more than the database",
                      4);
+    render_sku_gauge(o, s, n, "seckill_sku_sale_open",
+                     "1 while the SKU's sale window holds (PostgreSQL's clock), else 0", 5);
+    render_sku_gauge(o, s, n, "seckill_sku_stream_oldest_age_seconds",
+                     "age of the oldest entry of the SKU's order stream (acknowledged entries are "
+                     "deleted: the oldest order not yet written), by its id's time; 0 when empty",
+                     6);
 }
 
 char *metrics_render_skus(const struct metrics_sku *skus, size_t n, const int64_t *sold_out,

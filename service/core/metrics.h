@@ -85,6 +85,14 @@ enum metric {
     M_RETURNS_SETTLED,          /* returns given to Redis (order_release.lua) */
     M_RETURNS_SETTLED_LATE,     /* ... of which a process that died had left undone */
     M_SWEEPS,                   /* expiry sweeps run by this process */
+    /* gauges, one sample each of seckill_store_up{store=...}: 1 when the latest
+     * health probe of the store answered (every master of a cluster), else 0 */
+    M_STORE_UP_REDIS,
+    M_STORE_UP_POSTGRES,
+    /* health probes that found the store down: a failover shorter than a
+     * Prometheus scrape interval still shows as an increase */
+    M_STORE_PROBE_FAILURES_REDIS,
+    M_STORE_PROBE_FAILURES_POSTGRES,
     M_COUNT
 };
 
@@ -134,6 +142,8 @@ struct metrics_sku {
     int has_stream;          /* the stream's length and lag were read */
     int64_t stream_length;   /* XLEN of the order stream */
     int64_t stream_lag;      /* entries the writers' group has not acknowledged */
+    int64_t oldest_age_ms;   /* age of the stream's oldest entry (its id's time), 0 when empty */
+    int sale_open;           /* the sale window holds now (PostgreSQL's clock) */
 };
 
 /* Appends the Prometheus text exposition of every counter, gauge and

@@ -151,13 +151,6 @@ static void made_up_key(struct order_desk *od, char out[KEYS_IDEM_MAX + 1])
     out[37] = '\0';
 }
 
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* ---- a SKU Redis does not hold ----------------------------------------- */
 
 static void probe_run(struct job *j, struct worker_ctx *w)
@@ -544,7 +537,7 @@ static void reserve(struct order_call *oc)
         return;
     }
     const struct cfg *c = od->cfg;
-    oc->deadline_ms = wall_ms() + c->redis_timeout_ms - c->reserve_deadline_margin_ms;
+    oc->deadline_ms = clock_wall_ms() + c->redis_timeout_ms - c->reserve_deadline_margin_ms;
     oc->next = NULL;
     *od->queue_tail = oc;
     od->queue_tail = &oc->next;

@@ -6,15 +6,18 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/clock.h"
 #include "core/keys.h"
 #include "core/log.h"
 
 /* Redis commands per SKU, in the pipeline's order. */
-enum { CMD_STOCK, CMD_XLEN, CMD_GROUPS, CMDS_PER_SKU };
+enum { CMD_STOCK, CMD_XLEN, CMD_GROUPS, CMD_OLDEST, CMDS_PER_SKU };
+static const int cmd_argc[CMDS_PER_SKU] = {2, 2, 3, 6};
+#define ARGV_MAX 6
 
 struct sku_keys {
     char stock[KEYS_MAX], stream[KEYS_MAX];
-    const char *argv[CMDS_PER_SKU][3];
+    const char *argv[CMDS_PER_SKU][ARGV_MAX];
 };
 
 /* A reply's integer: an integer reply, or a string of one (GET). */
@@ -62,8 +65,32 @@ static int writers_group(const redisReply *r, int64_t *pending, int64_t *lag)
     return -1;
 }
 
-/* Fills s from its three replies; returns 0, or -1 on an unexpected reply. */
-static int sku_from_replies(struct metrics_sku *s, redisReply *const *r)
+/* The time (ms since the epoch, Redis's clock) in the id of the first entry
+ * of an XRANGE ... COUNT 1 reply, into *ms; 0 with no entry.  Returns 0, or
+ * -1 on an unexpected reply. */
+static int oldest_entry_ms(const redisReply *r, int64_t *ms)
+{
+    *ms = 0;
+    if (r->type != REDIS_REPLY_ARRAY)
+        return -1;
+    if (r->elements == 0)
+        return 0;
+    const redisReply *e = r->element[0];
+    if (e->type != REDIS_REPLY_ARRAY || e->elements < 1 ||
+        e->element[0]->type != REDIS_REPLY_STRING)
+        return -1;
+    char *end;
+    long long t = strtoll(e->element[0]->str, &end, 10);
+    if (end == e->element[0]->str || *end != '-')
+        return -1;
+    *ms = t;
+    return 0;
+}
+
+/* Fills s from its replies (now_ms: this process's wall clock, against which
+ * the oldest entry's age is measured); returns 0, or -1 on an unexpected
+ * reply. */
+static int sku_from_replies(struct metrics_sku *s, redisReply *const *r, int64_t now_ms)
 {
     const redisReply *stock = r[CMD_STOCK], *len = r[CMD_XLEN], *groups = r[CMD_GROUPS];
     if (stock->type == REDIS_REPLY_ERROR || len->type == REDIS_REPLY_ERROR) {
@@ -78,6 +105,15 @@ static int sku_from_replies(struct metrics_sku *s, redisReply *const *r)
     }
     if (reply_i64(len, &s->stream_length) != 0)
         return -1;
+    int64_t oldest_ms;
+    if (oldest_entry_ms(r[CMD_OLDEST], &oldest_ms) != 0) {
+        log_warn("metrics: sku %" PRId64 ": XRANGE: %s", s->sku,
+                 r[CMD_OLDEST]->type == REDIS_REPLY_ERROR ? r[CMD_OLDEST]->str
+                                                          : "unexpected reply");
+        return -1;
+    }
+    /* a clock behind Redis's would make a fresh entry look from the future */
+    s->oldest_age_ms = oldest_ms > 0 && now_ms > oldest_ms ? now_ms - oldest_ms : 0;
     int64_t pending, lag;
     if (groups->type == REDIS_REPLY_ERROR) {
         /* No stream yet: nothing to acknowledge.  Anything else (NOPERM: an
@@ -123,6 +159,7 @@ int sku_gauges_read(struct worker_ctx *w, struct metrics_sku **out, size_t *n)
         skus[i].sku = strtoll(PQgetvalue(pr, (int)i, 0), NULL, 10);
         skus[i].stock_db = strtoll(PQgetvalue(pr, (int)i, 1), NULL, 10);
         skus[i].parent = strtoll(PQgetvalue(pr, (int)i, 2), NULL, 10);
+        skus[i].sale_open = strcmp(PQgetvalue(pr, (int)i, 3), "t") == 0;
         struct sku_keys *k = &keys[i];
         keys_sku(k->stock, skus[i].sku, KEY_STOCK);
         keys_sku(k->stream, skus[i].sku, KEY_STREAM);
@@ -133,15 +170,18 @@ int sku_gauges_read(struct worker_ctx *w, struct metrics_sku **out, size_t *n)
         k->argv[CMD_GROUPS][0] = "XINFO";
         k->argv[CMD_GROUPS][1] = "GROUPS";
         k->argv[CMD_GROUPS][2] = k->stream;
+        const char *oldest[ARGV_MAX] = {"XRANGE", k->stream, "-", "+", "COUNT", "1"};
+        memcpy(k->argv[CMD_OLDEST], oldest, sizeof oldest);
         for (int c = 0; c < CMDS_PER_SKU; c++) {
-            argcs[i * CMDS_PER_SKU + (size_t)c] = c == CMD_GROUPS ? 3 : 2;
+            argcs[i * CMDS_PER_SKU + (size_t)c] = cmd_argc[c];
             argvs[i * CMDS_PER_SKU + (size_t)c] = k->argv[c];
         }
     }
     PQclear(pr);
     int rc = redis_conn_pipeline(&w->redis, count * CMDS_PER_SKU, argcs, argvs, replies);
+    int64_t now_ms = clock_wall_ms();
     for (size_t i = 0; rc == 0 && i < count; i++)
-        rc = sku_from_replies(&skus[i], &replies[i * CMDS_PER_SKU]);
+        rc = sku_from_replies(&skus[i], &replies[i * CMDS_PER_SKU], now_ms);
     for (size_t i = 0; i < count * CMDS_PER_SKU; i++)
         if (replies[i])
             freeReplyObject(replies[i]);

@@ -7,6 +7,7 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/log.h"
+#include "core/metrics.h"
 #include "core/ticker.h"
 #include "store/db.h"
 #include "store/pgwait.h"
@@ -65,6 +66,12 @@ static void probe_once(struct prober *p)
         probe_redis(p, &rep);
     else
         probe_postgres(p, &rep);
+    int up = rep.total > 0 && rep.up == rep.total;
+    metrics_set(p->store == HEALTH_REDIS ? M_STORE_UP_REDIS : M_STORE_UP_POSTGRES, up);
+    if (!up)
+        metrics_add(p->store == HEALTH_REDIS ? M_STORE_PROBE_FAILURES_REDIS
+                                             : M_STORE_PROBE_FAILURES_POSTGRES,
+                    1);
     pthread_mutex_lock(&p->h->mu);
     p->last = rep;
     p->last_at_ms = clock_mono_ms();

@@ -6,15 +6,19 @@
 #  1. a daemon without writers in reserved mode takes orders (201 is not
 #     possible there: 202s, a 409 sold_out, a 400, a 404): its scrape shows the
 #     request, Redis and per-SKU numbers exactly (stream length and lag,
-#     stock in Redis and in PostgreSQL, units in flight);
+#     stock in Redis and in PostgreSQL, units in flight), the sale open (and
+#     not for a SKU whose sale starts later), the oldest entry's age growing;
 #  2. a daemon with a writer drains the stream: lag and units in flight go
-#     back to 0, the writer's batch histograms have samples;
+#     back to 0 (the oldest entry's age too), the writer's batch histograms
+#     have samples;
 #  3. every scrape passes `promtool check metrics` (Debian's prometheus
 #     package, unpacked by scripts/deps.sh into var/tools): any complaint
 #     fails, and so does a missing promtool;
 #  4. a store failure during a scrape (Redis refuses XINFO) leaves the
 #     per-SKU block out, counts seckill_metrics_scrape_errors_total, still 200;
-#  5. docs/grafana/seckill.json is valid JSON and every metric its queries use
+#  5. the stores' health: seckill_store_up is 1 for both, and a Redis that
+#     refuses the probe's PING turns it to 0 and counts probe failures;
+#  6. docs/grafana/seckill.json is valid JSON and every metric its queries use
 #     is in a real scrape (but the names reserved for work not merged yet).
 #
 #   service/tests/test_metrics.sh      (PROMTOOL overrides var/tools/bin/promtool;
@@ -52,6 +56,7 @@ CTL=$(dirname "$SECKILL_TEST_DAEMON")/seckillctl
 SKU=4242
 FAIL_SKU=4243
 PARENT_SKU=4244 # in two stock buckets, whose ids the sequence draws
+LATER_SKU=4245  # its sale opens in an hour
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/seckill-metrics.XXXXXX")
 DAEMON_PID=
@@ -61,7 +66,7 @@ cleanup() {
         kill -KILL "$DAEMON_PID" 2>/dev/null || true
         wait "$DAEMON_PID" 2>/dev/null || true
     fi
-    ((ACL_TAKEN)) && redis_admin ACL SETUSER seckill '+xinfo|groups' >/dev/null 2>&1
+    ((ACL_TAKEN)) && redis_admin ACL SETUSER seckill '+xinfo|groups' '+ping' >/dev/null 2>&1
     rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -207,6 +212,7 @@ want "$P" "seckill_sku_sold_out_flag{sku=\"$SKU\"}" 1
 want "$P" "seckill_sku_stream_length{sku=\"$SKU\"}" 2
 want "$P" "seckill_sku_stream_lag{sku=\"$SKU\"}" 2
 H=seckill_http_request_duration_seconds
+want "$P" "seckill_sku_sale_open{sku=\"$SKU\"}" 1
 want "$P" "${H}_count{route=\"placeOrder\",code=\"202\"}" 2
 want "$P" "${H}_count{route=\"placeOrder\",code=\"409\"}" 1
 want "$P" "${H}_count{route=\"placeOrder\",code=\"400\"}" 1
@@ -221,6 +227,20 @@ want "$P" "${H}_count{route=\"protocol\",code=\"408\"}" 0
 want "$P" 'seckill_redis_command_duration_seconds_count{command="seckill_reserve"}' 4
 want "$P" seckill_writer_batch_orders_count 0
 want "$P" seckill_metrics_scrape_errors_total 0
+want "$P" 'seckill_store_up{store="redis"}' 1
+want "$P" 'seckill_store_up{store="postgres"}' 1
+want "$P" 'seckill_store_probe_failures_total{store="redis"}' 0
+# the two orders wait unwritten: their entries age (by the entry ids' time)
+sleep 1.1
+scrape "$TMP/aged.prom"
+want_min "$TMP/aged.prom" "seckill_sku_stream_oldest_age_seconds{sku=\"$SKU\"}" 1
+# a sale that opens in an hour is not open (seckill_sku_sale_open, for the alerts)
+starts=$(date -u -d '+1 hour' +%Y-%m-%dT%H:%M:%SZ)
+expect 201 "$(admin POST /admin/v1/skus "{\"id\":$LATER_SKU,\"name\":\"later\",\"stock\":1,\"per_user_limit\":1,\"sale_starts_at\":\"$starts\"}")" \
+    "create a sku on sale later"
+scrape "$TMP/later.prom"
+want "$TMP/later.prom" "seckill_sku_sale_open{sku=\"$LATER_SKU\"}" 0
+want "$TMP/later.prom" "seckill_sku_stream_oldest_age_seconds{sku=\"$LATER_SKU\"}" 0
 stop_daemon
 
 # ---- 2. a writer drains the stream
@@ -235,6 +255,7 @@ P=$TMP/drained.prom
 want "$P" "seckill_sku_stream_length{sku=\"$SKU\"}" 0
 want "$P" "seckill_sku_stream_lag{sku=\"$SKU\"}" 0
 want "$P" "seckill_sku_inflight_units{sku=\"$SKU\"}" 0
+want "$P" "seckill_sku_stream_oldest_age_seconds{sku=\"$SKU\"}" 0
 want "$P" "seckill_sku_stock_db{sku=\"$SKU\"}" 0
 want "$P" "seckill_sku_stock_available{sku=\"$SKU\"}" 0
 want_min "$P" seckill_writer_batch_orders_count 1
@@ -270,7 +291,28 @@ scrape "$TMP/full.prom"
 want "$TMP/full.prom" "seckill_sku_stock_db{sku=\"$FAIL_SKU\"}" 0
 want "$TMP/full.prom" seckill_metrics_scrape_errors_total 1
 
-# ---- 5. the dashboard uses only names a real scrape has
+# ---- 5. a Redis that refuses the health probe: down, and the failures counted
+ACL_TAKEN=1
+[[ $(redis_admin ACL SETUSER seckill '-ping') == OK ]] || die "ACL SETUSER failed"
+for ((i = 0; i < 100; i++)); do
+    scrape "$TMP/down.prom"
+    [[ $(sample "$TMP/down.prom" 'seckill_store_up{store="redis"}') == 0 ]] && break
+    sleep 0.05
+done
+redis_admin ACL SETUSER seckill '+ping' >/dev/null
+ACL_TAKEN=0
+want "$TMP/down.prom" 'seckill_store_up{store="redis"}' 0
+want "$TMP/down.prom" 'seckill_store_up{store="postgres"}' 1
+want_min "$TMP/down.prom" 'seckill_store_probe_failures_total{store="redis"}' 1
+want "$TMP/down.prom" 'seckill_store_probe_failures_total{store="postgres"}' 0
+for ((i = 0; i < 100; i++)); do
+    scrape "$TMP/up.prom"
+    [[ $(sample "$TMP/up.prom" 'seckill_store_up{store="redis"}') == 1 ]] && break
+    sleep 0.05
+done
+want "$TMP/up.prom" 'seckill_store_up{store="redis"}' 1
+
+# ---- 6. the dashboard uses only names a real scrape has
 jq empty "$DASHBOARD" || die "$DASHBOARD is not valid JSON"
 jq -r '.. | objects | (.expr?, .query?, .definition?) | strings' "$DASHBOARD" >"$TMP/exprs"
 { grep -o 'seckill_[a-zA-Z0-9_]*' "$TMP/exprs" || true; } | sort -u >"$TMP/used"
