@@ -163,6 +163,14 @@ static const struct {
                                 "transaction",
                                 NULL},
     [M_SWEEPS] = {"seckill_expiry_sweeps_total", "expiry sweeps run by this process", NULL},
+#define RELOADS "seckill_config_reloads_total", "config reloads (SIGHUP), by result"
+    [M_CONFIG_RELOADS_OK] = {RELOADS, "result=\"ok\""},
+    [M_CONFIG_RELOADS_REFUSED] = {RELOADS, "result=\"refused\""},
+#undef RELOADS
+    [M_CONFIG_RELOAD_LAST_OK] = {"seckill_config_last_reload_success_timestamp_seconds",
+                                 "Unix time of the last config reload that was applied (0: none "
+                                 "since start)",
+                                 NULL},
 };
 
 void metrics_add(enum metric m, long n)
@@ -178,7 +186,7 @@ void metrics_set(enum metric m, long v)
 static int is_gauge(int m)
 {
     return m == M_DRIFT_SKUS || m == M_DRIFT_UNITS || m == M_HTTP_CONNECTIONS_OPEN ||
-           m == M_HTTP_BUFFER_BYTES;
+           m == M_HTTP_BUFFER_BYTES || m == M_CONFIG_RELOAD_LAST_OK;
 }
 
 /* ---- histograms ------------------------------------------------------- */

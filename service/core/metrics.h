@@ -85,6 +85,10 @@ enum metric {
     M_RETURNS_SETTLED,          /* returns given to Redis (order_release.lua) */
     M_RETURNS_SETTLED_LATE,     /* ... of which a process that died had left undone */
     M_SWEEPS,                   /* expiry sweeps run by this process */
+    /* reloads (SIGHUP), one sample each of seckill_config_reloads_total{result=} */
+    M_CONFIG_RELOADS_OK,      /* a file read and checked: its reloadable changes applied */
+    M_CONFIG_RELOADS_REFUSED, /* a bad file (or environment) refused whole: nothing applied */
+    M_CONFIG_RELOAD_LAST_OK,  /* gauge: Unix time (s) of the last applied reload */
     M_COUNT
 };
 
