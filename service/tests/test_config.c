@@ -560,6 +560,70 @@ START_TEST(test_help_marks_the_reloadable_settings)
 }
 END_TEST
 
+/* The names --help marks reloadable, each as " name " in out. */
+static void reloadable_names(char *out, size_t cap)
+{
+    char *buf = NULL;
+    size_t len = 0, n = 0;
+    FILE *f = open_memstream(&buf, &len);
+    ck_assert_ptr_nonnull(f);
+    cfg_print_help(f);
+    fclose(f);
+    out[0] = '\0';
+    for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+        char name[64];
+        if (strstr(line, "[reloadable") && sscanf(line, " %63s", name) == 1)
+            n += (size_t)snprintf(out + n, cap - n, " %s ", name);
+        ck_assert_uint_lt(n, cap);
+    }
+    free(buf);
+}
+
+START_TEST(test_the_docs_list_exactly_the_reloadable_settings)
+{
+    char names[2048];
+    reloadable_names(names, sizeof names);
+    const char *root = getenv("SECKILL_TEST_ROOT");
+    char path[512];
+    snprintf(path, sizeof path, "%s/docs/operations.md", root ? root : ".");
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "cannot open %s", path);
+    char line[4096], listed[2048] = "";
+    size_t n = 0;
+    int in = 0, rows = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "### Reloading settings", 22) == 0)
+            in = 1;
+        else if (in && strncmp(line, "## ", 3) == 0)
+            break;
+        if (!in || strncmp(line, "| `", 3) != 0)
+            continue;
+        rows++;
+        /* the first column: `a`, `b`, ... */
+        char *end = strstr(line + 1, " |");
+        ck_assert_ptr_nonnull(end);
+        *end = '\0';
+        for (char *p = strchr(line, '`'); p; p = strchr(p, '`')) {
+            char *q = strchr(p + 1, '`');
+            ck_assert_ptr_nonnull(q);
+            *q = '\0';
+            char want[80];
+            snprintf(want, sizeof want, " %s ", p + 1);
+            ck_assert_msg(strstr(names, want), "docs list %s, which is not reloadable", p + 1);
+            n += (size_t)snprintf(listed + n, sizeof listed - n, "%s", want);
+            p = q + 1;
+        }
+    }
+    fclose(f);
+    ck_assert_int_gt(rows, 0);
+    for (char *p = strtok(names, " "); p; p = strtok(NULL, " ")) {
+        char want[80];
+        snprintf(want, sizeof want, " %s ", p);
+        ck_assert_msg(strstr(listed, want), "docs/operations.md does not list reloadable %s", p);
+    }
+}
+END_TEST
+
 START_TEST(test_log_escape_keeps_one_record_on_one_line)
 {
     char out[64];
@@ -657,6 +721,7 @@ int main(void)
     tcase_add_test(tc, test_reload_refuses_whole_what_would_not_pass_the_checks_as_it_would_run);
     tcase_add_test(tc, test_reread_keeps_a_flag_above_the_file);
     tcase_add_test(tc, test_help_marks_the_reloadable_settings);
+    tcase_add_test(tc, test_the_docs_list_exactly_the_reloadable_settings);
     tcase_add_test(tc, test_log_escape_keeps_one_record_on_one_line);
     tcase_add_test(tc, test_every_key_of_a_sku_shares_its_hash_tag);
     tcase_add_test(tc, test_order_id_names_its_epoch);
