@@ -403,14 +403,21 @@ START_TEST(test_metrics_addr_must_be_set_and_differ_from_http_addr)
 }
 END_TEST
 
-START_TEST(test_help_shows_no_secret)
+/* What `seckilld --help` prints about the settings; caller frees. */
+static char *help_text(void)
 {
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     ck_assert_ptr_nonnull(f);
     cfg_print_help(f);
-    fclose(f);
+    ck_assert_int_eq(fclose(f), 0);
+    return buf;
+}
+
+START_TEST(test_help_shows_no_secret)
+{
+    char *buf = help_text();
     ck_assert_ptr_nonnull(strstr(buf, "admin_token_file"));
     ck_assert_ptr_nonnull(strstr(buf, "redis_url_file"));
     free(buf);
@@ -538,12 +545,7 @@ END_TEST
 
 START_TEST(test_help_marks_the_reloadable_settings)
 {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    ck_assert_ptr_nonnull(f);
-    cfg_print_help(f);
-    fclose(f);
+    char *buf = help_text();
     char *line = strstr(buf, "\n  rate_addr_per_s ");
     ck_assert_ptr_nonnull(line);
     char *end = strchr(line + 1, '\n');
@@ -563,12 +565,8 @@ END_TEST
 /* The names --help marks reloadable, each as " name " in out. */
 static void reloadable_names(char *out, size_t cap)
 {
-    char *buf = NULL;
-    size_t len = 0, n = 0;
-    FILE *f = open_memstream(&buf, &len);
-    ck_assert_ptr_nonnull(f);
-    cfg_print_help(f);
-    fclose(f);
+    char *buf = help_text();
+    size_t n = 0;
     out[0] = '\0';
     for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
         char name[64];
