@@ -23,7 +23,7 @@ static uint64_t seed(void)
     return s;
 }
 
-/* One token every 'per' / 'amount' (0 amount: 0, the limit is off). */
+/* The interval of 'amount' tokens per per_us microseconds (0 amount: 0, off). */
 static int64_t interval_us(int64_t per_us, int64_t amount)
 {
     return amount > 0 ? per_us / amount : 0;
