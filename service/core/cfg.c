@@ -19,6 +19,10 @@ enum cfg_type { CFG_STR, CFG_INT };
 enum cfg_flags {
     CFG_SECRET = 1,        /* the value is a secret */
     CFG_SECRET_IN_URL = 2, /* the value may carry a password (redis_url, the DSNs) */
+    /* A reload (SIGHUP) applies a new value to the running process.  Only for
+     * settings read at run time with CFG_LIVE (an int) or by the reloading
+     * thread alone (a string), never copied at start-up. */
+    CFG_RELOAD = 4,
 };
 
 struct cfg_def {
@@ -40,9 +44,12 @@ struct cfg_def {
     {                                                                                              \
 #f, CFG_STR, offsetof(struct cfg, f), d, 0, 0, h, fl                                       \
     }
-#define I(f, d, lo, hi, h)                                                                         \
+#define I(f, d, lo, hi, h) IF(f, d, lo, hi, 0, h)
+/* An int setting a reload applies (CFG_RELOAD). */
+#define IR(f, d, lo, hi, h) IF(f, d, lo, hi, CFG_RELOAD, h)
+#define IF(f, d, lo, hi, fl, h)                                                                    \
     {                                                                                              \
-#f, CFG_INT, offsetof(struct cfg, f), #d, lo, hi, h, 0                                     \
+#f, CFG_INT, offsetof(struct cfg, f), #d, lo, hi, h, fl                                    \
     }
 
 /* The one table of settings.  Env name is SECKILL_<NAME upper-cased>. */
@@ -54,20 +61,20 @@ static const struct cfg_def defs[] = {
       "\"\" none"),
     I(http_threads, 2, 1, 64, "HTTP event-loop threads"),
     I(http_backlog, 4096, 16, 65535, "listen queue of the HTTP socket (a sale opens many at once)"),
-    I(http_request_timeout_ms, 5000, 100, 600000,
-      "a request must arrive whole (first byte to last) within this, else 408 and close"),
-    I(http_idle_timeout_ms, 10000, 100, 3600000, "an idle keep-alive connection is closed after"),
-    I(http_write_timeout_ms, 10000, 100, 600000,
-      "an answer not written whole within this of its first stalled write closes the "
-      "connection (one deadline, not renewed by progress)"),
+    IR(http_request_timeout_ms, 5000, 100, 600000,
+       "a request must arrive whole (first byte to last) within this, else 408 and close"),
+    IR(http_idle_timeout_ms, 10000, 100, 3600000, "an idle keep-alive connection is closed after"),
+    IR(http_write_timeout_ms, 10000, 100, 600000,
+       "an answer not written whole within this of its first stalled write closes the "
+       "connection (one deadline, not renewed by progress)"),
     I(http_max_connections, 10000, 1, 1000000,
       "open HTTP connections; beyond, new ones are closed at once"),
     I(http_max_connections_per_addr, 1000, 1, 1000000,
       "open HTTP connections per client address (raise it behind a proxy)"),
-    I(request_deadline_ms, 5000, 100, 600000,
-      "every wait of one request on Redis and PostgreSQL together, counted from when it was read "
-      "whole: past it the request is answered 503 with Retry-After (keep it below the load "
-      "balancer's server timeout)"),
+    IR(request_deadline_ms, 5000, 100, 600000,
+       "every wait of one request on Redis and PostgreSQL together, counted from when it was read "
+       "whole: past it the request is answered 503 with Retry-After (keep it below the load "
+       "balancer's server timeout)"),
     I(health_timeout_ms, 1000, 50, 60000,
       "a health probe waits this long for a store; a store whose last good probe is older than "
       "health_probe_interval_ms plus this is reported down by GET /healthz"),
@@ -78,31 +85,31 @@ static const struct cfg_def defs[] = {
     I(max_header_bytes, 8192, 512, 1048576, "largest accepted header block"),
     I(max_idempotency_key_bytes, 128, 8, 200, "longest accepted Idempotency-Key"),
     I(max_qty_per_order, 1000, 1, 1000000, "largest qty in one order"),
-    I(rate_buyer_orders_per_min, 60, 0, 60000000,
-      "orders one buyer may place on one SKU per minute, across every instance (0: no limit)"),
-    I(rate_buyer_orders_burst, 5, 0, 1000000,
-      "orders one buyer may place on one SKU at once before rate_buyer_orders_per_min applies (0: "
-      "no limit)"),
-    I(rate_addr_per_s, 50, 0, 1000000,
-      "buyer API requests (orders, lookups) per second from one client address, per instance (0: "
-      "no limit; set 0 behind a proxy that hides the buyers' addresses)"),
-    I(rate_addr_burst, 100, 0, 10000000,
-      "buyer API requests from one client address at once before rate_addr_per_s applies (0: no "
-      "limit)"),
+    IR(rate_buyer_orders_per_min, 60, 0, 60000000,
+       "orders one buyer may place on one SKU per minute, across every instance (0: no limit)"),
+    IR(rate_buyer_orders_burst, 5, 0, 1000000,
+       "orders one buyer may place on one SKU at once before rate_buyer_orders_per_min applies (0: "
+       "no limit)"),
+    IR(rate_addr_per_s, 50, 0, 1000000,
+       "buyer API requests (orders, lookups) per second from one client address, per instance (0: "
+       "no limit; set 0 behind a proxy that hides the buyers' addresses)"),
+    IR(rate_addr_burst, 100, 0, 10000000,
+       "buyer API requests from one client address at once before rate_addr_per_s applies (0: no "
+       "limit)"),
     I(rate_addr_buckets, 65536, 8, 16777216,
       "client addresses whose buckets are remembered at most (each table: buyer API, admin "
       "failures)"),
-    I(admin_auth_fail_per_min, 6, 0, 60000,
-      "failed admin authentications one client address regains per minute (0: no limit)"),
-    I(admin_auth_fail_burst, 10, 0, 1000000,
-      "failed admin authentications from one client address before its wrong tokens are answered "
-      "429 (the right token is always served; 0: no limit)"),
-    I(payment_auth_fail_per_min, 6, 0, 60000,
-      "failed authentications of the payment callback one client address regains per minute, "
-      "apart from the admin ones (0: no limit)"),
-    I(payment_auth_fail_burst, 10, 0, 1000000,
-      "failed authentications of the payment callback from one client address before its wrong "
-      "tokens are answered 429 (the right token is always served; 0: no limit)"),
+    IR(admin_auth_fail_per_min, 6, 0, 60000,
+       "failed admin authentications one client address regains per minute (0: no limit)"),
+    IR(admin_auth_fail_burst, 10, 0, 1000000,
+       "failed admin authentications from one client address before its wrong tokens are answered "
+       "429 (the right token is always served; 0: no limit)"),
+    IR(payment_auth_fail_per_min, 6, 0, 60000,
+       "failed authentications of the payment callback one client address regains per minute, "
+       "apart from the admin ones (0: no limit)"),
+    IR(payment_auth_fail_burst, 10, 0, 1000000,
+       "failed authentications of the payment callback from one client address before its wrong "
+       "tokens are answered 429 (the right token is always served; 0: no limit)"),
     SF(redis_url, "redis://127.0.0.1:6380/0", CFG_SECRET_IN_URL,
        "Redis server, redis://[[user]:password@]host:port[/db] (user and password "
        "percent-encoded); with a password, from SECKILL_REDIS_URL or redis_url_file only"),
@@ -191,17 +198,17 @@ static const struct cfg_def defs[] = {
     S(order_ack, "durable",
       "durable: answer 201 once the order is committed in PostgreSQL; reserved: 202 once Redis "
       "holds it"),
-    I(order_ack_wait_ms, 2000, 10, 60000,
-      "durable mode: longest wait for the commit before answering 202 pending"),
+    IR(order_ack_wait_ms, 2000, 10, 60000,
+       "durable mode: longest wait for the commit before answering 202 pending"),
     I(reserve_batch_max, 16, 1, 256,
       "orders of one SKU that arrive in one event-loop turn sent to Redis in one reserve script "
       "call, at most (1: a call per order)"),
     I(reserve_deadline_margin_ms, 250, 1, 30000,
       "the reserve script refuses to take stock this long before the Redis timeout"),
-    I(sold_out_flag_ms, 50, 0, 10000,
-      "a SKU Redis found sold out (no unit left) is answered sold_out by this process without "
-      "Redis for this long after the request that found it was sent; stock that comes back is "
-      "sold again within this bound (0: off)"),
+    IR(sold_out_flag_ms, 50, 0, 10000,
+       "a SKU Redis found sold out (no unit left) is answered sold_out by this process without "
+       "Redis for this long after the request that found it was sent; stock that comes back is "
+       "sold again within this bound (0: off)"),
     I(bucket_refill_rounds, 3, 1, 20,
       "an order on a SKU split into buckets whose own bucket is empty while others hold units "
       "waits for this many moves of units into it (each followed by a new try) before it is "
@@ -234,25 +241,27 @@ static const struct cfg_def defs[] = {
     I(writer_retry_ms, 500, 1, 600000, "pause after a failed batch"),
     I(dead_letter_max, 100000, 100, 100000000,
       "entries kept (about) in a SKU's dead-letter stream"),
-    I(metrics_max_skus, 1000, 0, 100000,
-      "SKUs whose gauges /metrics reads from Redis and PostgreSQL (open sales first, then the "
-      "newest; 0: none)"),
+    IR(metrics_max_skus, 1000, 0, 100000,
+       "SKUs whose gauges /metrics reads from Redis and PostgreSQL (open sales first, then the "
+       "newest; 0: none)"),
     S(metrics_addr, "127.0.0.1:9464",
       "the internal listener (host:port): /metrics, /healthz and the admin API; keep it off the "
       "public network (http_addr answers /metrics 404)"),
     I(metrics_max_connections, 64, 1, 100000,
       "open connections to metrics_addr; beyond, new ones are closed at once"),
-    I(metrics_refresh_ms, 2000, 0, 3600000,
-      "the per-SKU gauges of /metrics are read from the stores at most this often, one read at a "
-      "time; scrapes in between get the last read (0: every scrape reads, still one at a time)"),
+    IR(metrics_refresh_ms, 2000, 0, 3600000,
+       "the per-SKU gauges of /metrics are read from the stores at most this often, one read at a "
+       "time; scrapes in between get the last read (0: every scrape reads, still one at a time)"),
     I(admin_on_public, 0, 0, 1,
       "1: the admin API (with its token) is served on http_addr as well, for a one-port set-up"),
-    S(log_level, "info", "debug, info, warn or error"),
+    SF(log_level, "info", CFG_RELOAD, "debug, info, warn or error"),
 };
 
 #undef S
 #undef SF
 #undef I
+#undef IR
+#undef IF
 
 static const struct cfg_def *find_def(const char *name)
 {
@@ -654,11 +663,130 @@ int cfg_check(const struct cfg *c, char *err, size_t errlen)
                  CFG_PENDING_RECORD_MIN_MS);
         return -1;
     }
+    if (strcmp(c->log_level, "debug") != 0 && strcmp(c->log_level, "info") != 0 &&
+        strcmp(c->log_level, "warn") != 0 && strcmp(c->log_level, "error") != 0) {
+        snprintf(err, errlen, "log_level must be debug, info, warn or error, not \"%s\"",
+                 c->log_level);
+        return -1;
+    }
     if (c->lock_min_replicas > 0 && c->lock_replica_timeout_ms >= c->redis_timeout_ms) {
         snprintf(err, errlen, "lock_replica_timeout_ms must be below redis_timeout_ms");
         return -1;
     }
     return 0;
+}
+
+int cfg_reread(struct cfg *next, int argc, char **argv, char *err, size_t errlen)
+{
+    int args;
+    cfg_defaults(next);
+    if (cfg_load(next, argc, argv, &args, err, errlen) == 0 && cfg_check(next, err, errlen) == 0)
+        return 0;
+    cfg_free(next);
+    return -1;
+}
+
+/* A deep copy of src into dst (dst's strings are its own). */
+static void cfg_copy(struct cfg *dst, const struct cfg *src)
+{
+    memcpy(dst, src, sizeof *dst);
+    for (size_t i = 0; i < sizeof defs / sizeof defs[0]; i++)
+        if (defs[i].type == CFG_STR) {
+            char **p = (char **)((char *)dst + defs[i].offset);
+            *p = xstrdup(*p);
+        }
+}
+
+static int same_value(const struct cfg_def *d, const struct cfg *a, const struct cfg *b)
+{
+    const char *pa = (const char *)a + d->offset, *pb = (const char *)b + d->offset;
+    return d->type == CFG_STR ? strcmp(*(char *const *)pa, *(char *const *)pb) == 0
+                              : *(const int64_t *)pa == *(const int64_t *)pb;
+}
+
+/* Sets d in c to its value in from: an int by a relaxed atomic store (other
+ * threads read it with CFG_LIVE), a string by a swap (read by this thread
+ * alone). */
+static void take_value(const struct cfg_def *d, struct cfg *c, const struct cfg *from)
+{
+    char *p = (char *)c + d->offset;
+    const char *q = (const char *)from + d->offset;
+    if (d->type == CFG_INT) {
+        __atomic_store_n((int64_t *)p, *(const int64_t *)q, __ATOMIC_RELAXED);
+        return;
+    }
+    char *copy = xstrdup(*(char *const *)q);
+    free(*(char **)p);
+    *(char **)p = copy;
+}
+
+/* Appends text to out (cap bytes, *len used); a summary too long for out
+ * ends in "..." rather than a cut word. */
+static void append(char *out, size_t cap, size_t *len, const char *text)
+{
+    size_t n = strlen(text);
+    if (*len + n + 4 > cap) {
+        if (*len + 4 <= cap && (*len < 3 || strcmp(out + *len - 3, "...") != 0))
+            *len += (size_t)snprintf(out + *len, cap - *len, "...");
+        return;
+    }
+    memcpy(out + *len, text, n + 1);
+    *len += n;
+}
+
+/* Appends d's change from a to b: "name=old->new", or "name" alone for a
+ * secret (its values are never printed). */
+static void append_change(char *out, size_t cap, size_t *len, const struct cfg_def *d,
+                          const struct cfg *a, const struct cfg *b, int first)
+{
+    char item[256];
+    const char *pa = (const char *)a + d->offset, *pb = (const char *)b + d->offset;
+    const char *sep = first ? "" : ", ";
+    if (d->flags & (CFG_SECRET | CFG_SECRET_IN_URL))
+        snprintf(item, sizeof item, "%s%s", sep, d->name);
+    else if (d->type == CFG_INT)
+        snprintf(item, sizeof item, "%s%s=%" PRId64 "->%" PRId64, sep, d->name,
+                 *(const int64_t *)pa, *(const int64_t *)pb);
+    else
+        snprintf(item, sizeof item, "%s%s=%s->%s", sep, d->name, *(char *const *)pa,
+                 *(char *const *)pb);
+    append(out, cap, len, item);
+}
+
+int cfg_reload(struct cfg *cur, const struct cfg *next, char *summary, size_t cap, char *err,
+               size_t errlen)
+{
+    const size_t ndefs = sizeof defs / sizeof defs[0];
+    /* What would run: the reloadable settings from next, the rest as they
+     * are.  Checked as one, since the checks tie settings of both kinds
+     * (request_deadline_ms against redis_timeout_ms). */
+    struct cfg run;
+    cfg_copy(&run, cur);
+    for (size_t i = 0; i < ndefs; i++)
+        if (defs[i].flags & CFG_RELOAD)
+            take_value(&defs[i], &run, next);
+    int bad = cfg_check(&run, err, errlen);
+    cfg_free(&run);
+    if (bad)
+        return -1;
+    size_t len = 0;
+    int changed = 0, restart = 0;
+    summary[0] = '\0';
+    for (size_t i = 0; i < ndefs; i++)
+        if ((defs[i].flags & CFG_RELOAD) && !same_value(&defs[i], cur, next)) {
+            if (changed++ == 0)
+                append(summary, cap, &len, "changed ");
+            append_change(summary, cap, &len, &defs[i], cur, next, changed == 1);
+            take_value(&defs[i], cur, next);
+        }
+    if (!changed)
+        append(summary, cap, &len, "changed nothing");
+    for (size_t i = 0; i < ndefs; i++)
+        if (!(defs[i].flags & CFG_RELOAD) && !same_value(&defs[i], cur, next)) {
+            append(summary, cap, &len, restart++ == 0 ? "; needs restart: " : ", ");
+            append(summary, cap, &len, defs[i].name);
+        }
+    return changed;
 }
 
 void cfg_print_help(FILE *out)
@@ -668,8 +796,9 @@ void cfg_print_help(FILE *out)
         "settings (flag --name=value, env SECKILL_NAME, or `name = value` in --config FILE):\n");
     for (size_t i = 0; i < sizeof defs / sizeof defs[0]; i++) {
         const struct cfg_def *d = &defs[i];
-        fprintf(out, "  %-28s %s (default: %s)\n", d->name, d->help,
-                (d->flags & CFG_SECRET) || d->def[0] == '\0' ? "none" : d->def);
+        fprintf(out, "  %-28s %s (default: %s)%s\n", d->name, d->help,
+                (d->flags & CFG_SECRET) || d->def[0] == '\0' ? "none" : d->def,
+                (d->flags & CFG_RELOAD) ? " [reloadable: SIGHUP]" : "");
         if (d->flags & (CFG_SECRET | CFG_SECRET_IN_URL))
             fprintf(out, "  %s%-*s read %s from this file (not a secret itself)\n", d->name,
                     (int)(28 - strlen(d->name)), FILE_SUFFIX, d->name);

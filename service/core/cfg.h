@@ -8,6 +8,15 @@
  * a password) are refused as command-line flags, never printed, and each has
  * a companion "<name>_file" setting (SECKILL_<NAME>_FILE, --<name>-file, or in
  * the config file) that reads the value from the first line of a file.
+ *
+ * Reloading (SIGHUP): the table marks the settings a running process may
+ * take anew (CFG_RELOAD, "[reloadable]" in --help).  cfg_reread() reads
+ * everything again as at start-up (the file, the environment, the same
+ * flags, so precedence is unchanged), cfg_reload() applies the reloadable
+ * changes to the running struct and names the others as needing a restart.
+ * Other threads read a reloadable int setting of the running struct with
+ * CFG_LIVE(), never keeping a copy; a reloadable string (log_level) is read
+ * by the reloading thread alone.
  */
 #ifndef SECKILL_CFG_H
 #define SECKILL_CFG_H
@@ -117,6 +126,10 @@ struct cfg {
     char *log_level;                    /* debug, info, warn, error */
 };
 
+/* A reloadable int setting of the running struct, read at run time by any
+ * thread: a relaxed atomic load (cfg_reload stores it likewise). */
+#define CFG_LIVE(c, field) __atomic_load_n(&(c)->field, __ATOMIC_RELAXED)
+
 /* Fills c with the built-in defaults (strings are heap copies). */
 void cfg_defaults(struct cfg *c);
 
@@ -145,6 +158,26 @@ void cfg_env_name(char *out, size_t cap, const char *name);
 /* Checks settings against each other (a lease shorter than the margin it must
  * keep would roll every batch back, forever).  Returns 0, or -1 with err set. */
 int cfg_check(const struct cfg *c, char *err, size_t errlen) __attribute__((warn_unused_result));
+
+/* Reads every setting afresh into next (built-in defaults, then cfg_load
+ * with argc/argv as at start-up) and checks it (cfg_check).  Returns 0 with
+ * next filled (caller cfg_free's it), or -1 with err set and nothing held. */
+int cfg_reread(struct cfg *next, int argc, char **argv, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+
+/*
+ * Applies to the running cur the reloadable settings whose value differs in
+ * next, and writes one line into summary: "changed a=1->2, b=x->y; needs
+ * restart: c, d" ("changed nothing" when no reloadable one differs; a
+ * secret's values are never written, only its name; "..." ends a line
+ * longer than cap).  Settings that need a restart are not applied.  First
+ * the settings that would run (cur with next's reloadable values) are
+ * checked together (cfg_check): when they do not pass, nothing is applied
+ * and -1 returned with err set.  Returns the number of settings applied.
+ * Call it on the one thread that reloads; others may read cur meanwhile.
+ */
+int cfg_reload(struct cfg *cur, const struct cfg *next, char *summary, size_t cap, char *err,
+               size_t errlen) __attribute__((warn_unused_result));
 
 /* Prints every setting with its default and environment variable. */
 void cfg_print_help(FILE *out);

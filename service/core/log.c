@@ -5,7 +5,8 @@
 #include <string.h>
 #include <time.h>
 
-static enum log_level threshold = LOG_INFO;
+/* Read by every thread, set again by a reload: relaxed atomic accesses. */
+static int threshold = LOG_INFO;
 
 size_t log_escape(char *out, size_t cap, const char *in)
 {
@@ -48,7 +49,7 @@ int log_set_level(const char *name)
     static const char *names[] = {"debug", "info", "warn", "error"};
     for (int i = 0; i < 4; i++)
         if (strcmp(name, names[i]) == 0) {
-            threshold = (enum log_level)i;
+            __atomic_store_n(&threshold, i, __ATOMIC_RELAXED);
             return 0;
         }
     return -1;
@@ -57,7 +58,7 @@ int log_set_level(const char *name)
 void log_msg(enum log_level lvl, const char *fmt, ...)
 {
     static const char *tags[] = {"DEBUG", "INFO", "WARN", "ERROR"};
-    if (lvl < threshold)
+    if ((int)lvl < __atomic_load_n(&threshold, __ATOMIC_RELAXED))
         return;
     char line[1024];
     struct timespec ts;

@@ -173,6 +173,14 @@ static const struct {
     [M_STORE_PROBE_FAILURES_REDIS] = {PROBE_FAILURES, "store=\"redis\""},
     [M_STORE_PROBE_FAILURES_POSTGRES] = {PROBE_FAILURES, "store=\"postgres\""},
 #undef PROBE_FAILURES
+#define RELOADS "seckill_config_reloads_total", "config reloads (SIGHUP), by result"
+    [M_CONFIG_RELOADS_OK] = {RELOADS, "result=\"ok\""},
+    [M_CONFIG_RELOADS_REFUSED] = {RELOADS, "result=\"refused\""},
+#undef RELOADS
+    [M_CONFIG_RELOAD_LAST_OK] = {"seckill_config_last_reload_success_timestamp_seconds",
+                                 "Unix time of the last config reload that was applied (0: none "
+                                 "since start)",
+                                 NULL},
 };
 
 void metrics_add(enum metric m, long n)
@@ -188,7 +196,8 @@ void metrics_set(enum metric m, long v)
 static int is_gauge(int m)
 {
     return m == M_DRIFT_SKUS || m == M_DRIFT_UNITS || m == M_HTTP_CONNECTIONS_OPEN ||
-           m == M_HTTP_BUFFER_BYTES || m == M_STORE_UP_REDIS || m == M_STORE_UP_POSTGRES;
+           m == M_HTTP_BUFFER_BYTES || m == M_STORE_UP_REDIS || m == M_STORE_UP_POSTGRES ||
+           m == M_CONFIG_RELOAD_LAST_OK;
 }
 
 /* ---- histograms ------------------------------------------------------- */

@@ -93,6 +93,10 @@ enum metric {
      * Prometheus scrape interval still shows as an increase */
     M_STORE_PROBE_FAILURES_REDIS,
     M_STORE_PROBE_FAILURES_POSTGRES,
+    /* reloads (SIGHUP), one sample each of seckill_config_reloads_total{result=} */
+    M_CONFIG_RELOADS_OK,      /* a file read and checked: its reloadable changes applied */
+    M_CONFIG_RELOADS_REFUSED, /* a bad file (or environment) refused whole: nothing applied */
+    M_CONFIG_RELOAD_LAST_OK,  /* gauge: Unix time (s) of the last applied reload */
     M_COUNT
 };
 

@@ -46,6 +46,14 @@ int64_t ratelimit_take(struct ratelimit *rl, const char *key, int64_t now_us);
  * nothing and remembers nothing.  NULL rl: 0. */
 int64_t ratelimit_wait(struct ratelimit *rl, const char *key, int64_t now_us);
 
+/* Changes rl's rate and burst at now_us (a reload), keeping each bucket's
+ * state: it holds the tokens it held, at most the new burst of them, so no
+ * bucket holds more than the new burst and a raised one is earned at the
+ * new rate, not handed out.  interval_us or burst 0 or less turns the limit off until set
+ * again (the buckets are forgotten: turned on, every bucket starts full).
+ * Safe while other threads take tokens; NULL rl: nothing. */
+void ratelimit_set_rate(struct ratelimit *rl, int64_t interval_us, int64_t burst, int64_t now_us);
+
 /* Slots in use: the buckets the table remembers. */
 size_t ratelimit_size(struct ratelimit *rl);
 

@@ -12,11 +12,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/buyer_token.h"
 #include "core/cfg.h"
 #include "core/embedded.h"
 #include "core/log.h"
+#include "core/metrics.h"
 #include "http/handle_metrics.h"
 #include "http/limits.h"
 #include "http/metrics_cache.h"
@@ -46,6 +48,44 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     (void)what;
     log_info("signal %d: shutting down", (int)sig);
     event_base_loopbreak(arg);
+}
+
+/* What a reload needs: the running settings and how they were given. */
+struct reload_env {
+    struct cfg *cfg;
+    int argc;
+    char **argv;
+};
+
+/* SIGHUP (systemctl reload): libevent hands the signal to this callback on
+ * the main loop, so the work is done here, not in a signal handler.  The
+ * file, the environment and the flags are read again as at start-up; a bad
+ * result is refused whole, and the running settings stay. */
+static void on_reload(evutil_socket_t sig, short what, void *arg)
+{
+    (void)sig;
+    (void)what;
+    struct reload_env *r = arg;
+    struct cfg next;
+    char err[400], summary[1024];
+    int applied = -1;
+    if (cfg_reread(&next, r->argc, r->argv, err, sizeof err) == 0) {
+        applied = cfg_reload(r->cfg, &next, summary, sizeof summary, err, sizeof err);
+        cfg_free(&next);
+    }
+    if (applied < 0) {
+        metrics_add(M_CONFIG_RELOADS_REFUSED, 1);
+        log_error("config reload refused, the running settings stay: %s", err);
+        return;
+    }
+    /* The settings read at run time (CFG_LIVE) already hold their new
+     * values; these two keep theirs apart. */
+    if (log_set_level(r->cfg->log_level) != 0)
+        abort(); /* cfg_check let only valid levels through */
+    limits_update(r->cfg);
+    metrics_add(M_CONFIG_RELOADS_OK, 1);
+    metrics_set(M_CONFIG_RELOAD_LAST_OK, (long)time(NULL));
+    log_info("config reloaded: %s", summary);
 }
 
 /* ---- each public HTTP loop's order desk (http/server.h: struct
@@ -79,7 +119,7 @@ static void desk_free(void *od)
     order_desk_free(od);
 }
 
-static int serve(const struct cfg *c)
+static int serve(struct cfg *c, int argc, char **argv)
 {
     char err[256];
     if (!c->admin_token[0])
@@ -102,8 +142,13 @@ static int serve(const struct cfg *c)
     }
     struct event *sigint = evsignal_new(base, SIGINT, on_signal, base);
     struct event *sigterm = evsignal_new(base, SIGTERM, on_signal, base);
+    struct reload_env reload_env = {.cfg = c, .argc = argc, .argv = argv};
+    struct event *sighup = evsignal_new(base, SIGHUP, on_reload, &reload_env);
     evsignal_add(sigint, NULL);
     evsignal_add(sigterm, NULL);
+    /* Caught from here on; its callback runs in event_base_dispatch below,
+     * once everything that reads the settings has started. */
+    evsignal_add(sighup, NULL);
 
     int rc = 1;
     struct http_server *http = NULL, *internal = NULL;
@@ -206,6 +251,7 @@ out:
     rlock_watchdog_free(watchdog);
     rlock_notifier_free(notifier);
     redis_conn_follow_stop(); /* after every connection that asked it */
+    event_free(sighup);
     event_free(sigint);
     event_free(sigterm);
     event_base_free(base);
@@ -256,7 +302,7 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "migrate") == 0) {
         rc = migrate_run(&c) < 0 ? 1 : 0;
     } else if (strcmp(cmd, "serve") == 0) {
-        rc = serve(&c);
+        rc = serve(&c, argc, argv);
     } else {
         log_error("unknown command \"%s\"", cmd);
         usage(stderr);

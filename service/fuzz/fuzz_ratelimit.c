@@ -9,13 +9,19 @@
  *   byte 2: bit 0 the mode, bits 1-3 the table's entries, 8 * (n + 1);
  *   per op: a key byte, then a little-endian 16-bit time step (in units of
  *   interval / 64 + 1 us, so steps fall both within and across intervals);
- *   the key byte's bit 7 takes a token, else only asks for the wait.
+ *   the key byte's bit 7 takes a token, else only asks for the wait; in
+ *   the few-keys mode the key byte RATE_CHANGE instead changes the table's
+ *   rate (ratelimit_set_rate, as a reload does) after the time step: the
+ *   step's low byte gives the interval as byte 0 does, its high byte the
+ *   burst, b % 17 (0: the limit off).
  * Modes:
  *   - few keys (bit 0 clear): at most RATELIMIT_WAYS distinct keys, so no
  *     set can overflow and no bucket is forgotten before it is full again;
  *     then, per key, the tokens taken since its first take never exceed
  *     burst + elapsed / interval (the GCRA bound), and a refused take's
- *     wait is exact: no token one microsecond before it, one at it;
+ *     wait is exact: no token one microsecond before it, one at it; after
+ *     a rate change the bound starts again from each key's next take, with
+ *     the new rate and burst (a bucket keeps at most the new burst);
  *   - many keys (bit 0 set): the key byte is a length, the next that many
  *     input bytes the key (up to RATELIMIT_KEY_MAX + 8, so long keys share
  *     their prefix's bucket), flooding a small table.
@@ -33,6 +39,7 @@
 #define FEW_KEYS RATELIMIT_WAYS
 #define MAX_OPS 4096
 #define START_US (INT64_C(1) << 40) /* a monotonic clock well past zero */
+#define RATE_CHANGE 0x7f
 
 struct shadow {
     int used;
@@ -77,13 +84,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         now += (int64_t)(data[at + 1] | data[at + 2] << 8) * unit;
         at += 3;
         int take = k >> 7;
+        if (!many && k == RATE_CHANGE && rl) {
+            interval_us = (int64_t)(data[at - 2] % 64 + 1) * 1000;
+            burst = data[at - 1] % 17;
+            ratelimit_set_rate(rl, interval_us, burst, now);
+            memset(few, 0, sizeof few);
+            continue;
+        }
         if (!many) {
             struct shadow *s = &few[k % FEW_KEYS];
             key[0] = 'a' + (char)(k % FEW_KEYS);
             key[1] = '\0';
             if (!visit(rl, key, now, take, interval_us))
                 continue;
-            if (!rl)
+            if (!rl || burst == 0)
                 continue;
             if (!s->used)
                 *s = (struct shadow){.used = 1, .first_take_us = now};

@@ -10,7 +10,8 @@
 #include "core/ratelimit.h"
 #include "http/peer_key.h"
 
-/* NULL: that limit is off (also before limits_init). */
+/* Made by limits_init whatever the settings (a reload may turn a limit on);
+ * NULL before limits_init and after limits_free: nothing is limited. */
 static struct ratelimit *addr_table, *admin_table, *payment_table;
 
 /* Scatters keys over a table's sets unpredictably from outside. */
@@ -22,22 +23,37 @@ static uint64_t seed(void)
     return s;
 }
 
-/* A table of failures: per_min regained a minute, burst at once (0: none). */
-static struct ratelimit *failure_table(int64_t per_min, int64_t burst, size_t entries)
+/* The interval of 'amount' tokens per per_us microseconds (0 amount: 0, off). */
+static int64_t interval_us(int64_t per_us, int64_t amount)
 {
-    return per_min > 0 ? ratelimit_new(60 * RATELIMIT_US_PER_S / per_min, burst, entries, seed())
-                       : NULL;
+    return amount > 0 ? per_us / amount : 0;
+}
+
+/* A table of 'entries' buckets, its rate set apart (ratelimit_new has none
+ * for "off", and a table may be turned on later). */
+static struct ratelimit *table(size_t entries)
+{
+    return ratelimit_new(RATELIMIT_US_PER_S, 1, entries, seed());
 }
 
 void limits_init(const struct cfg *c)
 {
     size_t entries = (size_t)c->rate_addr_buckets;
-    addr_table = c->rate_addr_per_s > 0 ? ratelimit_new(RATELIMIT_US_PER_S / c->rate_addr_per_s,
-                                                        c->rate_addr_burst, entries, seed())
-                                        : NULL;
-    admin_table = failure_table(c->admin_auth_fail_per_min, c->admin_auth_fail_burst, entries);
-    payment_table =
-        failure_table(c->payment_auth_fail_per_min, c->payment_auth_fail_burst, entries);
+    addr_table = table(entries);
+    admin_table = table(entries);
+    payment_table = table(entries);
+    limits_update(c);
+}
+
+void limits_update(const struct cfg *c)
+{
+    int64_t now = clock_mono_us(), minute = 60 * RATELIMIT_US_PER_S;
+    ratelimit_set_rate(addr_table, interval_us(RATELIMIT_US_PER_S, CFG_LIVE(c, rate_addr_per_s)),
+                       CFG_LIVE(c, rate_addr_burst), now);
+    ratelimit_set_rate(admin_table, interval_us(minute, CFG_LIVE(c, admin_auth_fail_per_min)),
+                       CFG_LIVE(c, admin_auth_fail_burst), now);
+    ratelimit_set_rate(payment_table, interval_us(minute, CFG_LIVE(c, payment_auth_fail_per_min)),
+                       CFG_LIVE(c, payment_auth_fail_burst), now);
 }
 
 void limits_free(void)
@@ -49,7 +65,7 @@ void limits_free(void)
 }
 
 /* The wait for a token of r's client in table t (0: go on); with 'take', a
- * token is taken when there is one.  NULL t: no limit. */
+ * token is taken when there is one.  NULL t, or a limit that is off: 0. */
 static int64_t client_wait(struct ratelimit *t, const struct http_req *r, int take)
 {
     if (!t)

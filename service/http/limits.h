@@ -19,7 +19,7 @@
  *
  * The tables are process-wide: limits_init() before the HTTP loops start,
  * limits_free() after they stopped; the functions in between are safe from
- * any loop thread.  Before limits_init() nothing is limited.
+ * any thread.  Before limits_init() nothing is limited.
  */
 #ifndef SECKILL_LIMITS_H
 #define SECKILL_LIMITS_H
@@ -34,6 +34,11 @@ enum limits_scope { LIMITS_BUYER, LIMITS_ADDR, LIMITS_ADMIN_AUTH, LIMITS_PAYMENT
 
 /* Sets the per-address tables up from c's settings. */
 void limits_init(const struct cfg *c);
+
+/* Gives the tables c's current rates and bursts (after a reload changed
+ * them; any thread, while loops take tokens).  Each bucket keeps what it
+ * lacks, at most the new burst (core/ratelimit.h: ratelimit_set_rate). */
+void limits_update(const struct cfg *c);
 
 /* Frees the tables; nothing is limited afterwards. */
 void limits_free(void);

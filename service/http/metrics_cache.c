@@ -64,7 +64,7 @@ static void snapshot_unref(struct snapshot *s)
 /* Whether the last read may still be served (under mu). */
 static int fresh(const struct metrics_cache *mc, int64_t now)
 {
-    return mc->last && now - mc->last_start_ms < mc->cfg->metrics_refresh_ms;
+    return mc->last && now - mc->last_start_ms < CFG_LIVE(mc->cfg, metrics_refresh_ms);
 }
 
 static void on_ready(evutil_socket_t fd, short what, void *arg)
@@ -141,8 +141,8 @@ static struct snapshot *refresh(struct metrics_cache *mc)
     metrics_add(M_METRICS_REFRESHES, 1);
     struct metrics_sku *skus = NULL;
     size_t n = 0;
-    if (mc->cfg->metrics_max_skus > 0) {
-        int64_t deadline = clock_mono_ms() + mc->cfg->request_deadline_ms;
+    if (CFG_LIVE(mc->cfg, metrics_max_skus) > 0) {
+        int64_t deadline = clock_mono_ms() + CFG_LIVE(mc->cfg, request_deadline_ms);
         redis_conn_set_deadline(&mc->ctx.redis, deadline);
         pgwait_set_thread_deadline(deadline);
         if (sku_gauges_read(&mc->ctx, &skus, &n) != 0)
@@ -150,7 +150,7 @@ static struct snapshot *refresh(struct metrics_cache *mc)
         pgwait_set_thread_deadline(0);
         redis_conn_set_deadline(&mc->ctx.redis, 0);
     }
-    if (mc->cfg->sold_out_flag_ms > 0)
+    if (CFG_LIVE(mc->cfg, sold_out_flag_ms) > 0)
         (void)soldout_each(soldout_shared(), clock_mono_ms(), note_flagged, f);
     s->text = metrics_render_skus(skus, n, f->sku, f->n, &s->len);
     compress_text(s);

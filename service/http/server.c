@@ -116,7 +116,6 @@ struct http_loop {
     int accepting;
     void *state; /* its listener's hooks' (struct http_loop_hooks), or NULL */
     struct http_conn *conns;
-    struct timeval idle_tv, request_tv, write_tv;
     time_t date_at;
     char date[HTTP_DATE_BYTES];
     char rbuf[READ_CHUNK_BYTES];
@@ -243,16 +242,20 @@ static void release_bytes(char **buf, size_t *cap, int all)
     *cap = 0;
 }
 
+/* The deadlines are read as each is set: a reload changes them for the
+ * next one set, never one that runs. */
 static void set_timer(struct http_conn *c, enum conn_timer t)
 {
-    const struct http_loop *l = c->loop;
+    const struct cfg *cfg = c->loop->srv->cfg;
     c->timer = t;
-    if (t == TIMER_NONE)
+    if (t == TIMER_NONE) {
         evtimer_del(&c->ev_timer);
-    else
-        evtimer_add(&c->ev_timer, t == TIMER_IDLE      ? &l->idle_tv
-                                  : t == TIMER_REQUEST ? &l->request_tv
-                                                       : &l->write_tv);
+        return;
+    }
+    struct timeval tv = ms_to_tv(t == TIMER_IDLE      ? CFG_LIVE(cfg, http_idle_timeout_ms)
+                                 : t == TIMER_REQUEST ? CFG_LIVE(cfg, http_request_timeout_ms)
+                                                      : CFG_LIVE(cfg, http_write_timeout_ms));
+    evtimer_add(&c->ev_timer, &tv);
 }
 
 /* Frees c: its socket is closed and no handler holds it. */
@@ -510,7 +513,8 @@ static void dispatch_request(struct http_conn *c)
      * the client took to send it is http_request_timeout_ms's. */
     struct http_req r = {.conn = c,
                          .loop = c->loop,
-                         .deadline_ms = clock_mono_ms() + c->loop->srv->cfg->request_deadline_ms};
+                         .deadline_ms =
+                             clock_mono_ms() + CFG_LIVE(c->loop->srv->cfg, request_deadline_ms)};
     c->loop->srv->dispatch(&r);
 }
 
@@ -948,14 +952,10 @@ static evutil_socket_t listen_on(const char *setting, const char *addr, int back
     return fd;
 }
 
-/* The loop's own parts: its deadlines and its event base. */
+/* The loop's own parts: its event base. */
 static int loop_init(struct http_loop *l, struct http_server *s, char *err, size_t errlen)
 {
-    const struct cfg *c = s->cfg;
     l->srv = s;
-    l->idle_tv = ms_to_tv(c->http_idle_timeout_ms);
-    l->request_tv = ms_to_tv(c->http_request_timeout_ms);
-    l->write_tv = ms_to_tv(c->http_write_timeout_ms);
     l->base = event_base_new();
     if (!l->base) {
         snprintf(err, errlen, "cannot create the HTTP event loop");

@@ -105,8 +105,8 @@ static void note(struct order_call *oc, enum soldout_news news)
     if (oc->noted)
         return;
     oc->noted = 1;
-    soldout_note(soldout_shared(), oc->sku, news, oc->sent_ms, oc->od->cfg->sold_out_flag_ms,
-                 oc->probe);
+    soldout_note(soldout_shared(), oc->sku, news, oc->sent_ms,
+                 CFG_LIVE(oc->od->cfg, sold_out_flag_ms), oc->probe);
 }
 
 /* Gives the outcome to the caller and frees the call. */
@@ -480,7 +480,8 @@ static void send_batch(struct order_desk *od, int64_t target, struct reserve_bat
     int64_t auto_ttl = c->idempotency_auto_ttl_s < c->idempotency_ttl_s ? c->idempotency_auto_ttl_s
                                                                         : c->idempotency_ttl_s;
     order_reserve_begin(rc, target, c->idempotency_ttl_s, auto_ttl, deadline);
-    order_reserve_limit(rc, c->rate_buyer_orders_per_min, c->rate_buyer_orders_burst);
+    order_reserve_limit(rc, CFG_LIVE(c, rate_buyer_orders_per_min),
+                        CFG_LIVE(c, rate_buyer_orders_burst));
     order_reserve_refusal_ttl(rc, c->refusal_ttl_s);
     for (int i = 0; i < b->n; i++) {
         const struct order_call *oc = b->calls[i];
@@ -574,8 +575,8 @@ void order_desk_place(struct order_desk *od, const struct order_request *rq, ord
      * buyer's own key goes to Redis, where its earlier answer is. */
     int64_t now = clock_mono_ms(), probe = 0;
     if (od && !od->closing && !rq->idem &&
-        soldout_check(soldout_shared(), rq->sku, now, od->cfg->sold_out_flag_ms, &probe) ==
-            SOLDOUT_FLAGGED) {
+        soldout_check(soldout_shared(), rq->sku, now, CFG_LIVE(od->cfg, sold_out_flag_ms),
+                      &probe) == SOLDOUT_FLAGGED) {
         metrics_add(M_ORDERS_SOLD_OUT_LOCAL, 1);
         fn(&(struct order_outcome){.result = ORDER_SOLD_OUT}, arg);
         return;

@@ -31,7 +31,13 @@ struct ow_entry {
 struct order_wait {
     struct event_base *base;
     struct redis_async *sub;
-    const struct timeval *wait_tv; /* a common timeout: one heap entry for all waiters */
+    const struct cfg *cfg;
+    /* A common timeout of order_ack_wait_ms (one heap entry for all
+     * waiters), made again when a reload changed the setting (a base holds
+     * up to 256 such durations; beyond, a plain timer of that length). */
+    const struct timeval *wait_tv;
+    struct timeval wait_plain;
+    int64_t wait_ms;
     int64_t keep_early_ms;
     struct ow_entry *bucket[OW_BUCKETS];
     struct ow_entry *oldest, *newest; /* early decisions */
@@ -139,15 +145,28 @@ static void on_message(const char *payload, size_t len, void *arg)
     }
 }
 
+/* The wait of a new waiter: order_ack_wait_ms as it is now. */
+static const struct timeval *wait_tv(struct order_wait *ow)
+{
+    int64_t ms = CFG_LIVE(ow->cfg, order_ack_wait_ms);
+    if (ms != ow->wait_ms || !ow->wait_tv) {
+        ow->wait_plain = (struct timeval){(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+        ow->wait_tv = event_base_init_common_timeout(ow->base, &ow->wait_plain);
+        if (!ow->wait_tv)
+            ow->wait_tv = &ow->wait_plain;
+        ow->wait_ms = ms;
+    }
+    return ow->wait_tv;
+}
+
 struct order_wait *order_wait_new(struct event_base *base, const struct cfg *c, char *err,
                                   size_t errlen)
 {
     struct order_wait *ow = xcalloc(1, sizeof *ow);
     ow->base = base;
+    ow->cfg = c;
     ow->keep_early_ms = c->redis_timeout_ms;
-    struct timeval tv = {c->order_ack_wait_ms / 1000, (c->order_ack_wait_ms % 1000) * 1000};
-    ow->wait_tv = event_base_init_common_timeout(base, &tv);
-    ow->sub = ow->wait_tv ? redis_async_new(base, c, err, errlen) : NULL;
+    ow->sub = redis_async_new(base, c, err, errlen);
     if (!ow->sub) {
         free(ow);
         return NULL;
@@ -176,7 +195,7 @@ void order_wait_add(struct order_wait *ow, int64_t order_id, const char *entry, 
         abort();
     e->chain = *slot(ow, order_id);
     *slot(ow, order_id) = e;
-    evtimer_add(e->timer, ow->wait_tv);
+    evtimer_add(e->timer, wait_tv(ow));
 }
 
 void order_wait_free(struct order_wait *ow)

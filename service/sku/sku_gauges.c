@@ -141,7 +141,7 @@ int sku_gauges_read(struct worker_ctx *w, struct metrics_sku **out, size_t *n)
     *out = NULL;
     *n = 0;
     char limit[24];
-    snprintf(limit, sizeof limit, "%" PRId64, w->cfg->metrics_max_skus);
+    snprintf(limit, sizeof limit, "%" PRId64, CFG_LIVE(w->cfg, metrics_max_skus));
     PGresult *pr = db_query(&w->db, "metrics_skus", 1, (const char *[]){limit});
     if (!pr)
         return -1;

@@ -14,6 +14,9 @@
 #include "store/pgwait.h"
 #include "store/redis_conn.h"
 
+/* A secret long enough for every check (admin_token, buyer secrets). */
+#define TH_LONG_SECRET "a-secret-of-forty-bytes-0123456789abcdef"
+
 START_TEST(test_defaults_match_the_local_stack)
 {
     struct cfg c;
@@ -400,17 +403,222 @@ START_TEST(test_metrics_addr_must_be_set_and_differ_from_http_addr)
 }
 END_TEST
 
-START_TEST(test_help_shows_no_secret)
+/* What `seckilld --help` prints about the settings; caller frees. */
+static char *help_text(void)
 {
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     ck_assert_ptr_nonnull(f);
     cfg_print_help(f);
-    fclose(f);
+    ck_assert_int_eq(fclose(f), 0);
+    return buf;
+}
+
+START_TEST(test_help_shows_no_secret)
+{
+    char *buf = help_text();
     ck_assert_ptr_nonnull(strstr(buf, "admin_token_file"));
     ck_assert_ptr_nonnull(strstr(buf, "redis_url_file"));
     free(buf);
+}
+END_TEST
+
+/* A config at the defaults with 'n' settings changed by name. */
+static void cfg_with(struct cfg *c, const char *const *pairs, size_t n)
+{
+    char err[200];
+    cfg_defaults(c);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(cfg_set(c, pairs[2 * i], pairs[2 * i + 1], err, sizeof err) == 0, "%s", err);
+}
+
+START_TEST(test_reload_applies_reloadable_settings_and_names_the_rest)
+{
+    struct cfg cur, next;
+    cfg_defaults(&cur);
+    const char *const changes[] = {"rate_addr_per_s",  "7", "log_level",   "debug",
+                                   "http_threads",     "4", "admin_token", TH_LONG_SECRET,
+                                   "sold_out_flag_ms", "50"}; /* the default: no change */
+    cfg_with(&next, changes, 5);
+    char summary[512], err[200];
+    ck_assert_int_eq(cfg_reload(&cur, &next, summary, sizeof summary, err, sizeof err), 2);
+    ck_assert_str_eq(summary, "changed rate_addr_per_s=50->7, log_level=info->debug; needs "
+                              "restart: http_threads, admin_token");
+    ck_assert_int_eq(cur.rate_addr_per_s, 7);
+    ck_assert_str_eq(cur.log_level, "debug");
+    ck_assert_int_eq(cur.http_threads, 2); /* named, not applied */
+    ck_assert_str_eq(cur.admin_token, "");
+    /* once more: applied ones are no change; the restart is still needed */
+    ck_assert_int_eq(cfg_reload(&cur, &next, summary, sizeof summary, err, sizeof err), 0);
+    ck_assert_str_eq(summary, "changed nothing; needs restart: http_threads, admin_token");
+    cfg_free(&next);
+    cfg_defaults(&next);
+    cfg_free(&cur);
+    cfg_defaults(&cur);
+    ck_assert_int_eq(cfg_reload(&cur, &next, summary, sizeof summary, err, sizeof err), 0);
+    ck_assert_str_eq(summary, "changed nothing");
+    cfg_free(&next);
+    cfg_free(&cur);
+}
+END_TEST
+
+START_TEST(test_reload_never_writes_a_secret_value)
+{
+    struct cfg cur, next;
+    const char *const before[] = {"admin_token", TH_LONG_SECRET "-before", "redis_url",
+                                  "redis://app:hunter2-old@127.0.0.1:6379"};
+    const char *const after[] = {"admin_token", TH_LONG_SECRET "-after", "redis_url",
+                                 "redis://app:hunter2-new@127.0.0.1:6379"};
+    cfg_with(&cur, before, 2);
+    cfg_with(&next, after, 2);
+    char summary[512], err[200];
+    ck_assert_int_eq(cfg_reload(&cur, &next, summary, sizeof summary, err, sizeof err), 0);
+    ck_assert_str_eq(summary, "changed nothing; needs restart: redis_url, admin_token");
+    ck_assert_ptr_null(strstr(summary, "hunter2"));
+    ck_assert_ptr_null(strstr(summary, TH_LONG_SECRET));
+    cfg_free(&next);
+    cfg_free(&cur);
+}
+END_TEST
+
+START_TEST(test_reload_refuses_whole_what_would_not_pass_the_checks_as_it_would_run)
+{
+    struct cfg cur, next;
+    cfg_defaults(&cur);
+    /* Alone, next passes (a shorter redis_timeout_ms leaves the deadline
+     * room); but redis_timeout_ms needs a restart, so what would run is the
+     * running 1000 ms plus the new 4000 ms wait: past request_deadline_ms. */
+    const char *const changes[] = {"redis_timeout_ms", "300", "order_ack_wait_ms", "4000",
+                                   "rate_addr_per_s",  "7"};
+    cfg_with(&next, changes, 3);
+    char summary[512] = "", err[200] = "";
+    ck_assert_int_eq(cfg_check(&next, err, sizeof err), 0);
+    ck_assert_int_eq(cfg_reload(&cur, &next, summary, sizeof summary, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "request_deadline_ms"));
+    ck_assert_int_eq(cur.order_ack_wait_ms, 2000); /* nothing applied, not even the rate */
+    ck_assert_int_eq(cur.rate_addr_per_s, 50);
+    cfg_free(&next);
+    cfg_free(&cur);
+}
+END_TEST
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+START_TEST(test_reread_keeps_a_flag_above_the_file)
+{
+    char path[] = "/tmp/seckill-test-config-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    write_file(path, "rate_addr_per_s = 9\nrate_addr_burst = 11\n");
+    char *argv[] = {"seckilld", "--config", path, "--rate-addr-burst=3", "serve", NULL};
+    struct cfg next;
+    char err[300];
+    ck_assert_msg(cfg_reread(&next, 5, argv, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(next.rate_addr_per_s, 9);
+    ck_assert_int_eq(next.rate_addr_burst, 3);
+    cfg_free(&next);
+    write_file(path, "rate_addr_per_s = 10\nrate_addr_burst = 12\n");
+    ck_assert_msg(cfg_reread(&next, 5, argv, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(next.rate_addr_per_s, 10); /* the file's new value */
+    ck_assert_int_eq(next.rate_addr_burst, 3);  /* the flag still wins */
+    cfg_free(&next);
+    /* a bad file, a bad level, an unreadable file: refused, nothing held */
+    write_file(path, "rate_addr_per_s = 10\nno_such_setting = 1\n");
+    ck_assert_int_eq(cfg_reread(&next, 5, argv, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, ":2: unknown setting \"no_such_setting\""));
+    write_file(path, "log_level = loud\n");
+    ck_assert_int_eq(cfg_reread(&next, 5, argv, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "log_level"));
+    ck_assert_int_eq(unlink(path), 0);
+    ck_assert_int_eq(cfg_reread(&next, 5, argv, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "cannot open config file"));
+}
+END_TEST
+
+START_TEST(test_help_marks_the_reloadable_settings)
+{
+    char *buf = help_text();
+    char *line = strstr(buf, "\n  rate_addr_per_s ");
+    ck_assert_ptr_nonnull(line);
+    char *end = strchr(line + 1, '\n');
+    ck_assert_ptr_nonnull(end);
+    *end = '\0';
+    ck_assert_ptr_nonnull(strstr(line, "[reloadable"));
+    *end = '\n';
+    line = strstr(buf, "\n  http_threads ");
+    ck_assert_ptr_nonnull(line);
+    end = strchr(line + 1, '\n');
+    *end = '\0';
+    ck_assert_ptr_null(strstr(line, "[reloadable"));
+    free(buf);
+}
+END_TEST
+
+/* The names --help marks reloadable, each as " name " in out. */
+static void reloadable_names(char *out, size_t cap)
+{
+    char *buf = help_text();
+    size_t n = 0;
+    out[0] = '\0';
+    for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+        char name[64];
+        if (strstr(line, "[reloadable") && sscanf(line, " %63s", name) == 1)
+            n += (size_t)snprintf(out + n, cap - n, " %s ", name);
+        ck_assert_uint_lt(n, cap);
+    }
+    free(buf);
+}
+
+START_TEST(test_the_docs_list_exactly_the_reloadable_settings)
+{
+    char names[2048];
+    reloadable_names(names, sizeof names);
+    const char *root = getenv("SECKILL_TEST_ROOT");
+    char path[512];
+    snprintf(path, sizeof path, "%s/docs/operations.md", root ? root : ".");
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "cannot open %s", path);
+    char line[4096], listed[2048] = "";
+    size_t n = 0;
+    int in = 0, rows = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "### Reloading settings", 22) == 0)
+            in = 1;
+        else if (in && strncmp(line, "## ", 3) == 0)
+            break;
+        if (!in || strncmp(line, "| `", 3) != 0)
+            continue;
+        rows++;
+        /* the first column: `a`, `b`, ... */
+        char *end = strstr(line + 1, " |");
+        ck_assert_ptr_nonnull(end);
+        *end = '\0';
+        for (char *p = strchr(line, '`'); p; p = strchr(p, '`')) {
+            char *q = strchr(p + 1, '`');
+            ck_assert_ptr_nonnull(q);
+            *q = '\0';
+            char want[80];
+            snprintf(want, sizeof want, " %s ", p + 1);
+            ck_assert_msg(strstr(names, want), "docs list %s, which is not reloadable", p + 1);
+            n += (size_t)snprintf(listed + n, sizeof listed - n, "%s", want);
+            p = q + 1;
+        }
+    }
+    fclose(f);
+    ck_assert_int_gt(rows, 0);
+    for (char *p = strtok(names, " "); p; p = strtok(NULL, " ")) {
+        char want[80];
+        snprintf(want, sizeof want, " %s ", p);
+        ck_assert_msg(strstr(listed, want), "docs/operations.md does not list reloadable %s", p);
+    }
 }
 END_TEST
 
@@ -506,6 +714,12 @@ int main(void)
     tcase_add_test(tc, test_short_admin_token_is_refused_empty_disables);
     tcase_add_test(tc, test_payment_token_is_long_and_not_the_admin_token);
     tcase_add_test(tc, test_help_shows_no_secret);
+    tcase_add_test(tc, test_reload_applies_reloadable_settings_and_names_the_rest);
+    tcase_add_test(tc, test_reload_never_writes_a_secret_value);
+    tcase_add_test(tc, test_reload_refuses_whole_what_would_not_pass_the_checks_as_it_would_run);
+    tcase_add_test(tc, test_reread_keeps_a_flag_above_the_file);
+    tcase_add_test(tc, test_help_marks_the_reloadable_settings);
+    tcase_add_test(tc, test_the_docs_list_exactly_the_reloadable_settings);
     tcase_add_test(tc, test_log_escape_keeps_one_record_on_one_line);
     tcase_add_test(tc, test_every_key_of_a_sku_shares_its_hash_tag);
     tcase_add_test(tc, test_order_id_names_its_epoch);

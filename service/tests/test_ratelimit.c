@@ -57,6 +57,70 @@ START_TEST(test_wait_takes_nothing_and_remembers_nothing)
 }
 END_TEST
 
+START_TEST(test_a_lowered_burst_cuts_what_a_bucket_holds)
+{
+    struct ratelimit *rl = ratelimit_new(SEC, 10, 64, 7); /* 1 per second, burst 10 */
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(ratelimit_take(rl, "a", T0), 0); /* "a" holds 7 */
+    ratelimit_set_rate(rl, SEC, 2, T0);
+    ck_assert_int_eq(ratelimit_take(rl, "a", T0), 0);
+    ck_assert_int_eq(ratelimit_take(rl, "a", T0), 0);
+    ck_assert_int_eq(ratelimit_take(rl, "a", T0), SEC);
+    /* a bucket never used is full: the new burst, not the old one */
+    ck_assert_int_eq(ratelimit_take(rl, "b", T0), 0);
+    ck_assert_int_eq(ratelimit_take(rl, "b", T0), 0);
+    ck_assert_int_gt(ratelimit_take(rl, "b", T0), 0);
+    ratelimit_free(rl);
+}
+END_TEST
+
+START_TEST(test_a_raised_burst_is_earned_at_the_rate_not_handed_out)
+{
+    struct ratelimit *rl = ratelimit_new(SEC, 1, 64, 8);
+    ck_assert_int_eq(ratelimit_take(rl, "a", T0), 0); /* empty */
+    ratelimit_set_rate(rl, SEC, 100, T0);
+    ck_assert_int_eq(ratelimit_take(rl, "a", T0), SEC);
+    for (int i = 0; i < 3; i++) /* three seconds later: three tokens */
+        ck_assert_int_eq(ratelimit_take(rl, "a", T0 + 3 * SEC), 0);
+    ck_assert_int_gt(ratelimit_take(rl, "a", T0 + 3 * SEC), 0);
+    ratelimit_free(rl);
+}
+END_TEST
+
+START_TEST(test_a_new_rate_refills_an_empty_bucket_at_that_rate)
+{
+    struct ratelimit *rl = ratelimit_new(SEC, 2, 64, 9);
+    ck_assert_int_eq(ratelimit_take(rl, "a", T0), 0);
+    ck_assert_int_eq(ratelimit_take(rl, "a", T0 + SEC / 2), 0); /* holds half a token */
+    ratelimit_set_rate(rl, SEC / 10, 2, T0 + SEC / 2);
+    /* half a token at a tenth of a second each: a twentieth to wait */
+    ck_assert_int_eq(ratelimit_take(rl, "a", T0 + SEC / 2), SEC / 20);
+    ck_assert_int_eq(ratelimit_take(rl, "a", T0 + SEC / 2 + SEC / 20), 0);
+    /* and slower again: the bucket is empty, one token is a whole second */
+    ratelimit_set_rate(rl, SEC, 2, T0 + SEC / 2 + SEC / 20);
+    ck_assert_int_eq(ratelimit_take(rl, "a", T0 + SEC / 2 + SEC / 20), SEC);
+    ratelimit_free(rl);
+}
+END_TEST
+
+START_TEST(test_a_limit_turned_off_limits_nothing_and_on_again_starts_full)
+{
+    struct ratelimit *rl = ratelimit_new(SEC, 1, 64, 10);
+    ck_assert_int_eq(ratelimit_take(rl, "a", T0), 0);
+    ck_assert_int_gt(ratelimit_take(rl, "a", T0), 0);
+    ratelimit_set_rate(rl, 0, 0, T0);
+    for (int i = 0; i < 100; i++)
+        ck_assert_int_eq(ratelimit_take(rl, "a", T0), 0);
+    ck_assert_uint_eq(ratelimit_size(rl), 0);
+    ratelimit_set_rate(rl, SEC, 3, T0);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(ratelimit_take(rl, "a", T0), 0);
+    ck_assert_int_eq(ratelimit_take(rl, "a", T0), SEC);
+    ratelimit_set_rate(NULL, SEC, 3, T0); /* no table: nothing */
+    ratelimit_free(rl);
+}
+END_TEST
+
 START_TEST(test_memory_is_bounded_by_the_table)
 {
     struct ratelimit *rl = ratelimit_new(SEC, 2, 100, 4);
@@ -194,6 +258,10 @@ int main(void)
     tcase_add_test(tc, test_long_keys_share_their_prefix_bucket);
     tcase_add_test(tc, test_retry_after_is_whole_seconds_rounded_up_at_least_one);
     tcase_add_test(tc, test_threads_share_one_bucket_exactly);
+    tcase_add_test(tc, test_a_lowered_burst_cuts_what_a_bucket_holds);
+    tcase_add_test(tc, test_a_raised_burst_is_earned_at_the_rate_not_handed_out);
+    tcase_add_test(tc, test_a_new_rate_refills_an_empty_bucket_at_that_rate);
+    tcase_add_test(tc, test_a_limit_turned_off_limits_nothing_and_on_again_starts_full);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
