@@ -202,7 +202,8 @@ void lt_opts_usage(FILE *out)
             "                         every deadline to pass and every return to reach Redis\n"
             "                         (default %d)\n"
             "checking\n"
-            "  --pg-dsn DSN           libpq conninfo (default $SECKILL_PG_DSN)\n"
+            "  --pg-dsn DSN           libpq conninfo of one session (default\n"
+            "                         $SECKILL_PG_WRITER_DSN when set, else $SECKILL_PG_DSN)\n"
             "  --redis-url URL        redis://[user:password@]host:port/db, redis-sentinel://...\n"
             "                         or redis-cluster://... (default $SECKILL_REDIS_URL)\n"
             "  --drain-timeout S      wait at most S for the order stream to drain (default %d)\n"
@@ -445,8 +446,11 @@ static void set_defaults(struct lt_opts *o)
         snprintf(o->token, sizeof o->token, "%s", e);
     if ((e = getenv("SECKILL_BUYER_TOKEN_SECRET")) && strlen(e) < sizeof o->buyer_secret)
         snprintf(o->buyer_secret, sizeof o->buyer_secret, "%s", e);
-    if ((e = getenv("SECKILL_PG_DSN")) && strlen(e) < sizeof o->pg_dsn)
-        snprintf(o->pg_dsn, sizeof o->pg_dsn, "%s", e);
+    /* The check keeps temporary tables in its session: behind pgbouncer it
+     * needs the session-pooled DSN the order writers use, when there is one. */
+    if (((e = getenv("SECKILL_PG_WRITER_DSN")) && *e) || (e = getenv("SECKILL_PG_DSN")))
+        if (strlen(e) < sizeof o->pg_dsn)
+            snprintf(o->pg_dsn, sizeof o->pg_dsn, "%s", e);
     if ((e = getenv("SECKILL_REDIS_URL")) && strlen(e) < sizeof o->redis_url)
         snprintf(o->redis_url, sizeof o->redis_url, "%s", e);
 }
