@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ctl/ctl_args.h"
+#include "ctl/ctl_table.h"
 
 void ctl_admin_usage(FILE *out)
 {
@@ -240,6 +241,21 @@ int ctl_admin_call(struct ctl *ctl, int at, const char *method, const char *path
     }
     json_decref(o);
     return code;
+}
+
+void ctl_admin_print_object(const json_t *o)
+{
+    ctl_table_print_object(o, stdout);
+}
+
+int ctl_admin_run(struct ctl *ctl, const char *method, const char *path, const json_t *body,
+                  const char *idem)
+{
+    json_t *out;
+    int rc = ctl_admin_call(ctl, 0, method, path, body, idem, &out);
+    if (rc == CTL_EXIT_OK)
+        ctl_admin_print(ctl, out, ctl_admin_print_object);
+    return rc;
 }
 
 void ctl_admin_print(const struct ctl *ctl, json_t *o, void (*human)(const json_t *o))

@@ -36,6 +36,14 @@ int ctl_admin_call(struct ctl *ctl, int at, const char *method, const char *path
 /* Prints an answer: its JSON with --json, else human(o).  Takes o. */
 void ctl_admin_print(const struct ctl *ctl, json_t *o, void (*human)(const json_t *o));
 
+/* The human form of one object: a two-column table of its members. */
+void ctl_admin_print_object(const json_t *o);
+
+/* ctl_admin_call to the first URL, and the answer printed as one object.
+ * Returns the exit code. */
+int ctl_admin_run(struct ctl *ctl, const char *method, const char *path, const json_t *body,
+                  const char *idem);
+
 /* A flag of one command that takes a value: its name ("--reason") and where
  * its value goes (NULL until given).  Lists end with {NULL, NULL}. */
 struct ctl_flag {

@@ -36,11 +36,6 @@ void ctl_order_usage(FILE *out)
           out);
 }
 
-static void print_object(const json_t *o)
-{
-    ctl_table_print_object(o, stdout);
-}
-
 static void print_sale(const json_t *o)
 {
     ctl_table_print_items(json_object_get(o, "skus"), SALE_COLS, sale_cols, stdout);
@@ -86,11 +81,8 @@ static int order_cmd(struct ctl *ctl, const char *cmd, int argc, char **argv)
              show  ? ""
              : pay ? "/payment"
                    : "/cancel");
-    json_t *out;
-    rc = ctl_admin_call(ctl, 0, show ? "GET" : "POST", path, body, NULL, &out);
+    rc = ctl_admin_run(ctl, show ? "GET" : "POST", path, body, NULL);
     json_decref(body);
-    if (!rc)
-        ctl_admin_print(ctl, out, print_object);
     return rc;
 }
 

@@ -39,11 +39,6 @@ void ctl_sku_usage(FILE *out)
           out);
 }
 
-static void print_object(const json_t *o)
-{
-    ctl_table_print_object(o, stdout);
-}
-
 static void print_list(const json_t *o)
 {
     ctl_table_print_items(json_object_get(o, "skus"), LIST_COLS, list_cols, stdout);
@@ -130,12 +125,9 @@ static int sku_create(struct ctl *ctl, int argc, char **argv)
         json_object_set_new(body, "sale_ends_at", json_string(ends));
     if (!rc)
         rc = check_body("sku create", body, check_create);
-    json_t *out = NULL;
     if (!rc)
-        rc = ctl_admin_call(ctl, 0, "POST", "/admin/v1/skus", body, NULL, &out);
+        rc = ctl_admin_run(ctl, "POST", "/admin/v1/skus", body, NULL);
     json_decref(body);
-    if (!rc)
-        ctl_admin_print(ctl, out, print_object);
     return rc;
 }
 
@@ -152,11 +144,7 @@ static int sku_simple(struct ctl *ctl, const char *cmd, const char *method, cons
         return rc;
     char path[96];
     snprintf(path, sizeof path, "/admin/v1/skus/%" PRId64 "%s", id, sub);
-    json_t *out;
-    rc = ctl_admin_call(ctl, 0, method, path, NULL, NULL, &out);
-    if (!rc)
-        ctl_admin_print(ctl, out, print_object);
-    return rc;
+    return ctl_admin_run(ctl, method, path, NULL, NULL);
 }
 
 static int sku_adjust(struct ctl *ctl, int argc, char **argv)
@@ -187,12 +175,9 @@ static int sku_adjust(struct ctl *ctl, int argc, char **argv)
     rc = check_body("sku adjust", body, check_adjust);
     char path[96];
     snprintf(path, sizeof path, "/admin/v1/skus/%" PRId64 "/stock-adjustments", id);
-    json_t *out = NULL;
     if (!rc)
-        rc = ctl_admin_call(ctl, 0, "POST", path, body, idem, &out);
+        rc = ctl_admin_run(ctl, "POST", path, body, idem);
     json_decref(body);
-    if (!rc)
-        ctl_admin_print(ctl, out, print_object);
     return rc;
 }
 
@@ -214,12 +199,9 @@ static int sku_patch(struct ctl *ctl, int argc, char **argv)
         rc = check_body("sku patch", body, check_window);
     char path[64];
     snprintf(path, sizeof path, "/admin/v1/skus/%" PRId64, id);
-    json_t *out = NULL;
     if (!rc)
-        rc = ctl_admin_call(ctl, 0, "PATCH", path, body, NULL, &out);
+        rc = ctl_admin_run(ctl, "PATCH", path, body, NULL);
     json_decref(body);
-    if (!rc)
-        ctl_admin_print(ctl, out, print_object);
     return rc;
 }
 

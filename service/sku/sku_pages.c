@@ -17,13 +17,20 @@ static json_t *page(json_t *items, int64_t limit, int64_t last)
                      full ? json_integer(last) : json_null());
 }
 
-enum sku_result sku_list_page(struct worker_ctx *w, int64_t after, int64_t limit, json_t **out)
+/* The rows of one page of query 'name' (sql/<name>.sql: $1 after, $2
+ * limit), or NULL when PostgreSQL failed. */
+static PGresult *page_rows(struct worker_ctx *w, const char *name, int64_t after, int64_t limit)
 {
-    *out = NULL;
     char a[24], l[24];
     fmt_i64z(a, after);
     fmt_i64z(l, limit);
-    PGresult *r = db_query(&w->db, "skus_page", 2, (const char *[]){a, l});
+    return db_query(&w->db, name, 2, (const char *[]){a, l});
+}
+
+enum sku_result sku_list_page(struct worker_ctx *w, int64_t after, int64_t limit, json_t **out)
+{
+    *out = NULL;
+    PGresult *r = page_rows(w, "skus_page", after, limit);
     if (!r)
         return SKU_UNAVAILABLE;
     json_t *items = json_array();
@@ -75,10 +82,7 @@ static json_t *sale_item(const char *name, const struct metrics_sku *g, const st
 enum sku_result sku_sale_page(struct worker_ctx *w, int64_t after, int64_t limit, json_t **out)
 {
     *out = NULL;
-    char a[24], l[24];
-    fmt_i64z(a, after);
-    fmt_i64z(l, limit);
-    PGresult *r = db_query(&w->db, "skus_open_page", 2, (const char *[]){a, l});
+    PGresult *r = page_rows(w, "skus_open_page", after, limit);
     if (!r)
         return SKU_UNAVAILABLE;
     size_t n = (size_t)PQntuples(r);
