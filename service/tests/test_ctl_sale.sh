@@ -109,7 +109,7 @@ err_has() { grep -q -- "$1" "$TMP/err" || die "stderr lacks '$1': $(cat "$TMP/er
 
 # ---- 1. error paths
 DEAD_URL=http://127.0.0.1:$(se_free_port)
-SECKILL_ADMIN_TOKEN= ctl 5 sku show 1
+SECKILL_ADMIN_TOKEN='' ctl 5 sku show 1
 err_has "no admin token"
 ctl 2 --token "$ADMIN_TOKEN" sku show 1
 err_has "SECKILL_ADMIN_TOKEN"
@@ -250,6 +250,10 @@ grep -q "unreachable" "$TMP/out" || die "health table: $(cat "$TMP/out")"
 # ---- 3. what the sale left is consistent
 broken=$(sql "$(sed "s/\\\$1/$SKU/g" sql/invariant_check.sql)") || die "invariant check failed to run"
 expect "" "$broken" "sql/invariant_check.sql on the SKU"
+# every answer the routes gave is one they declare (docs/openapi.json)
+undeclared=$(curl -s "http://127.0.0.1:$MPORT/metrics" |
+    awk '$1 == "seckill_http_undeclared_answers_total" { print $2 }')
+expect 0 "$undeclared" "seckill_http_undeclared_answers_total"
 kill -TERM "$DAEMON_PID"
 st=0
 wait "$DAEMON_PID" || st=$?
