@@ -92,7 +92,7 @@ static void add_sold_out_flags(const struct http_req *r, json_t *out)
     {
         json_object_set_new(item, "sold_out_flag", json_false());
     }
-    if (http_loop_cfg(r->loop)->sold_out_flag_ms > 0)
+    if (CFG_LIVE(http_loop_cfg(r->loop), sold_out_flag_ms) > 0) /* reloadable */
         (void)soldout_each(soldout_shared(), clock_mono_ms(), mark_flagged, items);
 }
 
