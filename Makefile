@@ -100,6 +100,9 @@ $(BUILD)/tests/%: $(BUILD)/service/tests/%.o $(TEST_HOBJ) $(BUILD)/libseckill.a 
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) $(CHECK_LIBS)
 # test_cluster_conn starts its cluster with the lock library's server harness.
 $(BUILD)/tests/test_cluster_conn: $(BUILD)/$(RLOCK_DIR)/tests/harness_redis.o
+# test_ctl also unit-tests seckillctl's admin groups (arguments, tables, HTTP answers).
+$(BUILD)/tests/test_ctl: $(addprefix $(BUILD)/service/ctl/,ctl.o ctl_admin.o ctl_args.o ctl_http.o \
+                           ctl_table.o)
 # test_loadtest also unit-tests the load generator's latency histogram and buyer tokens.
 $(BUILD)/tests/test_loadtest: $(BUILD)/loadtest/lt_hist.o $(BUILD)/loadtest/lt_buyers.o
 

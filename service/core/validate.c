@@ -3,6 +3,7 @@
  */
 #include "core/validate.h"
 
+#include <inttypes.h>
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -738,4 +739,48 @@ int validate_bearer(const char *authorization_header, const char *expected_token
         diff |= (unsigned char)(a ^ b);
     }
     return diff == 0;
+}
+
+int validate_page_query(const char *query, int64_t default_limit, int64_t max_limit, int64_t *after,
+                        int64_t *limit, char *detail, size_t cap)
+{
+    int seen_after = 0, seen_limit = 0;
+    *after = 0;
+    *limit = default_limit;
+    for (const char *p = query; p && *p;) {
+        size_t len = strcspn(p, "&");
+        const char *eq = memchr(p, '=', len);
+        size_t nlen = eq ? (size_t)(eq - p) : len;
+        const char *v = eq ? eq + 1 : p + len;
+        size_t vlen = eq ? len - nlen - 1 : 0;
+        int is_after = nlen == 5 && memcmp(p, "after", 5) == 0;
+        int is_limit = nlen == 5 && memcmp(p, "limit", 5) == 0;
+        int64_t n = 0;
+        if (!is_after && !is_limit) {
+            snprintf(detail, cap, "unknown query parameter \"%.*s\": only after and limit",
+                     (int)(nlen > 40 ? 40 : nlen), p);
+            return -1;
+        }
+        if ((is_after && seen_after) || (is_limit && seen_limit)) {
+            snprintf(detail, cap, "%s is given twice", is_after ? "after" : "limit");
+            return -1;
+        }
+        /* after=0 is the start; every other value is an id */
+        int zero = is_after && vlen == 1 && v[0] == '0';
+        int bad = !zero && validate_id_segment(v, vlen, &n) != 0;
+        if (is_after && bad) {
+            snprintf(detail, cap, "after must be an integer between 0 and 2^63-1");
+            return -1;
+        }
+        if (is_limit && (bad || n > max_limit)) {
+            snprintf(detail, cap, "limit must be an integer between 1 and %" PRId64, max_limit);
+            return -1;
+        }
+        if (is_after)
+            *after = n, seen_after = 1;
+        else
+            *limit = n, seen_limit = 1;
+        p += len + (p[len] == '&');
+    }
+    return 0;
 }

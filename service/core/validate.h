@@ -143,4 +143,15 @@ int validate_bearer(const char *authorization_header,
  */
 int validate_rfc3339_ms(const char *s, int64_t *out_ms) VALIDATE_MUST_CHECK;
 
+/*
+ * The paging query of an admin list ("after=10&limit=50", either or both, in
+ * any order, or NULL/"" for none): *after the last id of the previous page
+ * (0: from the start), *limit the page's size, 1..max_limit (default_limit
+ * when absent).  Anything else (another name, a repeated one, a value that
+ * is not a decimal integer in range) returns -1 with the reason in detail;
+ * *after and *limit are then unspecified.
+ */
+int validate_page_query(const char *query, int64_t default_limit, int64_t max_limit, int64_t *after,
+                        int64_t *limit, char *detail, size_t cap) VALIDATE_MUST_CHECK;
+
 #endif

@@ -28,7 +28,7 @@ struct lookup_job {
     struct job job; /* first: the pool hands back this pointer */
     struct http_req req;
     int64_t order_id;
-    int64_t buyer;
+    int64_t buyer; /* 0: an operator's lookup, of any buyer's order */
     enum order_result res;
     json_t *out;
 };
@@ -300,7 +300,10 @@ void handle_order_place(struct http_req *r, int64_t sku)
 static void lookup_run(struct job *j, struct worker_ctx *w)
 {
     struct lookup_job *lj = (struct lookup_job *)j;
-    lj->res = order_lookup(w, lj->order_id, lj->buyer, &lj->out);
+    int64_t buyer = lj->buyer;
+    lj->res = buyer ? ORDER_FOUND : order_buyer_of(w, lj->order_id, &buyer);
+    if (lj->res == ORDER_FOUND)
+        lj->res = order_lookup(w, lj->order_id, buyer, &lj->out);
 }
 
 static void lookup_done(struct job *j)
@@ -312,19 +315,29 @@ static void lookup_done(struct job *j)
     free(lj);
 }
 
-void handle_order_get(struct http_req *r, int64_t order_id)
+static void lookup_submit(const struct http_req *r, int64_t order_id, int64_t buyer)
 {
-    int64_t buyer;
-    if (!buyer_of(r, &buyer))
-        return;
     struct lookup_job *lj = xcalloc(1, sizeof *lj);
     lj->req = *r;
     lj->order_id = order_id;
     lj->buyer = buyer;
     lj->job.run = lookup_run;
     lj->job.done = lookup_done;
-    if (http_submit(r, &lj->job, 0) != 0)
+    if (http_submit(r, &lj->job, buyer == 0) != 0)
         free(lj);
+}
+
+void handle_order_get(struct http_req *r, int64_t order_id)
+{
+    int64_t buyer;
+    if (!buyer_of(r, &buyer))
+        return;
+    lookup_submit(r, order_id, buyer);
+}
+
+void handle_order_get_admin(struct http_req *r, int64_t order_id)
+{
+    lookup_submit(r, order_id, 0);
 }
 
 /* ---- the order's life: cancel (buyer) and pay (admin), on a worker ------- */
@@ -333,6 +346,7 @@ struct life_job {
     struct job job; /* first: the pool hands back this pointer */
     struct http_req req;
     int64_t order_id, buyer; /* buyer 0: the payment callback */
+    int cancel;              /* a cancel: the buyer's (buyer set) or an operator's */
     char payment_ref[VALIDATE_PAYMENT_REF_MAX + 1];
     enum life_result res;
     json_t *out;
@@ -341,8 +355,17 @@ struct life_job {
 static void life_run(struct job *j, struct worker_ctx *w)
 {
     struct life_job *lj = (struct life_job *)j;
-    lj->res = lj->buyer ? order_cancel(w, lj->order_id, lj->buyer, &lj->out)
-                        : order_pay(w, lj->order_id, lj->payment_ref, &lj->out);
+    if (!lj->cancel) {
+        lj->res = order_pay(w, lj->order_id, lj->payment_ref, &lj->out);
+        return;
+    }
+    /* An operator cancels as the order's buyer would: the same rules, the
+     * same idempotent answer ("replayed"). */
+    int64_t buyer = lj->buyer;
+    enum order_result who = buyer ? ORDER_FOUND : order_buyer_of(w, lj->order_id, &buyer);
+    lj->res = who == ORDER_FOUND       ? order_cancel(w, lj->order_id, buyer, &lj->out)
+              : who == ORDER_NOT_FOUND ? LIFE_NOT_FOUND
+                                       : LIFE_UNAVAILABLE;
 }
 
 /* The one place where lifecycle outcomes become HTTP answers. */
@@ -350,7 +373,7 @@ static void life_done(struct job *j)
 {
     struct life_job *lj = (struct life_job *)j;
     const struct http_req *r = &lj->req;
-    int cancel = lj->buyer != 0;
+    int cancel = lj->cancel;
     if (j->late) /* never ran: its request's deadline passed in the queue */
         lj->res = LIFE_UNAVAILABLE;
     switch (lj->res) {
@@ -395,15 +418,13 @@ static void life_submit(const struct http_req *r, struct life_job *lj)
     lj->req = *r;
     lj->job.run = life_run;
     lj->job.done = life_done;
-    if (http_submit(r, &lj->job, lj->buyer == 0) != 0)
+    if (http_submit(r, &lj->job, lj->buyer == 0) != 0) /* operators' and payments' first */
         free(lj);
 }
 
-void handle_order_cancel(struct http_req *r, int64_t order_id)
+/* A cancel of order_id as 'buyer' (0: an operator's, of any buyer's order). */
+static void cancel_submit(struct http_req *r, int64_t order_id, int64_t buyer)
 {
-    int64_t buyer;
-    if (!buyer_of(r, &buyer))
-        return;
     if (http_body_len(r) != 0) {
         http_reply_error(r, 400, "invalid_request", "a cancel takes no body");
         return;
@@ -411,7 +432,20 @@ void handle_order_cancel(struct http_req *r, int64_t order_id)
     struct life_job *lj = xcalloc(1, sizeof *lj);
     lj->order_id = order_id;
     lj->buyer = buyer;
+    lj->cancel = 1;
     life_submit(r, lj);
+}
+
+void handle_order_cancel(struct http_req *r, int64_t order_id)
+{
+    int64_t buyer;
+    if (buyer_of(r, &buyer))
+        cancel_submit(r, order_id, buyer);
+}
+
+void handle_order_cancel_admin(struct http_req *r, int64_t order_id)
+{
+    cancel_submit(r, order_id, 0);
 }
 
 void handle_order_pay(struct http_req *r, int64_t order_id)

@@ -7,19 +7,31 @@
 #include <stdlib.h>
 
 #include "core/alloc.h"
+#include "core/clock.h"
 #include "core/validate.h"
 #include "order/soldout.h"
 #include "sku/sku.h"
+#include "sku/sku_pages.h"
 #include "store/redis_functions.h"
 
-enum sku_op { OP_VIEW, OP_VIEW_ADMIN, OP_CREATE, OP_ADJUST, OP_RELOAD, OP_WINDOW };
+enum sku_op {
+    OP_VIEW,
+    OP_VIEW_ADMIN,
+    OP_CREATE,
+    OP_ADJUST,
+    OP_RELOAD,
+    OP_WINDOW,
+    OP_LIST,
+    OP_SALE
+};
 
 /* One blocking SKU operation: run on a worker, answered on the loop. */
 struct sku_job {
     struct job job; /* first: the pool hands back this pointer */
     struct http_req req;
     enum sku_op op;
-    int64_t id, delta; /* OP_WINDOW: delta is the payment window */
+    int64_t id, delta;    /* OP_WINDOW: delta is the payment window */
+    int64_t after, limit; /* OP_LIST, OP_SALE: the page */
     struct validate_sku spec;
     char reason[501];
     char idem[201]; /* adjustments: the Idempotency-Key, "" for none */
@@ -48,7 +60,40 @@ static void job_run(struct job *j, struct worker_ctx *w)
     case OP_WINDOW:
         sj->res = sku_set_window(w, sj->id, sj->delta, &sj->out);
         break;
+    case OP_LIST:
+        sj->res = sku_list_page(w, sj->after, sj->limit, &sj->out);
+        break;
+    case OP_SALE:
+        sj->res = sku_sale_page(w, sj->after, sj->limit, &sj->out);
+        break;
     }
+}
+
+/* soldout_each's callback: marks the sale status item of a flagged SKU. */
+static void mark_flagged(int64_t sku, void *arg)
+{
+    json_t *item;
+    size_t i;
+    json_array_foreach((json_t *)arg, i, item)
+    {
+        if (json_integer_value(json_object_get(item, "id")) == sku)
+            json_object_set_new(item, "sold_out_flag", json_true());
+    }
+}
+
+/* This process's own sold-out flags (order/soldout.h) on the sale status:
+ * the SKUs it answers sold out without asking Redis, for sold_out_flag_ms. */
+static void add_sold_out_flags(const struct http_req *r, json_t *out)
+{
+    json_t *items = json_object_get(out, "skus");
+    json_t *item;
+    size_t i;
+    json_array_foreach(items, i, item)
+    {
+        json_object_set_new(item, "sold_out_flag", json_false());
+    }
+    if (CFG_LIVE(http_loop_cfg(r->loop), sold_out_flag_ms) > 0) /* reloadable */
+        (void)soldout_each(soldout_shared(), clock_mono_ms(), mark_flagged, items);
 }
 
 /* The one place where SKU outcomes become HTTP answers. */
@@ -63,6 +108,8 @@ static void job_done(struct job *j)
     case SKU_OK:
         if (sj->op == OP_ADJUST || sj->op == OP_RELOAD) /* stock may be back: sell it here now */
             soldout_clear(soldout_shared(), sj->id);
+        if (sj->op == OP_SALE)
+            add_sold_out_flags(r, out);
         http_reply_json(r, sj->op == OP_CREATE ? 201 : 200, out), out = NULL;
         break;
     case SKU_UNKNOWN:
@@ -142,6 +189,33 @@ void handle_sku_get_admin(struct http_req *r, int64_t sku)
 void handle_sku_reload(struct http_req *r, int64_t sku)
 {
     submit(new_job(r, OP_RELOAD, sku));
+}
+
+/* A paged view: the query's after and limit checked (400 otherwise). */
+static void submit_page(struct http_req *r, enum sku_op op, int64_t default_limit,
+                        int64_t max_limit)
+{
+    struct sku_job *sj = new_job(r, op, 0);
+    char detail[160];
+    if (validate_page_query(http_query(r), default_limit, max_limit, &sj->after, &sj->limit, detail,
+                            sizeof detail) != 0) {
+        free(sj);
+        http_reply_error(r, 400, "invalid_request", detail);
+        return;
+    }
+    submit(sj);
+}
+
+void handle_sku_list(struct http_req *r, int64_t unused)
+{
+    (void)unused;
+    submit_page(r, OP_LIST, SKU_LIST_PAGE_DEFAULT, SKU_LIST_PAGE_MAX);
+}
+
+void handle_sku_sale(struct http_req *r, int64_t unused)
+{
+    (void)unused;
+    submit_page(r, OP_SALE, SKU_SALE_PAGE_DEFAULT, SKU_SALE_PAGE_MAX);
 }
 
 /* ---- GET /healthz: the probe threads' latest result, at once -------------- */

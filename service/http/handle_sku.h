@@ -5,6 +5,8 @@
  *
  *   GET  /api/v1/skus/{sku_id}                         handle_sku_get
  *   POST /admin/v1/skus                                handle_sku_create
+ *   GET  /admin/v1/skus                                handle_sku_list (a page)
+ *   GET  /admin/v1/sale                                handle_sku_sale (a page)
  *   GET  /admin/v1/skus/{sku_id}                       handle_sku_get_admin
  *   POST /admin/v1/skus/{sku_id}/reload                handle_sku_reload
  *   PATCH /admin/v1/skus/{sku_id}                      handle_sku_update (payment window)
@@ -25,5 +27,7 @@ void handle_sku_reload(struct http_req *r, int64_t sku);
 void handle_sku_adjust(struct http_req *r, int64_t sku);
 void handle_sku_update(struct http_req *r, int64_t sku);
 void handle_sku_health(struct http_req *r, int64_t unused);
+void handle_sku_list(struct http_req *r, int64_t unused);
+void handle_sku_sale(struct http_req *r, int64_t unused);
 
 #endif

@@ -125,6 +125,25 @@ static const struct http_answer pay_order_answers[] = {
     ANSWER_405,
     ANSWERS_END};
 
+static const struct http_answer list_answers[] = {{200, NULL}, ANSWER_BAD, /* after, limit */
+                                                  ANSWER_401,  ANSWER_429, ANSWER_503,
+                                                  ANSWER_405,  ANSWERS_END};
+
+static const struct http_answer get_order_admin_answers[] = {
+    {200, NULL}, ANSWER_BAD, ANSWER_401, {404, "unknown_order"},
+    ANSWER_429,  ANSWER_503, ANSWER_405, ANSWERS_END};
+
+static const struct http_answer cancel_order_admin_answers[] = {
+    {200, NULL},                    /* cancelled now, or already ("replayed") */
+    ANSWER_BAD,                     /* id, or a body */
+    ANSWER_401,                     /* the admin token */
+    {404, "unknown_order"},         /* no such order */
+    {409, "order_not_cancellable"}, /* paid, expired or rejected: "status" says which */
+    ANSWER_429,
+    ANSWER_503,
+    ANSWER_405,
+    ANSWERS_END};
+
 const struct http_answer routes_unrouted_answers[] = {
     {404, "not_found"},
     ANSWER_401, /* anything under /admin/ needs the token first */
@@ -149,8 +168,18 @@ const struct routes_route routes_table[] = {
     {ROUTE("POST", "/admin/v1/orders/{order_id}/payment"), .operation = "payOrder", .admin = 1,
      .listeners = ROUTES_INTERNAL, .payment = 1, .handle = handle_order_pay,
      .answers = pay_order_answers},
+    {ROUTE("GET", "/admin/v1/orders/{order_id}"), .operation = "getOrderAdmin", .admin = 1,
+     .listeners = ROUTES_INTERNAL, .handle = handle_order_get_admin,
+     .answers = get_order_admin_answers},
+    {ROUTE("POST", "/admin/v1/orders/{order_id}/cancel"), .operation = "cancelOrderAdmin",
+     .admin = 1, .listeners = ROUTES_INTERNAL, .handle = handle_order_cancel_admin,
+     .answers = cancel_order_admin_answers},
     {ROUTE("POST", "/admin/v1/skus"), .operation = "createSku", .admin = 1,
      .listeners = ROUTES_INTERNAL, .handle = handle_sku_create, .answers = create_sku_answers},
+    {ROUTE("GET", "/admin/v1/skus"), .operation = "listSkus", .admin = 1,
+     .listeners = ROUTES_INTERNAL, .handle = handle_sku_list, .answers = list_answers},
+    {ROUTE("GET", "/admin/v1/sale"), .operation = "getSaleStatus", .admin = 1,
+     .listeners = ROUTES_INTERNAL, .handle = handle_sku_sale, .answers = list_answers},
     {ROUTE("GET", "/admin/v1/skus/{sku_id}"), .operation = "getSkuAdmin", .admin = 1,
      .listeners = ROUTES_INTERNAL, .handle = handle_sku_get_admin,
      .answers = get_sku_admin_answers},

@@ -848,6 +848,11 @@ const char *http_path(const struct http_req *r)
     return r->conn->parser.req.path;
 }
 
+const char *http_query(const struct http_req *r)
+{
+    return r->conn->parser.req.query;
+}
+
 const char *http_peer_addr(const struct http_req *r)
 {
     return r->conn->peer;

@@ -177,6 +177,8 @@ const char *http_header(const struct http_req *r, const char *name);
 enum http_method http_method(const struct http_req *r);
 /* The request target's path (before any '?'), as sent: starts with '/'. */
 const char *http_path(const struct http_req *r);
+/* The request target's query (after '?', NUL-terminated), or NULL. */
+const char *http_query(const struct http_req *r);
 /* The client's address as text ("127.0.0.1", "::1"), owned by the
  * connection and valid while the request is answered; "" when unknown.
  * Never a forwarded-for header: only what the socket says. */

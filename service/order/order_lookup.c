@@ -155,3 +155,42 @@ enum order_result order_lookup(struct worker_ctx *w, int64_t order_id, int64_t b
      * the answer was given on says pending until the reconciler settles it. */
     return order_pending_lookup(w, order_id, buyer, out);
 }
+
+enum order_result order_buyer_of(struct worker_ctx *w, int64_t order_id, int64_t *buyer)
+{
+    char oid[24];
+    snprintf(oid, sizeof oid, "%" PRId64, order_id);
+    PGresult *r = db_query(&w->db, "order_sku", 1, (const char *[]){oid});
+    if (!r)
+        return ORDER_UNAVAILABLE;
+    long long user;
+    int found = db_get_i64(r, 0, 1, &user) == 0;
+    PQclear(r);
+    if (found) {
+        *buyer = user;
+        return ORDER_FOUND;
+    }
+    int64_t sku = 0;
+    enum order_result res = order_pending_where(w, order_id, &sku, buyer, NULL);
+    if (res != ORDER_NOT_FOUND)
+        return res == ORDER_PENDING ? ORDER_FOUND : res;
+    /* the writer commits before it drops the journal entry: a row that
+     * landed between the two reads is found again here */
+    r = db_query(&w->db, "order_sku", 1, (const char *[]){oid});
+    if (!r)
+        return ORDER_UNAVAILABLE;
+    found = db_get_i64(r, 0, 1, &user) == 0;
+    PQclear(r);
+    if (!found) {
+        /* a 202 recorded in PostgreSQL whose reservation Redis lost since */
+        r = db_query(&w->db, "order_pending_buyer", 1, (const char *[]){oid});
+        if (!r)
+            return ORDER_UNAVAILABLE;
+        found = db_get_i64(r, 0, 0, &user) == 0;
+        PQclear(r);
+    }
+    if (!found)
+        return ORDER_NOT_FOUND;
+    *buyer = user;
+    return ORDER_FOUND;
+}

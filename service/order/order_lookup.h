@@ -24,6 +24,13 @@
  * Redis or PostgreSQL failed; *out is NULL unless ORDER_FOUND. */
 enum order_result order_lookup(struct worker_ctx *w, int64_t order_id, int64_t buyer, json_t **out);
 
+/* The buyer of order 'order_id', for an operator, who may see and cancel
+ * any order through the buyer's own paths (order_lookup, order_cancel): from
+ * its row, else its pending reservation in Redis, else its newest recorded
+ * reservation.  Returns ORDER_FOUND with *buyer, ORDER_NOT_FOUND or
+ * ORDER_UNAVAILABLE. */
+enum order_result order_buyer_of(struct worker_ctx *w, int64_t order_id, int64_t *buyer);
+
 /* The JSON of the order in row 0 of a sql/order_get.sql result: id, SKU,
  * buyer, qty, status, reason, and the times of its states that are set. */
 json_t *order_row_json(const PGresult *r);

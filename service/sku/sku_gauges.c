@@ -136,30 +136,15 @@ static int sku_from_replies(struct metrics_sku *s, redisReply *const *r, int64_t
     return 0;
 }
 
-int sku_gauges_read(struct worker_ctx *w, struct metrics_sku **out, size_t *n)
+int sku_gauges_fill(struct worker_ctx *w, struct metrics_sku *skus, size_t count)
 {
-    *out = NULL;
-    *n = 0;
-    char limit[24];
-    snprintf(limit, sizeof limit, "%" PRId64, CFG_LIVE(w->cfg, metrics_max_skus));
-    PGresult *pr = db_query(&w->db, "metrics_skus", 1, (const char *[]){limit});
-    if (!pr)
-        return -1;
-    size_t count = (size_t)PQntuples(pr);
-    if (count == 0) {
-        PQclear(pr);
+    if (count == 0)
         return 0;
-    }
-    struct metrics_sku *skus = xcalloc(count, sizeof *skus);
     struct sku_keys *keys = xcalloc(count, sizeof *keys);
     int *argcs = xcalloc(count * CMDS_PER_SKU, sizeof *argcs);
     const char *const **argvs = xcalloc(count * CMDS_PER_SKU, sizeof *argvs);
     redisReply **replies = xcalloc(count * CMDS_PER_SKU, sizeof *replies);
     for (size_t i = 0; i < count; i++) {
-        skus[i].sku = strtoll(PQgetvalue(pr, (int)i, 0), NULL, 10);
-        skus[i].stock_db = strtoll(PQgetvalue(pr, (int)i, 1), NULL, 10);
-        skus[i].parent = strtoll(PQgetvalue(pr, (int)i, 2), NULL, 10);
-        skus[i].sale_open = strcmp(PQgetvalue(pr, (int)i, 3), "t") == 0;
         struct sku_keys *k = &keys[i];
         keys_sku(k->stock, skus[i].sku, KEY_STOCK);
         keys_sku(k->stream, skus[i].sku, KEY_STREAM);
@@ -177,7 +162,6 @@ int sku_gauges_read(struct worker_ctx *w, struct metrics_sku **out, size_t *n)
             argvs[i * CMDS_PER_SKU + (size_t)c] = k->argv[c];
         }
     }
-    PQclear(pr);
     int rc = redis_conn_pipeline(&w->redis, count * CMDS_PER_SKU, argcs, argvs, replies);
     int64_t now_ms = clock_wall_ms();
     for (size_t i = 0; rc == 0 && i < count; i++)
@@ -189,7 +173,32 @@ int sku_gauges_read(struct worker_ctx *w, struct metrics_sku **out, size_t *n)
     free(argvs);
     free(argcs);
     free(keys);
-    if (rc != 0) {
+    return rc;
+}
+
+int sku_gauges_read(struct worker_ctx *w, struct metrics_sku **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    char limit[24];
+    snprintf(limit, sizeof limit, "%" PRId64, CFG_LIVE(w->cfg, metrics_max_skus));
+    PGresult *pr = db_query(&w->db, "metrics_skus", 1, (const char *[]){limit});
+    if (!pr)
+        return -1;
+    size_t count = (size_t)PQntuples(pr);
+    if (count == 0) {
+        PQclear(pr);
+        return 0;
+    }
+    struct metrics_sku *skus = xcalloc(count, sizeof *skus);
+    for (size_t i = 0; i < count; i++) {
+        skus[i].sku = strtoll(PQgetvalue(pr, (int)i, 0), NULL, 10);
+        skus[i].stock_db = strtoll(PQgetvalue(pr, (int)i, 1), NULL, 10);
+        skus[i].parent = strtoll(PQgetvalue(pr, (int)i, 2), NULL, 10);
+        skus[i].sale_open = strcmp(PQgetvalue(pr, (int)i, 3), "t") == 0;
+    }
+    PQclear(pr);
+    if (sku_gauges_fill(w, skus, count) != 0) {
         free(skus);
         return -1;
     }

@@ -19,4 +19,12 @@
 int sku_gauges_read(struct worker_ctx *w, struct metrics_sku **out, size_t *n)
     __attribute__((warn_unused_result));
 
+/* The Redis part of the gauges of skus[0..count), whose sku (and, read
+ * from PostgreSQL before this call, stock_db, parent and sale_open) are
+ * set: stock, stream length, lag and oldest entry's age, in one pipelined
+ * round trip.  Returns 0, or -1 when
+ * Redis failed or answered something unexpected (logged). */
+int sku_gauges_fill(struct worker_ctx *w, struct metrics_sku *skus, size_t count)
+    __attribute__((warn_unused_result));
+
 #endif

@@ -1189,7 +1189,10 @@ START_TEST(test_unknown_route_404_and_wrong_method_405)
         {"PATCH", "/api/v1/orders/1", 405, "method_not_allowed"},
         {"POST", "/api/v1/orders/1", 405, "method_not_allowed"},
         {"PUT", "/healthz", 405, "method_not_allowed"},
-        {"GET", "/admin/v1/skus", 405, "method_not_allowed"},
+        {"DELETE", "/admin/v1/skus", 405, "method_not_allowed"}, /* GET lists, POST creates */
+        {"POST", "/admin/v1/sale", 405, "method_not_allowed"},
+        {"DELETE", "/admin/v1/orders/1", 405, "method_not_allowed"},
+        {"GET", "/admin/v1/orders/1/cancel", 405, "method_not_allowed"},
         {"POST", "/admin/v1/skus/1", 405, "method_not_allowed"},
         {"DELETE", "/admin/v1/skus/1", 405, "method_not_allowed"},
         {"GET", "/admin/v1/skus/1/stock-adjustments", 405, "method_not_allowed"},

@@ -16,6 +16,10 @@
 #include <unistd.h>
 
 #include "core/embedded.h"
+#include "ctl/ctl_admin.h"
+#include "ctl/ctl_args.h"
+#include "ctl/ctl_http.h"
+#include "ctl/ctl_table.h"
 #include "harness.h"
 #include <rlock/fence.h>
 #include <rlock/rlock.h>
@@ -535,6 +539,147 @@ START_TEST(test_token_refuses_bad_input_and_a_missing_secret)
 }
 END_TEST
 
+/* ---- the pure parts of the admin groups ------------------------------- */
+
+START_TEST(test_delta_takes_a_sign_and_refuses_junk)
+{
+    int64_t v;
+    ck_assert_int_eq(ctl_arg_i64("+10", CTL_SIGNED, &v), 0);
+    ck_assert_int_eq(v, 10);
+    ck_assert_int_eq(ctl_arg_i64("-5", CTL_SIGNED, &v), 0);
+    ck_assert_int_eq(v, -5);
+    ck_assert_int_eq(ctl_arg_i64("7", CTL_SIGNED, &v), 0);
+    ck_assert_int_eq(v, 7);
+    ck_assert_int_eq(ctl_arg_i64("-9223372036854775808", CTL_SIGNED, &v), 0);
+    ck_assert(v == INT64_MIN);
+    ck_assert_int_eq(ctl_arg_i64("9223372036854775807", CTL_UNSIGNED, &v), 0);
+    ck_assert(v == INT64_MAX);
+    static const char *const bad[] = {
+        "", "+", "-", "++1", "+-1", "1x", " 1", "1 ", "0x10", "1e3", "9223372036854775808"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        ck_assert_msg(ctl_arg_i64(bad[i], CTL_SIGNED, &v) != 0, "took \"%s\"", bad[i]);
+    ck_assert_int_ne(ctl_arg_i64("+1", CTL_UNSIGNED, &v), 0);
+    ck_assert_int_ne(ctl_arg_i64("-1", CTL_UNSIGNED, &v), 0);
+    ck_assert_int_ne(ctl_arg_i64(NULL, CTL_SIGNED, &v), 0);
+}
+END_TEST
+
+/* What ctl_table_print writes. */
+static char *printed(const struct ctl_table *t)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    ck_assert_ptr_nonnull(f);
+    ctl_table_print(t, f);
+    fclose(f);
+    return buf;
+}
+
+START_TEST(test_table_aligns_columns_by_characters)
+{
+    struct ctl_table t;
+    ctl_table_init(&t, 3, (const char *[]){"id", "name", "available"});
+    ctl_table_add(&t, (const char *[]){"7", "caf\xc3\xa9", "10"});
+    ctl_table_add(&t, (const char *[]){"1234", "phone", NULL});
+    char *out = printed(&t);
+    ck_assert_str_eq(out, "id    name   available\n"
+                          "7     caf\xc3\xa9   10\n"
+                          "1234  phone  -\n");
+    free(out);
+    ctl_table_free(&t);
+}
+END_TEST
+
+START_TEST(test_cell_shows_nulls_booleans_and_no_control_characters)
+{
+    char buf[CTL_CELL_MAX];
+    json_t *v = json_null();
+    ck_assert_str_eq(ctl_cell(v, buf, sizeof buf), "-");
+    ck_assert_str_eq(ctl_cell(NULL, buf, sizeof buf), "-");
+    ck_assert_str_eq(ctl_cell(json_true(), buf, sizeof buf), "yes");
+    ck_assert_str_eq(ctl_cell(json_false(), buf, sizeof buf), "no");
+    v = json_integer(-42);
+    ck_assert_str_eq(ctl_cell(v, buf, sizeof buf), "-42");
+    json_decref(v);
+    v = json_string("two\nlines\tand a tab");
+    ck_assert_str_eq(ctl_cell(v, buf, sizeof buf), "two?lines?and a tab");
+    json_decref(v);
+    v = json_string("\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"); /* 8 bytes: cut on a character */
+    char small[8];
+    ck_assert_str_eq(ctl_cell(v, small, sizeof small), "\xc3\xa9\xc3\xa9...");
+    json_decref(v);
+}
+END_TEST
+
+START_TEST(test_http_parse_waits_for_the_whole_body)
+{
+    static const char whole[] = "HTTP/1.1 409 Conflict\r\nContent-Type: application/json\r\n"
+                                "content-length: 7\r\n\r\n{\"a\":1}";
+    int status = 0;
+    size_t off = 0, len = 0;
+    ck_assert_int_eq(ctl_http_parse(whole, sizeof whole - 1, 0, &status, &off, &len), 0);
+    ck_assert_int_eq(status, 409);
+    ck_assert_int_eq(len, 7);
+    ck_assert(memcmp(whole + off, "{\"a\":1}", 7) == 0);
+    /* a body short of its Content-Length, or a head not complete: read on */
+    ck_assert_int_eq(ctl_http_parse(whole, sizeof whole - 2, 0, &status, &off, &len), 1);
+    ck_assert_int_eq(ctl_http_parse(whole, 30, 0, &status, &off, &len), 1);
+    /* without a Content-Length the body ends where the connection does */
+    static const char open_ended[] = "HTTP/1.0 200 OK\r\n\r\nabc";
+    ck_assert_int_eq(ctl_http_parse(open_ended, sizeof open_ended - 1, 0, &status, &off, &len), 1);
+    ck_assert_int_eq(ctl_http_parse(open_ended, sizeof open_ended - 1, 1, &status, &off, &len), 0);
+    ck_assert_int_eq(len, 3);
+    static const char *const bad[] = {"SMTP/1.1 200 OK\r\n\r\n", "HTTP/1.1 2x0 OK\r\n\r\n",
+                                      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+                                      "HTTP/1.1 200 OK\r\nContent-Length: 1x\r\n\r\n"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        ck_assert_msg(ctl_http_parse(bad[i], strlen(bad[i]), 1, &status, &off, &len) == -1,
+                      "took %s", bad[i]);
+}
+END_TEST
+
+START_TEST(test_url_is_http_host_and_port_only)
+{
+    struct ctl_url u;
+    char err[200];
+    ck_assert_int_eq(ctl_url_parse("http://127.0.0.1:9464", &u, err, sizeof err), 0);
+    ck_assert_str_eq(u.host, "127.0.0.1");
+    ck_assert_int_eq(u.port, 9464);
+    ck_assert_int_eq(ctl_url_parse("HTTP://[::1]:80/", &u, err, sizeof err), 0);
+    ck_assert_str_eq(u.host, "::1");
+    ck_assert_int_eq(u.v6, 1);
+    ck_assert_int_eq(ctl_url_parse("http://seckill.internal", &u, err, sizeof err), 0);
+    ck_assert_int_eq(u.port, 80);
+    static const char *const bad[] = {"127.0.0.1:9464",  "https://h:1",      "http://",
+                                      "http://h:0",      "http://h:65536",   "http://h:x",
+                                      "http://u:pw@h:1", "http://h:1/admin", "http://[::1:1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = '\0';
+        ck_assert_msg(ctl_url_parse(bad[i], &u, err, sizeof err) != 0, "took %s", bad[i]);
+        ck_assert_msg(err[0], "no reason for %s", bad[i]);
+    }
+}
+END_TEST
+
+START_TEST(test_exit_codes_follow_the_answer)
+{
+    ck_assert_int_eq(ctl_admin_exit_of(200, NULL), CTL_EXIT_OK);
+    ck_assert_int_eq(ctl_admin_exit_of(201, NULL), CTL_EXIT_OK);
+    ck_assert_int_eq(ctl_admin_exit_of(404, "unknown_sku"), CTL_EXIT_NOT_FOUND);
+    ck_assert_int_eq(ctl_admin_exit_of(404, "unknown_order"), CTL_EXIT_NOT_FOUND);
+    /* the public listener's 404 for /admin/ is a wrong URL, not a missing SKU */
+    ck_assert_int_eq(ctl_admin_exit_of(404, "not_found"), CTL_EXIT_ERROR);
+    ck_assert_int_eq(ctl_admin_exit_of(401, "unauthorized"), CTL_EXIT_AUTH);
+    ck_assert_int_eq(ctl_admin_exit_of(409, "insufficient_stock"), CTL_EXIT_REFUSED);
+    ck_assert_int_eq(ctl_admin_exit_of(422, "idempotency_key_reused"), CTL_EXIT_REFUSED);
+    ck_assert_int_eq(ctl_admin_exit_of(400, "invalid_request"), CTL_EXIT_REFUSED);
+    ck_assert_int_eq(ctl_admin_exit_of(429, "rate_limited"), CTL_EXIT_REFUSED);
+    ck_assert_int_eq(ctl_admin_exit_of(503, "unavailable"), CTL_EXIT_ERROR);
+    ck_assert_int_eq(ctl_admin_exit_of(302, NULL), CTL_EXIT_ERROR);
+}
+END_TEST
+
 static Suite *ctl_suite(void)
 {
     Suite *s = suite_create("seckillctl");
@@ -552,6 +697,14 @@ static Suite *ctl_suite(void)
     tcase_add_test(tc, test_token_refuses_bad_input_and_a_missing_secret);
     tcase_add_test(tc, test_token_signs_with_the_secret_of_the_chosen_kid);
     suite_add_tcase(s, tc);
+    TCase *pure = tcase_create("admin groups, pure parts");
+    tcase_add_test(pure, test_delta_takes_a_sign_and_refuses_junk);
+    tcase_add_test(pure, test_table_aligns_columns_by_characters);
+    tcase_add_test(pure, test_cell_shows_nulls_booleans_and_no_control_characters);
+    tcase_add_test(pure, test_http_parse_waits_for_the_whole_body);
+    tcase_add_test(pure, test_url_is_http_host_and_port_only);
+    tcase_add_test(pure, test_exit_codes_follow_the_answer);
+    suite_add_tcase(s, pure);
     return s;
 }
 

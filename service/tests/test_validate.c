@@ -794,6 +794,46 @@ START_TEST(test_bearer)
 }
 END_TEST
 
+START_TEST(test_page_query_takes_after_and_limit_in_range)
+{
+    int64_t after = -1, limit = -1;
+    char d[160];
+    ck_assert_int_eq(validate_page_query(NULL, 50, 100, &after, &limit, d, sizeof d), 0);
+    ck_assert_int_eq(after, 0);
+    ck_assert_int_eq(limit, 50);
+    ck_assert_int_eq(validate_page_query("", 50, 100, &after, &limit, d, sizeof d), 0);
+    ck_assert_int_eq(limit, 50);
+    ck_assert_int_eq(
+        validate_page_query("limit=100&after=42", 50, 100, &after, &limit, d, sizeof d), 0);
+    ck_assert_int_eq(after, 42);
+    ck_assert_int_eq(limit, 100);
+    ck_assert_int_eq(validate_page_query("after=0", 50, 100, &after, &limit, d, sizeof d), 0);
+    ck_assert_int_eq(after, 0);
+    ck_assert_int_eq(
+        validate_page_query("after=9223372036854775807", 50, 100, &after, &limit, d, sizeof d), 0);
+    ck_assert(after == INT64_MAX);
+}
+END_TEST
+
+START_TEST(test_page_query_refuses_anything_else)
+{
+    static const char *const bad[] = {
+        "limit=0",         "limit=101", "limit=-1",
+        "limit=",          "limit",     "after=-1",
+        "after=01",        "after=x",   "after=1&after=2",
+        "limit=1&limit=1", "page=2",    "after=9223372036854775808",
+        "limit=1e2",       "&",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int64_t after, limit;
+        char d[160] = "";
+        ck_assert_msg(validate_page_query(bad[i], 50, 100, &after, &limit, d, sizeof d) != 0,
+                      "accepted \"%s\"", bad[i]);
+        ck_assert_msg(d[0], "no reason for \"%s\"", bad[i]);
+    }
+}
+END_TEST
+
 static Suite *validate_suite(void)
 {
     Suite *s = suite_create("validate");
@@ -822,6 +862,8 @@ static Suite *validate_suite(void)
     tcase_add_test(tc, test_sku_shape);
     tcase_add_test(tc, test_adjust);
     tcase_add_test(tc, test_bearer);
+    tcase_add_test(tc, test_page_query_takes_after_and_limit_in_range);
+    tcase_add_test(tc, test_page_query_refuses_anything_else);
     suite_add_tcase(s, tc);
     return s;
 }
