@@ -63,6 +63,7 @@ done
 ! getent passwd seckill >/dev/null || die "a user seckill exists already: this test's purge would delete it"
 ! getent group seckill >/dev/null || die "a group seckill exists already: this test's purge would delete it"
 [[ ! -e /etc/seckill ]] || die "/etc/seckill exists already: this test's purge would delete it"
+CHECKED=1
 
 BUILD_DIR=$(dirname "$SECKILL_TEST_DAEMON")
 ADMIN_TOKEN=
@@ -70,6 +71,7 @@ SKU=2828
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/seckill-deb.XXXXXX")
 DAEMON_PID=
 INSTALLED=0
+CHECKED=0
 cleanup() {
     local rc=$?
     trap - EXIT
@@ -80,6 +82,15 @@ cleanup() {
     if ((INSTALLED)); then
         dpkg -P "${PACKAGES[@]}" >/dev/null 2>&1 ||
             printf '%s: warning: dpkg -P %s failed\n' "$PROG" "${PACKAGES[*]}" >&2
+    fi
+    # None was there before (checked below): a purge that failed to remove
+    # them must not leave them to the next run's refusal.
+    if ((CHECKED)) && getent passwd seckill >/dev/null; then
+        printf '%s: warning: removing the user seckill the purge left\n' "$PROG" >&2
+        userdel seckill >/dev/null 2>&1 || true
+    fi
+    if ((CHECKED)) && getent group seckill >/dev/null; then
+        groupdel seckill >/dev/null 2>&1 || true
     fi
     rm -rf "$TMP"
     exit "$rc"
