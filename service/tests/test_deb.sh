@@ -143,6 +143,7 @@ systemd-analyze verify /lib/systemd/system/seckilld-migrate.service \
     die "systemd-analyze verify refused the units"
 }
 [[ ! -s $TMP/verify.log ]] || die "systemd-analyze verify complained: $(cat "$TMP/verify.log")"
+# shellcheck disable=SC2016  # $MAINPID is the unit's, not this shell's
 for want in Type=notify User=seckill NoNewPrivileges=yes ProtectSystem=strict PrivateTmp=yes \
     'CapabilityBoundingSet=$' MemoryDenyWriteExecute=yes LimitNOFILE= Requires=seckilld-migrate.service \
     'ExecReload=/bin/kill -HUP \$MAINPID'; do
@@ -178,6 +179,7 @@ put_secret() { # put_secret FILE VALUE
     (umask 077 && printf '%s\n' "$2" >"$1")
     chown seckill:seckill "$1"
 }
+# shellcheck disable=SC2001  # a pattern, not a fixed string
 strip_passfile() { sed "s/ *passfile='[^']*'//" <<<"$1"; }
 cp -p /etc/seckill/secrets/admin_token /etc/seckill/secrets/buyer_token_secret "$TMP/etc/secrets/"
 install -m 600 -o seckill -g seckill "$PGPASSFILE" "$TMP/etc/secrets/pgpass"
