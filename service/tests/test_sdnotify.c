@@ -1,8 +1,10 @@
 /*
  * sdnotify: the state reaches a real datagram socket named by NOTIFY_SOCKET,
  * as a path or as an abstract name; no variable means nothing is sent; a
- * malformed name or a socket nobody holds is an error, never a hang.
- * No stack needed.
+ * malformed name or a socket nobody holds is an error, never a hang; and
+ * seckilld, started with NOTIFY_SOCKET as systemd starts a Type=notify unit,
+ * says READY=1 once it serves and STOPPING=1 when SIGTERM stops it (against
+ * the test stack, which scripts/run-tests.sh starts).
  */
 #include <check.h>
 #include <stdio.h>
@@ -13,6 +15,10 @@
 #include <unistd.h>
 
 #include "core/sdnotify.h"
+#include "harness.h"
+
+/* How long the daemon may take to send a notice once expected. */
+#define NOTICE_WAIT_S 10
 
 /* A datagram socket bound to 'name' (a path, or '@' and an abstract name),
  * as systemd's manager holds one. */
@@ -32,10 +38,10 @@ static int bind_notify_socket(const char *name)
     return fd;
 }
 
-/* The one datagram waiting on fd (none within a second fails the test). */
+/* The next datagram on fd is 'want' (none within NOTICE_WAIT_S fails). */
 static void expect_datagram(int fd, const char *want)
 {
-    struct timeval tv = {.tv_sec = 1};
+    struct timeval tv = {.tv_sec = NOTICE_WAIT_S};
     ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
     char buf[256];
     ssize_t n = recv(fd, buf, sizeof buf - 1, 0);
@@ -110,6 +116,22 @@ START_TEST(test_a_socket_nobody_holds_is_an_error_not_a_wait)
 }
 END_TEST
 
+START_TEST(test_the_daemon_says_ready_when_it_serves_and_stopping_on_sigterm)
+{
+    char name[64], env[96];
+    snprintf(name, sizeof name, "@seckill-sdnotify-daemon-%ld", (long)getpid());
+    snprintf(env, sizeof env, "NOTIFY_SOCKET=%s", name);
+    int fd = bind_notify_socket(name);
+    const char *extra[] = {env, NULL};
+    struct th_daemon d;
+    th_daemon_start(&d, extra); /* returns once both listeners accept */
+    expect_datagram(fd, "READY=1");
+    ck_assert_int_eq(th_daemon_stop(&d), 0);
+    expect_datagram(fd, "STOPPING=1");
+    close(fd);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("sdnotify");
@@ -119,6 +141,8 @@ int main(void)
     tcase_add_test(tc, test_without_notify_socket_nothing_is_sent);
     tcase_add_test(tc, test_a_relative_or_overlong_name_is_refused);
     tcase_add_test(tc, test_a_socket_nobody_holds_is_an_error_not_a_wait);
+    tcase_add_test(tc, test_the_daemon_says_ready_when_it_serves_and_stopping_on_sigterm);
+    tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
