@@ -164,7 +164,7 @@ uninstall: rlock-uninstall
 DEB_DIR     := $(BUILD)/deb
 DEB_VERSION  = $(shell dpkg-parsechangelog -S Version)
 DEB_ARCH     = $(shell dpkg --print-architecture)
-DEB_SOURCES  = $(wildcard $(shell git ls-files --cached --others --exclude-standard))
+DEB_SOURCES  = $(wildcard $(shell git ls-files --cached --others --exclude-standard 2>/dev/null))
 deb: deps
 	$(MAKE) $(DEB_DIR)/seckill_$(DEB_VERSION)_$(DEB_ARCH).changes
 	lintian --fail-on error,warning $(DEB_DIR)/seckill_$(DEB_VERSION)_$(DEB_ARCH).changes

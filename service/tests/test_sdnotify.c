@@ -144,9 +144,5 @@ int main(void)
     tcase_add_test(tc, test_the_daemon_says_ready_when_it_serves_and_stopping_on_sigterm);
     tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return th_run(s);
 }
