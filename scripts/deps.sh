@@ -28,6 +28,8 @@ PACKAGES=(
     jq procps # scripts/faults.sh reads the load generator's JSON, finds PostgreSQL's children
     spin      # `make model`: the protocol's Promela model (spin generates C, gcc compiles it)
     chromium  # service/tests/test_api_html.sh opens docs/api.html in it, headless
+    debhelper lintian # `make deb` (debian/) and service/tests/test_deb.sh's check of the packages
+    systemd           # systemd-analyze verify of the packaged units (PID 1 need not be systemd)
 )
 if [[ ${VALGRIND:-0} == 1 ]]; then
     PACKAGES+=(valgrind)

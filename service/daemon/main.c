@@ -19,6 +19,7 @@
 #include "core/embedded.h"
 #include "core/log.h"
 #include "core/metrics.h"
+#include "core/sdnotify.h"
 #include "http/handle_metrics.h"
 #include "http/limits.h"
 #include "http/metrics_cache.h"
@@ -43,10 +44,20 @@ static void usage(FILE *out)
     cfg_print_help(out);
 }
 
+/* Tells systemd (Type=notify) what the daemon does; a failed notice is a
+ * warning: the daemon serves either way, the manager's timeout decides. */
+static void notify_manager(const char *state)
+{
+    char err[256];
+    if (sdnotify(state, err, sizeof err) < 0)
+        log_warn("%s", err);
+}
+
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
     (void)what;
     log_info("signal %d: shutting down", (int)sig);
+    notify_manager("STOPPING=1");
     event_base_loopbreak(arg);
 }
 
@@ -224,6 +235,10 @@ static int serve(struct cfg *c, int argc, char **argv)
     log_info("seckilld listening on %s (%" PRId64 " HTTP threads, %" PRId64
              " writers), internal API on %s",
              c->http_addr, c->http_threads, c->writer_threads, c->metrics_addr);
+    /* Both listeners accept, Redis took the credentials and both stores had
+     * their first probe: from here /healthz tells whether they still answer
+     * (a store lost later is healed, not a reason to restart). */
+    notify_manager("READY=1");
     event_base_dispatch(base);
     rc = 0;
 out:
