@@ -113,10 +113,14 @@ stack_ok() {
 }
 
 run_scenario() {
-    local idx=$1 name=$2 t0 secs verdict
+    local idx=$1 name=$2 t0 secs verdict bound
     SCEN=$name SDIR=$SCRATCH/$name REASONS=() NOTES=() HEAL_S=- PROBE_USER=0
     mkdir -p "$SDIR"
-    say "=== $name (heal bound ${HEAL_BOUND[$name]:-"the Sentinels' down-after-milliseconds + $SENTINEL_HEAL_EXTRA_S "}s)"
+    # A scenario on a stack of its own (Sentinel, Cluster, Patroni) learns its
+    # bound from that stack's timings once it is up, and says it then.
+    bound="set by the timings of its stack, below"
+    [[ -n ${HEAL_BOUND[$name]:-} ]] && bound="${HEAL_BOUND[$name]}s"
+    say "=== $name (heal bound $bound)"
     t0=$SECONDS
     "scenario_${name//-/_}" $((idx * 100 + 1)) || true
     thaw
