@@ -114,6 +114,9 @@ err_has "no admin token"
 ctl 2 --token "$ADMIN_TOKEN" sku show 1
 err_has "SECKILL_ADMIN_TOKEN"
 grep -q -- "$ADMIN_TOKEN" "$TMP/err" "$TMP/out" && die "a token given as a flag was printed"
+ctl 2 sku show 1 --admin_token="$ADMIN_TOKEN" # not a flag of ours: refused, not echoed
+err_has "unknown flag \"--admin_token\""
+grep -q -- "$ADMIN_TOKEN" "$TMP/err" "$TMP/out" && die "an unknown flag's value (a token) was printed"
 SECKILL_ADMIN_TOKEN=wrong-token-0123456789abcdef-wrong ctl 5 sku show 1
 err_has "refused the admin token"
 ctl 1 --url "http://127.0.0.1:$PORT" sku show 1
