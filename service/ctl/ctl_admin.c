@@ -138,8 +138,9 @@ int ctl_admin_args(const char *cmd, int argc, char **argv, int npos, const char 
         struct ctl_flag *f = flags;
         while (f && f->name && strcmp(f->name, argv[i]) != 0)
             f++;
-        if (!f || !f->name)
-            return ctl_usage_error("%s: unknown flag \"%s\"", cmd, argv[i]);
+        if (!f || !f->name) /* its name only: "--admin_token=..." may hold a token */
+            return ctl_usage_error("%s: unknown flag \"%.*s\"", cmd, (int)strcspn(argv[i], "="),
+                                   argv[i]);
         if (i + 1 >= argc)
             return ctl_usage_error("%s: %s needs a value", cmd, argv[i]);
         if (*f->value)

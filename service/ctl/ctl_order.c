@@ -117,13 +117,14 @@ static int health_of(struct ctl *ctl, int at, json_t *rows)
         row = json_pack("{s:s, s:s}", "status", "unreachable", "detail", err);
     } else {
         row = json_loadb(a.body, a.body_len, 0, NULL);
+        /* a 200 of something else on that port is no healthy seckilld */
+        ok = a.status == 200 && json_is_object(row);
         if (!json_is_object(row) || (a.status != 200 && a.status != 503)) {
             json_decref(row);
             row = json_pack("{s:s, s:s}", "status", "unexpected", "detail",
                             "the answer is not seckilld's /healthz");
         }
         json_object_set_new(row, "http_status", json_integer(a.status));
-        ok = a.status == 200;
         ctl_http_answer_free(&a);
     }
     json_object_set_new(row, "url", json_string(ctl->url_text[at]));

@@ -44,8 +44,8 @@ enum sku_result sku_list_page(struct worker_ctx *w, int64_t after, int64_t limit
                       (json_int_t)atoll(PQgetvalue(r, row, 4)), "payment_window_s",
                       (json_int_t)atoll(PQgetvalue(r, row, 7)), "buckets",
                       (json_int_t)atoll(PQgetvalue(r, row, 8)));
-        db_json_time(o, "sale_starts_at", r, 5);
-        db_json_time(o, "sale_ends_at", r, 6);
+        db_json_time_at(o, "sale_starts_at", r, row, 5);
+        db_json_time_at(o, "sale_ends_at", r, row, 6);
         if (!PQgetisnull(r, row, 9))
             json_object_set_new(o, "bucket_of", json_integer(atoll(PQgetvalue(r, row, 9))));
         json_array_append_new(items, o);

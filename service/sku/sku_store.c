@@ -289,14 +289,20 @@ int settle_adjustments(struct worker_ctx *w, struct dbtx *tx, int64_t sku, const
     int rc = 0;
     for (size_t i = 0; i < ids->elements && rc == 0; i++) {
         const char *id = ids->element[i]->str;
-        if (!id || strcmp(id, own) == 0)
+        if (!id)
             continue;
+        /* A record under the running transaction's id is not its own (its
+         * Redis step comes after this): a promoted standby gave the id again,
+         * and the lost transaction that wrote it never committed here. */
+        int reused = own[0] && strcmp(id, own) == 0;
         PGresult *r = tx_query(tx, "txid_fate", 1, (const char *[]){id});
         if (!r) {
             rc = -1;
             break;
         }
-        const char *fate = PQgetisnull(r, 0, 0) ? "unknown" : PQgetvalue(r, 0, 0);
+        const char *fate = reused                 ? "future"
+                           : PQgetisnull(r, 0, 0) ? "unknown"
+                                                  : PQgetvalue(r, 0, 0);
         /* 'committed' names a transaction, maybe another one than the delta's
          * (its id given again by a promoted standby): its ledger row says. */
         int ours = strcmp(fate, "committed") != 0 ? 1 : adjust_witnessed(tx, sku, id);

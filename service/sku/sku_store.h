@@ -146,7 +146,9 @@ enum sku_result sku_view_row(struct worker_ctx *w, int64_t sku, int admin, json_
 
 /* Settles the Redis records of earlier adjustments of sku that never
  * settled (their process died between the Redis step and its completion
- * hook, or its commit outcome was unknown), 'own' excepted.  Called under
+ * hook, or its commit outcome was unknown).  A record under 'own' (the
+ * running transaction's id, "" for none) is a lost primary's that the
+ * promoted standby gave the id again: taken back.  Called under
  * the SKU lock with the row locked by the fence.  Returns 0, or -1 when
  * Redis or PostgreSQL failed (nothing assumed); *settled (may be NULL)
  * counts them. */

@@ -206,8 +206,13 @@ int db_get_i64(const PGresult *r, int row, int col, long long *out)
 
 void db_json_time(json_t *o, const char *key, const PGresult *r, int col)
 {
+    db_json_time_at(o, key, r, 0, col);
+}
+
+void db_json_time_at(json_t *o, const char *key, const PGresult *r, int row, int col)
+{
     long long ms;
-    if (db_get_i64(r, 0, col, &ms) != 0) {
+    if (db_get_i64(r, row, col, &ms) != 0) {
         json_object_set_new(o, key, json_null());
         return;
     }

@@ -69,5 +69,7 @@ int db_get_i64(const PGresult *r, int row, int col, long long *out);
 /* Sets key of o to the RFC 3339 time of row 0's column col (Unix ms), or to
  * null when the column is NULL. */
 void db_json_time(json_t *o, const char *key, const PGresult *r, int col);
+/* The same for row 'row' (a result of many rows: one object each). */
+void db_json_time_at(json_t *o, const char *key, const PGresult *r, int row, int col);
 
 #endif

@@ -2,16 +2,19 @@
  * seckillctl lock ... run as the built binary (next to SECKILL_TEST_DAEMON)
  * against the test Redis (SECKILL_TEST_REDIS_URL).
  */
+#include <arpa/inet.h>
 #include <check.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <libgen.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -680,6 +683,48 @@ START_TEST(test_exit_codes_follow_the_answer)
 }
 END_TEST
 
+/* `health` of a URL where something else than seckilld answers 200 (another
+ * web server on that port): a row "unexpected", and not a healthy exit. */
+START_TEST(test_health_of_an_answer_not_seckilld_is_not_ok)
+{
+    int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(ls, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof sa;
+    ck_assert_int_eq(bind(ls, (struct sockaddr *)&sa, sizeof sa), 0);
+    ck_assert_int_eq(listen(ls, 1), 0);
+    ck_assert_int_eq(getsockname(ls, (struct sockaddr *)&sa, &sl), 0);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", ntohs(sa.sin_port));
+    const char *args[] = {"--url", url, "health", NULL};
+    struct run r;
+    memset(&r, 0, sizeof r);
+    int o, e;
+    pid_t pid = spawn(args, &o, &e);
+    struct pollfd p = {.fd = ls, .events = POLLIN};
+    ck_assert_int_eq(poll(&p, 1, RUN_TIMEOUT_MS), 1);
+    int c = accept(ls, NULL, NULL);
+    ck_assert_int_ge(c, 0);
+    char req[2048] = "";
+    size_t got = 0;
+    while (got < sizeof req - 1 && !strstr(req, "\r\n\r\n")) {
+        ssize_t n = read(c, req + got, sizeof req - 1 - got);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+        req[got] = '\0';
+    }
+    static const char answer[] = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+                                 "Content-Length: 3\r\n\r\nok\n";
+    ck_assert_int_eq(write(c, answer, sizeof answer - 1), (ssize_t)(sizeof answer - 1));
+    close(c);
+    close(ls);
+    finish(pid, o, e, &r, 0);
+    ck_assert_msg(strstr(r.out, "unexpected"), "health: %s", r.out);
+    ck_assert_int_eq(r.status, CTL_EXIT_ERROR);
+}
+END_TEST
+
 static Suite *ctl_suite(void)
 {
     Suite *s = suite_create("seckillctl");
@@ -696,6 +741,7 @@ static Suite *ctl_suite(void)
     tcase_add_test(tc, test_token_is_accepted_by_the_daemon_for_its_user);
     tcase_add_test(tc, test_token_refuses_bad_input_and_a_missing_secret);
     tcase_add_test(tc, test_token_signs_with_the_secret_of_the_chosen_kid);
+    tcase_add_test(tc, test_health_of_an_answer_not_seckilld_is_not_ok);
     suite_add_tcase(s, tc);
     TCase *pure = tcase_create("admin groups, pure parts");
     tcase_add_test(pure, test_delta_takes_a_sign_and_refuses_junk);

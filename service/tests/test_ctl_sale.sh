@@ -114,6 +114,9 @@ err_has "no admin token"
 ctl 2 --token "$ADMIN_TOKEN" sku show 1
 err_has "SECKILL_ADMIN_TOKEN"
 grep -q -- "$ADMIN_TOKEN" "$TMP/err" "$TMP/out" && die "a token given as a flag was printed"
+ctl 2 sku show 1 --admin_token="$ADMIN_TOKEN" # not a flag of ours: refused, not echoed
+err_has "unknown flag \"--admin_token\""
+grep -q -- "$ADMIN_TOKEN" "$TMP/err" "$TMP/out" && die "an unknown flag's value (a token) was printed"
 SECKILL_ADMIN_TOKEN=wrong-token-0123456789abcdef-wrong ctl 5 sku show 1
 err_has "refused the admin token"
 ctl 1 --url "http://127.0.0.1:$PORT" sku show 1
@@ -139,7 +142,8 @@ expect "10|10|2|600" "$(sql "SELECT stock, initial_stock, per_user_limit, paymen
     "the SKU row"
 ctl 4 sku create --id "$SKU" --name again --stock 1 --per-user-limit 1
 err_has "sku_exists"
-ctl 0 sku create --name "second" --stock 3 --per-user-limit 1 # the service draws its id
+ctl 0 sku create --name "second" --stock 3 --per-user-limit 1 \
+    --sale-ends-at 2099-01-01T00:00:00Z # the service draws its id; only it has an end
 OTHER=$(sql "SELECT id FROM skus WHERE name = 'second'")
 
 # list: the table has a header and one row per SKU; the JSON the same ids
@@ -149,6 +153,9 @@ expect 3 "$(wc -l <"$TMP/out")" "sku list lines"
 ctl 0 --json sku list
 expect "$(sql 'SELECT string_agg(id::text, $$,$$ ORDER BY id) FROM skus')" \
     "$(jq -r '[.skus[].id] | map(tostring) | join(",")' "$TMP/out")" "sku list ids"
+# each row's own sale window, not the first row's
+expect "$OTHER" "$(jq -r '[.skus[] | select(.sale_ends_at != null) | .id] | join(",")' "$TMP/out")" \
+    "the SKUs with a sale end"
 ctl 0 --json sku list --limit 1
 expect 1 "$(jq '.skus | length' "$TMP/out")" "one page of one"
 expect "$(sql 'SELECT min(id) FROM skus')" "$(field .next_after)" "next_after"

@@ -794,6 +794,45 @@ START_TEST(test_unsettled_adjustments_are_settled_by_the_next_one)
 }
 END_TEST
 
+/* A promoted standby that never received a delta's transaction gives its
+ * id again, maybe to the next delta of the same SKU: the record in Redis
+ * under that id is then not the running transaction's own (its Redis step
+ * comes later) but the lost one's, which never committed here, and is taken
+ * back instead of skipped (and overwritten by the next HSET). */
+START_TEST(test_adjustment_under_the_running_transactions_id_is_taken_back)
+{
+    create_sku(47, 10, 5);
+    char stock[KEYS_MAX], adj[KEYS_MAX];
+    keys_sku(stock, 47, KEY_STOCK);
+    keys_sku(adj, 47, KEY_ADJUST);
+    struct worker_ctx w;
+    char err[160];
+    ck_assert(worker_ctx_init(&w, &cfg, err, sizeof err) == 0);
+    PGconn *c = th_pg();
+    struct dbtx *tx = dbtx_begin(c, NULL, DBTX_ISO_READ_COMMITTED, NULL, 0);
+    ck_assert_ptr_nonnull(tx);
+    char own[24];
+    snprintf(own, sizeof own, "%lld", dbtx_txid(tx));
+    /* the lost primary's +3 under the id this primary gave tx */
+    redisContext *r = th_redis();
+    redisReply *rep = redisCommand(r, "INCRBY %s 3", stock);
+    freeReplyObject(rep);
+    rep = redisCommand(r, "HSET %s %s 3", adj, own);
+    freeReplyObject(rep);
+    int64_t settled = 0;
+    ck_assert_int_eq(settle_adjustments(&w, tx, 47, own, &settled), 0);
+    (void)dbtx_rollback(tx);
+    ck_assert_int_eq(settled, 1);
+    ck_assert_int_eq(th_redis_int(r, stock), 10);
+    rep = redisCommand(r, "HLEN %s", adj);
+    ck_assert_int_eq(rep->integer, 0);
+    freeReplyObject(rep);
+    redisFree(r);
+    PQfinish(c);
+    worker_ctx_close(&w);
+}
+END_TEST
+
 /* What witness 'name' (sql/NAME.sql) says of transaction 'txid' and the
  * array 'ids'. */
 static int witness_says(const char *name, const char *ids, long long txid)
@@ -1121,6 +1160,7 @@ static Suite *writer_suite(void)
     tcase_add_test(tc, test_entries_of_dead_writer_are_reclaimed);
     tcase_add_test(tc, test_stale_fencing_token_cannot_write_the_sku);
     tcase_add_test(tc, test_unsettled_adjustments_are_settled_by_the_next_one);
+    tcase_add_test(tc, test_adjustment_under_the_running_transactions_id_is_taken_back);
     tcase_add_test(tc, test_witnesses_know_their_own_transactions);
     tcase_add_test(tc, test_batch_written_after_a_reload_is_counted_in_redis);
     tcase_add_test(tc, test_id_conflict_isolates_the_entry_and_the_rest_goes_on);
