@@ -569,14 +569,20 @@ if want cluster; then
         se_stack_start_free "$CLUSTER_STACK" >"$OUT/cluster-stack.log" 2>&1 ||
         die "could not start the cluster stack ($OUT/cluster-stack.log)"
     CLUSTER_URL=$(se_env_value "$CLUSTER_STACK" SECKILL_REDIS_URL)
+    # the daemons load the Functions library into the cluster as its own
+    # functions user: the bench stack's would load it into the wrong Redis
+    # (for ever: every pass finds it missing again) and the daemon never
+    # comes up
+    CLUSTER_FUNCS=$(se_env_value "$CLUSTER_STACK" SECKILL_REDIS_FUNCTIONS_URL_FILE)
+    [[ -n $CLUSTER_FUNCS ]] || die "the cluster stack has no functions user ($CLUSTER_STACK/env)"
     CLUSTER_DURABILITY=$(redis_durability "$CLUSTER_STACK" "$(se_redis_master_port "$CLUSTER_STACK" "")")
     say "durability of the cluster's first master (asked of it): $CLUSTER_DURABILITY"
     say "=== cluster: durable, one hot SKU, $CM masters, $CONNS connections, ${SECS}s + ${WARMUP}s warm-up"
-    SECKILL_REDIS_URL=$CLUSTER_URL run_phase cluster "$SECS" "$WARMUP" 0 "${HOT[@]}"
+    SECKILL_REDIS_URL=$CLUSTER_URL SECKILL_REDIS_FUNCTIONS_URL_FILE=$CLUSTER_FUNCS run_phase cluster "$SECS" "$WARMUP" 0 "${HOT[@]}"
     say "=== clusterbuckets: durable, the hot SKU in $CM stock buckets (one per master), $CONNS connections, ${SECS}s + ${WARMUP}s warm-up"
-    SECKILL_REDIS_URL=$CLUSTER_URL run_phase clusterbuckets "$SECS" "$WARMUP" 0 --buckets "$CM" "${HOT[@]}"
+    SECKILL_REDIS_URL=$CLUSTER_URL SECKILL_REDIS_FUNCTIONS_URL_FILE=$CLUSTER_FUNCS run_phase clusterbuckets "$SECS" "$WARMUP" 0 --buckets "$CM" "${HOT[@]}"
     say "=== clusterskus: $NSKUS SKUs at once on $CM masters, durable, $CONNS connections, ${SCEN_SECS}s"
-    SECKILL_REDIS_URL=$CLUSTER_URL run_phase clusterskus "$SCEN_SECS" 1 0 --skus "$NSKUS" "${HOT[@]}"
+    SECKILL_REDIS_URL=$CLUSTER_URL SECKILL_REDIS_FUNCTIONS_URL_FILE=$CLUSTER_FUNCS run_phase clusterskus "$SCEN_SECS" 1 0 --skus "$NSKUS" "${HOT[@]}"
     "$LT_STACK" stop "$CLUSTER_STACK" >"$OUT/cluster-stop.log" 2>&1 || say "stopping the cluster stack failed"
     CLUSTER_STACK=
 fi
