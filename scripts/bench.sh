@@ -93,6 +93,10 @@ for v in SECS WARMUP CONNS; do
 done
 ((SECS >= 5 && SECS > WARMUP && SECS <= 600 && CONNS >= 1 && CONNS <= 1000)) ||
     die "need 5 <= BENCH_SECONDS <= 600, BENCH_WARMUP < BENCH_SECONDS and 1 <= BENCH_CONNECTIONS <= 1000"
+# The CPU per order divides /proc ticks by the daemon's order counter, both
+# sampled at the same instants: /metrics must not answer from its cache (up
+# to metrics_refresh_ms old, 2 s by default, ±10 % of a 20 s window).
+export SECKILL_METRICS_REFRESH_MS=${SECKILL_METRICS_REFRESH_MS:-0}
 PHASES_ALL=ceiling,redis,pg,durable,reserved,soldout,skus,big,writers,burst,scrape,cluster
 ONLY=${BENCH_ONLY:-$PHASES_ALL}
 [[ $ONLY =~ ^[a-z]+(,[a-z]+)*$ ]] || die "BENCH_ONLY must be a comma-separated list of: $PHASES_ALL"
