@@ -728,7 +728,7 @@ static long long txid_ending(const char *how)
 }
 
 /* The id of a committed transaction that ran 'sql' alone (one statement
- * that must succeed). */
+ * that must write exactly one row). */
 static long long txid_of_statement(const char *sql)
 {
     PGconn *c = th_pg();
@@ -738,6 +738,7 @@ static long long txid_of_statement(const char *sql)
     r = PQexec(c, sql);
     ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK || PQresultStatus(r) == PGRES_COMMAND_OK,
                   "%s: %s", sql, PQerrorMessage(c));
+    ck_assert_msg(strcmp(PQcmdTuples(r), "1") == 0, "%s wrote %s rows", sql, PQcmdTuples(r));
     PQclear(r);
     r = PQexec(c, "COMMIT");
     ck_assert_int_eq(PQresultStatus(r), PGRES_COMMAND_OK);
